@@ -1,0 +1,86 @@
+//! The one error type of the `dma` crate.
+
+use std::io;
+
+/// Everything that can go wrong while getting, mapping or leasing DMA memory.
+///
+/// Every message names what failed and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum DmaError {
+    /// `memfd_create`, `ftruncate` or `mmap` of DMA memory failed.
+    #[error("cannot allocate {len} bytes of DMA memory ({what}): {source}")]
+    Alloc {
+        /// How many bytes were asked for.
+        len: usize,
+        /// Which step failed.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A zero-length or otherwise unusable request.
+    #[error("invalid DMA request: {0}")]
+    Invalid(String),
+
+    /// No free IOVA range is large enough.
+    #[error(
+        "IOVA space exhausted: need {requested} bytes aligned to {align:#x}, largest free hole is \
+         {largest_free} bytes of {total_free} free in {holes} holes{}",
+        if *holes > 1 && *total_free >= *requested { " (fragmented: free space is enough in total but not in one hole)" } else { "" }
+    )]
+    IovaExhausted {
+        /// Bytes requested.
+        requested: u64,
+        /// Alignment requested.
+        align: u64,
+        /// Size of the largest free hole.
+        largest_free: u64,
+        /// Total free bytes.
+        total_free: u64,
+        /// Number of free holes.
+        holes: usize,
+    },
+
+    /// `RLIMIT_MEMLOCK` is too low for the pinned memory a mapping needs.
+    #[error(
+        "RLIMIT_MEMLOCK is {limit} bytes but DMA mappings need {needed} bytes pinned: raise it \
+         (`ulimit -l {needed_kib}` in the shell, `memlock` in /etc/security/limits.conf, or \
+         `LimitMEMLOCK=` for a systemd unit) or run with CAP_IPC_LOCK"
+    )]
+    MemlockTooLow {
+        /// Bytes that would be pinned after this mapping.
+        needed: u64,
+        /// `needed` rounded up to KiB, as `ulimit -l` takes it.
+        needed_kib: u64,
+        /// The current soft limit in bytes.
+        limit: u64,
+    },
+
+    /// The IOMMU refused a mapping.
+    #[error("{mapper}: mapping {len:#x} bytes at IOVA {iova:#x} failed: {source}")]
+    Map {
+        /// Mapper name.
+        mapper: &'static str,
+        /// IOVA asked for.
+        iova: u64,
+        /// Length asked for.
+        len: usize,
+        /// The OS error (or a description from a simulated IOMMU).
+        #[source]
+        source: io::Error,
+    },
+
+    /// The IOMMU refused to remove a mapping, or removed a different amount.
+    #[error("{mapper}: unmapping {len:#x} bytes at IOVA {iova:#x} failed: {reason}")]
+    Unmap {
+        /// Mapper name.
+        mapper: &'static str,
+        /// IOVA asked for.
+        iova: u64,
+        /// Length asked for.
+        len: usize,
+        /// What went wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,63 @@
+//! The `DmaMapper` interface: what an IOMMU domain offers a driver.
+
+use crate::{DmaError, IovaRange};
+
+/// What the device may do with a mapping (the device's point of view).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// The device may only read (host-to-device buffers: WQEs, send payloads, command inputs).
+    Read,
+    /// The device may only write.
+    Write,
+    /// The device may read and write (queues, command entries, receive buffers).
+    ReadWrite,
+}
+
+impl Access {
+    /// True when the device may read through a mapping with this access.
+    pub fn device_reads(self) -> bool {
+        matches!(self, Access::Read | Access::ReadWrite)
+    }
+
+    /// True when the device may write through a mapping with this access.
+    pub fn device_writes(self) -> bool {
+        matches!(self, Access::Write | Access::ReadWrite)
+    }
+}
+
+/// One IOMMU domain (a VFIO container, or the simulator's IOMMU) seen from the driver side.
+///
+/// A mapper only maps and unmaps; it never chooses IOVAs (the [`crate::IovaAllocator`] does,
+/// inside [`DmaMapper::iova_ranges`]) and never owns memory (a [`crate::DmaMemory`] does).
+pub trait DmaMapper: Send + Sync {
+    /// A short name for logs and errors, e.g. `vfio-type1` or `sim-iommu`.
+    fn name(&self) -> &'static str;
+
+    /// The IOVA ranges the IOMMU accepts (VFIO's IOVA-range capability), sorted, non-overlapping.
+    fn iova_ranges(&self) -> Vec<IovaRange>;
+
+    /// Map `len` bytes of host memory at `vaddr` to the device address `iova`.
+    ///
+    /// # Safety
+    /// `vaddr .. vaddr + len` must be valid, page-aligned memory that stays mapped and is not
+    /// reused for anything else until [`DmaMapper::unmap`] of the same range returns: from now
+    /// on the device may read or write it at any time.
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError>;
+
+    /// Remove a mapping made by [`DmaMapper::map`] with exactly this `iova` and `len`.
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError>;
+
+    /// How many mappings are live in this domain right now.
+    fn live_mappings(&self) -> usize;
+
+    /// How many device accesses this domain refused (always 0 where the kernel does not tell us).
+    fn fault_count(&self) -> usize {
+        0
+    }
+}

@@ -1,0 +1,189 @@
+//! The device-access interface: what any PCI function backend (kernel VFIO, the in-process
+//! emulated device) gives the families above it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dma::DmaMapper;
+
+use crate::error::DriverError;
+use crate::eventfd::EventFd;
+use crate::mmio::Mmio;
+
+/// PCI identity of a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PciId {
+    /// Vendor ID (0x15b3 for Mellanox).
+    pub vendor: u16,
+    /// Device ID.
+    pub device: u16,
+}
+
+/// Region indexes of a PCI function, as vfio-pci numbers them.
+pub mod region {
+    /// BAR0.
+    pub const BAR0: u32 = 0;
+    /// BAR2 (UARs on mthca/mlx4).
+    pub const BAR2: u32 = 2;
+    /// BAR4 (DDR on some mthca).
+    pub const BAR4: u32 = 4;
+    /// Expansion ROM.
+    pub const ROM: u32 = 6;
+    /// PCI configuration space.
+    pub const CONFIG: u32 = 7;
+}
+
+/// An area of a region that may be mapped (VFIO's sparse-mmap capability).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmapArea {
+    /// Offset inside the region.
+    pub offset: u64,
+    /// Length in bytes.
+    pub size: u64,
+}
+
+/// What a backend reports about one region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Region index (see [`region`]).
+    pub index: u32,
+    /// Size in bytes (0 for an unimplemented BAR).
+    pub size: u64,
+    /// Readable.
+    pub read: bool,
+    /// Writable.
+    pub write: bool,
+    /// Mappable (subject to `sparse`).
+    pub mmap: bool,
+    /// When present, only these areas may be mapped.
+    pub sparse: Option<Vec<MmapArea>>,
+}
+
+/// Interrupt indexes of a PCI function, as vfio-pci numbers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum IrqIndex {
+    /// Legacy INTx.
+    Intx = 0,
+    /// MSI.
+    Msi = 1,
+    /// MSI-X.
+    Msix = 2,
+    /// PCIe AER error notification.
+    Err = 3,
+    /// Device request: the kernel wants the device back (unbind, removal).
+    Req = 4,
+}
+
+/// What a backend reports about one interrupt index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IrqInfo {
+    /// Which index.
+    pub index: IrqIndex,
+    /// Number of vectors (0 = not available).
+    pub count: u32,
+    /// Signalled through eventfds.
+    pub eventfd: bool,
+    /// Can be masked.
+    pub maskable: bool,
+    /// Masked automatically after firing (INTx).
+    pub automasked: bool,
+    /// The vector count cannot be changed once set.
+    pub noresize: bool,
+}
+
+/// A PCI function as the driver sees it, whatever is behind it.
+///
+/// Implemented by the VFIO backend ([`crate::vfio`]) and the emulated backend
+/// ([`crate::emulated`]). Families (mlx5, ...) use only this trait: nothing above it knows
+/// whether it talks to hardware or to a model.
+pub trait DeviceBackend: Send + Sync {
+    /// The device string this backend was opened from, e.g. `vfio:0000:03:00.0` or `sim`.
+    fn describe(&self) -> String;
+
+    /// Vendor and device ID.
+    fn pci_id(&self) -> PciId;
+
+    /// Information about region `index`.
+    fn region_info(&self, index: u32) -> Result<RegionInfo, DriverError>;
+
+    /// Map region `index` (a BAR) for register access.
+    fn map_region(&self, index: u32) -> Result<Mmio, DriverError>;
+
+    /// Read `data.len()` bytes of PCI configuration space at `offset`.
+    fn config_read(&self, offset: u64, data: &mut [u8]) -> Result<(), DriverError>;
+
+    /// Write PCI configuration space at `offset`.
+    fn config_write(&self, offset: u64, data: &[u8]) -> Result<(), DriverError>;
+
+    /// Information about interrupt index `index`.
+    fn irq_info(&self, index: IrqIndex) -> Result<IrqInfo, DriverError>;
+
+    /// Route vectors `start ..` of `index` to `fds` (signalled on each interrupt).
+    fn set_irqs(&self, index: IrqIndex, start: u32, fds: &[&EventFd]) -> Result<(), DriverError>;
+
+    /// Stop signalling every vector of `index`.
+    fn disable_irqs(&self, index: IrqIndex) -> Result<(), DriverError>;
+
+    /// Reset the function if it supports a reset; `Ok(false)` when it has none.
+    fn reset(&self) -> Result<bool, DriverError>;
+
+    /// The IOMMU domain this device's DMA goes through.
+    fn dma_mapper(&self) -> Arc<dyn DmaMapper>;
+
+    /// Time as the device sees it, from an arbitrary origin: the monotonic clock for real
+    /// hardware, the model's (possibly virtual) clock for an emulated device.
+    fn now(&self) -> Duration;
+
+    /// Let time pass until `deadline` (in [`DeviceBackend::now`] terms) or until the device
+    /// signals something (an interrupt, a completion), whichever comes first. This is the
+    /// only place a driver blocks; on an emulated device it is what runs the model.
+    fn wait(&self, deadline: Duration);
+}
+
+/// PCI command register offset and its bus-master bit.
+const PCI_COMMAND: u64 = 0x04;
+const PCI_COMMAND_MASTER: u16 = 1 << 2;
+
+/// Helpers every backend gets from the trait's primitives.
+pub trait DeviceBackendExt: DeviceBackend {
+    /// Read a 16-bit little-endian config register.
+    fn config_read16(&self, offset: u64) -> Result<u16, DriverError> {
+        let mut b = [0u8; 2];
+        self.config_read(offset, &mut b)?;
+        Ok(u16::from_le_bytes(b))
+    }
+
+    /// Read a 32-bit little-endian config register.
+    fn config_read32(&self, offset: u64) -> Result<u32, DriverError> {
+        let mut b = [0u8; 4];
+        self.config_read(offset, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Write a 16-bit little-endian config register.
+    fn config_write16(&self, offset: u64, value: u16) -> Result<(), DriverError> {
+        self.config_write(offset, &value.to_le_bytes())
+    }
+
+    /// Turn PCI bus mastering (the device's permission to DMA) on or off.
+    fn set_bus_master(&self, on: bool) -> Result<(), DriverError> {
+        let cmd = self.config_read16(PCI_COMMAND)?;
+        let new = if on {
+            cmd | PCI_COMMAND_MASTER
+        } else {
+            cmd & !PCI_COMMAND_MASTER
+        };
+        if new != cmd {
+            self.config_write16(PCI_COMMAND, new)?;
+        }
+        Ok(())
+    }
+
+    /// True when bus mastering is on.
+    fn bus_master(&self) -> Result<bool, DriverError> {
+        Ok(self.config_read16(PCI_COMMAND)? & PCI_COMMAND_MASTER != 0)
+    }
+}
+
+impl<T: DeviceBackend + ?Sized> DeviceBackendExt for T {}

@@ -1,0 +1,3 @@
+//! Every firmware command the driver issues and the simulator answers, per device family:
+//! opcodes, input and output layouts, status codes and command-interface framing.
+//! Pure data and codecs, no I/O; shared by `driver` and `sim` and guarded by golden tests.
