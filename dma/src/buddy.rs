@@ -154,7 +154,11 @@ mod tests {
         b.free(a, 0);
         b.free(d, 2);
         assert!(b.is_idle());
-        assert_eq!(b.alloc(4), Some(0), "everything coalesced into the top block");
+        assert_eq!(
+            b.alloc(4),
+            Some(0),
+            "everything coalesced into the top block"
+        );
     }
 
     #[test]

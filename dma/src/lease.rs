@@ -2,7 +2,8 @@
 //!
 //! A [`DmaPool`] hands out [`DmaLease`]s in one of two modes:
 //! - [`LeaseMode::Strict`]: each lease has its own memory, IOVA and IOMMU mapping, unmapped
-//!   on drop. A device access one byte past a lease faults. For tests and debugging.
+//!   on drop. A device access past the lease's (page-rounded) mapping, or after drop, faults.
+//!   For tests and debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
 //!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
 //!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
@@ -99,7 +100,6 @@ struct PoolInner {
     lease_bytes: AtomicU64,
     unmap_failures: AtomicUsize,
     arena_count: AtomicUsize,
-    page: usize,
 }
 
 /// Hands out [`DmaLease`]s mapped in one IOMMU domain, and accounts for them.
@@ -152,7 +152,6 @@ impl DmaPool {
                 lease_bytes: AtomicU64::new(0),
                 unmap_failures: AtomicUsize::new(0),
                 arena_count: AtomicUsize::new(0),
-                page,
             }),
         })
     }
@@ -378,9 +377,10 @@ impl PoolInner {
     ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
         let mem = DmaMemory::with_policy(len, self.config.pages)?;
         let mapped = mem.len();
+        // Aligning to the page size of the memory lets a huge page be one IOMMU entry.
         let iova = self
             .lock_iova()
-            .alloc(mapped as u64, align.max(self.page) as u64)?;
+            .alloc(mapped as u64, align.max(mem.page_size()) as u64)?;
         // SAFETY: `mem` is page-aligned and `mapped` bytes long; the lease owns it and unmaps
         // before dropping it (DmaLease::drop), or never drops it if the unmap fails.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
@@ -592,7 +592,11 @@ impl Drop for DmaLease {
         match &mut self.backing {
             Backing::Arena { arena, unit, order } => {
                 let mut state = pool.lock_state();
-                if let Some(a) = state.arenas.get_mut(*arena as usize).and_then(Option::as_mut) {
+                if let Some(a) = state
+                    .arenas
+                    .get_mut(*arena as usize)
+                    .and_then(Option::as_mut)
+                {
                     a.buddy.free(*unit, *order);
                 } else {
                     tracing::error!(

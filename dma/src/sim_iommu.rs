@@ -182,9 +182,9 @@ impl SimIommu {
     }
 
     /// Allow (`true`) or refuse (`false`) all device accesses, as bus mastering on/off or a
-    /// removed device would. Once this returns `false`-wise, no device access is still running.
-    /// Refused accesses return a [`FaultReason::BusMasterOff`] fault and are counted by
-    /// [`SimIommu::blocked_count`], not recorded as IOMMU faults.
+    /// removed device would. After `set_bus_master(false)` returns, no device access is still
+    /// running. Refused accesses return a [`FaultReason::BusMasterOff`] fault and are counted
+    /// by [`SimIommu::blocked_count`], not recorded as IOMMU faults.
     pub fn set_bus_master(&self, enabled: bool) {
         // Under the write lock, so that accesses in flight finish first.
         let _guard = self.maps.write().unwrap_or_else(PoisonError::into_inner);
@@ -212,7 +212,12 @@ impl SimIommu {
 
     /// Faults recorded so far, emptying the log ([`SimIommu::fault_count`] keeps counting).
     pub fn take_faults(&self) -> Vec<Fault> {
-        std::mem::take(&mut *self.fault_log.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(
+            &mut *self
+                .fault_log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Every IOMMU fault since creation (not counting [`FaultReason::BusMasterOff`]).
@@ -260,25 +265,33 @@ impl SimIommu {
     /// Device read of one byte.
     pub fn read_u8(&self, iova: u64) -> Result<u8, Fault> {
         // SAFETY: the closure gets a pointer valid for 1 byte.
-        self.access(iova, 1, AccessKind::Read, |p| unsafe { volatile::load_u8(p) })
+        self.access(iova, 1, AccessKind::Read, |p| unsafe {
+            volatile::load_u8(p)
+        })
     }
 
     /// Device read of a big-endian u16.
     pub fn read_u16_be(&self, iova: u64) -> Result<u16, Fault> {
         // SAFETY: the closure gets a pointer valid for 2 bytes.
-        self.access(iova, 2, AccessKind::Read, |p| unsafe { volatile::load_be16(p) })
+        self.access(iova, 2, AccessKind::Read, |p| unsafe {
+            volatile::load_be16(p)
+        })
     }
 
     /// Device read of a big-endian u32 (one volatile load when aligned).
     pub fn read_u32_be(&self, iova: u64) -> Result<u32, Fault> {
         // SAFETY: the closure gets a pointer valid for 4 bytes.
-        self.access(iova, 4, AccessKind::Read, |p| unsafe { volatile::load_be32(p) })
+        self.access(iova, 4, AccessKind::Read, |p| unsafe {
+            volatile::load_be32(p)
+        })
     }
 
     /// Device read of a big-endian u64 (one volatile load when aligned).
     pub fn read_u64_be(&self, iova: u64) -> Result<u64, Fault> {
         // SAFETY: the closure gets a pointer valid for 8 bytes.
-        self.access(iova, 8, AccessKind::Read, |p| unsafe { volatile::load_be64(p) })
+        self.access(iova, 8, AccessKind::Read, |p| unsafe {
+            volatile::load_be64(p)
+        })
     }
 
     /// Device write of one byte.
@@ -373,7 +386,10 @@ impl SimIommu {
     fn record(&self, fault: Fault) {
         self.fault_count.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%fault, "simulated IOMMU fault");
-        let mut log = self.fault_log.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut log = self
+            .fault_log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if log.len() < FAULT_LOG_CAPACITY {
             log.push(fault);
         }
@@ -405,7 +421,8 @@ impl DmaMapper for SimIommu {
         iova: u64,
         access: Access,
     ) -> Result<(), DmaError> {
-        let page = self.config.page_size;
+        // A zero page size in the config means "no alignment rule", not a division by zero.
+        let page = self.config.page_size.max(1);
         let len64 = len as u64;
         if len == 0 {
             return Err(self.map_error(iova, len, io::ErrorKind::InvalidInput, "length 0".into()));
@@ -423,10 +440,7 @@ impl DmaMapper for SimIommu {
                 iova,
                 len,
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "outside the IOMMU's IOVA ranges {:?}",
-                    self.config.ranges
-                ),
+                format!("outside the IOMMU's IOVA ranges {:?}", self.config.ranges),
             ));
         }
         let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
