@@ -31,7 +31,8 @@ pub struct IovaStats {
 /// [`IOVA_ZERO_PAGE`], first fit by address, and coalesces them again on free.
 ///
 /// It is plain data (`&mut self`): share one behind a mutex per IOMMU domain, since two
-/// allocators over the same domain would hand out the same IOVAs.
+/// allocators over the same domain would hand out the same IOVAs. `alloc` is O(holes) (first
+/// fit), `free` O(log n): meant for arenas and strict-mode leases, not per-packet use.
 #[derive(Clone, Debug)]
 pub struct IovaAllocator {
     /// Free holes: first address -> last address (inclusive, so the top of the 64-bit space
