@@ -83,4 +83,32 @@ pub enum DmaError {
         /// What went wrong.
         reason: String,
     },
+
+    /// An IOVA range was freed that the allocator did not hand out with this length.
+    #[error(
+        "IOVA {iova:#x} (+{len:#x} bytes) is not allocated: double free, or freed with a length \
+         other than the one it was allocated with"
+    )]
+    IovaNotAllocated {
+        /// IOVA passed to free.
+        iova: u64,
+        /// Length passed to free.
+        len: u64,
+    },
+
+    /// An access through a lease fell outside it.
+    #[error(
+        "access of {len} bytes at offset {offset:#x} is outside the {lease_len}-byte DMA lease \
+         at IOVA {iova:#x}"
+    )]
+    OutOfBounds {
+        /// IOVA of the lease.
+        iova: u64,
+        /// Offset of the access inside the lease.
+        offset: usize,
+        /// Length of the access.
+        len: usize,
+        /// Length of the lease.
+        lease_len: usize,
+    },
 }

@@ -1,0 +1,644 @@
+//! Leases: owned, accounted, mapped DMA buffers that give themselves back when dropped.
+//!
+//! A [`DmaPool`] hands out [`DmaLease`]s in one of two modes:
+//! - [`LeaseMode::Strict`]: each lease has its own memory, IOVA and IOMMU mapping, unmapped
+//!   on drop. A device access past the lease's (page-rounded) mapping, or after drop, faults.
+//!   For tests and debugging.
+//! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
+//!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
+//!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
+//!   mapping, as in strict mode.
+//!
+//! Whatever the mode, a lease never lends out a Rust reference to its memory: the device may
+//! write it at any time, so every access is a copy or a volatile load/store through a raw
+//! pointer, bounds-checked against the lease.
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::buddy::{Buddy, MIN_BLOCK};
+use crate::memory::{DmaMemory, PagePolicy, base_page_size};
+use crate::volatile;
+use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
+
+/// How a [`DmaPool`] backs its leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LeaseMode {
+    /// One memory, IOVA and mapping per lease; unmapped on drop. Catches device overruns.
+    Strict,
+    /// Slices of long-lived mapped arenas. Fast; the mapping count stays small.
+    Pooled,
+}
+
+/// Settings of a [`DmaPool`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Strict or pooled.
+    pub mode: LeaseMode,
+    /// Size of one pooled arena in bytes: a power of two from 4 KiB to 1 GiB. The default,
+    /// 2 MiB, is one huge page and one IOMMU superpage entry.
+    pub arena_size: usize,
+    /// Which pages back arenas and own-mapping leases.
+    pub pages: PagePolicy,
+}
+
+impl PoolConfig {
+    /// `mode` with a 2 MiB arena size and [`PagePolicy::Auto`].
+    pub fn new(mode: LeaseMode) -> Self {
+        PoolConfig {
+            mode,
+            arena_size: 2 << 20,
+            pages: PagePolicy::Auto,
+        }
+    }
+}
+
+/// What a pool has out, and what its IOMMU domain reports, at one moment.
+///
+/// Tests compare it with a baseline after each scenario: a lease that was forgotten instead of
+/// dropped shows up as `leases_out` above the baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Accounting {
+    /// Leases handed out and not yet dropped.
+    pub leases_out: usize,
+    /// Bytes of those leases (as requested, before rounding).
+    pub lease_bytes: u64,
+    /// Live mappings in the mapper's whole domain (arenas, own-mapping leases, and any other
+    /// user of the same mapper).
+    pub live_mappings: usize,
+    /// Device accesses the mapper refused since it was created.
+    pub faults: usize,
+    /// Pooled arenas currently mapped.
+    pub arenas: usize,
+    /// Unmaps that failed (their memory and IOVA are kept, never reused: the device might
+    /// still reach them).
+    pub unmap_failures: usize,
+}
+
+/// A mapped arena of the pooled mode.
+struct Arena {
+    mem: DmaMemory,
+    iova: u64,
+    access: Access,
+    buddy: Buddy,
+}
+
+struct PoolState {
+    /// Slots stay put so that leases can name their arena by index; `None` after a trim.
+    arenas: Vec<Option<Arena>>,
+}
+
+struct PoolInner {
+    mapper: Arc<dyn DmaMapper>,
+    config: PoolConfig,
+    iova: Arc<Mutex<IovaAllocator>>,
+    state: Mutex<PoolState>,
+    leases_out: AtomicUsize,
+    lease_bytes: AtomicU64,
+    unmap_failures: AtomicUsize,
+    arena_count: AtomicUsize,
+}
+
+/// Hands out [`DmaLease`]s mapped in one IOMMU domain, and accounts for them.
+///
+/// Cloning gives another handle to the same pool; it is `Send + Sync` and locks inside. Use
+/// one pool (or one shared [`IovaAllocator`], see [`DmaPool::with_iova`]) per IOMMU domain:
+/// IOVAs are chosen by the pool. Arenas are unmapped by [`DmaPool::trim`] or when the last
+/// handle and the last lease are gone.
+#[derive(Clone)]
+pub struct DmaPool {
+    inner: Arc<PoolInner>,
+}
+
+impl DmaPool {
+    /// A pool in `mode` with the default settings ([`PoolConfig::new`]) and its own IOVA
+    /// allocator over the mapper's ranges.
+    pub fn new(mapper: Arc<dyn DmaMapper>, mode: LeaseMode) -> Result<Self, DmaError> {
+        Self::with_config(mapper, PoolConfig::new(mode))
+    }
+
+    /// A pool with `config` and its own IOVA allocator over the mapper's ranges.
+    pub fn with_config(mapper: Arc<dyn DmaMapper>, config: PoolConfig) -> Result<Self, DmaError> {
+        let iova = Arc::new(Mutex::new(IovaAllocator::new(&mapper.iova_ranges())));
+        Self::with_iova(mapper, config, iova)
+    }
+
+    /// A pool that takes its IOVAs from `iova`, which other pools of the same domain share.
+    pub fn with_iova(
+        mapper: Arc<dyn DmaMapper>,
+        config: PoolConfig,
+        iova: Arc<Mutex<IovaAllocator>>,
+    ) -> Result<Self, DmaError> {
+        let page = base_page_size();
+        if !config.arena_size.is_power_of_two()
+            || config.arena_size < page.max(4096)
+            || config.arena_size > 1 << 30
+        {
+            return Err(DmaError::Invalid(format!(
+                "arena size {:#x} must be a power of two from the page size to 1 GiB",
+                config.arena_size
+            )));
+        }
+        Ok(DmaPool {
+            inner: Arc::new(PoolInner {
+                mapper,
+                config,
+                iova,
+                state: Mutex::new(PoolState { arenas: Vec::new() }),
+                leases_out: AtomicUsize::new(0),
+                lease_bytes: AtomicU64::new(0),
+                unmap_failures: AtomicUsize::new(0),
+                arena_count: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// The pool's settings.
+    pub fn config(&self) -> PoolConfig {
+        self.inner.config
+    }
+
+    /// The mapper the pool maps through.
+    pub fn mapper(&self) -> &Arc<dyn DmaMapper> {
+        &self.inner.mapper
+    }
+
+    /// Lease `len` zeroed bytes whose IOVA is a multiple of `align` (a power of two), mapped
+    /// with `access` for the device.
+    ///
+    /// Errors: [`DmaError::Invalid`] for `len == 0` or a bad alignment; otherwise what getting
+    /// memory, an IOVA or a mapping returned ([`DmaError::MemlockTooLow`],
+    /// [`DmaError::IovaExhausted`], [`DmaError::Map`], [`DmaError::Alloc`]), with nothing
+    /// left allocated.
+    pub fn lease(&self, len: usize, align: usize, access: Access) -> Result<DmaLease, DmaError> {
+        if len == 0 {
+            return Err(DmaError::Invalid("DMA lease of 0 bytes".into()));
+        }
+        if !align.is_power_of_two() {
+            return Err(DmaError::Invalid(format!(
+                "DMA lease alignment {align:#x} is not a power of two"
+            )));
+        }
+        let inner = &self.inner;
+        let block = len.max(align).max(MIN_BLOCK).checked_next_power_of_two();
+        let lease = match (inner.config.mode, block) {
+            (LeaseMode::Pooled, Some(block)) if block <= inner.config.arena_size => {
+                inner.lease_pooled(len, block, access)?
+            }
+            _ => inner.lease_own(len, align, access)?,
+        };
+        inner.leases_out.fetch_add(1, Ordering::Relaxed);
+        inner.lease_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(DmaLease {
+            pool: Arc::clone(inner),
+            ptr: lease.0,
+            iova: lease.1,
+            len,
+            access,
+            backing: lease.2,
+        })
+    }
+
+    /// Leases out, their bytes, the mapper's live mappings and faults, arenas, unmap failures.
+    pub fn accounting(&self) -> Accounting {
+        let inner = &self.inner;
+        Accounting {
+            leases_out: inner.leases_out.load(Ordering::Relaxed),
+            lease_bytes: inner.lease_bytes.load(Ordering::Relaxed),
+            live_mappings: inner.mapper.live_mappings(),
+            faults: inner.mapper.fault_count(),
+            arenas: inner.arena_count.load(Ordering::Relaxed),
+            unmap_failures: inner.unmap_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Free space and allocations of the pool's IOVA allocator.
+    pub fn iova_stats(&self) -> IovaStats {
+        self.inner
+            .iova
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats()
+    }
+
+    /// Unmap and free every arena with no lease out; returns how many were released.
+    pub fn trim(&self) -> usize {
+        let idle: Vec<Arena> = {
+            let mut state = self.inner.lock_state();
+            state
+                .arenas
+                .iter_mut()
+                .filter(|slot| slot.as_ref().is_some_and(|a| a.buddy.is_idle()))
+                .filter_map(Option::take)
+                .collect()
+        };
+        let n = idle.len();
+        for arena in idle {
+            self.inner.release_arena(arena);
+        }
+        n
+    }
+}
+
+impl fmt::Debug for DmaPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaPool")
+            .field("mapper", &self.inner.mapper.name())
+            .field("config", &self.inner.config)
+            .field("accounting", &self.accounting())
+            .finish()
+    }
+}
+
+/// Where a lease's memory comes from.
+enum Backing {
+    /// A buddy block of arena `arena` starting at `unit` (in `MIN_BLOCK`s).
+    Arena { arena: u32, unit: u32, order: u8 },
+    /// Its own memory and mapping of `mem.len()` bytes at the lease's IOVA.
+    Own { mem: ManuallyDrop<DmaMemory> },
+}
+
+impl PoolInner {
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_iova(&self) -> std::sync::MutexGuard<'_, IovaAllocator> {
+        self.iova.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lease_pooled(
+        &self,
+        len: usize,
+        block: usize,
+        access: Access,
+    ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
+        let order = Buddy::order_for(block);
+        let mut state = self.lock_state();
+        let found = state.arenas.iter_mut().enumerate().find_map(|(i, slot)| {
+            let arena = slot.as_mut().filter(|a| a.access == access)?;
+            arena.buddy.alloc(order).map(|unit| (i, unit))
+        });
+        let (index, unit) = if let Some(found) = found {
+            found
+        } else {
+            let arena = self.new_arena(access)?;
+            let index = if let Some(free_slot) = state.arenas.iter().position(Option::is_none) {
+                state.arenas[free_slot] = Some(arena);
+                free_slot
+            } else {
+                state.arenas.push(Some(arena));
+                state.arenas.len() - 1
+            };
+            let unit = state.arenas[index]
+                .as_mut()
+                .and_then(|a| a.buddy.alloc(order))
+                .ok_or_else(|| {
+                    DmaError::Invalid(format!("a block of {block} bytes does not fit an arena"))
+                })?;
+            (index, unit)
+        };
+        let offset = unit as usize * MIN_BLOCK;
+        let Some(arena) = state.arenas[index].as_ref() else {
+            unreachable!("arena {index} was used under this lock");
+        };
+        // In bounds: the buddy never hands out past `arena_size == mem.len()`.
+        let host = arena.mem.as_ptr().wrapping_add(offset);
+        let iova = arena.iova + offset as u64;
+        drop(state);
+        // SAFETY: `host .. host + len` lies in the arena's live mapping (len <= block), and the
+        // block is ours alone until it is freed. No reference is created.
+        unsafe { ptr::write_bytes(host, 0, len) };
+        let Some(host) = NonNull::new(host) else {
+            unreachable!("arena memory is never at address 0");
+        };
+        Ok((
+            host,
+            iova,
+            Backing::Arena {
+                arena: index as u32,
+                unit,
+                order,
+            },
+        ))
+    }
+
+    /// Get, place and map a new arena (under the state lock: growth is rare).
+    fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
+        let size = self.config.arena_size;
+        let mem = DmaMemory::with_policy(size, self.config.pages)?;
+        let iova = self.lock_iova().alloc(size as u64, size as u64)?;
+        // SAFETY: `mem` is page-aligned memory of exactly `size` bytes (a power of two at least
+        // a page, and a multiple of every page size we use) that the arena owns; it is
+        // unmapped (release_arena) before the memory is dropped.
+        if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
+            let _ = self.lock_iova().free(iova, size as u64);
+            return Err(e);
+        }
+        self.arena_count.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            iova,
+            size,
+            ?access,
+            pages = ?mem.page_kind(),
+            mapper = self.mapper.name(),
+            "DMA pool: new arena"
+        );
+        let max_order = Buddy::order_for(size);
+        Ok(Arena {
+            mem,
+            iova,
+            access,
+            buddy: Buddy::new(max_order),
+        })
+    }
+
+    fn release_arena(&self, arena: Arena) {
+        let size = arena.mem.len();
+        self.arena_count.fetch_sub(1, Ordering::Relaxed);
+        match self.mapper.unmap(arena.iova, size) {
+            Ok(()) => {
+                if let Err(e) = self.lock_iova().free(arena.iova, size as u64) {
+                    tracing::error!("DMA pool: freeing an arena's IOVA: {e}");
+                }
+            }
+            Err(e) => self.unmap_failed(&e, arena.mem),
+        }
+    }
+
+    fn lease_own(
+        &self,
+        len: usize,
+        align: usize,
+        access: Access,
+    ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
+        let mem = DmaMemory::with_policy(len, self.config.pages)?;
+        let mapped = mem.len();
+        // Aligning to the page size of the memory lets a huge page be one IOMMU entry.
+        let iova = self
+            .lock_iova()
+            .alloc(mapped as u64, align.max(mem.page_size()) as u64)?;
+        // SAFETY: `mem` is page-aligned and `mapped` bytes long; the lease owns it and unmaps
+        // before dropping it (DmaLease::drop), or never drops it if the unmap fails.
+        if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
+            let _ = self.lock_iova().free(iova, mapped as u64);
+            return Err(e);
+        }
+        let Some(host) = NonNull::new(mem.as_ptr()) else {
+            unreachable!("DmaMemory is never at address 0");
+        };
+        Ok((
+            host,
+            iova,
+            Backing::Own {
+                mem: ManuallyDrop::new(mem),
+            },
+        ))
+    }
+
+    /// An unmap failed: the device may still reach `mem`, so keep it (and its IOVA) forever.
+    fn unmap_failed(&self, err: &DmaError, mem: DmaMemory) {
+        self.unmap_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            "DMA pool: {err}; keeping the {} bytes of memory and their IOVA out of use",
+            mem.len()
+        );
+        std::mem::forget(mem);
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        // No lease is out: each holds an Arc to us.
+        let arenas = std::mem::take(&mut self.lock_state().arenas);
+        for arena in arenas.into_iter().flatten() {
+            self.release_arena(arena);
+        }
+    }
+}
+
+/// An owned, mapped DMA buffer: `len` bytes at IOVA [`DmaLease::iova`].
+///
+/// Dropping it gives it back (in strict mode: unmaps it; an unmap failure is logged and counted
+/// in [`Accounting::unmap_failures`], never a panic). Drop it only when the device can no longer
+/// touch it (DESIGN §4.3). All access is bounds-checked and goes through raw pointers: no
+/// `&[u8]` into the lease exists. `Send` (a lease moves with the send slot that owns it) but not
+/// `Sync`.
+pub struct DmaLease {
+    pool: Arc<PoolInner>,
+    ptr: NonNull<u8>,
+    iova: u64,
+    len: usize,
+    access: Access,
+    backing: Backing,
+}
+
+// SAFETY: the lease owns its block exclusively; its pointer is valid from any thread while the
+// pool (held by the Arc) keeps the arena or own memory alive. It is not Sync: its accessors
+// write through `&self`, which two threads must not do at once.
+unsafe impl Send for DmaLease {}
+
+impl DmaLease {
+    /// The device address of byte 0.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Length in bytes, as requested.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: leases are at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What the device may do with the lease.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The host address of byte 0, for code that must hand the address on (never turn it into
+    /// a reference). Valid for [`DmaLease::len`] bytes while the lease lives.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The device address of byte `offset` (`offset < len`).
+    pub fn iova_at(&self, offset: usize) -> Result<u64, DmaError> {
+        self.check(offset, 1)?;
+        Ok(self.iova + offset as u64)
+    }
+
+    /// Copy `buf.len()` bytes at `offset` out of the lease.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), DmaError> {
+        let p = self.at(offset, buf.len())?;
+        // SAFETY: `p .. p + buf.len()` is inside the lease (checked); `buf` is a Rust slice and
+        // so not DMA memory: they do not overlap.
+        unsafe { ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copy `data` into the lease at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), DmaError> {
+        let p = self.at(offset, data.len())?;
+        // SAFETY: as in `read`, the other way round.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
+    /// Set `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
+        let p = self.at(offset, len)?;
+        // SAFETY: `p .. p + len` is inside the lease (checked).
+        unsafe { ptr::write_bytes(p, byte, len) };
+        Ok(())
+    }
+
+    /// Zero the whole lease.
+    pub fn zero(&self) {
+        // SAFETY: exactly the lease's bytes.
+        unsafe { ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
+    }
+
+    /// Volatile read of the byte at `offset`.
+    pub fn read_u8(&self, offset: usize) -> Result<u8, DmaError> {
+        let p = self.at(offset, 1)?;
+        // SAFETY: one byte inside the lease (checked).
+        Ok(unsafe { volatile::load_u8(p) })
+    }
+
+    /// Volatile read of a big-endian u16 at `offset`.
+    pub fn read_u16_be(&self, offset: usize) -> Result<u16, DmaError> {
+        let p = self.at(offset, 2)?;
+        // SAFETY: two bytes inside the lease (checked).
+        Ok(unsafe { volatile::load_be16(p) })
+    }
+
+    /// Volatile read of a big-endian u32 at `offset` (one load when 4-aligned).
+    pub fn read_u32_be(&self, offset: usize) -> Result<u32, DmaError> {
+        let p = self.at(offset, 4)?;
+        // SAFETY: four bytes inside the lease (checked).
+        Ok(unsafe { volatile::load_be32(p) })
+    }
+
+    /// Volatile read of a big-endian u64 at `offset` (one load when 8-aligned).
+    pub fn read_u64_be(&self, offset: usize) -> Result<u64, DmaError> {
+        let p = self.at(offset, 8)?;
+        // SAFETY: eight bytes inside the lease (checked).
+        Ok(unsafe { volatile::load_be64(p) })
+    }
+
+    /// Volatile write of the byte at `offset`.
+    pub fn write_u8(&self, offset: usize, v: u8) -> Result<(), DmaError> {
+        let p = self.at(offset, 1)?;
+        // SAFETY: one byte inside the lease (checked).
+        unsafe { volatile::store_u8(p, v) };
+        Ok(())
+    }
+
+    /// Volatile write of a big-endian u16 at `offset`.
+    pub fn write_u16_be(&self, offset: usize, v: u16) -> Result<(), DmaError> {
+        let p = self.at(offset, 2)?;
+        // SAFETY: two bytes inside the lease (checked).
+        unsafe { volatile::store_be16(p, v) };
+        Ok(())
+    }
+
+    /// Volatile write of a big-endian u32 at `offset` (one store when 4-aligned).
+    pub fn write_u32_be(&self, offset: usize, v: u32) -> Result<(), DmaError> {
+        let p = self.at(offset, 4)?;
+        // SAFETY: four bytes inside the lease (checked).
+        unsafe { volatile::store_be32(p, v) };
+        Ok(())
+    }
+
+    /// Volatile write of a big-endian u64 at `offset` (one store when 8-aligned).
+    pub fn write_u64_be(&self, offset: usize, v: u64) -> Result<(), DmaError> {
+        let p = self.at(offset, 8)?;
+        // SAFETY: eight bytes inside the lease (checked).
+        unsafe { volatile::store_be64(p, v) };
+        Ok(())
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), DmaError> {
+        if offset.checked_add(len).is_some_and(|end| end <= self.len) {
+            Ok(())
+        } else {
+            Err(DmaError::OutOfBounds {
+                iova: self.iova,
+                offset,
+                len,
+                lease_len: self.len,
+            })
+        }
+    }
+
+    /// The host pointer of `[offset, offset + len)`, after the bounds check.
+    #[inline]
+    fn at(&self, offset: usize, len: usize) -> Result<*mut u8, DmaError> {
+        self.check(offset, len)?;
+        Ok(self.ptr.as_ptr().wrapping_add(offset))
+    }
+}
+
+impl Drop for DmaLease {
+    fn drop(&mut self) {
+        let pool = &self.pool;
+        match &mut self.backing {
+            Backing::Arena { arena, unit, order } => {
+                let mut state = pool.lock_state();
+                if let Some(a) = state
+                    .arenas
+                    .get_mut(*arena as usize)
+                    .and_then(Option::as_mut)
+                {
+                    a.buddy.free(*unit, *order);
+                } else {
+                    tracing::error!(
+                        iova = self.iova,
+                        "DMA lease dropped after its arena was released (pool bug)"
+                    );
+                }
+            }
+            Backing::Own { mem } => {
+                // SAFETY: `mem` is taken exactly once, here, and the backing is not used after.
+                let mem = unsafe { ManuallyDrop::take(mem) };
+                let mapped = mem.len();
+                match pool.mapper.unmap(self.iova, mapped) {
+                    Ok(()) => {
+                        if let Err(e) = pool.lock_iova().free(self.iova, mapped as u64) {
+                            tracing::error!("DMA lease: freeing its IOVA: {e}");
+                        }
+                        drop(mem);
+                    }
+                    Err(e) => pool.unmap_failed(&e, mem),
+                }
+            }
+        }
+        pool.leases_out.fetch_sub(1, Ordering::Relaxed);
+        pool.lease_bytes
+            .fetch_sub(self.len as u64, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for DmaLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaLease")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("access", &self.access)
+            .field(
+                "backing",
+                &match self.backing {
+                    Backing::Arena { .. } => "arena",
+                    Backing::Own { .. } => "own mapping",
+                },
+            )
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,526 @@
+//! The simulated IOMMU: the driver maps through it as through VFIO type1, and the simulator's
+//! device models reach host memory only through it, so every stray DMA becomes a recorded fault.
+//!
+//! Translation is a lookup in a `BTreeMap` under a read lock (O(log n), no allocation); unmap
+//! takes the write lock, so once it returns no device access to that memory is still running,
+//! just as an IOTLB flush guarantees on hardware.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
+
+use crate::memlock::check_memlock;
+use crate::volatile;
+use crate::{Access, DmaError, DmaMapper, IovaRange};
+
+/// The IOVA ranges QEMU's emulated VT-d (39-bit address width) reports: everything below
+/// 512 GiB except the x86 MSI window (reference vfio-userspace.md §1.5, observed under QEMU).
+pub const VTD_39BIT_RANGES: [IovaRange; 2] = [
+    IovaRange::new(0x0, 0xfedf_ffff),
+    IovaRange::new(0xfef0_0000, 0x7f_ffff_ffff),
+];
+
+/// VFIO type1's default `dma_entry_limit`: at most this many mappings per container.
+pub const DEFAULT_DMA_ENTRY_LIMIT: usize = 65535;
+
+/// How many faults [`SimIommu::faults`] keeps; [`SimIommu::fault_count`] counts them all.
+pub const FAULT_LOG_CAPACITY: usize = 4096;
+
+/// What the device tried to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    /// A DMA read of host memory.
+    Read,
+    /// A DMA write to host memory.
+    Write,
+}
+
+/// Why the IOMMU refused a device access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultReason {
+    /// The first byte is in no live mapping (never mapped, or already unmapped).
+    NotMapped,
+    /// The access starts inside a mapping but runs past its end.
+    Straddles,
+    /// The mapping does not allow this direction (a device write to a read-only mapping).
+    Permission,
+    /// Device accesses are switched off ([`SimIommu::set_bus_master`]). Counted apart from
+    /// IOMMU faults: a device with bus mastering off issues no DMA at all.
+    BusMasterOff,
+}
+
+/// A refused device access, as the simulated IOMMU records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fault {
+    /// First address of the access.
+    pub iova: u64,
+    /// Length of the access in bytes.
+    pub len: usize,
+    /// Read or write.
+    pub kind: AccessKind,
+    /// Why it was refused.
+    pub reason: FaultReason,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            AccessKind::Read => "read",
+            AccessKind::Write => "write",
+        };
+        let why = match self.reason {
+            FaultReason::NotMapped => "no live mapping at that IOVA",
+            FaultReason::Straddles => "it runs past the end of its mapping",
+            FaultReason::Permission => "the mapping does not allow it",
+            FaultReason::BusMasterOff => "device DMA is off (bus mastering off or device removed)",
+        };
+        write!(
+            f,
+            "simulated IOMMU refused a device {what} of {} bytes at IOVA {:#x}: {why}",
+            self.len, self.iova
+        )
+    }
+}
+
+impl std::error::Error for Fault {}
+
+/// Limits and IOVA ranges of a [`SimIommu`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimIommuConfig {
+    /// The ranges [`DmaMapper::iova_ranges`] reports and `map` enforces.
+    pub ranges: Vec<IovaRange>,
+    /// Most mappings at once (VFIO's `dma_entry_limit`); `map` fails with ENOSPC past it.
+    pub max_mappings: usize,
+    /// A simulated `RLIMIT_MEMLOCK` in bytes over all live mappings (`None`: unlimited), to
+    /// test the "limit too low" path without touching the process's real limit.
+    pub memlock_limit: Option<u64>,
+    /// The IOMMU page size: IOVA, address and length of every mapping must be multiples of it.
+    pub page_size: u64,
+}
+
+impl Default for SimIommuConfig {
+    /// The VT-d ranges of [`VTD_39BIT_RANGES`], VFIO's default entry limit, no memlock limit,
+    /// 4 KiB pages.
+    fn default() -> Self {
+        SimIommuConfig {
+            ranges: VTD_39BIT_RANGES.to_vec(),
+            max_mappings: DEFAULT_DMA_ENTRY_LIMIT,
+            memlock_limit: None,
+            page_size: 4096,
+        }
+    }
+}
+
+/// Host address of a mapping. Only dereferenced under the read lock while the mapping is live.
+#[derive(Clone, Copy)]
+struct HostPtr(*mut u8);
+
+// SAFETY: the pointer is only an address recorded at map time; it is dereferenced only under
+// the mappings lock while the mapping is live, which the `DmaMapper::map` contract keeps valid.
+unsafe impl Send for HostPtr {}
+// SAFETY: as above; sharing the address itself is harmless.
+unsafe impl Sync for HostPtr {}
+
+#[derive(Clone, Copy)]
+struct Mapping {
+    len: u64,
+    host: HostPtr,
+    access: Access,
+}
+
+#[derive(Default)]
+struct Mappings {
+    by_iova: BTreeMap<u64, Mapping>,
+    pinned: u64,
+}
+
+/// A simulated IOMMU domain: a [`DmaMapper`] for the driver, and checked DMA for device models.
+///
+/// Device-side accesses ([`SimIommu::read`], [`SimIommu::write`] and the big-endian helpers)
+/// succeed only inside one live mapping whose [`Access`] allows them; anything else returns a
+/// [`Fault`] and records it ([`SimIommu::faults`]). Host memory is touched through raw pointers
+/// only.
+pub struct SimIommu {
+    config: SimIommuConfig,
+    maps: RwLock<Mappings>,
+    bus_master: AtomicBool,
+    fault_count: AtomicUsize,
+    blocked: AtomicUsize,
+    fault_log: Mutex<Vec<Fault>>,
+}
+
+impl Default for SimIommu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SimIommu {
+    /// A simulated IOMMU with [`SimIommuConfig::default`] (VT-d ranges, MSI hole).
+    pub fn new() -> Self {
+        Self::with_config(SimIommuConfig::default())
+    }
+
+    /// A simulated IOMMU with the given ranges and limits. Device DMA starts enabled.
+    pub fn with_config(config: SimIommuConfig) -> Self {
+        SimIommu {
+            config,
+            maps: RwLock::new(Mappings::default()),
+            bus_master: AtomicBool::new(true),
+            fault_count: AtomicUsize::new(0),
+            blocked: AtomicUsize::new(0),
+            fault_log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The configuration this IOMMU was built with.
+    pub fn config(&self) -> &SimIommuConfig {
+        &self.config
+    }
+
+    /// Allow (`true`) or refuse (`false`) all device accesses, as bus mastering on/off or a
+    /// removed device would. After `set_bus_master(false)` returns, no device access is still
+    /// running. Refused accesses return a [`FaultReason::BusMasterOff`] fault and are counted
+    /// by [`SimIommu::blocked_count`], not recorded as IOMMU faults.
+    pub fn set_bus_master(&self, enabled: bool) {
+        // Under the write lock, so that accesses in flight finish first.
+        let _guard = self.maps.write().unwrap_or_else(PoisonError::into_inner);
+        self.bus_master.store(enabled, Ordering::SeqCst);
+    }
+
+    /// Whether device accesses are allowed.
+    pub fn bus_master(&self) -> bool {
+        self.bus_master.load(Ordering::SeqCst)
+    }
+
+    /// Device accesses refused because bus mastering was off.
+    pub fn blocked_count(&self) -> usize {
+        self.blocked.load(Ordering::Relaxed)
+    }
+
+    /// Faults recorded so far (the first [`FAULT_LOG_CAPACITY`] since the last
+    /// [`SimIommu::take_faults`]).
+    pub fn faults(&self) -> Vec<Fault> {
+        self.fault_log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Faults recorded so far, emptying the log ([`SimIommu::fault_count`] keeps counting).
+    pub fn take_faults(&self) -> Vec<Fault> {
+        std::mem::take(
+            &mut *self
+                .fault_log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Every IOMMU fault since creation (not counting [`FaultReason::BusMasterOff`]).
+    pub fn fault_count(&self) -> usize {
+        self.fault_count.load(Ordering::Relaxed)
+    }
+
+    /// Device DMA read of `buf.len()` bytes at `iova` into `buf` (zero bytes: always succeeds).
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let len = buf.len();
+        if len == 0 {
+            return Ok(());
+        }
+        self.access(iova, len, AccessKind::Read, |host| {
+            // SAFETY: `host` is valid for `len` bytes (checked translation, mapping held live
+            // by the lock); `buf` is a Rust slice, and no slice of DMA memory may exist, so
+            // the two do not overlap.
+            unsafe { ptr::copy_nonoverlapping(host, buf.as_mut_ptr(), len) }
+        })
+    }
+
+    /// Device DMA write of `data` at `iova` (zero bytes: always succeeds).
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
+        let len = data.len();
+        if len == 0 {
+            return Ok(());
+        }
+        self.access(iova, len, AccessKind::Write, |host| {
+            // SAFETY: as in `read`, with the direction reversed.
+            unsafe { ptr::copy_nonoverlapping(data.as_ptr(), host, len) }
+        })
+    }
+
+    /// Device DMA write of `len` copies of `byte` at `iova`.
+    pub fn fill(&self, iova: u64, len: usize, byte: u8) -> Result<(), Fault> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.access(iova, len, AccessKind::Write, |host| {
+            // SAFETY: `host` is valid for `len` bytes (checked translation under the lock).
+            unsafe { ptr::write_bytes(host, byte, len) }
+        })
+    }
+
+    /// Device read of one byte.
+    pub fn read_u8(&self, iova: u64) -> Result<u8, Fault> {
+        // SAFETY: the closure gets a pointer valid for 1 byte.
+        self.access(iova, 1, AccessKind::Read, |p| unsafe {
+            volatile::load_u8(p)
+        })
+    }
+
+    /// Device read of a big-endian u16.
+    pub fn read_u16_be(&self, iova: u64) -> Result<u16, Fault> {
+        // SAFETY: the closure gets a pointer valid for 2 bytes.
+        self.access(iova, 2, AccessKind::Read, |p| unsafe {
+            volatile::load_be16(p)
+        })
+    }
+
+    /// Device read of a big-endian u32 (one volatile load when aligned).
+    pub fn read_u32_be(&self, iova: u64) -> Result<u32, Fault> {
+        // SAFETY: the closure gets a pointer valid for 4 bytes.
+        self.access(iova, 4, AccessKind::Read, |p| unsafe {
+            volatile::load_be32(p)
+        })
+    }
+
+    /// Device read of a big-endian u64 (one volatile load when aligned).
+    pub fn read_u64_be(&self, iova: u64) -> Result<u64, Fault> {
+        // SAFETY: the closure gets a pointer valid for 8 bytes.
+        self.access(iova, 8, AccessKind::Read, |p| unsafe {
+            volatile::load_be64(p)
+        })
+    }
+
+    /// Device write of one byte.
+    pub fn write_u8(&self, iova: u64, v: u8) -> Result<(), Fault> {
+        // SAFETY: the closure gets a pointer valid for 1 byte.
+        self.access(iova, 1, AccessKind::Write, |p| unsafe {
+            volatile::store_u8(p, v);
+        })
+    }
+
+    /// Device write of a big-endian u16.
+    pub fn write_u16_be(&self, iova: u64, v: u16) -> Result<(), Fault> {
+        // SAFETY: the closure gets a pointer valid for 2 bytes.
+        self.access(iova, 2, AccessKind::Write, |p| unsafe {
+            volatile::store_be16(p, v);
+        })
+    }
+
+    /// Device write of a big-endian u32 (one volatile store when aligned).
+    pub fn write_u32_be(&self, iova: u64, v: u32) -> Result<(), Fault> {
+        // SAFETY: the closure gets a pointer valid for 4 bytes.
+        self.access(iova, 4, AccessKind::Write, |p| unsafe {
+            volatile::store_be32(p, v);
+        })
+    }
+
+    /// Device write of a big-endian u64 (one volatile store when aligned).
+    pub fn write_u64_be(&self, iova: u64, v: u64) -> Result<(), Fault> {
+        // SAFETY: the closure gets a pointer valid for 8 bytes.
+        self.access(iova, 8, AccessKind::Write, |p| unsafe {
+            volatile::store_be64(p, v);
+        })
+    }
+
+    /// Translate `[iova, iova + len)` and run `f` on the host address while the mapping is
+    /// held live by the read lock; or record and return the fault.
+    #[inline]
+    fn access<R>(
+        &self,
+        iova: u64,
+        len: usize,
+        kind: AccessKind,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, Fault> {
+        let maps = self.maps.read().unwrap_or_else(PoisonError::into_inner);
+        let fault = |reason| Fault {
+            iova,
+            len,
+            kind,
+            reason,
+        };
+        if !self.bus_master.load(Ordering::Relaxed) {
+            self.blocked.fetch_add(1, Ordering::Relaxed);
+            return Err(fault(FaultReason::BusMasterOff));
+        }
+        let found = maps
+            .by_iova
+            .range(..=iova)
+            .next_back()
+            .filter(|&(&start, m)| iova - start < m.len);
+        let result = match found {
+            None => Err(FaultReason::NotMapped),
+            Some((&start, m)) => {
+                let off = iova - start;
+                let allowed = match kind {
+                    AccessKind::Read => m.access.device_reads(),
+                    AccessKind::Write => m.access.device_writes(),
+                };
+                if (len as u64) > m.len - off {
+                    Err(FaultReason::Straddles)
+                } else if !allowed {
+                    Err(FaultReason::Permission)
+                } else {
+                    // `off < m.len`, so the pointer stays inside the mapped host memory.
+                    Ok(m.host.0.wrapping_add(off as usize))
+                }
+            }
+        };
+        match result {
+            // The read guard lives until after `f`: unmap cannot complete meanwhile.
+            Ok(host) => Ok(f(host)),
+            Err(reason) => {
+                drop(maps);
+                let fault = fault(reason);
+                self.record(fault);
+                Err(fault)
+            }
+        }
+    }
+
+    #[cold]
+    fn record(&self, fault: Fault) {
+        self.fault_count.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%fault, "simulated IOMMU fault");
+        let mut log = self
+            .fault_log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if log.len() < FAULT_LOG_CAPACITY {
+            log.push(fault);
+        }
+    }
+
+    fn map_error(&self, iova: u64, len: usize, kind: io::ErrorKind, msg: String) -> DmaError {
+        DmaError::Map {
+            mapper: self.name(),
+            iova,
+            len,
+            source: io::Error::new(kind, msg),
+        }
+    }
+}
+
+impl DmaMapper for SimIommu {
+    fn name(&self) -> &'static str {
+        "sim-iommu"
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.config.ranges.clone()
+    }
+
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError> {
+        // A zero page size in the config means "no alignment rule", not a division by zero.
+        let page = self.config.page_size.max(1);
+        let len64 = len as u64;
+        if len == 0 {
+            return Err(self.map_error(iova, len, io::ErrorKind::InvalidInput, "length 0".into()));
+        }
+        if iova % page != 0 || len64 % page != 0 || (vaddr.addr() as u64) % page != 0 {
+            return Err(self.map_error(
+                iova,
+                len,
+                io::ErrorKind::InvalidInput,
+                format!("IOVA, address and length must be multiples of the {page:#x}-byte page"),
+            ));
+        }
+        if !self.config.ranges.iter().any(|r| r.contains(iova, len64)) {
+            return Err(self.map_error(
+                iova,
+                len,
+                io::ErrorKind::InvalidInput,
+                format!("outside the IOMMU's IOVA ranges {:?}", self.config.ranges),
+            ));
+        }
+        let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
+        let last = iova + (len64 - 1);
+        let overlaps = maps
+            .by_iova
+            .range(..=last)
+            .next_back()
+            .is_some_and(|(&s, m)| s + (m.len - 1) >= iova);
+        if overlaps {
+            return Err(self.map_error(
+                iova,
+                len,
+                io::ErrorKind::AlreadyExists,
+                "overlaps a live mapping".into(),
+            ));
+        }
+        if maps.by_iova.len() >= self.config.max_mappings {
+            return Err(self.map_error(
+                iova,
+                len,
+                io::ErrorKind::StorageFull,
+                format!(
+                    "{} mappings is the limit (dma_entry_limit); map larger chunks",
+                    self.config.max_mappings
+                ),
+            ));
+        }
+        if let Some(limit) = self.config.memlock_limit {
+            check_memlock(maps.pinned, len64, limit, false)?;
+        }
+        maps.by_iova.insert(
+            iova,
+            Mapping {
+                len: len64,
+                host: HostPtr(vaddr),
+                access,
+            },
+        );
+        maps.pinned += len64;
+        Ok(())
+    }
+
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
+        match maps.by_iova.get(&iova) {
+            Some(m) if m.len == len as u64 => {
+                maps.by_iova.remove(&iova);
+                maps.pinned -= len as u64;
+                Ok(())
+            }
+            _ => Err(DmaError::Unmap {
+                mapper: self.name(),
+                iova,
+                len,
+                reason: "no mapping with this IOVA and length".into(),
+            }),
+        }
+    }
+
+    fn live_mappings(&self) -> usize {
+        self.maps
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .by_iova
+            .len()
+    }
+
+    fn fault_count(&self) -> usize {
+        SimIommu::fault_count(self)
+    }
+}
+
+impl fmt::Debug for SimIommu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimIommu")
+            .field("ranges", &self.config.ranges)
+            .field("live_mappings", &self.live_mappings())
+            .field("fault_count", &self.fault_count())
+            .field("bus_master", &self.bus_master())
+            .finish_non_exhaustive()
+    }
+}

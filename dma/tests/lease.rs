@@ -1,0 +1,429 @@
+//! Leases on the simulated IOMMU: accounting in both modes, leak detection, data seen by the
+//! device side, bounds, permissions, memlock and unmap failures, and use from many threads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dma::{
+    Access, Accounting, DmaError, DmaLease, DmaMapper, DmaPool, FaultReason, IovaRange, LeaseMode,
+    PagePolicy, PoolConfig, SimIommu, SimIommuConfig,
+};
+
+const MODES: [LeaseMode; 2] = [LeaseMode::Strict, LeaseMode::Pooled];
+
+fn pool(mode: LeaseMode) -> (Arc<SimIommu>, DmaPool) {
+    let iommu = Arc::new(SimIommu::new());
+    let pool = DmaPool::new(iommu.clone(), mode).unwrap();
+    (iommu, pool)
+}
+
+#[test]
+fn accounting_returns_to_zero_after_drop_in_both_modes() {
+    for mode in MODES {
+        let (iommu, pool) = pool(mode);
+        assert_eq!(pool.accounting(), Accounting::default(), "{mode:?}");
+        let leases: Vec<DmaLease> = [
+            (256, 64, Access::Read),
+            (4096, 4096, Access::ReadWrite),
+            (100, 8, Access::Write),
+            (296, 64, Access::Read),
+            (64 << 10, 4096, Access::ReadWrite),
+        ]
+        .into_iter()
+        .map(|(len, align, access)| pool.lease(len, align, access).unwrap())
+        .collect();
+        let acc = pool.accounting();
+        assert_eq!(acc.leases_out, 5, "{mode:?}");
+        assert_eq!(acc.lease_bytes, 256 + 4096 + 100 + 296 + (64 << 10));
+        match mode {
+            LeaseMode::Strict => assert_eq!((acc.live_mappings, acc.arenas), (5, 0)),
+            // One arena per access kind.
+            LeaseMode::Pooled => assert_eq!((acc.live_mappings, acc.arenas), (3, 3)),
+        }
+        drop(leases);
+        let acc = pool.accounting();
+        assert_eq!(
+            (acc.leases_out, acc.lease_bytes, acc.faults),
+            (0, 0, 0),
+            "{mode:?}"
+        );
+        // Pooled arenas stay mapped for reuse until trimmed.
+        assert_eq!(acc.live_mappings, acc.arenas);
+        assert_eq!(pool.trim(), acc.arenas);
+        assert_eq!(pool.accounting(), Accounting::default(), "{mode:?}");
+        assert_eq!(iommu.live_mappings(), 0);
+        assert_eq!(pool.iova_stats().allocations, 0);
+    }
+}
+
+#[test]
+fn dropping_the_pool_unmaps_its_arenas() {
+    let (iommu, pool) = pool(LeaseMode::Pooled);
+    let lease = pool.lease(128, 64, Access::ReadWrite).unwrap();
+    drop(pool);
+    // The lease keeps the arena alive and mapped.
+    assert_eq!(iommu.live_mappings(), 1);
+    lease.write_u8(0, 1).unwrap();
+    assert_eq!(iommu.read_u8(lease.iova()).unwrap(), 1);
+    drop(lease);
+    assert_eq!(iommu.live_mappings(), 0);
+}
+
+#[test]
+fn a_forgotten_lease_shows_in_the_accounting() {
+    for mode in MODES {
+        let (_iommu, pool) = pool(mode);
+        let kept = pool.lease(512, 64, Access::ReadWrite).unwrap();
+        std::mem::forget(pool.lease(300, 64, Access::ReadWrite).unwrap());
+        drop(kept);
+        let acc = pool.accounting();
+        assert_eq!((acc.leases_out, acc.lease_bytes), (1, 300), "{mode:?}");
+        assert_eq!(
+            acc.live_mappings, 1,
+            "{mode:?}: the leaked lease's mapping stays"
+        );
+        assert_eq!(
+            pool.trim(),
+            0,
+            "an arena with a lease out is never released"
+        );
+    }
+}
+
+#[test]
+fn what_the_driver_writes_the_device_reads_and_back() {
+    for mode in MODES {
+        let (iommu, pool) = pool(mode);
+        let lease = pool.lease(256, 64, Access::ReadWrite).unwrap();
+        let payload: Vec<u8> = (0..=255).collect();
+        lease.write(0, &payload).unwrap();
+        lease.write_u32_be(4, 0xcafe_f00d).unwrap();
+        let mut seen = [0u8; 256];
+        iommu.read(lease.iova(), &mut seen).unwrap();
+        assert_eq!(&seen[..4], &payload[..4]);
+        assert_eq!(
+            &seen[4..8],
+            &[0xca, 0xfe, 0xf0, 0x0d],
+            "big-endian on the device side"
+        );
+        assert_eq!(&seen[8..], &payload[8..]);
+
+        // Device writes, driver reads.
+        iommu
+            .write_u64_be(lease.iova() + 16, 0x1122_3344_5566_7788)
+            .unwrap();
+        iommu.write(lease.iova() + 200, b"CQE!").unwrap();
+        assert_eq!(lease.read_u64_be(16).unwrap(), 0x1122_3344_5566_7788);
+        assert_eq!(lease.read_u32_be(16).unwrap(), 0x1122_3344);
+        assert_eq!(lease.read_u16_be(22).unwrap(), 0x7788);
+        assert_eq!(lease.read_u8(23).unwrap(), 0x88);
+        let mut buf = [0u8; 4];
+        lease.read(200, &mut buf).unwrap();
+        assert_eq!(&buf, b"CQE!");
+        assert_eq!(lease.iova_at(200).unwrap(), lease.iova() + 200);
+        assert_eq!(iommu.fault_count(), 0, "{mode:?}");
+    }
+}
+
+#[test]
+fn leases_start_zeroed_even_when_memory_is_reused() {
+    let (_iommu, pool) = pool(LeaseMode::Pooled);
+    let first = pool.lease(512, 64, Access::ReadWrite).unwrap();
+    let iova = first.iova();
+    first.fill(0, 512, 0xff).unwrap();
+    drop(first);
+    let second = pool.lease(512, 64, Access::ReadWrite).unwrap();
+    assert_eq!(second.iova(), iova, "same block handed out again");
+    let mut buf = [0xaau8; 512];
+    second.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn accessors_are_bounds_checked() {
+    let (_iommu, pool) = pool(LeaseMode::Pooled);
+    let lease = pool.lease(100, 64, Access::ReadWrite).unwrap();
+    assert!(lease.write_u32_be(96, 1).is_ok());
+    let err = lease.write_u32_be(97, 1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DmaError::OutOfBounds {
+                offset: 97,
+                len: 4,
+                lease_len: 100,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(lease.read_u64_be(93).is_err());
+    assert!(lease.read_u8(100).is_err());
+    assert!(lease.read(90, &mut [0; 11]).is_err());
+    assert!(lease.write(usize::MAX, &[1]).is_err());
+    assert!(lease.fill(1, 100, 0).is_err());
+    assert!(lease.iova_at(100).is_err());
+    assert!(
+        lease.read(100, &mut []).is_ok(),
+        "an empty access at the end is in bounds"
+    );
+    lease.zero();
+    assert_eq!(lease.read_u32_be(96).unwrap(), 0);
+}
+
+#[test]
+fn alignment_and_access_are_honoured() {
+    for mode in MODES {
+        let (iommu, pool) = pool(mode);
+        for align in [1, 64, 4096, 1 << 16] {
+            let l = pool.lease(100, align, Access::Read).unwrap();
+            assert_eq!(l.iova() % align as u64, 0, "{mode:?} align {align:#x}");
+            assert_ne!(l.iova(), 0);
+        }
+        let ro = pool.lease(64, 64, Access::Read).unwrap();
+        assert_eq!(ro.access(), Access::Read);
+        let f = iommu.write_u8(ro.iova(), 1).unwrap_err();
+        assert_eq!(f.reason, FaultReason::Permission, "{mode:?}");
+        assert!(matches!(
+            pool.lease(0, 1, Access::Read),
+            Err(DmaError::Invalid(_))
+        ));
+        assert!(matches!(
+            pool.lease(1, 3, Access::Read),
+            Err(DmaError::Invalid(_))
+        ));
+        assert_eq!(pool.accounting().faults, 1);
+    }
+}
+
+#[test]
+fn strict_leases_fault_just_past_their_mapping() {
+    let (iommu, pool) = pool(LeaseMode::Strict);
+    let a = pool.lease(256, 64, Access::ReadWrite).unwrap();
+    // Strict mappings are page-rounded: the first byte past the page is unmapped.
+    let f = iommu.read_u8(a.iova() + 4096).unwrap_err();
+    assert_eq!(f.reason, FaultReason::NotMapped);
+    let f = iommu.read_u64_be(a.iova() + 4092).unwrap_err();
+    assert_eq!(f.reason, FaultReason::Straddles);
+    let iova = a.iova();
+    drop(a);
+    assert_eq!(
+        iommu.read_u8(iova).unwrap_err().reason,
+        FaultReason::NotMapped,
+        "a dropped strict lease is unmapped"
+    );
+}
+
+#[test]
+fn pooled_leases_grow_arenas_and_large_leases_get_their_own_mapping() {
+    let iommu = Arc::new(SimIommu::new());
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 64 << 10,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    // 16 KiB blocks: 4 per arena, so 5 leases need 2 arenas.
+    let mut leases: Vec<DmaLease> = (0..5)
+        .map(|_| pool.lease(16 << 10, 64, Access::ReadWrite).unwrap())
+        .collect();
+    assert_eq!(pool.accounting().arenas, 2);
+    let mut iovas: Vec<u64> = leases.iter().map(DmaLease::iova).collect();
+    iovas.sort_unstable();
+    assert!(
+        iovas.windows(2).all(|w| w[1] - w[0] >= 16 << 10),
+        "{iovas:x?}"
+    );
+    // Larger than an arena: its own mapping, released on drop.
+    let big = pool.lease(100 << 10, 64, Access::ReadWrite).unwrap();
+    assert_eq!(iommu.live_mappings(), 3);
+    big.write_u32_be(99 << 10, 5).unwrap();
+    assert_eq!(iommu.read_u32_be(big.iova() + (99 << 10)).unwrap(), 5);
+    drop(big);
+    assert_eq!(iommu.live_mappings(), 2);
+    leases.truncate(1);
+    // The second arena is idle now; the first still has a lease out.
+    assert_eq!(pool.trim(), 1);
+    assert_eq!(pool.accounting().arenas, 1);
+    drop(leases);
+    assert_eq!(pool.trim(), 1);
+    assert_eq!(pool.accounting(), Accounting::default());
+}
+
+#[test]
+fn memlock_too_low_fails_cleanly_in_both_modes() {
+    for mode in MODES {
+        let iommu = Arc::new(SimIommu::with_config(SimIommuConfig {
+            memlock_limit: Some(64 << 10),
+            ..SimIommuConfig::default()
+        }));
+        let pool = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                pages: PagePolicy::BaseOnly,
+                ..PoolConfig::new(mode)
+            },
+        )
+        .unwrap();
+        let len = match mode {
+            LeaseMode::Strict => 128 << 10,
+            LeaseMode::Pooled => 256, // needs a 2 MiB arena
+        };
+        let err = pool.lease(len, 64, Access::ReadWrite).unwrap_err();
+        assert!(
+            matches!(err, DmaError::MemlockTooLow { .. }),
+            "{mode:?}: {err:?}"
+        );
+        assert!(err.to_string().contains("ulimit -l"), "{err}");
+        assert_eq!(pool.accounting(), Accounting::default(), "{mode:?}");
+        assert_eq!(
+            pool.iova_stats().allocations,
+            0,
+            "{mode:?}: IOVA given back"
+        );
+    }
+}
+
+#[test]
+fn iova_exhaustion_fails_cleanly() {
+    // Room for exactly one 2 MiB arena.
+    let iommu = Arc::new(SimIommu::with_config(SimIommuConfig {
+        ranges: vec![IovaRange::new(0x20_0000, 0x3f_ffff)],
+        ..SimIommuConfig::default()
+    }));
+    let pool = DmaPool::new(iommu.clone(), LeaseMode::Pooled).unwrap();
+    let rw = pool.lease(64, 64, Access::ReadWrite).unwrap();
+    let err = pool.lease(64, 64, Access::Read).unwrap_err();
+    assert!(matches!(err, DmaError::IovaExhausted { .. }), "{err:?}");
+    assert_eq!(pool.accounting().leases_out, 1);
+    assert_eq!(iommu.live_mappings(), 1);
+    drop(rw);
+}
+
+/// A mapper whose unmaps fail while `fail_unmap` is set.
+struct FailingUnmap {
+    inner: SimIommu,
+    fail_unmap: AtomicBool,
+}
+
+impl DmaMapper for FailingUnmap {
+    fn name(&self) -> &'static str {
+        "failing-unmap"
+    }
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.inner.iova_ranges()
+    }
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError> {
+        // SAFETY: the caller's guarantee is passed on unchanged.
+        unsafe { self.inner.map(vaddr, len, iova, access) }
+    }
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        if self.fail_unmap.load(Ordering::Relaxed) {
+            return Err(DmaError::Unmap {
+                mapper: "failing-unmap",
+                iova,
+                len,
+                reason: "injected".into(),
+            });
+        }
+        self.inner.unmap(iova, len)
+    }
+    fn live_mappings(&self) -> usize {
+        self.inner.live_mappings()
+    }
+}
+
+#[test]
+fn an_unmap_failure_is_counted_not_a_panic_and_the_iova_is_not_reused() {
+    let mapper = Arc::new(FailingUnmap {
+        inner: SimIommu::new(),
+        fail_unmap: AtomicBool::new(true),
+    });
+    let pool = DmaPool::new(mapper.clone(), LeaseMode::Strict).unwrap();
+    let lease = pool.lease(4096, 4096, Access::ReadWrite).unwrap();
+    let iova = lease.iova();
+    drop(lease);
+    let acc = pool.accounting();
+    assert_eq!((acc.leases_out, acc.unmap_failures), (0, 1));
+    assert_eq!(acc.live_mappings, 1, "the mapping is still there");
+    // The device can still reach the memory, so it was kept: still readable, not freed.
+    assert_eq!(mapper.inner.read_u8(iova).unwrap(), 0);
+    mapper.fail_unmap.store(false, Ordering::Relaxed);
+    let next = pool.lease(4096, 4096, Access::ReadWrite).unwrap();
+    assert_ne!(
+        next.iova(),
+        iova,
+        "the IOVA of a failed unmap is never reused"
+    );
+    assert_eq!(pool.iova_stats().allocations, 2);
+}
+
+#[test]
+fn leases_move_between_threads_and_the_pool_is_shared() {
+    for mode in MODES {
+        let (iommu, pool) = pool(mode);
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let pool = pool.clone();
+                let iommu = iommu.clone();
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..200usize {
+                        let l = pool.lease(64 + i % 300, 64, Access::ReadWrite).unwrap();
+                        l.fill(0, l.len(), t).unwrap();
+                        held.push(l);
+                        if held.len() > 8 {
+                            let l = held.remove(i % held.len());
+                            // Another thread's lease never overwrote ours.
+                            let mut buf = vec![0u8; l.len()];
+                            iommu.read(l.iova(), &mut buf).unwrap();
+                            assert!(buf.iter().all(|&b| b == t));
+                        }
+                    }
+                    held // moved back to the spawning thread
+                })
+            })
+            .collect();
+        let held: Vec<DmaLease> = threads
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        assert_eq!(pool.accounting().leases_out, held.len());
+        drop(held);
+        pool.trim();
+        assert_eq!(pool.accounting(), Accounting::default(), "{mode:?}");
+    }
+}
+
+#[test]
+fn the_pool_rejects_a_bad_arena_size() {
+    let iommu: Arc<dyn DmaMapper> = Arc::new(SimIommu::new());
+    for arena_size in [0, 3 << 20, 1024, 2 << 30] {
+        let r = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        );
+        assert!(matches!(r, Err(DmaError::Invalid(_))), "{arena_size:#x}");
+    }
+}
+
+#[test]
+fn thread_safety_markers() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<DmaLease>();
+    send_sync::<DmaPool>();
+    send_sync::<SimIommu>();
+    send_sync::<dma::DmaMemory>();
+}
