@@ -8,7 +8,12 @@ pub mod emulated;
 pub mod error;
 pub mod eventfd;
 pub mod mmio;
+pub mod pci;
+pub mod spec;
+pub mod sysfs;
 
 pub use backend::{DeviceBackend, DeviceBackendExt, IrqIndex, IrqInfo, PciId, RegionInfo};
 pub use error::DriverError;
 pub use mmio::Mmio;
+pub use pci::{HcaFamily, PciAddress};
+pub use spec::DeviceSpec;
