@@ -781,6 +781,24 @@ mod tests {
         }
     }
 
+    /// Where the machine has a real sysfs, every PCI function in it must parse.
+    #[test]
+    fn the_real_sysfs_parses_where_present() {
+        let real = Sysfs::default();
+        let Ok(entries) = fs::read_dir(real.devices_dir()) else {
+            return;
+        };
+        let names: Vec<String> = entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let listed = real.list_functions().unwrap();
+        assert_eq!(listed.len(), names.len(), "{names:?}");
+        for f in &listed {
+            assert!(names.contains(&f.address.to_string()));
+            assert_ne!(f.id.vendor, 0);
+        }
+    }
+
     #[test]
     fn missing_tree_and_device_are_clear_errors() {
         let empty = tempfile::tempdir().unwrap();

@@ -1,8 +1,11 @@
 //! Interrupts through VFIO: the `VFIO_DEVICE_SET_IRQS` argument, and the table of eventfds
 //! this backend has routed (kept as dups, so `wait` can poll them and a reset can re-arm them).
 
+use std::io;
 use std::mem::{offset_of, size_of};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use vfio_bindings::bindings::vfio as b;
 
@@ -90,7 +93,6 @@ impl Routed {
 
     /// The raw fds of `index` from vector 0, `-1` for unrouted vectors (to re-arm after a reset).
     pub fn raw_fds(&self, index: IrqIndex) -> Vec<i32> {
-        use std::os::fd::AsRawFd;
         self.by_index[index as usize]
             .iter()
             .map(|s| s.as_ref().map_or(-1, AsRawFd::as_raw_fd))
@@ -103,9 +105,54 @@ impl Routed {
     }
 }
 
+/// Block until one of `fds` is readable (an interrupt is pending; the count is left for the
+/// caller to take) or `deadline` passes. Returns true when an fd is readable. With no fds it
+/// just sleeps until the deadline.
+pub fn wait_any(fds: &[Arc<EventFd>], deadline: Instant) -> bool {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `pfds` is a live array of `pfds.len()` pollfds whose fds `fds` keeps open for
+        // the whole call; `ts` is a live timespec; no signal mask is passed.
+        let rc = unsafe {
+            libc::ppoll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                &raw const ts,
+                std::ptr::null(),
+            )
+        };
+        if rc > 0 {
+            return true;
+        }
+        if rc == 0 && Instant::now() >= deadline {
+            return false;
+        }
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::warn!(error = %e, "ppoll on interrupt eventfds failed");
+                return false;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn word(buf: &[u8], at: usize) -> u32 {
         u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap())
@@ -139,8 +186,46 @@ mod tests {
     }
 
     #[test]
+    fn wait_returns_when_an_eventfd_fires_and_leaves_the_count() {
+        let fd = Arc::new(EventFd::new().unwrap());
+        let other = Arc::new(EventFd::new().unwrap());
+        let signaller = fd.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            signaller.signal().unwrap();
+        });
+        let start = Instant::now();
+        assert!(wait_any(
+            &[other.clone(), fd.clone()],
+            start + Duration::from_secs(30)
+        ));
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "woke by the signal, not the deadline"
+        );
+        t.join().unwrap();
+        // Level-triggered: the count is still there for the driver to take.
+        assert!(wait_any(std::slice::from_ref(&fd), Instant::now()));
+        assert_eq!(fd.take().unwrap(), 1);
+        assert_eq!(other.take().unwrap(), 0);
+    }
+
+    #[test]
+    fn wait_times_out_at_the_deadline() {
+        let fd = Arc::new(EventFd::new().unwrap());
+        let start = Instant::now();
+        assert!(!wait_any(&[fd], start + Duration::from_millis(30)));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        let start = Instant::now();
+        assert!(
+            !wait_any(&[], start + Duration::from_millis(10)),
+            "no fds: sleep"
+        );
+        assert!(start.elapsed() >= Duration::from_millis(10));
+    }
+
+    #[test]
     fn routed_table_tracks_dups() {
-        use std::os::fd::AsRawFd;
         let mut r = Routed::default();
         let a = EventFd::new().unwrap();
         let b = EventFd::new().unwrap();

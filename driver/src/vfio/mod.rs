@@ -662,43 +662,12 @@ impl DeviceBackend for VfioBackend {
 
     fn wait(&self, deadline: Duration) {
         let fds = self.routed().all();
-        let mut pfds: Vec<libc::pollfd> = fds
-            .iter()
-            .map(|f| libc::pollfd {
-                fd: f.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        loop {
-            let Some(left) = deadline.checked_sub(self.now()).filter(|d| !d.is_zero()) else {
-                return;
-            };
-            let ts = libc::timespec {
-                tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-                tv_nsec: left.subsec_nanos() as libc::c_long,
-            };
-            // SAFETY: `pfds` is a live array of `pfds.len()` pollfds whose fds are kept open by
-            // `fds` for the whole call; `ts` is a live timespec; no signal mask is passed.
-            let rc = unsafe {
-                libc::ppoll(
-                    pfds.as_mut_ptr(),
-                    pfds.len() as libc::nfds_t,
-                    &raw const ts,
-                    std::ptr::null(),
-                )
-            };
-            if rc > 0 {
-                return;
-            }
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    warn!(error = %e, "ppoll on interrupt eventfds failed");
-                    return;
-                }
-            }
-        }
+        // A deadline too far to represent (Duration::MAX) means "until an interrupt".
+        let until = self
+            .opened
+            .checked_add(deadline)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86400));
+        irq::wait_any(&fds, until);
     }
 
     fn facts(&self) -> Vec<(&'static str, String)> {
