@@ -55,6 +55,9 @@ pub struct RegionInfo {
     pub write: bool,
     /// Mappable (subject to `sparse`).
     pub mmap: bool,
+    /// The BAR holds the MSI-X table yet may be mapped whole (VFIO's MSIX_MAPPABLE
+    /// capability); MSI-X is still programmed through [`DeviceBackend::set_irqs`].
+    pub msix_mappable: bool,
     /// When present, only these areas may be mapped.
     pub sparse: Option<Vec<MmapArea>>,
 }
@@ -119,7 +122,8 @@ pub trait DeviceBackend: Send + Sync {
     /// Information about interrupt index `index`.
     fn irq_info(&self, index: IrqIndex) -> Result<IrqInfo, DriverError>;
 
-    /// Route vectors `start ..` of `index` to `fds` (signalled on each interrupt).
+    /// Route vectors `start ..` of `index` to `fds` (signalled on each interrupt). An empty
+    /// `fds` stops the whole index, like [`DeviceBackend::disable_irqs`].
     fn set_irqs(&self, index: IrqIndex, start: u32, fds: &[&EventFd]) -> Result<(), DriverError>;
 
     /// Stop signalling every vector of `index`.
@@ -127,6 +131,18 @@ pub trait DeviceBackend: Send + Sync {
 
     /// Reset the function if it supports a reset; `Ok(false)` when it has none.
     fn reset(&self) -> Result<bool, DriverError>;
+
+    /// Whether [`DeviceBackend::reset`] would reset, without resetting; `None` when the
+    /// backend cannot tell.
+    fn reset_supported(&self) -> Option<bool> {
+        None
+    }
+
+    /// Backend-specific facts for people (`hca info`): label and value, e.g. the IOMMU group
+    /// and page sizes of a VFIO device.
+    fn facts(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 
     /// The IOMMU domain this device's DMA goes through.
     fn dma_mapper(&self) -> Arc<dyn DmaMapper>;

@@ -1,15 +1,19 @@
 //! The one error type of the `driver` crate.
 
+use std::fmt::Write as _;
 use std::io;
+use std::path::PathBuf;
 
 use crate::backend::IrqIndex;
+use crate::pci::{PCI_ADDRESS_FORMS, PciAddress};
+use crate::sysfs::GroupMember;
 
 /// Everything device access and the families can report. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
     /// A device string that is none of the accepted forms.
     #[error(
-        "bad device string {given:?}: {reason}\naccepted forms:\n  vfio:DDDD:BB:DD.F   a PCI function bound to vfio-pci, e.g. vfio:0000:03:00.0\n  sim                 the built-in simulated HCA\n  sim:KEY=VALUE,...   the simulated HCA with parameters (see `hca info --help`)"
+        "bad device string {given:?}: {reason}\naccepted forms:\n  vfio:DDDD:BB:DD.F   a PCI function bound to vfio-pci, e.g. vfio:0000:03:00.0 (vfio:03:00.0 means domain 0000)\n  sim                 the built-in simulated HCA\n  sim:KEY=VALUE,...   the simulated HCA with parameters (see `hca info --help`)"
     )]
     BadDeviceString {
         /// The string as given.
@@ -40,6 +44,15 @@ pub enum DriverError {
         index: u32,
     },
 
+    /// A region that exists but cannot be mapped for register access.
+    #[error("region {index} cannot be mapped: {reason}")]
+    RegionNotMappable {
+        /// Region index.
+        index: u32,
+        /// Why.
+        reason: String,
+    },
+
     /// Interrupt vectors outside what the device offers.
     #[error("{index:?} interrupts {start}..{} requested but the device offers {available}", start + count)]
     IrqRange {
@@ -66,4 +79,212 @@ pub enum DriverError {
     /// A DMA error from the `dma` crate.
     #[error(transparent)]
     Dma(#[from] dma::DmaError),
+
+    /// A PCI address that is not `DDDD:BB:DD.F` or `BB:DD.F`.
+    #[error("bad PCI address {given:?}: {reason}\naccepted forms: {forms}", forms = PCI_ADDRESS_FORMS)]
+    BadPciAddress {
+        /// The text as given.
+        given: String,
+        /// Which part is wrong.
+        reason: String,
+    },
+
+    /// No such PCI function in sysfs.
+    #[error(
+        "no PCI function {address} under {}: check the address with `hca list` or `lspci -D`",
+        devices_dir.display()
+    )]
+    NoSuchDevice {
+        /// The address asked for.
+        address: PciAddress,
+        /// The sysfs devices directory that was searched.
+        devices_dir: PathBuf,
+    },
+
+    /// The PCI devices directory of sysfs is missing (wrong `--sysfs-root`, or no sysfs).
+    #[error("{} does not exist: is sysfs mounted (or is --sysfs-root right)?", path.display())]
+    NoSysfs {
+        /// The directory that was expected.
+        path: PathBuf,
+    },
+
+    /// The VFIO container device node is missing: the vfio modules are not loaded.
+    #[error(
+        "{} does not exist: the VFIO driver is not loaded. Load it with `modprobe vfio-pci`, and \
+         make sure the IOMMU is on (boot with intel_iommu=on on Intel, amd_iommu=on or the \
+         default on AMD)",
+        path.display()
+    )]
+    VfioMissing {
+        /// The path that was expected (`/dev/vfio/vfio`).
+        path: PathBuf,
+    },
+
+    /// The vfio-pci driver is not registered, so nothing can be bound to it.
+    #[error(
+        "the vfio-pci driver is not loaded ({} is missing): run `modprobe vfio-pci` first",
+        path.display()
+    )]
+    VfioPciNotLoaded {
+        /// The sysfs driver directory that was expected.
+        path: PathBuf,
+    },
+
+    /// The function is not bound to vfio-pci.
+    #[error(
+        "{address} is not bound to vfio-pci ({}): run `hca bind {address}` as root first",
+        match driver { Some(d) => format!("its driver is {d}"), None => "it has no driver".to_string() }
+    )]
+    NotBoundToVfio {
+        /// The function.
+        address: PciAddress,
+        /// Its current driver, if any.
+        driver: Option<String>,
+    },
+
+    /// The function has no IOMMU group: the IOMMU is off, so VFIO cannot isolate it.
+    #[error(
+        "{address} has no IOMMU group, so VFIO cannot use it: turn the IOMMU on (boot with \
+         intel_iommu=on on Intel; on AMD it is on unless amd_iommu=off) and check that \
+         `dmesg | grep -i -e DMAR -e AMD-Vi` shows it enabled"
+    )]
+    NoIommuGroup {
+        /// The function.
+        address: PciAddress,
+    },
+
+    /// Opening a VFIO device node was refused.
+    #[error(
+        "permission denied opening {}: give your user access (`sudo chown $USER {}` or `chmod`), \
+         or run as root; DMA also needs `ulimit -l` large enough for the memory it pins",
+        path.display(), path.display()
+    )]
+    VfioPermission {
+        /// The node.
+        path: PathBuf,
+    },
+
+    /// The group node is open elsewhere (VFIO allows one opener of a group).
+    #[error(
+        "IOMMU group {group} ({}) is in use by another process (another `hca`, a VM or a DPDK \
+         application); stop it and try again",
+        path.display()
+    )]
+    GroupBusy {
+        /// Group number.
+        group: u32,
+        /// The node.
+        path: PathBuf,
+    },
+
+    /// Another device of the IOMMU group is bound to a host driver.
+    #[error("{}", group_not_viable_message(*group, *address, others))]
+    GroupNotViable {
+        /// Group number.
+        group: u32,
+        /// The function being opened.
+        address: PciAddress,
+        /// The other devices of the group and their drivers.
+        others: Vec<GroupMember>,
+    },
+
+    /// The kernel's VFIO lacks something the driver needs.
+    #[error("the kernel's VFIO does not support {what}; {hint}")]
+    VfioUnsupported {
+        /// What is missing.
+        what: String,
+        /// What to do.
+        hint: &'static str,
+    },
+
+    /// A VFIO ioctl failed.
+    #[error("{op} failed on {target}: {source}{hint}")]
+    VfioIoctl {
+        /// The ioctl (`VFIO_SET_IOMMU`, ...).
+        op: &'static str,
+        /// The device or group it was issued for.
+        target: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+        /// A hint (starting with "; ") for errors with a known cause, or empty.
+        hint: String,
+    },
+
+    /// The kernel returned VFIO information that is inconsistent or malformed.
+    #[error(
+        "malformed VFIO information from the kernel for {target}: {what} (a kernel or \
+         vfio-pci bug; please report it with `uname -r`)"
+    )]
+    BadVfioInfo {
+        /// Which device or container.
+        target: String,
+        /// What is wrong.
+        what: String,
+    },
+
+    /// A configuration-space access outside the config region.
+    #[error(
+        "config space access of {len} bytes at {offset:#x} is outside the {size:#x}-byte config region"
+    )]
+    ConfigRange {
+        /// Offset asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: usize,
+        /// Size of the config region.
+        size: u64,
+    },
+
+    /// A sysfs write needs privileges the process lacks.
+    #[error("permission denied writing {}: binding and unbinding drivers needs root (try `sudo hca ...`)", path.display())]
+    SysfsPermission {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// After a bind or unbind, the function ended up with another driver than intended.
+    #[error(
+        "{address} should now be bound to {} but {}; see `dmesg` for the driver's reason",
+        expected.as_deref().unwrap_or("no driver"),
+        match actual { Some(d) => format!("its driver is {d}"), None => "it has no driver".to_string() }
+    )]
+    BindFailed {
+        /// The function.
+        address: PciAddress,
+        /// The driver it should have (None: unbound).
+        expected: Option<String>,
+        /// The driver it has.
+        actual: Option<String>,
+    },
+}
+
+/// The text of [`DriverError::GroupNotViable`]: every other member and its driver.
+fn group_not_viable_message(group: u32, address: PciAddress, others: &[GroupMember]) -> String {
+    let mut s = format!(
+        "IOMMU group {group} of {address} is not viable: every device in an IOMMU group must be \
+         bound to vfio-pci (or have no driver) before VFIO can use any of them. Other devices in \
+         group {group}:"
+    );
+    if others.is_empty() {
+        s.push_str(" (none listed in sysfs)");
+    }
+    for m in others {
+        let _ = write!(
+            s,
+            "\n  {}  driver: {}{}",
+            m.name,
+            m.driver.as_deref().unwrap_or("(none)"),
+            if m.blocks {
+                "  <- keeps the group from being viable"
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = write!(
+        s,
+        "\nBind the others too (`hca bind BDF` for each) or unbind them from their drivers, then try again."
+    );
+    s
 }

@@ -3,18 +3,28 @@
 //! A mapped BAR is touched only through raw pointers with volatile accesses, never through a
 //! Rust reference (references to MMIO let the compiler invent reads; vfio-userspace.md §4.1).
 //! An emulated BAR forwards the same bytes to a device model (trap and emulate).
+//!
+//! A BAR that VFIO lets us map only in parts (the sparse-mmap capability: typically every page
+//! but the MSI-X table's) keeps its offsets: the backend reserves the whole BAR's address range
+//! with no access rights and maps the allowed areas into it at their own offsets. Such an
+//! `Mmio` knows its areas, and [`Mmio::in_bounds`] is false for any access that is not wholly
+//! inside one of them, so the access asserts like any other out-of-range offset; were that
+//! check ever bypassed, the reserved pages would fault instead of reaching another mapping.
 
 use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use crate::backend::MmapArea;
 use crate::emulated::DeviceModel;
 
 /// One device region that registers are read from and written to.
 #[derive(Clone)]
 pub struct Mmio {
     len: u64,
+    /// When present, the only parts of `0..len` that may be accessed.
+    areas: Option<Arc<[MmapArea]>>,
     target: Target,
 }
 
@@ -42,7 +52,11 @@ impl fmt::Debug for Mmio {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.target {
             Target::Mapped { base, .. } => {
-                write!(f, "Mmio(mapped {:p}, {:#x} bytes)", base, self.len)
+                write!(f, "Mmio(mapped {:p}, {:#x} bytes", base, self.len)?;
+                if let Some(areas) = &self.areas {
+                    write!(f, ", areas {areas:x?}")?;
+                }
+                f.write_str(")")
             }
             Target::Emulated { bar, .. } => {
                 write!(f, "Mmio(emulated BAR{bar}, {:#x} bytes)", self.len)
@@ -70,14 +84,41 @@ impl Mmio {
     pub unsafe fn mapped(base: NonNull<u8>, len: u64, keep: Arc<dyn Any + Send + Sync>) -> Self {
         Mmio {
             len,
+            areas: None,
             target: Target::Mapped { base, _keep: keep },
         }
+    }
+
+    /// A region of `len` bytes at `base` of which only `areas` are mapped (VFIO sparse mmap);
+    /// the rest of `base .. base + len` is reserved without access rights.
+    ///
+    /// # Safety
+    /// Every area of `areas` must be inside `0..len` and a live mapping of device memory at
+    /// `base + area.offset` for as long as `keep` lives, and nothing may create Rust
+    /// references into it.
+    pub unsafe fn mapped_sparse(
+        base: NonNull<u8>,
+        len: u64,
+        areas: Arc<[MmapArea]>,
+        keep: Arc<dyn Any + Send + Sync>,
+    ) -> Self {
+        Mmio {
+            len,
+            areas: Some(areas),
+            target: Target::Mapped { base, _keep: keep },
+        }
+    }
+
+    /// The accessible areas when only parts of the region are mapped (None: all of it).
+    pub fn areas(&self) -> Option<&[MmapArea]> {
+        self.areas.as_deref()
     }
 
     /// BAR `bar` of an emulated device, `len` bytes long.
     pub fn emulated(model: Arc<dyn DeviceModel>, bar: u8, len: u64) -> Self {
         Mmio {
             len,
+            areas: None,
             target: Target::Emulated { model, bar },
         }
     }
@@ -92,17 +133,35 @@ impl Mmio {
         self.len == 0
     }
 
-    /// True when `offset .. offset + size` is inside the region and naturally aligned.
+    /// True when `offset .. offset + size` is inside the region (inside one mapped area, for a
+    /// sparse region) and naturally aligned. Check offsets that come from the device with this
+    /// before using them: the accessors assert it.
     pub fn in_bounds(&self, offset: u64, size: u64) -> bool {
-        offset % size == 0 && offset.checked_add(size).is_some_and(|end| end <= self.len)
+        let Some(end) = offset.checked_add(size) else {
+            return false;
+        };
+        if size == 0 || offset % size != 0 || end > self.len {
+            return false;
+        }
+        match &self.areas {
+            None => true,
+            Some(areas) => areas
+                .iter()
+                .any(|a| offset >= a.offset && end - a.offset <= a.size),
+        }
     }
 
     #[track_caller]
     fn check(&self, offset: u64, size: u64) {
         assert!(
             self.in_bounds(offset, size),
-            "register access of {size} bytes at {offset:#x} outside or misaligned in a {:#x}-byte region",
-            self.len
+            "register access of {size} bytes at {offset:#x} outside or misaligned in a {:#x}-byte region{}",
+            self.len,
+            if self.areas.is_some() {
+                " (or outside its mapped areas)"
+            } else {
+                ""
+            }
         );
     }
 

@@ -1,4 +1,110 @@
 //! `hca`: list, bind and inspect Mellanox HCAs, on real hardware through VFIO or on the
 //! built-in simulator.
+//!
+//! `main.rs` parses the command line and sets up logging; each subcommand lives in its own
+//! module under `cmd/`.
 
-fn main() {}
+mod cmd;
+mod state;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  hca list                          show the Mellanox/NVIDIA functions, their drivers and IOMMU groups
+  sudo hca bind 0000:03:00.0        give a function to vfio-pci (remembers its driver)
+  hca info vfio:0000:03:00.0        open it through VFIO and show regions, IRQs, IOVA ranges
+  hca info sim                      the same for the simulated HCA
+  sudo hca unbind 0000:03:00.0      give it back to the driver it had before
+
+Device strings:
+  vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
+  sim                 the built-in simulated HCA
+  sim:KEY=VALUE,...   the simulated HCA with parameters
+
+Logging: set HCA_LOG (or RUST_LOG), e.g. HCA_LOG=debug or HCA_LOG=driver=trace.";
+
+/// List, bind and inspect InfiniBand HCAs (mthca, mlx4, mlx5) for the userspace driver.
+#[derive(Debug, Parser)]
+#[command(name = "hca", version, after_long_help = EXAMPLES)]
+struct Cli {
+    /// Where sysfs is mounted (point it at a copy to try commands without touching the system).
+    #[arg(long, global = true, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: PathBuf,
+
+    /// Where device nodes are (`/dev/vfio/...` lives under it).
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        default_value = "/dev",
+        hide_short_help = true
+    )]
+    dev_root: PathBuf,
+
+    /// Where `hca bind` records each function's previous driver for `hca unbind`.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        default_value = "/run/hca",
+        hide_short_help = true
+    )]
+    state_dir: PathBuf,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the Mellanox/NVIDIA HCA functions: family, model, driver, IOMMU group, NUMA node.
+    #[command(after_long_help = cmd::list::HELP)]
+    List(cmd::list::Args),
+    /// Give a PCI function to vfio-pci so that the userspace driver can open it (root).
+    #[command(after_long_help = cmd::bind::HELP)]
+    Bind(cmd::bind::Args),
+    /// Take a function off vfio-pci and give it back to its previous driver (root).
+    #[command(after_long_help = cmd::unbind::HELP)]
+    Unbind(cmd::unbind::Args),
+    /// Open a device string and show its ID, regions, interrupts and IOVA ranges.
+    #[command(after_long_help = cmd::info::HELP)]
+    Info(cmd::info::Args),
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HCA_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let ctx = cmd::Context {
+        sysfs: driver::sysfs::Sysfs::new(&cli.sysfs_root),
+        dev_root: cli.dev_root,
+        state: state::BindRecords::new(cli.state_dir),
+    };
+    let result = match cli.command {
+        Command::List(args) => cmd::list::run(&ctx, &args),
+        Command::Bind(args) => cmd::bind::run(&ctx, &args),
+        Command::Unbind(args) => cmd::unbind::run(&ctx, &args),
+        Command::Info(args) => cmd::info::run(&ctx, &args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1119 @@
+//! PCI functions as sysfs shows them: listing HCAs, binding a function to vfio-pci and giving
+//! it back to its previous driver, and the members of an IOMMU group.
+//!
+//! The sysfs root is a parameter (`/sys` on a real system) so that tests run on a fake tree,
+//! and every write goes through a [`SysfsWriter`], so that a test can record the exact sequence
+//! of files and values (reference `vfio-userspace.md` §1.7).
+//!
+//! Binding follows the per-device `driver_override` method (what the kernel's VFIO selftests
+//! do), never the `new_id` method, which would grab every function with the same ID:
+//! 1. `vfio-pci` → `bus/pci/devices/BDF/driver_override` (set first, so no other driver can
+//!    claim the function between the unbind and the probe);
+//! 2. `BDF` → `bus/pci/devices/BDF/driver/unbind` (only when a driver is bound);
+//! 3. `BDF` → `bus/pci/drivers_probe`;
+//! 4. read back the `driver` link: it must now name vfio-pci.
+//!
+//! Unbinding reverses it: clear `driver_override` (write a newline), `BDF` → `driver/unbind`,
+//! then either `BDF` → `bus/pci/drivers/PREV/bind` (the recorded previous driver),
+//! `BDF` → `bus/pci/drivers_probe` (let the kernel choose), or nothing (leave it unbound).
+
+use std::fs;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::{debug, info, warn};
+
+use crate::backend::PciId;
+use crate::error::DriverError;
+use crate::pci::{self, KnownDevice, PciAddress};
+
+/// The driver name vfio-pci registers in sysfs.
+pub const VFIO_PCI: &str = "vfio-pci";
+
+/// True for vfio-pci and its vendor variants (`mlx5_vfio_pci`, ...), which all give VFIO access.
+pub fn is_vfio_driver(name: &str) -> bool {
+    name == VFIO_PCI || name.ends_with("_vfio_pci")
+}
+
+/// True when a device bound to `driver` keeps its IOMMU group from being viable for VFIO.
+///
+/// The kernel allows group members that have no driver or whose driver manages DMA itself:
+/// vfio-pci (and variants), pci-stub, and pcieport for bridges.
+pub fn blocks_group(driver: Option<&str>) -> bool {
+    driver.is_some_and(|d| !(is_vfio_driver(d) || d == "pci-stub" || d == "pcieport"))
+}
+
+/// Where sysfs writes go. The real one writes files; tests record and emulate.
+pub trait SysfsWriter: Send + Sync {
+    /// Write `value` to the existing attribute file `path` in one `write`.
+    fn write(&self, path: &Path, value: &str) -> io::Result<()>;
+}
+
+/// The [`SysfsWriter`] that writes the files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FsWriter;
+
+impl SysfsWriter for FsWriter {
+    fn write(&self, path: &Path, value: &str) -> io::Result<()> {
+        // Never create: a missing attribute means a wrong path, not a file to make.
+        let mut f = fs::OpenOptions::new().write(true).open(path)?;
+        f.write_all(value.as_bytes())
+    }
+}
+
+/// One PCI function as sysfs describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciFunction {
+    /// Its address.
+    pub address: PciAddress,
+    /// Vendor and device ID.
+    pub id: PciId,
+    /// The device-table row, when it is a known HCA.
+    pub known: Option<&'static KnownDevice>,
+    /// The driver bound to it now.
+    pub driver: Option<String>,
+    /// Its IOMMU group (None when the IOMMU is off).
+    pub iommu_group: Option<u32>,
+    /// Its NUMA node (None when the platform reports none, i.e. `-1`).
+    pub numa_node: Option<u32>,
+}
+
+/// A device of an IOMMU group and its driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMember {
+    /// The device name in sysfs (a PCI address for PCI devices).
+    pub name: String,
+    /// Its driver, if bound.
+    pub driver: Option<String>,
+    /// True when this driver keeps the group from being viable (see [`blocks_group`]).
+    pub blocks: bool,
+}
+
+/// What [`Sysfs::bind_vfio`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The function.
+    pub address: PciAddress,
+    /// The driver it had before (None: it had none, or it was already on vfio-pci).
+    pub previous_driver: Option<String>,
+    /// True when it was already bound to vfio-pci and nothing was written.
+    pub already_bound: bool,
+    /// Its IOMMU group: `/dev/vfio/N` is the node to open (and to give a user access to).
+    pub iommu_group: u32,
+}
+
+/// What to give a function back to when it leaves vfio-pci.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Restore {
+    /// Bind it to this driver (the one recorded at bind time).
+    Driver(String),
+    /// Let the kernel choose (`drivers_probe`), for when no driver was recorded.
+    KernelChoice,
+    /// Leave it without a driver (it had none before).
+    Unbound,
+}
+
+/// What [`Sysfs::unbind_vfio`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unbinding {
+    /// The function.
+    pub address: PciAddress,
+    /// False when it was not on vfio-pci, so nothing was unbound.
+    pub was_vfio: bool,
+    /// Its driver now.
+    pub driver: Option<String>,
+}
+
+/// A sysfs tree (normally `/sys`).
+#[derive(Clone)]
+pub struct Sysfs {
+    root: PathBuf,
+    writer: Arc<dyn SysfsWriter>,
+}
+
+impl std::fmt::Debug for Sysfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sysfs")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Sysfs {
+    fn default() -> Self {
+        Sysfs::new("/sys")
+    }
+}
+
+fn io_err(what: impl Into<String>, source: io::Error) -> DriverError {
+    DriverError::Io {
+        what: what.into(),
+        source,
+    }
+}
+
+/// The last component of a symlink's target (`../../bus/pci/drivers/mlx5_core` → `mlx5_core`),
+/// or None when the link does not exist.
+fn link_name(path: &Path) -> Result<Option<String>, DriverError> {
+    match fs::read_link(path) {
+        Ok(target) => Ok(target.file_name().map(|n| n.to_string_lossy().into_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(format!("reading the link {}", path.display()), e)),
+    }
+}
+
+fn read_trimmed(path: &Path) -> Result<Option<String>, DriverError> {
+    match fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s.trim().to_string())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(format!("reading {}", path.display()), e)),
+    }
+}
+
+fn invalid(path: &Path, what: String) -> DriverError {
+    io_err(
+        format!("reading {}", path.display()),
+        io::Error::new(io::ErrorKind::InvalidData, what),
+    )
+}
+
+/// Parse a sysfs ID attribute such as `0x15b3`.
+fn read_id(path: &Path) -> Result<u16, DriverError> {
+    let text = read_trimmed(path)?.ok_or_else(|| invalid(path, "missing".into()))?;
+    let hex = text.strip_prefix("0x").unwrap_or(&text);
+    u16::from_str_radix(hex, 16)
+        .map_err(|_| invalid(path, format!("`{text}` is not a 16-bit hex ID")))
+}
+
+impl Sysfs {
+    /// The sysfs tree at `root` (`/sys` on a real system), writing through [`FsWriter`].
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Sysfs::with_writer(root, Arc::new(FsWriter))
+    }
+
+    /// The sysfs tree at `root`, with writes going to `writer`.
+    pub fn with_writer(root: impl Into<PathBuf>, writer: Arc<dyn SysfsWriter>) -> Self {
+        Sysfs {
+            root: root.into(),
+            writer,
+        }
+    }
+
+    /// The root of this tree.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `ROOT/bus/pci/devices`.
+    pub fn devices_dir(&self) -> PathBuf {
+        self.root.join("bus/pci/devices")
+    }
+
+    fn device_dir(&self, address: PciAddress) -> PathBuf {
+        self.devices_dir().join(address.to_string())
+    }
+
+    fn rel(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    /// Fail with [`DriverError::NoSuchDevice`] unless sysfs has `address`.
+    pub fn require(&self, address: PciAddress) -> Result<PathBuf, DriverError> {
+        let dir = self.device_dir(address);
+        if dir.exists() {
+            Ok(dir)
+        } else if !self.devices_dir().exists() {
+            Err(DriverError::NoSysfs {
+                path: self.devices_dir(),
+            })
+        } else {
+            Err(DriverError::NoSuchDevice {
+                address,
+                devices_dir: self.devices_dir(),
+            })
+        }
+    }
+
+    /// The driver bound to `address` now (None: no driver).
+    pub fn driver(&self, address: PciAddress) -> Result<Option<String>, DriverError> {
+        link_name(&self.device_dir(address).join("driver"))
+    }
+
+    /// The IOMMU group of `address` (None: the IOMMU is off or does not cover it).
+    pub fn iommu_group(&self, address: PciAddress) -> Result<Option<u32>, DriverError> {
+        let path = self.device_dir(address).join("iommu_group");
+        match link_name(&path)? {
+            None => Ok(None),
+            Some(name) => name
+                .parse()
+                .map(Some)
+                .map_err(|_| invalid(&path, format!("group name `{name}` is not a number"))),
+        }
+    }
+
+    /// Everything sysfs says about `address`.
+    pub fn function(&self, address: PciAddress) -> Result<PciFunction, DriverError> {
+        let dir = self.require(address)?;
+        let id = PciId {
+            vendor: read_id(&dir.join("vendor"))?,
+            device: read_id(&dir.join("device"))?,
+        };
+        let numa_path = dir.join("numa_node");
+        let numa_node = match read_trimmed(&numa_path)? {
+            None => None,
+            Some(t) => {
+                let n: i64 = t
+                    .parse()
+                    .map_err(|_| invalid(&numa_path, format!("`{t}` is not a number")))?;
+                u32::try_from(n).ok()
+            }
+        };
+        Ok(PciFunction {
+            address,
+            id,
+            known: pci::lookup(id),
+            driver: self.driver(address)?,
+            iommu_group: self.iommu_group(address)?,
+            numa_node,
+        })
+    }
+
+    /// Every PCI function, sorted by address. Entries that cannot be read are skipped with a
+    /// warning, so one odd device does not hide the others.
+    pub fn list_functions(&self) -> Result<Vec<PciFunction>, DriverError> {
+        let dir = self.devices_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(DriverError::NoSysfs { path: dir });
+            }
+            Err(e) => return Err(io_err(format!("listing {}", dir.display()), e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(format!("listing {}", dir.display()), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(address) = name.parse::<PciAddress>() else {
+                debug!(%name, "skipping a sysfs entry that is not a PCI address");
+                continue;
+            };
+            match self.function(address) {
+                Ok(f) => out.push(f),
+                Err(e) => warn!(%address, error = %e, "skipping an unreadable PCI function"),
+            }
+        }
+        out.sort_by_key(|f| f.address);
+        Ok(out)
+    }
+
+    /// The functions of the HCA vendors (Mellanox 0x15b3, Topspin 0x1867), sorted by address.
+    pub fn list_hcas(&self) -> Result<Vec<PciFunction>, DriverError> {
+        Ok(self
+            .list_functions()?
+            .into_iter()
+            .filter(|f| pci::is_hca_vendor(f.id.vendor))
+            .collect())
+    }
+
+    /// The devices of IOMMU group `group` and their drivers, sorted by name.
+    pub fn group_members(&self, group: u32) -> Result<Vec<GroupMember>, DriverError> {
+        let dir = self
+            .root
+            .join("kernel/iommu_groups")
+            .join(group.to_string())
+            .join("devices");
+        let entries =
+            fs::read_dir(&dir).map_err(|e| io_err(format!("listing {}", dir.display()), e))?;
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(format!("listing {}", dir.display()), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let driver = link_name(&entry.path().join("driver"))?;
+            let blocks = blocks_group(driver.as_deref());
+            out.push(GroupMember {
+                name,
+                driver,
+                blocks,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The other members of `address`'s IOMMU group.
+    pub fn group_others(
+        &self,
+        group: u32,
+        address: PciAddress,
+    ) -> Result<Vec<GroupMember>, DriverError> {
+        let me = address.to_string();
+        Ok(self
+            .group_members(group)?
+            .into_iter()
+            .filter(|m| m.name != me)
+            .collect())
+    }
+
+    fn write(&self, path: &Path, value: &str) -> Result<(), DriverError> {
+        debug!(path = %self.rel(path), value = value.trim_end(), "sysfs write");
+        self.writer.write(path, value).map_err(|e| {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                DriverError::SysfsPermission {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io_err(
+                    format!("writing {:?} to {}", value.trim_end(), path.display()),
+                    e,
+                )
+            }
+        })
+    }
+
+    /// Bind `address` to vfio-pci (see the module doc for the exact writes), and say which
+    /// driver it had so that [`Sysfs::unbind_vfio`] can give it back.
+    ///
+    /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, or it
+    /// is already on vfio-pci. When the probe does not end with vfio-pci bound, the override
+    /// is cleared and the previous driver rebound before the error is returned.
+    pub fn bind_vfio(&self, address: PciAddress) -> Result<Binding, DriverError> {
+        let dir = self.require(address)?;
+        let vfio_dir = self.root.join("bus/pci/drivers").join(VFIO_PCI);
+        if !vfio_dir.is_dir() {
+            return Err(DriverError::VfioPciNotLoaded { path: vfio_dir });
+        }
+        let group = self
+            .iommu_group(address)?
+            .ok_or(DriverError::NoIommuGroup { address })?;
+        let current = self.driver(address)?;
+        if current.as_deref().is_some_and(is_vfio_driver) {
+            info!(%address, "already bound to vfio-pci");
+            return Ok(Binding {
+                address,
+                previous_driver: None,
+                already_bound: true,
+                iommu_group: group,
+            });
+        }
+        let bdf = address.to_string();
+        self.write(&dir.join("driver_override"), VFIO_PCI)?;
+        if current.is_some() {
+            self.write(&dir.join("driver/unbind"), &bdf)?;
+        }
+        self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
+        let now = self.driver(address)?;
+        if now.as_deref().is_some_and(is_vfio_driver) {
+            info!(%address, previous = ?current, group, "bound to vfio-pci");
+            return Ok(Binding {
+                address,
+                previous_driver: current,
+                already_bound: false,
+                iommu_group: group,
+            });
+        }
+        warn!(%address, now = ?now, "vfio-pci did not take the function; restoring");
+        let restore = current.clone().map_or(Restore::Unbound, Restore::Driver);
+        if let Err(e) = self.unbind_inner(address, &dir, now.is_some(), &restore) {
+            warn!(%address, error = %e, "restoring the previous driver failed too");
+        }
+        Err(DriverError::BindFailed {
+            address,
+            expected: Some(VFIO_PCI.to_string()),
+            actual: now,
+        })
+    }
+
+    fn unbind_inner(
+        &self,
+        address: PciAddress,
+        dir: &Path,
+        bound: bool,
+        restore: &Restore,
+    ) -> Result<(), DriverError> {
+        let bdf = address.to_string();
+        // A newline clears the override (the kernel strips it and stores nothing).
+        self.write(&dir.join("driver_override"), "\n")?;
+        if bound {
+            self.write(&dir.join("driver/unbind"), &bdf)?;
+        }
+        match restore {
+            Restore::Driver(name) => {
+                let drv = self.root.join("bus/pci/drivers").join(name);
+                if drv.is_dir() {
+                    self.write(&drv.join("bind"), &bdf)?;
+                } else {
+                    warn!(%address, driver = %name, "the previous driver is not loaded; letting the kernel choose");
+                    self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
+                }
+            }
+            Restore::KernelChoice => self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?,
+            Restore::Unbound => {}
+        }
+        Ok(())
+    }
+
+    /// Take `address` off vfio-pci and give it to `restore` (see the module doc for the exact
+    /// writes). A function that is not on vfio-pci is left alone (`was_vfio: false`), except
+    /// that a leftover `vfio-pci` override is cleared.
+    ///
+    /// The unbind blocks in the kernel while any process still has the device open; vfio-pci
+    /// signals that process's REQ interrupt meanwhile.
+    pub fn unbind_vfio(
+        &self,
+        address: PciAddress,
+        restore: &Restore,
+    ) -> Result<Unbinding, DriverError> {
+        let dir = self.require(address)?;
+        let current = self.driver(address)?;
+        if !current.as_deref().is_some_and(is_vfio_driver) {
+            if read_trimmed(&dir.join("driver_override"))?.as_deref() == Some(VFIO_PCI) {
+                self.write(&dir.join("driver_override"), "\n")?;
+            }
+            return Ok(Unbinding {
+                address,
+                was_vfio: false,
+                driver: current,
+            });
+        }
+        self.unbind_inner(address, &dir, true, restore)?;
+        let now = self.driver(address)?;
+        let expected = match restore {
+            Restore::Driver(name) => Some(Some(name.clone())),
+            Restore::Unbound => Some(None),
+            Restore::KernelChoice => None,
+        };
+        if let Some(expected) = expected {
+            if now != expected {
+                return Err(DriverError::BindFailed {
+                    address,
+                    expected,
+                    actual: now,
+                });
+            }
+        }
+        info!(%address, driver = ?now, "unbound from vfio-pci");
+        Ok(Unbinding {
+            address,
+            was_vfio: true,
+            driver: now,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A fake sysfs tree and a writer that records writes and plays the kernel's part.
+
+    use super::*;
+    use std::collections::HashMap;
+    use std::os::unix::fs::symlink;
+    use std::sync::Mutex;
+
+    /// A temporary sysfs tree.
+    pub struct FakeSysfs {
+        pub dir: tempfile::TempDir,
+        pub kernel: Arc<FakeKernel>,
+    }
+
+    /// Records every write (path relative to the root, value) and applies what the kernel
+    /// would: override, unbind, probe, bind.
+    pub struct FakeKernel {
+        root: PathBuf,
+        pub log: Mutex<Vec<(String, String)>>,
+        /// The driver `drivers_probe` picks when no override is set, per device.
+        pub native: Mutex<HashMap<String, String>>,
+        /// Drivers whose probe fails (the function stays unbound).
+        pub refuse: Mutex<Vec<String>>,
+    }
+
+    impl FakeKernel {
+        fn bind(&self, bdf: &str, driver: &str) {
+            if self.refuse.lock().unwrap().iter().any(|d| d == driver) {
+                return;
+            }
+            let link = self.root.join("bus/pci/devices").join(bdf).join("driver");
+            let _ = fs::remove_file(&link);
+            symlink(format!("../../../../bus/pci/drivers/{driver}"), link).unwrap();
+        }
+
+        pub fn writes(&self) -> Vec<(String, String)> {
+            self.log.lock().unwrap().clone()
+        }
+    }
+
+    impl SysfsWriter for FakeKernel {
+        fn write(&self, path: &Path, value: &str) -> io::Result<()> {
+            if !path.exists() {
+                return Err(io::Error::new(io::ErrorKind::NotFound, "no such attribute"));
+            }
+            let rel = path.strip_prefix(&self.root).unwrap().display().to_string();
+            self.log
+                .lock()
+                .unwrap()
+                .push((rel.clone(), value.to_string()));
+            let parts: Vec<&str> = rel.split('/').collect();
+            match parts.as_slice() {
+                ["bus", "pci", "devices", bdf, "driver_override"] => {
+                    let v = value.trim();
+                    let v = if v.is_empty() { "(null)" } else { v };
+                    fs::write(
+                        self.root
+                            .join("bus/pci/devices")
+                            .join(bdf)
+                            .join("driver_override"),
+                        format!("{v}\n"),
+                    )?;
+                }
+                ["bus", "pci", "devices", bdf, "driver", "unbind"] => {
+                    assert_eq!(*bdf, value, "unbind names another device");
+                    fs::remove_file(self.root.join("bus/pci/devices").join(bdf).join("driver"))?;
+                }
+                ["bus", "pci", "drivers_probe"] => {
+                    let dev = self.root.join("bus/pci/devices").join(value);
+                    if dev.join("driver").exists() {
+                        return Ok(());
+                    }
+                    let ovr = fs::read_to_string(dev.join("driver_override"))?;
+                    let ovr = ovr.trim();
+                    if ovr != "(null)" && !ovr.is_empty() {
+                        if self.root.join("bus/pci/drivers").join(ovr).is_dir() {
+                            self.bind(value, ovr);
+                        }
+                    } else if let Some(d) = self.native.lock().unwrap().get(value).cloned() {
+                        self.bind(value, &d);
+                    }
+                }
+                ["bus", "pci", "drivers", drv, "bind"] => self.bind(value, drv),
+                _ => panic!("unexpected sysfs write to {rel}"),
+            }
+            Ok(())
+        }
+    }
+
+    impl FakeSysfs {
+        pub fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().to_path_buf();
+            fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+            fs::create_dir_all(root.join("kernel/iommu_groups")).unwrap();
+            fs::write(root.join("bus/pci/drivers_probe"), "").unwrap();
+            for d in [
+                "vfio-pci",
+                "mlx5_core",
+                "mlx4_core",
+                "ib_mthca",
+                "snd_hda_intel",
+                "pcieport",
+            ] {
+                Self::add_driver_at(&root, d);
+            }
+            FakeSysfs {
+                dir,
+                kernel: Arc::new(FakeKernel {
+                    root,
+                    log: Mutex::new(Vec::new()),
+                    native: Mutex::new(HashMap::new()),
+                    refuse: Mutex::new(Vec::new()),
+                }),
+            }
+        }
+
+        fn add_driver_at(root: &Path, name: &str) {
+            let d = root.join("bus/pci/drivers").join(name);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("bind"), "").unwrap();
+            fs::write(d.join("unbind"), "").unwrap();
+        }
+
+        pub fn root(&self) -> &Path {
+            self.dir.path()
+        }
+
+        pub fn remove_driver(&self, name: &str) {
+            fs::remove_dir_all(self.root().join("bus/pci/drivers").join(name)).unwrap();
+        }
+
+        /// Sysfs over this tree with the recording kernel as writer.
+        pub fn sysfs(&self) -> Sysfs {
+            Sysfs::with_writer(self.root(), self.kernel.clone())
+        }
+
+        pub fn add(
+            &self,
+            bdf: &str,
+            vendor: u16,
+            device: u16,
+            driver: Option<&str>,
+            group: Option<u32>,
+            numa: i32,
+        ) {
+            let root = self.root();
+            let dir = root.join("bus/pci/devices").join(bdf);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("vendor"), format!("0x{vendor:04x}\n")).unwrap();
+            fs::write(dir.join("device"), format!("0x{device:04x}\n")).unwrap();
+            fs::write(dir.join("numa_node"), format!("{numa}\n")).unwrap();
+            fs::write(dir.join("driver_override"), "(null)\n").unwrap();
+            if let Some(d) = driver {
+                symlink(
+                    format!("../../../../bus/pci/drivers/{d}"),
+                    dir.join("driver"),
+                )
+                .unwrap();
+                self.kernel
+                    .native
+                    .lock()
+                    .unwrap()
+                    .insert(bdf.to_string(), d.to_string());
+            }
+            if let Some(g) = group {
+                let gdir = root
+                    .join("kernel/iommu_groups")
+                    .join(g.to_string())
+                    .join("devices");
+                fs::create_dir_all(&gdir).unwrap();
+                symlink(
+                    format!("../../../../kernel/iommu_groups/{g}"),
+                    dir.join("iommu_group"),
+                )
+                .unwrap();
+                symlink(format!("../../../../bus/pci/devices/{bdf}"), gdir.join(bdf)).unwrap();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::FakeSysfs;
+    use super::*;
+    use crate::pci::{FunctionKind, HcaFamily};
+
+    fn a(s: &str) -> PciAddress {
+        s.parse().unwrap()
+    }
+
+    fn w(p: &str, v: &str) -> (String, String) {
+        (p.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn lists_hcas_with_driver_group_and_numa() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            1,
+        );
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), -1);
+        fake.add(
+            "0000:00:1f.3",
+            0x8086,
+            0xa348,
+            Some("snd_hda_intel"),
+            Some(9),
+            -1,
+        );
+        fake.add("0000:81:00.0", 0x1867, 0x6282, Some("ib_mthca"), None, 0);
+        let list = fake.sysfs().list_hcas().unwrap();
+        assert_eq!(list.len(), 3, "{list:?}");
+        let f = &list[0];
+        assert_eq!(f.address, a("0000:03:00.0"));
+        assert_eq!(
+            f.id,
+            PciId {
+                vendor: 0x15b3,
+                device: 0x1017
+            }
+        );
+        assert_eq!(f.known.unwrap().family, HcaFamily::Mlx5);
+        assert_eq!(f.known.unwrap().model, "ConnectX-5");
+        assert_eq!(f.driver.as_deref(), Some("mlx5_core"));
+        assert_eq!(f.iommu_group, Some(17));
+        assert_eq!(f.numa_node, Some(1));
+        let vf = &list[1];
+        assert_eq!(vf.known.unwrap().kind, FunctionKind::Vf);
+        assert_eq!(vf.driver, None);
+        assert_eq!(vf.numa_node, None);
+        let topspin = &list[2];
+        assert_eq!(topspin.known.unwrap().family, HcaFamily::Mthca);
+        assert_eq!(topspin.iommu_group, None);
+        // Everything, sorted, with the non-HCA too.
+        let all = fake.sysfs().list_functions().unwrap();
+        assert_eq!(all[0].address, a("0000:00:1f.3"));
+        assert!(all[0].known.is_none());
+    }
+
+    #[test]
+    fn family_detection_for_every_known_device_id() {
+        let fake = FakeSysfs::new();
+        let golden = crate::pci::tests::golden();
+        for (i, &(vendor, device, _, _)) in golden.iter().enumerate() {
+            fake.add(
+                &format!("0000:{:02x}:00.0", i + 1),
+                vendor,
+                device,
+                None,
+                None,
+                -1,
+            );
+        }
+        let list = fake.sysfs().list_hcas().unwrap();
+        assert_eq!(list.len(), golden.len());
+        for (f, &(vendor, device, family, vf)) in list.iter().zip(golden) {
+            assert_eq!(f.id, PciId { vendor, device });
+            let known = f
+                .known
+                .unwrap_or_else(|| panic!("{vendor:04x}:{device:04x} unknown"));
+            assert_eq!(known.family.name(), family, "{vendor:04x}:{device:04x}");
+            assert_eq!(
+                known.kind == FunctionKind::Vf,
+                vf,
+                "{vendor:04x}:{device:04x}"
+            );
+        }
+    }
+
+    /// Where the machine has a real sysfs, every PCI function in it must parse.
+    #[test]
+    fn the_real_sysfs_parses_where_present() {
+        let real = Sysfs::default();
+        let Ok(entries) = fs::read_dir(real.devices_dir()) else {
+            return;
+        };
+        let names: Vec<String> = entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let listed = real.list_functions().unwrap();
+        assert_eq!(listed.len(), names.len(), "{names:?}");
+        for f in &listed {
+            assert!(names.contains(&f.address.to_string()));
+            assert_ne!(f.id.vendor, 0);
+        }
+    }
+
+    #[test]
+    fn missing_tree_and_device_are_clear_errors() {
+        let empty = tempfile::tempdir().unwrap();
+        let err = Sysfs::new(empty.path()).list_hcas().unwrap_err();
+        assert!(matches!(err, DriverError::NoSysfs { .. }), "{err}");
+        let fake = FakeSysfs::new();
+        assert!(fake.sysfs().list_hcas().unwrap().is_empty());
+        let err = fake.sysfs().function(a("0000:09:00.0")).unwrap_err();
+        assert!(
+            err.to_string().contains("no PCI function 0000:09:00.0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bind_writes_override_unbind_probe_in_that_order() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        let b = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap();
+        assert_eq!(
+            b,
+            Binding {
+                address: a("0000:03:00.0"),
+                previous_driver: Some("mlx5_core".into()),
+                already_bound: false,
+                iommu_group: 17,
+            }
+        );
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers_probe", "0000:03:00.0"),
+            ]
+        );
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("vfio-pci")
+        );
+    }
+
+    #[test]
+    fn bind_of_an_unbound_function_skips_the_unbind() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let b = fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap();
+        assert_eq!(b.previous_driver, None);
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.1/driver_override", "vfio-pci"),
+                w("bus/pci/drivers_probe", "0000:03:00.1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn bind_when_already_bound_writes_nothing() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("vfio-pci"),
+            Some(17),
+            0,
+        );
+        let b = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap();
+        assert!(b.already_bound);
+        assert!(fake.kernel.writes().is_empty());
+    }
+
+    #[test]
+    fn bind_preconditions_write_nothing() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, Some("mlx5_core"), None, 0);
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(matches!(err, DriverError::NoIommuGroup { .. }), "{err}");
+        assert!(err.to_string().contains("intel_iommu=on"));
+        fake.remove_driver("vfio-pci");
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("modprobe vfio-pci"), "{err}");
+        assert!(fake.kernel.writes().is_empty());
+    }
+
+    #[test]
+    fn failed_bind_restores_the_previous_driver() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(
+            matches!(&err, DriverError::BindFailed { actual: None, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("dmesg"));
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers_probe", "0000:03:00.0"),
+                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
+                w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
+            ]
+        );
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("mlx5_core")
+        );
+    }
+
+    #[test]
+    fn unbind_restores_the_recorded_driver() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        let sysfs = fake.sysfs();
+        let b = sysfs.bind_vfio(a("0000:03:00.0")).unwrap();
+        fake.kernel.log.lock().unwrap().clear();
+        let restore = Restore::Driver(b.previous_driver.unwrap());
+        let u = sysfs.unbind_vfio(a("0000:03:00.0"), &restore).unwrap();
+        assert_eq!(
+            u,
+            Unbinding {
+                address: a("0000:03:00.0"),
+                was_vfio: true,
+                driver: Some("mlx5_core".into())
+            }
+        );
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
+            ]
+        );
+        let ovr = fs::read_to_string(
+            fake.root()
+                .join("bus/pci/devices/0000:03:00.0/driver_override"),
+        );
+        assert_eq!(ovr.unwrap(), "(null)\n");
+    }
+
+    #[test]
+    fn unbind_with_kernel_choice_probes_and_with_unbound_leaves_it() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("vfio-pci"),
+            Some(17),
+            0,
+        );
+        fake.kernel
+            .native
+            .lock()
+            .unwrap()
+            .insert("0000:03:00.0".into(), "mlx5_core".into());
+        let u = fake
+            .sysfs()
+            .unbind_vfio(a("0000:03:00.0"), &Restore::KernelChoice)
+            .unwrap();
+        assert_eq!(u.driver.as_deref(), Some("mlx5_core"));
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers_probe", "0000:03:00.0"),
+            ]
+        );
+
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.1",
+            0x15b3,
+            0x1018,
+            Some("vfio-pci"),
+            Some(18),
+            0,
+        );
+        let u = fake
+            .sysfs()
+            .unbind_vfio(a("0000:03:00.1"), &Restore::Unbound)
+            .unwrap();
+        assert_eq!(u.driver, None);
+        assert_eq!(fake.kernel.writes().len(), 2);
+    }
+
+    #[test]
+    fn unbind_of_a_function_not_on_vfio_does_nothing() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        let u = fake
+            .sysfs()
+            .unbind_vfio(a("0000:03:00.0"), &Restore::KernelChoice)
+            .unwrap();
+        assert!(!u.was_vfio);
+        assert!(fake.kernel.writes().is_empty());
+    }
+
+    #[test]
+    fn unbind_to_a_driver_that_is_not_loaded_falls_back_to_probe() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:05:00.0", 0x15b3, 0x1003, Some("vfio-pci"), Some(5), 0);
+        fake.remove_driver("mlx4_core");
+        let err = fake
+            .sysfs()
+            .unbind_vfio(a("0000:05:00.0"), &Restore::Driver("mlx4_core".into()))
+            .unwrap_err();
+        assert!(matches!(err, DriverError::BindFailed { .. }), "{err}");
+        assert_eq!(
+            fake.kernel.writes().last().unwrap(),
+            &w("bus/pci/drivers_probe", "0000:05:00.0")
+        );
+    }
+
+    #[test]
+    fn permission_denied_names_root() {
+        struct Denied;
+        impl SysfsWriter for Denied {
+            fn write(&self, _: &Path, _: &str) -> io::Result<()> {
+                Err(io::Error::from(io::ErrorKind::PermissionDenied))
+            }
+        }
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        let sysfs = Sysfs::with_writer(fake.root(), Arc::new(Denied));
+        let err = sysfs.bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(matches!(err, DriverError::SysfsPermission { .. }), "{err}");
+        assert!(err.to_string().contains("needs root"));
+    }
+
+    #[test]
+    fn group_members_and_the_not_viable_message() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, Some("vfio-pci"), Some(7), 0);
+        fake.add(
+            "0000:03:00.1",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(7),
+            0,
+        );
+        fake.add("0000:00:01.0", 0x8086, 0x1901, Some("pcieport"), Some(7), 0);
+        fake.add("0000:03:00.2", 0x15b3, 0x1018, None, Some(7), 0);
+        let sysfs = fake.sysfs();
+        let others = sysfs.group_others(7, a("0000:03:00.0")).unwrap();
+        let view: Vec<_> = others
+            .iter()
+            .map(|m| (m.name.as_str(), m.driver.as_deref(), m.blocks))
+            .collect();
+        assert_eq!(
+            view,
+            vec![
+                ("0000:00:01.0", Some("pcieport"), false),
+                ("0000:03:00.1", Some("mlx5_core"), true),
+                ("0000:03:00.2", None, false),
+            ]
+        );
+        let err = DriverError::GroupNotViable {
+            group: 7,
+            address: a("0000:03:00.0"),
+            others,
+        };
+        let msg = err.to_string();
+        assert!(
+            msg.contains("IOMMU group 7 of 0000:03:00.0 is not viable"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("0000:03:00.1  driver: mlx5_core  <- keeps the group from being viable"),
+            "{msg}"
+        );
+        assert!(msg.contains("0000:00:01.0  driver: pcieport\n"), "{msg}");
+        assert!(msg.contains("0000:03:00.2  driver: (none)"), "{msg}");
+        assert!(msg.contains("hca bind"), "{msg}");
+    }
+}

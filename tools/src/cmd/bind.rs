@@ -1,0 +1,67 @@
+//! `hca bind BDF`: give a PCI function to vfio-pci, remembering its driver.
+
+use driver::PciAddress;
+use driver::sysfs::is_vfio_driver;
+
+use super::{CmdResult, Context};
+
+/// Long help of `hca bind`.
+pub const HELP: &str = "\
+Writes sysfs, so it needs root. The function is taken from its driver through its
+driver_override (only this function, unlike vfio-pci's new_id), and the previous driver is
+recorded under --state-dir so that `hca unbind` gives it back.
+
+Every device of the function's IOMMU group must be on vfio-pci (or have no driver) before
+VFIO will open any of them; bind warns about the others.
+
+Needs: the vfio-pci module (`modprobe vfio-pci`) and the IOMMU on (intel_iommu=on on Intel).
+To use the device without root afterwards: `sudo chown $USER /dev/vfio/GROUP`.
+
+Examples:
+  sudo hca bind 0000:03:00.0
+  sudo hca bind 03:00.0          (domain 0000)";
+
+/// Arguments of `hca bind`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The function: DDDD:BB:DD.F or BB:DD.F.
+    #[arg(value_name = "BDF")]
+    pub address: String,
+}
+
+/// Bind, record the previous driver, and point at what else the IOMMU group needs.
+pub fn run(ctx: &Context, args: &Args) -> CmdResult {
+    let address: PciAddress = args.address.parse()?;
+    let binding = ctx.sysfs.bind_vfio(address)?;
+    let group = binding.iommu_group;
+    if binding.already_bound {
+        println!("{address} is already bound to vfio-pci (IOMMU group {group}: /dev/vfio/{group})");
+    } else {
+        println!(
+            "{address}: bound to vfio-pci (was {}); IOMMU group {group}: /dev/vfio/{group}",
+            binding
+                .previous_driver
+                .as_deref()
+                .unwrap_or("without a driver")
+        );
+        match ctx.state.save(address, binding.previous_driver.as_deref()) {
+            Ok(path) => tracing::debug!(path = %path.display(), "recorded the previous driver"),
+            Err(e) => eprintln!(
+                "warning: could not record the previous driver ({e}); `hca unbind {address}` will let the kernel choose one"
+            ),
+        }
+    }
+    for other in ctx.sysfs.group_others(group, address)? {
+        if other.blocks {
+            println!(
+                "note: IOMMU group {group} also holds {} (driver {}); bind it too before opening {address}: `hca bind {}`",
+                other.name,
+                other.driver.as_deref().unwrap_or("-"),
+                other.name
+            );
+        } else if !other.driver.as_deref().is_some_and(is_vfio_driver) {
+            tracing::debug!(device = %other.name, driver = ?other.driver, "group member that does not block");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! The subcommands, one module each, and what they share.
+
+pub mod bind;
+pub mod info;
+pub mod list;
+pub mod unbind;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use driver::sysfs::Sysfs;
+
+use crate::state::BindRecords;
+
+/// What every subcommand may need: where sysfs, device nodes and bind records are.
+pub struct Context {
+    /// The sysfs tree.
+    pub sysfs: Sysfs,
+    /// The device-node directory.
+    pub dev_root: PathBuf,
+    /// Previous drivers recorded by `hca bind`.
+    pub state: BindRecords,
+}
+
+/// A subcommand's result: errors are printed as `error: ...` and exit with status 1.
+pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
+
+/// `1 MiB`-style size for exact binary multiples, bytes in hex otherwise.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+    for (unit, shift) in UNITS {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Print rows as left-aligned columns separated by two spaces.
+pub fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
+            }
+        }
+        println!("{}", line.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(human_size(0x100000), "1 MiB");
+        assert_eq!(human_size(0x2000000), "32 MiB");
+        assert_eq!(human_size(0x1000), "4 KiB");
+        assert_eq!(human_size(0x100), "256 B");
+        assert_eq!(human_size(0x1800), "6 KiB");
+    }
+}

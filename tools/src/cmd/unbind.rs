@@ -1,0 +1,72 @@
+//! `hca unbind BDF`: take a function off vfio-pci and give it back to its previous driver.
+
+use driver::PciAddress;
+use driver::sysfs::Restore;
+
+use super::{CmdResult, Context};
+
+/// Long help of `hca unbind`.
+pub const HELP: &str = "\
+Writes sysfs, so it needs root. Clears the function's driver_override, unbinds it from
+vfio-pci and binds it to the driver `hca bind` recorded (or, with no record, lets the kernel
+choose). The unbind waits while a program still has the device open: vfio-pci asks that
+program to let go through its REQ interrupt.
+
+Examples:
+  sudo hca unbind 0000:03:00.0
+  sudo hca unbind 0000:03:00.0 --to mlx5_core
+  sudo hca unbind 0000:03:00.0 --leave-unbound";
+
+/// Arguments of `hca unbind`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The function: DDDD:BB:DD.F or BB:DD.F.
+    #[arg(value_name = "BDF")]
+    pub address: String,
+
+    /// Bind it to this driver instead of the recorded one.
+    #[arg(long, value_name = "DRIVER", conflicts_with = "leave_unbound")]
+    pub to: Option<String>,
+
+    /// Leave it without a driver.
+    #[arg(long)]
+    pub leave_unbound: bool,
+}
+
+/// Unbind and restore.
+pub fn run(ctx: &Context, args: &Args) -> CmdResult {
+    let address: PciAddress = args.address.parse()?;
+    let record = match ctx.state.load(address) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("warning: cannot read the bind record of {address}: {e}");
+            None
+        }
+    };
+    let restore = if let Some(name) = &args.to {
+        Restore::Driver(name.clone())
+    } else if args.leave_unbound {
+        Restore::Unbound
+    } else if let Some(r) = record {
+        r
+    } else {
+        println!("no record of {address}'s previous driver; letting the kernel choose one");
+        Restore::KernelChoice
+    };
+    let done = ctx.sysfs.unbind_vfio(address, &restore)?;
+    if !done.was_vfio {
+        println!(
+            "{address} is not bound to vfio-pci (driver: {}); nothing to do",
+            done.driver.as_deref().unwrap_or("none")
+        );
+        return Ok(());
+    }
+    if let Err(e) = ctx.state.remove(address) {
+        eprintln!("warning: could not remove the bind record of {address}: {e}");
+    }
+    println!(
+        "{address}: unbound from vfio-pci; driver now {}",
+        done.driver.as_deref().unwrap_or("none")
+    );
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! The `hca` binary on fake sysfs trees: what a user sees for list, bind, unbind and info.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn hca(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(args)
+        .arg("--sysfs-root")
+        .arg(root)
+        .arg("--dev-root")
+        .arg(root.join("dev"))
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run hca")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// An empty sysfs tree with a few drivers registered.
+fn tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+    fs::create_dir_all(root.join("kernel/iommu_groups")).unwrap();
+    fs::create_dir_all(root.join("dev")).unwrap();
+    fs::write(root.join("bus/pci/drivers_probe"), "").unwrap();
+    for d in ["vfio-pci", "mlx5_core", "e1000e"] {
+        let p = root.join("bus/pci/drivers").join(d);
+        fs::create_dir_all(&p).unwrap();
+        fs::write(p.join("bind"), "").unwrap();
+        fs::write(p.join("unbind"), "").unwrap();
+    }
+    dir
+}
+
+fn add(root: &Path, bdf: &str, vendor: u16, device: u16, driver: Option<&str>, group: u32) {
+    let dir = root.join("bus/pci/devices").join(bdf);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("vendor"), format!("0x{vendor:04x}\n")).unwrap();
+    fs::write(dir.join("device"), format!("0x{device:04x}\n")).unwrap();
+    fs::write(dir.join("numa_node"), "1\n").unwrap();
+    fs::write(dir.join("driver_override"), "(null)\n").unwrap();
+    if let Some(d) = driver {
+        symlink(
+            format!("../../../../bus/pci/drivers/{d}"),
+            dir.join("driver"),
+        )
+        .unwrap();
+    }
+    let g = root
+        .join("kernel/iommu_groups")
+        .join(group.to_string())
+        .join("devices");
+    fs::create_dir_all(&g).unwrap();
+    symlink(
+        format!("../../../../kernel/iommu_groups/{group}"),
+        dir.join("iommu_group"),
+    )
+    .unwrap();
+    symlink(format!("../../../../bus/pci/devices/{bdf}"), g.join(bdf)).unwrap();
+}
+
+#[test]
+fn list_with_no_hca_says_so_and_succeeds() {
+    let t = tree();
+    add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 3);
+    let o = hca(t.path(), &["list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = format!(
+        "no Mellanox/NVIDIA HCA found (vendor 0x15b3 or 0x1867) under {}/bus/pci/devices\n",
+        t.path().display()
+    );
+    assert_eq!(stdout(&o), want);
+}
+
+#[test]
+fn list_shows_a_table() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    add(t.path(), "0000:03:00.2", 0x15b3, 0x1018, None, 18);
+    add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 3);
+    let o = hca(t.path(), &["list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let cells = |l: &str| {
+        l.split("  ")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        cells(lines[0]),
+        [
+            "ADDRESS", "ID", "FAMILY", "MODEL", "KIND", "DRIVER", "GROUP", "NUMA"
+        ]
+    );
+    assert_eq!(
+        cells(lines[1]),
+        [
+            "0000:03:00.0",
+            "15b3:1017",
+            "mlx5",
+            "ConnectX-5",
+            "PF",
+            "mlx5_core",
+            "17",
+            "1"
+        ]
+    );
+    assert_eq!(
+        cells(lines[2]),
+        [
+            "0000:03:00.2",
+            "15b3:1018",
+            "mlx5",
+            "ConnectX-5 VF",
+            "VF",
+            "(none)",
+            "18",
+            "1"
+        ]
+    );
+}
+
+#[test]
+fn info_of_sim_without_a_simulator_is_a_clear_error() {
+    // Until the `embed` crate registers the simulator in `hca`.
+    let t = tree();
+    let o = hca(t.path(), &["info", "sim"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("error: this program has no simulator linked in"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn info_of_vfio_without_dev_vfio_says_to_load_the_module() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("vfio-pci"),
+        17,
+    );
+    let o = hca(t.path(), &["info", "vfio:03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("/dev/vfio/vfio does not exist"), "{err}");
+    assert!(err.contains("modprobe vfio-pci"), "{err}");
+}
+
+#[test]
+fn info_of_an_unbound_function_says_to_bind_it() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    fs::create_dir_all(t.path().join("dev/vfio")).unwrap();
+    fs::write(t.path().join("dev/vfio/vfio"), "").unwrap();
+    let o = hca(t.path(), &["info", "vfio:0000:03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("run `hca bind 0000:03:00.0` as root"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bad_device_strings_show_the_accepted_forms() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "0000:03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("did you mean `vfio:0000:03:00.0`?"), "{err}");
+    assert!(
+        err.contains("accepted forms:") && err.contains("sim:KEY=VALUE,..."),
+        "{err}"
+    );
+    let o = hca(t.path(), &["bind", "3:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("the bus `3` must be 2 hex digits"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bind_writes_sysfs_and_reports_a_probe_that_did_not_take() {
+    // A fake tree has no kernel behind it: the writes land in files, the driver link stays.
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    let o = hca(t.path(), &["bind", "03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("0000:03:00.0 should now be bound to vfio-pci but its driver is mlx5_core"),
+        "{err}"
+    );
+    let probe = fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap();
+    assert_eq!(probe, "0000:03:00.0");
+    // The roll-back rebinds the previous driver.
+    let bind = fs::read_to_string(t.path().join("bus/pci/drivers/mlx5_core/bind")).unwrap();
+    assert_eq!(bind, "0000:03:00.0");
+    assert!(!t.path().join("state/0000:03:00.0.driver").exists());
+}
+
+#[test]
+fn bind_of_a_bound_function_reports_its_group_and_blockers() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("vfio-pci"),
+        17,
+    );
+    add(
+        t.path(),
+        "0000:03:00.1",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    let o = hca(t.path(), &["bind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("0000:03:00.0 is already bound to vfio-pci (IOMMU group 17: /dev/vfio/17)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("also holds 0000:03:00.1 (driver mlx5_core)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn unbind_of_a_function_not_on_vfio_does_nothing() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("is not bound to vfio-pci (driver: mlx5_core); nothing to do"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap(),
+        ""
+    );
+}
+
+#[test]
+fn help_teaches_with_examples() {
+    let t = tree();
+    let o = hca(t.path(), &["--help"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for want in [
+        "Examples:",
+        "sudo hca bind 0000:03:00.0",
+        "hca info sim",
+        "HCA_LOG",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let o = hca(t.path(), &["bind", "--help"]);
+    assert!(stdout(&o).contains("driver_override"), "{}", stdout(&o));
+}
