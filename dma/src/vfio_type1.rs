@@ -15,9 +15,9 @@ use crate::memlock::{check_memlock, has_cap_ipc_lock, memlock_limit};
 use crate::{Access, DmaError, DmaMapper, IovaRange};
 
 /// `_IO(';', 100 + 13)`: map on a container fd.
-pub const VFIO_IOMMU_MAP_DMA: libc::c_ulong = 0x3B71;
+pub const VFIO_IOMMU_MAP_DMA: libc::Ioctl = 0x3B71;
 /// `_IO(';', 100 + 14)`: unmap on a container fd.
-pub const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = 0x3B72;
+pub const VFIO_IOMMU_UNMAP_DMA: libc::Ioctl = 0x3B72;
 
 /// A VFIO container with a type1 IOMMU set, as a [`DmaMapper`].
 ///
