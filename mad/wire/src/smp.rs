@@ -372,7 +372,8 @@ impl SmpRepr {
 
     /// The response to this request: the response method, Status `status`, the data `data`,
     /// and for directed-route D = 1 with HopPointer, HopCount and both paths unchanged (the
-    /// responder's send rule, not the responder, moves the hop pointer).
+    /// responder's send rule, not the responder, moves the hop pointer). For directed-route,
+    /// bit 15 of `status` is dropped: it is the D bit.
     pub fn response(&self, status: u16, data: [u8; DATA_LEN]) -> Result<Self> {
         let mut route = self.route;
         if let SmpRoute::Directed(dr) = &mut route {
