@@ -1,0 +1,295 @@
+//! Notice (attribute 0x0002; IBA 13.4.8.2, kernel `struct ib_mad_notice_attr`, OpenSM
+//! `ib_mad_notice_attr_t`, libibmad `fields.c`): the payload of Trap and TrapRepress.
+//!
+//! An SMP carries the first 64 bytes; the SA's form adds the IssuerGID.
+//!
+//! | Offset | Field |
+//! |---|---|
+//! | 0 | IsGeneric (bit 7) / Type (bits 6–0) |
+//! | 1 | ProducerType (generic) or VendorID (3) |
+//! | 4 | TrapNumber (generic) or DeviceID (2) |
+//! | 6 | IssuerLID (2) |
+//! | 8 | NoticeToggle (bit 15) / NoticeCount (bits 14–0) |
+//! | 10 | DataDetails (54) |
+//! | 64 | IssuerGID (16), SA form only |
+
+use crate::error::{Result, check_len};
+use crate::field::{set_u16_at, set_u24_at, u16_at, u24_at};
+
+/// Length of the Notice in an SMP.
+pub const LEN: usize = 64;
+/// Length of the Notice with its IssuerGID (the SA's form).
+pub const LEN_WITH_ISSUER_GID: usize = 80;
+/// Length of DataDetails.
+pub const DATA_DETAILS_LEN: usize = 54;
+
+/// Notice types (the 7-bit Type field; OpenSM `IB_NOTICE_TYPE_*`).
+pub mod notice_type {
+    /// Fatal.
+    pub const FATAL: u8 = 0;
+    /// Urgent.
+    pub const URGENT: u8 = 1;
+    /// Security.
+    pub const SECURITY: u8 = 2;
+    /// Subnet management.
+    pub const SUBN_MGMT: u8 = 3;
+    /// Informational.
+    pub const INFO: u8 = 4;
+    /// Empty (no notice queued).
+    pub const EMPTY: u8 = 0x7F;
+}
+
+/// ProducerType values of generic notices (the producer's node type, or a class manager).
+pub mod producer {
+    /// Channel adapter.
+    pub const CA: u32 = 1;
+    /// Switch.
+    pub const SWITCH: u32 = 2;
+    /// Router.
+    pub const ROUTER: u32 = 3;
+    /// Class manager.
+    pub const CLASS_MANAGER: u32 = 4;
+}
+
+/// Generic trap numbers (IBA 14.2.5.1, 13.4.8.2).
+pub mod trap {
+    /// A port of the switch at LIDADDR changed link state.
+    pub const PORT_STATE_CHANGE: u16 = 128;
+    /// Local link integrity threshold reached.
+    pub const LOCAL_LINK_INTEGRITY: u16 = 129;
+    /// Excessive buffer overrun threshold reached.
+    pub const EXCESSIVE_BUFFER_OVERRUN: u16 = 130;
+    /// Flow control update watchdog timer expired.
+    pub const FLOW_CONTROL_UPDATE: u16 = 131;
+    /// CapabilityMask (or other local attribute) changed.
+    pub const CAPABILITY_MASK_CHANGE: u16 = 144;
+    /// SystemImageGUID changed.
+    pub const SYSTEM_IMAGE_GUID_CHANGE: u16 = 145;
+    /// Bad M_Key.
+    pub const BAD_MKEY: u16 = 256;
+    /// Bad P_Key.
+    pub const BAD_PKEY: u16 = 257;
+    /// Bad Q_Key.
+    pub const BAD_QKEY: u16 = 258;
+    /// Bad P_Key at a switch external port.
+    pub const BAD_PKEY_SWITCH_PORT: u16 = 259;
+}
+
+mod field {
+    /// IsGeneric (7) / Type (6–0).
+    pub const GENERIC_TYPE: usize = 0;
+    pub const PRODUCER_OR_VENDOR: usize = 1;
+    pub const TRAP_OR_DEVICE: usize = 4;
+    pub const ISSUER_LID: usize = 6;
+    /// NoticeToggle (15) / NoticeCount (14–0).
+    pub const TOGGLE_COUNT: usize = 8;
+    pub const DATA_DETAILS: usize = 10;
+    pub const ISSUER_GID: usize = 64;
+}
+
+/// A typed view of a Notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notice<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Notice<T> {
+    /// Views `buffer` as a Notice, checking that it holds the 64 bytes an SMP carries.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len("a Notice", buffer.as_ref(), LEN)?;
+        Ok(Self { buffer })
+    }
+
+    /// Gives the buffer back.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// IsGeneric: a generic notice (ProducerType/TrapNumber) rather than a vendor one
+    /// (VendorID/DeviceID).
+    pub fn is_generic(&self) -> bool {
+        self.buffer.as_ref()[field::GENERIC_TYPE] & 0x80 != 0
+    }
+
+    /// Type ([`notice_type`]), 7 bits.
+    pub fn notice_type(&self) -> u8 {
+        self.buffer.as_ref()[field::GENERIC_TYPE] & 0x7F
+    }
+
+    /// ProducerType ([`producer`]) of a generic notice, or VendorID of a vendor one; 24 bits.
+    pub fn producer_type_or_vendor_id(&self) -> u32 {
+        u24_at(self.buffer.as_ref(), field::PRODUCER_OR_VENDOR)
+    }
+
+    /// TrapNumber ([`trap`]) of a generic notice, or DeviceID of a vendor one.
+    pub fn trap_number_or_device_id(&self) -> u16 {
+        u16_at(self.buffer.as_ref(), field::TRAP_OR_DEVICE)
+    }
+
+    /// IssuerLID.
+    pub fn issuer_lid(&self) -> u16 {
+        u16_at(self.buffer.as_ref(), field::ISSUER_LID)
+    }
+
+    /// NoticeToggle.
+    pub fn notice_toggle(&self) -> bool {
+        u16_at(self.buffer.as_ref(), field::TOGGLE_COUNT) & 0x8000 != 0
+    }
+
+    /// NoticeCount, 15 bits.
+    pub fn notice_count(&self) -> u16 {
+        u16_at(self.buffer.as_ref(), field::TOGGLE_COUNT) & 0x7FFF
+    }
+
+    /// DataDetails: 54 bytes whose layout depends on the trap.
+    pub fn data_details(&self) -> &[u8] {
+        &self.buffer.as_ref()[field::DATA_DETAILS..field::DATA_DETAILS + DATA_DETAILS_LEN]
+    }
+
+    /// IssuerGID, present only when the buffer holds the SA's 80-byte form.
+    pub fn issuer_gid(&self) -> Option<[u8; 16]> {
+        let bytes = self
+            .buffer
+            .as_ref()
+            .get(field::ISSUER_GID..LEN_WITH_ISSUER_GID)?;
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(bytes);
+        Some(gid)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Notice<T> {
+    /// Sets IsGeneric and Type (7 bits; higher bits dropped), which share byte 0.
+    pub fn set_generic_and_type(&mut self, is_generic: bool, notice_type: u8) {
+        self.buffer.as_mut()[field::GENERIC_TYPE] =
+            (u8::from(is_generic) << 7) | (notice_type & 0x7F);
+    }
+
+    /// Sets ProducerType / VendorID (24 bits; higher bits dropped).
+    pub fn set_producer_type_or_vendor_id(&mut self, value: u32) {
+        set_u24_at(self.buffer.as_mut(), field::PRODUCER_OR_VENDOR, value);
+    }
+
+    /// Sets TrapNumber / DeviceID.
+    pub fn set_trap_number_or_device_id(&mut self, value: u16) {
+        set_u16_at(self.buffer.as_mut(), field::TRAP_OR_DEVICE, value);
+    }
+
+    /// Sets IssuerLID.
+    pub fn set_issuer_lid(&mut self, value: u16) {
+        set_u16_at(self.buffer.as_mut(), field::ISSUER_LID, value);
+    }
+
+    /// Sets NoticeToggle and NoticeCount (15 bits; higher bits dropped), which share a word.
+    pub fn set_toggle_and_count(&mut self, toggle: bool, count: u16) {
+        let word = (u16::from(toggle) << 15) | (count & 0x7FFF);
+        set_u16_at(self.buffer.as_mut(), field::TOGGLE_COUNT, word);
+    }
+
+    /// DataDetails, writable.
+    pub fn data_details_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[field::DATA_DETAILS..field::DATA_DETAILS + DATA_DETAILS_LEN]
+    }
+
+    /// Sets IssuerGID if the buffer holds the SA's 80-byte form; returns whether it did.
+    pub fn set_issuer_gid(&mut self, gid: [u8; 16]) -> bool {
+        match self
+            .buffer
+            .as_mut()
+            .get_mut(field::ISSUER_GID..LEN_WITH_ISSUER_GID)
+        {
+            Some(bytes) => {
+                bytes.copy_from_slice(&gid);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The 64 bytes of a Notice as plain values (the IssuerGID of the SA's form is read and
+/// written through the view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NoticeRepr {
+    /// IsGeneric.
+    pub is_generic: bool,
+    /// Type, 7 bits ([`notice_type`]).
+    pub notice_type: u8,
+    /// ProducerType (generic) or VendorID, 24 bits.
+    pub producer_type_or_vendor_id: u32,
+    /// TrapNumber (generic) or DeviceID.
+    pub trap_number_or_device_id: u16,
+    /// IssuerLID.
+    pub issuer_lid: u16,
+    /// NoticeToggle.
+    pub notice_toggle: bool,
+    /// NoticeCount, 15 bits.
+    pub notice_count: u16,
+    /// DataDetails.
+    pub data_details: [u8; DATA_DETAILS_LEN],
+}
+
+impl NoticeRepr {
+    /// Trap 128, "link state of at least one port of the switch at LIDADDR has changed", as a
+    /// switch's SMA sends it: generic, Urgent, producer Switch, issued by and about the
+    /// switch's LID (DataDetails bytes 0–1 = LIDADDR, the rest zero), toggle and count 0.
+    pub const fn port_state_change(switch_lid: u16) -> Self {
+        let mut data_details = [0u8; DATA_DETAILS_LEN];
+        let lid = switch_lid.to_be_bytes();
+        data_details[0] = lid[0];
+        data_details[1] = lid[1];
+        Self {
+            is_generic: true,
+            notice_type: notice_type::URGENT,
+            producer_type_or_vendor_id: producer::SWITCH,
+            trap_number_or_device_id: trap::PORT_STATE_CHANGE,
+            issuer_lid: switch_lid,
+            notice_toggle: false,
+            notice_count: 0,
+            data_details,
+        }
+    }
+
+    /// The LIDADDR of a generic trap 128, or `None` for any other notice.
+    pub const fn port_state_change_lid(&self) -> Option<u16> {
+        if self.is_generic && self.trap_number_or_device_id == trap::PORT_STATE_CHANGE {
+            Some(u16::from_be_bytes([
+                self.data_details[0],
+                self.data_details[1],
+            ]))
+        } else {
+            None
+        }
+    }
+
+    /// Reads the 64 bytes of `view`.
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(view: &Notice<&T>) -> Result<Self> {
+        let mut data_details = [0u8; DATA_DETAILS_LEN];
+        data_details.copy_from_slice(view.data_details());
+        Ok(Self {
+            is_generic: view.is_generic(),
+            notice_type: view.notice_type(),
+            producer_type_or_vendor_id: view.producer_type_or_vendor_id(),
+            trap_number_or_device_id: view.trap_number_or_device_id(),
+            issuer_lid: view.issuer_lid(),
+            notice_toggle: view.notice_toggle(),
+            notice_count: view.notice_count(),
+            data_details,
+        })
+    }
+
+    /// Bytes [`NoticeRepr::emit`] writes.
+    pub const fn buffer_len(&self) -> usize {
+        LEN
+    }
+
+    /// Writes the 64 bytes into `view`.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, view: &mut Notice<&mut T>) {
+        view.set_generic_and_type(self.is_generic, self.notice_type);
+        view.set_producer_type_or_vendor_id(self.producer_type_or_vendor_id);
+        view.set_trap_number_or_device_id(self.trap_number_or_device_id);
+        view.set_issuer_lid(self.issuer_lid);
+        view.set_toggle_and_count(self.notice_toggle, self.notice_count);
+        view.data_details_mut().copy_from_slice(&self.data_details);
+    }
+}

@@ -1,0 +1,671 @@
+//! Attribute layouts against bytes written out by hand from the IBA tables (kernel `ib_smi.h`,
+//! `ib_pma.h`, OpenSM `ib_types.h`, libibmad `fields.c`): every field gets a distinct value, the
+//! bytes are laid out one by one, parse must give those values and emit the same bytes.
+
+use mad_wire::Error;
+use mad_wire::attr::class_port_info::{ClassPortInfo, ClassPortInfoRepr, pma_cap};
+use mad_wire::attr::guid_info::{GuidInfo, GuidInfoRepr};
+use mad_wire::attr::linear_forwarding_table::{
+    LinearForwardingTable, LinearForwardingTableRepr, block_and_index,
+};
+use mad_wire::attr::multicast_forwarding_table::{
+    MftAttrMod, MulticastForwardingTable, MulticastForwardingTableRepr,
+};
+use mad_wire::attr::node_description::{NodeDescription, NodeDescriptionRepr};
+use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
+use mad_wire::attr::notice::{Notice, NoticeRepr};
+use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
+use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
+use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask};
+use mad_wire::attr::sl_to_vl_table::{SlToVlAttrMod, SlToVlTable, SlToVlTableRepr};
+use mad_wire::attr::sm_info::{SmInfo, SmInfoRepr, SmState};
+use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
+use mad_wire::attr::vl_arb_table::{VlArbAttrMod, VlArbEntry, VlArbTable, VlArbTableRepr};
+
+/// PortInfo with a distinct value in every field.
+const PORT_INFO: [u8; 64] = [
+    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // 0: M_Key
+    0xFE, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x11, // 8: GidPrefix
+    0x12, 0x13, // 16: LID
+    0x14, 0x15, // 18: MasterSMLID
+    0x02, 0x50, 0xC0, 0x4A, // 20: CapabilityMask
+    0x18, 0x19, // 24: DiagCode
+    0x1A, 0x1B, // 26: M_KeyLeasePeriod
+    0x1C, // 28: LocalPortNum
+    0x03, // 29: LinkWidthEnabled 1x|4x
+    0x1F, // 30: LinkWidthSupported
+    0x02, // 31: LinkWidthActive 4x
+    0x74, // 32: LinkSpeedSupported 7 / PortState 4 (Active)
+    0x52, // 33: PortPhysicalState 5 (LinkUp) / LinkDownDefaultState 2
+    0x85, // 34: M_KeyProtectBits 0b10 / reserved 000 / LMC 0b101
+    0x47, // 35: LinkSpeedActive 4 / LinkSpeedEnabled 7
+    0x5B, // 36: NeighborMTU 5 / MasterSMSL 0xB
+    0x46, // 37: VLCap 4 / InitType 6
+    0x26, // 38: VLHighLimit
+    0x27, // 39: VLArbitrationHighCap
+    0x28, // 40: VLArbitrationLowCap
+    0x94, // 41: InitTypeReply 9 / MTUCap 4
+    0xD3, // 42: VLStallCount 0b110 / HOQLife 0b10011
+    0x3A, // 43: OperationalVLs 3 / PartEnfIn 1 / PartEnfOut 0 / FilterRawIn 1 / FilterRawOut 0
+    0x2C, 0x2D, // 44: M_KeyViolations
+    0x2E, 0x2F, // 46: P_KeyViolations
+    0x30, 0x31, // 48: Q_KeyViolations
+    0x32, // 50: GUIDCap
+    0xB2, // 51: ClientReregister 1 / McastPKeyTrapSuppression 0b01 / SubnetTimeOut 0b10010
+    0x14, // 52: reserved 000 / RespTimeValue 0b10100
+    0xA3, // 53: LocalPhyErrors 0xA / OverrunErrors 3
+    0x36, 0x37, // 54: MaxCreditHint
+    0x00, 0x39, 0x3A, 0x3B, // 56: reserved / LinkRoundTripLatency
+    0x3C, 0x3D, // 60: CapabilityMask2
+    0x2F, // 62: LinkSpeedExtActive 2 / LinkSpeedExtSupported 0xF
+    0x1E, // 63: reserved 000 / LinkSpeedExtEnabled 0b11110
+];
+
+fn port_info_repr() -> PortInfoRepr {
+    PortInfoRepr {
+        m_key: 0x0102_0304_0506_0708,
+        gid_prefix: 0xFE80_0000_0000_0011,
+        lid: 0x1213,
+        master_sm_lid: 0x1415,
+        capability_mask: 0x0250_C04A,
+        diag_code: 0x1819,
+        m_key_lease_period: 0x1A1B,
+        local_port_num: 0x1C,
+        link_width_enabled: 0x03,
+        link_width_supported: 0x1F,
+        link_width_active: 0x02,
+        link_speed_supported: 7,
+        port_state: PortState::Active,
+        port_physical_state: PhysPortState::LinkUp,
+        link_down_default_state: 2,
+        m_key_protect_bits: 2,
+        lmc: 5,
+        link_speed_active: 4,
+        link_speed_enabled: 7,
+        neighbor_mtu: 5,
+        master_sm_sl: 0xB,
+        vl_cap: 4,
+        init_type: 6,
+        vl_high_limit: 0x26,
+        vl_arbitration_high_cap: 0x27,
+        vl_arbitration_low_cap: 0x28,
+        init_type_reply: 9,
+        mtu_cap: 4,
+        vl_stall_count: 6,
+        hoq_life: 0x13,
+        operational_vls: 3,
+        partition_enforcement_inbound: true,
+        partition_enforcement_outbound: false,
+        filter_raw_inbound: true,
+        filter_raw_outbound: false,
+        m_key_violations: 0x2C2D,
+        p_key_violations: 0x2E2F,
+        q_key_violations: 0x3031,
+        guid_cap: 0x32,
+        client_reregister: true,
+        multicast_pkey_trap_suppression: 1,
+        subnet_timeout: 0x12,
+        resp_time_value: 0x14,
+        local_phy_errors: 0xA,
+        overrun_errors: 3,
+        max_credit_hint: 0x3637,
+        link_round_trip_latency: 0x39_3A3B,
+        capability_mask2: 0x3C3D,
+        link_speed_ext_active: 2,
+        link_speed_ext_supported: 0xF,
+        link_speed_ext_enabled: 0x1E,
+    }
+}
+
+#[test]
+fn port_info_round_trips_every_field() {
+    let repr = PortInfoRepr::parse(&PortInfo::new_checked(&PORT_INFO[..]).unwrap()).unwrap();
+    assert_eq!(repr, port_info_repr());
+    assert_ne!(repr.capability_mask & cap_mask::IS_SM, 0);
+    assert_ne!(repr.capability_mask & cap_mask::HAS_CLIENT_REREG, 0);
+    let mut out = [0xFFu8; 64];
+    repr.emit(&mut PortInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, PORT_INFO);
+}
+
+#[test]
+fn port_info_bit_setters_leave_their_neighbours_alone() {
+    let mut bytes = [0xFFu8; 64];
+    let mut view = PortInfo::new_checked(&mut bytes[..]).unwrap();
+    view.set_port_state(PortState::Armed);
+    view.set_lmc(0);
+    view.set_hoq_life(0);
+    view.set_client_reregister(false);
+    view.set_link_speed_ext_enabled(0xFF);
+    assert_eq!(bytes[32], 0xF3, "LinkSpeedSupported kept, PortState 3");
+    assert_eq!(bytes[34], 0xF8, "M_KeyProtectBits and reserved kept, LMC 0");
+    assert_eq!(bytes[42], 0xE0, "VLStallCount kept, HOQLife 0");
+    assert_eq!(bytes[51], 0x7F, "only ClientReregister cleared");
+    assert_eq!(bytes[63], 0xFF, "a wide value fills only the 5-bit field");
+    assert!(matches!(
+        PortInfo::new_checked(&[0u8; 63][..]),
+        Err(Error::Truncated {
+            needed: 64,
+            got: 63,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn unnamed_port_states_are_kept() {
+    let mut bytes = PORT_INFO;
+    bytes[32] = 0x7A; // PortState 0xA: no name
+    bytes[33] = 0x92; // PortPhysicalState 9: no name
+    let repr = PortInfoRepr::parse(&PortInfo::new_checked(&bytes[..]).unwrap()).unwrap();
+    assert_eq!(repr.port_state, PortState::Unknown(0xA));
+    assert_eq!(repr.port_physical_state, PhysPortState::Unknown(9));
+    let mut out = [0u8; 64];
+    repr.emit(&mut PortInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, bytes);
+}
+
+const NODE_INFO: [u8; 40] = [
+    0x01, // BaseVersion
+    0x01, // ClassVersion
+    0x02, // NodeType switch
+    0x24, // NumPorts 36
+    0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00, 0x01, // SystemImageGUID
+    0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00, 0x02, // NodeGUID
+    0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00, 0x03, // PortGUID
+    0x00, 0x08, // PartitionCap
+    0xCB, 0x20, // DeviceID
+    0x00, 0x00, 0x00, 0xA1, // Revision
+    0x11, // LocalPortNum
+    0x00, 0x02, 0xC9, // VendorID
+];
+
+#[test]
+fn node_info_round_trips() {
+    let repr = NodeInfoRepr::parse(&NodeInfo::new_checked(&NODE_INFO[..]).unwrap()).unwrap();
+    assert_eq!(
+        repr,
+        NodeInfoRepr {
+            base_version: 1,
+            class_version: 1,
+            node_type: NodeType::Switch,
+            num_ports: 36,
+            system_image_guid: 0x0002_C903_0000_0001,
+            node_guid: 0x0002_C903_0000_0002,
+            port_guid: 0x0002_C903_0000_0003,
+            partition_cap: 8,
+            device_id: 0xCB20,
+            revision: 0xA1,
+            local_port_num: 0x11,
+            vendor_id: 0x0002C9,
+        }
+    );
+    let mut out = [0xFFu8; 40];
+    repr.emit(&mut NodeInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, NODE_INFO);
+    assert_eq!(NodeType::from(4), NodeType::Unknown(4));
+    assert_eq!(u8::from(NodeType::Router), 3);
+}
+
+#[test]
+fn node_description_is_nul_padded_text() {
+    let mut bytes = [0u8; 64];
+    bytes[..11].copy_from_slice(b"ibsw-a mlx5");
+    let repr =
+        NodeDescriptionRepr::parse(&NodeDescription::new_checked(&bytes[..]).unwrap()).unwrap();
+    assert_eq!(repr.text(), Ok("ibsw-a mlx5"));
+    assert_eq!(NodeDescriptionRepr::from_text("ibsw-a mlx5").unwrap(), repr);
+    let mut out = [0xFFu8; 64];
+    repr.emit(&mut NodeDescription::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, bytes);
+    let long = "x".repeat(65);
+    assert_eq!(
+        NodeDescriptionRepr::from_text(&long),
+        Err(Error::NodeDescriptionTooLong { len: 65 })
+    );
+    assert_eq!(
+        NodeDescriptionRepr::from_text(&long[..64])
+            .unwrap()
+            .text()
+            .unwrap()
+            .len(),
+        64
+    );
+    let bad = NodeDescriptionRepr { bytes: [0xFF; 64] };
+    assert_eq!(bad.text(), Err(Error::NodeDescriptionNotUtf8));
+}
+
+const SWITCH_INFO: [u8; 20] = [
+    0xC0, 0x00, // LinearFDBCap 49152
+    0x01, 0x02, // RandomFDBCap
+    0x04, 0x00, // MulticastFDBCap 1024
+    0x01, 0x23, // LinearFDBTop
+    0x05, // DefaultPort
+    0x06, // DefaultMulticastPrimaryPort
+    0x07, // DefaultMulticastNotPrimaryPort
+    0x9E, // LifeTimeValue 0b10011 / PortStateChange 1 / OptimizedSLtoVL 0b10
+    0x00, 0x04, // LIDsPerPort
+    0x00, 0x20, // PartitionEnforcementCap
+    0xA8, // Inbound 1 / Outbound 0 / FilterRawIn 1 / FilterRawOut 0 / EnhancedPort0 1 / 000
+    0x00, // reserved
+    0xC0, 0x1F, // MulticastFDBTop
+];
+
+#[test]
+fn switch_info_round_trips() {
+    let repr = SwitchInfoRepr::parse(&SwitchInfo::new_checked(&SWITCH_INFO[..]).unwrap()).unwrap();
+    assert_eq!(
+        repr,
+        SwitchInfoRepr {
+            linear_fdb_cap: 0xC000,
+            random_fdb_cap: 0x0102,
+            multicast_fdb_cap: 0x0400,
+            linear_fdb_top: 0x0123,
+            default_port: 5,
+            default_mcast_primary_port: 6,
+            default_mcast_not_primary_port: 7,
+            life_time_value: 0x13,
+            port_state_change: true,
+            optimized_sl_to_vl_mapping_programming: 2,
+            lids_per_port: 4,
+            partition_enforcement_cap: 0x20,
+            inbound_enforcement_cap: true,
+            outbound_enforcement_cap: false,
+            filter_raw_inbound_cap: true,
+            filter_raw_outbound_cap: false,
+            enhanced_port0: true,
+            multicast_fdb_top: 0xC01F,
+        }
+    );
+    let mut out = [0xFFu8; 20];
+    repr.emit(&mut SwitchInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, SWITCH_INFO);
+}
+
+#[test]
+fn sm_info_round_trips() {
+    let bytes: [u8; 21] = [
+        0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, // GUID
+        0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF, // SM_Key
+        0x01, 0x02, 0x03, 0x04, // ActCount
+        0xE3, // Priority 14 / SMState 3 (Master)
+    ];
+    let repr = SmInfoRepr::parse(&SmInfo::new_checked(&bytes[..]).unwrap()).unwrap();
+    assert_eq!(
+        repr,
+        SmInfoRepr {
+            guid: 0x0011_2233_4455_6677,
+            sm_key: 0x8899_AABB_CCDD_EEFF,
+            act_count: 0x0102_0304,
+            priority: 14,
+            sm_state: SmState::Master,
+        }
+    );
+    let mut out = [0u8; 21];
+    repr.emit(&mut SmInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, bytes);
+}
+
+const PORT_COUNTERS: [u8; 44] = [
+    0x00, // reserved
+    0x03, // PortSelect
+    0xF0, 0x0F, // CounterSelect
+    0x04, 0x05, // SymbolErrorCounter
+    0x06, // LinkErrorRecoveryCounter
+    0x07, // LinkDownedCounter
+    0x08, 0x09, // PortRcvErrors
+    0x0A, 0x0B, // PortRcvRemotePhysicalErrors
+    0x0C, 0x0D, // PortRcvSwitchRelayErrors
+    0x0E, 0x0F, // PortXmitDiscards
+    0x10, // PortXmitConstraintErrors
+    0x11, // PortRcvConstraintErrors
+    0x12, // CounterSelect2
+    0x13, // LocalLinkIntegrityErrors 1 / ExcessiveBufferOverrunErrors 3
+    0x14, 0x15, // QP1Dropped
+    0x16, 0x17, // VL15Dropped
+    0x18, 0x19, 0x1A, 0x1B, // PortXmitData
+    0x1C, 0x1D, 0x1E, 0x1F, // PortRcvData
+    0x20, 0x21, 0x22, 0x23, // PortXmitPkts
+    0x24, 0x25, 0x26, 0x27, // PortRcvPkts
+    0x28, 0x29, 0x2A, 0x2B, // PortXmitWait
+];
+
+#[test]
+fn port_counters_round_trip() {
+    let repr =
+        PortCountersRepr::parse(&PortCounters::new_checked(&PORT_COUNTERS[..]).unwrap()).unwrap();
+    assert_eq!(
+        repr,
+        PortCountersRepr {
+            port_select: 3,
+            counter_select: 0xF00F,
+            symbol_error_counter: 0x0405,
+            link_error_recovery_counter: 6,
+            link_downed_counter: 7,
+            port_rcv_errors: 0x0809,
+            port_rcv_remote_physical_errors: 0x0A0B,
+            port_rcv_switch_relay_errors: 0x0C0D,
+            port_xmit_discards: 0x0E0F,
+            port_xmit_constraint_errors: 0x10,
+            port_rcv_constraint_errors: 0x11,
+            counter_select2: 0x12,
+            local_link_integrity_errors: 1,
+            excessive_buffer_overrun_errors: 3,
+            qp1_dropped: 0x1415,
+            vl15_dropped: 0x1617,
+            port_xmit_data: 0x1819_1A1B,
+            port_rcv_data: 0x1C1D_1E1F,
+            port_xmit_packets: 0x2021_2223,
+            port_rcv_packets: 0x2425_2627,
+            port_xmit_wait: 0x2829_2A2B,
+        }
+    );
+    let mut out = [0xFFu8; 44];
+    repr.emit(&mut PortCounters::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, PORT_COUNTERS);
+}
+
+const CLASS_PORT_INFO: [u8; 72] = [
+    0x01, // BaseVersion
+    0x02, // ClassVersion
+    0x12, 0x03, // CapabilityMask
+    0x02, 0x46, 0x8A, 0xD1, // CapabilityMask2 0x0123456 (27 bits) / RespTimeValue 0x11
+    0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00,
+    0x05, // RedirectGID
+    0x12, 0x34, 0x56, 0x78, // RedirectTC 0x12 / SL 3 / FL 0x45678
+    0x00, 0x13, // RedirectLID
+    0xFF, 0xFF, // RedirectP_Key
+    0x00, 0xAB, 0xCD, 0xEF, // reserved / RedirectQP
+    0x80, 0x01, 0x00, 0x00, // RedirectQ_Key
+    0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00, 0x06, // TrapGID
+    0x21, 0x49, 0xAB, 0xCD, // TrapTC 0x21 / SL 4 / FL 0x9ABCD
+    0x00, 0x01, // TrapLID
+    0x7F, 0xFF, // TrapP_Key
+    0x40, 0x00, 0x00, 0x01, // TrapHL / TrapQP
+    0x80, 0x01, 0x00, 0x00, // TrapQ_Key
+];
+
+#[test]
+fn class_port_info_round_trips() {
+    let repr = ClassPortInfoRepr::parse(&ClassPortInfo::new_checked(&CLASS_PORT_INFO[..]).unwrap())
+        .unwrap();
+    let mut gid = [
+        0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00, 0x05,
+    ];
+    assert_eq!(
+        repr,
+        ClassPortInfoRepr {
+            base_version: 1,
+            class_version: 2,
+            capability_mask: 0x1203,
+            capability_mask2: 0x012_3456,
+            resp_time_value: 0x11,
+            redirect_gid: gid,
+            redirect_tc: 0x12,
+            redirect_sl: 3,
+            redirect_fl: 0x4_5678,
+            redirect_lid: 0x13,
+            redirect_pkey: 0xFFFF,
+            redirect_qp: 0xAB_CDEF,
+            redirect_qkey: 0x8001_0000,
+            trap_gid: {
+                gid[15] = 6;
+                gid
+            },
+            trap_tc: 0x21,
+            trap_sl: 4,
+            trap_fl: 0x9_ABCD,
+            trap_lid: 1,
+            trap_pkey: 0x7FFF,
+            trap_hop_limit: 0x40,
+            trap_qp: 1,
+            trap_qkey: 0x8001_0000,
+        }
+    );
+    assert_eq!(repr.capability_mask & pma_cap::ALL_PORT_SELECT, 0);
+    assert_ne!(repr.capability_mask & pma_cap::XMIT_WAIT, 0);
+    assert_ne!(repr.capability_mask & pma_cap::EXT_WIDTH, 0);
+    let mut out = [0xFFu8; 72];
+    repr.emit(&mut ClassPortInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, CLASS_PORT_INFO);
+}
+
+#[test]
+fn trap_128_notice_is_laid_out_as_a_switch_sends_it() {
+    let mut expected = [0u8; 64];
+    expected[..12].copy_from_slice(&[
+        0x81, // IsGeneric 1 / Type 1 (Urgent)
+        0x00, 0x00, 0x02, // ProducerType: switch
+        0x00, 0x80, // TrapNumber 128
+        0x00, 0x07, // IssuerLID
+        0x00, 0x00, // NoticeToggle 0 / NoticeCount 0
+        0x00, 0x07, // DataDetails: LIDADDR
+    ]);
+    let repr = NoticeRepr::port_state_change(7);
+    let mut out = [0xFFu8; 64];
+    repr.emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, expected);
+    let parsed = NoticeRepr::parse(&Notice::new_checked(&expected[..]).unwrap()).unwrap();
+    assert_eq!(parsed, repr);
+    assert_eq!(parsed.port_state_change_lid(), Some(7));
+}
+
+#[test]
+fn vendor_notice_and_issuer_gid_round_trip() {
+    let mut bytes = [0u8; 80];
+    bytes[..10].copy_from_slice(&[
+        0x03, // IsGeneric 0 / Type 3
+        0x00, 0x02, 0xC9, // VendorID
+        0xCB, 0x20, // DeviceID
+        0x12, 0x34, // IssuerLID
+        0x92, 0x34, // NoticeToggle 1 / NoticeCount 0x1234
+    ]);
+    bytes[10] = 0xDD;
+    bytes[63] = 0xEE;
+    bytes[64..80].copy_from_slice(&[0xFE, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let view = Notice::new_checked(&bytes[..]).unwrap();
+    assert_eq!(
+        view.issuer_gid(),
+        Some([0xFE, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8])
+    );
+    assert_eq!(
+        Notice::new_checked(&bytes[..64]).unwrap().issuer_gid(),
+        None
+    );
+    let repr = NoticeRepr::parse(&view).unwrap();
+    assert!(!repr.is_generic);
+    assert_eq!(repr.notice_type, 3);
+    assert_eq!(repr.producer_type_or_vendor_id, 0x0002C9);
+    assert_eq!(repr.trap_number_or_device_id, 0xCB20);
+    assert_eq!(repr.issuer_lid, 0x1234);
+    assert!(repr.notice_toggle);
+    assert_eq!(repr.notice_count, 0x1234);
+    assert_eq!((repr.data_details[0], repr.data_details[53]), (0xDD, 0xEE));
+    assert_eq!(repr.port_state_change_lid(), None);
+    let mut out = [0u8; 80];
+    let mut view = Notice::new_checked(&mut out[..]).unwrap();
+    repr.emit(&mut view);
+    assert!(view.set_issuer_gid([0xFE, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]));
+    assert_eq!(out, bytes);
+    let mut short = [0u8; 64];
+    assert!(
+        !Notice::new_checked(&mut short[..])
+            .unwrap()
+            .set_issuer_gid([1; 16])
+    );
+}
+
+#[test]
+fn tables_round_trip() {
+    // P_KeyTable: 32 big-endian P_Keys.
+    let mut pkeys = [0u8; 64];
+    pkeys[..6].copy_from_slice(&[0xFF, 0xFF, 0x80, 0x01, 0x7F, 0xFF]);
+    pkeys[62..].copy_from_slice(&[0x12, 0x34]);
+    let repr = PkeyTableRepr::parse(&PkeyTable::new_checked(&pkeys[..]).unwrap()).unwrap();
+    assert_eq!(repr.pkeys[..3], [0xFFFF, 0x8001, 0x7FFF]);
+    assert_eq!(repr.pkeys[31], 0x1234);
+    let mut out = [0xAAu8; 64];
+    repr.emit(&mut PkeyTable::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, pkeys);
+
+    // GUIDInfo: 8 big-endian GUIDs.
+    let mut guids = [0u8; 64];
+    guids[..8].copy_from_slice(&[0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0x00, 0x05]);
+    guids[56..].copy_from_slice(&[0x80, 0, 0, 0, 0, 0, 0, 0x01]);
+    let repr = GuidInfoRepr::parse(&GuidInfo::new_checked(&guids[..]).unwrap()).unwrap();
+    assert_eq!(repr.guids[0], 0x0002_C903_0000_0005);
+    assert_eq!(repr.guids[7], 0x8000_0000_0000_0001);
+    let mut out = [0xAAu8; 64];
+    repr.emit(&mut GuidInfo::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, guids);
+
+    // LinearForwardingTable: one port byte per LID.
+    let mut lft = [0xFFu8; 64];
+    lft[..4].copy_from_slice(&[0x00, 0x01, 0x02, 0x24]);
+    let repr =
+        LinearForwardingTableRepr::parse(&LinearForwardingTable::new_checked(&lft[..]).unwrap())
+            .unwrap();
+    assert_eq!(repr.ports[..5], [0, 1, 2, 0x24, 0xFF]);
+    let mut out = [0u8; 64];
+    repr.emit(&mut LinearForwardingTable::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, lft);
+    assert_eq!(block_and_index(0), (0, 0));
+    assert_eq!(block_and_index(130), (2, 2));
+    assert_eq!(block_and_index(0xBFFF), (767, 63));
+
+    // MulticastForwardingTable: 32 big-endian port masks.
+    let mut mft = [0u8; 64];
+    mft[..2].copy_from_slice(&[0x00, 0x06]);
+    mft[62..].copy_from_slice(&[0x80, 0x01]);
+    let repr = MulticastForwardingTableRepr::parse(
+        &MulticastForwardingTable::new_checked(&mft[..]).unwrap(),
+    )
+    .unwrap();
+    assert_eq!((repr.port_masks[0], repr.port_masks[31]), (0x0006, 0x8001));
+    let mut out = [0xAAu8; 64];
+    repr.emit(&mut MulticastForwardingTable::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, mft);
+
+    // SLtoVLMappingTable: SL 0 in the high nibble of byte 0.
+    let sl2vl = [0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF];
+    let repr = SlToVlTableRepr::parse(&SlToVlTable::new_checked(&sl2vl[..]).unwrap()).unwrap();
+    assert_eq!(
+        repr.vls,
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    );
+    let mut out = [0u8; 8];
+    repr.emit(&mut SlToVlTable::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, sl2vl);
+
+    // VLArbitrationTable: (reserved 4 bits | VL 4 bits, weight) pairs.
+    let mut vlarb = [0u8; 64];
+    vlarb[..6].copy_from_slice(&[0x00, 0x20, 0x01, 0x40, 0x0F, 0xFF]);
+    let repr = VlArbTableRepr::parse(&VlArbTable::new_checked(&vlarb[..]).unwrap()).unwrap();
+    assert_eq!(
+        repr.entries[..3],
+        [
+            VlArbEntry {
+                vl: 0,
+                weight: 0x20
+            },
+            VlArbEntry {
+                vl: 1,
+                weight: 0x40
+            },
+            VlArbEntry {
+                vl: 15,
+                weight: 0xFF
+            }
+        ]
+    );
+    let mut out = [0xAAu8; 64];
+    repr.emit(&mut VlArbTable::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, vlarb);
+    let mut reserved_set = vlarb;
+    reserved_set[0] = 0xF3;
+    let view = VlArbTable::new_checked(&reserved_set[..]).unwrap();
+    assert_eq!(
+        view.entry(0),
+        Ok(VlArbEntry {
+            vl: 3,
+            weight: 0x20
+        })
+    );
+}
+
+#[test]
+fn table_indexes_from_the_wire_are_checked() {
+    let bytes = [0u8; 64];
+    assert_eq!(
+        PkeyTable::new_checked(&bytes[..]).unwrap().pkey(32),
+        Err(Error::IndexOutOfRange {
+            table: "a P_KeyTable block",
+            index: 32,
+            len: 32
+        })
+    );
+    assert!(GuidInfo::new_checked(&bytes[..]).unwrap().guid(8).is_err());
+    assert!(
+        LinearForwardingTable::new_checked(&bytes[..])
+            .unwrap()
+            .port(64)
+            .is_err()
+    );
+    assert!(
+        MulticastForwardingTable::new_checked(&bytes[..])
+            .unwrap()
+            .port_mask(32)
+            .is_err()
+    );
+    assert!(
+        SlToVlTable::new_checked(&bytes[..8])
+            .unwrap()
+            .vl(16)
+            .is_err()
+    );
+    assert!(
+        VlArbTable::new_checked(&bytes[..])
+            .unwrap()
+            .entry(32)
+            .is_err()
+    );
+    let mut buf = [0u8; 64];
+    let mut pk = PkeyTable::new_checked(&mut buf[..]).unwrap();
+    pk.set_pkey(31, 0xFFFF).unwrap();
+    assert!(pk.set_pkey(32, 0xFFFF).is_err());
+    assert_eq!(buf[62..], [0xFF, 0xFF]);
+}
+
+#[test]
+fn attribute_modifiers_split_as_the_spec_says() {
+    // P_KeyTable: block in bits 0-15, port in bits 16-31.
+    assert_eq!(
+        PkeyAttrMod::from_attr_mod(0x0005_0002),
+        PkeyAttrMod { block: 2, port: 5 }
+    );
+    assert_eq!(PkeyAttrMod { block: 2, port: 5 }.to_attr_mod(), 0x0005_0002);
+    // SLtoVLMappingTable: input port in bits 8-15, output port in bits 0-7.
+    let sl = SlToVlAttrMod {
+        input_port: 3,
+        output_port: 7,
+    };
+    assert_eq!(sl.to_attr_mod(), 0x0307);
+    assert_eq!(SlToVlAttrMod::from_attr_mod(0x0307), sl);
+    // VLArbitrationTable: block in bits 16-31, port in bits 0-15.
+    let vl = VlArbAttrMod { block: 3, port: 9 };
+    assert_eq!(vl.to_attr_mod(), 0x0003_0009);
+    assert_eq!(VlArbAttrMod::from_attr_mod(0x0003_0009), vl);
+    // MulticastForwardingTable: block in bits 0-8, position in bits 28-31.
+    let mft = MftAttrMod {
+        block: 0x1FF,
+        position: 2,
+    };
+    assert_eq!(mft.to_attr_mod(), 0x2000_01FF);
+    assert_eq!(
+        MftAttrMod::from_attr_mod(0x2FFF_FE03),
+        MftAttrMod {
+            block: 3,
+            position: 2
+        }
+    );
+}
