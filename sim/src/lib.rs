@@ -1,3 +1,11 @@
 //! The simulated hardware: device models that implement a family's registers, commands, queues
 //! and completion formats, doing DMA only through a simulated IOMMU, attached to a simulated
 //! InfiniBand fabric of switches and CAs with their SMA and PMA, with fault injection.
+
+pub mod clock;
+pub mod device;
+pub mod edu;
+pub mod pci_config;
+
+pub use clock::{ClockMode, SimClock};
+pub use device::{Bar, Device, IrqKind, IrqLines, IrqSignal};

@@ -89,6 +89,7 @@ fn init_logging() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    embed::install();
     let ctx = cmd::Context {
         sysfs: driver::sysfs::Sysfs::new(&cli.sysfs_root),
         dev_root: cli.dev_root,

@@ -145,16 +145,23 @@ fn list_shows_a_table() {
 }
 
 #[test]
-fn info_of_sim_without_a_simulator_is_a_clear_error() {
-    // Until the `embed` crate registers the simulator in `hca`.
+fn info_of_sim_opens_the_simulated_device() {
     let t = tree();
-    let o = hca(t.path(), &["info", "sim"]);
+    let o = hca(t.path(), &["info", "sim:clock=virtual"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("1234:11e8"), "{out}");
+    assert!(out.contains("BAR0"), "{out}");
+}
+
+#[test]
+fn info_of_sim_with_a_bad_parameter_lists_the_accepted_ones() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "sim:speed=fast"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("error: this program has no simulator linked in"),
-        "{}",
-        stderr(&o)
-    );
+    let err = stderr(&o);
+    assert!(err.contains("unknown parameter \"speed\""), "{err}");
+    assert!(err.contains("clock=real"), "{err}");
 }
 
 #[test]
