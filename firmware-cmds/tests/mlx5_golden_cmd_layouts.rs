@@ -524,7 +524,9 @@ fn qpc_fields() {
     f(qpc::field::LOG_RQ_STRIDE, 0x4d, 3);
     f(qpc::field::NO_SQ, 0x50, 1);
     f(qpc::field::LOG_SQ_SIZE, 0x51, 4);
+    f(qpc::field::TS_FORMAT, 0x58, 2);
     f(qpc::field::RLKY, 0x5b, 1);
+    f(qpc::field::FRE, 0x394, 1);
     f(qpc::field::UAR_PAGE, 0x68, 24);
     f(qpc::field::USER_INDEX, 0x88, 24);
     f(qpc::field::LOG_PAGE_SIZE, 0xa3, 5);
@@ -573,6 +575,8 @@ fn create_qp_for_qp1_image() {
         cqn_rcv: 0x000402,
         dbr_addr: 0x0000_0000_0009_0000,
         q_key: 0x8001_0000,
+        rlky: true,
+        fre: true,
         ..Default::default()
     };
     let b = CreateQp {
@@ -591,6 +595,8 @@ fn create_qp_for_qp1_image() {
     assert_eq!(&b[0x1d..0x20], &[0x00, 0x01, 0x02]); // pd
     assert_eq!(b[0x21], 0x3c); // log_rq_size 7 in [22:19], log_rq_stride 4 in [18:16]
     assert_eq!(b[0x22], 0x40); // log_sq_size 8 in qpc dword 2 bits [14:11]
+    assert_eq!(b[0x23], 0x10); // rlky: qpc dword 2 bit 4
+    assert_eq!(b[0x18 + 0x72], 0x08); // fre: qpc dword 28 bit 11
     assert_eq!(&b[0x25..0x28], &[0x00, 0x00, 0x03]); // uar_page
     assert_eq!(&b[0x32..0x34], &[0x00, 0x05]); // primary_address_path.pkey_index
     assert_eq!(b[0x55], 0x01); // primary_address_path.vhca_port_num

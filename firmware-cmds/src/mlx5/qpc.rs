@@ -227,7 +227,9 @@ pub mod field {
     pub const NO_SQ: Field = Field::new("no_sq", 0x50, 1);
     /// `log_sq_size`: log2 of SQ WQE basic blocks.
     pub const LOG_SQ_SIZE: Field = Field::new("log_sq_size", 0x51, 4);
-    /// `rlky`: the reserved lkey may be used.
+    /// `ts_format`: CQE timestamp format (0 free running).
+    pub const TS_FORMAT: Field = Field::new("ts_format", 0x58, 2);
+    /// `rlky`: the reserved lkey may be used (the kernel sets it on every kernel QP).
     pub const RLKY: Field = Field::new("rlky", 0x5b, 1);
     /// `uar_page`.
     pub const UAR_PAGE: Field = Field::new("uar_page", 0x68, 24);
@@ -243,6 +245,8 @@ pub mod field {
     pub const SL: Field = Field::new("sl", PAP + 0x124, 4);
     /// `primary_address_path.vhca_port_num` (ads bit 0x128): the port, 1-based.
     pub const VHCA_PORT_NUM: Field = Field::new("vhca_port_num", PAP + 0x128, 8);
+    /// `fre`: fast registration enabled (set on every kernel QP).
+    pub const FRE: Field = Field::new("fre", 0x394, 1);
     /// `next_send_psn`.
     pub const NEXT_SEND_PSN: Field = Field::new("next_send_psn", 0x3c8, 24);
     /// `cqn_snd`.
@@ -297,8 +301,12 @@ pub struct Qpc {
     pub no_sq: bool,
     /// log2 of SQ basic blocks.
     pub log_sq_size: u8,
+    /// Timestamp format.
+    pub ts_format: u8,
     /// The reserved lkey may be used.
     pub rlky: bool,
+    /// Fast registration enabled.
+    pub fre: bool,
     /// UAR index for the doorbells.
     pub uar_page: u32,
     /// User index reported in CQEs.
@@ -356,7 +364,9 @@ impl Default for Qpc {
             log_rq_stride: 0,
             no_sq: false,
             log_sq_size: 0,
+            ts_format: 0,
             rlky: false,
+            fre: false,
             uar_page: 0,
             user_index: 0,
             log_page_size: 0,
@@ -396,7 +406,9 @@ impl Qpc {
         field::LOG_RQ_STRIDE.set(ctx, self.log_rq_stride.into())?;
         field::NO_SQ.set_bool(ctx, self.no_sq)?;
         field::LOG_SQ_SIZE.set(ctx, self.log_sq_size.into())?;
+        field::TS_FORMAT.set(ctx, self.ts_format.into())?;
         field::RLKY.set_bool(ctx, self.rlky)?;
+        field::FRE.set_bool(ctx, self.fre)?;
         field::UAR_PAGE.set(ctx, self.uar_page)?;
         field::USER_INDEX.set(ctx, self.user_index)?;
         field::LOG_PAGE_SIZE.set(ctx, self.log_page_size.into())?;
@@ -434,7 +446,9 @@ impl Qpc {
             log_rq_stride: field::LOG_RQ_STRIDE.get(ctx)? as u8,
             no_sq: field::NO_SQ.get_bool(ctx)?,
             log_sq_size: field::LOG_SQ_SIZE.get(ctx)? as u8,
+            ts_format: field::TS_FORMAT.get(ctx)? as u8,
             rlky: field::RLKY.get_bool(ctx)?,
+            fre: field::FRE.get_bool(ctx)?,
             uar_page: field::UAR_PAGE.get(ctx)?,
             user_index: field::USER_INDEX.get(ctx)?,
             log_page_size: field::LOG_PAGE_SIZE.get(ctx)? as u8,
