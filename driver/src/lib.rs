@@ -16,6 +16,7 @@ mod open;
 pub mod pci;
 pub mod spec;
 pub mod sysfs;
+pub mod verbs;
 pub mod vfio;
 
 pub use backend::{DeviceBackend, DeviceBackendExt, IrqIndex, IrqInfo, PciId, RegionInfo};

@@ -1,0 +1,373 @@
+//! The family-independent interface the MAD layer drives: the special QPs of a port (QP0 for
+//! SMPs, QP1 for GSI), their work requests and completions, port attributes, device events, and
+//! the HCA that owns the ports. A family (mlx5, later mthca, mlx4) implements [`Hca`] and
+//! [`HcaPort`]; the MAD layer never knows which family it runs on.
+//!
+//! Rules every implementation keeps (DESIGN §4):
+//! - every posted work request ends in exactly one [`WorkCompletion`] from [`HcaPort::poll`]:
+//!   from the device's CQE, or, after a fatal error or removal, a software flush
+//!   ([`WcStatus::WrFlushErr`], `vendor_err` 5) made without reading the device;
+//! - a completion is only returned once the device can no longer touch the buffer of that work
+//!   request (after its CQE, or after the device was quiesced);
+//! - nothing the device wrote is trusted: a CQE naming a work request that is not outstanding,
+//!   an unknown opcode or an impossible byte count is an error that moves the QP or the device to
+//!   error, never a panic.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dma::DmaPool;
+pub use firmware_cmds::mlx5::syndrome::IbWcStatus as WcStatus;
+
+use crate::error::DriverError;
+
+/// Which special QP of a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SpecialQp {
+    /// QP0: subnet management packets, VL15.
+    Smi,
+    /// QP1: general services (SA, PerfMgt, CM, vendor classes).
+    Gsi,
+}
+
+impl SpecialQp {
+    /// The QP number the wire knows it by.
+    pub fn qpn(self) -> u32 {
+        match self {
+            SpecialQp::Smi => 0,
+            SpecialQp::Gsi => 1,
+        }
+    }
+}
+
+/// Size of the GRH area at the start of every UD receive buffer. The device writes the GRH
+/// there when the packet carried one and leaves it untouched otherwise; the MAD starts after it.
+pub const GRH_LEN: u32 = 40;
+
+/// Global route header fields for a send (IBA 8.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grh {
+    /// Index of the source GID in the port's GID table.
+    pub sgid_index: u8,
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+}
+
+/// Where a UD datagram goes: the address vector plus the destination QP and Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// Destination LID (0xffff, the permissive LID, for directed-route SMPs).
+    pub dlid: u16,
+    /// Service level (SMPs always go on VL15 whatever the SL).
+    pub sl: u8,
+    /// Source path bits (low LMC bits of our LID).
+    pub src_path_bits: u8,
+    /// Destination QP (0 or 1 for management traffic, or a redirected QP).
+    pub remote_qpn: u32,
+    /// Q_Key (0 for QP0; 0x80010000 for QP1).
+    pub remote_qkey: u32,
+    /// P_Key index to send with.
+    pub pkey_index: u16,
+    /// A GRH, when the destination is in another subnet or asked for one.
+    pub grh: Option<Grh>,
+}
+
+/// One contiguous buffer, named by its device address (IOVA). The family supplies the memory
+/// key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// Device address of the buffer.
+    pub iova: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// A send of one datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion; the MAD layer encodes its slot and generation here.
+    pub wr_id: u64,
+    /// The MAD (header and payload) to send.
+    pub sge: Sge,
+    /// The destination.
+    pub dest: UdDest,
+}
+
+/// A receive buffer: [`GRH_LEN`] bytes of GRH area, then room for the MAD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The buffer.
+    pub sge: Sge,
+}
+
+/// Which side of a QP a completion belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// A send finished.
+    Send,
+    /// A datagram arrived (or a receive was flushed).
+    Recv,
+}
+
+/// One completed work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// The QP it was posted on.
+    pub qp: SpecialQp,
+    /// Send or receive.
+    pub opcode: WcOpcode,
+    /// The status.
+    pub status: WcStatus,
+    /// The vendor syndrome of an error completion (5 for a software flush), 0 on success.
+    pub vendor_err: u32,
+    /// Bytes received, including the [`GRH_LEN`] area (receives only).
+    pub byte_len: u32,
+    /// Source QP of a received datagram.
+    pub src_qp: u32,
+    /// Source LID of a received datagram.
+    pub slid: u16,
+    /// Service level of a received datagram.
+    pub sl: u8,
+    /// Destination LID path bits of a received datagram.
+    pub dlid_path_bits: u8,
+    /// P_Key index of a received datagram (QP1; 0 on QP0).
+    pub pkey_index: u16,
+    /// The datagram carried a GRH (written into the buffer's GRH area).
+    pub grh: bool,
+}
+
+impl WorkCompletion {
+    /// A completion for `wr_id` with only the status fields set (sends, flushes).
+    pub fn status_only(
+        wr_id: u64,
+        qp: SpecialQp,
+        opcode: WcOpcode,
+        status: WcStatus,
+        vendor_err: u32,
+    ) -> Self {
+        WorkCompletion {
+            wr_id,
+            qp,
+            opcode,
+            status,
+            vendor_err,
+            byte_len: 0,
+            src_qp: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+            pkey_index: 0,
+            grh: false,
+        }
+    }
+}
+
+/// Logical port state (PortInfo:PortState).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PortState {
+    /// No change / unknown (0).
+    Nop,
+    /// Down (1).
+    Down,
+    /// Initialize (2): only SMPs flow.
+    Init,
+    /// Armed (3).
+    Armed,
+    /// Active (4).
+    Active,
+    /// A value the device reported that IBA does not define.
+    Other(u8),
+}
+
+impl PortState {
+    /// From the PortInfo encoding.
+    pub fn from_code(v: u8) -> Self {
+        match v {
+            0 => PortState::Nop,
+            1 => PortState::Down,
+            2 => PortState::Init,
+            3 => PortState::Armed,
+            4 => PortState::Active,
+            n => PortState::Other(n),
+        }
+    }
+}
+
+impl fmt::Display for PortState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortState::Nop => f.write_str("NOP"),
+            PortState::Down => f.write_str("DOWN"),
+            PortState::Init => f.write_str("INIT"),
+            PortState::Armed => f.write_str("ARMED"),
+            PortState::Active => f.write_str("ACTIVE"),
+            PortState::Other(n) => write!(f, "state {n}"),
+        }
+    }
+}
+
+/// What the MAD layer and the tools need to know about a port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortAttrs {
+    /// Port number (from 1).
+    pub port_num: u8,
+    /// Logical state.
+    pub state: PortState,
+    /// Physical state (PortInfo:PortPhysicalState encoding; 5 = LinkUp).
+    pub phys_state: u8,
+    /// Base LID (0 until the SM assigns one).
+    pub lid: u16,
+    /// LID mask count.
+    pub lmc: u8,
+    /// LID of the master SM.
+    pub sm_lid: u16,
+    /// SL to reach the master SM.
+    pub sm_sl: u8,
+    /// Port GUID.
+    pub port_guid: u64,
+    /// Subnet prefix of the port's GID.
+    pub gid_prefix: u64,
+    /// PortInfo:CapabilityMask (IsSM is bit 1).
+    pub capability_mask: u32,
+    /// Number of P_Key table entries.
+    pub pkey_table_len: u16,
+    /// Whether QP0 exists on this port (a VF may have no SMI).
+    pub has_smi: bool,
+}
+
+/// Something the device or the driver tells the layer above.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceEvent {
+    /// The port became ACTIVE.
+    PortActive(u8),
+    /// The port left ACTIVE (down or back to INIT).
+    PortError(u8),
+    /// The port's LID changed.
+    LidChange(u8),
+    /// The P_Key table changed.
+    PkeyChange(u8),
+    /// The SM asked clients to re-register.
+    ClientReregister(u8),
+    /// A special QP hit an unrecoverable error.
+    QpFatal {
+        /// Port.
+        port: u8,
+        /// Which QP.
+        qp: SpecialQp,
+    },
+    /// The device is in a fatal state (health syndrome, stuck firmware, all-ones reads, a
+    /// device-written value that cannot be trusted). Every outstanding work request is being
+    /// completed in software with WR_FLUSH_ERR; new posts fail.
+    Fatal {
+        /// What was seen.
+        reason: String,
+    },
+    /// The device is being taken away (VFIO REQ) or reads all-ones; as `Fatal`, and the HCA
+    /// should be closed promptly.
+    Removed,
+}
+
+/// Why a post was refused. A refused post consumed nothing: the caller still owns its buffer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The work queue is full; post again after completions retire work requests.
+    #[error("the work queue is full")]
+    QueueFull,
+    /// The QP is not in a state that accepts this post (e.g. send queue in error).
+    #[error("the QP is not ready: {0}")]
+    NotReady(String),
+    /// The device is in a fatal state or gone.
+    #[error("the device is in a fatal state: {0}")]
+    DeviceFatal(String),
+    /// The work request itself is invalid (e.g. a buffer too small for a receive).
+    #[error("invalid work request: {0}")]
+    Invalid(String),
+}
+
+/// One port of an HCA with its special QPs.
+///
+/// Posting is safe from any thread. `poll` and `events` are meant for one progress loop per
+/// port, but are safe to call from several threads.
+pub trait HcaPort: Send + Sync {
+    /// Port number (from 1).
+    fn port_num(&self) -> u8;
+
+    /// Current attributes (queried from the device).
+    fn attrs(&self) -> Result<PortAttrs, DriverError>;
+
+    /// Send and receive queue depths of a special QP, in work requests.
+    fn queue_depth(&self, qp: SpecialQp) -> (u32, u32);
+
+    /// Post one send. On error nothing was posted.
+    fn post_send(&self, qp: SpecialQp, wr: &SendWr) -> Result<(), PostError>;
+
+    /// Post one receive buffer. On error nothing was posted.
+    fn post_recv(&self, qp: SpecialQp, wr: &RecvWr) -> Result<(), PostError>;
+
+    /// Move up to `max` completions of both special QPs (sends and receives) into `out`;
+    /// returns how many. After a fatal error it returns the software flushes of every
+    /// outstanding work request (once each) without touching the device.
+    fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError>;
+
+    /// Bring a special QP's send queue from SQE (after a per-WR error) back to RTS.
+    fn recover_send_queue(&self, qp: SpecialQp) -> Result<(), DriverError>;
+
+    /// Hand a MAD to the port's own management agent (the firmware SMA/PMA through MAD_IFC on
+    /// hardware) and return its answer: how SMPs to the local port are served.
+    fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError>;
+
+    /// Take the events that happened since the last call (checks device health when due).
+    fn events(&self) -> Vec<DeviceEvent>;
+
+    /// The DMA pool MAD buffers are leased from (mapped in this device's IOMMU domain).
+    fn dma(&self) -> &DmaPool;
+
+    /// The device's clock (see [`crate::DeviceBackend::now`]).
+    fn now(&self) -> Duration;
+
+    /// Block until `deadline` or until the device signals (see [`crate::DeviceBackend::wait`]).
+    fn wait(&self, deadline: Duration);
+}
+
+/// Static facts about an HCA for tools and logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HcaInfo {
+    /// Device string it was opened from.
+    pub device: String,
+    /// Family name (`mlx5`, ...).
+    pub family: &'static str,
+    /// Model name from the PCI ID table.
+    pub model: String,
+    /// Firmware version `major.minor.subminor`.
+    pub fw_version: String,
+    /// Node GUID.
+    pub node_guid: u64,
+    /// Number of ports.
+    pub ports: u8,
+    /// Capabilities that matter to a user, as label/value pairs.
+    pub caps: Vec<(&'static str, String)>,
+}
+
+/// An opened, brought-up HCA.
+pub trait Hca: Send + Sync {
+    /// Facts.
+    fn info(&self) -> HcaInfo;
+
+    /// Port `n` (from 1), if it exists.
+    fn port(&self, n: u8) -> Option<Arc<dyn HcaPort>>;
+
+    /// Orderly teardown: stop the queues, return every firmware page, disable the function,
+    /// and release every lease and mapping. Idempotent; also done on drop.
+    fn close(&self) -> Result<(), DriverError>;
+}
