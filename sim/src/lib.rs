@@ -5,7 +5,13 @@
 pub mod clock;
 pub mod device;
 pub mod edu;
+pub mod link;
+pub mod packet;
 pub mod pci_config;
+pub mod sched;
 
 pub use clock::{ClockMode, SimClock};
 pub use device::{Bar, Device, IrqKind, IrqLines, IrqSignal};
+pub use link::{PortChange, PortLink, PortSink, PortSnapshot};
+pub use packet::{Packet, PacketGrh};
+pub use sched::Scheduler;
