@@ -31,8 +31,10 @@ pub mod builder;
 pub mod error;
 pub mod guid;
 pub mod model;
+pub mod parse;
 pub mod rate;
 pub mod state;
+pub mod write;
 
 pub use self::builder::{FabricBuilder, NodeSpec};
 pub use self::error::{FabricError, Problem, SpecProblem};
