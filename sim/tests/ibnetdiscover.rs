@@ -5,7 +5,7 @@
 mod common;
 
 use common::{assert_round_trip, count_text, data, links_by_guid};
-use sim::fabric::{Fabric, LinkState, NodeType, PhysState};
+use sim::fabric::{Fabric, LinkState, NodeType, PhysState, generator};
 
 fn load(name: &str) -> Fabric {
     let path = data(&format!("ibnetdiscover/{name}"));
@@ -23,6 +23,7 @@ fn counts_match_the_text() {
         "hdr.ibnetdiscover",
         "hdr-full.ibnetdiscover",
         "hdr-grouping.ibnetdiscover",
+        "gen-fat-tree.ibnetdiscover",
         "ibsim-input-plain.net",
         "ibsim-input-hdr.net",
     ] {
@@ -130,6 +131,22 @@ fn ibsim_input_and_its_discovery_agree() {
 }
 
 #[test]
+fn ibsim_reads_our_generated_files_as_we_do() {
+    let ours =
+        generator::generate("fat-tree:leaves=4,hosts=3,spines=2,links=2,link=4xEDR").unwrap();
+    let theirs = load("gen-fat-tree.ibnetdiscover");
+    assert_eq!(links_by_guid(&ours), links_by_guid(&theirs));
+    for n in ours.node_ids() {
+        let m = theirs.node_by_guid(ours.node(n).guid()).unwrap();
+        assert_eq!(theirs.description(m), ours.description(n));
+        for (p, q) in ours.ports_of(n).zip(theirs.ports_of(m)) {
+            assert_eq!(ours.port(p).guid(), theirs.port(q).guid());
+            assert_eq!(ours.port(p).state.active, theirs.port(q).state.active);
+        }
+    }
+}
+
+#[test]
 fn writing_a_capture_reproduces_it() {
     for name in ["hdr.ibnetdiscover", "plain.ibnetdiscover"] {
         let written = load(name).to_topology_string().unwrap();
@@ -150,6 +167,7 @@ fn captures_round_trip() {
         "plain.ibnetdiscover",
         "hdr.ibnetdiscover",
         "hdr-full.ibnetdiscover",
+        "gen-fat-tree.ibnetdiscover",
         "ibsim-input-hdr.net",
     ] {
         assert_round_trip(&load(name));

@@ -29,6 +29,7 @@
 
 pub mod builder;
 pub mod error;
+pub mod generator;
 pub mod guid;
 pub mod model;
 pub mod parse;
