@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod device;
 pub mod edu;
+pub mod fabric;
 pub mod link;
 pub mod packet;
 pub mod pci_config;
