@@ -34,7 +34,8 @@ check_prerequisites() {
     # version it points at today.
     dpkg-query -W -f='${Status}' linux-image-amd64 2>/dev/null | grep -q "install ok installed" \
         || missing "linux-image-amd64 is not installed: apt-get install linux-image-amd64"
-    kpkg=$(dpkg-query -W -f='${Depends}' linux-image-amd64 | grep -o 'linux-image-[^ ,]*' | head -n1)
+    kpkg=$(dpkg-query -W -f='${Depends}' linux-image-amd64 | grep -o 'linux-image-[^ ,]*' | head -n1 || true)
+    [ -n "$kpkg" ] || missing "linux-image-amd64 names no kernel package: apt-get install --reinstall linux-image-amd64"
     kver=${kpkg#linux-image-}
     kernel=/boot/vmlinuz-$kver
     moddir=/lib/modules/$kver
@@ -94,7 +95,7 @@ done
 
 # busybox and its applets.
 cp "$(command -v busybox)" "$root/bin/busybox"
-for applet in sh mount insmod poweroff cat echo sleep ls mkdir chmod chown dmesg grep su; do
+for applet in sh mount insmod poweroff cat echo sleep ls mkdir chmod chown dmesg grep; do
     ln -s busybox "$root/bin/$applet"
 done
 

@@ -563,9 +563,15 @@ fn req_unbind(sysfs: &Sysfs, st: &mut State) -> Outcome {
             .push(format!("closing the REQ session: {e}")),
     }
     say(&format!(
-        "GUEST: req: REQ eventfd after {} ms, closed after {} ms, unbind returned after {} ms",
+        "GUEST: req: REQ eventfd after {} ms, closed after {} ms (300 ms of it holding on), \
+         unbind {} after {} ms",
         req_at.as_millis(),
         closed_at.as_millis(),
+        if outcome.is_ok() {
+            "returned"
+        } else {
+            "given up"
+        },
         done_at.as_millis()
     ));
     got_req?;
