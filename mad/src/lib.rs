@@ -49,6 +49,10 @@ mod sync;
 pub mod tid;
 pub mod timer;
 
+#[cfg(all(test, not(loom)))]
+mod double;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 pub use addr::{GrhInfo, QP1_QKEY, RecvAddr};
 pub use agent::{Agent, AgentSpec, SendRequest};
