@@ -105,6 +105,8 @@ struct Dev {
     dropped_no_rq: usize,
     /// Keep send CQEs aside (to let a response overtake its send's CQE).
     hold_send_cqes: bool,
+    /// Packets to our own LID come back to our own QP (as the HCA's loopback does).
+    loopback: bool,
     held: Vec<WorkCompletion>,
 }
 
@@ -156,6 +158,7 @@ impl FakePort {
                 dropped_no_rq: 0,
                 hold_send_cqes: false,
                 held: Vec::new(),
+                loopback: true,
             }),
             pool,
             iommu,
@@ -330,6 +333,13 @@ impl FakePort {
         d.sent.push(out.clone());
         if d.drop_wire > 0 {
             d.drop_wire -= 1;
+            return true;
+        }
+        if d.loopback && out.dest.dlid == d.lid {
+            let now = d.now;
+            let mut p = Inbound::new(qp, mad, d.lid);
+            p.src_qp = qp.qpn();
+            d.wire.push((now, p));
             return true;
         }
         if let Some(mut r) = d.responder.take() {

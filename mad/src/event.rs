@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -132,6 +132,8 @@ pub struct EventQueue {
     dropped: AtomicU64,
     notify: Mutex<Option<Notify>>,
     has_notify: AtomicBool,
+    /// Threads blocked in `wait_nonempty` (a condvar wake costs a system call: only then).
+    waiters: AtomicUsize,
 }
 
 impl fmt::Debug for EventQueue {
@@ -167,6 +169,7 @@ impl EventQueue {
             dropped: AtomicU64::new(0),
             notify: Mutex::new(None),
             has_notify: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
         }
     }
 
@@ -228,7 +231,9 @@ impl EventQueue {
             }
             q.push_back(ev);
         }
-        self.cv.notify_all();
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
         if self.has_notify.load(Ordering::Acquire) {
             let f = self
                 .notify
@@ -248,10 +253,13 @@ impl EventQueue {
         if !q.is_empty() {
             return true;
         }
+        // Counted under the queue lock, which `push` takes before it reads the count.
+        self.waiters.fetch_add(1, Ordering::SeqCst);
         let (q, _) = self
             .cv
             .wait_timeout(q, timeout)
             .unwrap_or_else(PoisonError::into_inner);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
         !q.is_empty()
     }
 }

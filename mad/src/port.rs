@@ -29,7 +29,7 @@ use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged};
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
-use crate::ring::{Drained, Pending, SendRing, lock};
+use crate::ring::{Drained, Job, Pending, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::MAX_SLOTS_PER_QP;
 use crate::timer::TimerHeap;
@@ -43,21 +43,26 @@ pub struct PortConfig {
     pub max_sleep: Duration,
     /// Completions taken per `poll` call.
     pub poll_batch: usize,
-    /// At most this many send slots per QP (default and ceiling: the send queue depth, and
-    /// 8192). Fewer slots make the overflow queue work sooner (tests).
-    pub max_slots: Option<u32>,
+    /// Send slots per QP: how many sends may be outstanding (posted, or waiting for their
+    /// response) before more wait in the queue. Default: 4 × the send queue depth; at most
+    /// 8192 (the kernel's largest queue), at least 1. The send queue's depth itself bounds
+    /// the work requests posted at once.
+    pub slots: Option<u32>,
 }
 
 impl Default for PortConfig {
-    /// 5 ms sleeps, 64 completions per poll, slots = send queue depth.
+    /// 5 ms sleeps, 64 completions per poll, 4 slots per send queue entry.
     fn default() -> Self {
         PortConfig {
             max_sleep: Duration::from_millis(5),
             poll_batch: 64,
-            max_slots: None,
+            slots: None,
         }
     }
 }
+
+/// Default send slots per send queue entry ([`PortConfig::slots`]).
+pub const DEFAULT_SLOTS_PER_ENTRY: u32 = 4;
 
 pub(crate) fn qpi(qp: SpecialQp) -> usize {
     match qp {
@@ -121,12 +126,17 @@ pub(crate) struct PortShared {
     pub(crate) reap: Mutex<Vec<SlotRef>>,
     /// Waiting sends whose timeout was modified: (slot, new deadline).
     pub(crate) rearm: Mutex<Vec<(SlotRef, Duration)>>,
-    /// Completions made in software for posts the device refused.
-    pub(crate) soft_cq: Mutex<Vec<WorkCompletion>>,
+    /// Completions made in software for posts the device refused (with whether the work
+    /// request had taken a send queue entry).
+    pub(crate) soft_cq: Mutex<Vec<(WorkCompletion, bool)>>,
     pub(crate) cells: PortCells,
     /// Gauges the progress loop mirrors for [`Port::census`].
     pub(crate) gauges: Gauges,
     notify: (Mutex<u64>, Condvar),
+    /// Threads parked on `notify` (a condvar wake costs a system call: only then).
+    parked: AtomicUsize,
+    /// Progress passes so far (device events are taken every few passes).
+    pub(crate) passes: AtomicU64,
 }
 
 #[derive(Default)]
@@ -163,8 +173,12 @@ pub struct QpCensus {
     pub slots: u32,
     /// Slots in each [`SendState`] (indexed by `SendState as usize`).
     pub by_state: [usize; SendState::ALL.len()],
-    /// Sends waiting for a slot.
+    /// Sends (and retries) waiting for a slot or a send queue entry.
     pub queued: usize,
+    /// Send queue depth.
+    pub depth: u32,
+    /// Work requests posted and not completed (at most `depth`).
+    pub posted: u32,
     /// Receive buffers posted.
     pub recv_posted: usize,
     /// Receive buffers held but not posted (the device refused them back).
@@ -219,12 +233,12 @@ impl Port {
         };
         for &qp in qps {
             let (sq, rq) = hca.queue_depth(qp);
-            let slots = sq
-                .min(MAX_SLOTS_PER_QP)
-                .min(config.max_slots.unwrap_or(u32::MAX))
-                .max(1);
+            let slots = config
+                .slots
+                .unwrap_or(sq.saturating_mul(DEFAULT_SLOTS_PER_ENTRY))
+                .clamp(1, MAX_SLOTS_PER_QP);
             let i = qpi(qp);
-            rings[i] = Some(SendRing::new(qp, slots));
+            rings[i] = Some(SendRing::new(qp, slots, sq));
             last_tid[i] = vec![0; slots as usize];
             recv_depth[i] = rq;
             let mut rr = RecvRing::new(qp, rq, &pool)?;
@@ -269,6 +283,8 @@ impl Port {
             cells: PortCells::default(),
             gauges: Gauges::default(),
             notify: (Mutex::new(0), Condvar::new()),
+            parked: AtomicUsize::new(0),
+            passes: AtomicU64::new(0),
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -469,6 +485,9 @@ impl PortShared {
 
     /// Wake threads waiting for the progress loop to do something.
     pub(crate) fn notify_all(&self) {
+        if self.parked.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let (m, cv) = &self.notify;
         *lock(m) += 1;
         cv.notify_all();
@@ -479,9 +498,14 @@ impl PortShared {
         let (m, cv) = &self.notify;
         let g = lock(m);
         let seen = *g;
+        // Counted before waiting under the lock that `notify_all` takes after reading the
+        // count: a notifier that sees 0 ran before this thread parked, and the caller looks
+        // at its condition again after at most `d`.
+        self.parked.fetch_add(1, Ordering::SeqCst);
         let _unused = cv
             .wait_timeout_while(g, d, |n| *n == seen)
             .unwrap_or_else(PoisonError::into_inner);
+        self.parked.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn progress_nonblocking(&self) -> usize {
@@ -598,40 +622,51 @@ impl PortShared {
             self.complete_pending(p, WcStatus::LocQpOpErr, 0);
             return;
         };
-        if ring.enqueue(p) {
+        self.enqueue_job(ring, Job::New(p));
+    }
+
+    /// Queue `job` on `ring` and drain.
+    pub(crate) fn enqueue_job(&self, ring: &SendRing, job: Job) {
+        if ring.enqueue(job) {
             bump(&self.cells.overflowed);
         }
         self.drain(ring);
     }
 
-    /// Post what waits in `ring`'s queue while slots are free (in order, one drainer at a
-    /// time); on a dead device, complete it all with WR_FLUSH_ERR.
+    /// Post what waits in `ring`'s queue while slots and send queue entries are free (in
+    /// order, one drainer at a time); on a dead device, complete it all with WR_FLUSH_ERR.
     pub(crate) fn drain(&self, ring: &SendRing) {
         loop {
-            if !ring.try_begin_drain() {
+            let Some(seen) = ring.try_begin_drain() else {
                 return;
-            }
+            };
             let dead = self.is_fatal();
             while let Some(job) = ring.next(dead) {
                 match job {
-                    Drained::Post(inst) => {
-                        self.post_wr(ring.qp, &inst.wr, &inst.agent, WcStatus::LocQpOpErr);
+                    Drained::Post { wr, agent, on_fail } => {
+                        self.post_wr(ring.qp, &wr, &agent, on_fail);
                     }
-                    Drained::Fail(list) => {
-                        for p in list {
+                    Drained::Skip(wr_id) => {
+                        self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
+                    }
+                    Drained::Fail(news, reposts) => {
+                        for p in news {
                             self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                        }
+                        for wr_id in reposts {
+                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);
                         }
                     }
                 }
             }
-            if !ring.end_drain(self.is_fatal()) {
+            if !ring.end_drain(seen) {
                 return;
             }
         }
     }
 
-    /// Post `wr`. If the device refuses it, its completion is made in software: WR_FLUSH_ERR
-    /// (vendor_err 5) on a dead device, `on_fail` otherwise.
+    /// Post `wr` (its send queue entry is taken). If the device refuses it, its completion is
+    /// made in software: WR_FLUSH_ERR (vendor_err 5) on a dead device, `on_fail` otherwise.
     pub(crate) fn post_wr(
         &self,
         qp: SpecialQp,
@@ -651,15 +686,31 @@ impl PortShared {
                     driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
                     _ => (on_fail, 0),
                 };
-                lock(&self.soft_cq).push(WorkCompletion::status_only(
-                    wr.wr_id,
-                    qp,
-                    driver::verbs::WcOpcode::Send,
-                    status,
-                    vendor,
-                ));
+                self.soft_completion(qp, wr.wr_id, status, vendor, true);
             }
         }
+    }
+
+    /// A completion for `wr_id` made in software, handled by the next progress pass like a
+    /// CQE. `credit`: the work request had taken a send queue entry, which comes back with it.
+    pub(crate) fn soft_completion(
+        &self,
+        qp: SpecialQp,
+        wr_id: u64,
+        status: WcStatus,
+        vendor_err: u32,
+        credit: bool,
+    ) {
+        lock(&self.soft_cq).push((
+            WorkCompletion::status_only(
+                wr_id,
+                qp,
+                driver::verbs::WcOpcode::Send,
+                status,
+                vendor_err,
+            ),
+            credit,
+        ));
     }
 
     /// Finish a send that never got a slot: report it with `status`, release its lease.
@@ -698,8 +749,7 @@ impl PortShared {
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
     /// queue, retries back onto the QP.
     pub(crate) fn fc_drain(&self, agent: &Arc<AgentInner>) {
-        let mut reposts = Vec::new();
-        let mut queued = false;
+        let mut queued = Vec::new();
         {
             let mut fc = lock(&agent.fc);
             while fc.may_release() {
@@ -710,10 +760,10 @@ impl PortShared {
                             p.fc_counted = true;
                         }
                         if let Some(ring) = self.ring(agent.qp) {
-                            if ring.enqueue(p) {
+                            if ring.enqueue(Job::New(p)) {
                                 bump(&self.cells.overflowed);
                             }
-                            queued = true;
+                            queued.push(agent.qp);
                         }
                     }
                     Some(Backlogged::Retry {
@@ -721,30 +771,37 @@ impl PortShared {
                         index,
                         generation,
                     }) => {
-                        let Some(slot) = self.ring(qp).and_then(|r| r.slots.get(index as usize))
-                        else {
+                        let Some(ring) = self.ring(qp) else { continue };
+                        let Some(slot) = ring.slots.get(index as usize) else {
                             continue;
                         };
                         if slot.state.unqueue(generation) {
-                            let mut d = lock(&slot.data);
-                            if let Some(d) = d.as_mut().filter(|d| d.generation == generation) {
+                            if let Some(d) = lock(&slot.data)
+                                .as_mut()
+                                .filter(|d| d.generation == generation)
+                            {
                                 if d.p.solicited && fc.max > 0 {
                                     fc.outstanding += 1;
                                     d.p.fc_counted = true;
                                 }
-                                reposts.push((qp, d.wr));
                             }
+                            if ring.enqueue(Job::Repost {
+                                index,
+                                generation,
+                                on_fail: WcStatus::RespTimeoutErr,
+                            }) {
+                                bump(&self.cells.overflowed);
+                            }
+                            queued.push(qp);
                         }
                     }
                     None => break,
                 }
             }
         }
-        for (qp, wr) in reposts {
-            self.post_wr(qp, &wr, agent, WcStatus::RespTimeoutErr);
-        }
-        if queued {
-            if let Some(ring) = self.ring(agent.qp) {
+        queued.dedup();
+        for qp in queued {
+            if let Some(ring) = self.ring(qp) {
                 self.drain(ring);
             }
         }
@@ -816,9 +873,13 @@ impl PortShared {
             }
         }
         let mut q = ring.lock_queue();
-        if let Some(p) = q.iter_mut().find(|p| p.id == id && p.agent.id == agent.id) {
-            p.timeout_ms = timeout_ms;
-            return Ok(());
+        for job in q.jobs_mut() {
+            if let Job::New(p) = job {
+                if p.id == id && p.agent.id == agent.id {
+                    p.timeout_ms = timeout_ms;
+                    return Ok(());
+                }
+            }
         }
         for (index, slot) in ring.slots.iter().enumerate() {
             let Some(generation) = slot.active_generation_of(id) else {
@@ -933,6 +994,8 @@ impl PortShared {
             let mut c = QpCensus {
                 slots: ring.slot_count(),
                 queued: ring.queued(),
+                depth: ring.depth,
+                posted: ring.posted(),
                 recv_posted: self.gauges.recv_posted[qpi(ring.qp)].load(Ordering::Relaxed),
                 recv_idle: self.gauges.recv_idle[qpi(ring.qp)].load(Ordering::Relaxed),
                 ..QpCensus::default()

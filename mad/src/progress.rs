@@ -27,7 +27,7 @@ use crate::event::{Event, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
-use crate::ring::{Pending, lock};
+use crate::ring::{Job, Pending, lock};
 use crate::slot_state::{
     CqeOutcome, Finish, RespOutcome, SendState, TimeoutAction, TimeoutOutcome,
 };
@@ -35,6 +35,10 @@ use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 
 /// Most completions one pass takes before it looks at timers and cancels.
 const PASS_BUDGET: usize = 1024;
+
+/// Device events are taken every this many passes (and on every pass that finds no
+/// completion, when the loop is about to sleep).
+const EVENT_INTERVAL: u64 = 16;
 
 fn timer_key(qp: SpecialQp, index: u32) -> u32 {
     qpi(qp) as u32 * MAX_SLOTS_PER_QP + index
@@ -56,7 +60,15 @@ fn ms(v: u32) -> Duration {
 impl PortShared {
     /// One pass of the progress loop; returns the work done.
     pub(crate) fn pass(&self, st: &mut ProgressState) -> usize {
-        let mut work = self.device_events(st);
+        // The device's events (a fatal error, a removal, a LID change) are looked at every few
+        // passes: taking them costs the driver a look at its interrupt lines.
+        let pass = self.passes.fetch_add(1, Ordering::Relaxed);
+        let events_taken = pass % EVENT_INTERVAL == 0;
+        let mut work = if events_taken {
+            self.device_events(st)
+        } else {
+            0
+        };
         loop {
             let mut wcs = std::mem::take(&mut st.wcs);
             wcs.clear();
@@ -69,7 +81,7 @@ impl PortShared {
                 }
             };
             for wc in &wcs {
-                self.on_wc(st, wc, true);
+                self.on_wc(st, wc, None);
             }
             st.wcs = wcs;
             work += n;
@@ -78,8 +90,8 @@ impl PortShared {
             }
         }
         let soft = std::mem::take(&mut *lock(&self.soft_cq));
-        for wc in &soft {
-            self.on_wc(st, wc, false);
+        for (wc, credit) in &soft {
+            self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
         let reap = std::mem::take(&mut *lock(&self.reap));
@@ -114,6 +126,9 @@ impl PortShared {
                 },
             );
             work += 1;
+        }
+        if work == 0 && !events_taken {
+            work += self.device_events(st);
         }
         if self.is_fatal() {
             work += self.flush_everything(st);
@@ -182,7 +197,9 @@ impl PortShared {
         n
     }
 
-    fn on_wc(&self, st: &mut ProgressState, wc: &WorkCompletion, from_device: bool) {
+    /// A completion: from the device (`soft` is `None`), or made in software (`soft` says
+    /// whether its work request had taken a send queue entry).
+    fn on_wc(&self, st: &mut ProgressState, wc: &WorkCompletion, soft: Option<bool>) {
         match WrId::decode(wc.wr_id) {
             Some(WrId::Send {
                 qp,
@@ -196,7 +213,7 @@ impl PortShared {
                     generation,
                 },
                 wc,
-                from_device,
+                soft,
             ),
             Some(WrId::Recv { qp, index }) if qp == wc.qp && wc.opcode == WcOpcode::Recv => {
                 self.on_recv_wc(st, qp, index, wc);
@@ -220,7 +237,7 @@ impl PortShared {
         st: &mut ProgressState,
         r: SlotRef,
         wc: &WorkCompletion,
-        from_device: bool,
+        soft: Option<bool>,
     ) {
         let Some(ring) = self.ring(r.qp) else {
             return self.bad_completion(wc, "no such QP");
@@ -253,19 +270,25 @@ impl PortShared {
                 self.finish(st, r, status, vendor);
             }
             CqeOutcome::Repost => {
+                // The flushed work request's send queue entry goes to its repost.
                 bump(&self.cells.flush_reposts);
                 let job = lock(&slot.data)
                     .as_ref()
                     .map(|d| (d.wr, Arc::clone(&d.p.agent)));
                 if let Some((wr, agent)) = job {
-                    self.post_wr(r.qp, &wr, &agent, WcStatus::WrFlushErr);
+                    self.post_wr(r.qp, &wr, &agent, wc.status);
                 }
+                return;
             }
             CqeOutcome::Unexpected => {
                 return self.bad_completion(wc, "its work request is not on the QP");
             }
         }
-        if from_device && !ok && wc.status != WcStatus::WrFlushErr && !fatal {
+        // The work request left the send queue: its entry is free again.
+        if soft.unwrap_or(true) {
+            ring.give_credit();
+        }
+        if soft.is_none() && !ok && wc.status != WcStatus::WrFlushErr && !fatal {
             self.recover(r.qp, wc);
         }
     }
@@ -352,9 +375,10 @@ impl PortShared {
         };
         agent.deliver(Event::Send(completion), self);
         // The lease goes back here: the slot is DONE, so no work request of it is on the QP.
+        let request = data.request;
         drop(data);
         if slot.state.recycle(r.generation).is_some() {
-            ring.release(r.index);
+            ring.release(r.index, request);
         } else {
             tracing::error!(
                 index = r.index,
@@ -385,15 +409,22 @@ impl PortShared {
         };
         match slot.state.timeout(r.generation, action) {
             TimeoutOutcome::Reposted => {
-                let wr = {
-                    let mut d = lock(&slot.data);
-                    let Some(d) = d.as_mut() else { return };
+                if let Some(d) = lock(&slot.data).as_mut() {
                     d.retries_used += 1;
-                    d.wr
-                };
+                }
                 bump(&self.cells.retries);
                 bump(&agent.cells.retries);
-                self.post_wr(r.qp, &wr, &agent, WcStatus::RespTimeoutErr);
+                // It waits for a send queue entry like any other post.
+                if let Some(ring) = self.ring(r.qp) {
+                    self.enqueue_job(
+                        ring,
+                        Job::Repost {
+                            index: r.index,
+                            generation: r.generation,
+                            on_fail: WcStatus::RespTimeoutErr,
+                        },
+                    );
+                }
             }
             TimeoutOutcome::Queued => {
                 let counted = {
@@ -431,6 +462,9 @@ impl PortShared {
     /// driver's software flush), and every send that never got a slot.
     fn flush_everything(&self, st: &mut ProgressState) -> usize {
         let mut work = 0;
+        for rr in st.recv.iter_mut().flatten() {
+            rr.release_idle();
+        }
         for ring in self.rings.iter().flatten() {
             for (index, slot) in ring.slots.iter().enumerate() {
                 let w = slot.state.load();
@@ -490,13 +524,18 @@ impl PortShared {
                 }
                 None
             };
-            // The buffer goes back to the device at once (the MAD is copied out), unless the
-            // device is dead, in which case it can never write it again and is released.
+            // The buffer goes back to the device at once (the MAD is copied out). If the
+            // device is dead it is released instead: its completion says the device is done
+            // with it, and a dead device takes no buffer back.
             if fatal {
                 rr.release(index);
             } else if let Err(e) = rr.post(&*self.hca, index) {
-                bump(&self.cells.recv_repost_failures);
-                tracing::debug!(port = self.port_num, qp = ?qp, "receive buffer kept: {e}");
+                if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
+                    rr.release(index);
+                } else {
+                    bump(&self.cells.recv_repost_failures);
+                    tracing::debug!(port = self.port_num, qp = ?qp, "receive buffer kept: {e}");
+                }
             }
             copied
         };
@@ -742,9 +781,6 @@ impl PortShared {
             self.complete_pending(p, WcStatus::LocQpOpErr, 0);
             return;
         };
-        if ring.enqueue(p) {
-            bump(&self.cells.overflowed);
-        }
-        self.drain(ring);
+        self.enqueue_job(ring, Job::New(p));
     }
 }

@@ -21,6 +21,9 @@ struct Buf {
 pub(crate) struct RecvRing {
     qp: SpecialQp,
     bufs: Vec<Buf>,
+    /// Buffers posted, and buffers held (posted or not).
+    posted: usize,
+    held: usize,
 }
 
 /// A MAD copied out of a receive buffer.
@@ -40,7 +43,12 @@ impl RecvRing {
                 posted: false,
             });
         }
-        Ok(RecvRing { qp, bufs })
+        Ok(RecvRing {
+            qp,
+            held: bufs.len(),
+            bufs,
+            posted: 0,
+        })
     }
 
     /// Post buffer `index`. On error it stays unposted (and kept).
@@ -67,6 +75,7 @@ impl RecvRing {
         };
         hca.post_recv(qp, &wr)?;
         b.posted = true;
+        self.posted += 1;
         Ok(())
     }
 
@@ -92,6 +101,7 @@ impl RecvRing {
         match self.bufs.get_mut(index as usize) {
             Some(b) if b.posted => {
                 b.posted = false;
+                self.posted -= 1;
                 true
             }
             _ => false,
@@ -122,23 +132,30 @@ impl RecvRing {
     /// the device is dead).
     pub(crate) fn release(&mut self, index: u32) {
         if let Some(b) = self.bufs.get_mut(index as usize) {
-            if !b.posted {
-                b.lease = None;
+            if !b.posted && b.lease.take().is_some() {
+                self.held -= 1;
             }
+        }
+    }
+
+    /// Release every buffer that is not posted (the device is dead).
+    pub(crate) fn release_idle(&mut self) {
+        if self.held == self.posted {
+            return;
+        }
+        for i in 0..self.bufs.len() as u32 {
+            self.release(i);
         }
     }
 
     /// Buffers posted.
     pub(crate) fn posted(&self) -> usize {
-        self.bufs.iter().filter(|b| b.posted).count()
+        self.posted
     }
 
     /// Buffers held but not posted.
     pub(crate) fn idle(&self) -> usize {
-        self.bufs
-            .iter()
-            .filter(|b| !b.posted && b.lease.is_some())
-            .count()
+        self.held - self.posted
     }
 
     /// Give up every lease: unposted ones are dropped; posted ones are leaked on purpose when
@@ -155,6 +172,8 @@ impl RecvRing {
             }
             b.posted = false;
         }
+        self.posted = 0;
+        self.held = 0;
         leaked
     }
 }

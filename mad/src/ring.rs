@@ -1,12 +1,16 @@
-//! The send side of one special QP: a fixed ring of send slots sized to the send queue, the
-//! free slots, and the in-order queue of sends waiting for a slot.
+//! The send side of one special QP: a fixed ring of send slots sized from the send queue, the
+//! free slots, the send queue's entries, and the in-order queue of what waits for them.
 //!
 //! A send lives in exactly one place: its agent's flow-control backlog, this ring's queue
 //! (both as a [`Pending`] record that owns its DMA lease), or a slot (which then owns the
 //! lease). It moves from the queue into a slot under the queue lock, so a search that holds
-//! that lock finds it in one place or the other. A slot stays owned from install to DONE, so
-//! the work requests on the QP never outnumber the slots and the send queue never overflows;
-//! sends beyond the slots wait in the queue, in order, and none is refused.
+//! that lock finds it in one place or the other. A slot stays owned from install to DONE; a
+//! send queue entry only from post to completion, as in the kernel, where a send waiting for
+//! its response no longer occupies the send queue. So the work requests posted never exceed
+//! the send queue's depth (a post never fails for room), a port may have more requests
+//! waiting for responses than its send queue holds, and a loopback reply is not starved by
+//! the requests it answers. What cannot go yet (no slot, or no entry) waits in the queue, in
+//! order, and nothing is refused.
 //!
 //! Posting is safe from any thread. Whoever queues a send then drains the queue; one drainer
 //! at a time holds the posting flag (a try-flag nobody waits on), so sends leave the queue and
@@ -17,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dma::DmaLease;
-use driver::verbs::{SendWr, Sge, SpecialQp, UdDest};
+use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN};
 
 use crate::agent::AgentInner;
@@ -70,6 +74,8 @@ pub(crate) struct SlotData {
     pub(crate) tid: u64,
     pub(crate) retries_used: u32,
     pub(crate) wr: SendWr,
+    /// Counted in the ring's slots held by requests.
+    pub(crate) request: bool,
 }
 
 /// One send slot.
@@ -156,18 +162,55 @@ impl FreeRing {
     }
 }
 
-/// A send that just got a slot and is ready to post.
-pub(crate) struct Installed {
-    pub(crate) wr: SendWr,
-    pub(crate) agent: Arc<AgentInner>,
+/// What waits in a ring's queue, in order.
+pub(crate) enum Job {
+    /// A new send: needs a slot and a send queue entry.
+    New(Pending),
+    /// A retry of the send in slot `index` (SEND_START on the QP, or canceled since): needs a
+    /// send queue entry. `on_fail` is the status its completion gets if the device refuses it.
+    Repost {
+        index: u32,
+        generation: u32,
+        on_fail: WcStatus,
+    },
 }
 
 /// What the drainer does with the head of the queue.
 pub(crate) enum Drained {
-    /// Post it.
-    Post(Installed),
-    /// The device is dead: complete these with WR_FLUSH_ERR.
-    Fail(Vec<Pending>),
+    /// Post it (a send queue entry is taken for it).
+    Post {
+        wr: SendWr,
+        agent: Arc<AgentInner>,
+        on_fail: WcStatus,
+    },
+    /// A retry canceled while it waited: complete it in software (no entry was taken).
+    Skip(u64),
+    /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
+    /// queued retries, which hold no entry).
+    Fail(Vec<Pending>, Vec<u64>),
+}
+
+/// The queue of a ring: requests (new sends with a response timeout) apart from the rest, each
+/// job numbered in arrival order.
+#[derive(Default)]
+pub(crate) struct Queues {
+    next_seq: u64,
+    requests: VecDeque<(u64, Job)>,
+    others: VecDeque<(u64, Job)>,
+}
+
+impl Queues {
+    fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.others.is_empty()
+    }
+
+    /// Every queued job, in no particular order.
+    pub(crate) fn jobs_mut(&mut self) -> impl Iterator<Item = &mut Job> {
+        self.requests
+            .iter_mut()
+            .chain(self.others.iter_mut())
+            .map(|(_, j)| j)
+    }
 }
 
 /// The send side of one special QP.
@@ -175,24 +218,43 @@ pub(crate) struct SendRing {
     pub(crate) qp: SpecialQp,
     pub(crate) slots: Box<[Slot]>,
     pub(crate) layout: TidLayout,
+    /// Send queue depth: at most this many work requests are posted at once.
+    pub(crate) depth: u32,
+    /// Send queue entries not taken.
+    credits: AtomicU32,
+    /// The most slots requests may hold (the rest are kept for sends that await no response,
+    /// such as the answers to loopback requests, which would otherwise wait for slots held by
+    /// the very requests they answer).
+    pub(crate) request_limit: u32,
+    requests_held: AtomicU32,
     free: FreeRing,
-    queue: Mutex<VecDeque<Pending>>,
+    queue: Mutex<Queues>,
     queued: AtomicUsize,
     posting: AtomicBool,
+    /// Bumped whenever a drain could newly make progress (a job queued, a slot or an entry
+    /// freed), so that a drainer that is finishing does not miss it.
+    kicks: AtomicU64,
 }
 
 impl SendRing {
-    /// A ring of `slots` slots (at least 1) on `qp`.
-    pub(crate) fn new(qp: SpecialQp, slots: u32) -> SendRing {
+    /// A ring of `slots` slots (at least 1) on `qp` whose send queue holds `depth` work
+    /// requests (at least 1).
+    pub(crate) fn new(qp: SpecialQp, slots: u32, depth: u32) -> SendRing {
         let slots = slots.max(1);
+        let depth = depth.max(1);
         SendRing {
             qp,
             slots: (0..slots).map(|_| Slot::new()).collect(),
             layout: TidLayout::new(qp, slots),
+            depth,
+            credits: AtomicU32::new(depth),
+            request_limit: (slots - depth.min(slots / 2)).max(1),
+            requests_held: AtomicU32::new(0),
             free: FreeRing::full(slots),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queues::default()),
             queued: AtomicUsize::new(0),
             posting: AtomicBool::new(false),
+            kicks: AtomicU64::new(0),
         }
     }
 
@@ -204,77 +266,210 @@ impl SendRing {
         self.queued.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn lock_queue(&self) -> MutexGuard<'_, VecDeque<Pending>> {
+    /// Work requests posted and not completed.
+    pub(crate) fn posted(&self) -> u32 {
+        self.depth - self.credits.load(Ordering::SeqCst)
+    }
+
+    fn kick(&self) {
+        self.kicks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queues> {
         lock(&self.queue)
     }
 
-    /// Put `p` at the back of the queue. Returns whether it had to wait behind others or for
-    /// a slot (for the overflow counter).
-    pub(crate) fn enqueue(&self, p: Pending) -> bool {
-        let mut q = self.lock_queue();
-        let waits = !q.is_empty() || self.free.len() == 0;
-        q.push_back(p);
+    /// Slots holding requests.
+    pub(crate) fn requests_held(&self) -> u32 {
+        self.requests_held.load(Ordering::SeqCst)
+    }
+
+    /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
+    /// for a slot or an entry (for the overflow counter).
+    pub(crate) fn enqueue(&self, job: Job) -> bool {
+        let waits = {
+            let mut q = self.lock_queue();
+            let waits = !q.is_empty()
+                || self.credits.load(Ordering::SeqCst) == 0
+                || (matches!(job, Job::New(_)) && self.free.len() == 0);
+            let seq = q.next_seq;
+            q.next_seq += 1;
+            if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
+                q.requests.push_back((seq, job));
+            } else {
+                q.others.push_back((seq, job));
+            }
+            waits
+        };
         self.queued.fetch_add(1, Ordering::SeqCst);
+        self.kick();
         waits
     }
 
-    /// Remove the queued send `id` of `agent`, if it is in the queue. The caller holds the
-    /// queue lock (from [`SendRing::lock_queue`]).
+    /// Remove the new sends matching `pred` from the queue; the caller holds the queue lock
+    /// (from [`SendRing::lock_queue`]).
     pub(crate) fn remove_locked(
         &self,
-        q: &mut VecDeque<Pending>,
+        q: &mut Queues,
         pred: impl Fn(&Pending) -> bool,
     ) -> Vec<Pending> {
         let mut out = Vec::new();
-        let mut i = 0;
-        while i < q.len() {
-            if pred(&q[i]) {
-                if let Some(p) = q.remove(i) {
-                    out.push(p);
-                    self.queued.fetch_sub(1, Ordering::SeqCst);
+        for list in [&mut q.requests, &mut q.others] {
+            let mut i = 0;
+            while i < list.len() {
+                if matches!(&list[i].1, Job::New(p) if pred(p)) {
+                    if let Some((_, Job::New(p))) = list.remove(i) {
+                        out.push(p);
+                        self.queued.fetch_sub(1, Ordering::SeqCst);
+                    }
+                } else {
+                    i += 1;
                 }
-            } else {
-                i += 1;
             }
         }
         out
     }
 
-    /// Take the posting flag; false if another thread is draining.
-    pub(crate) fn try_begin_drain(&self) -> bool {
-        !self.posting.swap(true, Ordering::SeqCst)
+    /// A send queue entry came back (its work request completed).
+    pub(crate) fn give_credit(&self) {
+        let before = self.credits.fetch_add(1, Ordering::SeqCst);
+        debug_assert!(before < self.depth, "more entries returned than taken");
+        self.kick();
     }
 
-    /// Give the posting flag back; true if the queue may have work a drainer would now miss
-    /// (a send arrived or a slot freed while the flag was held), so the caller loops.
-    pub(crate) fn end_drain(&self, dead: bool) -> bool {
+    fn take_credit(&self) -> bool {
+        self.credits
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Take the posting flag; `None` if another thread is draining, else the kick count to
+    /// hand back to [`SendRing::end_drain`].
+    pub(crate) fn try_begin_drain(&self) -> Option<u64> {
+        if self.posting.swap(true, Ordering::SeqCst) {
+            None
+        } else {
+            Some(self.kicks.load(Ordering::SeqCst))
+        }
+    }
+
+    /// Give the posting flag back; true if something happened meanwhile that the drainer may
+    /// have missed, so it should try again.
+    pub(crate) fn end_drain(&self, seen: u64) -> bool {
         self.posting.store(false, Ordering::SeqCst);
-        self.queued() > 0 && (dead || self.free.len() > 0)
+        self.kicks.load(Ordering::SeqCst) != seen
     }
 
-    /// With the posting flag held: take the head of the queue into a free slot.
+    /// With the posting flag held: the oldest queued job that can go now (a slot and an entry
+    /// for a new send, and for a request a slot under the request limit; an entry for a
+    /// retry). A request held by the request limit lets younger sends that await no
+    /// response go first; otherwise jobs go in arrival order.
     pub(crate) fn next(&self, dead: bool) -> Option<Drained> {
         let mut q = self.lock_queue();
-        if q.is_empty() {
-            return None;
-        }
         if dead {
-            let all: Vec<Pending> = q.drain(..).collect();
-            self.queued.fetch_sub(all.len(), Ordering::SeqCst);
-            return Some(Drained::Fail(all));
+            if q.is_empty() {
+                return None;
+            }
+            let mut news = Vec::new();
+            let mut reposts = Vec::new();
+            let q = &mut *q;
+            let all: Vec<(u64, Job)> = q.requests.drain(..).chain(q.others.drain(..)).collect();
+            for (_, job) in all {
+                match job {
+                    Job::New(p) => news.push(p),
+                    Job::Repost {
+                        index, generation, ..
+                    } => reposts.push(self.wr_id(index, generation)),
+                }
+            }
+            self.queued
+                .fetch_sub(news.len() + reposts.len(), Ordering::SeqCst);
+            return Some(Drained::Fail(news, reposts));
         }
-        let index = self.free.pop()?;
-        let p = q.pop_front().expect("queue is not empty");
-        self.queued.fetch_sub(1, Ordering::SeqCst);
-        let installed = self.install(index, p);
-        drop(q);
-        Some(Drained::Post(installed))
+        let req_seq = q.requests.front().map(|(s, _)| *s);
+        let oth_seq = q.others.front().map(|(s, _)| *s);
+        let order = match (req_seq, oth_seq) {
+            (None, None) => return None,
+            (Some(r), Some(o)) if r < o => [true, false],
+            (Some(_), None) => [true, false],
+            _ => [false, true],
+        };
+        for from_requests in order {
+            let list = if from_requests {
+                &mut q.requests
+            } else {
+                &mut q.others
+            };
+            let Some((_, head)) = list.front() else {
+                continue;
+            };
+            let out = match head {
+                Job::New(_) => {
+                    if from_requests && self.requests_held() >= self.request_limit {
+                        // Over the request limit: the other queue may go.
+                        continue;
+                    }
+                    if self.free.len() == 0 || !self.take_credit() {
+                        return None;
+                    }
+                    let index = self
+                        .free
+                        .pop()
+                        .expect("a free slot (only the drainer pops)");
+                    let Some((_, Job::New(p))) = list.pop_front() else {
+                        unreachable!("the head is a new send")
+                    };
+                    self.install(index, p, from_requests)
+                }
+                &Job::Repost {
+                    index,
+                    generation,
+                    on_fail,
+                } => {
+                    let slot = &self.slots[index as usize];
+                    let w = slot.state.load();
+                    let current = w.generation() == generation && w.on_qp();
+                    if !current || w.state() == crate::slot_state::SendState::Canceled {
+                        list.pop_front();
+                        Drained::Skip(self.wr_id(index, generation))
+                    } else if !self.take_credit() {
+                        return None;
+                    } else {
+                        list.pop_front();
+                        let post = lock(&slot.data)
+                            .as_ref()
+                            .filter(|d| d.generation == generation)
+                            .map(|d| Drained::Post {
+                                wr: d.wr,
+                                agent: Arc::clone(&d.p.agent),
+                                on_fail,
+                            });
+                        post.unwrap_or_else(|| {
+                            self.give_credit();
+                            Drained::Skip(self.wr_id(index, generation))
+                        })
+                    }
+                }
+            };
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Some(out);
+        }
+        None
+    }
+
+    pub(crate) fn wr_id(&self, index: u32, generation: u32) -> u64 {
+        WrId::Send {
+            qp: self.qp,
+            index,
+            generation,
+        }
+        .encode()
     }
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
     /// TID's upper half for a request (in the DMA buffer and the kept header), build the work
     /// request. Called with the queue lock held.
-    fn install(&self, index: u32, mut p: Pending) -> Installed {
+    fn install(&self, index: u32, mut p: Pending, request: bool) -> Drained {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
         let tid = if p.is_response {
@@ -289,12 +484,7 @@ impl SendRing {
             tid
         };
         let wr = SendWr {
-            wr_id: WrId::Send {
-                qp: self.qp,
-                index,
-                generation,
-            }
-            .encode(),
+            wr_id: self.wr_id(index, generation),
             sge: Sge {
                 iova: p.lease.iova(),
                 len: MAD_LEN as u32,
@@ -304,24 +494,37 @@ impl SendRing {
         let agent = Arc::clone(&p.agent);
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(agent.id.0, Ordering::Release);
+        if request {
+            self.requests_held.fetch_add(1, Ordering::SeqCst);
+        }
         *lock(&slot.data) = Some(SlotData {
             generation,
             p,
             tid,
             retries_used: 0,
             wr,
+            request,
         });
         let published = slot.state.install(generation);
         debug_assert!(published, "a slot from the free list is free");
         if !published {
             tracing::error!(index, "send slot from the free list was not free");
         }
-        Installed { wr, agent }
+        Drained::Post {
+            wr,
+            agent,
+            on_fail: WcStatus::LocQpOpErr,
+        }
     }
 
-    /// Give slot `index` back to the free list (the progress loop, after `recycle`).
-    pub(crate) fn release(&self, index: u32) {
+    /// Give slot `index` back to the free list (the progress loop, after `recycle`);
+    /// `request`: it held a request.
+    pub(crate) fn release(&self, index: u32, request: bool) {
+        if request {
+            self.requests_held.fetch_sub(1, Ordering::SeqCst);
+        }
         self.free.push(index);
+        self.kick();
     }
 }
 

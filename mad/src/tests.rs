@@ -123,6 +123,12 @@ impl Rig {
         assert_eq!(c.smi.map_or(0, |s| s.active()), 0, "{c:?}");
         assert_eq!(c.gsi.queued + c.backlogged, 0, "{c:?}");
         assert_eq!(c.outstanding, 0, "{c:?}");
+        assert_eq!(c.gsi.posted, 0, "{c:?}");
+        assert_eq!(
+            self.port.counters().post_failures,
+            0,
+            "a post never fails for room"
+        );
     }
 }
 
@@ -1140,4 +1146,167 @@ fn random_walk(seed: u64, steps: usize) {
         r.assert_clean();
     }
     let _ = r.fake.dropped_no_rq();
+}
+
+#[test]
+fn more_requests_wait_for_responses_than_the_send_queue_holds() {
+    // Send queue of 4, default slots (16): 12 requests are outstanding at once, never more
+    // than 4 work requests on the QP.
+    let r = rig_with(4, 64, PortConfig::default());
+    assert_eq!(r.port.slots(SpecialQp::Gsi), 16);
+    let a = r.perf_agent();
+    let ids: Vec<SendId> = (0..12)
+        .map(|t| {
+            a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    assert!(r.port.census().gsi.posted <= 4);
+    for _ in 0..5 {
+        r.port.progress();
+        assert!(r.fake.posted_sends(SpecialQp::Gsi) <= 4);
+    }
+    let c = r.port.census();
+    assert_eq!(
+        (c.gsi.count(SendState::WaitResp), c.gsi.posted, c.gsi.queued),
+        (12, 0, 0),
+        "{c:?}"
+    );
+    for id in ids {
+        a.cancel(id).unwrap();
+    }
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev).len(), 12);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn loopback_replies_are_not_starved_by_the_requests_they_answer() {
+    // 40 requests to our own LID, on a send queue of 4 with 16 slots: requests hold at most
+    // 12 slots, so the responder agent on the same port always has slots for its answers.
+    let r = rig_with(4, 64, PortConfig::default());
+    let responder = r.agent(AgentSpec::class(0x0B, 1, MethodMask::of(&[0x01])));
+    let req = r.perf_agent();
+    let ids: Vec<SendId> = (0..40)
+        .map(|t| {
+            req.send(SendRequest::new(mad(0x0B, 1, 0x01, 0x10, t), gsi(1)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    let mut done = HashMap::new();
+    let deadline = r.port.deadline_after(Duration::from_millis(500));
+    while done.len() < ids.len() && r.port.now() < deadline {
+        r.port
+            .progress_until(r.port.deadline_after(Duration::from_millis(1)));
+        while let Some(e) = responder.try_event() {
+            if let Event::Recv(m) = e {
+                let mut a = m.mad;
+                a[3] = 0x81;
+                responder
+                    .send(SendRequest::new(a.to_vec(), m.addr.reply_dest()))
+                    .unwrap();
+            }
+        }
+        while let Some(e) = req.try_event() {
+            if let Event::Send(c) = e {
+                done.insert(c.id, c.status);
+            }
+        }
+    }
+    assert!(
+        ids.iter().all(|i| done.get(i) == Some(&WcStatus::Success)),
+        "{done:?} {:?} {:?}",
+        r.port.counters(),
+        r.port.census()
+    );
+    assert_eq!(r.port.counters().timeouts, 0, "answered, not timed out");
+    responder.deregister();
+    req.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn requests_wait_for_slots_in_order_when_their_share_is_taken() {
+    // 4 slots with a send queue of 16: requests may hold 4 - min(16, 4/2) = 2 of them.
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(4),
+            ..PortConfig::default()
+        },
+    );
+    r.fake.set_responder(|o| {
+        let mut v = answer(o);
+        for p in &mut v {
+            p.delay = Duration::from_millis(20);
+        }
+        v
+    });
+    let a = r.perf_agent();
+    let ids: Vec<SendId> = (0..10)
+        .map(|t| {
+            a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    let c = r.port.census();
+    assert_eq!((c.gsi.active(), c.gsi.queued), (2, 8), "{c:?}");
+    // A send that awaits no response passes the waiting requests.
+    let plain = a
+        .send(SendRequest::new(mad(PERF, 1, 0x03, 0x12, 99), gsi(5)))
+        .unwrap();
+    r.port.progress();
+    assert_eq!(tid_of(&r.fake.sent()[2].mad) & 0xFFFF_FFFF, 99);
+    let ev = r.collect(&a, Duration::from_millis(300));
+    let done = completions(&ev);
+    assert!(ids.iter().all(|i| done[i].0 == WcStatus::Success));
+    assert_eq!(done[&plain].0, WcStatus::Success);
+    let order: Vec<u64> = r
+        .fake
+        .sent()
+        .iter()
+        .map(|s| tid_of(&s.mad) & 0xFFFF_FFFF)
+        .filter(|&t| t != 99)
+        .collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>(), "requests in order");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_retry_waits_for_a_send_queue_entry() {
+    // A send queue of 1: the retry of A waits while B is on the QP, then goes.
+    let r = rig_with(1, 64, PortConfig::default());
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let ia = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(10).retries(1))
+        .unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.port.progress();
+    let ib = a.send(SendRequest::new(get(2), gsi(5))).unwrap();
+    assert_eq!(
+        r.fake.posted_sends(SpecialQp::Gsi),
+        1,
+        "B took the one entry"
+    );
+    // A times out; its retry queues behind B.
+    r.port
+        .progress_until(r.port.deadline_after(Duration::from_millis(20)));
+    let c = r.port.census();
+    assert_eq!((c.gsi.queued, c.gsi.posted), (1, 1), "{c:?}");
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1);
+    r.fake.execute(SpecialQp::Gsi, 1); // B completes; A's retry is posted
+    r.port.progress();
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1, "A's retry");
+    r.fake.set_auto(true);
+    let ev = r.collect(&a, Duration::from_millis(50));
+    let c = completions(&ev);
+    assert_eq!(c[&ib].0, WcStatus::Success);
+    assert_eq!(c[&ia], (WcStatus::RespTimeoutErr, 0, 1));
+    assert_eq!(r.fake.sent().len(), 3, "A, B, A again");
+    a.deregister();
+    r.assert_clean();
 }
