@@ -7,6 +7,7 @@ pub mod device;
 pub mod edu;
 pub mod fabric;
 pub mod link;
+pub mod mlx5;
 pub mod packet;
 pub mod pci_config;
 pub mod sched;
