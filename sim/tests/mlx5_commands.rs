@@ -468,7 +468,11 @@ fn a_page_request_raised_during_a_command_holds_it_until_pages_arrive() {
     assert_eq!(rig.dev.pending_commands(), 0);
     assert_eq!(rig.dev.pages_held(), held + 5);
     assert_eq!(rig.dev.pages_requested(), 0);
-    let vectors: Vec<EqeEvent> = eq.drain(&rig).into_iter().map(|e| e.event()).collect();
+    let vectors: Vec<EqeEvent> = eq
+        .drain(&rig)
+        .iter()
+        .map(firmware_cmds::mlx5::eqe::Eqe::event)
+        .collect();
     assert!(vectors.contains(&EqeEvent::Command { vector: 1 << 3 }));
 }
 

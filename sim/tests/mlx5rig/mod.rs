@@ -749,6 +749,40 @@ impl QpRing {
         self.write_wqe(rig, &wqe)
     }
 
+    /// Writes a one-DS NOP WQE and updates the doorbell record.
+    pub fn write_nop(&mut self, rig: &Rig, signaled: bool) -> CtrlSeg {
+        self.write_ctrl_only(rig, WqeOpcode::NOP, self.qpn, 1, signaled)
+    }
+
+    /// Writes a WQE that is only a control segment with the given fields (malformed ones
+    /// included) and updates the doorbell record by one basic block.
+    pub fn write_ctrl_only(
+        &mut self,
+        rig: &Rig,
+        opcode: WqeOpcode,
+        qpn: u32,
+        ds: u8,
+        signaled: bool,
+    ) -> CtrlSeg {
+        let ctrl = CtrlSeg {
+            wqe_index: self.sq_pc,
+            opcode,
+            qpn,
+            ds,
+            fm_ce_se: if signaled { fm_ce_se::CQ_UPDATE } else { 0 },
+            ..CtrlSeg::default()
+        };
+        let mut bb = [0u8; 64];
+        bb[..16].copy_from_slice(&ctrl.to_bytes().unwrap());
+        let idx = u32::from(self.sq_pc) & (self.sq_bbs - 1);
+        rig.mem
+            .write(self.buf + self.sq_offset + u64::from(idx) * 64, &bb);
+        self.sq_pc = self.sq_pc.wrapping_add(1);
+        rig.mem
+            .write(self.dbr + 4, &QpDbRecord::counter_bytes(self.sq_pc.into()));
+        ctrl
+    }
+
     /// Writes `wqe` at the producer index (wrapping by basic block) and updates the doorbell
     /// record; returns the control segment as written.
     pub fn write_wqe(&mut self, rig: &Rig, wqe: &UdSendWqe) -> CtrlSeg {
