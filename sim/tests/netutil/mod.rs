@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod sweep;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -183,4 +185,69 @@ pub fn local_get(attr: u16, attr_mod: u32) -> [u8; 256] {
 pub fn local_smp(m: u8, attr: u16, attr_mod: u32, data: [u8; 64]) -> [u8; 256] {
     let mut p = dr_smp(m, &[], attr, attr_mod, data);
     std::mem::replace(&mut *p.mad, [0; 256])
+}
+
+/// What a directed-route SMP brought back: the response, or `None` if nothing came back.
+pub fn dr_call(
+    net: &Network,
+    dev: &Device,
+    m: u8,
+    path: &[u8],
+    attr: u16,
+    attr_mod: u32,
+    data: [u8; 64],
+) -> Option<SmpRepr> {
+    let mut got = dev.exchange(net, dr_smp(m, path, attr, attr_mod, data));
+    assert!(got.len() <= 1, "at most one answer");
+    got.pop().map(|(_, p)| smp_of(&p))
+}
+
+/// A directed-route Get that must be answered; returns (status, data).
+pub fn dr_get(
+    net: &Network,
+    dev: &Device,
+    path: &[u8],
+    attr: u16,
+    attr_mod: u32,
+) -> (u16, [u8; 64]) {
+    let r = dr_call(net, dev, method::GET, path, attr, attr_mod, [0; 64]).expect("an answer");
+    assert_eq!(r.method, method::GET_RESP);
+    (r.status, r.data)
+}
+
+/// A directed-route Set that must be answered; returns (status, data).
+pub fn dr_set(
+    net: &Network,
+    dev: &Device,
+    path: &[u8],
+    attr: u16,
+    attr_mod: u32,
+    data: [u8; 64],
+) -> (u16, [u8; 64]) {
+    let r = dr_call(net, dev, method::SET, path, attr, attr_mod, data).expect("an answer");
+    assert_eq!(r.method, method::GET_RESP);
+    (r.status, r.data)
+}
+
+/// PortInfo of 64 data bytes.
+pub fn port_info(data: &[u8; 64]) -> mad_wire::attr::port_info::PortInfoRepr {
+    use mad_wire::attr::port_info::{PortInfo, PortInfoRepr};
+    PortInfoRepr::parse(&PortInfo::new_checked(&data[..]).unwrap()).unwrap()
+}
+
+/// The 64 data bytes of a PortInfo.
+pub fn port_info_data(r: &mad_wire::attr::port_info::PortInfoRepr) -> [u8; 64] {
+    use mad_wire::attr::port_info::PortInfo;
+    let mut d = [0u8; 64];
+    r.emit(&mut PortInfo::new_checked(&mut d[..]).unwrap());
+    d
+}
+
+/// The host's SMA answers a 0-hop SMP for the device (MAD_IFC, M_Key ignored).
+pub fn local_call(dev: &Device, m: u8, attr: u16, attr_mod: u32, data: [u8; 64]) -> SmpRepr {
+    let resp = dev
+        .link
+        .local_mad(&local_smp(m, attr, attr_mod, data), true)
+        .expect("the local SMA answers");
+    SmpRepr::parse(&Smp::new_checked(&resp[..]).unwrap()).unwrap()
 }
