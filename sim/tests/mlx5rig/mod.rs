@@ -885,6 +885,10 @@ impl PortLink for Loopback {
         None
     }
 
+    fn modify_capability_mask(&self, _set: u32, _clear: u32) -> u32 {
+        0
+    }
+
     fn port_info(&self) -> PortSnapshot {
         PortSnapshot {
             state: 4,
