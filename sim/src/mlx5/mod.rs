@@ -19,6 +19,7 @@
 //! [`Mlx5::sink`] and gives back the port's [`PortLink`], which carries the port's packets and
 //! answers MAD_IFC with the port's SMA.
 
+mod attach;
 mod buffer;
 mod caps;
 pub mod cmdq;
@@ -45,6 +46,7 @@ use std::time::Duration;
 use dma::SimIommu;
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 
+pub use self::attach::MELLANOX_OUI;
 pub use self::config::Mlx5Config;
 pub use self::counters::{DropReason, Mlx5Counters};
 pub use self::faults::{Mlx5Faults, WqeQueue};
@@ -68,6 +70,9 @@ pub enum Mlx5Error {
     /// The configuration describes a device the model cannot simulate.
     #[error("invalid simulated ConnectX configuration: {0}")]
     Config(String),
+    /// The network refused to place the device (no such node, not a CA, port taken).
+    #[error("cannot attach the simulated ConnectX to the network: {0}")]
+    Network(String),
     /// A port number outside 1..=ports.
     #[error("port {port} does not exist: the simulated ConnectX has {ports} port(s)")]
     NoSuchPort {
@@ -313,6 +318,8 @@ impl Inner {
 /// A simulated ConnectX PCI function.
 pub struct Mlx5 {
     inner: Arc<Inner>,
+    /// What the fabric holds (weakly) to reach the device; owned here.
+    sink: Arc<dyn PortSink>,
 }
 
 impl std::fmt::Debug for Mlx5 {
@@ -348,7 +355,8 @@ impl Mlx5 {
             sched,
             iommu,
         });
-        Ok(Mlx5 { inner })
+        let sink: Arc<dyn PortSink> = Arc::new(port::Sink(Arc::downgrade(&inner)));
+        Ok(Mlx5 { inner, sink })
     }
 
     /// A default ConnectX-5 with its own scheduler in `mode`.
@@ -367,9 +375,10 @@ impl Mlx5 {
         &self.inner.sched
     }
 
-    /// What a fabric delivers this device's packets and port changes to.
+    /// What a fabric delivers this device's packets and port changes to. The device owns
+    /// it (a fabric keeps only a weak reference), so it lives as long as the device.
     pub fn sink(&self) -> Arc<dyn PortSink> {
-        Arc::new(port::Sink(Arc::downgrade(&self.inner)))
+        self.sink.clone()
     }
 
     /// Connects `port` (1-based) to a fabric through `link`, and reads the port's state and

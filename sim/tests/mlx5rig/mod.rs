@@ -173,7 +173,12 @@ impl Rig {
     /// As [`Rig::new`] with a configuration.
     pub fn with_config(cfg: Mlx5Config) -> Self {
         let sched = Arc::new(Scheduler::new(ClockMode::Virtual));
-        let dev = Arc::new(Mlx5::new(cfg, sched).unwrap());
+        Self::on(Mlx5::new(cfg, sched).unwrap())
+    }
+
+    /// A rig driving `dev` (built by the caller, e.g. on a network).
+    pub fn on(dev: Mlx5) -> Self {
+        let dev = Arc::new(dev);
         let mem = DmaMemory::new(MEM_LEN).unwrap();
         // SAFETY: `mem` lives in the rig as long as the device can reach it; the rig never
         // unmaps before dropping both.
