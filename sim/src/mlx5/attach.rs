@@ -36,16 +36,17 @@ impl Mlx5 {
             sched,
         )
         .map_err(|e| Mlx5Error::Network(e.to_string()))?;
-        let dev = Mlx5::on_network(cfg, &net, name)?;
+        let dev = Mlx5::on_network(cfg, &net, name, 1)?;
         Ok((dev, net))
     }
 
-    /// A ConnectX on CA `node` of `net` (on the network's scheduler), with its ports
-    /// 1..=`cfg.ports` attached to the node's ports of the same numbers.
+    /// A ConnectX on CA `node` of `net` (on the network's scheduler): device port `p` is
+    /// attached to the node's port `first_port + p - 1`.
     pub fn on_network<'a>(
         cfg: Mlx5Config,
         net: &Network,
         node: impl Into<NodeRef<'a>>,
+        first_port: u8,
     ) -> Result<Mlx5, Mlx5Error> {
         let node = net
             .node(node)
@@ -54,8 +55,11 @@ impl Mlx5 {
         let dev = Mlx5::new(cfg, net.scheduler().clone())?;
         let sink = dev.sink();
         for p in 1..=ports {
+            let node_port = first_port
+                .checked_add(p - 1)
+                .ok_or_else(|| Mlx5Error::Network(format!("port {first_port} + {p} overflows")))?;
             let link = net
-                .attach(node, p, &sink)
+                .attach(node, node_port, &sink)
                 .map_err(|e| Mlx5Error::Network(e.to_string()))?;
             dev.attach_port(p, link)?;
         }
@@ -93,7 +97,7 @@ mod tests {
     #[test]
     fn a_second_device_on_the_same_port_is_refused() {
         let (dev, net) = Mlx5::standalone_default(ClockMode::Virtual).unwrap();
-        let err = Mlx5::on_network(Mlx5Config::default(), &net, "sim-hca").unwrap_err();
+        let err = Mlx5::on_network(Mlx5Config::default(), &net, "sim-hca", 1).unwrap_err();
         assert!(matches!(err, Mlx5Error::Network(m) if m.contains("already has a device")));
         drop(dev);
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use firmware_cmds::mlx5::init_seg::FwRev;
+pub use firmware_cmds::mlx5::init_seg::FwRev;
 
 /// Mellanox's PCI vendor ID.
 pub const MELLANOX_VENDOR: u16 = 0x15b3;
@@ -103,6 +103,22 @@ impl Default for Mlx5Config {
     }
 }
 
+/// Parses a firmware version written `MAJOR.MINOR.SUBMINOR` (as `ibstat` shows it).
+pub fn parse_fw(text: &str) -> Result<FwRev, String> {
+    let bad = || format!("{text}: expected MAJOR.MINOR.SUBMINOR, e.g. 16.35.2000");
+    let mut parts = text.split('.').map(str::parse::<u16>);
+    let (Some(Ok(major)), Some(Ok(minor)), Some(Ok(subminor)), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    Ok(FwRev {
+        major,
+        minor,
+        subminor,
+    })
+}
+
 impl Mlx5Config {
     /// Checks what the model cannot simulate.
     pub fn validate(&self) -> Result<(), String> {
@@ -119,5 +135,19 @@ impl Mlx5Config {
             return Err("health tick must be longer than zero".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn firmware_versions_parse_as_ibstat_writes_them() {
+        let v = parse_fw("16.35.2000").unwrap();
+        assert_eq!((v.major, v.minor, v.subminor), (16, 35, 2000));
+        for bad in ["16.35", "16.35.2000.1", "a.b.c", "16.35.70000", ""] {
+            assert!(parse_fw(bad).is_err(), "{bad}");
+        }
     }
 }
