@@ -490,3 +490,76 @@ fn port_changes_reach_the_driver_and_the_vport_context() {
     assert!(v.has_smi);
     assert_eq!(v.port_guid, 0x0002_c903_0000_0002);
 }
+
+#[test]
+fn a_gsi_send_qp_sends_as_qp1_and_qp1_keeps_the_gsi_qkey() {
+    use firmware_cmds::mlx5::ops::qp::CreateQp;
+    use firmware_cmds::mlx5::ops::qp_modify::{Init2RtrQp, Rst2InitQp, Rtr2RtsQp};
+    use firmware_cmds::mlx5::qpc::rq_type;
+    let mut n = net(QpServiceType::QP1);
+    // A UD QP without receive queue, DETH source QPN 1: the kernel's GSI send QP.
+    let buf = n.rig.alloc(4096, 4096);
+    let dbr = n.rig.alloc(64, 64);
+    let qpn = n
+        .rig
+        .exec(&CreateQp {
+            ctx: Qpc {
+                st: QpServiceType::UD,
+                pd: n.rig.pd,
+                rq_type: rq_type::ZERO_LEN,
+                log_sq_size: 4,
+                rlky: true,
+                uar_page: n.rig.uar,
+                cqn_snd: n.scq.cqn,
+                deth_sqpn: 1,
+                dbr_addr: dbr,
+                ..Qpc::default()
+            },
+            opt_param_mask: 0,
+            input_qpn: 0,
+            pas: vec![buf],
+        })
+        .unwrap()
+        .qpn;
+    let m = ModifyQp {
+        qpn,
+        opt_param_mask: 0,
+        ctx: Qpc {
+            port: 1,
+            q_key: QP1_QKEY,
+            ..Qpc::default()
+        },
+    };
+    n.rig.exec(&Rst2InitQp(m)).unwrap();
+    n.rig.exec(&Init2RtrQp(m)).unwrap();
+    n.rig.exec(&Rtr2RtsQp(m)).unwrap();
+    let mut tx = QpRing {
+        qpn,
+        buf,
+        dbr,
+        sq_offset: 0,
+        sq_bbs: 16,
+        rq_n: 1,
+        rq_stride: 32,
+        sq_pc: 0,
+        rq_pc: 0,
+    };
+    let rbuf = recv_buf(&mut n.rig, 512);
+    n.qp.post_recv(&n.rig, rbuf, 512);
+    let (addr, mad) = mad_buf(&mut n.rig, 11);
+    let ctrl = tx.write_send(&n.rig, &SendSpec::mad(addr));
+    n.rig.ring_send(&ctrl);
+    let p = n.link.sent.lock().unwrap()[0].clone();
+    assert_eq!(p.src_qp, 1, "DETH source QPN 1");
+    assert_eq!(
+        p.qkey, QP1_QKEY,
+        "the WQE's Q_Key has bit 31: the QP's is used"
+    );
+    n.rig.settle();
+    let r = n.rcq.poll(&n.rig).expect("QP1 received it");
+    let CqeBody::Responder(resp) = r.body else {
+        panic!("responder CQE expected");
+    };
+    assert_eq!(resp.src_qpn, 1);
+    assert_eq!(n.rig.mem.bytes(rbuf + 40, 256), mad);
+}

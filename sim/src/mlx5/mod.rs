@@ -186,7 +186,8 @@ impl Inner {
     /// held.
     fn refresh_ports(&self) {
         for (i, dirty) in self.port_dirty.iter().enumerate() {
-            if !dirty.swap(false, Ordering::SeqCst) {
+            // A plain load first: this runs on every doorbell.
+            if !dirty.load(Ordering::Acquire) || !dirty.swap(false, Ordering::AcqRel) {
                 continue;
             }
             let port = i as u8 + 1;

@@ -11,7 +11,7 @@ use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Err, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
 use firmware_cmds::mlx5::ops::{Command, CommandOutput, NoPayload};
-use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, optpar};
+use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, optpar, rq_type};
 use firmware_cmds::mlx5::wqe::SEND_WQE_BB;
 
 use super::{Failure, decode_failure, encoded, synd};
@@ -21,10 +21,8 @@ use crate::mlx5::state::State;
 
 type Out = Result<Vec<u8>, Failure>;
 
-/// `rq_type` of a QP without a receive queue (`MLX5_ZERO_LEN_RQ`).
-const RQ_TYPE_ZERO_LEN: u8 = 3;
-/// `rq_type` of a QP with its own receive queue.
-const RQ_TYPE_REGULAR: u8 = 0;
+/// The Q_Key of QP1 (IBA 13.5.3.1).
+const QP1_QKEY: u32 = 0x8001_0000;
 
 fn decode<C: Command>(input: &[u8]) -> Result<C, Failure> {
     C::decode(input).map_err(|e| decode_failure(&e))
@@ -58,8 +56,8 @@ pub(super) fn create_qp(st: &mut State, input: &[u8], _: u32) -> Out {
     }
     let max_log = st.caps_cur.log_max_qp_sz();
     let rq_log = match ctx.rq_type {
-        RQ_TYPE_REGULAR => Some(ctx.log_rq_size),
-        RQ_TYPE_ZERO_LEN => None,
+        rq_type::NON_ZERO => Some(ctx.log_rq_size),
+        rq_type::ZERO_LEN => None,
         _ => return Err(bad_param(synd::CONTEXT)),
     };
     let rq_stride_shift = 4 + u32::from(ctx.log_rq_stride);
@@ -200,9 +198,9 @@ pub(super) fn query_qp(st: &mut State, input: &[u8], _: u32) -> Out {
         dbr_addr: qp.dbr,
         q_key: qp.qkey,
         rq_type: if qp.rq_log.is_some() {
-            RQ_TYPE_REGULAR
+            rq_type::NON_ZERO
         } else {
-            RQ_TYPE_ZERO_LEN
+            rq_type::ZERO_LEN
         },
         hw_sq_wqebb_counter: qp.sq_cc,
         sw_sq_wqebb_counter: db.sq,
@@ -275,9 +273,12 @@ pub(super) fn modify_qp(st: &mut State, input: &[u8], _: u32) -> Out {
             let qp = st.qps.get_mut(&qpn).expect("looked up above");
             qp.port = port;
             qp.pkey_index = m.ctx.pkey_index;
-            if kind != QpServiceType::QP0 {
-                qp.qkey = m.ctx.q_key;
-            }
+            qp.qkey = match kind {
+                // QP0 has no Q_Key; QP1's is the well-known GSI Q_Key whatever the context says.
+                QpServiceType::QP0 => 0,
+                QpServiceType::QP1 => QP1_QKEY,
+                _ => m.ctx.q_key,
+            };
             qp.state = to;
         }
         Opcode::QP_2ERR_QP => st.qp_to_err(qpn),
@@ -297,7 +298,7 @@ pub(super) fn modify_qp(st: &mut State, input: &[u8], _: u32) -> Out {
                 st.qps.get_mut(&qpn).expect("looked up above").pkey_index = m.ctx.pkey_index;
             }
             let qp = st.qps.get_mut(&qpn).expect("looked up above");
-            if m.opt_param_mask & optpar::Q_KEY != 0 && kind != QpServiceType::QP0 {
+            if m.opt_param_mask & optpar::Q_KEY != 0 && kind == QpServiceType::UD {
                 qp.qkey = m.ctx.q_key;
             }
             qp.state = to;
