@@ -229,6 +229,15 @@ impl NetState {
         let (is_switch, num_ports) = (n.kind() == NodeType::Switch, n.num_ports());
         if !is_switch {
             if let Some(a) = self.attached.get(&q) {
+                // The HCA's link layer takes only its own DLIDs (and the permissive one, which
+                // directed-route SMPs carry).
+                if cls != class::SUBN_DIRECTED_ROUTE
+                    && pkt.dlid != PERMISSIVE_LID
+                    && !owns(qport.lid(), qport.lmc(), pkt.dlid)
+                {
+                    self.agents.counters_mut(q).rcv_errors += 1;
+                    return self.dropped(DropReason::WrongDlid);
+                }
                 self.outputs.push(Output::Deliver {
                     sink: a.sink.clone(),
                     port: qnum,
