@@ -436,18 +436,16 @@ impl Network {
         });
     }
 
-    /// Takes every link of `node` down, or lets them come back.
+    /// Takes every link of `node` down, as a node losing power, or lets them come back (a link
+    /// whose other end is held down stays down).
     pub fn set_node_down(&self, node: NodeId, down: bool) {
         self.shared.run(|st| {
-            let ports: Vec<PortId> = st.fabric.ports_of(node).collect();
-            let mut sma = Sma {
+            Sma {
                 fabric: &mut st.fabric,
                 agents: &mut st.agents,
                 now: st.now,
-            };
-            for p in ports {
-                sma.set_fault_down(p, down);
             }
+            .set_node_fault_down(node, down);
         });
     }
 }
