@@ -328,7 +328,7 @@ impl NetState {
         } else {
             request_dlid
         };
-        let resp = Packet {
+        let mut resp = Packet {
             slid,
             dlid: pkt.slid,
             sl: pkt.sl,
@@ -344,7 +344,6 @@ impl NetState {
             mad: pkt.mad,
         };
         let num_ports = self.fabric.node(node).num_ports();
-        let mut resp = resp;
         if resp.mad[1] == class::SUBN_DIRECTED_ROUTE {
             return match smi::respond(&mut resp.mad, is_switch) {
                 Ok(None) => Next::Egress(q, resp),

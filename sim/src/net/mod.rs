@@ -238,7 +238,9 @@ impl Network {
     }
 
     /// A network of one CA with `config.num_ports` ports and nothing else: for a device on its
-    /// own, which still has an SMA (for MAD_IFC) and loopback.
+    /// own, which still has an SMA (for MAD_IFC) and loopback. The CA is node 0, named
+    /// `config.name`; attach to it with that name or `NodeId(0)`. Its ports start as
+    /// `config.init` says (see the module documentation).
     pub fn standalone(config: &Standalone, scheduler: Arc<Scheduler>) -> Result<Network, NetError> {
         let mut b = FabricBuilder::new();
         let mut spec = NodeSpec::new(NodeType::Ca, &config.name, config.num_ports);
