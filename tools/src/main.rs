@@ -19,6 +19,7 @@ Examples:
   hca info vfio:0000:03:00.0        open it through VFIO and show regions, IRQs, IOVA ranges
   hca info sim                      the same for the simulated HCA
   sudo hca unbind 0000:03:00.0      give it back to the driver it had before
+  hca sim gen fat-tree:leaves=64,hosts=32,spines=32 -o ft.topo   write a simulated fabric
 
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
@@ -73,6 +74,9 @@ enum Command {
     /// Open a device string and show its ID, regions, interrupts and IOVA ranges.
     #[command(after_long_help = cmd::info::HELP)]
     Info(cmd::info::Args),
+    /// Tools for the simulated fabric: `hca sim gen` writes topology files.
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCommand),
 }
 
 fn init_logging() {
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         Command::Bind(args) => cmd::bind::run(&ctx, &args),
         Command::Unbind(args) => cmd::unbind::run(&ctx, &args),
         Command::Info(args) => cmd::info::run(&ctx, &args),
+        Command::Sim(sim_cmd) => cmd::sim::run(&sim_cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
