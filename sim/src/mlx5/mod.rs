@@ -1,16 +1,16 @@
 //! A simulated ConnectX (mlx5): the PCI function a userspace mlx5 driver binds, with its
 //! firmware, as far as a driver can observe them.
 //!
-//! * BAR0 holds the initialization segment at 0 ([`regs`]: firmware version, command interface
+//! * BAR0 holds the initialization segment at 0 (`regs`: firmware version, command interface
 //!   revision, command queue address, doorbell, `initializing`, health buffer and counter,
-//!   timers) and UAR pages from index [`config::FIRST_UAR`] on ([`uar`]).
+//!   timers) and UAR pages from index [`config::FIRST_UAR`] on (`uar`).
 //! * The command queue ([`cmdq`]) runs commands on the doorbell through the IOMMU, with
 //!   mailboxes, tokens, signatures and the delivery and command statuses firmware gives
-//!   ([`exec`] has the command set); firmware pages ([`pages`]) are asked for at boot, at
+//!   (`exec` has the command set); firmware pages (`pages`) are asked for at boot, at
 //!   INIT_HCA and at run time.
-//! * EQs ([`eq`]), CQs ([`cq`]) and QP0/QP1/UD QPs ([`qp`]) live in driver memory; sends
-//!   ([`send`]) become [`Packet`]s on the port's [`PortLink`], packets the fabric delivers
-//!   ([`recv`]) land in receive queues.
+//! * EQs (`eq`), CQs (`cq`) and QP0/QP1/UD QPs (`qp`) live in driver memory; sends
+//!   (`send`) become [`Packet`](crate::packet::Packet)s on the port's [`PortLink`], packets the fabric delivers
+//!   (`recv`) land in receive queues.
 //! * Every DMA goes through the device's [`SimIommu`]; an IOMMU fault means a driver bug and is
 //!   recorded there for the test to see.
 //! * [`Mlx5Faults`] injects faults; [`Mlx5Counters`] and the accessors of [`Mlx5`] observe.
