@@ -10,6 +10,7 @@ pub mod device;
 pub mod edu;
 pub mod fabric;
 pub mod link;
+pub mod mlx5;
 pub mod net;
 pub mod packet;
 pub mod pci_config;

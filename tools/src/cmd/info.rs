@@ -18,7 +18,7 @@ accessible (root, or chown it to your user).
 Examples:
   hca info vfio:0000:03:00.0
   hca info sim
-  hca info sim:family=mlx5";
+  hca info sim:model=edu";
 
 /// Arguments of `hca info`.
 #[derive(Debug, clap::Args)]
