@@ -395,7 +395,12 @@ fn decode_status_names_the_status_and_help_has_examples() {
     assert!(stdout(&o).contains("0x1a2b3c4d"), "{}", stdout(&o));
     let o = hca(t.path(), &["decode", "--help"]);
     let out = stdout(&o);
-    for want in ["Examples:", "hca decode cqe", "hca decode status", "standard input"] {
+    for want in [
+        "Examples:",
+        "hca decode cqe",
+        "hca decode status",
+        "standard input",
+    ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
 }

@@ -650,48 +650,7 @@ mod tests {
     }
 
     fn dummy_bar() -> Mmio {
-        struct Sink;
-        impl crate::emulated::DeviceModel for Sink {
-            fn pci_id(&self) -> crate::backend::PciId {
-                crate::backend::PciId {
-                    vendor: 0,
-                    device: 0,
-                }
-            }
-            fn regions(&self) -> Vec<crate::backend::RegionInfo> {
-                Vec::new()
-            }
-            fn mmio_read(&self, _: u8, _: u64, d: &mut [u8]) {
-                d.fill(0);
-            }
-            fn mmio_write(&self, _: u8, _: u64, _: &[u8]) {}
-            fn config_read(&self, _: u64, d: &mut [u8]) {
-                d.fill(0);
-            }
-            fn config_write(&self, _: u64, _: &[u8]) {}
-            fn irq_info(&self, index: crate::backend::IrqIndex) -> crate::backend::IrqInfo {
-                crate::backend::IrqInfo {
-                    index,
-                    count: 0,
-                    eventfd: false,
-                    maskable: false,
-                    automasked: false,
-                    noresize: false,
-                }
-            }
-            fn set_irqs(&self, _: crate::backend::IrqIndex, _: u32, _: Vec<crate::EventFd>) {}
-            fn reset(&self) -> bool {
-                false
-            }
-            fn dma_mapper(&self) -> Arc<dyn dma::DmaMapper> {
-                Arc::new(SimIommu::new())
-            }
-            fn now(&self) -> Duration {
-                Duration::ZERO
-            }
-            fn run_until(&self, _: Duration) {}
-        }
-        Mmio::emulated(Arc::new(Sink), 0, 0x4000)
+        super::super::testutil::recording_bar().1
     }
 
     /// Play the device for one entry through the IOMMU: gather the input as the firmware
@@ -735,7 +694,6 @@ mod tests {
     fn a_long_command_is_framed_into_chained_blocks_and_its_output_gathered() {
         let (iommu, pool) = pool();
         let mut st = state(&pool);
-        let bar = dummy_bar();
         // MANAGE_PAGES GIVE of 100 pages: 16 + 800 bytes, two input blocks.
         let pages: Vec<u64> = (1..=100).map(|i| i << 12).collect();
         let cmd = ManagePages {
@@ -746,8 +704,14 @@ mod tests {
         let input = cmd.encode().unwrap();
         // Ask for a long output to exercise the output chain too.
         let outlen = 0x1010;
+        let (rec, bar) = super::super::testutil::recording_bar();
         post(&mut st, 1, &input, outlen, &pool, &bar, Duration::ZERO).unwrap();
         assert!(is_busy(&st, 1));
+        assert_eq!(
+            rec.take(),
+            vec![(0x18, 2u32.to_be_bytes().to_vec())],
+            "one doorbell: 1 << slot, big-endian, at cmd_dbell"
+        );
         let entry_iova = st.page.as_ref().unwrap().iova() + 64;
         let mut reply = vec![0u8; outlen];
         for (i, b) in reply.iter_mut().enumerate().skip(8) {

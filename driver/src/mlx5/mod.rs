@@ -26,6 +26,8 @@ mod pages;
 mod port;
 mod qp;
 mod smp;
+#[cfg(test)]
+mod testutil;
 mod uar;
 mod wait;
 

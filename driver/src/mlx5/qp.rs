@@ -628,8 +628,194 @@ impl Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mlx5::cq::CqeKind;
+    use crate::mlx5::testutil::{Recorder, recording_bar};
     use crate::verbs::{Grh, Sge, UdDest};
+    use dma::{DmaPool, LeaseMode, SimIommu};
+    use firmware_cmds::mlx5::cqe::RespCqe;
     use firmware_cmds::mlx5::wqe::{CTRL_SEG_LEN, DATAGRAM_SEG_LEN};
+    use std::sync::Arc;
+
+    /// A QP in RTS with its rings in strict leases, without a device.
+    fn qp(kind: SpecialQp, send: u32, recv: u32) -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
+        let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Strict).unwrap();
+        let geo = Geometry::new(send, recv, 15).unwrap();
+        let buf = pool.lease(geo.bytes(), 4096, Access::ReadWrite).unwrap();
+        let db = pool.lease(8, 8, Access::ReadWrite).unwrap();
+        let (rec, bar) = recording_bar();
+        let q = Qp {
+            kind,
+            qpn: 0x48,
+            port: 1,
+            buf,
+            db,
+            geo,
+            sq_head: 0,
+            sq_tail: 0,
+            sends: VecDeque::new(),
+            rq_head: 0,
+            rq_tail: 0,
+            recvs: VecDeque::new(),
+            state: SwState::Rts,
+            bf: BfReg::new(0x2000, 0, 9),
+            lkey: 0x100,
+        };
+        (pool, rec, bar, q)
+    }
+
+    fn recv(len: u32, id: u64) -> RecvWr {
+        RecvWr {
+            wr_id: id,
+            sge: Sge {
+                iova: 0x7000_0000 + id * 0x1000,
+                len,
+            },
+        }
+    }
+
+    fn ok_recv(bytes: u32) -> CqeKind {
+        CqeKind::Recv(RespCqe {
+            byte_cnt: bytes,
+            src_qpn: 1,
+            slid: 3,
+            sl: 2,
+            ml_path: 0x81,
+            imm_inval_pkey: 0xffff,
+            l3_hdr: 0,
+            ..RespCqe::default()
+        })
+    }
+
+    #[test]
+    fn a_send_writes_the_wqe_then_the_doorbell_record_then_the_bf_register() {
+        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let mut wqe = [0u8; 128];
+        q.buf.read(q.geo.sq_offset(), &mut wqe).unwrap();
+        let (want, _) = send_wqe(0x48, 0, &wr(0, None), 0x100).unwrap();
+        assert_eq!(&wqe[..], &want[..]);
+        assert_eq!(q.db.read_u32_be(4).unwrap(), 2, "SQ counter in BBs");
+        assert_eq!(q.db.read_u32_be(0).unwrap(), 0, "RQ counter untouched");
+        assert_eq!(rec.take(), vec![(0x2800, want[..8].to_vec())]);
+        // The next doorbell goes to the other half of the register, the WQE two BBs on.
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        assert_eq!(q.db.read_u32_be(4).unwrap(), 4);
+        let w = rec.take();
+        assert_eq!(w[0].0, 0x2900);
+        assert_eq!(&w[0].1[0..4], &[0x00, 0x00, 0x02, 0x0a], "WQE index 2");
+    }
+
+    #[test]
+    fn sends_wrap_the_ring_and_complete_in_order_only() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Smi, 2, 4);
+        for round in 0..5u16 {
+            let mut a = wr(0, None);
+            a.wr_id = u64::from(round) * 2;
+            let mut b = a;
+            b.wr_id += 1;
+            q.post_send(&bar, &a).unwrap();
+            q.post_send(&bar, &b).unwrap();
+            assert_eq!(q.post_send(&bar, &a), Err(PostError::QueueFull));
+            let first = round * 4;
+            let err = q.complete_send(first + 2, &CqeKind::SendOk).unwrap_err();
+            assert!(err.contains("oldest outstanding send is at"), "{err}");
+            let wc = q.complete_send(first, &CqeKind::SendOk).unwrap();
+            assert_eq!((wc.wr_id, wc.status), (a.wr_id, WcStatus::Success));
+            let wc = q.complete_send(first + 2, &CqeKind::SendOk).unwrap();
+            assert_eq!(wc.wr_id, b.wr_id);
+            let err = q.complete_send(first + 4, &CqeKind::SendOk).unwrap_err();
+            assert!(err.contains("no send is outstanding"), "{err}");
+        }
+        assert_eq!(q.sq_head, 20, "10 sends of 2 BBs over a 4-BB ring");
+    }
+
+    #[test]
+    fn a_send_error_stops_the_send_queue_until_recovery() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        let wc = q.complete_send(0, &e).unwrap();
+        assert_eq!((wc.status, wc.vendor_err), (WcStatus::LocProtErr, 0x33));
+        assert_eq!(q.state, SwState::SqError);
+        assert!(matches!(
+            q.post_send(&bar, &wr(0, None)),
+            Err(PostError::NotReady(_))
+        ));
+        // The hardware flushes the rest.
+        let f = CqeKind::SendErr {
+            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
+            vendor_err: 0,
+        };
+        let wc = q.complete_send(2, &f).unwrap();
+        assert_eq!(wc.status, WcStatus::WrFlushErr);
+        // Receives may still be posted while the send queue is stopped.
+        q.post_recv(&recv(296, 1)).unwrap();
+    }
+
+    #[test]
+    fn a_receive_is_checked_against_its_buffer() {
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        assert!(matches!(
+            q.post_recv(&recv(39, 0)),
+            Err(PostError::Invalid(_))
+        ));
+        for id in 0..4 {
+            q.post_recv(&recv(296, id)).unwrap();
+        }
+        assert_eq!(q.post_recv(&recv(296, 9)), Err(PostError::QueueFull));
+        assert_eq!(
+            q.db.read_u32_be(0).unwrap(),
+            4,
+            "RQ head in the doorbell record"
+        );
+        let mut seg = [0u8; 16];
+        q.buf.read(16, &mut seg).unwrap();
+        let d = DataSeg::decode(&seg).unwrap();
+        assert_eq!((d.byte_count, d.lkey, d.addr), (296, 0x100, 0x7000_1000));
+
+        let err = q.complete_recv(0, &ok_recv(297), |_| 0).unwrap_err();
+        assert!(err.contains("297 bytes for a 296-byte buffer"), "{err}");
+        let err = q.complete_recv(0, &ok_recv(39), |_| 0).unwrap_err();
+        assert!(err.contains("39 bytes"), "{err}");
+        let err = q.complete_recv(1, &ok_recv(296), |_| 0).unwrap_err();
+        assert!(err.contains("oldest outstanding receive is 0"), "{err}");
+        let wc = q
+            .complete_recv(0, &ok_recv(296), |p| if p == 0xffff { 5 } else { 0 })
+            .unwrap();
+        assert_eq!(wc.wr_id, 0);
+        assert_eq!(wc.byte_len, 296);
+        assert_eq!((wc.src_qp, wc.slid, wc.sl, wc.dlid_path_bits), (1, 3, 2, 1));
+        assert_eq!(wc.pkey_index, 5, "QP1 maps the CQE's P_Key to its index");
+        assert!(!wc.grh);
+    }
+
+    #[test]
+    fn a_software_flush_completes_each_work_request_once_sends_first() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Smi, 4, 4);
+        let mut s = wr(0, None);
+        for id in 0..3 {
+            s.wr_id = 100 + id;
+            q.post_send(&bar, &s).unwrap();
+            q.post_recv(&recv(296, id)).unwrap();
+        }
+        let mut out = Vec::new();
+        assert_eq!(q.flush(&mut out, 4), 4);
+        assert_eq!(q.flush(&mut out, 10), 2);
+        assert_eq!(q.flush(&mut out, 10), 0, "nothing is flushed twice");
+        let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, vec![100, 101, 102, 0, 1, 2]);
+        for w in &out {
+            assert_eq!((w.status, w.vendor_err), (WcStatus::WrFlushErr, 5));
+            assert_eq!(w.qp, SpecialQp::Smi);
+        }
+        assert_eq!(out[0].opcode, WcOpcode::Send);
+        assert_eq!(out[3].opcode, WcOpcode::Recv);
+        assert_eq!(q.outstanding(), 0);
+    }
 
     fn wr(pkey_index: u16, grh: Option<Grh>) -> SendWr {
         SendWr {
