@@ -329,7 +329,7 @@ impl HcaPort for Mlx5Port {
         let mut g = lock(&self.qps[qp_index(qp)]);
         let Some(q) = g.as_mut() else {
             return Err(PostError::NotReady(format!(
-                "port {} has no {qp:?} QP (this function has no SMI)",
+                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
                 self.port_num
             )));
         };
@@ -347,7 +347,7 @@ impl HcaPort for Mlx5Port {
         let mut g = lock(&self.qps[qp_index(qp)]);
         let Some(q) = g.as_mut() else {
             return Err(PostError::NotReady(format!(
-                "port {} has no {qp:?} QP (this function has no SMI)",
+                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
                 self.port_num
             )));
         };
