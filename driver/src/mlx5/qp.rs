@@ -275,6 +275,9 @@ impl Qp {
             lkey: p.lkey,
         };
         if let Err(e) = qp.to_rts(dev) {
+            // Destroyed from RESET, as `destroy_qp_common` does.
+            let mut qp = qp;
+            let _ = qp.reset(dev);
             let _ = qp.destroy(dev);
             return Err(e);
         }
