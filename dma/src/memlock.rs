@@ -32,6 +32,25 @@ pub fn has_cap_ipc_lock() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }
 
+/// The `VmLck:` figure of a `/proc/<pid>/status` text, in bytes.
+fn parse_vm_lck(status: &str) -> Option<u64> {
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Bytes of this process already counted against `RLIMIT_MEMLOCK` (`VmLck`: `mlock`ed memory
+/// and the pages VFIO type1 has pinned for it), or None when /proc does not say.
+pub fn locked_bytes() -> Option<u64> {
+    parse_vm_lck(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
 /// Check that pinning `already + extra` bytes stays within `limit`, as VFIO type1 will check it.
 ///
 /// `exempt` is true for a process with `CAP_IPC_LOCK`.
@@ -66,6 +85,16 @@ mod tests {
         ));
         assert!(msg.contains("ulimit -l 8196"), "{msg}");
         assert!(msg.contains("CAP_IPC_LOCK"), "{msg}");
+    }
+
+    #[test]
+    fn vm_lck_is_read_in_bytes() {
+        let status = "Name:\tcat\nVmPeak:\t    5000 kB\nVmLck:\t      48 kB\nVmPin:\t       0 kB\n";
+        assert_eq!(parse_vm_lck(status), Some(48 * 1024));
+        assert_eq!(parse_vm_lck("Name:\tcat\n"), None);
+        assert_eq!(parse_vm_lck("VmLck:\t lots kB\n"), None);
+        // This process: /proc is there on Linux, and nothing forces a figure.
+        assert!(locked_bytes().is_some());
     }
 
     #[test]

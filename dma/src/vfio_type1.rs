@@ -11,7 +11,7 @@ use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_unmap,
 };
 
-use crate::memlock::{check_memlock, has_cap_ipc_lock, memlock_limit};
+use crate::memlock::{check_memlock, has_cap_ipc_lock, locked_bytes, memlock_limit};
 use crate::{Access, DmaError, DmaMapper, IovaRange};
 
 /// `_IO(';', 100 + 13)`: map on a container fd.
@@ -100,10 +100,14 @@ impl DmaMapper for VfioType1 {
         if rc != 0 {
             let source = io::Error::last_os_error();
             if source.raw_os_error() == Some(libc::ENOMEM) && !has_cap_ipc_lock() {
-                // The kernel counts pins of other containers too; say what to do.
+                // The kernel counts everything this process has locked (mlock, other
+                // containers' pins), which our own figure misses; report what it counted.
+                let already =
+                    locked_bytes().map_or(self.pinned_bytes(), |l| l.max(self.pinned_bytes()));
+                let needed = already + len as u64;
                 return Err(DmaError::MemlockTooLow {
-                    needed: self.pinned_bytes() + len as u64,
-                    needed_kib: (self.pinned_bytes() + len as u64).div_ceil(1024),
+                    needed,
+                    needed_kib: needed.div_ceil(1024),
                     limit: memlock_limit(),
                 });
             }

@@ -319,6 +319,17 @@ impl Sysfs {
             .collect())
     }
 
+    /// The functions with vendor and device ID `id`, sorted by address: how a test or tool
+    /// finds a device that has no fixed address (QEMU's `edu`, `1234:11e8`, wherever the
+    /// machine put it).
+    pub fn find_by_id(&self, id: PciId) -> Result<Vec<PciFunction>, DriverError> {
+        Ok(self
+            .list_functions()?
+            .into_iter()
+            .filter(|f| f.id == id)
+            .collect())
+    }
+
     /// The devices of IOMMU group `group` and their drivers, sorted by name.
     pub fn group_members(&self, group: u32) -> Result<Vec<GroupMember>, DriverError> {
         let dir = self
@@ -749,6 +760,34 @@ mod tests {
         let all = fake.sysfs().list_functions().unwrap();
         assert_eq!(all[0].address, a("0000:00:1f.3"));
         assert!(all[0].known.is_none());
+    }
+
+    #[test]
+    fn finds_functions_by_vendor_and_device_id() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:00:03.0", 0x1234, 0x11e8, None, Some(3), -1);
+        fake.add("0000:00:02.0", 0x1234, 0x1111, None, Some(2), -1);
+        fake.add("0000:01:00.0", 0x1234, 0x11e8, Some("vfio-pci"), Some(5), 0);
+        fake.add("0000:03:00.0", 0x15b3, 0x11e8, None, Some(7), 0);
+        let edu = PciId {
+            vendor: 0x1234,
+            device: 0x11e8,
+        };
+        let found = fake.sysfs().find_by_id(edu).unwrap();
+        let addresses: Vec<_> = found.iter().map(|f| f.address.to_string()).collect();
+        assert_eq!(addresses, ["0000:00:03.0", "0000:01:00.0"]);
+        assert_eq!(found[0].iommu_group, Some(3));
+        assert_eq!(found[1].driver.as_deref(), Some("vfio-pci"));
+        let none = PciId {
+            vendor: 0x1af4,
+            device: 0x1000,
+        };
+        assert!(fake.sysfs().find_by_id(none).unwrap().is_empty());
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            Sysfs::new(empty.path()).find_by_id(edu),
+            Err(DriverError::NoSysfs { .. })
+        ));
     }
 
     #[test]

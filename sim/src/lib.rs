@@ -5,7 +5,17 @@
 pub mod clock;
 pub mod device;
 pub mod edu;
+pub mod fabric;
+pub mod link;
+pub mod mlx5;
+pub mod net;
+pub mod packet;
 pub mod pci_config;
+pub mod sched;
 
 pub use clock::{ClockMode, SimClock};
 pub use device::{Bar, Device, IrqKind, IrqLines, IrqSignal};
+pub use link::{PortChange, PortLink, PortSink, PortSnapshot};
+pub use net::{Network, NodeRef, Standalone, StandaloneInit};
+pub use packet::{Packet, PacketGrh};
+pub use sched::Scheduler;

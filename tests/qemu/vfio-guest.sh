@@ -1,35 +1,58 @@
 #!/usr/bin/env bash
 # Boot Debian's own kernel in a QEMU TCG guest with an emulated VT-d IOMMU and QEMU's `edu`
-# device, and run the guest test program (tests/src/bin/vfio_guest.rs) in it: our VFIO backend
+# device, and run the guest test program (tests/src/bin/vfio_guest) in it: our VFIO backend
 # and DMA layer against a real kernel and a real (emulated) IOMMU.
 #
 # usage: tests/qemu/vfio-guest.sh GUEST_BINARY
+#        tests/qemu/vfio-guest.sh --check      only check the prerequisites
 #
 # Needs Debian packages qemu-system-x86, linux-image-amd64, busybox-static, cpio (.ci/run installs
 # them), and read access to /boot/vmlinuz-* (root on Debian). Prints the guest's test lines, then
 # a closing line "N passed, N failed"; exits non-zero on any failure, a missing result, or a
-# timeout. Recipe: ../shared/reference/vfio-userspace.md §3.2.
+# timeout. A missing prerequisite exits with status 3 and says what to install.
+# HCA_QEMU_TIMEOUT (seconds, default 170) bounds the guest's run; HCA_QEMU_CONSOLE=FILE keeps
+# the whole serial console log. Recipe: ../shared/reference/vfio-userspace.md §3.2.
 set -euo pipefail
 
-guest_bin=${1:?usage: $0 GUEST_BINARY}
 timeout_s=${HCA_QEMU_TIMEOUT:-170}
 
 die() { echo "vfio-guest: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
+missing() { echo "vfio-guest: $*" >&2; exit 3; }
 
-for tool in qemu-system-x86_64 busybox cpio gzip dpkg-query; do
-    command -v "$tool" >/dev/null || die "$tool not found: install qemu-system-x86 busybox-static cpio (apt-get install)"
-done
+check_prerequisites() {
+    command -v qemu-system-x86_64 >/dev/null || missing "qemu-system-x86_64 not found: apt-get install qemu-system-x86"
+    command -v busybox >/dev/null || missing "busybox not found: apt-get install busybox-static"
+    # The initramfs has no shared libraries for busybox: it must be the static build.
+    if ldd "$(command -v busybox)" 2>/dev/null | grep -q '=>'; then
+        missing "$(command -v busybox) is dynamically linked: apt-get install busybox-static"
+    fi
+    command -v cpio >/dev/null || missing "cpio not found: apt-get install cpio"
+    for tool in gzip dpkg-query ldd; do
+        command -v "$tool" >/dev/null || missing "$tool not found (a Debian system is assumed)"
+    done
+    # The kernel and modules come from the installed linux-image-amd64 metapackage, whatever
+    # version it points at today.
+    dpkg-query -W -f='${Status}' linux-image-amd64 2>/dev/null | grep -q "install ok installed" \
+        || missing "linux-image-amd64 is not installed: apt-get install linux-image-amd64"
+    kpkg=$(dpkg-query -W -f='${Depends}' linux-image-amd64 | grep -o 'linux-image-[^ ,]*' | head -n1 || true)
+    [ -n "$kpkg" ] || missing "linux-image-amd64 names no kernel package: apt-get install --reinstall linux-image-amd64"
+    kver=${kpkg#linux-image-}
+    kernel=/boot/vmlinuz-$kver
+    moddir=/lib/modules/$kver
+    [ -e "$kernel" ] || missing "$kernel missing: apt-get install --reinstall $kpkg"
+    [ -r "$kernel" ] || missing "cannot read $kernel: run as root (Debian installs it mode 0600)"
+    [ -f "$moddir/modules.dep" ] || missing "$moddir/modules.dep missing: apt-get install --reinstall $kpkg"
+}
+
+if [ "${1:-}" = "--check" ]; then
+    check_prerequisites
+    echo "vfio-guest: ready (kernel $kernel)"
+    exit 0
+fi
+
+guest_bin=${1:?usage: $0 GUEST_BINARY | --check}
+check_prerequisites
 [ -x "$guest_bin" ] || die "guest program $guest_bin is not an executable file"
-
-# The kernel and modules come from the installed linux-image-amd64 metapackage, whatever
-# version it points at today.
-kpkg=$(dpkg-query -W -f='${Depends}' linux-image-amd64 2>/dev/null | grep -o 'linux-image-[^ ,]*' | head -n1) \
-    || die "linux-image-amd64 is not installed (apt-get install linux-image-amd64)"
-kver=${kpkg#linux-image-}
-kernel=/boot/vmlinuz-$kver
-moddir=/lib/modules/$kver
-[ -r "$kernel" ] || die "cannot read $kernel (run as root, or make it readable)"
-[ -f "$moddir/modules.dep" ] || die "$moddir/modules.dep missing; is $kpkg installed?"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -72,7 +95,7 @@ done
 
 # busybox and its applets.
 cp "$(command -v busybox)" "$root/bin/busybox"
-for applet in sh mount insmod poweroff cat echo sleep ls mkdir chmod chown dmesg grep su; do
+for applet in sh mount insmod poweroff cat echo sleep ls mkdir chmod chown dmesg grep; do
     ln -s busybox "$root/bin/$applet"
 done
 
@@ -97,6 +120,8 @@ mount -t devtmpfs dev /dev
 for m in $(cat /modules.order); do
     insmod /lib/modules/$m || echo "HARNESS: insmod $m failed"
 done
+# A newline first: the firmware leaves the console mid-line.
+echo
 echo "HARNESS: start"
 /bin/vfio-guest
 echo "HARNESS: exit $?"
@@ -112,11 +137,12 @@ timeout --foreground "$timeout_s" qemu-system-x86_64 \
     -machine q35,accel=tcg -cpu max -m 512M -smp 1 -nographic -no-reboot \
     -device intel-iommu -device edu \
     -kernel "$kernel" -initrd "$work/initrd.gz" \
-    -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=4" \
+    -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3" \
     < /dev/null > "$work/console.log" 2>&1
 qrc=$?
 set -e
 end=$(date +%s.%N)
+[ -n "${HCA_QEMU_CONSOLE:-}" ] && cp "$work/console.log" "$HCA_QEMU_CONSOLE"
 
 tr -d '\r' < "$work/console.log" | grep -E '^(TEST|HARNESS|GUEST|  )' || true
 elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')

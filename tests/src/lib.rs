@@ -1,3 +1,10 @@
 //! Cross-crate integration tests and their shared helpers: scenario tests on the simulated HCA,
 //! deterministic fault-injection runs, interop with real OpenSM and infiniband-diags, and the
 //! VFIO test in a QEMU guest.
+//!
+//! For the QEMU guest test (`src/bin/vfio_guest`, run by `tests/qemu_vfio.rs` through
+//! `qemu/vfio-guest.sh`): [`edu`] drives QEMU's `edu` device on the project's own device
+//! access and DMA layer, and [`kmsg`] reads the guest kernel's IOMMU fault lines.
+
+pub mod edu;
+pub mod kmsg;

@@ -27,7 +27,8 @@ Examples:
   hca info vfio:0000:03:00.0
   hca info --no-bringup vfio:0000:03:00.0
   hca info sim
-  hca info sim:model=mlx5,clock=virtual";
+  hca info sim:model=mlx5,clock=virtual
+  hca info sim:model=edu";
 
 /// Arguments of `hca info`.
 #[derive(Debug, clap::Args)]

@@ -1,0 +1,346 @@
+//! The fabric model: nodes and ports in flat vectors addressed by integer ids, so that following
+//! a link, a directed-route hop or an LFT entry is an index operation whatever the fabric's size.
+//!
+//! Layout: `nodes[n]` owns the port slots `ports[base .. base + num_ports + 1]`, slot `base + p`
+//! being port `p` (slot `base` is port 0: a switch's management port, unused on CAs and
+//! routers). A port's peer is stored as the peer's global [`PortId`], and every port knows its
+//! node and number, so a hop is two loads. Switches index a side vector of [`SwitchState`].
+//! Names and descriptions live in one string arena.
+
+use std::collections::HashMap;
+
+use super::rate::LinkRates;
+use super::state::{PortState, SwitchState};
+
+/// Marks "none" in the `u32` id fields.
+pub(super) const NONE: u32 = u32::MAX;
+
+/// Index of a node in its [`Fabric`], in file order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The index as a `usize`.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Index of a port slot in its [`Fabric`] (all nodes' ports in one vector).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortId(pub u32);
+
+impl PortId {
+    /// The index as a `usize`.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// NodeInfo NodeType (`mad-stack.md` §2.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum NodeType {
+    /// 1: channel adapter (`Hca`/`Ca` records).
+    Ca = 1,
+    /// 2: switch (`Switch` records).
+    Switch = 2,
+    /// 3: router (`Rt` records).
+    Router = 3,
+}
+
+impl NodeType {
+    /// The record keyword the writer uses (`Switch`, `Ca`, `Rt`, as ibnetdiscover writes them).
+    pub fn keyword(self) -> &'static str {
+        match self {
+            NodeType::Ca => "Ca",
+            NodeType::Switch => "Switch",
+            NodeType::Router => "Rt",
+        }
+    }
+}
+
+/// A span of the string arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    pub(super) start: u32,
+    pub(super) len: u32,
+}
+
+/// A node: a switch, CA or router with its identity (NodeInfo, NodeDescription).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub(super) kind: NodeType,
+    pub(super) num_ports: u8,
+    pub(super) port_base: u32,
+    pub(super) switch: u32,
+    pub(super) guid: u64,
+    pub(super) sys_image_guid: u64,
+    pub(super) vendor_id: u32,
+    pub(super) device_id: u16,
+    pub(super) name: Span,
+    pub(super) description: Span,
+}
+
+impl Node {
+    /// Switch, CA or router.
+    pub fn kind(&self) -> NodeType {
+        self.kind
+    }
+    /// NumPorts: physical ports, numbered 1 to this.
+    pub fn num_ports(&self) -> u8 {
+        self.num_ports
+    }
+    /// NodeGUID.
+    pub fn guid(&self) -> u64 {
+        self.guid
+    }
+    /// SystemImageGUID.
+    pub fn sys_image_guid(&self) -> u64 {
+        self.sys_image_guid
+    }
+    /// VendorID (24 bits).
+    pub fn vendor_id(&self) -> u32 {
+        self.vendor_id
+    }
+    /// DeviceID.
+    pub fn device_id(&self) -> u16 {
+        self.device_id
+    }
+}
+
+/// A port slot: a physical port (or a switch's port 0), its GUID, its enabled rates, the port it
+/// is cabled to, and the SMA's state for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    pub(super) node: u32,
+    pub(super) num: u8,
+    pub(super) lmc: u8,
+    pub(super) lid: u16,
+    pub(super) peer: u32,
+    pub(super) guid: u64,
+    /// The rates this port enables (PortInfo LinkWidthEnabled etc.).
+    pub enabled: LinkRates,
+    /// PortInfo state kept by the SMA.
+    pub state: PortState,
+}
+
+impl Port {
+    /// The node this port belongs to.
+    pub fn node(&self) -> NodeId {
+        NodeId(self.node)
+    }
+    /// Its port number (0 for a switch's management port).
+    pub fn num(&self) -> u8 {
+        self.num
+    }
+    /// PortGUID (a switch's ports all share port 0's).
+    pub fn guid(&self) -> u64 {
+        self.guid
+    }
+    /// Base LID (0 = unassigned). Meaningful on CA/router ports and switch port 0.
+    pub fn lid(&self) -> u16 {
+        self.lid
+    }
+    /// LMC: the port answers to `lid .. lid + 2^lmc`.
+    pub fn lmc(&self) -> u8 {
+        self.lmc
+    }
+    /// The port cabled to this one, if any.
+    pub fn peer(&self) -> Option<PortId> {
+        (self.peer != NONE).then_some(PortId(self.peer))
+    }
+}
+
+/// A simulated InfiniBand fabric: nodes, their ports, the links between them and the
+/// management state of each. Build one with [`Fabric::parse_file`], [`Fabric::parse_str`],
+/// [`FabricBuilder`](super::FabricBuilder) or [`generator`](super::generator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fabric {
+    pub(super) nodes: Vec<Node>,
+    pub(super) ports: Vec<Port>,
+    pub(super) switches: Vec<SwitchState>,
+    pub(super) strings: String,
+    pub(super) by_name: HashMap<Box<str>, NodeId>,
+    pub(super) by_guid: HashMap<u64, NodeId>,
+    pub(super) by_port_guid: HashMap<u64, PortId>,
+    /// `lid_owner[lid]` = the port answering to that unicast LID, or `NONE`.
+    pub(super) lid_owner: Vec<u32>,
+    pub(super) links: usize,
+}
+
+/// One past the highest unicast LID (unicast LIDs are 0x0001-0xbfff).
+pub const UNICAST_LID_END: u32 = 0xc000;
+
+impl Fabric {
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Number of physical ports (port 1 and up of every node; a switch's port 0 is not counted).
+    pub fn port_count(&self) -> usize {
+        self.nodes.iter().map(|n| usize::from(n.num_ports)).sum()
+    }
+
+    /// Number of links (cables).
+    pub fn link_count(&self) -> usize {
+        self.links
+    }
+
+    /// Number of nodes of one type.
+    pub fn count_of(&self, kind: NodeType) -> usize {
+        self.nodes.iter().filter(|n| n.kind == kind).count()
+    }
+
+    /// All node ids, in file order.
+    pub fn node_ids(&self) -> impl ExactSizeIterator<Item = NodeId> + use<> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// A node. Panics if `id` is not from this fabric.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// A node's id (the quoted string of its record, e.g. `"S-0008f10400411a08"` or `Switch1`).
+    pub fn name(&self, id: NodeId) -> &str {
+        self.span(self.nodes[id.index()].name)
+    }
+
+    /// A node's NodeDescription (its id when the file gives none, as in ibsim).
+    pub fn description(&self, id: NodeId) -> &str {
+        self.span(self.nodes[id.index()].description)
+    }
+
+    pub(super) fn span(&self, s: Span) -> &str {
+        &self.strings[s.start as usize..(s.start + s.len) as usize]
+    }
+
+    /// The node with this id string.
+    pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The node with this NodeGUID.
+    pub fn node_by_guid(&self, guid: u64) -> Option<NodeId> {
+        self.by_guid.get(&guid).copied()
+    }
+
+    /// The port with this PortGUID, among linked CA and router ports and switches (found
+    /// through their port 0).
+    pub fn port_by_guid(&self, guid: u64) -> Option<PortId> {
+        self.by_port_guid.get(&guid).copied()
+    }
+
+    /// Port `num` of `node`: O(1). `None` if the node has no such port (port 0 exists only on
+    /// switches).
+    pub fn port_id(&self, node: NodeId, num: u8) -> Option<PortId> {
+        let n = &self.nodes[node.index()];
+        if num > n.num_ports || (num == 0 && n.kind != NodeType::Switch) {
+            return None;
+        }
+        Some(PortId(n.port_base + u32::from(num)))
+    }
+
+    /// A port. Panics if `id` is not from this fabric.
+    pub fn port(&self, id: PortId) -> &Port {
+        &self.ports[id.index()]
+    }
+
+    /// A port, to change its state or enabled rates.
+    pub fn port_mut(&mut self, id: PortId) -> &mut Port {
+        &mut self.ports[id.index()]
+    }
+
+    /// The port cabled to `id`, if any: O(1).
+    pub fn peer(&self, id: PortId) -> Option<PortId> {
+        self.ports[id.index()].peer()
+    }
+
+    /// The ports of `node` from 1 up (without a switch's port 0).
+    pub fn ports_of(&self, node: NodeId) -> impl ExactSizeIterator<Item = PortId> + use<> {
+        let n = &self.nodes[node.index()];
+        (n.port_base + 1..n.port_base + 1 + u32::from(n.num_ports)).map(PortId)
+    }
+
+    /// A switch's forwarding state; `None` for CAs and routers.
+    pub fn switch(&self, node: NodeId) -> Option<&SwitchState> {
+        let s = self.nodes[node.index()].switch;
+        (s != NONE).then(|| &self.switches[s as usize])
+    }
+
+    /// A switch's forwarding state, to program it.
+    pub fn switch_mut(&mut self, node: NodeId) -> Option<&mut SwitchState> {
+        let s = self.nodes[node.index()].switch;
+        (s != NONE).then(|| &mut self.switches[s as usize])
+    }
+
+    /// The port answering to unicast `lid` (a switch answers on port 0): O(1).
+    pub fn lid_owner(&self, lid: u16) -> Option<PortId> {
+        match self.lid_owner.get(usize::from(lid)) {
+            Some(&p) if p != NONE => Some(PortId(p)),
+            _ => None,
+        }
+    }
+
+    /// Gives port `id` base LID `lid` and LMC `lmc` (as a PortInfo Set does), keeping the LID
+    /// index in step. `lid` 0 unassigns. Fails, changing nothing, if the port cannot hold a LID
+    /// (a switch's external port, a CA's port 0), if the range leaves the unicast LIDs or if
+    /// another port holds part of it.
+    pub fn set_lid(&mut self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
+        let p = &self.ports[id.index()];
+        let node = &self.nodes[p.node as usize];
+        if (node.kind == NodeType::Switch) != (p.num == 0) {
+            return Err(super::Problem::InvalidPort {
+                port: self.port_label(id),
+                why: "only CA and router ports and a switch's port 0 have LIDs",
+            });
+        }
+        let range = lid_range(lid, lmc).ok_or_else(|| super::Problem::LidOutOfRange {
+            lid: u64::from(lid),
+            lmc: u64::from(lmc),
+            port: self.port_label(id),
+        })?;
+        if let Some(other) = range
+            .clone()
+            .find(|&l| !matches!(self.lid_owner[l as usize], o if o == NONE || o == id.0))
+        {
+            let owner = self.lid_owner[other as usize];
+            return Err(super::Problem::DuplicateLid {
+                lid: other as u16,
+                port: self.port_label(id),
+                other: self.port_label(PortId(owner)),
+            });
+        }
+        let old = lid_range(p.lid, p.lmc).unwrap_or(0..0);
+        for l in old {
+            self.lid_owner[l as usize] = NONE;
+        }
+        for l in range {
+            self.lid_owner[l as usize] = id.0;
+        }
+        let p = &mut self.ports[id.index()];
+        p.lid = lid;
+        p.lmc = lmc;
+        Ok(())
+    }
+
+    /// `"name"[port]`, how messages name a port.
+    pub fn port_label(&self, id: PortId) -> String {
+        let p = &self.ports[id.index()];
+        format!("\"{}\"[{}]", self.name(NodeId(p.node)), p.num)
+    }
+}
+
+/// The LIDs `lid .. lid + 2^lmc`, if they are all unicast LIDs (an empty range for LID 0).
+pub(super) fn lid_range(lid: u16, lmc: u8) -> Option<std::ops::Range<u32>> {
+    if lmc > 7 {
+        return None;
+    }
+    if lid == 0 {
+        return Some(0..0);
+    }
+    let end = u32::from(lid) + (1u32 << lmc);
+    (end <= UNICAST_LID_END).then_some(u32::from(lid)..end)
+}

@@ -1,0 +1,244 @@
+//! The simulator's scheduler: one clock and one queue of timed events shared by every device
+//! and link of a simulated world, and the wake-up that tells a waiting driver that a device
+//! wrote something.
+//!
+//! Devices do their work synchronously inside register writes whenever nothing delays it; a
+//! delay (a CQE delay, a link delay) becomes an event here. A driver blocks only in
+//! `DeviceBackend::wait`, which lands in [`Scheduler::run_until`]: it runs the events that are
+//! due and returns as soon as a device signalled (see [`Scheduler::notify`]) or the deadline
+//! passed. In virtual time the clock jumps straight to the next event or the deadline, so a
+//! 30-second timeout in a test takes no time; virtual time is meant for one driving thread.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use crate::clock::{ClockMode, SimClock};
+
+/// Work to do at a point in simulated time.
+pub type Event = Box<dyn FnOnce() + Send>;
+
+struct Entry {
+    at: Duration,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Reverse<Entry>>,
+    seq: u64,
+    /// Bumped by every `notify`; a waiter returns when it changes.
+    signals: u64,
+}
+
+/// Clock plus timed events plus wake-ups.
+pub struct Scheduler {
+    clock: SimClock,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("clock", &self.clock)
+            .field("pending", &self.pending())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler with a clock in `mode`.
+    pub fn new(mode: ClockMode) -> Self {
+        Scheduler {
+            clock: SimClock::new(mode),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &SimClock {
+        &self.clock
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Run `event` at simulated time `at` (at once on the next `run_until` if `at` is past).
+    pub fn schedule_at(&self, at: Duration, event: Event) {
+        let mut q = self.lock();
+        q.seq += 1;
+        let seq = q.seq;
+        q.heap.push(Reverse(Entry { at, seq, event }));
+        drop(q);
+        self.wake.notify_all();
+    }
+
+    /// Run `event` after `delay` of simulated time.
+    pub fn schedule_in(&self, delay: Duration, event: Event) {
+        self.schedule_at(self.now() + delay, event);
+    }
+
+    /// Events not yet run.
+    pub fn pending(&self) -> usize {
+        self.lock().heap.len()
+    }
+
+    /// A device wrote something a driver may be waiting for (a completion, an event queue
+    /// entry, an interrupt): wake every waiter.
+    pub fn notify(&self) {
+        self.lock().signals += 1;
+        self.wake.notify_all();
+    }
+
+    /// Pop the earliest event if it is due at `now`.
+    fn pop_due(&self, now: Duration) -> Option<Event> {
+        let mut q = self.lock();
+        if q.heap.peek().is_some_and(|Reverse(e)| e.at <= now) {
+            q.heap.pop().map(|Reverse(e)| e.event)
+        } else {
+            None
+        }
+    }
+
+    /// Run due events (never holding the queue lock while an event runs); returns how many.
+    pub fn run_due(&self) -> usize {
+        let mut n = 0;
+        while let Some(ev) = self.pop_due(self.now()) {
+            ev();
+            n += 1;
+        }
+        n
+    }
+
+    /// Let simulated time pass until `deadline`, running events as they fall due, and return
+    /// early once any event ran or any device signalled. Returns true if something happened.
+    pub fn run_until(&self, deadline: Duration) -> bool {
+        let start_signals = self.lock().signals;
+        loop {
+            if self.run_due() > 0 {
+                return true;
+            }
+            let mut q = self.lock();
+            if q.signals != start_signals {
+                return true;
+            }
+            let now = self.now();
+            if now >= deadline {
+                return false;
+            }
+            let next = q.heap.peek().map(|Reverse(e)| e.at);
+            let until = next.map_or(deadline, |t| t.min(deadline));
+            match self.clock.mode() {
+                ClockMode::Virtual => {
+                    drop(q);
+                    self.clock.pass_until(until);
+                }
+                ClockMode::Real => {
+                    let wait = until.saturating_sub(now);
+                    let (guard, _) = self
+                        .wake
+                        .wait_timeout(q, wait)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    q = guard;
+                    drop(q);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn virtual_time_jumps_to_events_in_order() {
+        let s = Scheduler::new(ClockMode::Virtual);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for (t, tag) in [(30, 'c'), (10, 'a'), (20, 'b'), (20, 'B')] {
+            let log = log.clone();
+            s.schedule_at(
+                Duration::from_millis(t),
+                Box::new(move || log.lock().unwrap().push(tag)),
+            );
+        }
+        assert!(s.run_until(Duration::from_secs(60)));
+        assert_eq!(s.now(), Duration::from_millis(10));
+        assert_eq!(*log.lock().unwrap(), vec!['a']);
+        // Both events due at 20 ms run in one call, in scheduling order.
+        assert!(s.run_until(Duration::from_secs(60)));
+        assert_eq!(s.now(), Duration::from_millis(20));
+        assert!(s.run_until(Duration::from_secs(60)));
+        assert_eq!(*log.lock().unwrap(), vec!['a', 'b', 'B', 'c']);
+        assert!(!s.run_until(Duration::from_secs(60)));
+        assert_eq!(s.now(), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn an_event_scheduled_by_an_event_runs_later() {
+        let s = Arc::new(Scheduler::new(ClockMode::Virtual));
+        let hits = Arc::new(AtomicU32::new(0));
+        let (s2, h2) = (s.clone(), hits.clone());
+        s.schedule_in(
+            Duration::from_millis(5),
+            Box::new(move || {
+                h2.fetch_add(1, Ordering::SeqCst);
+                let h3 = h2.clone();
+                s2.schedule_in(
+                    Duration::from_millis(5),
+                    Box::new(move || {
+                        h3.fetch_add(10, Ordering::SeqCst);
+                    }),
+                );
+            }),
+        );
+        while s.run_until(Duration::from_secs(1)) {}
+        assert_eq!(hits.load(Ordering::SeqCst), 11);
+        assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn notify_wakes_a_real_time_waiter_early() {
+        let s = Arc::new(Scheduler::new(ClockMode::Real));
+        let s2 = s.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            s2.notify();
+        });
+        let start = s.now();
+        assert!(s.run_until(start + Duration::from_secs(30)));
+        assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
+        t.join().unwrap();
+    }
+}
