@@ -150,6 +150,11 @@ impl Cq {
         })
     }
 
+    /// Where the ring is: buffer IOVA, entries, the next index software reads.
+    pub(crate) fn position(&self) -> (u64, u32, u32) {
+        (self.buf.iova(), self.nent, self.cons_index)
+    }
+
     /// The next CQE software owns, consumed (`get_sw_cqe` then `++cons_index`).
     pub(crate) fn next(&mut self) -> Option<[u8; CQE_SIZE]> {
         let idx = (self.cons_index & (self.nent - 1)) as usize;

@@ -36,5 +36,5 @@ pub use dev::Mlx5Stats;
 pub use hca::Mlx5Hca;
 pub use health::{MAX_MISSES, REMOVAL_CHECK};
 pub use pages::PageStats;
-pub use port::Mlx5Port;
+pub use port::{CqPosition, Mlx5Port};
 pub use qp::QP1_QKEY;

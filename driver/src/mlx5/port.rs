@@ -46,6 +46,18 @@ pub struct Mlx5Port {
     pkeys: Mutex<Vec<u16>>,
 }
 
+/// Where the device writes a port's CQEs and which one software reads next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqPosition {
+    /// IOVA of CQE 0 (64-byte CQEs, contiguous).
+    pub iova: u64,
+    /// Entries in the ring (a power of two).
+    pub nent: u32,
+    /// The consumer counter: the next CQE software reads is at `next % nent`, and it is
+    /// software's when its owner bit equals `(next / nent) & 1`.
+    pub next: u32,
+}
+
 fn qp_index(qp: SpecialQp) -> usize {
     match qp {
         SpecialQp::Smi => 0,
@@ -73,6 +85,15 @@ impl Mlx5Port {
     /// The QP number the device gave a special QP (0 when it does not exist).
     pub fn hw_qpn(&self, qp: SpecialQp) -> u32 {
         lock(&self.qps[qp_index(qp)]).as_ref().map_or(0, |q| q.qpn)
+    }
+
+    /// Where the port's CQ is (diagnostics, and fault injection in tests: a simulated device
+    /// can be made to write an impossible CQE there).
+    pub fn cq_position(&self) -> Option<CqPosition> {
+        lock(&self.cq).as_ref().map(|cq| {
+            let (iova, nent, next) = cq.position();
+            CqPosition { iova, nent, next }
+        })
     }
 
     /// Work requests posted and not yet returned by `poll`.
@@ -260,6 +281,7 @@ impl Mlx5Port {
             let Some(qp) = qp_guard.as_mut() else {
                 continue;
             };
+            let was_error = qp.in_error();
             let wc = match &parsed.kind {
                 CqeKind::SendOk | CqeKind::SendErr { .. } => {
                     qp.complete_send(parsed.wqe_counter, &parsed.kind)
@@ -268,13 +290,12 @@ impl Mlx5Port {
                     qp.complete_recv(parsed.wqe_counter, &parsed.kind, |p| self.pkey_index(p))
                 }
             };
+            let now_error = qp.in_error();
             drop(qp_guard);
             match wc {
                 Ok(wc) => {
-                    let recv_error = matches!(parsed.kind, CqeKind::RecvErr { .. })
-                        && wc.status != crate::verbs::WcStatus::WrFlushErr;
-                    if recv_error {
-                        // A receive error leaves the QP in ERR: the MAD layer must know.
+                    if now_error && !was_error {
+                        // The QP is in ERR: the MAD layer must know (once).
                         self.shared.push(DeviceEvent::QpFatal {
                             port: self.port_num,
                             qp: wc.qp,

@@ -17,7 +17,7 @@ use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
 use firmware_cmds::mlx5::qpc::{QpServiceType, Qpc, pm_state};
-use firmware_cmds::mlx5::syndrome::{CqeSyndrome, WcError};
+use firmware_cmds::mlx5::syndrome::WcError;
 use firmware_cmds::mlx5::wqe::{
     CtrlSeg, DataSeg, DatagramSeg, Gather, SEND_WQE_BB, UdSendWqe, WqeOpcode, fm_ce_se,
 };
@@ -495,8 +495,9 @@ impl Qp {
                 vendor_err,
             } => {
                 let e = WcError::from_cqe(*syndrome, *vendor_err);
-                if *syndrome != CqeSyndrome::WR_FLUSHED_ERR && self.state == SwState::Rts {
-                    // The hardware stopped the send queue (SQE) until SQERR2RTS.
+                if self.state == SwState::Rts {
+                    // An error CQE (a flush too: the hardware flushes only a stopped queue)
+                    // means the send queue is in SQE until SQERR2RTS.
                     self.state = SwState::SqError;
                 }
                 (e.status, u32::from(e.vendor_err))
@@ -512,6 +513,12 @@ impl Qp {
             status,
             vendor_err,
         ))
+    }
+
+    /// True when the QP is in ERR (a receive failed or was flushed): the MAD layer is told
+    /// once, with `DeviceEvent::QpFatal`.
+    pub(crate) fn in_error(&self) -> bool {
+        self.state == SwState::Error
     }
 
     /// The completion of the oldest receive. A successful one must report between
@@ -572,9 +579,9 @@ impl Qp {
                 vendor_err,
             } => {
                 let e = WcError::from_cqe(*syndrome, *vendor_err);
-                if *syndrome != CqeSyndrome::WR_FLUSHED_ERR {
-                    self.state = SwState::Error;
-                }
+                // A receive error (a flush too: the hardware flushes receives only in ERR)
+                // leaves the whole QP in ERR.
+                self.state = SwState::Error;
                 WorkCompletion::status_only(
                     front.wr_id,
                     self.kind,
@@ -636,6 +643,7 @@ mod tests {
     use crate::verbs::{Grh, Sge, UdDest};
     use dma::{DmaPool, LeaseMode, SimIommu};
     use firmware_cmds::mlx5::cqe::RespCqe;
+    use firmware_cmds::mlx5::syndrome::CqeSyndrome;
     use firmware_cmds::mlx5::wqe::{CTRL_SEG_LEN, DATAGRAM_SEG_LEN};
     use std::sync::Arc;
 
