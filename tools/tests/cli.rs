@@ -158,6 +158,52 @@ fn info_of_sim_opens_the_simulated_device() {
 }
 
 #[test]
+fn info_of_the_simulated_connectx_brings_it_up_and_shows_firmware_and_ports() {
+    let t = tree();
+    let o = hca(
+        t.path(),
+        &[
+            "info",
+            "sim:clock=virtual,fw=16.35.2000,ports=2,port_state=init",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "HCA (mlx5 family",
+        "firmware   16.35.2000",
+        "ConnectX-5 (PF)",
+        "port type              InfiniBand",
+        "P_Key table            128",
+        "reserved lkey",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // Two ports, link up but no SM yet: INIT, LinkUp, LID 0.
+    let ports: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("ports:"))
+        .skip(2)
+        .collect();
+    assert_eq!(ports.len(), 2, "{out}");
+    for (i, line) in ports.iter().enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], (i + 1).to_string(), "{line}");
+        assert_eq!(&cols[1..4], &["INIT", "LinkUp", "0x0"], "{line}");
+    }
+}
+
+#[test]
+fn info_with_no_bringup_leaves_the_hca_alone() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "--no-bringup", "sim:clock=virtual"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("mlx5 (ConnectX-5, PF)"), "{out}");
+    assert!(!out.contains("HCA (mlx5 family"), "{out}");
+}
+
+#[test]
 fn info_of_sim_with_a_bad_parameter_lists_the_accepted_ones() {
     let t = tree();
     let o = hca(t.path(), &["info", "sim:speed=fast"]);

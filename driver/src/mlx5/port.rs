@@ -117,7 +117,12 @@ impl Mlx5Port {
             match self.smp_get(smp::ATTR_PKEY_TABLE, b as u32) {
                 Ok(d) => table.extend(smp::pkey_block(&d)),
                 Err(e) => {
-                    tracing::debug!(port = self.port_num, "P_Key table not read: {e}");
+                    // The SMA may hold fewer entries than the caps say: keep what was read.
+                    tracing::debug!(
+                        port = self.port_num,
+                        entries = table.len(),
+                        "P_Key table read up to block {b}: {e}"
+                    );
                     break;
                 }
             }
