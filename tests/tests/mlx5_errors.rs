@@ -208,6 +208,18 @@ fn a_page_request_raised_while_a_command_waits_is_served_and_the_command_complet
         p.wait(p.now() + Duration::from_micros(50));
     }
     assert_eq!(sim.model.pages_held(), before + 7);
+    // A request the driver will not satisfy is answered CAN'T GIVE, and the firmware drops it.
+    let huge = driver::mlx5::MAX_PAGES_PER_REQUEST as i32 + 1;
+    assert!(sim.model.faults().page_request(huge));
+    let end = p.now() + Duration::from_millis(100);
+    while hca.stats().pages.cant_give == 0 && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    p.events();
+    assert_eq!(hca.stats().pages.cant_give, 1);
+    assert_eq!(sim.model.pages_requested(), 0, "the request was settled");
+    assert_eq!(sim.model.pages_held(), before + 7, "no page given");
     hca.close().unwrap();
     sim.assert_clean(&hca);
 }

@@ -26,7 +26,7 @@ use super::dev::Dev;
 use super::wait::{Backoff, ms};
 
 /// Most pages one request may ask for (1 GiB): a larger number is treated as a device error.
-pub(crate) const MAX_PAGES_PER_REQUEST: u32 = 1 << 18;
+pub const MAX_PAGES_PER_REQUEST: u32 = 1 << 18;
 
 /// Pages asked back per TAKE at teardown (`optimal_reclaimed_pages`: what 12 mailbox blocks
 /// hold).
