@@ -1,6 +1,9 @@
 //! The simulated hardware: device models that implement a family's registers, commands, queues
 //! and completion formats, doing DMA only through a simulated IOMMU, attached to a simulated
 //! InfiniBand fabric of switches and CAs with their SMA and PMA, with fault injection.
+//!
+//! [`fabric`] is the topology and the management agents of every node; [`net`] runs it: devices
+//! attach to CA ports ([`Network::attach`]), packets are routed, answered, faulted and counted.
 
 pub mod clock;
 pub mod device;

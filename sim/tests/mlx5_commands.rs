@@ -566,6 +566,13 @@ fn run_time_page_requests_give_and_take() {
 fn teardown_gives_every_page_back() {
     let mut rig = Rig::new();
     rig.up(false);
+    assert_eq!(
+        rig.status(&TeardownHca {
+            profile: TeardownProfile::PrepareFastTeardown
+        }),
+        CmdStatus::BAD_PARAM_ERR,
+        "the caps offer no fast teardown"
+    );
     rig.exec(&TeardownHca {
         profile: TeardownProfile::GracefulClose,
     })

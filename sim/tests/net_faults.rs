@@ -184,6 +184,21 @@ fn links_down_cut_a_subtree_off() {
     net.with_fabric(|f| assert_eq!(f.port(hca2).state.link_state as u8, 1));
     net.set_node_down(sw2, false);
     assert!(reaches(&net, &d, &[1, 3, 1]));
+    // Two nodes down: bringing one back leaves the link between them down.
+    let sw1 = net.node("Switch1").unwrap();
+    net.set_node_down(sw2, true);
+    net.set_node_down(sw1, true);
+    net.set_node_down(sw2, false);
+    let p3 = net.port("Switch2", 3).unwrap();
+    net.with_fabric(|f| {
+        assert_eq!(
+            f.port(p3).state.link_state as u8,
+            1,
+            "Switch1 is still down"
+        );
+    });
+    net.set_node_down(sw1, false);
+    assert!(reaches(&net, &d, &[1, 3, 1]));
 }
 
 #[test]

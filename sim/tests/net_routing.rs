@@ -219,6 +219,48 @@ fn lid_routing_follows_the_programmed_tables() {
         .is_empty()
     );
     assert_eq!(net.counters(sw1_p1).rcv_switch_relay_errors, before + 2);
+    // A device's port takes only its own LIDs: an LFT that sends LID 6 (Hca4's) to Hca3,
+    // where a device is attached, gets it dropped at Hca3's port.
+    let client = attach(&net, "Hca3", 1);
+    assert_eq!(
+        d.exchange(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                sweep::LID_HCA3,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64]
+            )
+        ),
+        vec![]
+    );
+    assert_eq!(client.rec.take().len(), 1, "the device at Hca3 got its SMP");
+    net.with_fabric_mut(|f| {
+        let sw = f.node_by_name("Switch1").unwrap();
+        let s = f.switch_mut(sw).unwrap();
+        let mut b = s.lft_block(0);
+        b[6] = 2;
+        s.set_lft_block(0, &b);
+    });
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                sweep::LID_HCA4,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64]
+            )
+        )
+        .is_empty()
+    );
+    assert!(client.rec.take().is_empty());
+    assert_eq!(net.drops().get(DropReason::WrongDlid), 1);
+    assert_eq!(net.counters(net.port("Hca3", 1).unwrap()).rcv_errors, 1);
     // A multicast DLID is not forwarded.
     assert!(
         d.exchange(

@@ -21,6 +21,7 @@ Examples:
   hca info sim                      the same for the simulated HCA
   hca decode cqe < cqe.txt          name the fields of a CQE from a dump (also eqe, status)
   sudo hca unbind 0000:03:00.0      give it back to the driver it had before
+  hca sim gen fat-tree:leaves=64,hosts=32,spines=32 -o ft.topo   write a simulated fabric
 
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
@@ -79,6 +80,9 @@ enum Command {
     /// Name the fields of a CQE, an EQE or a command status from a hex dump.
     #[command(after_long_help = cmd::decode::HELP)]
     Decode(cmd::decode::Args),
+    /// Tools for the simulated fabric: `hca sim gen` writes topology files.
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCommand),
 }
 
 fn init_logging() {
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Command::Unbind(args) => cmd::unbind::run(&ctx, &args),
         Command::Info(args) => cmd::info::run(&ctx, &args),
         Command::Decode(args) => cmd::decode::run(&args),
+        Command::Sim(sim_cmd) => cmd::sim::run(&sim_cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

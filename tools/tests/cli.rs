@@ -453,3 +453,37 @@ fn decode_status_names_the_status_and_help_has_examples() {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
 }
+
+#[test]
+fn sim_gen_writes_a_topology_the_parser_reads_back() {
+    let t = tree();
+    let file = t.path().join("ft.topo");
+    let o = hca(
+        t.path(),
+        &[
+            "sim",
+            "gen",
+            "fat-tree:leaves=4,hosts=3,spines=2",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let fabric = sim::fabric::Fabric::parse_file(&file).expect("parses");
+    // 4 leaves x 3 hosts = 12 hosts, 4 leaves, 2 spines; 12 host cables + 4 x 2 uplinks.
+    assert_eq!(fabric.node_count(), 18);
+    assert_eq!(fabric.link_count(), 20);
+    assert!(stderr(&o).contains("18 nodes, 20 links"), "{}", stderr(&o));
+}
+
+#[test]
+fn sim_gen_with_a_bad_spec_says_what_is_missing() {
+    let t = tree();
+    let o = hca(t.path(), &["sim", "gen", "fat-tree:leaves=2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("missing parameter `hosts`"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -62,6 +62,9 @@ pub(crate) struct Cq {
     pub oi: bool,
     /// Producer counter (CQEs written).
     pub pc: u32,
+    /// The consumer index as last read from the doorbell record. It only moves forward, so
+    /// while it shows room the record need not be read again (as hardware caches it).
+    ci_seen: u32,
     /// Armed for the next (solicited) completion.
     pub armed: Option<Arm>,
     /// Overrun or access violation: writes nothing more.
@@ -93,6 +96,7 @@ impl Cq {
             dbr,
             oi,
             pc: 0,
+            ci_seen: 0,
             armed: None,
             error: false,
             qps: 0,
@@ -105,10 +109,15 @@ impl Cq {
         iommu.read_u32_be(self.dbr).ok().map(|v| v & 0x00ff_ffff)
     }
 
-    /// Entries written and not yet consumed, by the doorbell record.
-    fn outstanding(&self, iommu: &SimIommu) -> Option<u32> {
-        let ci = self.consumer_index(iommu)?;
-        Some(self.pc.wrapping_sub(ci) & 0x00ff_ffff)
+    /// Entries written and not yet consumed: by the cached consumer index while it shows
+    /// room, else by the doorbell record.
+    fn outstanding(&mut self, iommu: &SimIommu) -> Option<u32> {
+        let cached = self.pc.wrapping_sub(self.ci_seen) & 0x00ff_ffff;
+        if cached < self.nent {
+            return Some(cached);
+        }
+        self.ci_seen = self.consumer_index(iommu)?;
+        Some(self.pc.wrapping_sub(self.ci_seen) & 0x00ff_ffff)
     }
 
     /// An arm doorbell (UAR + 0x20): armed for `arm`, consumer at `ci`. Returns true if an

@@ -15,7 +15,6 @@
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
 //! | [`Mlx5Faults::request_release`] | the VFIO REQ interrupt (the host wants the device back) |
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HealthSyndrome};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 
 use super::Inner;
+use super::idmap::IdMap;
 use crate::device::IrqKind;
 
 /// Which work queue of a QP a WQE fault applies to.
@@ -51,7 +51,7 @@ pub(crate) struct WqeFault {
 pub(crate) struct FaultState {
     pub wqe: Vec<WqeFault>,
     pub cqe_delay: Duration,
-    pub cq_delay: HashMap<u32, Duration>,
+    pub cq_delay: IdMap<Duration>,
     /// (commands still to pass, pages) of a page request raised while a command is pending.
     pub page_request_on_command: Option<(u32, i32)>,
     pub hold_initializing: bool,

@@ -1,16 +1,16 @@
 //! A simulated ConnectX (mlx5): the PCI function a userspace mlx5 driver binds, with its
 //! firmware, as far as a driver can observe them.
 //!
-//! * BAR0 holds the initialization segment at 0 ([`regs`]: firmware version, command interface
+//! * BAR0 holds the initialization segment at 0 (`regs`: firmware version, command interface
 //!   revision, command queue address, doorbell, `initializing`, health buffer and counter,
-//!   timers) and UAR pages from index [`config::FIRST_UAR`] on ([`uar`]).
+//!   timers) and UAR pages from index [`config::FIRST_UAR`] on (`uar`).
 //! * The command queue ([`cmdq`]) runs commands on the doorbell through the IOMMU, with
 //!   mailboxes, tokens, signatures and the delivery and command statuses firmware gives
-//!   ([`exec`] has the command set); firmware pages ([`pages`]) are asked for at boot, at
+//!   (`exec` has the command set); firmware pages (`pages`) are asked for at boot, at
 //!   INIT_HCA and at run time.
-//! * EQs ([`eq`]), CQs ([`cq`]) and QP0/QP1/UD QPs ([`qp`]) live in driver memory; sends
-//!   ([`send`]) become [`Packet`]s on the port's [`PortLink`], packets the fabric delivers
-//!   ([`recv`]) land in receive queues.
+//! * EQs (`eq`), CQs (`cq`) and QP0/QP1/UD QPs (`qp`) live in driver memory; sends
+//!   (`send`) become [`Packet`](crate::packet::Packet)s on the port's [`PortLink`], packets the fabric delivers
+//!   (`recv`) land in receive queues.
 //! * Every DMA goes through the device's [`SimIommu`]; an IOMMU fault means a driver bug and is
 //!   recorded there for the test to see.
 //! * [`Mlx5Faults`] injects faults; [`Mlx5Counters`] and the accessors of [`Mlx5`] observe.
@@ -29,6 +29,7 @@ mod cq;
 mod eq;
 mod exec;
 pub mod faults;
+mod idmap;
 mod pages;
 mod port;
 mod qp;
@@ -53,13 +54,11 @@ pub use self::faults::{Mlx5Faults, WqeQueue};
 
 use self::cmdq::MadWork;
 use self::config::{BAR0_SIZE, CLASS_INFINIBAND, FIRST_UAR, MELLANOX_VENDOR};
-use self::counters::DropReason as Drop;
 use self::send::SendStep;
 use self::state::State;
 use crate::clock::{ClockMode, SimClock};
 use crate::device::{Bar, Device, IrqKind, IrqLines};
 use crate::link::{PortLink, PortSink};
-use crate::packet::Packet;
 use crate::pci_config::ConfigSpace;
 use crate::sched::Scheduler;
 
@@ -123,6 +122,8 @@ pub(crate) struct Inner {
     state: Mutex<State>,
     links: Vec<RwLock<Option<Arc<dyn PortLink>>>>,
     port_dirty: Vec<AtomicBool>,
+    /// Some QP in ERR has a receive queue to watch (saves the lock on every wait otherwise).
+    err_rqs: AtomicBool,
     weak: Weak<Inner>,
 }
 
@@ -138,6 +139,8 @@ impl Inner {
         let r = f(&mut st);
         st.counters.snap.interrupts += st.fx.irqs.len() as u64;
         let fx = std::mem::take(&mut st.fx);
+        self.err_rqs
+            .store(!st.err_rqs.is_empty(), Ordering::Relaxed);
         drop(st);
         self.apply(fx);
         r
@@ -242,18 +245,16 @@ impl Inner {
             match self.with(|st| st.next_send(qpn)) {
                 SendStep::Idle => return,
                 SendStep::Completed => {}
-                SendStep::Packet(port, packet) => self.transmit(port, packet),
+                SendStep::Packet(port, packet, more) => {
+                    // Counted (sent, or dropped for want of a link) by `next_send`.
+                    if let Some(link) = self.link(port) {
+                        link.transmit(packet);
+                    }
+                    if !more {
+                        return;
+                    }
+                }
             }
-        }
-    }
-
-    fn transmit(&self, port: u8, packet: Packet) {
-        match self.link(port) {
-            Some(link) => {
-                self.with(|st| st.counters.snap.packets_sent += 1);
-                link.transmit(packet);
-            }
-            None => self.with(|st| st.counters.drop_packet(Drop::NoLink)),
         }
     }
 
@@ -351,6 +352,7 @@ impl Mlx5 {
             state: Mutex::new(State::new(cfg.clone(), iommu.clone(), sched.clone())),
             links: (0..ports).map(|_| RwLock::new(None)).collect(),
             port_dirty: (0..ports).map(|_| AtomicBool::new(false)).collect(),
+            err_rqs: AtomicBool::new(false),
             weak: weak.clone(),
             cfg,
             sched,
@@ -542,7 +544,7 @@ impl Device for Mlx5 {
 
     fn run_until(&self, deadline: Duration) {
         self.inner.refresh_ports();
-        if !self.inner.down() {
+        if !self.inner.down() && self.inner.err_rqs.load(Ordering::Relaxed) {
             self.inner.with(|st| {
                 if !st.health.fatal {
                     st.sweep_err_rqs();

@@ -21,6 +21,9 @@ use super::state::PortView;
 use crate::link::{PortChange, PortLink, PortSink};
 use crate::packet::Packet;
 
+/// MAD buffers kept for reuse.
+const MAD_POOL_MAX: usize = 64;
+
 /// The PORT_CHANGE subtype of a change.
 pub(crate) fn subtype(change: PortChange) -> u8 {
     match change {
@@ -50,7 +53,11 @@ pub(crate) fn read_view(link: &dyn PortLink, entries: usize) -> PortView {
             }
         }
     }
-    PortView { snapshot, pkeys }
+    PortView {
+        snapshot,
+        pkeys,
+        linked: true,
+    }
 }
 
 fn pkey_block(link: &dyn PortLink, block: u32) -> Option<[u16; PKEYS_PER_BLOCK]> {
@@ -85,7 +92,7 @@ pub(crate) struct Sink(pub Weak<Inner>);
 impl PortSink for Sink {
     fn deliver(&self, port: u8, packet: Packet) {
         if let Some(inner) = self.0.upgrade() {
-            inner.deliver(port, &packet);
+            inner.deliver(port, packet);
         }
     }
 
@@ -110,16 +117,16 @@ impl PortSink for Sink {
 
 impl Inner {
     /// A packet from the fabric.
-    pub(crate) fn deliver(&self, port: u8, packet: &Packet) {
-        if self.down() {
-            self.with(|st| st.counters.drop_packet(DropReason::DeviceDown));
-            return;
-        }
+    pub(crate) fn deliver(&self, port: u8, packet: Packet) {
         self.with(|st| {
-            if st.health.fatal {
+            if self.down() || st.health.fatal {
                 st.counters.drop_packet(DropReason::DeviceDown);
             } else {
-                st.receive(port, packet);
+                st.receive(port, &packet);
+            }
+            // Keep the MAD buffer for the next send.
+            if st.mad_pool.len() < MAD_POOL_MAX {
+                st.mad_pool.push(packet.mad);
             }
         });
     }

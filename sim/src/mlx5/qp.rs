@@ -55,6 +55,9 @@ pub(crate) struct Qp {
     pub sq_cc: u16,
     /// Device receive consumer, in WQEs (16 bits).
     pub rq_cc: u16,
+    /// The receive producer as last read from the doorbell record (it only moves forward,
+    /// so while it is ahead of `rq_cc` the record need not be read again).
+    pub rq_pc_seen: u16,
     /// Send WQEs processed since creation (fault injection counts on this).
     pub sends: u64,
     /// Receive WQEs consumed since creation.

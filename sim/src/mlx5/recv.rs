@@ -74,14 +74,25 @@ impl State {
         let Some(n) = qp.rq_entries() else {
             return Err(DropReason::NoRecvWqe);
         };
-        let Some(pc) = qp.rq_producer(&self.iommu) else {
-            self.counters.snap.dma_errors += 1;
-            return Err(DropReason::NoRecvWqe);
-        };
         let index = qp.rq_cc;
+        // The cached producer is good while it is ahead of the consumer within the ring (a
+        // flush may have moved the consumer past it).
+        let cached = u32::from(qp.rq_pc_seen.wrapping_sub(index));
+        let pc = if cached == 0 || cached > n {
+            let Some(pc) = qp.rq_producer(&self.iommu) else {
+                self.counters.snap.dma_errors += 1;
+                return Err(DropReason::NoRecvWqe);
+            };
+            pc
+        } else {
+            qp.rq_pc_seen
+        };
         let pending = u32::from(pc.wrapping_sub(index));
         if pending == 0 {
             return Err(DropReason::NoRecvWqe);
+        }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rq_pc_seen = pc;
         }
         self.counters.snap.packets_received += 1;
         let result = if pending > n {

@@ -13,6 +13,7 @@ use firmware_cmds::mlx5::wqe::{
 
 use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
+use super::counters::DropReason;
 use super::faults::WqeQueue;
 use super::state::State;
 use crate::packet::{Packet, PacketGrh};
@@ -27,8 +28,8 @@ const QKEY_FROM_QP: u32 = 0x8000_0000;
 /// What one step of the send queue produced.
 #[derive(Debug)]
 pub(crate) enum SendStep {
-    /// A packet to put on the wire out of `port`.
-    Packet(u8, Packet),
+    /// A packet to put on the wire out of `port`; `true` if more WQEs were posted behind it.
+    Packet(u8, Packet, bool),
     /// A WQE completed without a packet (NOP, error, flush).
     Completed,
     /// Nothing (more) to do.
@@ -93,6 +94,7 @@ impl State {
         let qp = self.qps.get_mut(&qpn).expect("looked up above");
         qp.sq_cc = start.wrapping_add(nbb as u16);
         qp.sends += 1;
+        let more = pc != qp.sq_cc;
         self.counters.snap.send_wqes += 1;
         let cqn = qp.cqn_snd;
         match result {
@@ -114,7 +116,14 @@ impl State {
                     self.complete(cqn, cqe, false);
                 }
                 match packet {
-                    Some((port, p)) => SendStep::Packet(port, p),
+                    Some((port, p)) => {
+                        if self.ports[usize::from(port.max(1) - 1)].linked {
+                            self.counters.snap.packets_sent += 1;
+                        } else {
+                            self.counters.drop_packet(DropReason::NoLink);
+                        }
+                        SendStep::Packet(port, p, more)
+                    }
                     None => SendStep::Completed,
                 }
             }
@@ -198,7 +207,11 @@ impl State {
     fn build_packet(&mut self, qpn: u32, wqe: &[u8]) -> Result<(u8, Packet), SendError> {
         let w = UdSendWqe::decode(wqe).map_err(|_| qp_op_err())?;
         let qp = &self.qps[&qpn];
-        let mut mad = Box::new([0u8; MAD_LEN]);
+        let mut mad = self
+            .mad_pool
+            .pop()
+            .unwrap_or_else(|| Box::new([0u8; MAD_LEN]));
+        mad.fill(0);
         let mut len = 0usize;
         for g in &w.gather {
             match g {

@@ -5,7 +5,7 @@
 //! Work that must not run under the lock (raising interrupts, waking the driver, scheduling
 //! delayed CQEs) is collected in [`Effects`] and performed by the caller after unlocking.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use super::counters::Counters;
 use super::cq::{self, Cq, Delayed};
 use super::eq::{self, Eq};
 use super::faults::FaultState;
+use super::idmap::IdMap;
 use super::pages::Pages;
 use super::qp::Qp;
 use crate::link::PortSnapshot;
@@ -67,6 +68,8 @@ pub(crate) struct PortView {
     pub snapshot: PortSnapshot,
     /// The P_Key table (index 0 is the default P_Key when no SMA answers).
     pub pkeys: Vec<u16>,
+    /// A fabric link is attached: sends go somewhere.
+    pub linked: bool,
 }
 
 impl PortView {
@@ -84,6 +87,7 @@ impl PortView {
                 ..PortSnapshot::default()
             },
             pkeys,
+            linked: false,
         }
     }
 
@@ -132,9 +136,9 @@ pub(crate) struct State {
     pub pds: BTreeMap<u32, u32>,
     pub next_pd: u32,
     pub eqs: BTreeMap<u8, Eq>,
-    pub cqs: HashMap<u32, Cq>,
+    pub cqs: IdMap<Cq>,
     pub next_cqn: u32,
-    pub qps: HashMap<u32, Qp>,
+    pub qps: IdMap<Qp>,
     pub next_qpn: u32,
     /// Per port: the QPN of its QP0 and QP1 (set at RST2INIT, when the port is known).
     pub special: Vec<[Option<u32>; 2]>,
@@ -144,6 +148,11 @@ pub(crate) struct State {
     pub faults: FaultState,
     pub counters: Counters,
     pub fx: Effects,
+    /// MAD buffers of delivered packets, reused for the next sends (no allocation per
+    /// packet in a loop back). Boxed because a `Packet` carries its MAD as a box: reuse
+    /// moves the box, it never copies the bytes.
+    #[allow(clippy::vec_box)]
+    pub mad_pool: Vec<Box<[u8; 256]>>,
 }
 
 impl State {
@@ -182,15 +191,16 @@ impl State {
             pds: BTreeMap::new(),
             next_pd: 1,
             eqs: BTreeMap::new(),
-            cqs: HashMap::new(),
+            cqs: IdMap::default(),
             next_cqn: 0x400,
-            qps: HashMap::new(),
+            qps: IdMap::default(),
             next_qpn: 0x100,
             err_rqs: BTreeSet::new(),
             ports,
             faults: FaultState::default(),
             counters: Counters::default(),
             fx: Effects::default(),
+            mad_pool: Vec::new(),
         }
     }
 
@@ -489,6 +499,7 @@ impl State {
             return;
         };
         let cqn = qp.cqn_rcv;
+        qp.rq_pc_seen = pc;
         let pending = u32::from(pc.wrapping_sub(qp.rq_cc)).min(n);
         let mut cqes = Vec::with_capacity(pending as usize);
         for _ in 0..pending {

@@ -229,6 +229,15 @@ impl NetState {
         let (is_switch, num_ports) = (n.kind() == NodeType::Switch, n.num_ports());
         if !is_switch {
             if let Some(a) = self.attached.get(&q) {
+                // The HCA's link layer takes only its own DLIDs (and the permissive one, which
+                // directed-route SMPs carry).
+                if cls != class::SUBN_DIRECTED_ROUTE
+                    && pkt.dlid != PERMISSIVE_LID
+                    && !owns(qport.lid(), qport.lmc(), pkt.dlid)
+                {
+                    self.agents.counters_mut(q).rcv_errors += 1;
+                    return self.dropped(DropReason::WrongDlid);
+                }
                 self.outputs.push(Output::Deliver {
                     sink: a.sink.clone(),
                     port: qnum,
@@ -319,7 +328,7 @@ impl NetState {
         } else {
             request_dlid
         };
-        let resp = Packet {
+        let mut resp = Packet {
             slid,
             dlid: pkt.slid,
             sl: pkt.sl,
@@ -335,7 +344,6 @@ impl NetState {
             mad: pkt.mad,
         };
         let num_ports = self.fabric.node(node).num_ports();
-        let mut resp = resp;
         if resp.mad[1] == class::SUBN_DIRECTED_ROUTE {
             return match smi::respond(&mut resp.mad, is_switch) {
                 Ok(None) => Next::Egress(q, resp),

@@ -238,7 +238,9 @@ impl Network {
     }
 
     /// A network of one CA with `config.num_ports` ports and nothing else: for a device on its
-    /// own, which still has an SMA (for MAD_IFC) and loopback.
+    /// own, which still has an SMA (for MAD_IFC) and loopback. The CA is node 0, named
+    /// `config.name`; attach to it with that name or `NodeId(0)`. Its ports start as
+    /// `config.init` says (see the module documentation).
     pub fn standalone(config: &Standalone, scheduler: Arc<Scheduler>) -> Result<Network, NetError> {
         let mut b = FabricBuilder::new();
         let mut spec = NodeSpec::new(NodeType::Ca, &config.name, config.num_ports);
@@ -436,18 +438,16 @@ impl Network {
         });
     }
 
-    /// Takes every link of `node` down, or lets them come back.
+    /// Takes every link of `node` down, as a node losing power, or lets them come back (a link
+    /// whose other end is held down stays down).
     pub fn set_node_down(&self, node: NodeId, down: bool) {
         self.shared.run(|st| {
-            let ports: Vec<PortId> = st.fabric.ports_of(node).collect();
-            let mut sma = Sma {
+            Sma {
                 fabric: &mut st.fabric,
                 agents: &mut st.agents,
                 now: st.now,
-            };
-            for p in ports {
-                sma.set_fault_down(p, down);
             }
+            .set_node_fault_down(node, down);
         });
     }
 }

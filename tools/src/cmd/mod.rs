@@ -4,6 +4,7 @@ pub mod bind;
 pub mod decode;
 pub mod info;
 pub mod list;
+pub mod sim;
 pub mod unbind;
 
 use std::fmt::Write as _;

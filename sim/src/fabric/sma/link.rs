@@ -93,7 +93,7 @@ impl Sma<'_> {
     /// standalone CA's port), which comes up alone.
     pub fn link_up(&mut self, port: PortId) -> LinkEvent {
         let me = self.fabric.port(port).state;
-        if me.phys_state == PhysState::Disabled || self.agents.is_fault_down(port) {
+        if me.phys_state == PhysState::Disabled || self.agents.is_fault_down(self.fabric, port) {
             return LinkEvent::Unchanged;
         }
         if me.phys_state == PhysState::LinkUp {
@@ -132,6 +132,24 @@ impl Sma<'_> {
     pub fn retrain(&mut self, port: PortId) {
         self.link_down(port, false);
         self.link_up(port);
+    }
+
+    /// Holds every link of `node` down (`down`), as a node losing power, or lets them come back
+    /// (those whose other end is not held down too).
+    pub fn set_node_fault_down(&mut self, node: crate::fabric::NodeId, down: bool) {
+        if down {
+            self.agents.node_down.insert(node);
+        } else {
+            self.agents.node_down.remove(&node);
+        }
+        let ports: Vec<PortId> = self.fabric.ports_of(node).collect();
+        for p in ports {
+            if down {
+                self.link_down(p, false);
+            } else {
+                self.link_up(p);
+            }
+        }
     }
 
     /// Holds the link of `port` down (`down`) or lets it come back (`!down`), as a cable pulled

@@ -151,6 +151,8 @@ pub struct Agents {
     pub(crate) counters: SideTable<PortCounters>,
     /// Ports whose link a fault holds down (both ends are listed).
     pub(crate) fault_down: HashSet<PortId>,
+    /// Nodes a fault holds down: none of their links comes up.
+    pub(crate) node_down: HashSet<NodeId>,
     /// Ports without a cable that train as if looped back to themselves (a standalone CA's).
     pub(crate) loopback: HashSet<PortId>,
     pub(crate) effects: Vec<Effect>,
@@ -184,6 +186,7 @@ impl Agents {
             vlarb: SideTable::new(slots),
             counters: SideTable::new(slots),
             fault_down: HashSet::new(),
+            node_down: HashSet::new(),
             loopback: HashSet::new(),
             effects: Vec::new(),
         }
@@ -211,9 +214,13 @@ impl Agents {
         self.loopback.insert(port);
     }
 
-    /// Whether a fault holds the link of `port` down.
-    pub fn is_fault_down(&self, port: PortId) -> bool {
-        self.fault_down.contains(&port)
+    /// Whether a fault holds the link of `port` down (the link itself, or the node of either
+    /// end; `fabric` is the fabric these agents belong to).
+    pub fn is_fault_down(&self, fabric: &Fabric, port: PortId) -> bool {
+        let down = |p: PortId| {
+            self.fault_down.contains(&p) || self.node_down.contains(&fabric.port(p).node())
+        };
+        down(port) || fabric.peer(port).is_some_and(down)
     }
 }
 

@@ -16,6 +16,9 @@
 //! - PortState 0 (no change), 1 Down, 3 Armed or 4 Active; PortPhysicalState 0, 2 Polling or
 //!   3 Disabled, and only with PortState 0 or 1.
 //!
+//! New enabled rates (LinkWidthEnabled and the speeds) take effect when the link next trains
+//! (after a Down, or when it comes back up); the active rates stay until then.
+//!
 //! State changes are legal as the IBA link state machine allows them: Armed from Init (the
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);

@@ -6,7 +6,9 @@ use firmware_cmds::mlx5::cmd::status::CmdStatus;
 use firmware_cmds::mlx5::ops::access_reg::{
     AccessReg, AccessRegOut, HOST_ENDIANNESS_LEN, REG_HOST_ENDIANNESS, RegAccess,
 };
-use firmware_cmds::mlx5::ops::hca::{DisableHca, EnableHca, InitHca, TeardownHca, TeardownHcaOut};
+use firmware_cmds::mlx5::ops::hca::{
+    DisableHca, EnableHca, InitHca, TeardownHca, TeardownHcaOut, TeardownProfile,
+};
 use firmware_cmds::mlx5::ops::hca_cap::{
     CAPABILITY_OFFSET, CapMode, HCA_CAP_LONG_LEN, QueryHcaCap, QueryHcaCapOut, SetHcaCap,
 };
@@ -68,7 +70,11 @@ pub(super) fn init_hca(st: &mut State, input: &[u8], _: u32) -> Out {
 }
 
 pub(super) fn teardown_hca(st: &mut State, input: &[u8], _: u32) -> Out {
-    let _: TeardownHca = decode(input)?;
+    let c: TeardownHca = decode(input)?;
+    // The caps do not offer fast teardown (no NIC-interface handshake in the model).
+    if c.profile == TeardownProfile::PrepareFastTeardown && !st.caps_cur.fast_teardown() {
+        return Err(bad_param(synd::BAD_CODE));
+    }
     // Both profiles close everything: whatever the driver left open is gone with the HCA.
     st.drop_resources();
     st.phase = Phase::TornDown;

@@ -128,6 +128,7 @@ pub(super) fn create_qp(st: &mut State, input: &[u8], _: u32) -> Out {
             user_index: ctx.user_index,
             sq_cc: 0,
             rq_cc: 0,
+            rq_pc_seen: 0,
             sends: 0,
             recvs: 0,
         },
@@ -289,6 +290,7 @@ pub(super) fn modify_qp(st: &mut State, input: &[u8], _: u32) -> Out {
             qp.state = QpState::Rst;
             qp.sq_cc = 0;
             qp.rq_cc = 0;
+            qp.rq_pc_seen = 0;
         }
         _ => {
             if m.opt_param_mask & optpar::PKEY_INDEX != 0 {
