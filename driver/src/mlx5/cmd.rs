@@ -561,7 +561,13 @@ impl Dev {
                     break slot;
                 }
                 if st.lost_slots() >= st.page_slot() {
-                    return Err(DriverError::CommandTimeout { opcode: op, ms: 0 });
+                    return Err(DriverError::DeviceTimeout {
+                        what: format!(
+                            "a command slot for {op}: every ordinary slot holds a command that \
+                             timed out (close the HCA and reset the function)"
+                        ),
+                        ms: 0,
+                    });
                 }
             }
             self.progress();
