@@ -158,6 +158,52 @@ fn info_of_sim_opens_the_simulated_device() {
 }
 
 #[test]
+fn info_of_the_simulated_connectx_brings_it_up_and_shows_firmware_and_ports() {
+    let t = tree();
+    let o = hca(
+        t.path(),
+        &[
+            "info",
+            "sim:clock=virtual,fw=16.35.2000,ports=2,port_state=init",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "HCA (mlx5 family",
+        "firmware   16.35.2000",
+        "ConnectX-5 (PF)",
+        "port type              InfiniBand",
+        "P_Key table            128",
+        "reserved lkey",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // Two ports, link up but no SM yet: INIT, LinkUp, LID 0.
+    let ports: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("ports:"))
+        .skip(2)
+        .collect();
+    assert_eq!(ports.len(), 2, "{out}");
+    for (i, line) in ports.iter().enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], (i + 1).to_string(), "{line}");
+        assert_eq!(&cols[1..4], &["INIT", "LinkUp", "0x0"], "{line}");
+    }
+}
+
+#[test]
+fn info_with_no_bringup_leaves_the_hca_alone() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "--no-bringup", "sim:clock=virtual"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("mlx5 (ConnectX-5, PF)"), "{out}");
+    assert!(!out.contains("HCA (mlx5 family"), "{out}");
+}
+
+#[test]
 fn info_of_sim_with_a_bad_parameter_lists_the_accepted_ones() {
     let t = tree();
     let o = hca(t.path(), &["info", "sim:speed=fast"]);
@@ -326,6 +372,86 @@ fn help_teaches_with_examples() {
     }
     let o = hca(t.path(), &["bind", "--help"]);
     assert!(stdout(&o).contains("driver_override"), "{}", stdout(&o));
+}
+
+fn hca_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run hca");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A REQ_ERR CQE of QP 0x48, WQE 3, syndrome 0x13 (REMOTE_ACCESS_ERR), vendor syndrome 0x91,
+/// as the kernel's print_hex_dump would log it.
+const ERR_CQE_DUMP: &str = "\
+00000000: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+00000010: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+00000020: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+00000030: 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0
+";
+
+#[test]
+fn decode_names_an_error_cqe_and_its_wc_status() {
+    let o = hca_stdin(&["decode", "cqe"], ERR_CQE_DUMP);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "REQ_ERR",
+        "qpn 0x48",
+        "wqe_counter 3",
+        "REMOTE_ACCESS_ERR",
+        "IB_WC_REM_ACCESS_ERR (10)",
+        "vendor_err 0x91",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn decode_of_a_short_or_bad_dump_says_what_is_wrong() {
+    let o = hca_stdin(&["decode", "cqe"], "00 01 02");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("64 bytes"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("has 3 bytes"), "{}", stderr(&o));
+    let t = tree();
+    let o = hca(t.path(), &["decode", "eqe", "00", "0g"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("bad hex `0g`"), "{}", stderr(&o));
+    let o = hca_stdin(&["decode", "status"], "\n");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no bytes to decode"), "{}", stderr(&o));
+}
+
+#[test]
+fn decode_status_names_the_status_and_help_has_examples() {
+    let t = tree();
+    let o = hca(t.path(), &["decode", "status", "0x03", "0x1a2b3c4d"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("BAD_PARAM_ERR"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("0x1a2b3c4d"), "{}", stdout(&o));
+    let o = hca(t.path(), &["decode", "--help"]);
+    let out = stdout(&o);
+    for want in [
+        "Examples:",
+        "hca decode cqe",
+        "hca decode status",
+        "standard input",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The subcommands, one module each, and what they share.
 
 pub mod bind;
+pub mod decode;
 pub mod info;
 pub mod list;
 pub mod sim;
