@@ -4,8 +4,11 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::PathBuf;
 
+use firmware_cmds::mlx5::Opcode;
+use firmware_cmds::mlx5::cmd::{CmdStatus, DeliveryStatus};
+
 use crate::backend::IrqIndex;
-use crate::pci::{PCI_ADDRESS_FORMS, PciAddress};
+use crate::pci::{HcaFamily, PCI_ADDRESS_FORMS, PciAddress};
 use crate::sysfs::GroupMember;
 
 /// Everything device access and the families can report. Each message says what to do.
@@ -242,6 +245,129 @@ pub enum DriverError {
         /// The file.
         path: PathBuf,
     },
+
+    /// The PCI ID is not an HCA function this driver knows.
+    #[error(
+        "{vendor:04x}:{device:04x} is not an HCA this driver knows: `hca list` shows the \
+         Mellanox/NVIDIA functions and their families"
+    )]
+    NotAnHca {
+        /// Vendor ID.
+        vendor: u16,
+        /// Device ID.
+        device: u16,
+    },
+
+    /// An HCA of a family the driver cannot bring up yet.
+    #[error(
+        "{model} is an {family} device, which this driver cannot bring up yet; only mlx5 \
+         (Connect-IB, ConnectX-4 and later) is supported"
+    )]
+    FamilyUnsupported {
+        /// The family.
+        family: HcaFamily,
+        /// The model name from the PCI ID table.
+        model: &'static str,
+    },
+
+    /// The device lacks something the driver needs.
+    #[error("the device does not support {what}: {hint}")]
+    DeviceUnsupported {
+        /// What is missing.
+        what: String,
+        /// What it means for the user.
+        hint: String,
+    },
+
+    /// A firmware command ran and completed with a non-zero status.
+    #[error(
+        "firmware command {opcode} (op_mod {op_mod:#x}) failed with status {status}, syndrome \
+         {syndrome:#010x}; the syndrome identifies the firmware check that failed"
+    )]
+    CommandFailed {
+        /// The command.
+        opcode: Opcode,
+        /// Its opcode modifier.
+        op_mod: u16,
+        /// The output status byte.
+        status: CmdStatus,
+        /// The output syndrome dword.
+        syndrome: u32,
+    },
+
+    /// The device could not take a firmware command off the queue (a transport error).
+    #[error(
+        "firmware command {opcode} was not delivered: {status}; this is a driver or device \
+         bug, please report it with the log (HCA_LOG=driver=debug)"
+    )]
+    CommandDelivery {
+        /// The command.
+        opcode: Opcode,
+        /// The delivery status of the queue entry.
+        status: DeliveryStatus,
+    },
+
+    /// A firmware command did not complete in time.
+    #[error(
+        "firmware command {opcode} did not complete within {ms} ms; its queue slot stays out \
+         of use until the device is closed, because the firmware may still write it"
+    )]
+    CommandTimeout {
+        /// The command.
+        opcode: Opcode,
+        /// How long the driver waited.
+        ms: u64,
+    },
+
+    /// A firmware command was not sent because the device is in a fatal state (the kernel
+    /// fakes status 0xfe and syndrome 0xbadd00de for it).
+    #[error(
+        "firmware command {opcode} was not sent: the device is in a fatal state ({reason}); \
+         close the HCA and reset or rebind the function"
+    )]
+    CommandAborted {
+        /// The command.
+        opcode: Opcode,
+        /// Why the device is in a fatal state.
+        reason: String,
+    },
+
+    /// Waiting for the device timed out (outside a firmware command).
+    #[error("timed out after {ms} ms waiting for {what}")]
+    DeviceTimeout {
+        /// What was awaited.
+        what: String,
+        /// How long the driver waited.
+        ms: u64,
+    },
+
+    /// The device wrote a value the driver cannot accept (a CQE, an EQE, a command output or
+    /// a register). Nothing the device writes is trusted.
+    #[error("the device wrote an invalid {what}: {detail}")]
+    BadDeviceValue {
+        /// Which structure or register.
+        what: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+
+    /// The device is in a fatal state (health check, removal, or an untrustworthy value).
+    #[error(
+        "the device is in a fatal state ({reason}); close the HCA and reset or rebind the \
+         function before using it again"
+    )]
+    DeviceFatal {
+        /// What was seen.
+        reason: String,
+    },
+
+    /// The HCA was closed.
+    #[error("the HCA was closed; open it again to use it")]
+    Closed,
+
+    /// A firmware command layout rejected a value or a buffer.
+    #[error("firmware command layout: {0}")]
+    Layout(#[from] firmware_cmds::Error),
 
     /// After a bind or unbind, the function ended up with another driver than intended.
     #[error(

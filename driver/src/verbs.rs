@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dma::DmaPool;
+use dma::{Accounting, DmaPool, LeaseMode};
 pub use firmware_cmds::mlx5::syndrome::IbWcStatus as WcStatus;
 
 use crate::error::DriverError;
@@ -359,10 +359,53 @@ pub struct HcaInfo {
     pub caps: Vec<(&'static str, String)>,
 }
 
+/// How to open an HCA: the DMA lease mode and the special QPs' queue depths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HcaOptions {
+    /// How the driver's own DMA memory (rings, command mailboxes, firmware pages) and the MAD
+    /// buffer pool of [`HcaPort::dma`] back their leases. Strict catches device overruns (one
+    /// IOMMU mapping per lease); pooled is fast and keeps the mapping count small.
+    pub lease_mode: LeaseMode,
+    /// Send queue depth of each special QP, in work requests (rounded up to a power of two and
+    /// capped by the device).
+    pub send_depth: u32,
+    /// Receive queue depth of each special QP, in work requests (as above).
+    pub recv_depth: u32,
+}
+
+impl Default for HcaOptions {
+    /// Pooled leases, 128 sends and 256 receives per special QP (the kernel's MAD layer uses
+    /// 128 and 512).
+    fn default() -> Self {
+        HcaOptions {
+            lease_mode: LeaseMode::Pooled,
+            send_depth: 128,
+            recv_depth: 256,
+        }
+    }
+}
+
+/// What an HCA holds at one moment, for leak checks: tests compare it with zero after
+/// [`Hca::close`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HcaAccounting {
+    /// The driver's own pool (rings, doorbell records, command mailboxes, firmware pages).
+    pub driver_pool: Accounting,
+    /// The MAD buffer pool handed out by [`HcaPort::dma`].
+    pub mad_pool: Accounting,
+    /// Pages the firmware holds (given and not returned).
+    pub firmware_pages: usize,
+    /// Work requests posted and not yet completed, over every port.
+    pub outstanding_wrs: usize,
+}
+
 /// An opened, brought-up HCA.
 pub trait Hca: Send + Sync {
     /// Facts.
     fn info(&self) -> HcaInfo;
+
+    /// Leases, mappings, firmware pages and outstanding work requests right now.
+    fn accounting(&self) -> HcaAccounting;
 
     /// Port `n` (from 1), if it exists.
     fn port(&self, n: u8) -> Option<Arc<dyn HcaPort>>;

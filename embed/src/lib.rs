@@ -3,7 +3,8 @@
 //! this crate can open `sim:` device strings. Only programs (tools, umad, tests) depend on it.
 //!
 //! Call [`install`] once at start-up; then `driver::open("sim")` (or `sim:KEY=VALUE,...`)
-//! builds a simulated device. Tests that want to reach into the model (fault injection) build
+//! builds a simulated device: by default a ConnectX-5 (the `sim::mlx5` model) alone on its
+//! own one-node network ([`SIM_HELP`] lists the parameters). Tests that want to reach into the model (fault injection) build
 //! the model themselves and wrap it with [`backend_for`].
 
 use std::sync::Arc;
@@ -13,13 +14,28 @@ use dma::DmaMapper;
 use driver::backend::{IrqIndex, IrqInfo, PciId, RegionInfo, region};
 use driver::emulated::{DeviceModel, EmulatedBackend, ModelProvider, register_provider};
 use driver::eventfd::EventFd;
-use sim::{ClockMode, Device, IrqKind};
+use sim::fabric::Fabric;
+use sim::mlx5::config::parse_fw;
+use sim::mlx5::{Mlx5, Mlx5Config};
+use sim::net::{Network, StandaloneInit};
+use sim::{ClockMode, Device, IrqKind, Scheduler};
 
 /// The parameters `sim:` device strings accept.
 pub const SIM_HELP: &str = "\
-  model=edu        which device to simulate (default edu; QEMU's edu teaching device)
+  model=mlx5       which device to simulate: mlx5 (default; a ConnectX with its firmware,
+                   on a simulated InfiniBand network) or edu (QEMU's edu teaching device)
   clock=real       real (default; time is the wall clock) or virtual (time moves only when
-                   the driver waits: deterministic and instant, for tests)";
+                   the driver waits: deterministic and instant, for tests)
+  topology=FILE    mlx5: put the HCA on the fabric of this ibnetdiscover/ibsim topology file
+                   (default: alone on a one-node fabric of its own, with its SMA and loopback)
+  node=NAME        mlx5 with topology=: the CA node the HCA is (its name in the file, e.g. Hca1)
+  port=N           mlx5 with topology=: the node port HCA port 1 attaches to (default 1)
+  ports=N          mlx5: HCA ports, 1 or 2 (default 1)
+  port_state=S     mlx5 alone: how its ports start: active (default; LIDs 1, 2.. and SM LID 1),
+                   init (link up, no LID) or down
+  device_id=ID     mlx5: PCI device ID (default 0x1017, ConnectX-5)
+  fw=X.Y.Z         mlx5: firmware version the device reports (default 16.35.2000)
+  node_guid=GUID   mlx5 alone: the node GUID (port p gets GUID + p)";
 
 /// Adapts a simulator [`Device`] to the driver's [`DeviceModel`].
 pub struct SimModel<D: Device> {
@@ -158,27 +174,121 @@ pub fn backend_for<D: Device + 'static>(device: Arc<D>, describe: &str) -> Arc<E
 /// Builds simulated devices from `sim:` parameters.
 struct Provider;
 
-impl ModelProvider for Provider {
-    fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, String> {
-        let mut model = "edu".to_string();
-        let mut clock = ClockMode::Real;
-        for (k, v) in params {
-            match k.as_str() {
-                "model" => model.clone_from(v),
-                "clock" => {
-                    clock = match v.as_str() {
-                        "real" => ClockMode::Real,
-                        "virtual" => ClockMode::Virtual,
-                        other => return Err(format!("clock={other}: expected real or virtual")),
+/// The `sim:` parameters, parsed.
+struct Params {
+    model: String,
+    clock: ClockMode,
+    topology: Option<String>,
+    node: Option<String>,
+    port: u8,
+    init: StandaloneInit,
+    cfg: Mlx5Config,
+    node_guid_set: bool,
+}
+
+fn number<T: TryFrom<u64>>(key: &str, v: &str) -> Result<T, String> {
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse::<u64>(),
+    };
+    parsed
+        .ok()
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| format!("{key}={v}: not a number in range"))
+}
+
+fn parse(params: &[(String, String)]) -> Result<Params, String> {
+    let mut p = Params {
+        model: "mlx5".to_string(),
+        clock: ClockMode::Real,
+        topology: None,
+        node: None,
+        port: 1,
+        init: StandaloneInit::Active,
+        cfg: Mlx5Config::default(),
+        node_guid_set: false,
+    };
+    for (k, v) in params {
+        match k.as_str() {
+            "model" => p.model.clone_from(v),
+            "clock" => {
+                p.clock = match v.as_str() {
+                    "real" => ClockMode::Real,
+                    "virtual" => ClockMode::Virtual,
+                    other => return Err(format!("clock={other}: expected real or virtual")),
+                }
+            }
+            "topology" => p.topology = Some(v.clone()),
+            "node" => p.node = Some(v.clone()),
+            "port" => p.port = number(k, v)?,
+            "ports" => p.cfg.ports = number(k, v)?,
+            "port_state" => {
+                p.init = match v.as_str() {
+                    "active" => StandaloneInit::Active,
+                    "init" => StandaloneInit::Init,
+                    "down" => StandaloneInit::Down,
+                    other => {
+                        return Err(format!("port_state={other}: expected active, init or down"));
                     }
                 }
-                other => return Err(format!("unknown parameter {other:?}")),
             }
+            "device_id" => p.cfg.device_id = number(k, v)?,
+            "fw" => p.cfg.fw = parse_fw(v).map_err(|e| format!("fw={e}"))?,
+            "node_guid" => {
+                p.cfg.node_guid = number(k, v)?;
+                p.node_guid_set = true;
+            }
+            other => return Err(format!("unknown parameter {other:?}")),
         }
-        match model.as_str() {
-            "edu" => Ok(Arc::new(SimModel::new(Arc::new(sim::edu::Edu::new(clock))))),
+    }
+    Ok(p)
+}
+
+/// A simulated ConnectX as the parameters describe it.
+fn open_mlx5(p: Params) -> Result<Mlx5, String> {
+    match (&p.topology, &p.node) {
+        (None, None) => {
+            if p.port != 1 {
+                return Err(
+                    "port= needs topology= and node=: an HCA alone sits on port 1 of its own node"
+                        .into(),
+                );
+            }
+            Mlx5::standalone(p.cfg, p.clock, "sim-hca", p.init)
+                .map(|(dev, _net)| dev)
+                .map_err(|e| e.to_string())
+        }
+        (Some(file), Some(node)) => {
+            if p.node_guid_set {
+                return Err("node_guid= applies to an HCA alone: on a topology the node's GUID comes from the file".into());
+            }
+            let fabric = Fabric::parse_file(file).map_err(|e| e.to_string())?;
+            let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
+            Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string())
+        }
+        (Some(_), None) => Err("topology= needs node=NAME: the CA node the HCA is".into()),
+        (None, Some(_)) => Err("node= needs topology=FILE".into()),
+    }
+}
+
+impl ModelProvider for Provider {
+    fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, String> {
+        let p = parse(params)?;
+        match p.model.as_str() {
+            "mlx5" => Ok(Arc::new(SimModel::new(Arc::new(open_mlx5(p)?)))),
+            "edu" => {
+                let mlx5_only = params
+                    .iter()
+                    .any(|(k, _)| !matches!(k.as_str(), "model" | "clock"));
+                if mlx5_only {
+                    return Err("model=edu takes only clock=".into());
+                }
+                Ok(Arc::new(SimModel::new(Arc::new(sim::edu::Edu::new(
+                    p.clock,
+                )))))
+            }
             other => Err(format!(
-                "model={other}: the simulator has no such model (known: edu)"
+                "model={other}: the simulator has no such model (known: mlx5, edu)"
             )),
         }
     }
@@ -202,7 +312,7 @@ mod tests {
     #[test]
     fn sim_string_opens_the_edu_model_through_the_driver() {
         install();
-        let dev = driver::open("sim:clock=virtual").unwrap();
+        let dev = driver::open("sim:model=edu,clock=virtual").unwrap();
         assert_eq!(
             dev.pci_id(),
             PciId {
@@ -227,18 +337,101 @@ mod tests {
     }
 
     #[test]
+    fn plain_sim_is_a_connectx5_that_boots() {
+        install();
+        let dev = driver::open("sim:clock=virtual").unwrap();
+        assert_eq!(
+            dev.pci_id(),
+            PciId {
+                vendor: 0x15b3,
+                device: 0x1017
+            }
+        );
+        assert!(!dev.bus_master().unwrap());
+        let bar = dev.map_region(0).unwrap();
+        assert_eq!(bar.len(), 64 << 20);
+        // Init segment registers are big-endian; Mmio::read32 converts.
+        assert_eq!(
+            bar.read32(0x000),
+            (35 << 16) | 16,
+            "fw_rev: minor << 16 | major"
+        );
+        assert_eq!(bar.read32(0x004) >> 16, 5, "cmdif revision");
+        assert_eq!(bar.read32(0x1fc) >> 31, 1, "still initializing");
+        let t = dev.now();
+        dev.wait(t + Duration::from_millis(20));
+        assert_eq!(bar.read32(0x1fc) >> 31, 0);
+    }
+
+    #[test]
+    fn mlx5_parameters_shape_the_device() {
+        install();
+        let dev =
+            driver::open("sim:model=mlx5,clock=virtual,device_id=0x101b,fw=20.40.1000,ports=2")
+                .unwrap();
+        assert_eq!(dev.pci_id().device, 0x101b);
+        let bar = dev.map_region(0).unwrap();
+        assert_eq!(bar.read32(0x000), (40 << 16) + 20, "20.40");
+        assert_eq!(bar.read32(0x004) & 0xffff, 1000);
+        driver::open("sim:clock=virtual,port_state=init,node_guid=0x1234").unwrap();
+    }
+
+    fn open_err(spec: &str) -> String {
+        match driver::open(spec) {
+            Ok(_) => panic!("{spec} opened"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
     fn bad_parameters_are_refused_with_the_accepted_list() {
         install();
-        let Err(err) = driver::open("sim:model=nope") else {
-            panic!("expected an error");
-        };
-        let msg = err.to_string();
+        let msg = open_err("sim:model=nope");
         assert!(msg.contains("model=nope"), "{msg}");
         assert!(msg.contains("clock=real"), "{msg}");
-        let Err(err) = driver::open("sim:colour=blue") else {
-            panic!("expected an error");
-        };
-        assert!(err.to_string().contains("colour"));
+        assert!(msg.contains("topology=FILE"), "{msg}");
+        assert!(open_err("sim:colour=blue").contains("colour"));
+        for (spec, says) in [
+            ("sim:ports=3", "1 or 2 ports"),
+            ("sim:fw=1.2", "MAJOR.MINOR.SUBMINOR"),
+            ("sim:device_id=0x1ffff", "device_id"),
+            ("sim:port_state=sleepy", "active, init or down"),
+            ("sim:node=Hca1", "needs topology"),
+            ("sim:topology=/nonexistent/x.net", "needs node"),
+            ("sim:port=2", "needs topology"),
+            ("sim:model=edu,ports=2", "only clock"),
+        ] {
+            let msg = open_err(spec);
+            assert!(msg.contains(says), "{spec}: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_topology_places_the_hca_on_its_node() {
+        install();
+        let path = std::env::temp_dir().join(format!("embed-mlx5-{}.net", std::process::id()));
+        std::fs::write(
+            &path,
+            "Switch\t8 \"Switch1\"\n[1]\t\"Hca1\"[1]\n[2]\t\"Hca2\"[1]\n\n\
+             Hca\t2 \"Hca1\"\n[1]\t\"Switch1\"[1]\n\n\
+             Hca\t2 \"Hca2\"\n[1]\t\"Switch1\"[2]\n",
+        )
+        .unwrap();
+        let file = path.display();
+        driver::open(&format!("sim:clock=virtual,topology={file},node=Hca1")).unwrap();
+        driver::open(&format!(
+            "sim:clock=virtual,topology={file},node=Hca2,port=2"
+        ))
+        .unwrap();
+        let msg = open_err(&format!("sim:topology={file},node=Switch1"));
+        assert!(msg.contains("Switch"), "{msg}");
+        let msg = open_err(&format!("sim:topology={file},node=Hca9"));
+        assert!(msg.contains("Hca9"), "{msg}");
+        let msg = open_err(&format!("sim:topology={file},node=Hca1,ports=2,port=2"));
+        assert!(msg.contains("port"), "{msg}");
+        std::fs::remove_file(&path).unwrap();
+        let msg = open_err(&format!("sim:topology={file},node=Hca1"));
+        assert!(msg.contains("embed-mlx5"), "the file is named: {msg}");
     }
 
     #[test]

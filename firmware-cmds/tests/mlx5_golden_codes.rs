@@ -8,7 +8,7 @@ use firmware_cmds::mlx5::eqe::{EventType, port_change};
 use firmware_cmds::mlx5::health::HealthSyndrome;
 use firmware_cmds::mlx5::init_seg::NicInterface;
 use firmware_cmds::mlx5::opcode::Opcode;
-use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, optpar, pm_state};
+use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, optpar, pm_state, rq_type};
 use firmware_cmds::mlx5::syndrome::{CqeSyndrome, IbWcStatus, WcError};
 use firmware_cmds::mlx5::timeouts::{Timeout, from_iseg, iseg_timeout_ms};
 use firmware_cmds::mlx5::wqe::{WqeOpcode, fm_ce_se};
@@ -418,6 +418,12 @@ fn qp_states_and_service_types() {
     assert_eq!(pm_state::MIGRATED, 3);
     assert_eq!(pm_state::ARMED, 0);
     assert_eq!(pm_state::REARM, 1);
+    // qp.h: MLX5_NON_ZERO_RQ 0 << 24, MLX5_SRQ_RQ 1 << 24, MLX5_CRQ_RQ 2 << 24,
+    // MLX5_ZERO_LEN_RQ 3 << 24; the qpc field rq_type[0x3] takes the unshifted value.
+    assert_eq!(rq_type::NON_ZERO, 0);
+    assert_eq!(rq_type::SRQ, 1);
+    assert_eq!(rq_type::CRQ, 2);
+    assert_eq!(rq_type::ZERO_LEN, 3);
     assert_eq!(optpar::PKEY_INDEX, 0x10);
     assert_eq!(optpar::Q_KEY, 0x20);
     assert_eq!(optpar::PRIMARY_ADDR_PATH, 0x80);

@@ -642,3 +642,50 @@ fn wqe_size_arithmetic() {
     );
     assert_eq!(wqe::parse_recv_wqe(&r).unwrap().len(), 1);
 }
+
+/// §6.2: CQ error syndromes and the queue types of QP/SRQ events (`MLX5_CQ_ERROR_SYNDROME_*`
+/// and `MLX5_EVENT_QUEUE_TYPE_*` in mlx5_ifc.h / device.h).
+#[test]
+fn eqe_cq_error_syndromes_and_queue_types() {
+    assert_eq!(eqe::cq_error_syndrome::CQ_OVERRUN, 0x1);
+    assert_eq!(eqe::cq_error_syndrome::CQ_ACCESS_VIOLATION_ERROR, 0x2);
+    assert_eq!(eqe::queue_type::QP, 0);
+    assert_eq!(eqe::queue_type::RQ, 1);
+    assert_eq!(eqe::queue_type::SQ, 2);
+    assert_eq!(eqe::queue_type::DCT, 6);
+}
+
+/// IBA §8.3 / `struct ib_grh`: version_tclass_flow (BE32), paylen (BE16), next_hdr, hop_limit,
+/// sgid, dgid. The image is written out by hand: IPVer 6, TClass 0x12, FlowLabel 0x34567,
+/// PayLen 280, NxtHdr 0x1b, HopLmt 0x40.
+#[test]
+fn grh_layout() {
+    use firmware_cmds::mlx5::grh::{self, Grh};
+    assert_eq!(grh::GRH_LEN, 40);
+    assert_eq!(grh::off::PAYLEN, 4);
+    assert_eq!(grh::off::NEXT_HDR, 6);
+    assert_eq!(grh::off::HOP_LIMIT, 7);
+    assert_eq!(grh::off::SGID, 8);
+    assert_eq!(grh::off::DGID, 24);
+    assert_eq!(grh::NEXT_HEADER_IBA, 0x1b);
+    let mut raw = [0u8; 40];
+    raw[0..4].copy_from_slice(&[0x61, 0x23, 0x45, 0x67]);
+    raw[4..6].copy_from_slice(&[0x01, 0x18]);
+    raw[6] = 0x1b;
+    raw[7] = 0x40;
+    for i in 0..16 {
+        raw[8 + i] = 0xa0 + i as u8;
+        raw[24 + i] = 0xb0 + i as u8;
+    }
+    let g = Grh::decode(&raw).unwrap();
+    assert_eq!(g.ip_version, 6);
+    assert_eq!(g.traffic_class, 0x12);
+    assert_eq!(g.flow_label, 0x34567);
+    assert_eq!(g.payload_len, 280);
+    assert_eq!(g.next_header, 0x1b);
+    assert_eq!(g.hop_limit, 0x40);
+    assert_eq!(g.sgid[0], 0xa0);
+    assert_eq!(g.dgid[15], 0xbf);
+    assert_eq!(g.encode(), raw);
+    assert!(Grh::decode(&raw[..39]).is_err());
+}

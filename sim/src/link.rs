@@ -1,6 +1,9 @@
 //! How a device model's port meets the simulated fabric. The fabric implements [`PortLink`]
 //! for each attached device port; the device implements [`PortSink`] to receive.
 //!
+//! The rules a device follows (when deliveries happen, what it may hold while calling in) are
+//! in [`crate::net`]; the network there is the implementation.
+//!
 //! A device with no fabric of its own is attached to a one-node fabric (its own CA node), so
 //! the same code serves a standalone HCA (loopback to its own LID, its own SMA behind MAD_IFC)
 //! and an HCA on a large simulated subnet.
@@ -20,6 +23,11 @@ pub trait PortLink: Send + Sync {
 
     /// The port's current management state, as the SMA holds it.
     fn port_info(&self) -> PortSnapshot;
+
+    /// Sets then clears CapabilityMask bits of this port and returns the new mask: how the
+    /// host asks its firmware for IsSM when an SM opens the port (the kernel's
+    /// `ib_modify_port` through the issm device; on mlx5, MODIFY_HCA_VPORT_CONTEXT).
+    fn modify_capability_mask(&self, set: u32, clear: u32) -> u32;
 }
 
 /// What a device receives from the fabric.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use dma::SimIommu;
 
@@ -20,6 +21,7 @@ pub const CONFIG_SIZE: usize = 256;
 pub struct ConfigSpace {
     bytes: Mutex<[u8; CONFIG_SIZE]>,
     iommu: Arc<SimIommu>,
+    removed: AtomicBool,
 }
 
 impl ConfigSpace {
@@ -35,11 +37,28 @@ impl ConfigSpace {
         ConfigSpace {
             bytes: Mutex::new(b),
             iommu,
+            removed: AtomicBool::new(false),
         }
+    }
+
+    /// The function is gone from the bus (surprise removal): from now on every read returns
+    /// all-ones and writes are ignored, so bus mastering cannot come back.
+    pub fn set_removed(&self) {
+        self.removed.store(true, Ordering::SeqCst);
+    }
+
+    /// Writes the command register as a function-level reset leaves it: memory decode on, bus
+    /// mastering off.
+    pub fn reset(&self) {
+        self.write(COMMAND as u64, &COMMAND_MEMORY.to_le_bytes());
     }
 
     /// A read; bytes beyond the 256-byte space read as all-ones, as on the bus.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
+        if self.removed.load(Ordering::SeqCst) {
+            data.fill(0xff);
+            return;
+        }
         let b = self
             .bytes
             .lock()
@@ -56,6 +75,9 @@ impl ConfigSpace {
     /// A write; only the command register is writable, and its bus-master bit switches the
     /// device's DMA on and off.
     pub fn write(&self, offset: u64, data: &[u8]) {
+        if self.removed.load(Ordering::SeqCst) {
+            return;
+        }
         let mut b = self
             .bytes
             .lock()
@@ -114,5 +136,20 @@ mod tests {
         assert_eq!(c.command(), COMMAND_MEMORY | COMMAND_MASTER);
         c.write(COMMAND as u64, &COMMAND_MEMORY.to_le_bytes());
         assert!(!iommu.bus_master());
+    }
+
+    #[test]
+    fn a_removed_function_reads_all_ones_and_ignores_writes() {
+        let iommu = Arc::new(SimIommu::new());
+        let c = ConfigSpace::new(0x15b3, 0x1017, 0x020700, iommu.clone());
+        c.set_removed();
+        let mut id = [0u8; 4];
+        c.read(0, &mut id);
+        assert_eq!(id, [0xff; 4]);
+        c.write(
+            COMMAND as u64,
+            &(COMMAND_MEMORY | COMMAND_MASTER).to_le_bytes(),
+        );
+        assert!(!iommu.bus_master(), "bus mastering stays off");
     }
 }

@@ -48,6 +48,10 @@ struct Queue {
     seq: u64,
     /// Bumped by every `notify`; a waiter returns when it changes.
     signals: u64,
+    /// Threads blocked on the condition variable (real time only). Waking is skipped when
+    /// there are none: a condition-variable wake is a system call, and devices notify on
+    /// every completion.
+    waiting: usize,
 }
 
 /// Clock plus timed events plus wake-ups.
@@ -98,8 +102,11 @@ impl Scheduler {
         q.seq += 1;
         let seq = q.seq;
         q.heap.push(Reverse(Entry { at, seq, event }));
+        let waiting = q.waiting > 0;
         drop(q);
-        self.wake.notify_all();
+        if waiting {
+            self.wake.notify_all();
+        }
     }
 
     /// Run `event` after `delay` of simulated time.
@@ -115,8 +122,13 @@ impl Scheduler {
     /// A device wrote something a driver may be waiting for (a completion, an event queue
     /// entry, an interrupt): wake every waiter.
     pub fn notify(&self) {
-        self.lock().signals += 1;
-        self.wake.notify_all();
+        let mut q = self.lock();
+        q.signals += 1;
+        let waiting = q.waiting > 0;
+        drop(q);
+        if waiting {
+            self.wake.notify_all();
+        }
     }
 
     /// Pop the earliest event if it is due at `now`.
@@ -164,11 +176,15 @@ impl Scheduler {
                 }
                 ClockMode::Real => {
                     let wait = until.saturating_sub(now);
+                    // Counted under the lock, before it is released by the wait: a notifier
+                    // that takes the lock afterwards sees the waiter.
+                    q.waiting += 1;
                     let (guard, _) = self
                         .wake
                         .wait_timeout(q, wait)
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     q = guard;
+                    q.waiting -= 1;
                     drop(q);
                 }
             }
@@ -226,6 +242,29 @@ mod tests {
         while s.run_until(Duration::from_secs(1)) {}
         assert_eq!(hits.load(Ordering::SeqCst), 11);
         assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn an_event_scheduled_from_another_thread_wakes_a_real_time_waiter() {
+        let s = Arc::new(Scheduler::new(ClockMode::Real));
+        let hits = Arc::new(AtomicU32::new(0));
+        let (s2, h2) = (s.clone(), hits.clone());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            s2.schedule_in(
+                Duration::ZERO,
+                Box::new(move || {
+                    h2.fetch_add(1, Ordering::SeqCst);
+                }),
+            );
+        });
+        let start = s.now();
+        while hits.load(Ordering::SeqCst) == 0 {
+            assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
+            s.run_until(start + Duration::from_secs(30));
+        }
+        assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
+        t.join().unwrap();
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! For the QEMU guest test (`src/bin/vfio_guest`, run by `tests/qemu_vfio.rs` through
 //! `qemu/vfio-guest.sh`): [`edu`] drives QEMU's `edu` device on the project's own device
 //! access and DMA layer, and [`kmsg`] reads the guest kernel's IOMMU fault lines.
+//!
+//! For the mlx5 scenarios (`tests/mlx5_*.rs`): [`mlx5`] builds a simulated ConnectX the test
+//! keeps a handle on, brings the driver up on it, and checks that nothing is left behind.
 
 pub mod edu;
 pub mod kmsg;
+pub mod mlx5;

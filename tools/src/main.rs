@@ -5,6 +5,7 @@
 //! module under `cmd/`.
 
 mod cmd;
+mod error;
 mod state;
 
 use std::path::PathBuf;
@@ -18,7 +19,9 @@ Examples:
   sudo hca bind 0000:03:00.0        give a function to vfio-pci (remembers its driver)
   hca info vfio:0000:03:00.0        open it through VFIO and show regions, IRQs, IOVA ranges
   hca info sim                      the same for the simulated HCA
+  hca decode cqe < cqe.txt          name the fields of a CQE from a dump (also eqe, status)
   sudo hca unbind 0000:03:00.0      give it back to the driver it had before
+  hca sim gen fat-tree:leaves=64,hosts=32,spines=32 -o ft.topo   write a simulated fabric
 
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
@@ -70,9 +73,16 @@ enum Command {
     /// Take a function off vfio-pci and give it back to its previous driver (root).
     #[command(after_long_help = cmd::unbind::HELP)]
     Unbind(cmd::unbind::Args),
-    /// Open a device string and show its ID, regions, interrupts and IOVA ranges.
+    /// Open a device string and show its ID, regions, interrupts and IOVA ranges; bring an
+    /// HCA up and show its firmware, capabilities and ports.
     #[command(after_long_help = cmd::info::HELP)]
     Info(cmd::info::Args),
+    /// Name the fields of a CQE, an EQE or a command status from a hex dump.
+    #[command(after_long_help = cmd::decode::HELP)]
+    Decode(cmd::decode::Args),
+    /// Tools for the simulated fabric: `hca sim gen` writes topology files.
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCommand),
 }
 
 fn init_logging() {
@@ -100,6 +110,8 @@ fn main() -> ExitCode {
         Command::Bind(args) => cmd::bind::run(&ctx, &args),
         Command::Unbind(args) => cmd::unbind::run(&ctx, &args),
         Command::Info(args) => cmd::info::run(&ctx, &args),
+        Command::Decode(args) => cmd::decode::run(&args),
+        Command::Sim(sim_cmd) => cmd::sim::run(&sim_cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -150,8 +150,57 @@ fn info_of_sim_opens_the_simulated_device() {
     let o = hca(t.path(), &["info", "sim:clock=virtual"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("1234:11e8"), "{out}");
+    assert!(
+        out.contains("15b3:1017"),
+        "the default simulated device is a ConnectX-5: {out}"
+    );
     assert!(out.contains("BAR0"), "{out}");
+}
+
+#[test]
+fn info_of_the_simulated_connectx_brings_it_up_and_shows_firmware_and_ports() {
+    let t = tree();
+    let o = hca(
+        t.path(),
+        &[
+            "info",
+            "sim:clock=virtual,fw=16.35.2000,ports=2,port_state=init",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "HCA (mlx5 family",
+        "firmware   16.35.2000",
+        "ConnectX-5 (PF)",
+        "port type              InfiniBand",
+        "P_Key table            128",
+        "reserved lkey",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // Two ports, link up but no SM yet: INIT, LinkUp, LID 0.
+    let ports: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("ports:"))
+        .skip(2)
+        .collect();
+    assert_eq!(ports.len(), 2, "{out}");
+    for (i, line) in ports.iter().enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], (i + 1).to_string(), "{line}");
+        assert_eq!(&cols[1..4], &["INIT", "LinkUp", "0x0"], "{line}");
+    }
+}
+
+#[test]
+fn info_with_no_bringup_leaves_the_hca_alone() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "--no-bringup", "sim:clock=virtual"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("mlx5 (ConnectX-5, PF)"), "{out}");
+    assert!(!out.contains("HCA (mlx5 family"), "{out}");
 }
 
 #[test]
@@ -323,4 +372,118 @@ fn help_teaches_with_examples() {
     }
     let o = hca(t.path(), &["bind", "--help"]);
     assert!(stdout(&o).contains("driver_override"), "{}", stdout(&o));
+}
+
+fn hca_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run hca");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A REQ_ERR CQE of QP 0x48, WQE 3, syndrome 0x13 (REMOTE_ACCESS_ERR), vendor syndrome 0x91,
+/// as the kernel's print_hex_dump would log it.
+const ERR_CQE_DUMP: &str = "\
+00000000: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+00000010: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+00000020: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+00000030: 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0
+";
+
+#[test]
+fn decode_names_an_error_cqe_and_its_wc_status() {
+    let o = hca_stdin(&["decode", "cqe"], ERR_CQE_DUMP);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "REQ_ERR",
+        "qpn 0x48",
+        "wqe_counter 3",
+        "REMOTE_ACCESS_ERR",
+        "IB_WC_REM_ACCESS_ERR (10)",
+        "vendor_err 0x91",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn decode_of_a_short_or_bad_dump_says_what_is_wrong() {
+    let o = hca_stdin(&["decode", "cqe"], "00 01 02");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("64 bytes"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("has 3 bytes"), "{}", stderr(&o));
+    let t = tree();
+    let o = hca(t.path(), &["decode", "eqe", "00", "0g"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("bad hex `0g`"), "{}", stderr(&o));
+    let o = hca_stdin(&["decode", "status"], "\n");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no bytes to decode"), "{}", stderr(&o));
+}
+
+#[test]
+fn decode_status_names_the_status_and_help_has_examples() {
+    let t = tree();
+    let o = hca(t.path(), &["decode", "status", "0x03", "0x1a2b3c4d"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("BAD_PARAM_ERR"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("0x1a2b3c4d"), "{}", stdout(&o));
+    let o = hca(t.path(), &["decode", "--help"]);
+    let out = stdout(&o);
+    for want in [
+        "Examples:",
+        "hca decode cqe",
+        "hca decode status",
+        "standard input",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn sim_gen_writes_a_topology_the_parser_reads_back() {
+    let t = tree();
+    let file = t.path().join("ft.topo");
+    let o = hca(
+        t.path(),
+        &[
+            "sim",
+            "gen",
+            "fat-tree:leaves=4,hosts=3,spines=2",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let fabric = sim::fabric::Fabric::parse_file(&file).expect("parses");
+    // 4 leaves x 3 hosts = 12 hosts, 4 leaves, 2 spines; 12 host cables + 4 x 2 uplinks.
+    assert_eq!(fabric.node_count(), 18);
+    assert_eq!(fabric.link_count(), 20);
+    assert!(stderr(&o).contains("18 nodes, 20 links"), "{}", stderr(&o));
+}
+
+#[test]
+fn sim_gen_with_a_bad_spec_says_what_is_missing() {
+    let t = tree();
+    let o = hca(t.path(), &["sim", "gen", "fat-tree:leaves=2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("missing parameter `hosts`"),
+        "{}",
+        stderr(&o)
+    );
 }

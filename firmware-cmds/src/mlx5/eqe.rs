@@ -154,6 +154,26 @@ pub mod port_change {
     }
 }
 
+/// CQ_ERROR syndromes (`MLX5_CQ_ERROR_SYNDROME_*`, mlx5_ifc.h), byte 0x2b of a CQ_ERROR EQE.
+pub mod cq_error_syndrome {
+    /// A CQE was due and the CQ had no free entry.
+    pub const CQ_OVERRUN: u8 = 0x1;
+    /// The device could not access the CQ buffer.
+    pub const CQ_ACCESS_VIOLATION_ERROR: u8 = 0x2;
+}
+
+/// Queue types of QP/SRQ affiliated events (`MLX5_EVENT_QUEUE_TYPE_*`), byte 0x34.
+pub mod queue_type {
+    /// A QP.
+    pub const QP: u8 = 0;
+    /// A receive WQ.
+    pub const RQ: u8 = 1;
+    /// A send WQ.
+    pub const SQ: u8 = 2;
+    /// A DC target.
+    pub const DCT: u8 = 6;
+}
+
 /// True if the EQE at consumer index `ci` of a ring of `nent` entries (a power of two) belongs
 /// to software: owner bit equals `!!(ci & nent)` (the driver initializes owner to 1, so
 /// hardware writes 0 on the first pass).

@@ -12,6 +12,7 @@ pub mod decode;
 pub mod doorbell;
 pub mod eqc;
 pub mod eqe;
+pub mod grh;
 pub mod health;
 pub mod init_seg;
 pub mod opcode;

@@ -165,6 +165,19 @@ pub mod pm_state {
     pub const MIGRATED: u8 = 0x3;
 }
 
+/// QPC `rq_type` values (`MLX5_NON_ZERO_RQ` … `MLX5_ZERO_LEN_RQ`; the kernel's enum holds
+/// them shifted by 24 for the old QPC layout, the `rq_type` field takes the plain value).
+pub mod rq_type {
+    /// The QP has its own receive queue.
+    pub const NON_ZERO: u8 = 0;
+    /// Receives come from an SRQ.
+    pub const SRQ: u8 = 1;
+    /// Cyclic RQ (CRQ).
+    pub const CRQ: u8 = 2;
+    /// No receive queue (a send-only QP, such as a GSI send QP).
+    pub const ZERO_LEN: u8 = 3;
+}
+
 /// Optional-parameter mask bits of the modify-QP commands (`MLX5_QP_OPTPAR_*`).
 pub mod optpar {
     /// Alternate address path.

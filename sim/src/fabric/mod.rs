@@ -33,7 +33,10 @@ pub mod generator;
 pub mod guid;
 pub mod model;
 pub mod parse;
+pub mod pma;
 pub mod rate;
+pub mod side;
+pub mod sma;
 pub mod state;
 pub mod write;
 

@@ -1,8 +1,10 @@
 //! The subcommands, one module each, and what they share.
 
 pub mod bind;
+pub mod decode;
 pub mod info;
 pub mod list;
+pub mod sim;
 pub mod unbind;
 
 use std::fmt::Write as _;

@@ -1,0 +1,850 @@
+//! The command queue engine (`cmd.c`): one DMA page of 64-byte entries, one slot per command
+//! in flight, mailbox chains leased per command, tokens, completion by polling the ownership
+//! bit or by command EQ events, timeouts from the init segment, and the results the kernel
+//! fakes once the device is in a fatal state.
+//!
+//! Slots `0 .. n-1` run ordinary commands; the last slot is reserved for MANAGE_PAGES answers
+//! to page requests (see `pages.rs`), so that a page request raised while every ordinary slot
+//! waits can still be served. A command completes when the device gives its entry back
+//! (ownership bit clear); in event mode the driver looks at an entry only when a command EQE
+//! names its slot, and falls back to polling it after [`EVENT_FALLBACK`] in case an event was
+//! lost. A command that times out keeps its slot and mailboxes out of use until the device is
+//! quiesced: the firmware may still write them.
+
+use std::time::Duration;
+
+use dma::{Access, DmaLease, DmaPool};
+use firmware_cmds::mlx5::Opcode;
+use firmware_cmds::mlx5::cmd::entry::{self, CmdEntry, ENTRY_SIZE, INLINE_LEN, OWNER_HW};
+use firmware_cmds::mlx5::cmd::header::{InHeader, OutHeader};
+use firmware_cmds::mlx5::cmd::mailbox::{self, BLOCK_ALIGN, BLOCK_SIZE, ChainCheck};
+use firmware_cmds::mlx5::cmd::{CmdStatus, DeliveryStatus};
+use firmware_cmds::mlx5::init_seg::{self, CmdqAddrLoSz};
+use firmware_cmds::mlx5::ops::{Command, CommandOutput};
+
+use crate::barrier;
+use crate::error::DriverError;
+use crate::mmio::Mmio;
+
+use super::dev::Dev;
+use super::wait::{Backoff, ms};
+
+/// In event mode, how long a command may stay without an event before its entry is polled.
+pub(crate) const EVENT_FALLBACK: Duration = Duration::from_millis(100);
+
+/// Longest pause between two looks at a waiting command.
+const MAX_POLL_PAUSE: Duration = Duration::from_millis(1);
+
+/// Extra time the kernel allows over the command timeout in polling mode (`poll_timeout`).
+const POLL_GRACE: Duration = Duration::from_secs(1);
+
+/// How completions are noticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CmdMode {
+    /// Read every busy entry's ownership bit (before the command EQ exists).
+    Polling,
+    /// Look at an entry when a command EQE names it (after the command EQ exists).
+    Events,
+}
+
+/// One command on the queue.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) opcode: Opcode,
+    token: u8,
+    outlen: usize,
+    /// Input chain (device reads): never read back, held so the lease lives until completion.
+    #[allow(dead_code)]
+    in_box: Option<DmaLease>,
+    /// Output chain (device writes).
+    out_box: Option<DmaLease>,
+    posted_at: Duration,
+    /// The device gave the entry back.
+    done: bool,
+    /// A command EQE named this slot since it was posted.
+    event_seen: bool,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Free,
+    /// Reserved by a caller that is filling it in.
+    Reserved,
+    Busy(InFlight),
+    /// Timed out or abandoned: the device may still write its mailboxes.
+    Lost(#[allow(dead_code)] InFlight),
+}
+
+/// The queue as the driver keeps it.
+#[derive(Debug)]
+pub(crate) struct CmdState {
+    page: Option<DmaLease>,
+    stride: usize,
+    slots: Vec<Slot>,
+    token: u8,
+    pub(crate) mode: CmdMode,
+    /// Command timeout (`cmd_exec_to`, default 60 s).
+    pub(crate) timeout: Duration,
+}
+
+/// Counters of the command queue.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CmdStats {
+    /// Commands completed with the entry's ownership bit seen in polling mode.
+    pub polled: u64,
+    /// Commands completed after a command EQE named their slot.
+    pub by_event: u64,
+    /// Commands completed by the event-mode fallback (no EQE within the fallback time).
+    pub event_fallback: u64,
+    /// Command EQE bits that named a slot with no command (or one the device still owns).
+    pub spurious_events: u64,
+    /// Commands that timed out.
+    pub timeouts: u64,
+    /// Commands answered by the driver because the device is in a fatal state.
+    pub faked: u64,
+}
+
+impl CmdState {
+    /// A queue with no memory yet (before `init`).
+    pub(crate) fn new() -> Self {
+        CmdState {
+            page: None,
+            stride: ENTRY_SIZE,
+            slots: Vec::new(),
+            token: 0,
+            mode: CmdMode::Polling,
+            timeout: firmware_cmds::mlx5::timeouts::Timeout::Cmd.default_duration(),
+        }
+    }
+
+    /// Number of slots (0 before `init`).
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot reserved for page-request commands: the last one.
+    pub(crate) fn page_slot(&self) -> usize {
+        self.slots.len().saturating_sub(1)
+    }
+
+    /// Slots that timed out and stay out of use.
+    pub(crate) fn lost_slots(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Lost(_)))
+            .count()
+    }
+
+    fn next_token(&mut self) -> u8 {
+        self.token = self.token.wrapping_add(1);
+        if self.token == 0 {
+            self.token = 1;
+        }
+        self.token
+    }
+
+    fn entry_offset(&self, slot: usize) -> usize {
+        slot * self.stride
+    }
+
+    /// Give every lost or abandoned slot back, dropping its mailboxes. Only once the device can
+    /// no longer write them (bus mastering off, or the queue torn down).
+    pub(crate) fn release_all(&mut self) {
+        for s in &mut self.slots {
+            *s = Slot::Free;
+        }
+    }
+
+    /// Drop the queue page and every slot (after the device is quiesced or disabled).
+    pub(crate) fn free(&mut self) {
+        self.release_all();
+        self.slots.clear();
+        self.page = None;
+        self.mode = CmdMode::Polling;
+    }
+
+    /// Leases held: the queue page and every slot's mailboxes.
+    #[cfg(test)]
+    pub(crate) fn leases(&self) -> usize {
+        let boxes: usize = self
+            .slots
+            .iter()
+            .map(|s| match s {
+                Slot::Busy(f) | Slot::Lost(f) => {
+                    usize::from(f.in_box.is_some()) + usize::from(f.out_box.is_some())
+                }
+                _ => 0,
+            })
+            .sum();
+        boxes + usize::from(self.page.is_some())
+    }
+}
+
+/// Set up the command queue (`mlx5_cmd_init`): check the interface revision and geometry,
+/// lease the queue page and tell the device where it is.
+pub(crate) fn init(state: &mut CmdState, bar: &Mmio, pool: &DmaPool) -> Result<(), DriverError> {
+    let rev = init_seg::cmdif_rev(bar.read32(init_seg::off::CMDIF_REV_FW_SUB as u64));
+    if rev != init_seg::CMD_IF_REV {
+        return Err(DriverError::DeviceUnsupported {
+            what: format!("command interface revision {rev}"),
+            hint: format!(
+                "the driver speaks revision {} (ConnectX-4 and later); update the firmware",
+                init_seg::CMD_IF_REV
+            ),
+        });
+    }
+    let geo = CmdqAddrLoSz::decode(bar.read32(init_seg::off::CMDQ_ADDR_L_SZ as u64));
+    geo.check_geometry()
+        .map_err(|e| DriverError::BadDeviceValue {
+            what: "command queue geometry (cmdq_addr_l_sz)",
+            detail: e.to_string(),
+        })?;
+    let slots = 1usize << geo.log_cmdq_size;
+    let stride = 1usize << geo.log_cmdq_stride;
+    if slots < 2 || stride < ENTRY_SIZE {
+        return Err(DriverError::BadDeviceValue {
+            what: "command queue geometry (cmdq_addr_l_sz)",
+            detail: format!(
+                "{slots} slots of {stride} bytes: at least 2 slots of {ENTRY_SIZE} bytes are needed"
+            ),
+        });
+    }
+    let page_size = 1usize << init_seg::ADAPTER_PAGE_SHIFT;
+    let page = pool.lease(page_size, page_size, Access::ReadWrite)?;
+    let iova = page.iova();
+    bar.write32(init_seg::off::CMDQ_ADDR_H as u64, (iova >> 32) as u32);
+    // The low 12 bits are zero: nic_interface 0 (FULL_DRIVER), size and stride read-only.
+    bar.write32(init_seg::off::CMDQ_ADDR_L_SZ as u64, iova as u32);
+    barrier::to_device();
+    state.page = Some(page);
+    state.stride = stride;
+    state.slots = (0..slots).map(|_| Slot::Free).collect();
+    state.mode = CmdMode::Polling;
+    tracing::debug!(slots, stride, iova, "command queue set up");
+    Ok(())
+}
+
+/// The opcodes whose result the kernel fakes as success when the device is in internal error
+/// (`mlx5_internal_err_ret_value`), limited to the ones this driver issues or may issue.
+fn faked_success(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::TEARDOWN_HCA
+            | Opcode::DISABLE_HCA
+            | Opcode::MANAGE_PAGES
+            | Opcode::DESTROY_MKEY
+            | Opcode::DESTROY_EQ
+            | Opcode::DESTROY_CQ
+            | Opcode::DESTROY_QP
+            | Opcode::DEALLOC_PD
+            | Opcode::DEALLOC_UAR
+            | Opcode::DETACH_FROM_MCG
+            | Opcode::QP_2ERR_QP
+            | Opcode::QP_2RST_QP
+            | Opcode::ACCESS_REG
+    )
+}
+
+/// What a command gets when it cannot be sent: a zeroed successful output for the teardown
+/// opcodes, an abort error for the others.
+pub(crate) fn fake_result(op: Opcode, outlen: usize, reason: &str) -> Result<Vec<u8>, DriverError> {
+    if faked_success(op) {
+        Ok(OutHeader::failure(CmdStatus::OK, 0, outlen))
+    } else {
+        Err(DriverError::CommandAborted {
+            opcode: op,
+            reason: reason.to_string(),
+        })
+    }
+}
+
+/// Place a command in `slot`: lease and frame its mailboxes, write and seal the entry, ring
+/// the doorbell.
+pub(crate) fn post(
+    state: &mut CmdState,
+    slot: usize,
+    input: &[u8],
+    outlen: usize,
+    pool: &DmaPool,
+    bar: &Mmio,
+    now: Duration,
+) -> Result<(), DriverError> {
+    let header = InHeader::decode(input)?;
+    let token = state.next_token();
+    let inlen = u32::try_from(input.len()).map_err(|_| DriverError::Layout(too_long("input")))?;
+    let outlen32 = u32::try_from(outlen).map_err(|_| DriverError::Layout(too_long("output")))?;
+
+    let (in_box, in_inline, in_ptr) = frame_chain(pool, input, token, Access::Read)?;
+    let zeros = vec![0u8; outlen];
+    let (out_box, _, out_ptr) = frame_chain(pool, &zeros, token, Access::ReadWrite)?;
+
+    let raw =
+        CmdEntry::new_request(in_inline, inlen, in_ptr, outlen32, out_ptr, token).encode_sealed();
+    let off = state.entry_offset(slot);
+    let page = state.page.as_ref().ok_or(DriverError::Closed)?;
+    page.write(off, &raw)?;
+    state.slots[slot] = Slot::Busy(InFlight {
+        opcode: header.opcode,
+        token,
+        outlen,
+        in_box,
+        out_box,
+        posted_at: now,
+        done: false,
+        event_seen: false,
+    });
+    // The entry and the mailboxes must be visible before the device is told to read them.
+    barrier::to_device();
+    bar.write32(init_seg::off::CMD_DBELL as u64, 1u32 << slot);
+    tracing::trace!(slot, opcode = %header.opcode, token, "command posted");
+    Ok(())
+}
+
+fn too_long(what: &'static str) -> firmware_cmds::Error {
+    firmware_cmds::Error::Invalid {
+        what,
+        reason: "longer than 4 GiB",
+    }
+}
+
+/// Lease and fill a mailbox chain for `msg`: returns the lease (None when the message fits
+/// inline), the 16 inline bytes and the first block's address.
+fn frame_chain(
+    pool: &DmaPool,
+    msg: &[u8],
+    token: u8,
+    access: Access,
+) -> Result<(Option<DmaLease>, [u8; INLINE_LEN], u64), DriverError> {
+    let n = mailbox::blocks_needed(msg.len());
+    if n == 0 {
+        let mut inline = [0u8; INLINE_LEN];
+        inline[..msg.len()].copy_from_slice(msg);
+        return Ok((None, inline, 0));
+    }
+    let align = BLOCK_ALIGN as usize;
+    let lease = pool.lease(n * align, align, access)?;
+    let addrs: Vec<u64> = (0..n).map(|i| lease.iova() + (i * align) as u64).collect();
+    // Block signatures are computed even though the kernel disables checking: they cost
+    // nothing and a device that checks them finds them right.
+    let framed = mailbox::frame(msg, &addrs, token, true)?;
+    for (i, block) in framed.blocks.iter().enumerate() {
+        lease.write(i * align, &block.encode())?;
+    }
+    Ok((Some(lease), framed.inline, addrs[0]))
+}
+
+/// Note the slots a command EQE names (event mode).
+pub(crate) fn note_event(state: &mut CmdState, vector: u32, stats: &mut CmdStats) {
+    for slot in 0..state.slots.len().min(32) {
+        if vector & (1 << slot) == 0 {
+            continue;
+        }
+        match &mut state.slots[slot] {
+            Slot::Busy(f) => f.event_seen = true,
+            _ => stats.spurious_events += 1,
+        }
+    }
+    let beyond = if state.slots.len() >= 32 {
+        0
+    } else {
+        vector >> state.slots.len()
+    };
+    if beyond != 0 {
+        stats.spurious_events += u64::from(beyond.count_ones());
+    }
+}
+
+/// Look at the busy entries that may have completed and mark those the device gave back.
+pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
+    let Some(page) = state.page.as_ref() else {
+        return;
+    };
+    for (slot, s) in state.slots.iter_mut().enumerate() {
+        let Slot::Busy(f) = s else { continue };
+        if f.done {
+            continue;
+        }
+        let fallback = now.saturating_sub(f.posted_at) >= EVENT_FALLBACK;
+        let look = match state.mode {
+            CmdMode::Polling => true,
+            CmdMode::Events => f.event_seen || fallback,
+        };
+        if !look {
+            continue;
+        }
+        let Ok(own) = page.read_u8(slot * state.stride + entry::off::STATUS_OWN) else {
+            continue;
+        };
+        if own & OWNER_HW != 0 {
+            if f.event_seen {
+                // The event came before the entry was given back (or was stale): keep waiting.
+                stats.spurious_events += 1;
+                f.event_seen = false;
+            }
+            continue;
+        }
+        f.done = true;
+        match state.mode {
+            CmdMode::Polling => stats.polled += 1,
+            CmdMode::Events if f.event_seen => stats.by_event += 1,
+            CmdMode::Events => {
+                stats.event_fallback += 1;
+                tracing::warn!(
+                    slot,
+                    opcode = %f.opcode,
+                    "command completed without a command EQE; found by polling its entry"
+                );
+            }
+        }
+    }
+}
+
+/// True when the command in `slot` has been given back by the device.
+pub(crate) fn is_done(state: &CmdState, slot: usize) -> bool {
+    matches!(&state.slots[slot], Slot::Busy(f) if f.done)
+}
+
+/// True when `slot` holds a command (done or not).
+#[cfg(test)]
+pub(crate) fn is_busy(state: &CmdState, slot: usize) -> bool {
+    matches!(&state.slots[slot], Slot::Busy(_) | Slot::Reserved)
+}
+
+/// Reserve a free ordinary slot (never the page slot).
+pub(crate) fn reserve(state: &mut CmdState) -> Option<usize> {
+    let n = state.page_slot();
+    let slot = (0..n).find(|&i| matches!(state.slots[i], Slot::Free))?;
+    state.slots[slot] = Slot::Reserved;
+    Some(slot)
+}
+
+/// Reserve the page slot.
+pub(crate) fn reserve_page_slot(state: &mut CmdState) -> Option<usize> {
+    let slot = state.page_slot();
+    if state.slots.is_empty() || !matches!(state.slots[slot], Slot::Free) {
+        return None;
+    }
+    state.slots[slot] = Slot::Reserved;
+    Some(slot)
+}
+
+/// Give back a reserved slot that was not posted.
+pub(crate) fn unreserve(state: &mut CmdState, slot: usize) {
+    if matches!(state.slots[slot], Slot::Reserved) {
+        state.slots[slot] = Slot::Free;
+    }
+}
+
+/// Mark the command in `slot` lost: the device may still write its mailboxes, so they stay
+/// leased until the device is quiesced.
+pub(crate) fn lose(state: &mut CmdState, slot: usize) {
+    let s = std::mem::replace(&mut state.slots[slot], Slot::Free);
+    state.slots[slot] = match s {
+        Slot::Busy(f) | Slot::Lost(f) => Slot::Lost(f),
+        Slot::Free | Slot::Reserved => Slot::Free,
+    };
+}
+
+/// Take the output of the completed command in `slot` and free the slot. Checks the entry's
+/// delivery status and token and every output block; the output's own status is left to the
+/// caller (see [`check_status`]).
+pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, DriverError> {
+    let s = std::mem::replace(&mut state.slots[slot], Slot::Free);
+    let Slot::Busy(f) = s else {
+        state.slots[slot] = s;
+        return Err(DriverError::BadDeviceValue {
+            what: "command queue state",
+            detail: format!("slot {slot} has no completed command"),
+        });
+    };
+    // Ownership was seen clear; read the rest of the entry only after that.
+    barrier::from_device();
+    let page = state.page.as_ref().ok_or(DriverError::Closed)?;
+    let mut raw = [0u8; ENTRY_SIZE];
+    page.read(slot * state.stride, &mut raw)?;
+    let e = CmdEntry::decode(&raw)?;
+    if e.delivery_status != DeliveryStatus::OK {
+        return Err(DriverError::CommandDelivery {
+            opcode: f.opcode,
+            status: e.delivery_status,
+        });
+    }
+    if e.token != f.token {
+        return Err(DriverError::BadDeviceValue {
+            what: "command queue entry",
+            detail: format!(
+                "{} came back with token {:#04x}, posted with {:#04x}",
+                f.opcode, e.token, f.token
+            ),
+        });
+    }
+    let out_box = f.out_box.as_ref();
+    let first = out_box.map_or(0, DmaLease::iova);
+    let out = mailbox::gather(
+        &e.out_inline,
+        f.outlen,
+        first,
+        ChainCheck {
+            token: f.token,
+            verify_signatures: false,
+            output: true,
+        },
+        |addr| read_block(out_box, addr),
+    )
+    .map_err(|err| DriverError::BadDeviceValue {
+        what: "command output mailbox",
+        detail: format!("{}: {err}", f.opcode),
+    })?;
+    Ok(out)
+}
+
+/// Read one 576-byte block at `addr` if it lies inside `lease` (the device wrote the `next`
+/// pointers we follow, so every address is checked against our own chain).
+fn read_block(lease: Option<&DmaLease>, addr: u64) -> Option<[u8; BLOCK_SIZE]> {
+    let lease = lease?;
+    let off = usize::try_from(addr.checked_sub(lease.iova())?).ok()?;
+    let mut b = [0u8; BLOCK_SIZE];
+    lease.read(off, &mut b).ok()?;
+    Some(b)
+}
+
+/// Turn a non-zero output status into [`DriverError::CommandFailed`].
+pub(crate) fn check_status(op: Opcode, op_mod: u16, out: &[u8]) -> Result<(), DriverError> {
+    let h = OutHeader::decode(out)?;
+    if h.status.is_ok() {
+        Ok(())
+    } else {
+        Err(DriverError::CommandFailed {
+            opcode: op,
+            op_mod,
+            status: h.status,
+            syndrome: h.syndrome,
+        })
+    }
+}
+
+impl Dev {
+    /// Run a typed command on an ordinary slot and decode its output.
+    pub(crate) fn exec<C: Command>(&self, cmd: &C) -> Result<C::Output, DriverError> {
+        let input = cmd.encode()?;
+        let out = self.exec_raw(&input, cmd.out_len())?;
+        Ok(C::Output::decode(&out)?)
+    }
+
+    /// Run a command given as raw input bytes on an ordinary slot; returns its output after
+    /// checking the delivery and the output status.
+    pub(crate) fn exec_raw(&self, input: &[u8], outlen: usize) -> Result<Vec<u8>, DriverError> {
+        let header = InHeader::decode(input)?;
+        let op = header.opcode;
+        if let Some(reason) = self.fatal_reason() {
+            self.lock_stats().cmd.faked += 1;
+            return fake_result(op, outlen, &reason);
+        }
+        let start = self.backend.now();
+        let timeout = self.lock_cmd().timeout;
+        let deadline = start.saturating_add(timeout);
+        let mut backoff = Backoff::new(MAX_POLL_PAUSE);
+
+        // A free ordinary slot (all may be busy with other threads' commands).
+        let slot = loop {
+            {
+                let mut st = self.lock_cmd();
+                if st.slot_count() == 0 {
+                    return Err(DriverError::Closed);
+                }
+                if let Some(slot) = reserve(&mut st) {
+                    if let Err(e) = post(&mut st, slot, input, outlen, &self.pool, &self.bar, start)
+                    {
+                        unreserve(&mut st, slot);
+                        return Err(e);
+                    }
+                    break slot;
+                }
+                if st.lost_slots() >= st.page_slot() {
+                    return Err(DriverError::DeviceTimeout {
+                        what: format!(
+                            "a command slot for {op}: every ordinary slot holds a command that \
+                             timed out (close the HCA and reset the function)"
+                        ),
+                        ms: 0,
+                    });
+                }
+            }
+            self.progress();
+            if let Some(reason) = self.fatal_reason() {
+                self.lock_stats().cmd.faked += 1;
+                return fake_result(op, outlen, &reason);
+            }
+            if self.backend.now() >= deadline {
+                self.lock_stats().cmd.timeouts += 1;
+                return Err(DriverError::CommandTimeout {
+                    opcode: op,
+                    ms: ms(timeout),
+                });
+            }
+            backoff.pause(self.backend.as_ref(), deadline);
+        };
+
+        let mut backoff = Backoff::new(MAX_POLL_PAUSE);
+        let posted = self.backend.now();
+        loop {
+            self.progress();
+            {
+                let mut st = self.lock_cmd();
+                if is_done(&st, slot) {
+                    let out = finish(&mut st, slot);
+                    drop(st);
+                    let out = out?;
+                    check_status(op, header.op_mod, &out)?;
+                    return Ok(out);
+                }
+            }
+            if let Some(reason) = self.fatal_reason() {
+                // The device is quiesced (bus mastering off) before the state says fatal, so
+                // the mailboxes can be given back now.
+                let mut st = self.lock_cmd();
+                lose(&mut st, slot);
+                drop(st);
+                self.lock_stats().cmd.faked += 1;
+                return fake_result(op, outlen, &reason);
+            }
+            let now = self.backend.now();
+            let mode = self.lock_cmd().mode;
+            let limit = match mode {
+                CmdMode::Polling => timeout.saturating_add(POLL_GRACE),
+                CmdMode::Events => timeout,
+            };
+            if now.saturating_sub(posted) >= limit {
+                let mut st = self.lock_cmd();
+                lose(&mut st, slot);
+                drop(st);
+                self.lock_stats().cmd.timeouts += 1;
+                tracing::error!(opcode = %op, slot, "firmware command timed out");
+                return Err(DriverError::CommandTimeout {
+                    opcode: op,
+                    ms: ms(limit),
+                });
+            }
+            backoff.pause(self.backend.as_ref(), posted.saturating_add(limit));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::{LeaseMode, SimIommu};
+    use firmware_cmds::mlx5::cmd::mailbox::MailboxBlock;
+    use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
+    use firmware_cmds::mlx5::ops::pages::{ManagePages, PagesOp};
+    use std::sync::Arc;
+
+    fn pool() -> (Arc<SimIommu>, DmaPool) {
+        let iommu = Arc::new(SimIommu::new());
+        iommu.set_bus_master(true);
+        let pool = DmaPool::new(iommu.clone(), LeaseMode::Strict).unwrap();
+        (iommu, pool)
+    }
+
+    /// A queue page and two slots, without a device.
+    fn state(pool: &DmaPool) -> CmdState {
+        let mut st = CmdState::new();
+        st.page = Some(pool.lease(4096, 4096, Access::ReadWrite).unwrap());
+        st.stride = 64;
+        st.slots = (0..4).map(|_| Slot::Free).collect();
+        st
+    }
+
+    fn dummy_bar() -> Mmio {
+        super::super::testutil::recording_bar().1
+    }
+
+    /// Play the device for one entry through the IOMMU: gather the input as the firmware
+    /// would, and answer with `reply` (scattered into the driver's output chain).
+    fn device_answers(iommu: &SimIommu, entry_iova: u64, reply: &[u8]) -> Vec<u8> {
+        let mut raw = [0u8; 64];
+        iommu.read(entry_iova, &mut raw).unwrap();
+        assert!(CmdEntry::signature_ok(&raw), "entry signature");
+        let e = CmdEntry::decode(&raw).unwrap();
+        assert!(e.hw_owned);
+        let check = ChainCheck {
+            token: e.token,
+            verify_signatures: true,
+            output: false,
+        };
+        let read = |a: u64| {
+            let mut b = [0u8; BLOCK_SIZE];
+            iommu.read(a, &mut b).ok().map(|()| b)
+        };
+        let input = mailbox::gather(&e.in_inline, e.inlen as usize, e.in_ptr, check, read).unwrap();
+        let inline = mailbox::scatter(
+            reply,
+            e.out_ptr,
+            ChainCheck {
+                output: true,
+                ..check
+            },
+            false,
+            read,
+            |a, b| iommu.write(a, b).is_ok(),
+        )
+        .unwrap();
+        let mut done = e;
+        done.out_inline = inline;
+        done.hw_owned = false;
+        iommu.write(entry_iova, &done.encode()).unwrap();
+        input
+    }
+
+    #[test]
+    fn a_long_command_is_framed_into_chained_blocks_and_its_output_gathered() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        // MANAGE_PAGES GIVE of 100 pages: 16 + 800 bytes, two input blocks.
+        let pages: Vec<u64> = (1..=100).map(|i| i << 12).collect();
+        let cmd = ManagePages {
+            op: PagesOp::Give(pages.clone()),
+            function_id: 0,
+            embedded_cpu_function: false,
+        };
+        let input = cmd.encode().unwrap();
+        // Ask for a long output to exercise the output chain too.
+        let outlen = 0x1010;
+        let (rec, bar) = super::super::testutil::recording_bar();
+        post(&mut st, 1, &input, outlen, &pool, &bar, Duration::ZERO).unwrap();
+        assert!(is_busy(&st, 1));
+        assert_eq!(
+            rec.take(),
+            vec![(0x18, 2u32.to_be_bytes().to_vec())],
+            "one doorbell: 1 << slot, big-endian, at cmd_dbell"
+        );
+        let entry_iova = st.page.as_ref().unwrap().iova() + 64;
+        let mut reply = vec![0u8; outlen];
+        for (i, b) in reply.iter_mut().enumerate().skip(8) {
+            *b = (i % 251) as u8;
+        }
+        let seen = device_answers(&iommu, entry_iova, &reply);
+        assert_eq!(seen, input, "the device gathers exactly the input");
+        let mut stats = CmdStats::default();
+        reap(&mut st, Duration::ZERO, &mut stats);
+        assert!(is_done(&st, 1));
+        assert_eq!(stats.polled, 1);
+        let out = finish(&mut st, 1).unwrap();
+        assert_eq!(out, reply);
+        assert!(!is_busy(&st, 1));
+        assert_eq!(st.leases(), 1, "only the queue page is left");
+        assert_eq!(iommu.fault_count(), 0);
+    }
+
+    #[test]
+    fn tokens_rotate_and_skip_zero() {
+        let (_iommu, pool) = pool();
+        let mut st = state(&pool);
+        st.token = 0xfe;
+        assert_eq!(st.next_token(), 0xff);
+        assert_eq!(st.next_token(), 1);
+    }
+
+    #[test]
+    fn events_mark_slots_and_stray_bits_are_counted() {
+        let (_iommu, pool) = pool();
+        let mut st = state(&pool);
+        st.mode = CmdMode::Events;
+        let bar = dummy_bar();
+        let input = QueryHcaCap::general(CapMode::Current).encode().unwrap();
+        post(&mut st, 0, &input, 0x1010, &pool, &bar, Duration::ZERO).unwrap();
+        let mut stats = CmdStats::default();
+        // Bit 0 (busy), bit 2 (free), bit 9 (beyond the queue).
+        note_event(&mut st, 0b10_0000_0101, &mut stats);
+        assert_eq!(stats.spurious_events, 2);
+        // The device still owns the entry: the event alone does not complete it.
+        reap(&mut st, Duration::ZERO, &mut stats);
+        assert!(!is_done(&st, 0));
+        assert_eq!(stats.spurious_events, 3);
+        // Give the entry back without an event: found by the fallback only after its delay.
+        let page = st.page.as_ref().unwrap();
+        let own = page.read_u8(entry::off::STATUS_OWN).unwrap();
+        page.write_u8(entry::off::STATUS_OWN, own & !OWNER_HW)
+            .unwrap();
+        reap(&mut st, Duration::from_millis(1), &mut stats);
+        assert!(!is_done(&st, 0));
+        reap(&mut st, EVENT_FALLBACK, &mut stats);
+        assert!(is_done(&st, 0));
+        assert_eq!(stats.event_fallback, 1);
+    }
+
+    #[test]
+    fn a_delivery_error_is_reported_with_its_name() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        let bar = dummy_bar();
+        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
+        post(&mut st, 0, &input, 16, &pool, &bar, Duration::ZERO).unwrap();
+        let iova = st.page.as_ref().unwrap().iova();
+        let mut raw = [0u8; 64];
+        iommu.read(iova, &mut raw).unwrap();
+        raw[entry::off::STATUS_OWN] = DeliveryStatus::TOKEN_ERR.0 << 1;
+        iommu.write(iova, &raw).unwrap();
+        let mut stats = CmdStats::default();
+        reap(&mut st, Duration::ZERO, &mut stats);
+        let err = finish(&mut st, 0).unwrap_err();
+        assert!(
+            matches!(err, DriverError::CommandDelivery { status, .. } if status == DeliveryStatus::TOKEN_ERR),
+            "{err}"
+        );
+        assert!(err.to_string().contains("TOK_ERR"), "{err}");
+        assert!(!is_busy(&st, 0), "the slot is free again");
+    }
+
+    #[test]
+    fn an_output_chain_pointer_outside_our_mailboxes_is_rejected() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        let bar = dummy_bar();
+        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
+        post(&mut st, 0, &input, 0x1010, &pool, &bar, Duration::ZERO).unwrap();
+        let iova = st.page.as_ref().unwrap().iova();
+        let mut raw = [0u8; 64];
+        iommu.read(iova, &mut raw).unwrap();
+        let e = CmdEntry::decode(&raw).unwrap();
+        // Corrupt the first output block's `next` to point at the command page.
+        let mut b = [0u8; BLOCK_SIZE];
+        iommu.read(e.out_ptr, &mut b).unwrap();
+        let mut block = MailboxBlock::decode(&b).unwrap();
+        block.next = iova;
+        iommu.write(e.out_ptr, &block.encode()).unwrap();
+        raw[entry::off::STATUS_OWN] = 0;
+        iommu.write(iova, &raw).unwrap();
+        let mut stats = CmdStats::default();
+        reap(&mut st, Duration::ZERO, &mut stats);
+        let err = finish(&mut st, 0).unwrap_err();
+        assert!(matches!(err, DriverError::BadDeviceValue { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn faked_results_follow_the_kernel_list() {
+        let out = fake_result(Opcode::TEARDOWN_HCA, 16, "gone").unwrap();
+        assert_eq!(out, vec![0u8; 16]);
+        assert!(fake_result(Opcode::MANAGE_PAGES, 16, "gone").is_ok());
+        assert!(fake_result(Opcode::QP_2RST_QP, 16, "gone").is_ok());
+        let err = fake_result(Opcode::CREATE_QP, 16, "gone").unwrap_err();
+        assert!(
+            matches!(err, DriverError::CommandAborted { opcode, .. } if opcode == Opcode::CREATE_QP)
+        );
+        assert!(fake_result(Opcode::MAD_IFC, 0x110, "gone").is_err());
+    }
+
+    #[test]
+    fn reserve_never_hands_out_the_page_slot() {
+        let (_iommu, pool) = pool();
+        let mut st = state(&pool);
+        assert_eq!(reserve(&mut st), Some(0));
+        assert_eq!(reserve(&mut st), Some(1));
+        assert_eq!(reserve(&mut st), Some(2));
+        assert_eq!(reserve(&mut st), None, "slot 3 is the page slot");
+        assert_eq!(reserve_page_slot(&mut st), Some(3));
+        assert_eq!(reserve_page_slot(&mut st), None);
+        unreserve(&mut st, 1);
+        assert_eq!(reserve(&mut st), Some(1));
+    }
+}

@@ -1,0 +1,523 @@
+//! The state one mlx5 function shares between its HCA object, its ports and the command
+//! engine: register access, DMA pools, the command queue, EQs, firmware pages, health, the
+//! device state (up, fatal, closed) and the progress loop that drives everything.
+//!
+//! There is no background thread: whoever waits on the device (a command, a port's `poll` or
+//! `events`) runs [`Dev::progress`], which drains the EQs, reaps command completions, serves
+//! page requests and polls health when due. Interrupts only make `wait` return sooner.
+//!
+//! Lock order (never taken the other way): `eqs` → `pages` → `cmd` → `stats`; a port's CQ →
+//! its QPs; `ports` and each port's shared state are leaves.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use dma::{DmaLease, DmaPool, IovaAllocator, PoolConfig};
+use firmware_cmds::mlx5::caps::HcaCaps;
+use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, port_change};
+use firmware_cmds::mlx5::init_seg::FwRev;
+
+use crate::backend::{DeviceBackend, DeviceBackendExt, IrqIndex};
+use crate::error::DriverError;
+use crate::eventfd::EventFd;
+use crate::mmio::Mmio;
+use crate::verbs::{DeviceEvent, HcaOptions, SpecialQp};
+
+use super::cmd::{self, CmdState, CmdStats};
+use super::eq::EqSet;
+use super::health::{Health, Verdict};
+use super::pages::{FwPages, PageRequest};
+use super::uar::Uar;
+
+const UP: u8 = 0;
+const FATAL: u8 = 1;
+const CLOSED: u8 = 2;
+
+/// Counters of one function, for tests and `hca info`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Mlx5Stats {
+    /// The command queue.
+    pub cmd: CmdStats,
+    /// Firmware pages.
+    pub pages: super::pages::PageStats,
+    /// EQEs consumed.
+    pub eqes: u64,
+    /// EQEs of a type the EQ was not created for, or naming an unknown queue.
+    pub bad_eqes: u64,
+    /// CQEs rejected (bad opcode, QPN, WQE counter or byte count).
+    pub bad_cqes: u64,
+    /// Health polls done.
+    pub health_polls: u64,
+}
+
+/// What one port shares with the progress loop: its events and what the EQs tell it.
+#[derive(Debug, Default)]
+pub(crate) struct PortShared {
+    pub(crate) port_num: u8,
+    pub(crate) events: Mutex<Vec<DeviceEvent>>,
+    /// Its CQ (0 until created).
+    pub(crate) cqn: AtomicU32,
+    /// Completion events seen for its CQ: the arm sequence number.
+    pub(crate) cq_events: AtomicU32,
+    /// Special QP numbers (0 until created).
+    pub(crate) qpn0: AtomicU32,
+    pub(crate) qpn1: AtomicU32,
+    /// The P_Key table changed: refresh the cache before using it.
+    pub(crate) pkey_stale: AtomicBool,
+}
+
+impl PortShared {
+    pub(crate) fn push(&self, ev: DeviceEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ev);
+    }
+}
+
+/// Facts learned at bring-up.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DevInfo {
+    pub(crate) fw: Option<FwRev>,
+    pub(crate) caps: HcaCaps,
+    pub(crate) max_caps: HcaCaps,
+    pub(crate) issi: u16,
+    pub(crate) uar: u32,
+    pub(crate) uar_base: u64,
+    pub(crate) pd: u32,
+    pub(crate) lkey: u32,
+    pub(crate) node_guid: u64,
+}
+
+/// What the bring-up got to, so that teardown undoes exactly that.
+#[derive(Debug, Default)]
+pub(crate) struct Stage {
+    pub(crate) cmd_up: bool,
+    pub(crate) enabled: bool,
+    pub(crate) initialized: bool,
+    pub(crate) uar: Option<Uar>,
+    pub(crate) pd: Option<u32>,
+}
+
+/// One mlx5 function.
+pub(crate) struct Dev {
+    pub(crate) backend: Arc<dyn DeviceBackend>,
+    pub(crate) bar: Mmio,
+    /// The driver's own DMA: rings, doorbell records, mailboxes, firmware pages.
+    pub(crate) pool: DmaPool,
+    /// MAD buffers, handed to the layer above.
+    pub(crate) mad_pool: DmaPool,
+    pub(crate) options: HcaOptions,
+    cmd: Mutex<CmdState>,
+    pages: Mutex<FwPages>,
+    pub(crate) eqs: Mutex<EqSet>,
+    health: Mutex<Health>,
+    stats: Mutex<Mlx5Stats>,
+    pub(crate) info: RwLock<DevInfo>,
+    state: AtomicU8,
+    entering_fatal: AtomicBool,
+    fatal: Mutex<Option<String>>,
+    pub(crate) ports: RwLock<Vec<Arc<PortShared>>>,
+    /// MSI-X vector 0, which every EQ uses.
+    pub(crate) irq: Mutex<Option<EventFd>>,
+    /// The VFIO device request (removal) notification.
+    pub(crate) req: Mutex<Option<EventFd>>,
+    /// DMA the device may still reach (a destroy command failed): released after the quiesce.
+    graveyard: Mutex<Vec<DmaLease>>,
+    stage: Mutex<Stage>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Dev {
+    /// Map BAR0 and set up the DMA pools; nothing is written to the device.
+    pub(crate) fn new(
+        backend: Arc<dyn DeviceBackend>,
+        options: HcaOptions,
+    ) -> Result<Self, DriverError> {
+        let bar = backend.map_region(crate::backend::region::BAR0)?;
+        let mapper = backend.dma_mapper();
+        let iova = Arc::new(Mutex::new(IovaAllocator::new(&mapper.iova_ranges())));
+        let cfg = PoolConfig::new(options.lease_mode);
+        let pool = DmaPool::with_iova(mapper.clone(), cfg, iova.clone())?;
+        let mad_pool = DmaPool::with_iova(mapper, cfg, iova)?;
+        Ok(Dev {
+            backend,
+            bar,
+            pool,
+            mad_pool,
+            options,
+            cmd: Mutex::new(CmdState::new()),
+            pages: Mutex::new(FwPages::default()),
+            eqs: Mutex::new(EqSet::default()),
+            health: Mutex::new(Health::default()),
+            stats: Mutex::new(Mlx5Stats::default()),
+            info: RwLock::new(DevInfo::default()),
+            state: AtomicU8::new(UP),
+            entering_fatal: AtomicBool::new(false),
+            fatal: Mutex::new(None),
+            ports: RwLock::new(Vec::new()),
+            irq: Mutex::new(None),
+            req: Mutex::new(None),
+            graveyard: Mutex::new(Vec::new()),
+            stage: Mutex::new(Stage::default()),
+        })
+    }
+
+    pub(crate) fn lock_cmd(&self) -> MutexGuard<'_, CmdState> {
+        lock(&self.cmd)
+    }
+
+    pub(crate) fn lock_pages(&self) -> MutexGuard<'_, FwPages> {
+        lock(&self.pages)
+    }
+
+    pub(crate) fn lock_stats(&self) -> MutexGuard<'_, Mlx5Stats> {
+        lock(&self.stats)
+    }
+
+    pub(crate) fn lock_health(&self) -> MutexGuard<'_, Health> {
+        lock(&self.health)
+    }
+
+    pub(crate) fn stage(&self) -> MutexGuard<'_, Stage> {
+        lock(&self.stage)
+    }
+
+    /// True once `enter_fatal` ran (even after the HCA was closed).
+    pub(crate) fn was_fatal(&self) -> bool {
+        self.entering_fatal.load(Ordering::Acquire)
+    }
+
+    fn read_info(&self) -> std::sync::RwLockReadGuard<'_, DevInfo> {
+        self.info.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// P_Key table entries (from the caps' `pkey_table_size`).
+    pub(crate) fn pkey_table_len(&self) -> u16 {
+        firmware_cmds::mlx5::caps::pkey_table_entries(self.read_info().caps.pkey_table_size())
+            .map_or(0, |n| n as u16)
+    }
+
+    /// Ports of the function.
+    pub(crate) fn num_ports(&self) -> u32 {
+        self.read_info().caps.num_ports()
+    }
+
+    /// The function is a virtualised one (port attributes come from the vport context).
+    pub(crate) fn ib_virt(&self) -> bool {
+        self.read_info().caps.ib_virt()
+    }
+
+    /// Keep `lease` until the device is quiesced: the device may still write it.
+    pub(crate) fn bury(&self, lease: DmaLease) {
+        lock(&self.graveyard).push(lease);
+    }
+
+    /// Release what `bury` kept; only once bus mastering is off.
+    pub(crate) fn empty_graveyard(&self) -> usize {
+        let v = std::mem::take(&mut *lock(&self.graveyard));
+        v.len()
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> Mlx5Stats {
+        let mut s = *self.lock_stats();
+        s.pages = self.lock_pages().stats;
+        s
+    }
+
+    /// Why the device is unusable (fatal or closed), if it is.
+    pub(crate) fn fatal_reason(&self) -> Option<String> {
+        match self.state.load(Ordering::Acquire) {
+            UP => None,
+            CLOSED => Some("the HCA was closed".to_string()),
+            _ => Some(
+                lock(&self.fatal)
+                    .clone()
+                    .unwrap_or_else(|| "fatal error".to_string()),
+            ),
+        }
+    }
+
+    /// True once a fatal error was detected (and the device quiesced).
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.state.load(Ordering::Acquire) != UP
+    }
+
+    /// Mark the device closed (after teardown); later calls fail with [`DriverError::Closed`].
+    pub(crate) fn set_closed(&self) {
+        self.state.store(CLOSED, Ordering::Release);
+    }
+
+    /// True after `set_closed`.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CLOSED
+    }
+
+    /// Enter the fatal state once (`mlx5_enter_error_state`): quiesce the device (bus mastering
+    /// off) first, so that nothing it was handed can be written after this returns, then mark
+    /// the state (which makes commands fake their results and ports flush in software), then
+    /// tell every port.
+    pub(crate) fn enter_fatal(&self, reason: &str, removed: bool) {
+        if self.entering_fatal.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::error!(device = %self.backend.describe(), "device fatal: {reason}");
+        if let Err(e) = self.backend.set_bus_master(false) {
+            tracing::warn!("turning bus mastering off after a fatal error: {e}");
+        }
+        *lock(&self.fatal) = Some(reason.to_string());
+        if self.state.load(Ordering::Acquire) == UP {
+            self.state.store(FATAL, Ordering::Release);
+        }
+        let ev = if removed {
+            DeviceEvent::Removed
+        } else {
+            DeviceEvent::Fatal {
+                reason: reason.to_string(),
+            }
+        };
+        for p in self
+            .ports
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            p.push(ev.clone());
+        }
+    }
+
+    /// The port shared state for port `n` (from 1).
+    pub(crate) fn port_shared(&self, n: u8) -> Option<Arc<PortShared>> {
+        self.ports
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|p| p.port_num == n)
+            .cloned()
+    }
+
+    /// Route MSI-X vector 0 (every EQ's) and the device-request notification to eventfds,
+    /// where the backend has them. Failures only cost latency: the driver never depends on
+    /// interrupts.
+    pub(crate) fn setup_irqs(&self) {
+        let route = |index: IrqIndex| -> Option<EventFd> {
+            let info = self.backend.irq_info(index).ok()?;
+            if info.count == 0 || !info.eventfd {
+                return None;
+            }
+            let fd = EventFd::new().ok()?;
+            match self.backend.set_irqs(index, 0, &[&fd]) {
+                Ok(()) => Some(fd),
+                Err(e) => {
+                    tracing::debug!(?index, "interrupts not routed: {e}");
+                    None
+                }
+            }
+        };
+        *lock(&self.irq) = route(IrqIndex::Msix);
+        *lock(&self.req) = route(IrqIndex::Req);
+    }
+
+    /// Stop the interrupts routed by `setup_irqs`.
+    pub(crate) fn teardown_irqs(&self) {
+        if lock(&self.irq).take().is_some() {
+            let _ = self.backend.disable_irqs(IrqIndex::Msix);
+        }
+        if lock(&self.req).take().is_some() {
+            let _ = self.backend.disable_irqs(IrqIndex::Req);
+        }
+    }
+
+    /// Drive the device: take pending interrupts, check for removal and poll health when
+    /// due, drain the EQs, reap command completions and serve page requests. Never blocks
+    /// (EQ draining is skipped when another thread is at it).
+    pub(crate) fn progress(&self) {
+        if self.is_fatal() {
+            return;
+        }
+        if let Some(fd) = lock(&self.irq).as_ref() {
+            let _ = fd.take();
+        }
+        let removal_request = lock(&self.req)
+            .as_ref()
+            .is_some_and(|fd| fd.take().unwrap_or(0) > 0);
+        if removal_request {
+            self.enter_fatal(
+                "the kernel asked for the device back (VFIO device request)",
+                true,
+            );
+            return;
+        }
+        let now = self.backend.now();
+        self.check_health(now);
+        if self.is_fatal() {
+            return;
+        }
+        self.drain_eqs();
+        if self.is_fatal() {
+            return;
+        }
+        {
+            let mut st = self.lock_cmd();
+            let mut stats = self.lock_stats();
+            cmd::reap(&mut st, now, &mut stats.cmd);
+        }
+        self.service_page_requests();
+    }
+
+    /// Poll health when due (and look for all-ones reads more often); enter the fatal state
+    /// on a fatal verdict.
+    fn check_health(&self, now: Duration) {
+        let verdict = {
+            let mut h = self.lock_health();
+            h.check(&self.bar, now)
+        };
+        match verdict {
+            None => {}
+            Some(Verdict::Healthy) => self.lock_stats().health_polls += 1,
+            Some(Verdict::Fatal(reason)) => {
+                self.lock_stats().health_polls += 1;
+                self.enter_fatal(&reason, false);
+            }
+            Some(Verdict::Removed(reason)) => {
+                self.lock_stats().health_polls += 1;
+                self.enter_fatal(&reason, true);
+            }
+        }
+    }
+
+    /// Drain every EQ and act on what they say.
+    fn drain_eqs(&self) {
+        let Ok(mut eqs) = self.eqs.try_lock() else {
+            return;
+        };
+        let mut found = Vec::new();
+        eqs.poll_all(&self.bar, &mut found);
+        drop(eqs);
+        if found.is_empty() {
+            return;
+        }
+        self.lock_stats().eqes += found.len() as u64;
+        for (expected, eqe) in found {
+            if !expected {
+                self.lock_stats().bad_eqes += 1;
+                tracing::warn!(event = %eqe.event_type, "EQE of a type its EQ was not created for");
+                continue;
+            }
+            self.dispatch(eqe.event(), eqe.sub_type);
+        }
+    }
+
+    fn dispatch(&self, ev: EqeEvent, sub_type: u8) {
+        match ev {
+            EqeEvent::Command { vector } => {
+                let mut st = self.lock_cmd();
+                let mut stats = self.lock_stats();
+                cmd::note_event(&mut st, vector, &mut stats.cmd);
+            }
+            EqeEvent::PageRequest {
+                ec_function,
+                function_id,
+                num_pages,
+            } => self.lock_pages().request(PageRequest {
+                function_id,
+                ec_function: ec_function != 0,
+                num_pages,
+            }),
+            EqeEvent::Completion { cqn } => {
+                let ports = self.ports.read().unwrap_or_else(PoisonError::into_inner);
+                if let Some(p) = ports.iter().find(|p| p.cqn.load(Ordering::Relaxed) == cqn) {
+                    p.cq_events.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    drop(ports);
+                    self.lock_stats().bad_eqes += 1;
+                    tracing::warn!(cqn, "completion event for an unknown CQ");
+                }
+            }
+            EqeEvent::PortChange { port, .. } => {
+                let Some(p) = self.port_shared(port) else {
+                    self.lock_stats().bad_eqes += 1;
+                    tracing::warn!(port, "port change event for a port that does not exist");
+                    return;
+                };
+                let ev = match sub_type {
+                    port_change::ACTIVE => Some(DeviceEvent::PortActive(port)),
+                    port_change::DOWN | port_change::INITIALIZED => {
+                        Some(DeviceEvent::PortError(port))
+                    }
+                    port_change::LID => Some(DeviceEvent::LidChange(port)),
+                    port_change::PKEY => {
+                        p.pkey_stale.store(true, Ordering::Release);
+                        Some(DeviceEvent::PkeyChange(port))
+                    }
+                    port_change::CLIENT_REREG => Some(DeviceEvent::ClientReregister(port)),
+                    other => {
+                        tracing::debug!(port, sub_type = other, "port change ignored");
+                        None
+                    }
+                };
+                if let Some(ev) = ev {
+                    p.push(ev);
+                }
+            }
+            EqeEvent::CqError { cqn, syndrome } => {
+                let ours = self
+                    .ports
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .any(|p| p.cqn.load(Ordering::Relaxed) == cqn);
+                if ours {
+                    // An overrun CQ has lost completions: exactly-once cannot be kept.
+                    self.enter_fatal(
+                        &format!("CQ {cqn:#x} error, syndrome {syndrome:#04x}"),
+                        false,
+                    );
+                } else {
+                    self.lock_stats().bad_eqes += 1;
+                }
+            }
+            EqeEvent::QueueEvent { event, number, .. } => {
+                let fatal = matches!(
+                    event,
+                    EventType::WQ_CATAS_ERROR
+                        | EventType::WQ_INVAL_REQ_ERROR
+                        | EventType::WQ_ACCESS_ERROR
+                );
+                let ports = self.ports.read().unwrap_or_else(PoisonError::into_inner);
+                let hit = ports.iter().find_map(|p| {
+                    if p.qpn0.load(Ordering::Relaxed) == number && number != 0 {
+                        Some((p.clone(), SpecialQp::Smi))
+                    } else if p.qpn1.load(Ordering::Relaxed) == number && number != 0 {
+                        Some((p.clone(), SpecialQp::Gsi))
+                    } else {
+                        None
+                    }
+                });
+                drop(ports);
+                match hit {
+                    Some((p, qp)) if fatal => {
+                        tracing::error!(port = p.port_num, ?qp, event = %event, "QP error event");
+                        p.push(DeviceEvent::QpFatal {
+                            port: p.port_num,
+                            qp,
+                        });
+                    }
+                    Some((_, qp)) => tracing::debug!(?qp, event = %event, "QP event"),
+                    None => {
+                        self.lock_stats().bad_eqes += 1;
+                        tracing::warn!(number, event = %event, "event for an unknown queue");
+                    }
+                }
+            }
+            EqeEvent::Other { event, .. } => {
+                tracing::debug!(event = %event, "async event ignored");
+            }
+        }
+    }
+}

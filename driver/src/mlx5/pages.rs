@@ -1,0 +1,439 @@
+//! Firmware pages (`pagealloc.c`): the host memory the firmware asks for, given as 4 KiB
+//! leases with MANAGE_PAGES and taken back the same way, and the accounting that lets a test
+//! see every page come back.
+//!
+//! Three paths: the boot and init pages of the bring-up (QUERY_PAGES, then GIVE on an ordinary
+//! slot); page requests the firmware raises at any time through the async EQ, answered on the
+//! reserved page slot while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs
+//! out); and the reclaim of every page at teardown. A page is released only once the device
+//! returned it or can no longer reach it (bus mastering off).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use dma::{Access, DmaLease};
+use firmware_cmds::mlx5::ops::pages::{
+    ManagePages, ManagePagesOut, PagesKind, PagesOp, QueryPages,
+};
+use firmware_cmds::mlx5::ops::pas::{ADAPTER_PAGE_SIZE, PAS_ENTRY};
+use firmware_cmds::mlx5::ops::{Command, CommandOutput};
+use firmware_cmds::mlx5::timeouts::Timeout;
+
+use crate::error::DriverError;
+
+use super::cmd;
+use super::dev::Dev;
+use super::wait::{Backoff, ms};
+
+/// Most pages one request may ask for (1 GiB): a larger number is treated as a device error.
+pub const MAX_PAGES_PER_REQUEST: u32 = 1 << 18;
+
+/// Pages asked back per TAKE at teardown (`optimal_reclaimed_pages`: what 12 mailbox blocks
+/// hold).
+pub(crate) const RECLAIM_BATCH: u32 = ((16 + 12 * 512 - 16) / PAS_ENTRY) as u32;
+
+/// A page request from the firmware (a PAGE_REQUEST EQE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageRequest {
+    pub(crate) function_id: u16,
+    pub(crate) ec_function: bool,
+    /// > 0: give; < 0: take back.
+    pub(crate) num_pages: i32,
+}
+
+/// A MANAGE_PAGES in flight on the page slot.
+#[derive(Debug)]
+enum PageOp {
+    Give(Vec<DmaLease>),
+    Take(u32),
+    CantGive,
+}
+
+/// Counters of firmware pages.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PageStats {
+    /// Pages given (boot, init and requests).
+    pub given: u64,
+    /// Pages the firmware gave back.
+    pub returned: u64,
+    /// Pages released without the firmware giving them back (device fatal or reclaim timed out;
+    /// always after bus mastering was turned off).
+    pub dropped_after_quiesce: u64,
+    /// Page requests received through the EQ.
+    pub requests: u64,
+    /// CAN'T GIVE answers sent.
+    pub cant_give: u64,
+    /// Returned addresses that were not ours.
+    pub bad_returns: u64,
+}
+
+/// The firmware's pages and the page-request machinery.
+#[derive(Debug, Default)]
+pub(crate) struct FwPages {
+    given: HashMap<u64, DmaLease>,
+    /// Pages of a GIVE whose outcome is unknown (timed out): kept until the device is quiesced.
+    limbo: Vec<DmaLease>,
+    pending: VecDeque<PageRequest>,
+    in_flight: Option<(PageRequest, PageOp)>,
+    pub(crate) stats: PageStats,
+}
+
+impl FwPages {
+    /// Pages the firmware holds.
+    pub(crate) fn held(&self) -> usize {
+        self.given.len()
+    }
+
+    /// Leases held (pages given, in flight and in limbo).
+    pub(crate) fn leases(&self) -> usize {
+        let flying = match &self.in_flight {
+            Some((_, PageOp::Give(v))) => v.len(),
+            _ => 0,
+        };
+        self.given.len() + self.limbo.len() + flying
+    }
+
+    /// Queue a page request from an EQE.
+    pub(crate) fn request(&mut self, req: PageRequest) {
+        self.stats.requests += 1;
+        self.pending.push_back(req);
+    }
+
+    /// Record pages the firmware accepted.
+    fn accept(&mut self, leases: Vec<DmaLease>) {
+        self.stats.given += leases.len() as u64;
+        for l in leases {
+            self.given.insert(l.iova(), l);
+        }
+    }
+
+    /// Release the pages the firmware returned; addresses that are not ours are counted and
+    /// logged (the kernel's `free_4k` warning), never trusted.
+    fn returned(&mut self, pas: &[u64]) -> usize {
+        let mut n = 0;
+        for pa in pas {
+            if self.given.remove(pa).is_some() {
+                n += 1;
+            } else {
+                self.stats.bad_returns += 1;
+                tracing::warn!(
+                    addr = format_args!("{pa:#x}"),
+                    "firmware returned a page the driver never gave"
+                );
+            }
+        }
+        self.stats.returned += n as u64;
+        n
+    }
+
+    /// Drop every page: only once the device can no longer reach them.
+    pub(crate) fn drop_all_after_quiesce(&mut self) {
+        let n = self.given.len() + self.limbo.len();
+        self.stats.dropped_after_quiesce += n as u64;
+        self.given.clear();
+        self.limbo.clear();
+        self.pending.clear();
+        if let Some((_, PageOp::Give(v))) = self.in_flight.take() {
+            self.stats.dropped_after_quiesce += v.len() as u64;
+        }
+    }
+}
+
+/// Lease `n` zeroed 4 KiB pages for the firmware.
+fn lease_pages(dev: &Dev, n: u32) -> Result<Vec<DmaLease>, DriverError> {
+    let page = ADAPTER_PAGE_SIZE as usize;
+    (0..n)
+        .map(|_| {
+            dev.pool
+                .lease(page, page, Access::ReadWrite)
+                .map_err(DriverError::from)
+        })
+        .collect()
+}
+
+fn check_count(what: &'static str, n: i32) -> Result<u32, DriverError> {
+    let n = u32::try_from(n).map_err(|_| DriverError::BadDeviceValue {
+        what,
+        detail: format!("asks for {n} pages"),
+    })?;
+    if n > MAX_PAGES_PER_REQUEST {
+        return Err(DriverError::BadDeviceValue {
+            what,
+            detail: format!("asks for {n} pages, more than the {MAX_PAGES_PER_REQUEST} accepted"),
+        });
+    }
+    Ok(n)
+}
+
+impl Dev {
+    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`).
+    pub(crate) fn give_startup_pages(&self, kind: PagesKind) -> Result<(), DriverError> {
+        let q = self.exec(&QueryPages {
+            kind,
+            function_id: 0,
+            embedded_cpu_function: false,
+        })?;
+        if q.num_pages <= 0 {
+            tracing::debug!(?kind, num_pages = q.num_pages, "no startup pages wanted");
+            return Ok(());
+        }
+        let n = check_count("QUERY_PAGES output", q.num_pages)?;
+        let leases = lease_pages(self, n)?;
+        let give = ManagePages {
+            op: PagesOp::Give(leases.iter().map(DmaLease::iova).collect()),
+            function_id: q.function_id,
+            embedded_cpu_function: q.embedded_cpu_function,
+        };
+        match self.exec(&give) {
+            Ok(_) => {
+                self.lock_pages().accept(leases);
+                tracing::debug!(?kind, pages = n, "startup pages given");
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, DriverError::CommandTimeout { .. }) {
+                    // The firmware may have taken them: keep them until the device is quiesced.
+                    self.lock_pages().limbo.extend(leases);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Serve page requests on the page slot: finish the one in flight when the device gave
+    /// the slot back, then start the next. Called from the progress loop; never blocks.
+    pub(crate) fn service_page_requests(&self) {
+        let mut pages = self.lock_pages();
+        if pages.in_flight.is_some() {
+            let done = {
+                let st = self.lock_cmd();
+                st.slot_count() > 0 && cmd::is_done(&st, st.page_slot())
+            };
+            if !done {
+                return;
+            }
+            let result = {
+                let mut st = self.lock_cmd();
+                let slot = st.page_slot();
+                cmd::finish(&mut st, slot)
+            };
+            let Some((req, op)) = pages.in_flight.take() else {
+                return;
+            };
+            page_op_done(&mut pages, req, op, result);
+        }
+        while pages.in_flight.is_none() {
+            let Some(req) = pages.pending.pop_front() else {
+                return;
+            };
+            match self.start_page_op(&mut pages, req) {
+                Ok(()) => {}
+                Err(e) => tracing::error!("page request {req:?} not served: {e}"),
+            }
+        }
+    }
+}
+
+/// Account for a finished page command.
+fn page_op_done(
+    pages: &mut FwPages,
+    req: PageRequest,
+    op: PageOp,
+    result: Result<Vec<u8>, DriverError>,
+) {
+    let result = result.and_then(|out| {
+        cmd::check_status(firmware_cmds::mlx5::Opcode::MANAGE_PAGES, 0, &out)?;
+        Ok(out)
+    });
+    match (op, result) {
+        (PageOp::Give(leases), Ok(_)) => {
+            tracing::debug!(
+                pages = leases.len(),
+                func = req.function_id,
+                "pages given on request"
+            );
+            pages.accept(leases);
+        }
+        (PageOp::Give(leases), Err(e)) => {
+            // The firmware refused them: they were never its.
+            tracing::warn!(
+                pages = leases.len(),
+                "firmware refused requested pages: {e}"
+            );
+        }
+        (PageOp::Take(n), Ok(out)) => match ManagePagesOut::decode(&out) {
+            Ok(o) if o.pas.len() <= n as usize => {
+                let got = pages.returned(&o.pas);
+                tracing::debug!(asked = n, got, "pages taken back on request");
+            }
+            Ok(o) => tracing::error!(
+                asked = n,
+                got = o.pas.len(),
+                "firmware returned more pages than asked (corruption); none released"
+            ),
+            Err(e) => tracing::error!("MANAGE_PAGES TAKE output: {e}"),
+        },
+        // A reclaim the firmware itself asked for and then failed is ignored, as the
+        // kernel does (`reclaim_pages` with `event`).
+        (PageOp::Take(_), Err(e)) => tracing::warn!("page reclaim on request failed: {e}"),
+        (PageOp::CantGive, r) => {
+            if let Err(e) = r {
+                tracing::warn!("CAN'T GIVE notification failed: {e}");
+            }
+        }
+    }
+}
+
+impl Dev {
+    fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<(), DriverError> {
+        let (op, input_op) = match req.num_pages.cmp(&0) {
+            std::cmp::Ordering::Greater => {
+                match check_count("page request EQE", req.num_pages)
+                    .and_then(|n| lease_pages(self, n))
+                {
+                    Ok(leases) => {
+                        let pas = leases.iter().map(DmaLease::iova).collect();
+                        (PageOp::Give(leases), PagesOp::Give(pas))
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "cannot give {} pages: {e}; answering CAN'T GIVE",
+                            req.num_pages
+                        );
+                        pages.stats.cant_give += 1;
+                        (PageOp::CantGive, PagesOp::CantGive)
+                    }
+                }
+            }
+            std::cmp::Ordering::Less => {
+                let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
+                (PageOp::Take(n), PagesOp::Take(n))
+            }
+            std::cmp::Ordering::Equal => return Ok(()),
+        };
+        let m = ManagePages {
+            op: input_op,
+            function_id: req.function_id,
+            embedded_cpu_function: req.ec_function,
+        };
+        let input = m.encode()?;
+        let outlen = m.out_len();
+        let mut st = self.lock_cmd();
+        let Some(slot) = cmd::reserve_page_slot(&mut st) else {
+            drop(st);
+            // The slot is still busy with a command that was lost; try again later.
+            pages.pending.push_front(req);
+            return Ok(());
+        };
+        let now = self.backend.now();
+        if let Err(e) = cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now) {
+            cmd::unreserve(&mut st, slot);
+            return Err(e);
+        }
+        drop(st);
+        pages.in_flight = Some((req, op));
+        Ok(())
+    }
+
+    /// Take every page back (`mlx5_reclaim_startup_pages`): TAKE in batches until none is
+    /// left, giving up when the firmware returns nothing for RECLAIM_PAGES (5 s). In a fatal
+    /// state nothing is sent: the device is quiesced, so the pages are simply released.
+    pub(crate) fn reclaim_all_pages(&self) -> Result<(), DriverError> {
+        let timeout = Timeout::ReclaimPages.default_duration();
+        // Let a page command in flight finish first (it may give pages).
+        let mut backoff = Backoff::new(Duration::from_millis(1));
+        let wait_end = self.backend.now().saturating_add(timeout);
+        while self.lock_pages().in_flight.is_some() && self.fatal_reason().is_none() {
+            self.progress();
+            if self.backend.now() >= wait_end {
+                break;
+            }
+            backoff.pause(self.backend.as_ref(), wait_end);
+        }
+        let mut end = self.backend.now().saturating_add(timeout);
+        loop {
+            if self.fatal_reason().is_some() {
+                self.lock_pages().drop_all_after_quiesce();
+                return Ok(());
+            }
+            let held = self.lock_pages().held();
+            if held == 0 {
+                return Ok(());
+            }
+            let n = (held as u32).min(RECLAIM_BATCH);
+            let out = self.exec(&ManagePages {
+                op: PagesOp::Take(n),
+                function_id: 0,
+                embedded_cpu_function: false,
+            })?;
+            if out.pas.len() > n as usize {
+                return Err(DriverError::BadDeviceValue {
+                    what: "MANAGE_PAGES TAKE output",
+                    detail: format!("{} pages returned for {n} asked", out.pas.len()),
+                });
+            }
+            let got = self.lock_pages().returned(&out.pas);
+            let now = self.backend.now();
+            if got > 0 {
+                end = now.saturating_add(timeout);
+            } else if now >= end {
+                let left = self.lock_pages().held();
+                tracing::warn!(left, "firmware did not return all pages; giving up");
+                return Err(DriverError::DeviceTimeout {
+                    what: format!("the firmware to return its last {left} pages"),
+                    ms: ms(timeout),
+                });
+            } else {
+                backoff.pause(self.backend.as_ref(), end);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::{DmaPool, LeaseMode, SimIommu};
+    use std::sync::Arc;
+
+    fn leases(n: usize) -> (DmaPool, Vec<DmaLease>) {
+        let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Pooled).unwrap();
+        let v = (0..n)
+            .map(|_| pool.lease(4096, 4096, Access::ReadWrite).unwrap())
+            .collect();
+        (pool, v)
+    }
+
+    #[test]
+    fn pages_given_and_returned_are_accounted() {
+        let (pool, v) = leases(4);
+        let iovas: Vec<u64> = v.iter().map(DmaLease::iova).collect();
+        assert!(iovas.iter().all(|a| a % 4096 == 0), "4 KiB aligned");
+        let mut p = FwPages::default();
+        p.accept(v);
+        assert_eq!(p.held(), 4);
+        assert_eq!(pool.accounting().leases_out, 4);
+        // Two ours, one stranger.
+        assert_eq!(p.returned(&[iovas[1], 0xdead_0000, iovas[3]]), 2);
+        assert_eq!(p.stats.bad_returns, 1);
+        assert_eq!(p.stats.returned, 2);
+        assert_eq!(p.held(), 2);
+        assert_eq!(pool.accounting().leases_out, 2);
+        p.drop_all_after_quiesce();
+        assert_eq!(p.stats.dropped_after_quiesce, 2);
+        assert_eq!(pool.accounting().leases_out, 0);
+    }
+
+    #[test]
+    fn page_counts_from_the_device_are_checked() {
+        assert_eq!(check_count("x", 5).unwrap(), 5);
+        assert!(check_count("x", -1).is_err());
+        assert!(check_count("x", i32::MAX).is_err());
+        assert!(check_count("x", MAX_PAGES_PER_REQUEST as i32).is_ok());
+    }
+
+    #[test]
+    fn the_reclaim_batch_is_what_twelve_blocks_hold() {
+        assert_eq!(RECLAIM_BATCH, 768);
+    }
+}

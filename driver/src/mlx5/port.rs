@@ -1,0 +1,450 @@
+//! One port of an mlx5 HCA as the MAD layer sees it ([`HcaPort`]): its CQ and special QPs,
+//! the poll that validates every CQE before turning it into a completion, the software flush
+//! after a fatal error, port attributes (MAD_IFC PortInfo and NodeInfo, or the HCA vport
+//! context on virtualised functions, as `mlx5_ib_query_port` chooses), the cached P_Key table,
+//! and the port's events.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use dma::DmaPool;
+use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfc};
+use firmware_cmds::mlx5::ops::vport::QueryHcaVportContext;
+
+use crate::error::DriverError;
+use crate::verbs::{
+    DeviceEvent, HcaPort, PortAttrs, PortState, PostError, RecvWr, SendWr, SpecialQp,
+    WorkCompletion,
+};
+
+use super::cq::{self, Cq, CqeKind};
+use super::dev::{Dev, PortShared};
+use super::qp::Qp;
+use super::smp;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A port of an mlx5 HCA.
+pub struct Mlx5Port {
+    pub(crate) dev: Arc<Dev>,
+    pub(crate) shared: Arc<PortShared>,
+    pub(crate) port_num: u8,
+    pub(crate) has_smi: bool,
+    pub(crate) cq: Mutex<Option<Cq>>,
+    /// QP0 (index 0) and QP1 (index 1).
+    pub(crate) qps: [Mutex<Option<Qp>>; 2],
+    /// Depths of the special QPs (send, receive).
+    pub(crate) depths: (u32, u32),
+    /// Completions made in software when the QPs were torn down, not yet polled.
+    pub(crate) flushed: Mutex<VecDeque<WorkCompletion>>,
+    /// A bad CQE found while completions were being returned: reported by the next poll.
+    pending_error: Mutex<Option<String>>,
+    pkeys: Mutex<Vec<u16>>,
+}
+
+/// Where the device writes a port's CQEs and which one software reads next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqPosition {
+    /// IOVA of CQE 0 (64-byte CQEs, contiguous).
+    pub iova: u64,
+    /// Entries in the ring (a power of two).
+    pub nent: u32,
+    /// The consumer counter: the next CQE software reads is at `next % nent`, and it is
+    /// software's when its owner bit equals `(next / nent) & 1`.
+    pub next: u32,
+}
+
+fn qp_index(qp: SpecialQp) -> usize {
+    match qp {
+        SpecialQp::Smi => 0,
+        SpecialQp::Gsi => 1,
+    }
+}
+
+impl Mlx5Port {
+    pub(crate) fn new(dev: Arc<Dev>, shared: Arc<PortShared>, has_smi: bool) -> Self {
+        let port_num = shared.port_num;
+        Mlx5Port {
+            dev,
+            shared,
+            port_num,
+            has_smi,
+            cq: Mutex::new(None),
+            qps: [Mutex::new(None), Mutex::new(None)],
+            depths: (0, 0),
+            flushed: Mutex::new(VecDeque::new()),
+            pending_error: Mutex::new(None),
+            pkeys: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The QP number the device gave a special QP (0 when it does not exist).
+    pub fn hw_qpn(&self, qp: SpecialQp) -> u32 {
+        lock(&self.qps[qp_index(qp)]).as_ref().map_or(0, |q| q.qpn)
+    }
+
+    /// Where the port's CQ is (diagnostics, and fault injection in tests: a simulated device
+    /// can be made to write an impossible CQE there).
+    pub fn cq_position(&self) -> Option<CqPosition> {
+        lock(&self.cq).as_ref().map(|cq| {
+            let (iova, nent, next) = cq.position();
+            CqPosition { iova, nent, next }
+        })
+    }
+
+    /// Work requests posted and not yet returned by `poll`.
+    pub fn outstanding(&self) -> usize {
+        let queued = lock(&self.flushed).len();
+        queued
+            + self
+                .qps
+                .iter()
+                .map(|q| lock(q).as_ref().map_or(0, Qp::outstanding))
+                .sum::<usize>()
+    }
+
+    /// Read the P_Key table through MAD_IFC into the cache (best effort: an empty cache maps
+    /// every P_Key to index 0).
+    pub(crate) fn refresh_pkeys(&self) {
+        let entries = self.dev.pkey_table_len() as usize;
+        let blocks = entries.div_ceil(smp::PKEYS_PER_BLOCK).max(1);
+        let mut table = Vec::with_capacity(entries);
+        for b in 0..blocks {
+            match self.smp_get(smp::ATTR_PKEY_TABLE, b as u32) {
+                Ok(d) => table.extend(smp::pkey_block(&d)),
+                Err(e) => {
+                    // The SMA may hold fewer entries than the caps say: keep what was read.
+                    tracing::debug!(
+                        port = self.port_num,
+                        entries = table.len(),
+                        "P_Key table read up to block {b}: {e}"
+                    );
+                    break;
+                }
+            }
+        }
+        *lock(&self.pkeys) = table;
+        self.shared.pkey_stale.store(false, Ordering::Release);
+    }
+
+    fn pkey_index(&self, pkey: u16) -> u16 {
+        smp::find_pkey(&lock(&self.pkeys), pkey).unwrap_or_else(|| {
+            tracing::debug!(
+                port = self.port_num,
+                pkey,
+                "P_Key not in the table; index 0"
+            );
+            0
+        })
+    }
+
+    /// SubnGet through MAD_IFC (M_Key and B_Key ignored, as the kernel's queries do).
+    fn smp_get(&self, attr: u16, modifier: u32) -> Result<[u8; 64], DriverError> {
+        let out = self.dev.exec(&MadIfc {
+            ignore_mkey: true,
+            ignore_bkey: true,
+            remote_lid: 0,
+            port: self.port_num,
+            mad: smp::subn_get(attr, modifier, 0x6d6c_7835_0000_0000 | u64::from(attr)),
+        })?;
+        let data =
+            smp::response_data(&out.mad, attr).map_err(|detail| DriverError::BadDeviceValue {
+                what: "MAD_IFC response",
+                detail,
+            })?;
+        let mut d = [0u8; 64];
+        d.copy_from_slice(data);
+        Ok(d)
+    }
+
+    fn attrs_mad_ifc(&self) -> Result<PortAttrs, DriverError> {
+        let pi = smp::port_info(&self.smp_get(smp::ATTR_PORT_INFO, u32::from(self.port_num))?);
+        let ni = smp::node_info(&self.smp_get(smp::ATTR_NODE_INFO, 0)?);
+        Ok(PortAttrs {
+            port_num: self.port_num,
+            state: PortState::from_code(pi.port_state),
+            phys_state: pi.phys_state,
+            lid: pi.lid,
+            lmc: pi.lmc,
+            sm_lid: pi.sm_lid,
+            sm_sl: pi.sm_sl,
+            port_guid: ni.port_guid,
+            gid_prefix: pi.gid_prefix,
+            capability_mask: pi.capability_mask,
+            pkey_table_len: self.dev.pkey_table_len(),
+            has_smi: self.has_smi,
+        })
+    }
+
+    fn attrs_vport(&self) -> Result<PortAttrs, DriverError> {
+        let multi = self.dev.num_ports() > 1;
+        let v = self.dev.exec(&QueryHcaVportContext {
+            other_vport: false,
+            port_num: if multi { self.port_num } else { 0 },
+            vport_number: 0,
+        })?;
+        // The vport context has no subnet prefix; PortInfo has it when the SMA answers.
+        let gid_prefix = self
+            .smp_get(smp::ATTR_PORT_INFO, u32::from(self.port_num))
+            .map_or(0, |d| smp::port_info(&d).gid_prefix);
+        Ok(PortAttrs {
+            port_num: self.port_num,
+            state: PortState::from_code(v.port_state),
+            phys_state: v.port_physical_state,
+            lid: v.lid,
+            lmc: v.lmc,
+            sm_lid: v.sm_lid,
+            sm_sl: v.sm_sl,
+            port_guid: v.port_guid,
+            gid_prefix,
+            capability_mask: v.cap_mask1,
+            pkey_table_len: self.dev.pkey_table_len(),
+            has_smi: v.has_smi,
+        })
+    }
+
+    fn fatal_post(&self) -> Option<PostError> {
+        self.dev.fatal_reason().map(PostError::DeviceFatal)
+    }
+
+    /// Return queued software completions, then (fatal) flush every QP in software.
+    fn flush_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        let mut n = 0;
+        {
+            let mut q = lock(&self.flushed);
+            while n < max {
+                let Some(wc) = q.pop_front() else { break };
+                out.push(wc);
+                n += 1;
+            }
+        }
+        for slot in &self.qps {
+            if n >= max {
+                break;
+            }
+            if let Some(qp) = lock(slot).as_mut() {
+                n += qp.flush(out, max - n);
+            }
+        }
+        n
+    }
+
+    /// A bad CQE: count it, make the device fatal (which quiesces it), and report it now if
+    /// nothing was returned in this poll, else at the next.
+    fn reject(&self, detail: String, returned: usize) -> Result<usize, DriverError> {
+        self.dev.lock_stats().bad_cqes += 1;
+        tracing::error!(port = self.port_num, "rejected CQE: {detail}");
+        self.dev.enter_fatal(
+            &format!("port {}: rejected CQE: {detail}", self.port_num),
+            false,
+        );
+        if returned == 0 {
+            Err(DriverError::BadDeviceValue {
+                what: "CQE",
+                detail,
+            })
+        } else {
+            *lock(&self.pending_error) = Some(detail);
+            Ok(returned)
+        }
+    }
+
+    fn poll_cq(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError> {
+        let mut guard = lock(&self.cq);
+        let Some(cq) = guard.as_mut() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        while n < max {
+            let Some(raw) = cq.next() else { break };
+            let parsed = match cq::parse(&raw) {
+                Ok(p) => p,
+                Err(detail) => {
+                    cq.set_ci();
+                    return self.reject(detail, n);
+                }
+            };
+            let which = self
+                .qps
+                .iter()
+                .position(|q| lock(q).as_ref().is_some_and(|qp| qp.qpn == parsed.qpn));
+            let Some(which) = which else {
+                cq.set_ci();
+                return self.reject(
+                    format!(
+                        "CQE names QPN {:#x}, which is not a special QP of port {}",
+                        parsed.qpn, self.port_num
+                    ),
+                    n,
+                );
+            };
+            let mut qp_guard = lock(&self.qps[which]);
+            let Some(qp) = qp_guard.as_mut() else {
+                continue;
+            };
+            let was_error = qp.in_error();
+            let wc = match &parsed.kind {
+                CqeKind::SendOk | CqeKind::SendErr { .. } => {
+                    qp.complete_send(parsed.wqe_counter, &parsed.kind)
+                }
+                CqeKind::Recv(_) | CqeKind::RecvErr { .. } => {
+                    qp.complete_recv(parsed.wqe_counter, &parsed.kind, |p| self.pkey_index(p))
+                }
+            };
+            let now_error = qp.in_error();
+            drop(qp_guard);
+            match wc {
+                Ok(wc) => {
+                    if now_error && !was_error {
+                        // The QP is in ERR: the MAD layer must know (once).
+                        self.shared.push(DeviceEvent::QpFatal {
+                            port: self.port_num,
+                            qp: wc.qp,
+                        });
+                    }
+                    out.push(wc);
+                    n += 1;
+                }
+                Err(detail) => {
+                    cq.set_ci();
+                    return self.reject(detail, n);
+                }
+            }
+        }
+        cq.set_ci();
+        if n > 0 {
+            cq.disarm();
+        }
+        cq.arm(&self.dev.bar, self.shared.cq_events.load(Ordering::Relaxed));
+        Ok(n)
+    }
+}
+
+impl HcaPort for Mlx5Port {
+    fn port_num(&self) -> u8 {
+        self.port_num
+    }
+
+    fn attrs(&self) -> Result<PortAttrs, DriverError> {
+        if let Some(reason) = self.dev.fatal_reason() {
+            return Err(if self.dev.is_closed() {
+                DriverError::Closed
+            } else {
+                DriverError::DeviceFatal { reason }
+            });
+        }
+        if self.dev.ib_virt() {
+            self.attrs_vport()
+        } else {
+            self.attrs_mad_ifc()
+        }
+    }
+
+    fn queue_depth(&self, _qp: SpecialQp) -> (u32, u32) {
+        self.depths
+    }
+
+    fn post_send(&self, qp: SpecialQp, wr: &SendWr) -> Result<(), PostError> {
+        if let Some(e) = self.fatal_post() {
+            return Err(e);
+        }
+        let mut g = lock(&self.qps[qp_index(qp)]);
+        let Some(q) = g.as_mut() else {
+            return Err(PostError::NotReady(format!(
+                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
+                self.port_num
+            )));
+        };
+        // Checked again under the QP lock: a fatal error may have flushed the QP meanwhile.
+        if let Some(e) = self.fatal_post() {
+            return Err(e);
+        }
+        q.post_send(&self.dev.bar, wr)
+    }
+
+    fn post_recv(&self, qp: SpecialQp, wr: &RecvWr) -> Result<(), PostError> {
+        if let Some(e) = self.fatal_post() {
+            return Err(e);
+        }
+        let mut g = lock(&self.qps[qp_index(qp)]);
+        let Some(q) = g.as_mut() else {
+            return Err(PostError::NotReady(format!(
+                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
+                self.port_num
+            )));
+        };
+        if let Some(e) = self.fatal_post() {
+            return Err(e);
+        }
+        q.post_recv(wr)
+    }
+
+    fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError> {
+        if let Some(detail) = lock(&self.pending_error).take() {
+            return Err(DriverError::BadDeviceValue {
+                what: "CQE",
+                detail,
+            });
+        }
+        self.dev.progress();
+        if self.dev.is_fatal() {
+            // Quiesced: never read the CQ again; complete everything in software.
+            return Ok(self.flush_into(out, max));
+        }
+        if self.shared.pkey_stale.load(Ordering::Acquire) {
+            self.refresh_pkeys();
+        }
+        self.poll_cq(out, max)
+    }
+
+    fn recover_send_queue(&self, qp: SpecialQp) -> Result<(), DriverError> {
+        if let Some(reason) = self.dev.fatal_reason() {
+            return Err(DriverError::DeviceFatal { reason });
+        }
+        let mut g = lock(&self.qps[qp_index(qp)]);
+        let Some(q) = g.as_mut() else {
+            return Err(DriverError::DeviceUnsupported {
+                what: format!("{qp:?} on port {}", self.port_num),
+                hint: "this function has no SMI".into(),
+            });
+        };
+        q.recover(&self.dev)
+    }
+
+    fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError> {
+        let out = self.dev.exec(&MadIfc {
+            ignore_mkey,
+            ignore_bkey: false,
+            remote_lid: 0,
+            port: self.port_num,
+            mad: *mad,
+        })?;
+        let mut r = [0u8; MAD_LEN];
+        r.copy_from_slice(&out.mad);
+        Ok(r)
+    }
+
+    fn events(&self) -> Vec<DeviceEvent> {
+        self.dev.progress();
+        if self.shared.pkey_stale.load(Ordering::Acquire) && !self.dev.is_fatal() {
+            self.refresh_pkeys();
+        }
+        std::mem::take(&mut *lock(&self.shared.events))
+    }
+
+    fn dma(&self) -> &DmaPool {
+        &self.dev.mad_pool
+    }
+
+    fn now(&self) -> Duration {
+        self.dev.backend.now()
+    }
+
+    fn wait(&self, deadline: Duration) {
+        self.dev.backend.wait(deadline);
+    }
+}

@@ -1,0 +1,74 @@
+//! Test helpers: a register file that records every write, for checking doorbells without a
+//! device model.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dma::{DmaMapper, SimIommu};
+
+use crate::backend::{IrqIndex, IrqInfo, PciId, RegionInfo};
+use crate::emulated::DeviceModel;
+use crate::eventfd::EventFd;
+use crate::mmio::Mmio;
+
+/// Records MMIO writes (offset, bytes as they crossed the bus); reads return zeros.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    pub(crate) writes: Mutex<Vec<(u64, Vec<u8>)>>,
+}
+
+impl Recorder {
+    pub(crate) fn take(&self) -> Vec<(u64, Vec<u8>)> {
+        std::mem::take(&mut *self.writes.lock().unwrap())
+    }
+}
+
+impl DeviceModel for Recorder {
+    fn pci_id(&self) -> PciId {
+        PciId {
+            vendor: 0,
+            device: 0,
+        }
+    }
+    fn regions(&self) -> Vec<RegionInfo> {
+        Vec::new()
+    }
+    fn mmio_read(&self, _: u8, _: u64, d: &mut [u8]) {
+        d.fill(0);
+    }
+    fn mmio_write(&self, _: u8, offset: u64, d: &[u8]) {
+        self.writes.lock().unwrap().push((offset, d.to_vec()));
+    }
+    fn config_read(&self, _: u64, d: &mut [u8]) {
+        d.fill(0);
+    }
+    fn config_write(&self, _: u64, _: &[u8]) {}
+    fn irq_info(&self, index: IrqIndex) -> IrqInfo {
+        IrqInfo {
+            index,
+            count: 0,
+            eventfd: false,
+            maskable: false,
+            automasked: false,
+            noresize: false,
+        }
+    }
+    fn set_irqs(&self, _: IrqIndex, _: u32, _: Vec<EventFd>) {}
+    fn reset(&self) -> bool {
+        false
+    }
+    fn dma_mapper(&self) -> Arc<dyn DmaMapper> {
+        Arc::new(SimIommu::new())
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn run_until(&self, _: Duration) {}
+}
+
+/// A 64 KiB BAR whose writes `Recorder` keeps.
+pub(crate) fn recording_bar() -> (Arc<Recorder>, Mmio) {
+    let r = Arc::new(Recorder::default());
+    let bar = Mmio::emulated(r.clone(), 0, 0x1_0000);
+    (r, bar)
+}

@@ -1,0 +1,331 @@
+//! PortInfo Get and Set, and the port state machine the SM drives through it.
+//!
+//! AttributeModifier: a switch's port number (0 = its management port); on a CA, 0 means the
+//! port the SMP arrived on, and a Set must address that port (ibsim refuses the others too).
+//! LocalPortNum always reports the port the SMP arrived on.
+//!
+//! A Set is checked whole before anything changes: a field the port cannot take makes the
+//! Set fail with 0x001C, changing nothing. Checks (after the kernel's `qib_mad.c`
+//! `subn_set_portinfo` and IBA 14.2.5.6):
+//! - LID and MasterSMLID (CA ports, switch port 0): unicast (1-0xBFFF), the LMC range inside
+//!   the unicast LIDs and held by no other port;
+//! - LinkWidthEnabled: 0 no change, 0xFF all supported, else a subset of the supported widths;
+//!   LinkSpeedEnabled: 0 no change, 15 all supported, else a subset; LinkSpeedExtEnabled: 0 no
+//!   change, 30 none, 31 all supported, else a subset;
+//! - LinkDownDefaultState 0-2; NeighborMTU 1 up to MTUCap; OperationalVLs up to VLCap;
+//! - PortState 0 (no change), 1 Down, 3 Armed or 4 Active; PortPhysicalState 0, 2 Polling or
+//!   3 Disabled, and only with PortState 0 or 1.
+//!
+//! New enabled rates (LinkWidthEnabled and the speeds) take effect when the link next trains
+//! (after a Down, or when it comes back up); the active rates stay until then.
+//!
+//! State changes are legal as the IBA link state machine allows them: Armed from Init (the
+//! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
+//! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
+//! Disabled holds the port down until a Set of Polling enables it. A switch's port 0 has no
+//! link: it stays Active and refuses Down and any physical state.
+
+use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
+use mad_wire::status;
+
+use super::defaults::{
+    LINK_SPEED_EXT_SUPPORTED, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind,
+};
+use super::{Data, Effect, Sma, Status, port_kind};
+use crate::fabric::model::{NodeId, NodeType, PortId, UNICAST_LID_END};
+use crate::fabric::state::{LinkState, PhysState};
+use crate::link::PortChange;
+
+const BAD: Status = status::INVALID_ATTR_VALUE;
+
+impl Sma<'_> {
+    /// The PortInfo attribute handler.
+    pub(super) fn port_info(
+        &mut self,
+        node: NodeId,
+        in_port: u8,
+        set: bool,
+        attr_mod: u32,
+        data: &mut Data,
+        hide_mkey: bool,
+    ) -> Status {
+        let n = self.fabric.node(node);
+        let is_switch = n.kind() == NodeType::Switch;
+        if attr_mod > u32::from(n.num_ports()) {
+            return BAD;
+        }
+        let target = if !is_switch && attr_mod == 0 {
+            in_port
+        } else {
+            attr_mod as u8
+        };
+        let Some(pid) = self.fabric.port_id(node, target) else {
+            return BAD;
+        };
+        let mut st = status::SUCCESS;
+        let mut rereg = false;
+        if set {
+            let req = PortInfoRepr::parse(&PortInfo::new_checked(&data[..]).expect("64 bytes"))
+                .expect("PortInfo parses from 64 bytes");
+            if !is_switch && target != in_port {
+                st = BAD;
+            } else {
+                st = self.set_port_info(pid, &req);
+                rereg = st == status::SUCCESS && req.client_reregister && !is_switch;
+            }
+        }
+        let mut repr = self.port_info_repr(pid, in_port, hide_mkey);
+        // o14-12.2.1: the response to a Set echoes ClientReregister.
+        repr.client_reregister = rereg;
+        repr.emit(&mut PortInfo::new_checked(&mut data[..]).expect("64 bytes"));
+        st
+    }
+
+    /// The PortInfo of `port` as its SMA reports it to an SMP that arrived on `in_port`.
+    pub fn port_info_repr(&self, port: PortId, in_port: u8, hide_mkey: bool) -> PortInfoRepr {
+        let p = self.fabric.port(port);
+        let s = p.state;
+        let kind = port_kind(self.fabric, port);
+        let d = kind.defaults();
+        let x = self.extra(port);
+        let mgmt = kind != PortKind::SwitchExternal;
+        let ext = s.active.speed_ext != 0;
+        let pick = |v: u64| if mgmt { v } else { 0 };
+        PortInfoRepr {
+            m_key: if hide_mkey { 0 } else { pick(s.m_key) },
+            gid_prefix: pick(s.subnet_prefix),
+            lid: pick(u64::from(p.lid())) as u16,
+            master_sm_lid: pick(u64::from(s.sm_lid)) as u16,
+            capability_mask: s.capability_mask,
+            diag_code: 0,
+            m_key_lease_period: pick(u64::from(s.m_key_lease_period)) as u16,
+            local_port_num: in_port,
+            link_width_enabled: p.enabled.width,
+            link_width_supported: LINK_WIDTH_SUPPORTED,
+            link_width_active: s.active.width,
+            link_speed_supported: LINK_SPEED_SUPPORTED,
+            port_state: PortState::from(s.link_state as u8),
+            port_physical_state: PhysPortState::from(s.phys_state as u8),
+            link_down_default_state: x.link_down_default,
+            m_key_protect_bits: pick(u64::from(s.m_key_protect)) as u8,
+            lmc: pick(u64::from(p.lmc())) as u8,
+            link_speed_active: s.active.speed,
+            link_speed_enabled: p.enabled.speed,
+            neighbor_mtu: s.neighbor_mtu,
+            master_sm_sl: pick(u64::from(s.sm_sl)) as u8,
+            vl_cap: d.vl_cap,
+            init_type: 0,
+            vl_high_limit: x.vl_high_limit,
+            vl_arbitration_high_cap: d.vl_arb_high_cap,
+            vl_arbitration_low_cap: d.vl_arb_low_cap,
+            init_type_reply: 0,
+            mtu_cap: d.mtu_cap,
+            vl_stall_count: x.vl_stall_count,
+            hoq_life: s.hoq_life,
+            operational_vls: s.op_vls,
+            partition_enforcement_inbound: x.partition_enforcement_inbound,
+            partition_enforcement_outbound: x.partition_enforcement_outbound,
+            filter_raw_inbound: x.filter_raw_inbound,
+            filter_raw_outbound: x.filter_raw_outbound,
+            m_key_violations: x.m_key_violations,
+            p_key_violations: x.p_key_violations,
+            q_key_violations: x.q_key_violations,
+            guid_cap: d.guid_cap,
+            client_reregister: false,
+            multicast_pkey_trap_suppression: 0,
+            subnet_timeout: x.subnet_timeout,
+            resp_time_value: d.resp_time_value,
+            local_phy_errors: x.local_phy_errors,
+            overrun_errors: x.overrun_errors,
+            max_credit_hint: 0,
+            link_round_trip_latency: 0,
+            capability_mask2: d.capability_mask2,
+            link_speed_ext_active: if ext { s.active.speed_ext } else { 0 },
+            link_speed_ext_supported: if ext { LINK_SPEED_EXT_SUPPORTED } else { 0 },
+            link_speed_ext_enabled: if ext { p.enabled.speed_ext } else { 0 },
+        }
+    }
+
+    /// Whether `lid`/`lmc` is a unicast range no port but `port` holds.
+    fn lid_range_free(&self, port: PortId, lid: u16, lmc: u8) -> bool {
+        let end = u32::from(lid) + (1u32 << lmc);
+        if lid == 0 || end > UNICAST_LID_END {
+            return false;
+        }
+        (u32::from(lid)..end).all(|l| self.fabric.lid_owner(l as u16).is_none_or(|o| o == port))
+    }
+
+    /// Whether `port` may move to `target` (Armed or Active) now.
+    fn transition_ok(&self, port: PortId, target: LinkState) -> bool {
+        let cur = self.fabric.port(port).state.link_state;
+        if cur == target {
+            return true;
+        }
+        let (from, peer_min) = match target {
+            LinkState::Armed => (LinkState::Init, LinkState::Init),
+            LinkState::Active => (LinkState::Armed, LinkState::Armed),
+            _ => return false,
+        };
+        if cur != from {
+            return false;
+        }
+        self.fabric
+            .peer(port)
+            .is_none_or(|q| self.fabric.port(q).state.link_state as u8 >= peer_min as u8)
+    }
+
+    /// Checks a PortInfo Set whole, then applies it; see the module documentation.
+    fn set_port_info(&mut self, pid: PortId, req: &PortInfoRepr) -> Status {
+        let kind = port_kind(self.fabric, pid);
+        let d = *kind.defaults();
+        let mgmt = kind != PortKind::SwitchExternal;
+        if mgmt
+            && (!self.lid_range_free(pid, req.lid, req.lmc)
+                || req.master_sm_lid == 0
+                || u32::from(req.master_sm_lid) >= UNICAST_LID_END)
+        {
+            return BAD;
+        }
+        let width = match req.link_width_enabled {
+            0 => None,
+            0xFF => Some(LINK_WIDTH_SUPPORTED),
+            w if w & !LINK_WIDTH_SUPPORTED == 0 => Some(w),
+            _ => return BAD,
+        };
+        let speed = match req.link_speed_enabled {
+            0 => None,
+            0xF => Some(LINK_SPEED_SUPPORTED),
+            s if s & !LINK_SPEED_SUPPORTED == 0 => Some(s),
+            _ => return BAD,
+        };
+        let speed_ext = match req.link_speed_ext_enabled {
+            0 => None,
+            0x1E => Some(0),
+            0x1F => Some(LINK_SPEED_EXT_SUPPORTED),
+            e if e & !LINK_SPEED_EXT_SUPPORTED == 0 => Some(e),
+            _ => return BAD,
+        };
+        let link_down_default = match req.link_down_default_state {
+            0 => None,
+            v @ (1 | 2) => Some(v),
+            _ => return BAD,
+        };
+        if req.neighbor_mtu == 0 || req.neighbor_mtu > d.mtu_cap {
+            return BAD;
+        }
+        let op_vls = match req.operational_vls {
+            0 => None,
+            v if v <= d.vl_cap => Some(v),
+            _ => return BAD,
+        };
+        let state = u8::from(req.port_state);
+        let phys = u8::from(req.port_physical_state);
+        if !matches!(state, 0 | 1 | 3 | 4) || !matches!(phys, 0 | 2 | 3) {
+            return BAD;
+        }
+        if phys != 0 && state > 1 {
+            return BAD;
+        }
+        if kind == PortKind::SwitchPort0 {
+            if state == 1 || phys != 0 {
+                return BAD;
+            }
+        } else if (state == 3 && !self.transition_ok(pid, LinkState::Armed))
+            || (state == 4 && !self.transition_ok(pid, LinkState::Active))
+        {
+            return BAD;
+        }
+
+        // Everything checked: apply.
+        if mgmt {
+            let before = (self.fabric.port(pid).lid(), self.fabric.port(pid).lmc());
+            {
+                let s = &mut self.fabric.port_mut(pid).state;
+                s.m_key = req.m_key;
+                s.subnet_prefix = req.gid_prefix;
+                s.m_key_lease_period = req.m_key_lease_period;
+                s.m_key_protect = req.m_key_protect_bits;
+                s.sm_lid = req.master_sm_lid;
+                s.sm_sl = req.master_sm_sl;
+            }
+            if before != (req.lid, req.lmc) && self.fabric.set_lid(pid, req.lid, req.lmc).is_ok() {
+                self.effect(Effect::Port(pid, PortChange::Lid));
+            }
+            self.extra_mut(pid).subnet_timeout = req.subnet_timeout;
+            if req.client_reregister && kind == PortKind::Ca {
+                self.effect(Effect::Port(pid, PortChange::ClientReregister));
+            }
+        }
+        {
+            let p = self.fabric.port_mut(pid);
+            if let Some(w) = width {
+                p.enabled.width = w;
+            }
+            if let Some(s) = speed {
+                p.enabled.speed = s;
+            }
+            if let Some(e) = speed_ext {
+                p.enabled.speed_ext = e;
+            }
+            p.state.neighbor_mtu = req.neighbor_mtu;
+            p.state.hoq_life = req.hoq_life;
+            if let Some(v) = op_vls {
+                p.state.op_vls = v;
+            }
+        }
+        {
+            let x = self.extra_mut(pid);
+            if let Some(v) = link_down_default {
+                x.link_down_default = v;
+            }
+            x.vl_high_limit = req.vl_high_limit;
+            x.local_phy_errors = req.local_phy_errors;
+            x.overrun_errors = req.overrun_errors;
+            if kind == PortKind::SwitchExternal {
+                x.vl_stall_count = req.vl_stall_count;
+                x.partition_enforcement_inbound = req.partition_enforcement_inbound;
+                x.partition_enforcement_outbound = req.partition_enforcement_outbound;
+                x.filter_raw_inbound = req.filter_raw_inbound;
+                x.filter_raw_outbound = req.filter_raw_outbound;
+            }
+            // Writing 0 to a violation counter resets it (as `qib_mad.c` does).
+            if req.m_key_violations == 0 {
+                x.m_key_violations = 0;
+            }
+            if req.p_key_violations == 0 {
+                x.p_key_violations = 0;
+            }
+            if req.q_key_violations == 0 {
+                x.q_key_violations = 0;
+            }
+        }
+        if kind != PortKind::SwitchPort0 {
+            self.apply_state(pid, state, phys);
+        }
+        status::SUCCESS
+    }
+
+    /// The state change of a checked PortInfo Set.
+    fn apply_state(&mut self, pid: PortId, state: u8, phys: u8) {
+        let cur = self.fabric.port(pid).state;
+        match (state, phys) {
+            (_, 3) => {
+                self.link_down(pid, true);
+            }
+            (1 | 0, 2) => {
+                if cur.phys_state == PhysState::Disabled {
+                    self.set_state(pid, LinkState::Down, PhysState::Polling);
+                }
+                self.retrain(pid);
+            }
+            (1, _) => self.retrain(pid),
+            (3, _) if cur.link_state != LinkState::Armed => {
+                self.set_state(pid, LinkState::Armed, PhysState::LinkUp);
+            }
+            (4, _) if cur.link_state != LinkState::Active => {
+                self.set_state(pid, LinkState::Active, PhysState::LinkUp);
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The command queue, on the device side: what happens when the driver rings the command
+//! doorbell. For each slot: read the entry through the IOMMU, check ownership, transport
+//! type, signature (when checksums are on), reserved bytes, lengths and the mailbox chains
+//! (alignment, block numbers, tokens, signatures), run the command, write the output (inline
+//! and mailboxes), hand the entry back with its delivery status, and post a command-completion
+//! EQE if an EQ takes them.
+//!
+//! A command may stay pending: behind an injected page request (until MANAGE_PAGES settles
+//! it on another slot) or while MAD_IFC asks the fabric's SMA (outside the device lock).
+
+use std::sync::atomic::{Ordering, fence};
+
+use firmware_cmds::Error as CodecError;
+use firmware_cmds::mlx5::cmd::entry::{self, CMD_XPORT_PCI, CmdEntry, ENTRY_SIZE, INLINE_LEN};
+use firmware_cmds::mlx5::cmd::header::{InHeader, OutHeader};
+use firmware_cmds::mlx5::cmd::mailbox::{self, BLOCK_SIZE, ChainCheck};
+use firmware_cmds::mlx5::cmd::status::{CmdStatus, DeliveryStatus};
+use firmware_cmds::mlx5::eqe::EqeEvent;
+use firmware_cmds::mlx5::ops::CommandOutput;
+use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfcOut};
+
+use super::buffer;
+use super::config::{LOG_CMDQ_SIZE, MAX_CMD_MSG_LEN};
+use super::exec::{self, Exec};
+use super::regs;
+use super::state::State;
+
+/// Slots of the queue.
+pub(crate) const SLOTS: u8 = 1 << LOG_CMDQ_SIZE;
+/// The slot the driver keeps for MANAGE_PAGES in answer to page requests.
+pub(crate) const PAGE_SLOT: u8 = SLOTS - 1;
+
+/// What the device remembers of a command it is working on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotCtx {
+    /// Slot number.
+    pub slot: u8,
+    /// IOVA of the entry.
+    pub addr: u64,
+    /// The entry as read.
+    pub raw: [u8; ENTRY_SIZE],
+    /// Token of the entry and its mailboxes.
+    pub token: u8,
+    /// Output length the driver provided.
+    pub outlen: u32,
+    /// First output mailbox.
+    pub out_ptr: u64,
+    /// Command checksums were on when the command started.
+    pub checksum: bool,
+    /// Opcode (for the counters).
+    pub opcode: u16,
+}
+
+/// A command waiting for pages.
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub ctx: SlotCtx,
+    pub input: Vec<u8>,
+}
+
+/// A MAD_IFC waiting for the port's SMA.
+#[derive(Debug)]
+pub(crate) struct MadWork {
+    pub ctx: SlotCtx,
+    pub port: u8,
+    pub mad: Box<[u8; MAD_LEN]>,
+    pub ignore_mkey: bool,
+}
+
+/// How parked commands leave the park.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unpark {
+    /// The pages arrived: run them.
+    Run,
+    /// The driver answered ALLOCATION_FAIL: fail them with NO_RES.
+    Fail,
+}
+
+/// The command slots' device-side state.
+#[derive(Debug, Default)]
+pub(crate) struct CmdSlots {
+    /// Slots the device is working on.
+    pub busy: u32,
+    /// Commands waiting for a page request to be settled.
+    pub parked: Vec<Parked>,
+    /// Set by MANAGE_PAGES when the request that parked commands is settled.
+    pub unpark: Option<Unpark>,
+}
+
+fn read_block(st: &State, addr: u64) -> Option<[u8; BLOCK_SIZE]> {
+    let mut b = [0u8; BLOCK_SIZE];
+    buffer::read(&st.iommu, addr, &mut b).then_some(b)
+}
+
+fn chain_status(e: &CodecError) -> DeliveryStatus {
+    match e {
+        CodecError::Mailbox { problem, .. } => problem.delivery_status(),
+        _ => DeliveryStatus::FW_ERR,
+    }
+}
+
+impl State {
+    /// Whether the firmware is in a state to run commands at all.
+    fn runs_commands(&self) -> bool {
+        !self.health.fatal && self.nic_interface == 0 && !regs::initializing(self, self.now())
+    }
+
+    /// The command doorbell rang for `slot`. Returns MAD_IFC work to do outside the lock.
+    pub(crate) fn start_command(&mut self, slot: u8) -> Vec<MadWork> {
+        let bit = 1u32 << slot;
+        if slot >= SLOTS || !self.runs_commands() || self.cmd.busy & bit != 0 {
+            self.counters.snap.cmd_doorbells_ignored += 1;
+            return Vec::new();
+        }
+        let addr = regs::cmdq_base(self) + u64::from(slot) * ENTRY_SIZE as u64;
+        let mut raw = [0u8; ENTRY_SIZE];
+        if !buffer::read(&self.iommu, addr, &mut raw) {
+            self.counters.snap.dma_errors += 1;
+            return Vec::new();
+        }
+        let Ok(e) = CmdEntry::decode(&raw) else {
+            return Vec::new();
+        };
+        if !e.hw_owned {
+            self.counters.snap.cmd_doorbells_ignored += 1;
+            return Vec::new();
+        }
+        self.cmd.busy |= bit;
+        let checksum = self.caps_cur.cmdif_checksum() != 0;
+        let mut ctx = SlotCtx {
+            slot,
+            addr,
+            raw,
+            token: e.token,
+            outlen: e.outlen,
+            out_ptr: e.out_ptr,
+            checksum,
+            opcode: 0,
+        };
+        let input = match self.check_and_gather(&e, &raw, checksum) {
+            Ok(input) => input,
+            Err(status) => {
+                self.finish_delivery_error(&ctx, status);
+                return Vec::new();
+            }
+        };
+        // inlen >= 8 was checked, so the header decodes.
+        let header = InHeader::decode(&input).ok();
+        ctx.opcode = header.map_or(0, |h| h.opcode.0);
+        if slot != PAGE_SLOT {
+            if let Some((skip, pages)) = self.faults.page_request_on_command {
+                if skip == 0 {
+                    self.faults.page_request_on_command = None;
+                    self.cmd.parked.push(Parked { ctx, input });
+                    self.request_pages(pages);
+                    return Vec::new();
+                }
+                self.faults.page_request_on_command = Some((skip - 1, pages));
+            }
+        }
+        self.run(ctx, &input)
+    }
+
+    /// The delivery checks, then the input message.
+    fn check_and_gather(
+        &mut self,
+        e: &CmdEntry,
+        raw: &[u8; ENTRY_SIZE],
+        checksum: bool,
+    ) -> Result<Vec<u8>, DeliveryStatus> {
+        if e.ty != CMD_XPORT_PCI {
+            return Err(DeliveryStatus::CMD_DESCR_ERR);
+        }
+        if checksum && !CmdEntry::signature_ok(raw) {
+            return Err(DeliveryStatus::SIGNATURE_ERR);
+        }
+        // Bytes 0x01..0x04 and 0x3e are reserved.
+        if raw[1..4].iter().any(|&b| b != 0) || raw[0x3e] != 0 {
+            return Err(DeliveryStatus::RES_FLD_NOT_CLR_ERR);
+        }
+        if e.inlen < 8 || e.inlen > MAX_CMD_MSG_LEN {
+            return Err(DeliveryStatus::IN_LENGTH_ERR);
+        }
+        if e.outlen < 8 || e.outlen > MAX_CMD_MSG_LEN {
+            return Err(DeliveryStatus::OUT_LENGTH_ERR);
+        }
+        let input = mailbox::gather(
+            &e.in_inline,
+            e.inlen as usize,
+            e.in_ptr,
+            ChainCheck {
+                token: e.token,
+                verify_signatures: checksum,
+                output: false,
+            },
+            |a| read_block(self, a),
+        )
+        .map_err(|err| chain_status(&err))?;
+        if e.outlen as usize > INLINE_LEN {
+            // Walk the output chain before running anything: a command whose answer cannot be
+            // delivered must not take effect.
+            mailbox::gather(
+                &[0; INLINE_LEN],
+                e.outlen as usize,
+                e.out_ptr,
+                ChainCheck {
+                    token: e.token,
+                    verify_signatures: false,
+                    output: true,
+                },
+                |a| read_block(self, a),
+            )
+            .map_err(|err| chain_status(&err))?;
+        }
+        Ok(input)
+    }
+
+    /// Runs a command whose delivery was good and completes it (or hands MAD_IFC out).
+    fn run(&mut self, ctx: SlotCtx, input: &[u8]) -> Vec<MadWork> {
+        match exec::execute(self, input, ctx.outlen) {
+            Exec::Out(out) => {
+                self.finish(&ctx, Ok(out));
+                self.after_command()
+            }
+            Exec::Fail(status, syndrome) => {
+                self.finish(&ctx, Err((status, syndrome)));
+                self.after_command()
+            }
+            Exec::Mad {
+                port,
+                mad,
+                ignore_mkey,
+            } => vec![MadWork {
+                ctx,
+                port,
+                mad,
+                ignore_mkey,
+            }],
+        }
+    }
+
+    /// After a command completed: run or fail the commands a settled page request releases.
+    fn after_command(&mut self) -> Vec<MadWork> {
+        let Some(how) = self.cmd.unpark.take() else {
+            return Vec::new();
+        };
+        let parked = std::mem::take(&mut self.cmd.parked);
+        let mut work = Vec::new();
+        for p in parked {
+            match how {
+                Unpark::Run => work.extend(self.run(p.ctx, &p.input)),
+                Unpark::Fail => {
+                    self.finish(
+                        &p.ctx,
+                        Err((CmdStatus::NO_RES_ERR, exec::synd::PAGES_REFUSED)),
+                    );
+                }
+            }
+        }
+        work
+    }
+
+    /// The SMA answered (or not) a MAD_IFC.
+    pub(crate) fn finish_mad(
+        &mut self,
+        work: &MadWork,
+        answer: Option<&[u8; MAD_LEN]>,
+    ) -> Vec<MadWork> {
+        let result = match answer {
+            Some(mad) => MadIfcOut { mad: *mad }
+                .encode()
+                .map_err(|_| (CmdStatus::INT_ERR, exec::synd::INTERNAL)),
+            // The firmware discards a MAD it does not answer (mthca/mlx4 MAD_IFC semantics).
+            None => Err((CmdStatus::BAD_PKT_ERR, exec::synd::MAD_DISCARDED)),
+        };
+        self.finish(&work.ctx, result);
+        self.after_command()
+    }
+
+    /// Writes the output and hands the entry back.
+    fn finish(&mut self, ctx: &SlotCtx, result: Result<Vec<u8>, (CmdStatus, u32)>) {
+        let (out, failed) = match result {
+            Ok(out) => (out, false),
+            Err((status, syndrome)) => (OutHeader::failure(status, syndrome, INLINE_LEN), true),
+        };
+        self.counters.command(ctx.opcode, failed);
+        // The firmware writes as much of its output as the driver made room for.
+        let n = out.len().min(ctx.outlen as usize);
+        let iommu = self.iommu.clone();
+        let inline = mailbox::scatter(
+            &out[..n],
+            ctx.out_ptr,
+            ChainCheck {
+                token: ctx.token,
+                verify_signatures: false,
+                output: true,
+            },
+            ctx.checksum,
+            |a| read_block(self, a),
+            |a, b| buffer::write(&iommu, a, b),
+        );
+        match inline {
+            Ok(inline) => self.hand_back(ctx, Some(&inline), DeliveryStatus::OK),
+            Err(e) => self.hand_back(ctx, None, chain_status(&e)),
+        }
+    }
+
+    fn finish_delivery_error(&mut self, ctx: &SlotCtx, status: DeliveryStatus) {
+        self.hand_back(ctx, None, status);
+    }
+
+    /// Writes the entry's output field and status, clears ownership (last), and posts the
+    /// command-completion event.
+    fn hand_back(
+        &mut self,
+        ctx: &SlotCtx,
+        inline: Option<&[u8; INLINE_LEN]>,
+        status: DeliveryStatus,
+    ) {
+        if status != DeliveryStatus::OK {
+            self.counters.snap.delivery_errors += 1;
+        }
+        let mut raw = ctx.raw;
+        if let Some(inline) = inline {
+            raw[entry::off::OUT..entry::off::OUT + INLINE_LEN].copy_from_slice(inline);
+        }
+        raw[entry::off::STATUS_OWN] = (status.0 & 0x7f) << 1;
+        if ctx.checksum {
+            raw[entry::off::SIG] = 0;
+            raw[entry::off::SIG] = entry::signature(&raw);
+        }
+        let ok = buffer::write(&self.iommu, ctx.addr, &raw[..entry::off::STATUS_OWN]);
+        fence(Ordering::Release);
+        let ok = ok
+            && self
+                .iommu
+                .write_u8(
+                    ctx.addr + entry::off::STATUS_OWN as u64,
+                    raw[entry::off::STATUS_OWN],
+                )
+                .is_ok();
+        if !ok {
+            self.counters.snap.dma_errors += 1;
+        }
+        self.cmd.busy &= !(1u32 << ctx.slot);
+        self.fx.notify = true;
+        self.post_event(&EqeEvent::Command {
+            vector: 1u32 << ctx.slot,
+        });
+    }
+}

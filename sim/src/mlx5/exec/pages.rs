@@ -1,0 +1,129 @@
+//! QUERY_PAGES and MANAGE_PAGES, and the firmware's run-time page requests.
+//!
+//! The firmware asks for `boot_pages` before INIT_HCA's boot stage and `init_pages` more for
+//! INIT_HCA; at run time it raises PAGE_REQUEST events (> 0 give, < 0 take back). Once
+//! initialized it will not give back its working set; after TEARDOWN_HCA it gives back every
+//! page.
+
+use firmware_cmds::mlx5::cmd::status::CmdStatus;
+use firmware_cmds::mlx5::eqe::EqeEvent;
+use firmware_cmds::mlx5::ops::pages::{
+    ManagePages, ManagePagesOut, PAS_OFFSET, PagesKind, PagesOp, QueryPages, QueryPagesOut,
+};
+use firmware_cmds::mlx5::ops::pas::PAS_ENTRY;
+use firmware_cmds::mlx5::ops::{Command, CommandOutput};
+
+use super::{Failure, decode_failure, encoded, synd};
+use crate::mlx5::cmdq::Unpark;
+use crate::mlx5::pages::GiveProblem;
+use crate::mlx5::state::{Phase, State};
+
+type Out = Result<Vec<u8>, Failure>;
+
+impl State {
+    /// Raises a run-time page request of `num_pages` (> 0 give, < 0 take). Returns whether an
+    /// EQ took the event.
+    pub(crate) fn request_pages(&mut self, num_pages: i32) -> bool {
+        self.pages.request += i64::from(num_pages);
+        if num_pages > 0 {
+            self.pages.need += u64::from(num_pages.unsigned_abs());
+        } else {
+            self.pages.need = self
+                .pages
+                .need
+                .saturating_sub(u64::from(num_pages.unsigned_abs()));
+        }
+        self.post_event(&EqeEvent::PageRequest {
+            ec_function: 0,
+            function_id: 0,
+            num_pages,
+        })
+    }
+
+    /// A page request moved toward settlement by `delta` pages; release parked commands when
+    /// it is settled.
+    fn settle(&mut self, delta: i64) {
+        if self.pages.request == 0 {
+            return;
+        }
+        let before = self.pages.request;
+        self.pages.request = if before > 0 {
+            (before - delta).max(0)
+        } else {
+            (before + delta).min(0)
+        };
+        if self.pages.request == 0 && !self.cmd.parked.is_empty() {
+            self.cmd.unpark = Some(Unpark::Run);
+        }
+    }
+}
+
+pub(super) fn query_pages(st: &mut State, input: &[u8], _: u32) -> Out {
+    let c = QueryPages::decode(input).map_err(|e| decode_failure(&e))?;
+    if c.function_id != 0 || c.embedded_cpu_function {
+        return Err((CmdStatus::BAD_PARAM_ERR, synd::FUNCTION));
+    }
+    let boot = u64::from(st.cfg.boot_pages);
+    let init = u64::from(st.cfg.init_pages);
+    let held = st.pages.held();
+    let num_pages = match (c.kind, st.phase) {
+        (PagesKind::Boot, Phase::Enabled) => boot.saturating_sub(held) as i64,
+        (PagesKind::Init, Phase::Enabled) => (boot + init).saturating_sub(held).min(init) as i64,
+        (PagesKind::Regular, _) => st.pages.request,
+        _ => 0,
+    };
+    encoded(
+        QueryPagesOut {
+            function_id: 0,
+            embedded_cpu_function: false,
+            num_pages: num_pages.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+        }
+        .encode(),
+    )
+}
+
+pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
+    let c = ManagePages::decode(input).map_err(|e| decode_failure(&e))?;
+    if c.function_id != 0 || c.embedded_cpu_function {
+        return Err((CmdStatus::BAD_PARAM_ERR, synd::FUNCTION));
+    }
+    match c.op {
+        PagesOp::Give(pas) => {
+            let iommu = st.iommu.clone();
+            st.pages.give(&iommu, &pas).map_err(|p| {
+                let s = match p {
+                    GiveProblem::Misaligned => synd::PAGE_MISALIGNED,
+                    GiveProblem::Duplicate => synd::PAGE_DUPLICATE,
+                    GiveProblem::NotWritable => {
+                        st.counters.snap.dma_errors += 1;
+                        synd::PAGE_NOT_WRITABLE
+                    }
+                };
+                (CmdStatus::BAD_PARAM_ERR, s)
+            })?;
+            if st.pages.request > 0 {
+                st.settle(pas.len() as i64);
+            }
+            encoded(ManagePagesOut::default().encode())
+        }
+        PagesOp::CantGive => {
+            if st.pages.request > 0 {
+                st.pages.need = st.pages.need.saturating_sub(st.pages.request as u64);
+                st.pages.request = 0;
+                if !st.cmd.parked.is_empty() {
+                    st.cmd.unpark = Some(Unpark::Fail);
+                }
+            }
+            encoded(ManagePagesOut::default().encode())
+        }
+        PagesOp::Take(n) => {
+            // No more pages than the output has room for.
+            let room = (outlen as usize).saturating_sub(PAS_OFFSET) / PAS_ENTRY;
+            let pas = st.pages.take(u64::from(n).min(room as u64));
+            if st.pages.request < 0 {
+                st.settle(pas.len() as i64);
+            }
+            encoded(ManagePagesOut { pas }.encode())
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Fault injection, each switchable per test, in one place: [`Mlx5Faults`], reached with
+//! [`Mlx5::faults`](super::Mlx5::faults).
+//!
+//! | Fault | What the driver sees |
+//! |---|---|
+//! | [`Mlx5Faults::wqe_error`] | the Nth send or receive WQE of a QP completes with the chosen syndrome and vendor syndrome; the QP goes to SQER (send) or ERR (receive) and the WQEs after it are flushed (WR_FLUSH_ERR, vendor syndrome 0xf9) |
+//! | [`Mlx5Faults::qp_to_error`] | the QP goes to ERR, every outstanding WQE is flushed, a WQ_CATAS_ERROR event is raised |
+//! | [`Mlx5Faults::cqe_delay`], [`Mlx5Faults::cq_cqe_delay`] | CQEs are written that much later (by the scheduler), in order |
+//! | [`Mlx5Faults::catastrophic`] | the health buffer shows the syndrome (and RFR); commands and doorbells are no longer processed |
+//! | [`Mlx5Faults::stop_health_counter`] | the health counter stops changing |
+//! | [`Mlx5Faults::fw_ver_unreachable`] | the health buffer's `fw_ver` reads all-ones |
+//! | [`Mlx5Faults::remove`] | every register and config read returns all-ones, writes are ignored, DMA stops |
+//! | [`Mlx5Faults::page_request`] | a PAGE_REQUEST event now |
+//! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
+//! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
+//! | [`Mlx5Faults::request_release`] | the VFIO REQ interrupt (the host wants the device back) |
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, queue_type};
+use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HealthSyndrome};
+use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+
+use super::Inner;
+use super::idmap::IdMap;
+use crate::device::IrqKind;
+
+/// Which work queue of a QP a WQE fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WqeQueue {
+    /// The send queue.
+    Send,
+    /// The receive queue.
+    Recv,
+}
+
+/// An armed WQE fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WqeFault {
+    pub qpn: u32,
+    pub queue: WqeQueue,
+    /// WQEs still to pass before the one that fails (0: the next one fails).
+    pub skip: u32,
+    pub syndrome: CqeSyndrome,
+    pub vendor_err: u8,
+}
+
+/// The faults in force.
+#[derive(Debug, Default)]
+pub(crate) struct FaultState {
+    pub wqe: Vec<WqeFault>,
+    pub cqe_delay: Duration,
+    pub cq_delay: IdMap<Duration>,
+    /// (commands still to pass, pages) of a page request raised while a command is pending.
+    pub page_request_on_command: Option<(u32, i32)>,
+    pub hold_initializing: bool,
+}
+
+impl FaultState {
+    /// If a fault is armed for the next WQE of `qpn`'s `queue`, counts the WQE and returns the
+    /// fault when it is the one that fails.
+    pub(crate) fn take_wqe(&mut self, qpn: u32, queue: WqeQueue) -> Option<WqeFault> {
+        let i = self
+            .wqe
+            .iter()
+            .position(|f| f.qpn == qpn && f.queue == queue)?;
+        if self.wqe[i].skip == 0 {
+            Some(self.wqe.remove(i))
+        } else {
+            self.wqe[i].skip -= 1;
+            None
+        }
+    }
+}
+
+/// Fault injection on one simulated ConnectX.
+pub struct Mlx5Faults<'a> {
+    pub(crate) inner: &'a Inner,
+}
+
+impl Mlx5Faults<'_> {
+    /// The `nth` (1-based, counted from now) send or receive WQE of `qpn` completes with
+    /// `syndrome` and `vendor_err` instead of being executed. Any syndrome may be chosen (the
+    /// table of reference §5.5 or another). A send that fails is not transmitted; a receive
+    /// that fails consumes its WQE and loses its packet.
+    pub fn wqe_error(
+        &self,
+        qpn: u32,
+        queue: WqeQueue,
+        nth: u32,
+        syndrome: CqeSyndrome,
+        vendor_err: u8,
+    ) {
+        self.inner.with(|st| {
+            st.faults.wqe.push(WqeFault {
+                qpn,
+                queue,
+                skip: nth.saturating_sub(1),
+                syndrome,
+                vendor_err,
+            });
+        });
+    }
+
+    /// Moves `qpn` to ERR now, as firmware does on a work-queue catastrophic error: every
+    /// outstanding WQE is flushed and a WQ_CATAS_ERROR event is posted. False if there is no
+    /// such QP.
+    pub fn qp_to_error(&self, qpn: u32) -> bool {
+        self.inner.with(|st| {
+            if !st.qps.contains_key(&qpn) {
+                return false;
+            }
+            st.qp_to_err(qpn);
+            st.post_event(&EqeEvent::QueueEvent {
+                event: EventType::WQ_CATAS_ERROR,
+                queue_type: queue_type::QP,
+                number: qpn,
+            });
+            true
+        })
+    }
+
+    /// Delays every CQE of every CQ by `delay` (zero: no delay).
+    pub fn cqe_delay(&self, delay: Duration) {
+        self.inner.with(|st| st.faults.cqe_delay = delay);
+    }
+
+    /// Delays the CQEs of `cqn` by `delay`, overriding [`Mlx5Faults::cqe_delay`].
+    pub fn cq_cqe_delay(&self, cqn: u32, delay: Duration) {
+        self.inner.with(|st| {
+            st.faults.cq_delay.insert(cqn, delay);
+        });
+    }
+
+    /// A catastrophic firmware error: the health buffer shows `synd`, with the
+    /// recovery-flow-required bit when `recovery_required` (the kernel declares the device
+    /// fatal when both are set); commands stay pending forever and doorbells are ignored
+    /// until a function reset.
+    pub fn catastrophic(&self, synd: HealthSyndrome, recovery_required: bool) {
+        self.inner.with(|st| st.fatal(synd, recovery_required));
+    }
+
+    /// Stops (or restarts) the health counter; a stopped counter is what a hung firmware
+    /// looks like.
+    pub fn stop_health_counter(&self, stopped: bool) {
+        let now = self.inner.sched.now();
+        self.inner.with(|st| {
+            st.health.stopped_at = if stopped {
+                Some(super::regs::health_counter_value(st, now))
+            } else {
+                None
+            };
+        });
+    }
+
+    /// The health buffer's `fw_ver` reads all-ones (the kernel's "device unreachable"
+    /// sensor) while the rest of the device keeps working.
+    pub fn fw_ver_unreachable(&self) {
+        self.inner.with(|st| st.health.fw_ver = FW_VER_UNREACHABLE);
+    }
+
+    /// Surprise removal: every register and config-space read returns all-ones, writes are
+    /// ignored, and the device issues no more DMA (bus mastering off in the IOMMU).
+    pub fn remove(&self) {
+        self.inner.removed.store(true, Ordering::SeqCst);
+        self.inner.config.set_removed();
+        self.inner.iommu.set_bus_master(false);
+        self.inner.sched.notify();
+    }
+
+    /// Raises a PAGE_REQUEST event now: `num_pages` > 0 asks for pages, < 0 offers pages
+    /// back. False if no EQ takes page requests (QUERY_PAGES REGULAR still reports it).
+    pub fn page_request(&self, num_pages: i32) -> bool {
+        self.inner.with(|st| st.request_pages(num_pages))
+    }
+
+    /// The `nth` (1-based) command started from now on a slot other than the last (the
+    /// driver's page slot) raises a PAGE_REQUEST of `num_pages` and stays pending until
+    /// MANAGE_PAGES has settled the request on another slot; then it runs and completes.
+    pub fn page_request_during_command(&self, nth: u32, num_pages: i32) {
+        self.inner.with(|st| {
+            st.faults.page_request_on_command = Some((nth.saturating_sub(1), num_pages));
+        });
+    }
+
+    /// Keeps the `initializing` bit set (firmware that never finishes booting).
+    pub fn hold_initializing(&self, hold: bool) {
+        self.inner.with(|st| st.faults.hold_initializing = hold);
+    }
+
+    /// Raises the REQ interrupt: the host asks for the device back (vfio-pci's device
+    /// request). False if no handler is installed.
+    pub fn request_release(&self) -> bool {
+        self.inner.irqs.raise(IrqKind::Req, 0)
+    }
+}

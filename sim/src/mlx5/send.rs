@@ -1,0 +1,301 @@
+//! The send queue: on a doorbell, the device reads the QP's doorbell record and runs the WQEs
+//! up to it, one per call so the device lock is never held while a packet is on the wire.
+//! Each WQE is checked as hardware checks it (size, QPN, opcode, lkeys, length, DMA) and
+//! becomes a packet (SLID from the port's LID and the path bits, VL15 for QP0, source QP 0,
+//! 1 or the DETH override, Q_Key and P_Key from the QP where the WQE defers to it).
+
+use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ReqCqe};
+use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
+use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+use firmware_cmds::mlx5::wqe::{
+    CtrlSeg, Gather, SEND_WQE_BB, SEND_WQE_MAX_WQEBBS, UdSendWqe, WqeOpcode, bbs_for_ds, fm_ce_se,
+};
+
+use super::buffer;
+use super::config::{special_keys, vendor_syndrome};
+use super::counters::DropReason;
+use super::faults::WqeQueue;
+use super::state::State;
+use crate::packet::{Packet, PacketGrh};
+
+/// Largest send WQE, in bytes.
+const MAX_WQE: usize = SEND_WQE_BB * SEND_WQE_MAX_WQEBBS;
+/// A MAD: the only payload the fabric carries.
+const MAD_LEN: usize = 256;
+/// Bit 31 of a WQE's Q_Key: use the QP's Q_Key instead (IBA 10.2.5).
+const QKEY_FROM_QP: u32 = 0x8000_0000;
+
+/// What one step of the send queue produced.
+#[derive(Debug)]
+pub(crate) enum SendStep {
+    /// A packet to put on the wire out of `port`; `true` if more WQEs were posted behind it.
+    Packet(u8, Packet, bool),
+    /// A WQE completed without a packet (NOP, error, flush).
+    Completed,
+    /// Nothing (more) to do.
+    Idle,
+}
+
+/// A send WQE that failed: the syndrome and vendor syndrome of its error CQE.
+struct SendError(CqeSyndrome, u8);
+
+fn qp_op_err() -> SendError {
+    SendError(CqeSyndrome::LOCAL_QP_OP_ERR, vendor_syndrome::BAD_WQE)
+}
+
+impl State {
+    /// A send doorbell for `qpn` from UAR `uar`: whether the device takes it.
+    pub(crate) fn accept_send_doorbell(&mut self, qpn: u32, uar: u32) -> bool {
+        let ok = self
+            .qps
+            .get(&qpn)
+            .is_some_and(|q| q.uar == uar && q.sq_log.is_some());
+        if !ok {
+            self.counters.snap.uar_writes_ignored += 1;
+        }
+        ok
+    }
+
+    /// Runs the next send WQE of `qpn`.
+    pub(crate) fn next_send(&mut self, qpn: u32) -> SendStep {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return SendStep::Idle;
+        };
+        match qp.state {
+            QpState::Rts => {}
+            QpState::Sqer | QpState::Err => {
+                self.flush_sq(qpn);
+                return SendStep::Idle;
+            }
+            // Before RTS the device does not look at the send queue.
+            _ => return SendStep::Idle,
+        }
+        let (Some(bbs), Some(pc)) = (qp.sq_bbs(), qp.sq_producer(&self.iommu)) else {
+            self.counters.snap.dma_errors += 1;
+            return SendStep::Idle;
+        };
+        let start = qp.sq_cc;
+        let pending = u32::from(pc.wrapping_sub(start));
+        if pending == 0 {
+            return SendStep::Idle;
+        }
+        let mut wqe = [0u8; MAX_WQE];
+        let (result, nbb, opcode, signaled) = if pending > bbs {
+            // A doorbell record beyond the ring: the WQE there is not one the driver posted.
+            (Err(qp_op_err()), 1, 0, true)
+        } else {
+            self.read_send_wqe(qpn, start, pending, &mut wqe)
+        };
+        let injected = self.faults.take_wqe(qpn, WqeQueue::Send);
+        let result = match injected {
+            Some(f) => Err(SendError(f.syndrome, f.vendor_err)),
+            None => result,
+        };
+        let qp = self.qps.get_mut(&qpn).expect("looked up above");
+        qp.sq_cc = start.wrapping_add(nbb as u16);
+        qp.sends += 1;
+        let more = pc != qp.sq_cc;
+        self.counters.snap.send_wqes += 1;
+        let cqn = qp.cqn_snd;
+        match result {
+            Ok(packet) => {
+                if signaled {
+                    let cqe = Cqe {
+                        opcode: CqeOpcode::REQ,
+                        format: 0,
+                        owner: false,
+                        qpn,
+                        wqe_counter: start,
+                        signature: 0,
+                        body: CqeBody::Requester(ReqCqe {
+                            wqe_opcode: opcode,
+                            byte_cnt: 0,
+                            timestamp: self.timestamp(),
+                        }),
+                    };
+                    self.complete(cqn, cqe, false);
+                }
+                match packet {
+                    Some((port, p)) => {
+                        if self.ports[usize::from(port.max(1) - 1)].linked {
+                            self.counters.snap.packets_sent += 1;
+                        } else {
+                            self.counters.drop_packet(DropReason::NoLink);
+                        }
+                        SendStep::Packet(port, p, more)
+                    }
+                    None => SendStep::Completed,
+                }
+            }
+            Err(SendError(syndrome, vendor)) => {
+                let qp = &self.qps[&qpn];
+                let cqe = State::error_cqe(qp, true, syndrome, vendor, start, opcode);
+                self.complete(cqn, cqe, true);
+                // A send error on a datagram QP stops only its send queue.
+                self.qp_to_sqer(qpn);
+                SendStep::Completed
+            }
+        }
+    }
+
+    /// Reads and runs the WQE at basic block `start`: its result (a packet, or none for a
+    /// NOP), the basic blocks it spans, its opcode and whether it asks for a CQE.
+    #[allow(clippy::type_complexity)]
+    fn read_send_wqe(
+        &mut self,
+        qpn: u32,
+        start: u16,
+        pending: u32,
+        wqe: &mut [u8; MAX_WQE],
+    ) -> (Result<Option<(u8, Packet)>, SendError>, u32, u8, bool) {
+        let qp = &self.qps[&qpn];
+        // The control segment first: its DS count says how many basic blocks follow.
+        let read_bb = |i: u16, dst: &mut [u8]| {
+            qp.sq_bb_addr(start.wrapping_add(i))
+                .is_some_and(|a| self.iommu.read(a, dst).is_ok())
+        };
+        if !read_bb(0, &mut wqe[..SEND_WQE_BB]) {
+            self.counters.snap.dma_errors += 1;
+            return (
+                Err(SendError(
+                    CqeSyndrome::LOCAL_PROT_ERR,
+                    vendor_syndrome::PROTECTION,
+                )),
+                1,
+                0,
+                true,
+            );
+        }
+        let Ok(ctrl) = CtrlSeg::decode(&wqe[..]) else {
+            return (Err(qp_op_err()), 1, 0, true);
+        };
+        let opcode = ctrl.opcode.0;
+        let signaled = ctrl.fm_ce_se & fm_ce_se::CQ_UPDATE != 0;
+        let nbb = bbs_for_ds(usize::from(ctrl.ds)) as u32;
+        if ctrl.ds == 0 || nbb as usize > SEND_WQE_MAX_WQEBBS || nbb > pending {
+            return (Err(qp_op_err()), nbb.clamp(1, pending), opcode, true);
+        }
+        for i in 1..nbb {
+            let at = i as usize * SEND_WQE_BB;
+            if !read_bb(i as u16, &mut wqe[at..at + SEND_WQE_BB]) {
+                self.counters.snap.dma_errors += 1;
+                return (
+                    Err(SendError(
+                        CqeSyndrome::LOCAL_PROT_ERR,
+                        vendor_syndrome::PROTECTION,
+                    )),
+                    nbb,
+                    opcode,
+                    true,
+                );
+            }
+        }
+        if ctrl.qpn != qpn {
+            return (Err(qp_op_err()), nbb, opcode, true);
+        }
+        let result = match ctrl.opcode {
+            WqeOpcode::NOP => Ok(None),
+            WqeOpcode::SEND | WqeOpcode::SEND_IMM => self
+                .build_packet(qpn, &wqe[..nbb as usize * SEND_WQE_BB])
+                .map(Some),
+            _ => Err(qp_op_err()),
+        };
+        (result, nbb, opcode, signaled)
+    }
+
+    /// The packet of a UD-style send WQE.
+    fn build_packet(&mut self, qpn: u32, wqe: &[u8]) -> Result<(u8, Packet), SendError> {
+        let w = UdSendWqe::decode(wqe).map_err(|_| qp_op_err())?;
+        let qp = &self.qps[&qpn];
+        let mut mad = self
+            .mad_pool
+            .pop()
+            .unwrap_or_else(|| Box::new([0u8; MAD_LEN]));
+        mad.fill(0);
+        let mut len = 0usize;
+        for g in &w.gather {
+            match g {
+                Gather::Data(d) => {
+                    if d.lkey != special_keys::RESD_LKEY || !qp.rlky {
+                        return Err(SendError(
+                            CqeSyndrome::LOCAL_PROT_ERR,
+                            vendor_syndrome::PROTECTION,
+                        ));
+                    }
+                    let n = d.byte_count as usize;
+                    if len + n > MAD_LEN {
+                        return Err(SendError(
+                            CqeSyndrome::LOCAL_LENGTH_ERR,
+                            vendor_syndrome::LENGTH,
+                        ));
+                    }
+                    if !buffer::read(&self.iommu, d.addr, &mut mad[len..len + n]) {
+                        self.counters.snap.dma_errors += 1;
+                        return Err(SendError(
+                            CqeSyndrome::LOCAL_PROT_ERR,
+                            vendor_syndrome::PROTECTION,
+                        ));
+                    }
+                    len += n;
+                }
+                Gather::Inline(bytes) => {
+                    if len + bytes.len() > MAD_LEN {
+                        return Err(SendError(
+                            CqeSyndrome::LOCAL_LENGTH_ERR,
+                            vendor_syndrome::LENGTH,
+                        ));
+                    }
+                    mad[len..len + bytes.len()].copy_from_slice(bytes);
+                    len += bytes.len();
+                }
+            }
+        }
+        let view = &self.ports[usize::from(qp.port.max(1) - 1)];
+        let snap = &view.snapshot;
+        let lmc_mask = (1u16 << snap.lmc.min(7)) - 1;
+        let av = &w.av;
+        let pkey = view
+            .pkeys
+            .get(usize::from(qp.pkey_index))
+            .copied()
+            .unwrap_or(0);
+        let grh = av.grh.then(|| {
+            let mut sgid = [0u8; 16];
+            sgid[..8].copy_from_slice(&snap.subnet_prefix.to_be_bytes());
+            sgid[8..].copy_from_slice(&snap.port_guid.to_be_bytes());
+            PacketGrh {
+                sgid,
+                dgid: av.rgid,
+                traffic_class: av.tclass,
+                flow_label: av.flow_label,
+                hop_limit: av.hop_limit,
+            }
+        });
+        let src_qp = match qp.st {
+            QpServiceType::QP0 => 0,
+            QpServiceType::QP1 => 1,
+            _ if qp.deth_sqpn == 1 => 1,
+            _ => qp.qpn,
+        };
+        let qkey = if av.qkey & QKEY_FROM_QP != 0 {
+            qp.qkey
+        } else {
+            av.qkey
+        };
+        Ok((
+            qp.port,
+            Packet {
+                slid: (snap.lid & !lmc_mask) | (u16::from(av.path_bits) & lmc_mask),
+                dlid: av.rlid,
+                sl: av.sl,
+                vl15: qp.st == QpServiceType::QP0,
+                src_qp,
+                dst_qp: av.dqpn,
+                qkey,
+                pkey,
+                grh,
+                mad,
+            },
+        ))
+    }
+}

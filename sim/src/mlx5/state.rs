@@ -1,0 +1,563 @@
+//! Everything the simulated firmware and hardware remember, under the device's one lock, and
+//! the helpers every path shares: routing an event to its EQ, writing (or delaying) a CQE,
+//! moving a QP to SQER or ERR and flushing its work requests, and the catastrophic stop.
+//!
+//! Work that must not run under the lock (raising interrupts, waking the driver, scheduling
+//! delayed CQEs) is collected in [`Effects`] and performed by the caller after unlocking.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dma::SimIommu;
+use firmware_cmds::mlx5::caps::HcaCaps;
+use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ErrCqe};
+use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, cq_error_syndrome};
+use firmware_cmds::mlx5::health::HealthSyndrome;
+use firmware_cmds::mlx5::qpc::QpState;
+use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+use firmware_cmds::mlx5::wqe::{CTRL_SEG_LEN, CtrlSeg, bbs_for_ds};
+
+use super::caps;
+use super::cmdq::CmdSlots;
+use super::config::{FIRST_UAR, Mlx5Config, vendor_syndrome};
+use super::counters::Counters;
+use super::cq::{self, Cq, Delayed};
+use super::eq::{self, Eq};
+use super::faults::FaultState;
+use super::idmap::IdMap;
+use super::pages::Pages;
+use super::qp::Qp;
+use crate::link::PortSnapshot;
+use crate::sched::Scheduler;
+
+/// The HCA's life cycle as the commands move it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Before ENABLE_HCA (and after DISABLE_HCA).
+    Disabled,
+    /// After ENABLE_HCA, before INIT_HCA.
+    Enabled,
+    /// After INIT_HCA.
+    Initialized,
+    /// After TEARDOWN_HCA, before DISABLE_HCA.
+    TornDown,
+}
+
+/// The health buffer and counter.
+#[derive(Debug, Clone)]
+pub(crate) struct Health {
+    /// Health syndrome (0 = healthy).
+    pub synd: u8,
+    /// `rfr_severity`.
+    pub rfr_severity: u8,
+    /// Extended syndrome.
+    pub ext_synd: u16,
+    /// `fw_ver` as the buffer reads.
+    pub fw_ver: u32,
+    /// The counter stopped at this value.
+    pub stopped_at: Option<u32>,
+    /// Firmware is dead: commands and doorbells are no longer processed.
+    pub fatal: bool,
+}
+
+/// What the device knows of one of its ports, refreshed from the fabric outside the lock.
+#[derive(Debug, Clone)]
+pub(crate) struct PortView {
+    /// The port's management state.
+    pub snapshot: PortSnapshot,
+    /// The P_Key table (index 0 is the default P_Key when no SMA answers).
+    pub pkeys: Vec<u16>,
+    /// A fabric link is attached: sends go somewhere.
+    pub linked: bool,
+}
+
+impl PortView {
+    pub(crate) fn unlinked(entries: usize, node_guid: u64) -> Self {
+        let mut pkeys = vec![0u16; entries];
+        if let Some(p) = pkeys.first_mut() {
+            *p = 0xffff;
+        }
+        PortView {
+            snapshot: PortSnapshot {
+                state: 1,
+                phys_state: 3,
+                node_guid,
+                port_guid: node_guid,
+                ..PortSnapshot::default()
+            },
+            pkeys,
+            linked: false,
+        }
+    }
+
+    /// The table has an entry of the same partition that may talk to `pkey` (at least one of
+    /// the two full members).
+    pub(crate) fn accepts(&self, pkey: u16) -> bool {
+        self.pkeys.iter().any(|&p| pkey_match(p, pkey))
+    }
+}
+
+/// IBA P_Key matching: same partition and not both limited members.
+pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
+    a & 0x7fff != 0 && a & 0x7fff == b & 0x7fff && (a | b) & 0x8000 != 0
+}
+
+/// Work for the caller to do after unlocking.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    /// MSI-X vectors to raise.
+    pub irqs: Vec<u32>,
+    /// Something the driver may wait for was written.
+    pub notify: bool,
+    /// Delayed CQEs of these CQs fall due at these times.
+    pub timers: Vec<(Duration, u32)>,
+}
+
+/// The device's state.
+pub(crate) struct State {
+    pub cfg: Mlx5Config,
+    pub iommu: Arc<SimIommu>,
+    pub sched: Arc<Scheduler>,
+    /// Time of creation or of the last reset (the `initializing` bit follows it).
+    pub born: Duration,
+    pub cmdq_addr_h: u32,
+    pub cmdq_addr_l: u32,
+    pub nic_interface: u8,
+    pub health: Health,
+    pub phase: Phase,
+    pub issi: u16,
+    pub caps_max: HcaCaps,
+    pub caps_cur: HcaCaps,
+    pub host_endianness: u8,
+    pub cmd: CmdSlots,
+    pub pages: Pages,
+    pub uars: BTreeSet<u32>,
+    pub pds: BTreeMap<u32, u32>,
+    pub next_pd: u32,
+    pub eqs: BTreeMap<u8, Eq>,
+    pub cqs: IdMap<Cq>,
+    pub next_cqn: u32,
+    pub qps: IdMap<Qp>,
+    pub next_qpn: u32,
+    /// Per port: the QPN of its QP0 and QP1 (set at RST2INIT, when the port is known).
+    pub special: Vec<[Option<u32>; 2]>,
+    /// QPs in ERR with a receive queue: new receive WQEs are flushed when seen.
+    pub err_rqs: BTreeSet<u32>,
+    pub ports: Vec<PortView>,
+    pub faults: FaultState,
+    pub counters: Counters,
+    pub fx: Effects,
+    /// MAD buffers of delivered packets, reused for the next sends (no allocation per
+    /// packet in a loop back). Boxed because a `Packet` carries its MAD as a box: reuse
+    /// moves the box, it never copies the bytes.
+    #[allow(clippy::vec_box)]
+    pub mad_pool: Vec<Box<[u8; 256]>>,
+}
+
+impl State {
+    pub(crate) fn new(cfg: Mlx5Config, iommu: Arc<SimIommu>, sched: Arc<Scheduler>) -> Self {
+        let caps_max = caps::max_caps(&cfg);
+        let caps_cur = caps::initial_current(&caps_max);
+        let born = sched.now();
+        let ports = (0..cfg.ports)
+            .map(|_| PortView::unlinked(128, cfg.node_guid))
+            .collect();
+        State {
+            health: Health {
+                synd: 0,
+                rfr_severity: 0,
+                ext_synd: 0,
+                fw_ver: cfg.fw.fw_rev_reg(),
+                stopped_at: None,
+                fatal: false,
+            },
+            special: vec![[None, None]; usize::from(cfg.ports)],
+            cfg,
+            iommu,
+            sched,
+            born,
+            cmdq_addr_h: 0,
+            cmdq_addr_l: 0,
+            nic_interface: 0,
+            phase: Phase::Disabled,
+            issi: 0,
+            caps_max,
+            caps_cur,
+            host_endianness: 0,
+            cmd: CmdSlots::default(),
+            pages: Pages::default(),
+            uars: BTreeSet::new(),
+            pds: BTreeMap::new(),
+            next_pd: 1,
+            eqs: BTreeMap::new(),
+            cqs: IdMap::default(),
+            next_cqn: 0x400,
+            qps: IdMap::default(),
+            next_qpn: 0x100,
+            err_rqs: BTreeSet::new(),
+            ports,
+            faults: FaultState::default(),
+            counters: Counters::default(),
+            fx: Effects::default(),
+            mad_pool: Vec::new(),
+        }
+    }
+
+    /// Simulated time.
+    pub(crate) fn now(&self) -> Duration {
+        self.sched.now()
+    }
+
+    /// The free-running timer CQEs carry (nanoseconds).
+    pub(crate) fn timestamp(&self) -> u64 {
+        u64::try_from(self.now().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The function-level reset: back to power-on, every resource and page forgotten, faults
+    /// cleared (a reset is how a driver recovers a dead device).
+    pub(crate) fn power_on(&mut self) {
+        let fresh = State::new(self.cfg.clone(), self.iommu.clone(), self.sched.clone());
+        let ports = std::mem::take(&mut self.ports);
+        let counters = std::mem::take(&mut self.counters);
+        *self = fresh;
+        self.ports = ports;
+        self.counters = counters;
+    }
+
+    /// Drops every EQ, CQ, QP, UAR and PD (TEARDOWN_HCA); returns how many there were.
+    pub(crate) fn drop_resources(&mut self) -> usize {
+        let n = self.eqs.len() + self.cqs.len() + self.qps.len() + self.uars.len() + self.pds.len();
+        self.eqs.clear();
+        self.cqs.clear();
+        self.qps.clear();
+        self.uars.clear();
+        self.pds.clear();
+        self.err_rqs.clear();
+        for s in &mut self.special {
+            *s = [None, None];
+        }
+        n
+    }
+
+    /// The next free UAR index, if any is left below the end of BAR0.
+    pub(crate) fn alloc_uar(&mut self, bar_pages: u32) -> Option<u32> {
+        let idx = (FIRST_UAR..bar_pages).find(|i| !self.uars.contains(i))?;
+        self.uars.insert(idx);
+        Some(idx)
+    }
+
+    /// Firmware death: the health buffer shows `synd`, the recovery-flow bit when `rfr`, and
+    /// from now on no command or doorbell is processed.
+    pub(crate) fn fatal(&mut self, synd: HealthSyndrome, rfr: bool) {
+        self.health.synd = synd.0;
+        // bit 7 RFR, bit 3 severity valid, severity 2 (critical).
+        self.health.rfr_severity = if rfr { 0x80 | 0x08 | 0x2 } else { 0x08 | 0x2 };
+        self.health.fatal = true;
+        self.fx.notify = true;
+    }
+
+    /// Posts an event to the lowest-numbered EQ subscribed to its type.
+    pub(crate) fn post_event(&mut self, ev: &EqeEvent) -> bool {
+        let t = event_type(ev);
+        let Some(eq) = self.eqs.values_mut().find(|e| e.wants(t)) else {
+            self.counters.snap.events_unrouted += 1;
+            return false;
+        };
+        match eq.post(&self.iommu, ev) {
+            eq::Posted::Written(irq) => {
+                self.counters.snap.eqes += 1;
+                self.fx.notify = true;
+                if let Some(v) = irq {
+                    self.fx.irqs.push(v);
+                }
+                true
+            }
+            eq::Posted::InError => false,
+            eq::Posted::DmaFailed => {
+                self.counters.snap.dma_errors += 1;
+                false
+            }
+            eq::Posted::Overrun => {
+                self.counters.snap.eq_overruns += 1;
+                // Firmware reports an EQ overrun through the health buffer and stops.
+                self.fatal(HealthSyndrome::ASYNCHRONOUS_EQ_BUF_OVERRUN, true);
+                false
+            }
+        }
+    }
+
+    /// The CQE delay in force for `cqn`.
+    fn cqe_delay(&self, cqn: u32) -> Duration {
+        self.faults
+            .cq_delay
+            .get(&cqn)
+            .copied()
+            .unwrap_or(self.faults.cqe_delay)
+    }
+
+    /// Completes on `cqn`: writes the CQE now, or queues it behind an injected delay (and
+    /// behind CQEs already waiting, so a CQ never completes out of order).
+    pub(crate) fn complete(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        let delay = self.cqe_delay(cqn);
+        let now = self.now();
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            self.counters.snap.cqes_lost += 1;
+            return;
+        };
+        if !delay.is_zero() || !cq.delayed.is_empty() {
+            let due = now + delay;
+            cq.delayed.push_back(Delayed {
+                due,
+                cqe,
+                solicited,
+            });
+            self.fx.timers.push((due, cqn));
+            return;
+        }
+        self.write_cqe(cqn, cqe, solicited);
+    }
+
+    /// Writes the delayed CQEs of `cqn` that are due.
+    pub(crate) fn flush_delayed(&mut self, cqn: u32) {
+        let now = self.now();
+        loop {
+            let Some(cq) = self.cqs.get_mut(&cqn) else {
+                return;
+            };
+            if cq.delayed.front().is_none_or(|d| d.due > now) {
+                return;
+            }
+            let Some(d) = cq.delayed.pop_front() else {
+                return;
+            };
+            self.write_cqe(cqn, d.cqe, d.solicited);
+        }
+    }
+
+    fn write_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        let is_error = matches!(cqe.body, CqeBody::Error(_));
+        let is_flush =
+            matches!(&cqe.body, CqeBody::Error(e) if e.syndrome == CqeSyndrome::WR_FLUSHED_ERR);
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            self.counters.snap.cqes_lost += 1;
+            return;
+        };
+        let eqn = cq.eqn;
+        match cq.post(&self.iommu, cqe, solicited || is_error) {
+            cq::Posted::Written(fire) => {
+                let c = &mut self.counters.snap;
+                c.cqes += 1;
+                c.error_cqes += u64::from(is_error);
+                c.flush_cqes += u64::from(is_flush);
+                self.fx.notify = true;
+                if fire {
+                    self.post_completion_event(eqn, cqn);
+                }
+            }
+            cq::Posted::InError => self.counters.snap.cqes_lost += 1,
+            cq::Posted::Overrun => {
+                self.counters.snap.cqes_lost += 1;
+                self.counters.snap.cq_overruns += 1;
+                self.post_event(&EqeEvent::CqError {
+                    cqn,
+                    syndrome: cq_error_syndrome::CQ_OVERRUN,
+                });
+            }
+            cq::Posted::AccessViolation => {
+                self.counters.snap.cqes_lost += 1;
+                self.counters.snap.dma_errors += 1;
+                self.post_event(&EqeEvent::CqError {
+                    cqn,
+                    syndrome: cq_error_syndrome::CQ_ACCESS_VIOLATION_ERROR,
+                });
+            }
+        }
+    }
+
+    /// A completion event goes to the CQ's own EQ, not by type.
+    pub(crate) fn post_completion_event(&mut self, eqn: u8, cqn: u32) {
+        let Some(eq) = self.eqs.get_mut(&eqn) else {
+            self.counters.snap.events_unrouted += 1;
+            return;
+        };
+        match eq.post(&self.iommu, &EqeEvent::Completion { cqn }) {
+            eq::Posted::Written(irq) => {
+                self.counters.snap.eqes += 1;
+                self.fx.notify = true;
+                if let Some(v) = irq {
+                    self.fx.irqs.push(v);
+                }
+            }
+            eq::Posted::InError => {}
+            eq::Posted::DmaFailed => self.counters.snap.dma_errors += 1,
+            eq::Posted::Overrun => {
+                self.counters.snap.eq_overruns += 1;
+                self.fatal(HealthSyndrome::EQ_IN_ERR, true);
+            }
+        }
+    }
+
+    /// An error CQE for a work request of `qp`.
+    pub(crate) fn error_cqe(
+        qp: &Qp,
+        send: bool,
+        syndrome: CqeSyndrome,
+        vendor_err: u8,
+        wqe_counter: u16,
+        wqe_opcode: u8,
+    ) -> Cqe {
+        Cqe {
+            opcode: if send {
+                CqeOpcode::REQ_ERR
+            } else {
+                CqeOpcode::RESP_ERR
+            },
+            format: 0,
+            owner: false,
+            qpn: qp.qpn,
+            wqe_counter,
+            signature: 0,
+            body: CqeBody::Error(ErrCqe {
+                syndrome,
+                vendor_err,
+                wqe_opcode,
+                srqn: qp.user_index & 0x00ff_ffff,
+                hw_err_synd: 0,
+                hw_synd_type: 0,
+            }),
+        }
+    }
+
+    /// Moves `qpn` to ERR and flushes both queues.
+    pub(crate) fn qp_to_err(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Err;
+        let has_rq = qp.rq_log.is_some();
+        if has_rq {
+            self.err_rqs.insert(qpn);
+        }
+        self.flush_sq(qpn);
+        self.flush_rq(qpn);
+    }
+
+    /// Moves `qpn` to SQER (a send error on a UD-type QP) and flushes its send queue.
+    pub(crate) fn qp_to_sqer(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.state = QpState::Sqer;
+            self.flush_sq(qpn);
+        }
+    }
+
+    /// Completes every posted, unprocessed send WQE of `qpn` with WR_FLUSH_ERR.
+    pub(crate) fn flush_sq(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let (Some(bbs), Some(pc)) = (qp.sq_bbs(), qp.sq_producer(&self.iommu)) else {
+            return;
+        };
+        let cqn = qp.cqn_snd;
+        let mut pending = u32::from(pc.wrapping_sub(qp.sq_cc)).min(bbs);
+        let mut cqes = Vec::new();
+        while pending > 0 {
+            let mut ctrl = [0u8; CTRL_SEG_LEN];
+            let read = qp
+                .sq_bb_addr(qp.sq_cc)
+                .is_some_and(|a| self.iommu.read(a, &mut ctrl).is_ok());
+            let seg = CtrlSeg::decode(&ctrl).ok().filter(|_| read);
+            let step = seg
+                .map_or(1, |c| bbs_for_ds(usize::from(c.ds)).max(1) as u32)
+                .min(pending);
+            let opcode = seg.map_or(0, |c| c.opcode.0);
+            cqes.push(State::error_cqe(
+                qp,
+                true,
+                CqeSyndrome::WR_FLUSHED_ERR,
+                vendor_syndrome::FLUSH,
+                qp.sq_cc,
+                opcode,
+            ));
+            qp.sq_cc = qp.sq_cc.wrapping_add(step as u16);
+            qp.sends += 1;
+            pending -= step;
+        }
+        self.counters.snap.send_wqes += cqes.len() as u64;
+        for c in cqes {
+            self.complete(cqn, c, true);
+        }
+    }
+
+    /// Completes every posted, unconsumed receive WQE of `qpn` with WR_FLUSH_ERR.
+    pub(crate) fn flush_rq(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let (Some(n), Some(pc)) = (qp.rq_entries(), qp.rq_producer(&self.iommu)) else {
+            return;
+        };
+        let cqn = qp.cqn_rcv;
+        qp.rq_pc_seen = pc;
+        let pending = u32::from(pc.wrapping_sub(qp.rq_cc)).min(n);
+        let mut cqes = Vec::with_capacity(pending as usize);
+        for _ in 0..pending {
+            cqes.push(State::error_cqe(
+                qp,
+                false,
+                CqeSyndrome::WR_FLUSHED_ERR,
+                vendor_syndrome::FLUSH,
+                qp.rq_cc,
+                0,
+            ));
+            qp.rq_cc = qp.rq_cc.wrapping_add(1);
+            qp.recvs += 1;
+        }
+        self.counters.snap.recv_wqes += cqes.len() as u64;
+        for c in cqes {
+            self.complete(cqn, c, true);
+        }
+    }
+
+    /// Flushes receive WQEs posted to QPs in ERR since they were last looked at (hardware
+    /// notices new WQEs of an errored QP on its own; the model looks whenever the driver
+    /// waits).
+    pub(crate) fn sweep_err_rqs(&mut self) {
+        let qpns: Vec<u32> = self.err_rqs.iter().copied().collect();
+        for qpn in qpns {
+            if self.qps.get(&qpn).is_some_and(|q| q.state == QpState::Err) {
+                self.flush_rq(qpn);
+            } else {
+                self.err_rqs.remove(&qpn);
+            }
+        }
+    }
+}
+
+/// The event type an EQE carries.
+pub(crate) fn event_type(ev: &EqeEvent) -> EventType {
+    match *ev {
+        EqeEvent::Completion { .. } => EventType::COMP,
+        EqeEvent::Command { .. } => EventType::CMD,
+        EqeEvent::PageRequest { .. } => EventType::PAGE_REQUEST,
+        EqeEvent::PortChange { .. } => EventType::PORT_CHANGE,
+        EqeEvent::CqError { .. } => EventType::CQ_ERROR,
+        EqeEvent::QueueEvent { event, .. } | EqeEvent::Other { event, .. } => event,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkey_matching_follows_membership() {
+        assert!(pkey_match(0xffff, 0xffff));
+        assert!(pkey_match(0xffff, 0x7fff));
+        assert!(pkey_match(0x7fff, 0xffff));
+        assert!(!pkey_match(0x7fff, 0x7fff), "two limited members");
+        assert!(!pkey_match(0x8001, 0x8002));
+        assert!(!pkey_match(0x8000, 0x8000), "the invalid P_Key");
+    }
+}

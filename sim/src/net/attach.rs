@@ -1,0 +1,61 @@
+//! A device's view of the port it attached to: the [`PortLink`] the network hands out.
+
+use std::sync::Arc;
+
+use mad_wire::attr::port_info::cap_mask;
+
+use super::Shared;
+use crate::fabric::PortId;
+use crate::link::{PortLink, PortSnapshot};
+use crate::packet::Packet;
+
+/// The link between one device port and the network. Dropping it detaches the device (and
+/// clears the IsSM bit it may have set, as ibsim does when its SM client goes away).
+pub struct AttachedPort {
+    pub(super) shared: Arc<Shared>,
+    pub(super) port: PortId,
+    pub(super) id: u64,
+}
+
+impl std::fmt::Debug for AttachedPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachedPort")
+            .field("port", &self.port)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PortLink for AttachedPort {
+    fn transmit(&self, packet: Packet) {
+        self.shared.run(|st| st.transmit(self.port, packet));
+    }
+
+    fn local_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Option<[u8; 256]> {
+        self.shared
+            .run(|st| st.local_mad(self.port, mad, ignore_mkey))
+    }
+
+    fn port_info(&self) -> PortSnapshot {
+        self.shared.run(|st| st.snapshot(self.port))
+    }
+
+    fn modify_capability_mask(&self, set: u32, clear: u32) -> u32 {
+        self.shared.run(|st| {
+            let s = &mut st.fabric.port_mut(self.port).state;
+            s.capability_mask = (s.capability_mask | set) & !clear;
+            s.capability_mask
+        })
+    }
+}
+
+impl Drop for AttachedPort {
+    fn drop(&mut self) {
+        self.shared.run(|st| {
+            if st.attached.get(&self.port).is_some_and(|a| a.id == self.id) {
+                st.attached.remove(&self.port);
+                st.fabric.port_mut(self.port).state.capability_mask &= !cap_mask::IS_SM;
+            }
+        });
+    }
+}

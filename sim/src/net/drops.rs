@@ -1,0 +1,68 @@
+//! Why the network dropped packets, counted per reason, so that a test can assert that a
+//! packet was lost for the reason it meant to provoke (the PMA counters say where).
+
+use super::smi::DrDiscard;
+
+/// Why a packet was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The egress port's link is not up (or the port is not cabled).
+    LinkDown,
+    /// A data (non-VL15) packet met a port that is not Active (egress) or not Armed/Active
+    /// (ingress).
+    PortNotActive,
+    /// A fault's drop rate lost it on a link.
+    Fault,
+    /// A switch had no LFT entry for the DLID (or the entry is above LinearFDBTop, or names a
+    /// port the switch lacks). Counted in the switch port's PortRcvSwitchRelayErrors.
+    NoRoute,
+    /// A multicast DLID: multicast forwarding is not simulated.
+    Multicast,
+    /// A CA received a packet for a LID that is not its own.
+    WrongDlid,
+    /// VL15 carried something other than an SMP to QP0, or an SMP came on another VL or QP.
+    Vl15Violation,
+    /// The SMI rules discarded a directed-route SMP.
+    DirectedRoute(DrDiscard),
+    /// A directed route with a LID-routed part (not simulated).
+    DrLidRouted,
+    /// The packet reached a simulated node where no agent takes it (a response, a trap, SMInfo
+    /// with no SM there), or the agent answered nothing (M_Key violation, TrapRepress).
+    NoTaker,
+    /// It went round more hops than any path can have (an LFT loop).
+    HopLimit,
+}
+
+/// Drops counted per reason since the network started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    counts: Vec<(DropReason, u64)>,
+}
+
+impl DropCounts {
+    /// Counts one drop.
+    pub(crate) fn count(&mut self, reason: DropReason) {
+        match self.counts.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => self.counts.push((reason, 1)),
+        }
+    }
+
+    /// Drops for `reason`.
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.counts
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Every reason with its count, in the order first seen.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        self.counts.iter().copied()
+    }
+}

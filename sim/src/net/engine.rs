@@ -1,0 +1,492 @@
+//! The forwarding engine: what happens to a packet from the moment a device transmits it until
+//! it is delivered to a device, answered by a simulated node's agent, or dropped. It runs under
+//! the network's lock and never calls a device: deliveries and port changes become
+//! [`Output`]s that the network hands to the scheduler once the lock is released.
+//!
+//! Every step is an index operation on the fabric (a link's peer, an LFT entry, a LID's owner),
+//! so the cost of a packet grows with its hops, never with the fabric's size.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+use std::time::Duration;
+
+use mad_wire::attr::notice::{Notice, NoticeRepr};
+use mad_wire::attr::port_info::cap_mask;
+use mad_wire::smp::{Smp, SmpRepr, SmpRoute};
+use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
+
+use super::drops::{DropCounts, DropReason};
+use super::fault::{Faults, Verdict};
+use super::smi::{self, DrAction};
+use crate::fabric::sma::{Agents, Effect, Reply, Sma};
+use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
+use crate::fabric::{Fabric, NodeId, NodeType, PortId};
+use crate::link::{PortChange, PortSink, PortSnapshot};
+use crate::packet::Packet;
+
+/// Most links one packet (with its response) may cross: two full 63-hop directed routes,
+/// with room to spare; an LFT loop ends here.
+const MAX_CROSSINGS: u32 = 256;
+/// The Q_Key of QP1 (IBA 13.5.3.1), carried by GSI responses.
+pub const QP1_QKEY: u32 = 0x8001_0000;
+/// The default P_Key, carried by packets the network makes (traps).
+const DEFAULT_PKEY: u16 = 0xFFFF;
+
+/// A device attached to a CA port.
+pub(crate) struct Attachment {
+    pub(crate) sink: Weak<dyn PortSink>,
+    /// Tells this attachment from a later one at the same port.
+    pub(crate) id: u64,
+}
+
+/// Something to tell a device once the lock is released.
+pub(crate) enum Output {
+    /// Deliver `packet` to the device's port `port` at simulated time `at`.
+    Deliver {
+        sink: Weak<dyn PortSink>,
+        port: u8,
+        packet: Packet,
+        at: Duration,
+    },
+    /// The device's port `port` changed.
+    Changed {
+        sink: Weak<dyn PortSink>,
+        port: u8,
+        change: PortChange,
+    },
+}
+
+/// Where a packet goes next.
+enum Next {
+    /// Out of this port.
+    Egress(PortId, Packet),
+    /// Nowhere: delivered, answered in full, or dropped.
+    Done,
+}
+
+/// Everything the network keeps under its lock.
+pub(crate) struct NetState {
+    pub(crate) fabric: Fabric,
+    pub(crate) agents: Agents,
+    pub(crate) attached: HashMap<PortId, Attachment>,
+    pub(crate) faults: Faults,
+    pub(crate) drops: DropCounts,
+    pub(crate) outputs: Vec<Output>,
+    /// Simulated time of the operation under way.
+    pub(crate) now: Duration,
+    pub(crate) next_attach_id: u64,
+    trap_tid: u64,
+}
+
+/// 4-byte words a packet occupies on the wire, headers and ICRC included (LRH 8, GRH 40,
+/// BTH 12, DETH 8, MAD 256, ICRC 4), as PortXmitData/PortRcvData count them (ibsim: 72).
+fn packet_words(p: &Packet) -> u64 {
+    let grh = if p.grh.is_some() { 40 } else { 0 };
+    (8 + grh + 12 + 8 + 256 + 4) / 4
+}
+
+/// Whether `lid` is one of the LIDs of a port with base `base` and LMC `lmc`.
+fn owns(base: u16, lmc: u8, lid: u16) -> bool {
+    base != 0 && lid >= base && u32::from(lid) < u32::from(base) + (1u32 << lmc)
+}
+
+impl NetState {
+    pub(crate) fn new(mut fabric: Fabric, seed: u64) -> NetState {
+        let agents = Agents::new(&mut fabric);
+        NetState {
+            fabric,
+            agents,
+            attached: HashMap::new(),
+            faults: Faults::new(seed),
+            drops: DropCounts::default(),
+            outputs: Vec::new(),
+            now: Duration::ZERO,
+            next_attach_id: 1,
+            trap_tid: 0x5ca1_ab1e_0000_0000,
+        }
+    }
+
+    fn sma(&mut self) -> Sma<'_> {
+        Sma {
+            fabric: &mut self.fabric,
+            agents: &mut self.agents,
+            now: self.now,
+        }
+    }
+
+    fn dropped(&mut self, reason: DropReason) -> Next {
+        self.drops.count(reason);
+        Next::Done
+    }
+
+    /// A device at `from` put `packet` on the wire.
+    pub(crate) fn transmit(&mut self, from: PortId, packet: Packet) {
+        let p = self.fabric.port(from);
+        if packet.dlid != PERMISSIVE_LID
+            && owns(p.lid(), p.lmc(), packet.dlid)
+            && p.state.phys_state == PhysState::LinkUp
+        {
+            // Loopback: the HCA turns the packet round before the wire.
+            if let Some(a) = self.attached.get(&from) {
+                self.outputs.push(Output::Deliver {
+                    sink: a.sink.clone(),
+                    port: p.num(),
+                    packet,
+                    at: self.now,
+                });
+            }
+            return;
+        }
+        self.send(from, packet, Duration::ZERO);
+    }
+
+    /// Carries `pkt` out of `egress` and on until it is done.
+    fn send(&mut self, mut egress: PortId, mut pkt: Packet, mut delay: Duration) {
+        for _ in 0..MAX_CROSSINGS {
+            let Some(peer) = self.cross(egress, &mut pkt, &mut delay) else {
+                return;
+            };
+            match self.arrive(peer, pkt, delay) {
+                Next::Egress(e, p) => {
+                    egress = e;
+                    pkt = p;
+                }
+                Next::Done => return,
+            }
+        }
+        self.dropped(DropReason::HopLimit);
+    }
+
+    /// Moves `pkt` across the link of `egress`, counting it at both ends and applying faults.
+    /// Returns the port it arrived at, or `None` if it was lost.
+    fn cross(&mut self, egress: PortId, pkt: &mut Packet, delay: &mut Duration) -> Option<PortId> {
+        let port = self.fabric.port(egress);
+        let st = port.state;
+        let node = port.node();
+        let peer = match port.peer() {
+            Some(q) if st.phys_state == PhysState::LinkUp => q,
+            _ => {
+                self.agents.counters_mut(egress).xmit_discards += 1;
+                self.drops.count(DropReason::LinkDown);
+                return None;
+            }
+        };
+        if !pkt.vl15 && st.link_state != LinkState::Active {
+            self.agents.counters_mut(egress).xmit_discards += 1;
+            self.drops.count(DropReason::PortNotActive);
+            return None;
+        }
+        let words = packet_words(pkt);
+        {
+            let c = self.agents.counters_mut(egress);
+            c.xmit_packets += 1;
+            c.xmit_data += words;
+        }
+        if !self.faults.is_empty() {
+            let peer_node = self.fabric.port(peer).node();
+            match self.faults.cross(egress, peer, node, peer_node) {
+                Verdict::Dropped => {
+                    self.agents.counters_mut(peer).rcv_errors += 1;
+                    self.drops.count(DropReason::Fault);
+                    return None;
+                }
+                Verdict::Passed { delay: d, flip } => {
+                    *delay += d;
+                    if let Some(bit) = flip {
+                        pkt.mad[usize::from(bit / 8)] ^= 1 << (bit % 8);
+                    }
+                }
+            }
+        }
+        let pst = self.fabric.port(peer).state;
+        if !pkt.vl15 && !matches!(pst.link_state, LinkState::Armed | LinkState::Active) {
+            self.agents.counters_mut(peer).rcv_errors += 1;
+            self.drops.count(DropReason::PortNotActive);
+            return None;
+        }
+        let c = self.agents.counters_mut(peer);
+        c.rcv_packets += 1;
+        c.rcv_data += words;
+        Some(peer)
+    }
+
+    /// `pkt` arrived at port `q`.
+    fn arrive(&mut self, q: PortId, mut pkt: Packet, delay: Duration) -> Next {
+        let cls = pkt.mad[1];
+        let smp = class::is_smp(cls);
+        if pkt.vl15 != smp || (smp && pkt.dst_qp != 0) || (!smp && pkt.dst_qp == 0) {
+            let c = self.agents.counters_mut(q);
+            if pkt.vl15 {
+                c.vl15_dropped += 1;
+            } else {
+                c.rcv_errors += 1;
+            }
+            return self.dropped(DropReason::Vl15Violation);
+        }
+        let qport = self.fabric.port(q);
+        let (node, qnum) = (qport.node(), qport.num());
+        let n = self.fabric.node(node);
+        let (is_switch, num_ports) = (n.kind() == NodeType::Switch, n.num_ports());
+        if !is_switch {
+            if let Some(a) = self.attached.get(&q) {
+                // The HCA's link layer takes only its own DLIDs (and the permissive one, which
+                // directed-route SMPs carry).
+                if cls != class::SUBN_DIRECTED_ROUTE
+                    && pkt.dlid != PERMISSIVE_LID
+                    && !owns(qport.lid(), qport.lmc(), pkt.dlid)
+                {
+                    self.agents.counters_mut(q).rcv_errors += 1;
+                    return self.dropped(DropReason::WrongDlid);
+                }
+                self.outputs.push(Output::Deliver {
+                    sink: a.sink.clone(),
+                    port: qnum,
+                    packet: pkt,
+                    at: self.now + delay,
+                });
+                return Next::Done;
+            }
+        }
+        if cls == class::SUBN_DIRECTED_ROUTE {
+            return match smi::receive(&mut pkt.mad, is_switch, qnum, num_ports) {
+                Ok(DrAction::Forward(e)) => self.egress(node, e, pkt),
+                Ok(DrAction::Local) => self.answer(node, q, pkt),
+                Ok(DrAction::ToSm) => self.dropped(DropReason::NoTaker),
+                Ok(DrAction::LidRouted) => self.dropped(DropReason::DrLidRouted),
+                Err(d) => {
+                    self.agents.counters_mut(q).vl15_dropped += 1;
+                    self.dropped(DropReason::DirectedRoute(d))
+                }
+            };
+        }
+        let dlid = pkt.dlid;
+        if is_switch {
+            let port0 = self.fabric.port_id(node, 0);
+            if dlid == PERMISSIVE_LID || self.fabric.lid_owner(dlid) == port0 {
+                return self.answer(node, q, pkt);
+            }
+            match self.switch_egress(node, dlid) {
+                Ok(0) => self.answer(node, q, pkt),
+                Ok(e) => self.egress(node, e, pkt),
+                Err(reason) => {
+                    self.agents.counters_mut(q).rcv_switch_relay_errors += 1;
+                    self.dropped(reason)
+                }
+            }
+        } else if dlid == PERMISSIVE_LID || owns(qport.lid(), qport.lmc(), dlid) {
+            self.answer(node, q, pkt)
+        } else {
+            self.agents.counters_mut(q).rcv_errors += 1;
+            self.dropped(DropReason::WrongDlid)
+        }
+    }
+
+    /// The output port a switch's LFT gives `dlid` (0 = the switch itself).
+    fn switch_egress(&self, node: NodeId, dlid: u16) -> Result<u8, DropReason> {
+        if dlid >= MCAST_LID_BASE {
+            return Err(DropReason::Multicast);
+        }
+        let num_ports = self.fabric.node(node).num_ports();
+        let sw = self.fabric.switch(node).ok_or(DropReason::NoRoute)?;
+        if dlid > sw.info.linear_fdb_top {
+            return Err(DropReason::NoRoute);
+        }
+        match sw.route(dlid) {
+            Some(e) if e <= num_ports => Ok(e),
+            _ => Err(DropReason::NoRoute),
+        }
+    }
+
+    /// Port `num` of `node` as the next egress.
+    fn egress(&mut self, node: NodeId, num: u8, pkt: Packet) -> Next {
+        match self.fabric.port_id(node, num) {
+            Some(e) if num != 0 => Next::Egress(e, pkt),
+            _ => self.dropped(DropReason::NoRoute),
+        }
+    }
+
+    /// The agents of `node` take `pkt`, which entered by `q`; their response goes back.
+    fn answer(&mut self, node: NodeId, q: PortId, mut pkt: Packet) -> Next {
+        let qnum = self.fabric.port(q).num();
+        match self.sma().process(node, qnum, &mut pkt.mad, false) {
+            Reply::Respond => {}
+            Reply::Consumed(_) | Reply::PassUp => return self.dropped(DropReason::NoTaker),
+        }
+        let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
+        let request_dlid = pkt.dlid;
+        let own = if is_switch {
+            self.fabric.port_id(node, 0).expect("a switch has port 0")
+        } else {
+            q
+        };
+        let slid = if request_dlid == PERMISSIVE_LID {
+            if pkt.mad[1] == class::SUBN_DIRECTED_ROUTE {
+                PERMISSIVE_LID
+            } else {
+                self.fabric.port(own).lid()
+            }
+        } else {
+            request_dlid
+        };
+        let mut resp = Packet {
+            slid,
+            dlid: pkt.slid,
+            sl: pkt.sl,
+            vl15: pkt.vl15,
+            src_qp: pkt.dst_qp,
+            dst_qp: pkt.src_qp,
+            qkey: if pkt.vl15 { 0 } else { QP1_QKEY },
+            pkey: pkt.pkey,
+            grh: pkt.grh.map(|mut g| {
+                std::mem::swap(&mut g.sgid, &mut g.dgid);
+                g
+            }),
+            mad: pkt.mad,
+        };
+        let num_ports = self.fabric.node(node).num_ports();
+        if resp.mad[1] == class::SUBN_DIRECTED_ROUTE {
+            return match smi::respond(&mut resp.mad, is_switch) {
+                Ok(None) => Next::Egress(q, resp),
+                Ok(Some(e)) if is_switch && e != 0 && e <= num_ports => self.egress(node, e, resp),
+                Ok(Some(e)) if !is_switch && e == qnum => Next::Egress(q, resp),
+                Ok(Some(_)) => self.dropped(DropReason::DirectedRoute(
+                    smi::DrDiscard::ReturnPathMismatch,
+                )),
+                Err(d) => self.dropped(DropReason::DirectedRoute(d)),
+            };
+        }
+        if !is_switch || request_dlid == PERMISSIVE_LID {
+            return Next::Egress(q, resp);
+        }
+        match self.switch_egress(node, resp.dlid) {
+            Ok(0) => self.dropped(DropReason::NoTaker),
+            Ok(e) => self.egress(node, e, resp),
+            Err(reason) => {
+                self.agents.counters_mut(own).rcv_switch_relay_errors += 1;
+                self.dropped(reason)
+            }
+        }
+    }
+
+    /// The SMA or PMA of the node of `port` answers `mad` for its own host (MAD_IFC).
+    pub(crate) fn local_mad(
+        &mut self,
+        port: PortId,
+        mad: &[u8; 256],
+        ignore_mkey: bool,
+    ) -> Option<[u8; 256]> {
+        let p = self.fabric.port(port);
+        let (node, num) = (p.node(), p.num());
+        let mut out = *mad;
+        let reply = self.sma().process(node, num, &mut out, ignore_mkey);
+        self.flush_effects();
+        (reply == Reply::Respond).then_some(out)
+    }
+
+    /// The port's state as its SMA holds it.
+    pub(crate) fn snapshot(&self, port: PortId) -> PortSnapshot {
+        let p = self.fabric.port(port);
+        let s = p.state;
+        let node = self.fabric.node(p.node());
+        PortSnapshot {
+            state: s.link_state as u8,
+            phys_state: s.phys_state as u8,
+            lid: p.lid(),
+            lmc: p.lmc(),
+            sm_lid: s.sm_lid,
+            sm_sl: s.sm_sl,
+            port_guid: p.guid(),
+            node_guid: node.guid(),
+            subnet_prefix: s.subnet_prefix,
+            capability_mask: s.capability_mask,
+            pkey_table_len: crate::fabric::sma::defaults::CA_PARTITION_CAP,
+        }
+    }
+
+    /// Reports what the agents did: port changes to attached devices, trap 128 from every
+    /// configured switch whose port went up or down.
+    pub(crate) fn flush_effects(&mut self) {
+        loop {
+            let effects = self.agents.take_effects();
+            if effects.is_empty() {
+                return;
+            }
+            let mut switches: Vec<NodeId> = Vec::new();
+            for e in effects {
+                match e {
+                    Effect::Port(port, change) => {
+                        if let Some(a) = self.attached.get(&port) {
+                            self.outputs.push(Output::Changed {
+                                sink: a.sink.clone(),
+                                port: self.fabric.port(port).num(),
+                                change,
+                            });
+                        }
+                    }
+                    Effect::SwitchPortStateChange(node) => {
+                        if !switches.contains(&node) {
+                            switches.push(node);
+                        }
+                    }
+                }
+            }
+            for node in switches {
+                self.trap_port_state_change(node);
+            }
+        }
+    }
+
+    /// Trap 128 (IBA 14.3.3, `NoticeRepr::port_state_change`) from the SMA of switch `node` to
+    /// its master SM, if it knows its own LID and the SM's.
+    fn trap_port_state_change(&mut self, node: NodeId) {
+        let Some(p0) = self.fabric.port_id(node, 0) else {
+            return;
+        };
+        let p = self.fabric.port(p0);
+        let (lid, sm_lid, sm_sl) = (p.lid(), p.state.sm_lid, p.state.sm_sl);
+        if lid == 0
+            || sm_lid == 0
+            || sm_lid == lid
+            || p.state.capability_mask & cap_mask::HAS_TRAP == 0
+        {
+            return;
+        }
+        self.trap_tid += 1;
+        let mut repr = SmpRepr::request(
+            method::TRAP,
+            SmpRoute::LidRouted,
+            attr_id::sm::NOTICE,
+            0,
+            self.trap_tid,
+        );
+        NoticeRepr::port_state_change(lid)
+            .emit(&mut Notice::new_checked(&mut repr.data[..]).expect("64 bytes hold a Notice"));
+        let mut mad = Box::new([0u8; 256]);
+        repr.emit(&mut Smp::new_checked(&mut mad[..]).expect("256 bytes hold an SMP"));
+        let pkt = Packet {
+            slid: lid,
+            dlid: sm_lid,
+            sl: sm_sl,
+            vl15: true,
+            src_qp: 0,
+            dst_qp: 0,
+            qkey: 0,
+            pkey: DEFAULT_PKEY,
+            grh: None,
+            mad,
+        };
+        match self.switch_egress(node, sm_lid) {
+            Ok(e) if e != 0 => {
+                if let Some(out) = self.fabric.port_id(node, e) {
+                    self.send(out, pkt, Duration::ZERO);
+                }
+            }
+            Ok(_) => {
+                self.drops.count(DropReason::NoTaker);
+            }
+            Err(reason) => {
+                self.drops.count(reason);
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The errors of the running network: what a caller asked for that the fabric cannot do.
+
+use thiserror::Error;
+
+use crate::fabric::FabricError;
+
+/// Why a network operation was refused.
+#[derive(Debug, Error)]
+pub enum NetError {
+    /// No node has this name.
+    #[error(
+        "no node named {name:?} in the fabric: use a node id as the topology file spells it \
+         (e.g. \"Hca1\" or \"S-0008f10400411a08\")"
+    )]
+    NoSuchNode {
+        /// The name asked for.
+        name: String,
+    },
+    /// A node id beyond the fabric.
+    #[error(
+        "node id {id} is not in this fabric of {count} nodes: take ids from this network's fabric"
+    )]
+    NoSuchNodeId {
+        /// The id asked for.
+        id: u32,
+        /// Nodes in the fabric.
+        count: usize,
+    },
+    /// The node has no such port.
+    #[error("node {node:?} has no port {port}: its ports are 1 to {ports}")]
+    NoSuchPort {
+        /// The node's name.
+        node: String,
+        /// The port asked for.
+        port: u8,
+        /// The node's port count.
+        ports: u8,
+    },
+    /// Devices attach to CA ports; switches and routers are simulated whole.
+    #[error(
+        "node {node:?} is a {kind}: a device can attach only to a CA's port (switches and routers \
+         are simulated with their SMA)"
+    )]
+    NotACa {
+        /// The node's name.
+        node: String,
+        /// Its type ("Switch", "Rt").
+        kind: &'static str,
+    },
+    /// Another device is attached there.
+    #[error("port {port} of {node:?} already has a device attached: drop that device's link first")]
+    AlreadyAttached {
+        /// The node's name.
+        node: String,
+        /// The port.
+        port: u8,
+    },
+    /// The one-node fabric of a standalone CA could not be built.
+    #[error("cannot build the standalone CA: {0}")]
+    Standalone(#[from] FabricError),
+}

@@ -1,0 +1,283 @@
+//! Faults switched on and off while the network runs (drop rate, delay, corruption, per link
+//! or node; links and nodes down and up), trap 128, and an SM and a client attached to one
+//! fabric. Fabric: ibsim's `net.2sw2path4hca`, the SM's device at Hca1 port 1.
+
+mod netutil;
+
+use std::time::Duration;
+
+use mad_wire::attr::notice::{Notice, NoticeRepr};
+use mad_wire::attr::port_info::cap_mask;
+use mad_wire::smp::SmpRoute;
+use mad_wire::{attr_id, method, status};
+use netutil::sweep::{self, LID_HCA1, LID_HCA3, LID_SWITCH2};
+use netutil::{Device, attach, dr_smp, example, gsi, local_call, network, smp_of};
+use sim::link::PortChange;
+use sim::net::{DropReason, Fault, Network};
+
+fn setup() -> (Network, Device) {
+    let net = network(example("net.2sw2path4hca"));
+    let dev = attach(&net, "Hca1", 1);
+    (net, dev)
+}
+
+fn node_info_get(path: &[u8]) -> sim::packet::Packet {
+    dr_smp(method::GET, path, attr_id::sm::NODE_INFO, 0, [0; 64])
+}
+
+fn reaches(net: &Network, d: &Device, path: &[u8]) -> bool {
+    !d.exchange(net, node_info_get(path)).is_empty()
+}
+
+#[test]
+fn a_lossy_link_drops_and_counts() {
+    let (net, d) = setup();
+    let sw1_p3 = net.port("Switch1", 3).unwrap();
+    let sw2_p3 = net.port("Switch2", 3).unwrap();
+    net.set_link_fault(sw1_p3, Fault::drop(1.0));
+    assert!(!reaches(&net, &d, &[1, 3]));
+    assert!(reaches(&net, &d, &[1, 5]), "the other link is fine");
+    assert_eq!(net.drops().get(DropReason::Fault), 1);
+    assert_eq!(
+        net.counters(sw2_p3).rcv_errors,
+        1,
+        "counted where it was received"
+    );
+    assert_eq!(net.counters(sw1_p3).xmit_packets, 1, "it was sent");
+    // The fault is set on the link: either end names it.
+    net.set_link_fault(sw2_p3, Fault::NONE);
+    assert!(reaches(&net, &d, &[1, 3]));
+}
+
+/// Which of `n` requests across Switch1-Switch2 port 3 are answered at drop rate 0.5.
+fn pattern(seed: u64, n: usize) -> Vec<bool> {
+    let (net, d) = setup();
+    net.reseed(seed);
+    net.set_link_fault(net.port("Switch1", 3).unwrap(), Fault::drop(0.5));
+    (0..n).map(|_| reaches(&net, &d, &[1, 3])).collect()
+}
+
+#[test]
+fn drop_rates_are_seeded_and_replay() {
+    let a = pattern(7, 400);
+    let b = pattern(7, 400);
+    assert_eq!(a, b, "same seed, same losses");
+    assert_ne!(a, pattern(8, 400), "another seed, other losses");
+    // Request and response each cross the lossy link: 0.5 * 0.5 = 25 % answered.
+    let answered = a.iter().filter(|&&x| x).count();
+    assert!((60..140).contains(&answered), "{answered} of 400 answered");
+}
+
+#[test]
+fn a_delay_postpones_delivery_in_virtual_time() {
+    let (net, d) = setup();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    net.set_link_fault(hca1, Fault::delay(Duration::from_millis(5)));
+    let t0 = net.scheduler().now();
+    d.link.transmit(node_info_get(&[1]));
+    net.scheduler().run_due();
+    assert!(d.rec.take().is_empty(), "not yet");
+    // Out and back over the delayed link: 10 ms.
+    assert!(net.scheduler().run_until(t0 + Duration::from_millis(20)));
+    assert_eq!(net.scheduler().now(), t0 + Duration::from_millis(10));
+    assert_eq!(d.rec.take().len(), 1);
+}
+
+#[test]
+fn corruption_flips_one_bit_per_crossing() {
+    let (net, sm) = setup();
+    sweep::configure(&net, &sm);
+    let client = attach(&net, "Hca3", 1);
+    net.set_link_fault(net.port("Hca3", 1).unwrap(), Fault::corrupt(1.0));
+    let sent = gsi(
+        0x09,
+        method::SEND,
+        LID_HCA1,
+        LID_HCA3,
+        0x10,
+        0,
+        b"payload bytes",
+    );
+    sm.link.transmit(sent.clone());
+    net.scheduler().run_due();
+    let got = client.rec.take();
+    assert_eq!(got.len(), 1);
+    let flipped: u32 = got[0]
+        .1
+        .mad
+        .iter()
+        .zip(sent.mad.iter())
+        .map(|(a, b)| (a ^ b).count_ones())
+        .sum();
+    assert_eq!(flipped, 1);
+}
+
+#[test]
+fn a_faulty_node_loses_what_crosses_it() {
+    let (net, d) = setup();
+    let sw2 = net.node("Switch2").unwrap();
+    net.set_node_fault(sw2, Fault::drop(1.0));
+    assert!(!reaches(&net, &d, &[1, 3]));
+    assert!(!reaches(&net, &d, &[1, 5, 1]));
+    assert!(reaches(&net, &d, &[1, 2]));
+    net.clear_faults();
+    assert!(reaches(&net, &d, &[1, 3, 1]));
+}
+
+#[test]
+fn a_link_down_changes_port_states_and_blocks_routing() {
+    let (net, d) = setup();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    net.set_link_down(hca1, true);
+    net.scheduler().run_due();
+    assert_eq!(d.rec.take_changes(), vec![(1, PortChange::Down)]);
+    let s = d.link.port_info();
+    assert_eq!((s.state, s.phys_state), (1, 2), "Down/Polling");
+    net.with_fabric(|f| {
+        let s = f.port(sw1_p1).state;
+        assert_eq!((s.link_state as u8, s.phys_state as u8), (1, 2));
+        let sw = f.node_by_name("Switch1").unwrap();
+        assert!(f.switch(sw).unwrap().info.port_state_change);
+    });
+    assert_eq!(net.counters(hca1).link_downed, 1);
+    assert_eq!(net.counters(sw1_p1).link_downed, 1);
+    assert!(!reaches(&net, &d, &[1]));
+    assert_eq!(net.counters(hca1).xmit_discards, 1);
+    assert_eq!(net.drops().get(DropReason::LinkDown), 1);
+    // Up again: both ends train to Init.
+    net.set_link_down(hca1, false);
+    net.scheduler().run_due();
+    assert_eq!(d.rec.take_changes(), vec![(1, PortChange::Initialized)]);
+    assert_eq!(
+        (d.link.port_info().state, d.link.port_info().phys_state),
+        (2, 5)
+    );
+    assert!(reaches(&net, &d, &[1]));
+}
+
+#[test]
+fn links_down_cut_a_subtree_off() {
+    let (net, d) = setup();
+    let (p3, p5) = (
+        net.port("Switch1", 3).unwrap(),
+        net.port("Switch1", 5).unwrap(),
+    );
+    net.set_link_down(p3, true);
+    assert!(!reaches(&net, &d, &[1, 3]));
+    assert!(
+        reaches(&net, &d, &[1, 5, 1]),
+        "the second link still leads to Hca2"
+    );
+    net.set_link_down(p5, true);
+    for path in [&[1u8, 3][..], &[1, 5], &[1, 5, 1], &[1, 5, 2]] {
+        assert!(!reaches(&net, &d, path), "{path:?}");
+    }
+    assert!(reaches(&net, &d, &[1, 2]), "Switch1's side is whole");
+    net.set_link_down(p3, false);
+    assert!(reaches(&net, &d, &[1, 3, 2]));
+    // A node down takes all its links.
+    let sw2 = net.node("Switch2").unwrap();
+    net.set_node_down(sw2, true);
+    assert!(!reaches(&net, &d, &[1, 3]));
+    let hca2 = net.port("Hca2", 1).unwrap();
+    net.with_fabric(|f| assert_eq!(f.port(hca2).state.link_state as u8, 1));
+    net.set_node_down(sw2, false);
+    assert!(reaches(&net, &d, &[1, 3, 1]));
+    // Two nodes down: bringing one back leaves the link between them down.
+    let sw1 = net.node("Switch1").unwrap();
+    net.set_node_down(sw2, true);
+    net.set_node_down(sw1, true);
+    net.set_node_down(sw2, false);
+    let p3 = net.port("Switch2", 3).unwrap();
+    net.with_fabric(|f| {
+        assert_eq!(
+            f.port(p3).state.link_state as u8,
+            1,
+            "Switch1 is still down"
+        );
+    });
+    net.set_node_down(sw1, false);
+    assert!(reaches(&net, &d, &[1, 3, 1]));
+}
+
+#[test]
+fn a_configured_switch_traps_port_state_changes_to_the_sm() {
+    let (net, sm) = setup();
+    sweep::configure(&net, &sm);
+    net.set_link_down(net.port("Hca2", 1).unwrap(), true);
+    net.scheduler().run_due();
+    let got = sm.rec.take();
+    assert_eq!(got.len(), 1, "one trap from Switch2");
+    let trap = &got[0].1;
+    assert_eq!(
+        (trap.slid, trap.dlid, trap.vl15, trap.dst_qp),
+        (LID_SWITCH2, LID_HCA1, true, 0)
+    );
+    let smp = smp_of(trap);
+    assert_eq!(
+        (smp.route, smp.method, smp.attr_id),
+        (SmpRoute::LidRouted, method::TRAP, attr_id::sm::NOTICE)
+    );
+    let notice = NoticeRepr::parse(&Notice::new_checked(&smp.data[..]).unwrap()).unwrap();
+    assert_eq!(notice.port_state_change_lid(), Some(LID_SWITCH2));
+    assert_eq!(notice.issuer_lid, LID_SWITCH2);
+    // The SM represses the trap: the switch takes it and answers nothing.
+    let mut repress = smp;
+    repress.method = method::TRAP_REPRESS;
+    let p = netutil::smp_packet(&repress, LID_HCA1, LID_SWITCH2);
+    assert!(sm.exchange(&net, p).is_empty());
+    assert_eq!(net.drops().get(DropReason::NoTaker), 1);
+}
+
+#[test]
+fn an_sm_and_a_client_on_one_fabric() {
+    let (net, sm) = setup();
+    let client = attach(&net, "Hca2", 1);
+    // The SM's host opens the port as SM: IsSM in its capability mask.
+    sm.link.modify_capability_mask(cap_mask::IS_SM, 0);
+    // SMInfo is for the SM: the SMA passes it up (MAD_IFC answers nothing); the client's SMA
+    // has no SM behind it and says so.
+    let q = netutil::local_smp(method::GET, attr_id::sm::SM_INFO, 0, [0; 64]);
+    assert_eq!(sm.link.local_mad(&q, true), None);
+    assert_eq!(
+        local_call(&client, method::GET, attr_id::sm::SM_INFO, 0, [0; 64]).status,
+        status::METHOD_ATTR_UNSUPPORTED
+    );
+    // The SM sets the client's LID by directed route; the client's host hands the SMP to its
+    // SMA (receive rule: ReturnPath[3] = 1, hp = 4) and sends the answer back (hp = 3).
+    let mut pi = netutil::port_info(
+        &local_call(&client, method::GET, attr_id::sm::PORT_INFO, 1, [0; 64]).data,
+    );
+    pi.port_state = mad_wire::attr::port_info::PortState::NoChange;
+    pi.port_physical_state = mad_wire::attr::port_info::PhysPortState::NoChange;
+    pi.lid = 44;
+    pi.master_sm_lid = 1;
+    sm.link.transmit(dr_smp(
+        method::SET,
+        &[1, 3, 1],
+        attr_id::sm::PORT_INFO,
+        0,
+        netutil::port_info_data(&pi),
+    ));
+    net.scheduler().run_due();
+    let (_, req) = client.rec.take().pop().expect("the SMP reached the client");
+    let mut mad = *req.mad;
+    mad[192 + 3] = 1;
+    mad[6] = 4;
+    let mut resp = client
+        .link
+        .local_mad(&mad, false)
+        .expect("the client's SMA answers");
+    resp[6] = 3;
+    client.link.transmit(sim::packet::Packet {
+        mad: Box::new(resp),
+        ..req
+    });
+    net.scheduler().run_due();
+    let back = sm.rec.take();
+    assert_eq!(back.len(), 1);
+    assert_eq!(smp_of(&back[0].1).status, status::SUCCESS);
+    assert_eq!(client.link.port_info().lid, 44);
+    assert_eq!(client.rec.take_changes(), vec![(1, PortChange::Lid)]);
+}

@@ -1,0 +1,443 @@
+//! Routing: directed-route SMPs by the SMI rules at every hop (multi-hop paths, the return
+//! path, bad hop pointers and paths), LID routing through the LFTs an SM programmed (and the
+//! drop, counted at the switch, when there is no route), VL15 for SMPs only, and the PMA
+//! counting the packets that really crossed each port. Fabric: ibsim's `net.2sw2path4hca`,
+//! the SM's device at Hca1 port 1.
+
+mod netutil;
+
+use mad_wire::attr::class_port_info::{ClassPortInfo, ClassPortInfoRepr, pma_cap};
+use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr};
+use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr, counter_select};
+use mad_wire::perf::PerfMad;
+use mad_wire::smp::SmpRoute;
+use mad_wire::{MadHeaderRepr, attr_id, method, status};
+use netutil::sweep::{self, LID_HCA1, LID_HCA2, LID_SWITCH1, LID_SWITCH2};
+use netutil::{Device, attach, dr_smp, example, gsi, lid_smp, network, pma, smp_of};
+use sim::net::{DropReason, Network, smi::DrDiscard};
+use sim::packet::Packet;
+
+fn setup() -> (Network, Device) {
+    let net = network(example("net.2sw2path4hca"));
+    let dev = attach(&net, "Hca1", 1);
+    (net, dev)
+}
+
+fn node_guid(p: &Packet) -> u64 {
+    let smp = smp_of(p);
+    NodeInfoRepr::parse(&NodeInfo::new_checked(&smp.data[..]).unwrap())
+        .unwrap()
+        .node_guid
+}
+
+#[test]
+fn a_three_hop_directed_route_and_its_return_path() {
+    let (net, d) = setup();
+    // Hca1 -> Switch1 (out 3) -> Switch2 (out 1) -> Hca2, a simulated CA.
+    let resp = d.request(
+        &net,
+        dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]),
+    );
+    let smp = smp_of(&resp);
+    assert_eq!(
+        (smp.method, smp.status),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    let SmpRoute::Directed(dr) = smp.route else {
+        panic!("a directed-route response")
+    };
+    assert_eq!(dr.direction, mad_wire::smp::Direction::Returning);
+    assert_eq!((dr.hop_count, dr.hop_pointer), (3, 1));
+    assert_eq!(dr.initial_path[1..=3], [1, 3, 1]);
+    // The ingress ports: Switch1 port 1, Switch2 port 3, Hca2 port 1.
+    assert_eq!(dr.return_path[1..=3], [1, 3, 1]);
+    assert_eq!(node_guid(&resp), 0x10_0003);
+    assert_eq!(
+        (resp.slid, resp.dlid, resp.src_qp, resp.dst_qp),
+        (0xFFFF, 0xFFFF, 0, 0)
+    );
+    assert!(resp.vl15);
+    // The second inter-switch link, and a switch two hops away.
+    let resp = d.request(
+        &net,
+        dr_smp(method::GET, &[1, 5], attr_id::sm::NODE_INFO, 0, [0; 64]),
+    );
+    assert_eq!(node_guid(&resp), 0x20_0001);
+    let SmpRoute::Directed(dr) = smp_of(&resp).route else {
+        panic!()
+    };
+    assert_eq!(dr.return_path[1..=2], [1, 5]);
+    // A path that loops back through the same switch: 1,3,3 comes back to Switch1.
+    let resp = d.request(
+        &net,
+        dr_smp(method::GET, &[1, 3, 3], attr_id::sm::NODE_INFO, 0, [0; 64]),
+    );
+    assert_eq!(node_guid(&resp), 0x20_0000);
+}
+
+#[test]
+fn directed_routes_the_smi_discards() {
+    let (net, d) = setup();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    // HopPointer 0 on the wire: the sender did not apply its send rule.
+    let mut p = dr_smp(method::GET, &[1, 3], attr_id::sm::NODE_INFO, 0, [0; 64]);
+    p.mad[6] = 0;
+    assert!(d.exchange(&net, p).is_empty());
+    assert_eq!(
+        net.drops()
+            .get(DropReason::DirectedRoute(DrDiscard::HopPointer)),
+        1
+    );
+    assert_eq!(net.counters(sw1_p1).vl15_dropped, 1);
+    // A hop pointer beyond hc + 1.
+    let mut p = dr_smp(method::GET, &[1, 3], attr_id::sm::NODE_INFO, 0, [0; 64]);
+    p.mad[6] = 5;
+    assert!(d.exchange(&net, p).is_empty());
+    assert_eq!(
+        net.drops()
+            .get(DropReason::DirectedRoute(DrDiscard::HopPointer)),
+        2
+    );
+    // A CA in the middle of the path (Hca3 at hop 2 of 3).
+    assert!(
+        d.exchange(
+            &net,
+            dr_smp(method::GET, &[1, 2, 1], attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        net.drops()
+            .get(DropReason::DirectedRoute(DrDiscard::NotASwitch)),
+        1
+    );
+    // A port the switch does not have, and one it has but not cabled.
+    assert!(
+        d.exchange(
+            &net,
+            dr_smp(method::GET, &[1, 9], attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        net.drops()
+            .get(DropReason::DirectedRoute(DrDiscard::NoSuchPort)),
+        1
+    );
+    assert!(
+        d.exchange(
+            &net,
+            dr_smp(method::GET, &[1, 7], attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty()
+    );
+    assert_eq!(net.drops().get(DropReason::LinkDown), 1);
+    let sw1_p7 = net.port("Switch1", 7).unwrap();
+    assert_eq!(net.counters(sw1_p7).xmit_discards, 1);
+    // A route with a LID-routed tail (DrDLID not permissive) is not carried.
+    let mut p = dr_smp(method::GET, &[1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+    p.mad[34..36].copy_from_slice(&9u16.to_be_bytes());
+    assert!(d.exchange(&net, p).is_empty());
+    assert_eq!(net.drops().get(DropReason::DrLidRouted), 1);
+    // HopCount above 63.
+    let mut p = dr_smp(method::GET, &[1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+    p.mad[7] = 64;
+    assert!(d.exchange(&net, p).is_empty());
+    assert_eq!(
+        net.drops()
+            .get(DropReason::DirectedRoute(DrDiscard::HopCount)),
+        1
+    );
+}
+
+#[test]
+fn lid_routing_follows_the_programmed_tables() {
+    let (net, d) = setup();
+    // Before any SM: no LIDs, no routes.
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(method::GET, 1, 4, attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty()
+    );
+    assert_eq!(net.drops().get(DropReason::NoRoute), 1);
+    sweep::assign_lids_and_routes(&net, &d);
+    // LID-routed SMPs pass ports in Init (VL15).
+    let resp = d.request(
+        &net,
+        lid_smp(
+            method::GET,
+            LID_HCA1,
+            LID_HCA2,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ),
+    );
+    assert_eq!(node_guid(&resp), 0x10_0003);
+    assert_eq!((resp.slid, resp.dlid), (LID_HCA2, LID_HCA1));
+    let resp = d.request(
+        &net,
+        lid_smp(
+            method::GET,
+            LID_HCA1,
+            LID_SWITCH2,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ),
+    );
+    assert_eq!(node_guid(&resp), 0x20_0001);
+    // A LID no LFT routes: dropped at Switch1, counted at its ingress port.
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    let before = net.counters(sw1_p1).rcv_switch_relay_errors;
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(method::GET, LID_HCA1, 9, attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty()
+    );
+    assert_eq!(net.counters(sw1_p1).rcv_switch_relay_errors, before + 1);
+    // A LID above LinearFDBTop (6) is not routed even if the entry is set.
+    net.with_fabric_mut(|f| {
+        let sw = f.node_by_name("Switch1").unwrap();
+        let mut block = [0xFF; 64];
+        block[7] = 2;
+        f.switch_mut(sw).unwrap().set_lft_block(0, &{
+            let mut b = block;
+            b[..7].copy_from_slice(&sweep::LFT_SWITCH1);
+            b
+        });
+    });
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(method::GET, LID_HCA1, 7, attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty()
+    );
+    assert_eq!(net.counters(sw1_p1).rcv_switch_relay_errors, before + 2);
+    // A device's port takes only its own LIDs: an LFT that sends LID 6 (Hca4's) to Hca3,
+    // where a device is attached, gets it dropped at Hca3's port.
+    let client = attach(&net, "Hca3", 1);
+    assert_eq!(
+        d.exchange(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                sweep::LID_HCA3,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64]
+            )
+        ),
+        vec![]
+    );
+    assert_eq!(client.rec.take().len(), 1, "the device at Hca3 got its SMP");
+    net.with_fabric_mut(|f| {
+        let sw = f.node_by_name("Switch1").unwrap();
+        let s = f.switch_mut(sw).unwrap();
+        let mut b = s.lft_block(0);
+        b[6] = 2;
+        s.set_lft_block(0, &b);
+    });
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                sweep::LID_HCA4,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64]
+            )
+        )
+        .is_empty()
+    );
+    assert!(client.rec.take().is_empty());
+    assert_eq!(net.drops().get(DropReason::WrongDlid), 1);
+    assert_eq!(net.counters(net.port("Hca3", 1).unwrap()).rcv_errors, 1);
+    // A multicast DLID is not forwarded.
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                0xC001,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64]
+            )
+        )
+        .is_empty()
+    );
+    assert_eq!(net.drops().get(DropReason::Multicast), 1);
+}
+
+#[test]
+fn data_packets_need_active_ports_and_vl15_is_for_smps() {
+    let (net, d) = setup();
+    sweep::assign_lids_and_routes(&net, &d);
+    let get = || {
+        pma(
+            method::GET,
+            LID_HCA1,
+            LID_SWITCH1,
+            attr_id::pma::CLASS_PORT_INFO,
+            &[],
+        )
+    };
+    // The ports are Init: the SM's own port does not send data.
+    assert!(d.exchange(&net, get()).is_empty());
+    assert_eq!(net.drops().get(DropReason::PortNotActive), 1);
+    sweep::activate(&net, &d);
+    let resp = d.request(&net, get());
+    let hdr = MadHeaderRepr::parse(&mad_wire::Mad::new_checked(&resp.mad[..]).unwrap()).unwrap();
+    assert_eq!(
+        (hdr.method, hdr.status),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    assert_eq!(
+        (resp.src_qp, resp.dst_qp, resp.qkey, resp.vl15),
+        (1, 1, 0x8001_0000, false)
+    );
+    let cpi = ClassPortInfoRepr::parse(
+        &ClassPortInfo::new_checked(PerfMad::new_checked(&resp.mad[..]).unwrap().data()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        cpi.capability_mask,
+        pma_cap::ALL_PORT_SELECT | pma_cap::XMIT_WAIT
+    );
+    assert_eq!((cpi.class_version, cpi.resp_time_value), (1, 18));
+    // An SMP on a data VL, a GSI MAD on VL15, an SMP to QP1: dropped where they enter.
+    let mut p = lid_smp(
+        method::GET,
+        LID_HCA1,
+        LID_SWITCH1,
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+    );
+    p.vl15 = false;
+    assert!(d.exchange(&net, p).is_empty());
+    let mut p = get();
+    p.vl15 = true;
+    assert!(d.exchange(&net, p).is_empty());
+    let mut p = lid_smp(
+        method::GET,
+        LID_HCA1,
+        LID_SWITCH1,
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+    );
+    p.dst_qp = 1;
+    assert!(d.exchange(&net, p).is_empty());
+    assert_eq!(net.drops().get(DropReason::Vl15Violation), 3);
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    assert_eq!(net.counters(sw1_p1).vl15_dropped, 2);
+    // Another GSI class to a simulated node: Get is answered 0x000C.
+    let resp = d.request(
+        &net,
+        gsi(0x0A, method::GET, LID_HCA1, LID_HCA2, 0x10, 0, &[]),
+    );
+    let hdr = MadHeaderRepr::parse(&mad_wire::Mad::new_checked(&resp.mad[..]).unwrap()).unwrap();
+    assert_eq!(
+        (hdr.method, hdr.status),
+        (0x81, status::METHOD_ATTR_UNSUPPORTED)
+    );
+}
+
+fn counters_request(m: u8, dlid: u16, select: u8, clear: u16) -> Packet {
+    let mut data = [0u8; 44];
+    let mut repr = PortCountersRepr::parse(&PortCounters::new_checked(&data[..]).unwrap()).unwrap();
+    repr.port_select = select;
+    repr.counter_select = clear;
+    repr.emit(&mut PortCounters::new_checked(&mut data[..]).unwrap());
+    pma(m, LID_HCA1, dlid, attr_id::pma::PORT_COUNTERS, &data)
+}
+
+fn counters_of(p: &Packet) -> (u16, PortCountersRepr) {
+    let pm = PerfMad::new_checked(&p.mad[..]).unwrap();
+    let st = pm.header().status();
+    (
+        st,
+        PortCountersRepr::parse(&PortCounters::new_checked(pm.data()).unwrap()).unwrap(),
+    )
+}
+
+#[test]
+fn the_pma_counts_real_traffic_and_set_clears() {
+    let (net, d) = setup();
+    sweep::configure(&net, &d);
+    // Clear Switch2 port 1 (toward Hca2), then send 5 SMPs through it and back.
+    let (st, _) =
+        counters_of(&d.request(&net, counters_request(method::SET, LID_SWITCH2, 1, 0xFFFF)));
+    assert_eq!(st, status::SUCCESS);
+    for _ in 0..5 {
+        d.request(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                LID_HCA2,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64],
+            ),
+        );
+    }
+    let (st, c) = counters_of(&d.request(&net, counters_request(method::GET, LID_SWITCH2, 1, 0)));
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(c.port_select, 1);
+    assert_eq!((c.port_xmit_packets, c.port_rcv_packets), (5, 5));
+    assert_eq!((c.port_xmit_data, c.port_rcv_data), (5 * 72, 5 * 72));
+    // Switch2 port 3 (toward Switch1) carried those 10 packets, plus the PMA Set and Get and
+    // their responses: 7 each way.
+    let (_, c3) = counters_of(&d.request(&net, counters_request(method::GET, LID_SWITCH2, 3, 0)));
+    assert!(c3.port_xmit_packets >= 7 && c3.port_rcv_packets >= 7);
+    // Set clears only what CounterSelect names.
+    let (_, c) = counters_of(&d.request(
+        &net,
+        counters_request(
+            method::SET,
+            LID_SWITCH2,
+            1,
+            counter_select::PORT_XMIT_PACKETS,
+        ),
+    ));
+    assert_eq!((c.port_xmit_packets, c.port_rcv_packets), (0, 5));
+    // All ports summed (switches only).
+    let (st, all) =
+        counters_of(&d.request(&net, counters_request(method::GET, LID_SWITCH2, 0xFF, 0)));
+    assert_eq!(st, status::SUCCESS);
+    assert!(all.port_rcv_packets >= c3.port_rcv_packets + 5);
+    // A CA answers for its own port only; a switch port it lacks.
+    let (st, _) = counters_of(&d.request(&net, counters_request(method::GET, LID_HCA2, 2, 0)));
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    let (st, c) = counters_of(&d.request(&net, counters_request(method::GET, LID_HCA2, 1, 0)));
+    assert_eq!(st, status::SUCCESS);
+    assert!(c.port_rcv_packets >= 6);
+    let (st, _) = counters_of(&d.request(&net, counters_request(method::GET, LID_SWITCH2, 9, 0)));
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    // The device's own PMA through MAD_IFC sees the same counters as the network.
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let mut mad = [0u8; 256];
+    mad.copy_from_slice(&counters_request(method::GET, LID_HCA1, 1, 0).mad[..]);
+    let resp = d.link.local_mad(&mad, false).expect("answered");
+    let (st, c) = counters_of(&Packet {
+        mad: Box::new(resp),
+        ..lid_smp(0, 0, 0, 0, 0, [0; 64])
+    });
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(
+        u64::from(c.port_xmit_packets),
+        net.counters(hca1).xmit_packets
+    );
+}

@@ -1,0 +1,321 @@
+//! The port state machine the SM drives with PortInfo Sets, and M_Key protection, on ibsim's
+//! `net.2sw2path4hca` with the SM's device at Hca1 port 1. Switch1 (path 1) port 1 is the
+//! SM's neighbour; Hca3 (path 1,2) hangs off Switch1 port 2.
+
+mod netutil;
+
+use std::time::Duration;
+
+use mad_wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState};
+use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
+use mad_wire::{attr_id, method, status};
+use netutil::sweep::update_port;
+use netutil::{
+    Device, attach, dr_call, dr_get, dr_set, example, network, port_info, port_info_data,
+};
+use sim::link::PortChange;
+use sim::net::Network;
+
+const SW: &[u8] = &[1];
+const CA: &[u8] = &[1, 2];
+
+fn setup() -> (Network, Device) {
+    let net = network(example("net.2sw2path4hca"));
+    let dev = attach(&net, "Hca1", 1);
+    // Hca3 gets a LID: a CA port's PortInfo Set must carry a valid LID and SM LID.
+    update_port(&net, &dev, CA, 0, |pi| {
+        pi.lid = 5;
+        pi.master_sm_lid = 1;
+    });
+    (net, dev)
+}
+
+/// An SMP along `path` carrying M_Key `key`: the answer, or `None` if it was dropped.
+fn call_with_key(
+    net: &Network,
+    d: &Device,
+    m: u8,
+    path: &[u8],
+    attr_mod: u32,
+    data: [u8; 64],
+    key: u64,
+) -> Option<mad_wire::smp::SmpRepr> {
+    let mut p = netutil::dr_smp(m, path, attr_id::sm::PORT_INFO, attr_mod, data);
+    p.mad[24..32].copy_from_slice(&key.to_be_bytes());
+    let mut got = d.exchange(net, p);
+    got.pop().map(|(_, p)| netutil::smp_of(&p))
+}
+
+/// PortState and PortPhysicalState of `port` at the end of `path` (local if empty).
+fn states(net: &Network, d: &Device, path: &[u8], port: u32) -> (u8, u8) {
+    let pi = if path.is_empty() {
+        port_info(&netutil::local_call(d, method::GET, attr_id::sm::PORT_INFO, port, [0; 64]).data)
+    } else {
+        port_info(&dr_get(net, d, path, attr_id::sm::PORT_INFO, port).1)
+    };
+    (u8::from(pi.port_state), u8::from(pi.port_physical_state))
+}
+
+/// A Set of PortState/PortPhysicalState on `port` along `path`: its status.
+fn set_state(net: &Network, d: &Device, path: &[u8], port: u32, state: u8, phys: u8) -> u16 {
+    let (_, data) = dr_get(net, d, path, attr_id::sm::PORT_INFO, port);
+    let mut pi: PortInfoRepr = port_info(&data);
+    pi.port_state = PortState::from(state);
+    pi.port_physical_state = PhysPortState::from(phys);
+    dr_set(
+        net,
+        d,
+        path,
+        attr_id::sm::PORT_INFO,
+        port,
+        port_info_data(&pi),
+    )
+    .0
+}
+
+const INIT: (u8, u8) = (2, 5);
+const ARMED: (u8, u8) = (3, 5);
+const ACTIVE: (u8, u8) = (4, 5);
+const POLLING: (u8, u8) = (1, 2);
+const DISABLED: (u8, u8) = (1, 3);
+
+#[test]
+fn init_armed_active_in_order_only() {
+    let (net, d) = setup();
+    assert_eq!(states(&net, &d, SW, 2), INIT);
+    // Init -> Active skips Armed: refused, nothing changes.
+    assert_eq!(set_state(&net, &d, SW, 2, 4, 0), status::INVALID_ATTR_VALUE);
+    assert_eq!(states(&net, &d, SW, 2), INIT);
+    // Init is not a state an SM sets; 5 and up are reserved.
+    assert_eq!(set_state(&net, &d, SW, 2, 2, 0), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 2, 5, 0), status::INVALID_ATTR_VALUE);
+    // Armed, then Armed again (no change), then Active needs the neighbour Armed.
+    assert_eq!(set_state(&net, &d, SW, 2, 3, 0), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 2), ARMED);
+    assert_eq!(set_state(&net, &d, SW, 2, 3, 0), status::SUCCESS);
+    assert_eq!(set_state(&net, &d, SW, 2, 4, 0), status::INVALID_ATTR_VALUE);
+    assert_eq!(states(&net, &d, SW, 2), ARMED);
+    // Hca3 (the neighbour) to Armed, then both ends to Active.
+    assert_eq!(set_state(&net, &d, CA, 1, 3, 0), status::SUCCESS);
+    assert_eq!(set_state(&net, &d, SW, 2, 4, 0), status::SUCCESS);
+    assert_eq!(set_state(&net, &d, CA, 1, 4, 0), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 2), ACTIVE);
+    assert_eq!(states(&net, &d, CA, 1), ACTIVE);
+    // Active -> Armed is not a transition.
+    assert_eq!(set_state(&net, &d, SW, 2, 3, 0), status::INVALID_ATTR_VALUE);
+    // A physical state with Armed or Active, or a physical state other than 0, 2, 3.
+    assert_eq!(set_state(&net, &d, SW, 2, 4, 2), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 2, 0, 5), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 2, 0, 1), status::INVALID_ATTR_VALUE);
+    // A switch's port 0 has no link: it stays Active and refuses Down.
+    assert_eq!(states(&net, &d, SW, 0), ACTIVE);
+    assert_eq!(set_state(&net, &d, SW, 0, 1, 0), status::INVALID_ATTR_VALUE);
+}
+
+#[test]
+fn down_bounces_the_link_and_disabled_holds_it() {
+    let (net, d) = setup();
+    // Down on the switch port facing the SM's own port: the link retrains, both ends Init;
+    // the SM's device hears the port go down and come back.
+    update_port(&net, &d, SW, 1, |pi| pi.port_state = PortState::Armed);
+    assert_eq!(states(&net, &d, SW, 1), ARMED);
+    d.rec.take_changes();
+    assert_eq!(set_state(&net, &d, SW, 1, 1, 0), status::SUCCESS);
+    net.scheduler().run_due();
+    assert_eq!(
+        d.rec.take_changes(),
+        vec![(1, PortChange::Down), (1, PortChange::Initialized)]
+    );
+    assert_eq!(states(&net, &d, SW, 1), INIT);
+    assert_eq!(states(&net, &d, &[], 1), INIT);
+    // Disabled on Switch1 port 2: Hca3's end goes to Polling, the switch's to Disabled, and
+    // the switch counts a link down on its port and sets PortStateChange.
+    let (_, si) = dr_get(&net, &d, SW, attr_id::sm::SWITCH_INFO, 0);
+    let mut si = SwitchInfoRepr::parse(&SwitchInfo::new_checked(&si[..]).unwrap()).unwrap();
+    si.port_state_change = true;
+    let mut data = [0u8; 64];
+    si.emit(&mut SwitchInfo::new_checked(&mut data[..]).unwrap());
+    let (_, back) = dr_set(&net, &d, SW, attr_id::sm::SWITCH_INFO, 0, data);
+    assert!(
+        !SwitchInfoRepr::parse(&SwitchInfo::new_checked(&back[..]).unwrap())
+            .unwrap()
+            .port_state_change
+    );
+    assert_eq!(set_state(&net, &d, SW, 2, 0, 3), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 2), DISABLED);
+    let hca3 = net.port("Hca3", 1).unwrap();
+    net.with_fabric(|f| {
+        let s = f.port(hca3).state;
+        assert_eq!((s.link_state as u8, s.phys_state as u8), POLLING);
+    });
+    let (_, si) = dr_get(&net, &d, SW, attr_id::sm::SWITCH_INFO, 0);
+    assert!(
+        SwitchInfoRepr::parse(&SwitchInfo::new_checked(&si[..]).unwrap())
+            .unwrap()
+            .port_state_change
+    );
+    let sw2 = net.port("Switch1", 2).unwrap();
+    assert_eq!(net.counters(sw2).link_downed, 1);
+    // Hca3 is unreachable now.
+    assert!(
+        dr_call(
+            &net,
+            &d,
+            method::GET,
+            CA,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64]
+        )
+        .is_none()
+    );
+    // Down without a physical state leaves a disabled port disabled; Polling enables it.
+    assert_eq!(set_state(&net, &d, SW, 2, 1, 0), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 2), DISABLED);
+    assert_eq!(set_state(&net, &d, SW, 2, 0, 2), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 2), INIT);
+    assert_eq!(states(&net, &d, CA, 1), INIT);
+}
+
+/// Read-modify-write of Switch1's PortInfo port 0 with M_Key `using` on both SMPs.
+fn update_keyed(net: &Network, d: &Device, using: u64, f: impl FnOnce(&mut PortInfoRepr)) {
+    let r = call_with_key(net, d, method::GET, SW, 0, [0; 64], using).expect("answered");
+    let mut pi = port_info(&r.data);
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.lid = 2;
+    pi.master_sm_lid = 1;
+    f(&mut pi);
+    let r =
+        call_with_key(net, d, method::SET, SW, 0, port_info_data(&pi), using).expect("answered");
+    assert_eq!(r.status, status::SUCCESS);
+}
+
+/// Sets M_Key, protect bits and lease period of Switch1 (port 0), using M_Key `using`.
+fn protect(net: &Network, d: &Device, using: u64, key: u64, bits: u8, lease: u16) {
+    update_keyed(net, d, using, |pi| {
+        pi.m_key = key;
+        pi.m_key_protect_bits = bits;
+        pi.m_key_lease_period = lease;
+    });
+}
+
+/// A Get of Switch1 PortInfo port 0 with `key`: the PortInfo, or `None` if dropped.
+fn get_with_key(net: &Network, d: &Device, key: u64) -> Option<PortInfoRepr> {
+    call_with_key(net, d, method::GET, SW, 0, [0; 64], key).map(|r| port_info(&r.data))
+}
+
+/// A Set of Switch1 port 0 with `key` changing the SM LID to `sm` (and keeping M_Key
+/// 0x1111): the new SM LID, or `None` if dropped.
+fn set_with_key(net: &Network, d: &Device, key: u64, sm: u16) -> Option<u16> {
+    let current = get_with_key(net, d, 0x1111).expect("the right key reads");
+    let mut pi = current;
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.master_sm_lid = sm;
+    pi.m_key = 0x1111;
+    call_with_key(net, d, method::SET, SW, 0, port_info_data(&pi), key)
+        .map(|r| port_info(&r.data).master_sm_lid)
+}
+
+fn violations(net: &Network, d: &Device, key: u64) -> u16 {
+    get_with_key(net, d, key)
+        .expect("the right key reads")
+        .m_key_violations
+}
+
+const KEY: u64 = 0x1111;
+const WRONG: u64 = 0x2222;
+
+#[test]
+fn m_key_protection_levels() {
+    let (net, d) = setup();
+    // Level 0: a Get with a wrong key is answered and shows the key; a Set is dropped.
+    protect(&net, &d, 0, KEY, 0, 0);
+    assert_eq!(get_with_key(&net, &d, WRONG).map(|p| p.m_key), Some(KEY));
+    assert_eq!(set_with_key(&net, &d, WRONG, 7), None);
+    assert_eq!(violations(&net, &d, KEY), 1);
+    assert_eq!(set_with_key(&net, &d, KEY, 7), Some(7));
+    // Level 1: a Get with a wrong key is answered but M_Key reads 0.
+    protect(&net, &d, KEY, KEY, 1, 0);
+    let pi = get_with_key(&net, &d, WRONG).expect("answered");
+    assert_eq!((pi.m_key, pi.m_key_protect_bits), (0, 1));
+    assert_eq!(get_with_key(&net, &d, KEY).map(|p| p.m_key), Some(KEY));
+    assert_eq!(
+        violations(&net, &d, KEY),
+        1,
+        "a level-1 Get is no violation"
+    );
+    // Level 2 and 3: a Get with a wrong key is dropped and counted.
+    for level in [2, 3] {
+        protect(&net, &d, KEY, KEY, level, 0);
+        let before = violations(&net, &d, KEY);
+        assert_eq!(get_with_key(&net, &d, WRONG), None);
+        assert_eq!(set_with_key(&net, &d, WRONG, 9), None);
+        assert_eq!(violations(&net, &d, KEY), before + 2);
+        assert!(get_with_key(&net, &d, KEY).is_some());
+    }
+    // Writing 0 to M_KeyViolations clears it.
+    assert!(violations(&net, &d, KEY) > 0);
+    update_keyed(&net, &d, KEY, |pi| pi.m_key_violations = 0);
+    assert_eq!(violations(&net, &d, KEY), 0);
+}
+
+#[test]
+fn the_m_key_lease_lets_a_new_sm_take_over() {
+    const KEY: u64 = 0xAB;
+    let (net, d) = setup();
+    protect(&net, &d, 0, KEY, 2, 5);
+    // A violation starts the 5-second lease.
+    assert_eq!(get_with_key(&net, &d, 0), None);
+    let t0 = net.scheduler().now();
+    net.scheduler().run_until(t0 + Duration::from_secs(4));
+    assert_eq!(get_with_key(&net, &d, 0), None, "lease still running");
+    net.scheduler().run_until(t0 + Duration::from_secs(6));
+    // Expired: the protect bits fell to 0, a Get without the key is answered.
+    let pi = get_with_key(&net, &d, 0).expect("answered after the lease");
+    assert_eq!((pi.m_key_protect_bits, pi.m_key), (0, KEY));
+    // A valid SMP during the lease stops it.
+    protect(&net, &d, KEY, KEY, 2, 5);
+    assert_eq!(get_with_key(&net, &d, 0), None);
+    assert!(get_with_key(&net, &d, KEY).is_some());
+    let t1 = net.scheduler().now();
+    net.scheduler().run_until(t1 + Duration::from_secs(10));
+    assert_eq!(get_with_key(&net, &d, 0), None, "still protected");
+}
+
+#[test]
+fn m_key_of_a_ca_port_and_the_local_host() {
+    let (net, d) = setup();
+    update_port(&net, &d, CA, 0, |pi| {
+        pi.m_key = 0x77;
+        pi.m_key_protect_bits = 2;
+        pi.lid = 5;
+        pi.master_sm_lid = 1;
+    });
+    assert!(
+        dr_call(
+            &net,
+            &d,
+            method::GET,
+            CA,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64]
+        )
+        .is_none()
+    );
+    // The device's own SMA: MAD_IFC with "ignore M_Key" is always answered.
+    netutil::sweep::update_port(&net, &d, &[], 1, |pi| {
+        pi.m_key = 0x99;
+        pi.m_key_protect_bits = 3;
+        pi.lid = 1;
+        pi.master_sm_lid = 1;
+    });
+    let mad = netutil::local_get(attr_id::sm::NODE_INFO, 0);
+    assert!(d.link.local_mad(&mad, true).is_some());
+    assert!(
+        d.link.local_mad(&mad, false).is_none(),
+        "checked without the flag"
+    );
+}

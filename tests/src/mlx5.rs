@@ -1,0 +1,189 @@
+//! Helpers for the mlx5 scenario tests: a simulated ConnectX the test keeps a handle on (for
+//! fault injection and for what the firmware holds), the HCA the driver brings up on it, MAD
+//! buffers, a poll loop on the device's clock, and the leak check every scenario ends with.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dma::{Access, DmaLease};
+use driver::DeviceBackend;
+use driver::emulated::EmulatedBackend;
+use driver::mlx5::{Mlx5Hca, Mlx5Port};
+use driver::verbs::{
+    GRH_LEN, Hca, HcaOptions, HcaPort, RecvWr, SendWr, Sge, SpecialQp, UdDest, WorkCompletion,
+};
+use sim::ClockMode;
+use sim::mlx5::Mlx5;
+use sim::net::Network;
+
+/// Bytes of a MAD.
+pub const MAD: usize = 256;
+/// Bytes of a receive buffer: the GRH area, then the MAD.
+pub const RECV_BUF: usize = GRH_LEN as usize + MAD;
+
+/// A simulated ConnectX alone on its network, and the driver's backend over it.
+pub struct SimHca {
+    /// The model, for fault injection and firmware-side counts.
+    pub model: Arc<Mlx5>,
+    /// Keeps the one-node network (SMA, loopback) alive.
+    pub net: Network,
+    /// The backend the driver uses.
+    pub backend: Arc<EmulatedBackend>,
+}
+
+impl SimHca {
+    /// A default ConnectX-5 with Active ports, on a virtual clock.
+    pub fn new() -> SimHca {
+        Self::with_clock(ClockMode::Virtual)
+    }
+
+    /// The same on `clock`.
+    pub fn with_clock(clock: ClockMode) -> SimHca {
+        let (model, net) = Mlx5::standalone_default(clock).expect("simulated ConnectX");
+        let model = Arc::new(model);
+        let backend = embed::backend_for(model.clone(), "sim:model=mlx5");
+        SimHca {
+            model,
+            net,
+            backend,
+        }
+    }
+
+    /// Bring the HCA up with `options`.
+    pub fn open(&self, options: HcaOptions) -> Result<Arc<Mlx5Hca>, driver::DriverError> {
+        Mlx5Hca::open(self.backend.clone(), options)
+    }
+
+    /// Bring the HCA up with strict leases (every lease its own mapping, so any overrun faults).
+    pub fn open_strict(&self) -> Arc<Mlx5Hca> {
+        self.open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            ..HcaOptions::default()
+        })
+        .expect("bring-up")
+    }
+
+    /// The device's IOMMU faults so far.
+    pub fn faults(&self) -> usize {
+        self.backend.dma_mapper().fault_count()
+    }
+
+    /// Assert that nothing is left: no lease in either pool, no mapping in the domain, no page
+    /// held by the firmware, no firmware object, no IOMMU fault.
+    pub fn assert_clean(&self, hca: &Mlx5Hca) {
+        let a = hca.accounting();
+        assert_eq!(a.driver_pool.leases_out, 0, "driver leases: {a:?}");
+        assert_eq!(a.mad_pool.leases_out, 0, "MAD leases: {a:?}");
+        assert_eq!(
+            a.firmware_pages, 0,
+            "pages the driver thinks are given: {a:?}"
+        );
+        assert_eq!(a.driver_pool.unmap_failures, 0, "{a:?}");
+        let mapper = self.backend.dma_mapper();
+        assert_eq!(mapper.live_mappings(), 0, "IOMMU mappings left");
+        assert_eq!(
+            mapper.fault_count(),
+            0,
+            "IOMMU faults: {:?}",
+            self.model.counters()
+        );
+        assert_eq!(self.model.pages_held(), 0, "pages the firmware still holds");
+        let r = self.model.resources();
+        assert_eq!(
+            (r.eqs, r.cqs, r.qps, r.uars, r.pds),
+            (0, 0, 0, 0, 0),
+            "firmware objects left: {r:?}"
+        );
+    }
+}
+
+impl Default for SimHca {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A MAD buffer leased from the port's pool.
+pub fn lease(port: &dyn HcaPort, len: usize) -> DmaLease {
+    port.dma()
+        .lease(len, 64, Access::ReadWrite)
+        .expect("MAD buffer")
+}
+
+/// A UD destination: our own LID, `qp`'s QPN and Q_Key.
+pub fn to_self(lid: u16, qp: SpecialQp) -> UdDest {
+    UdDest {
+        dlid: lid,
+        sl: 0,
+        src_path_bits: 0,
+        remote_qpn: qp.qpn(),
+        remote_qkey: match qp {
+            SpecialQp::Smi => 0,
+            SpecialQp::Gsi => driver::mlx5::QP1_QKEY,
+        },
+        pkey_index: 0,
+        grh: None,
+    }
+}
+
+/// A send of `buf` (its whole length).
+pub fn send_wr(wr_id: u64, buf: &DmaLease, dest: UdDest) -> SendWr {
+    SendWr {
+        wr_id,
+        sge: Sge {
+            iova: buf.iova(),
+            len: buf.len() as u32,
+        },
+        dest,
+    }
+}
+
+/// A receive into `buf`.
+pub fn recv_wr(wr_id: u64, buf: &DmaLease) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sge: Sge {
+            iova: buf.iova(),
+            len: buf.len() as u32,
+        },
+    }
+}
+
+/// Poll `port` until `n` completions arrived or `budget` of device time passed.
+pub fn poll_n(port: &dyn HcaPort, n: usize, budget: Duration) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let end = port.now() + budget;
+    while out.len() < n {
+        let before = out.len();
+        let want = n - out.len();
+        port.poll(&mut out, want).expect("poll");
+        if out.len() == before {
+            if port.now() >= end {
+                break;
+            }
+            port.wait((port.now() + Duration::from_micros(100)).min(end));
+        }
+    }
+    out
+}
+
+/// The mlx5 port `n` of `hca` as the verbs interface sees it.
+pub fn port(hca: &Mlx5Hca, n: u8) -> Arc<Mlx5Port> {
+    hca.mlx5_port(n).expect("port")
+}
+
+/// A 256-byte MAD of class `class` (0x01 LID-routed SMP, 0x09.. vendor) with a recognisable
+/// payload: byte `i` of the data is `seed + i`.
+pub fn mad(class: u8, tid: u64, seed: u8) -> [u8; MAD] {
+    let mut m = [0u8; MAD];
+    m[0] = 1;
+    m[1] = class;
+    m[2] = 1;
+    m[3] = 0x01; // Get
+    m[8..16].copy_from_slice(&tid.to_be_bytes());
+    m[16..18].copy_from_slice(&0xff00u16.to_be_bytes());
+    for (i, b) in m.iter_mut().enumerate().skip(24) {
+        *b = seed.wrapping_add(i as u8);
+    }
+    m
+}

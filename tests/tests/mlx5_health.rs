@@ -1,0 +1,315 @@
+//! Health and removal on the simulated ConnectX: a fatal health syndrome, a stuck health
+//! counter, `fw_ver` reading all-ones, surprise removal and the VFIO device request are each
+//! detected within the poll budget; the device is quiesced and every outstanding work request
+//! completes exactly once in software (WR_FLUSH_ERR, vendor_err 5) without the CQ being read;
+//! nothing hangs and every driver resource is released.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use driver::mlx5::{MAX_MISSES, Mlx5Hca, REMOVAL_CHECK};
+use driver::verbs::{DeviceEvent, Hca, HcaPort, PostError, SpecialQp, WcStatus};
+use driver::{DeviceBackend, DriverError};
+use firmware_cmds::mlx5::health::HealthSyndrome;
+use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
+use firmware_cmds::mlx5::timeouts::Timeout;
+use hca_tests::mlx5::{MAD, RECV_BUF, SimHca, lease, mad, port, recv_wr, send_wr, to_self};
+
+/// The health poll interval (HEALTH_POLL_INTERVAL, 2 s).
+fn interval() -> Duration {
+    Timeout::HealthPollInterval.default_duration()
+}
+
+/// Call `events` on the port's progress path until one matches, on the device's clock; the
+/// device time it took.
+fn wait_for_event(
+    p: &dyn HcaPort,
+    budget: Duration,
+    want: impl Fn(&DeviceEvent) -> bool,
+) -> Option<(Duration, DeviceEvent)> {
+    let start = p.now();
+    loop {
+        if let Some(e) = p.events().into_iter().find(|e| want(e)) {
+            return Some((p.now().saturating_sub(start), e));
+        }
+        if p.now().saturating_sub(start) > budget {
+            return None;
+        }
+        p.wait(p.now() + Duration::from_millis(1));
+    }
+}
+
+/// Work in flight when the fault hits: 3 sends and 3 receives on QP1, 2 receives on QP0. The
+/// device completes the sends (loopback fills 3 receives) before the fault, and the test does
+/// not poll: those CQEs sit unread in the CQ.
+struct InFlight {
+    /// The buffers the device may still touch until it is quiesced: held, dropped at close.
+    _bufs: Vec<dma::DmaLease>,
+    ids: Vec<u64>,
+}
+
+fn post_work(sim: &SimHca, hca: &Mlx5Hca) -> InFlight {
+    let p = port(hca, 1);
+    let lid = p.attrs().unwrap().lid;
+    let mut bufs = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = lease(p.as_ref(), RECV_BUF);
+        p.post_recv(SpecialQp::Gsi, &recv_wr(100 + i, &r)).unwrap();
+        bufs.push(r);
+        ids.push(100 + i);
+    }
+    for i in 0..2 {
+        let r = lease(p.as_ref(), RECV_BUF);
+        p.post_recv(SpecialQp::Smi, &recv_wr(200 + i, &r)).unwrap();
+        bufs.push(r);
+        ids.push(200 + i);
+    }
+    for i in 0..3 {
+        let s = lease(p.as_ref(), MAD);
+        s.write(0, &mad(0x09, i, 1)).unwrap();
+        p.post_send(
+            SpecialQp::Gsi,
+            &send_wr(i, &s, to_self(lid, SpecialQp::Gsi)),
+        )
+        .unwrap();
+        bufs.push(s);
+        ids.push(i);
+    }
+    // Let the device run (without polling): the sends go out and loop back.
+    p.wait(p.now() + Duration::from_millis(5));
+    // Their successful CQEs are in the CQ, unread: a software flush must not look at them.
+    let pos = p.cq_position().unwrap();
+    let op_own = sim::Device::iommu(sim.model.as_ref())
+        .read_u8(pos.iova + u64::from(pos.next % pos.nent) * 64 + 63)
+        .unwrap();
+    assert_ne!(op_own >> 4, 0xf, "the device wrote a CQE before the fault");
+    assert_eq!(op_own >> 4, 0, "a successful send CQE (REQ)");
+    InFlight { _bufs: bufs, ids }
+}
+
+/// After the fault: every work request comes back exactly once, flushed in software, even
+/// those whose successful CQE is in the CQ (proof that the CQ was not read); nothing more.
+fn check_software_flush(hca: &Mlx5Hca, work: &InFlight) {
+    let p = port(hca, 1);
+    let mut out = Vec::new();
+    let end = p.now() + Duration::from_secs(1);
+    while out.len() < work.ids.len() && p.now() < end {
+        if p.poll(&mut out, 3).unwrap() == 0 {
+            p.wait(p.now() + Duration::from_millis(1));
+        }
+    }
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for wc in &out {
+        *seen.entry(wc.wr_id).or_default() += 1;
+        assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
+        assert_eq!(wc.vendor_err, 5, "{wc:?}");
+    }
+    for id in &work.ids {
+        assert_eq!(seen.get(id), Some(&1), "wr {id}: {out:?}");
+    }
+    assert_eq!(out.len(), work.ids.len());
+    let mut more = Vec::new();
+    assert_eq!(
+        p.poll(&mut more, 16).unwrap(),
+        0,
+        "nothing is flushed twice"
+    );
+    assert_eq!(p.outstanding(), 0);
+}
+
+/// After a fatal error: posts and commands fail fast, close releases every driver resource.
+fn check_fatal_then_close(sim: &SimHca, hca: &Mlx5Hca, work: InFlight) {
+    let p = port(hca, 1);
+    let b = lease(p.as_ref(), MAD);
+    assert!(matches!(
+        p.post_send(SpecialQp::Gsi, &send_wr(9, &b, to_self(1, SpecialQp::Gsi))),
+        Err(PostError::DeviceFatal(_))
+    ));
+    assert!(matches!(
+        hca.command(&QuerySpecialContexts),
+        Err(DriverError::CommandAborted { .. })
+    ));
+    assert!(!sim.model.as_ref().bus_master(), "the device was quiesced");
+    drop(b);
+    drop(work);
+    let t = Instant::now();
+    hca.close().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "close does not hang");
+    let a = hca.accounting();
+    assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
+    assert_eq!(a.mad_pool.leases_out, 0, "{a:?}");
+    assert_eq!(a.firmware_pages, 0, "{a:?}");
+    assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
+    assert_eq!(sim.faults(), 0, "no IOMMU fault");
+}
+
+trait BusMaster {
+    fn bus_master(&self) -> bool;
+}
+
+impl BusMaster for sim::mlx5::Mlx5 {
+    fn bus_master(&self) -> bool {
+        sim::Device::iommu(self).bus_master()
+    }
+}
+
+#[test]
+fn a_fatal_health_syndrome_is_detected_within_one_poll_and_flushes_in_software() {
+    for (synd, rfr) in [
+        (HealthSyndrome::FW_INTERNAL_ERR, true),
+        (HealthSyndrome::HW_FATAL_ERR, false),
+        (HealthSyndrome::ICM_PCI_POISONED_ERR, true),
+    ] {
+        let sim = SimHca::new();
+        let hca = sim.open_strict();
+        let p = port(&hca, 1);
+        // A first look at the port so that the next health poll is a full interval away.
+        p.events();
+        let work = post_work(&sim, &hca);
+        sim.model.faults().catastrophic(synd, rfr);
+        let (took, ev) = wait_for_event(p.as_ref(), 10 * interval(), |e| {
+            matches!(e, DeviceEvent::Fatal { .. })
+        })
+        .unwrap_or_else(|| panic!("{synd}: not detected"));
+        assert!(took <= interval(), "{synd}: detected after {took:?}");
+        let DeviceEvent::Fatal { reason } = ev else {
+            unreachable!()
+        };
+        assert!(reason.contains(synd.name().unwrap()), "{reason}");
+        check_software_flush(&hca, &work);
+        check_fatal_then_close(&sim, &hca, work);
+    }
+}
+
+#[test]
+fn a_stuck_health_counter_is_detected_after_three_missed_polls() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    p.events();
+    let work = post_work(&sim, &hca);
+    sim.model.faults().stop_health_counter(true);
+    let (took, ev) = wait_for_event(p.as_ref(), 20 * interval(), |e| {
+        matches!(e, DeviceEvent::Fatal { .. })
+    })
+    .expect("stuck counter detected");
+    // The counter may stop just after a poll: MAX_MISSES unchanged polls follow one more.
+    assert!(
+        took <= interval() * (MAX_MISSES + 1),
+        "detected after {took:?}"
+    );
+    assert!(
+        took >= interval() * (MAX_MISSES - 1),
+        "not before the misses: {took:?}"
+    );
+    assert!(
+        matches!(&ev, DeviceEvent::Fatal { reason } if reason.contains("stuck")),
+        "{ev:?}"
+    );
+    check_software_flush(&hca, &work);
+    check_fatal_then_close(&sim, &hca, work);
+}
+
+#[test]
+fn fw_ver_reading_all_ones_is_a_removal_seen_within_milliseconds() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    p.events();
+    let work = post_work(&sim, &hca);
+    sim.model.faults().fw_ver_unreachable();
+    let (took, _) = wait_for_event(p.as_ref(), 10 * interval(), |e| *e == DeviceEvent::Removed)
+        .expect("removal detected");
+    assert!(took <= REMOVAL_CHECK * 2, "detected after {took:?}");
+    check_software_flush(&hca, &work);
+    check_fatal_then_close(&sim, &hca, work);
+}
+
+#[test]
+fn surprise_removal_is_detected_flushed_and_released_without_hanging() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    p.events();
+    let work = post_work(&sim, &hca);
+    sim.model.faults().remove();
+    let (took, _) = wait_for_event(p.as_ref(), 10 * interval(), |e| *e == DeviceEvent::Removed)
+        .expect("removal detected");
+    assert!(took <= REMOVAL_CHECK * 2, "detected after {took:?}");
+    check_software_flush(&hca, &work);
+    check_fatal_then_close(&sim, &hca, work);
+}
+
+#[test]
+fn a_command_in_flight_when_the_device_goes_away_does_not_hang() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    sim.model.faults().remove();
+    // The command is posted into a device that no longer answers: the wait notices all-ones
+    // reads and gives up at once, not after the 60 s command timeout.
+    let start = p.now();
+    let t = Instant::now();
+    let err = p.attrs().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DriverError::CommandAborted { .. } | DriverError::DeviceFatal { .. }
+        ),
+        "{err}"
+    );
+    assert!(
+        p.now().saturating_sub(start) <= REMOVAL_CHECK * 2,
+        "{:?}",
+        p.now().saturating_sub(start)
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(p.events().contains(&DeviceEvent::Removed));
+    let t = Instant::now();
+    hca.close().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let a = hca.accounting();
+    assert_eq!(
+        (a.driver_pool.leases_out, a.mad_pool.leases_out),
+        (0, 0),
+        "{a:?}"
+    );
+    assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
+    assert_eq!(sim.faults(), 0);
+}
+
+#[test]
+fn the_vfio_device_request_is_a_removal() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let work = post_work(&sim, &hca);
+    assert!(
+        sim.model.faults().request_release(),
+        "the driver routed REQ"
+    );
+    let (_, _) = wait_for_event(p.as_ref(), interval(), |e| *e == DeviceEvent::Removed)
+        .expect("device request seen");
+    check_software_flush(&hca, &work);
+    check_fatal_then_close(&sim, &hca, work);
+}
+
+#[test]
+fn a_device_that_stays_healthy_is_polled_and_never_declared_fatal() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let polls = hca.stats().health_polls;
+    assert!(
+        wait_for_event(p.as_ref(), 30 * interval(), |e| {
+            matches!(e, DeviceEvent::Fatal { .. } | DeviceEvent::Removed)
+        })
+        .is_none()
+    );
+    let done = hca.stats().health_polls - polls;
+    assert!((29..=32).contains(&done), "{done} health polls in 60 s");
+    assert!(hca.fatal_reason().is_none());
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+}

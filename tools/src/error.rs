@@ -1,0 +1,45 @@
+//! The `hca` tool's own errors (the libraries' errors pass through as they are).
+
+/// What the tool itself rejects in its input. Each message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// A token of a hex dump is not hex.
+    #[error("bad hex `{token}` (token {position}): {reason}")]
+    BadHex {
+        /// The token as given.
+        token: String,
+        /// Its position among the whitespace-separated tokens, from 1.
+        position: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A dump of the wrong length.
+    #[error("{what} is {want}; the dump has {got} bytes (is it complete, and only one entry?)")]
+    WrongLength {
+        /// What was being decoded.
+        what: &'static str,
+        /// What is expected.
+        want: &'static str,
+        /// Bytes found.
+        got: usize,
+    },
+    /// A number too large for its field.
+    #[error("{what} {value:#x} is too large (at most {max:#x})")]
+    OutOfRange {
+        /// The field.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest allowed.
+        max: u64,
+    },
+    /// The layout decoder refused the bytes.
+    #[error("cannot decode: {0}")]
+    Decode(String),
+    /// Standard input could not be read.
+    #[error("reading standard input: {0}")]
+    Stdin(String),
+    /// Nothing to decode.
+    #[error("no bytes to decode: give the hex dump as arguments or on standard input")]
+    NoInput,
+}
