@@ -100,6 +100,9 @@ pub(crate) struct ProgressState {
     pub(crate) last_tid: [Vec<u64>; 2],
     pub(crate) local: LocalPort,
     pub(crate) fatal_handled: bool,
+    /// A QP the device moved to error (its receives come back flushed): its buffers are kept
+    /// unposted, since a repost would only be flushed again.
+    pub(crate) qp_in_error: [bool; 2],
 }
 
 /// Work another thread leaves the progress loop.
@@ -273,6 +276,7 @@ impl Port {
                 last_tid,
                 local: LocalPort::new(attrs.lmc, attrs.gid_prefix, attrs.port_guid),
                 fatal_handled: false,
+                qp_in_error: [false; 2],
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),

@@ -163,6 +163,7 @@ impl PortShared {
                 DeviceEvent::Removed => self.set_fatal("the device was removed".into()),
                 DeviceEvent::QpFatal { qp, .. } => {
                     tracing::error!(port = self.port_num, qp = ?qp, "special QP in error");
+                    st.qp_in_error[qpi(qp)] = true;
                 }
                 DeviceEvent::LidChange(_)
                 | DeviceEvent::PortActive(_)
@@ -522,13 +523,19 @@ impl PortShared {
                     bump(&self.cells.recv_errors);
                     tracing::debug!(port = self.port_num, qp = ?qp, status = %wc.status, "receive error");
                 }
+                if wc.status == WcStatus::WrFlushErr {
+                    // Receives are only flushed from a QP in error.
+                    st.qp_in_error[qpi(qp)] = true;
+                }
                 None
             };
             // The buffer goes back to the device at once (the MAD is copied out). If the
             // device is dead it is released instead: its completion says the device is done
-            // with it, and a dead device takes no buffer back.
+            // with it, and a dead device takes no buffer back. A QP in error keeps it.
             if fatal {
                 rr.release(index);
+            } else if st.qp_in_error[qpi(qp)] {
+                bump(&self.cells.recv_repost_failures);
             } else if let Err(e) = rr.post(&*self.hca, index) {
                 if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
                     rr.release(index);
