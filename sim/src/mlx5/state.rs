@@ -318,9 +318,38 @@ impl State {
         self.write_cqe(cqn, cqe, solicited);
     }
 
+    /// Completes on `cqn` after `delay`, holding back no other CQE meanwhile (a send
+    /// completion generated late).
+    pub(crate) fn complete_late(&mut self, cqn: u32, cqe: Cqe, solicited: bool, delay: Duration) {
+        let due = self.now() + delay;
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            self.counters.snap.cqes_lost += 1;
+            return;
+        };
+        cq.late.push(Delayed {
+            due,
+            cqe,
+            solicited,
+        });
+        self.fx.timers.push((due, cqn));
+    }
+
     /// Writes the delayed CQEs of `cqn` that are due.
     pub(crate) fn flush_delayed(&mut self, cqn: u32) {
         let now = self.now();
+        let due: Vec<Delayed> = match self.cqs.get_mut(&cqn) {
+            Some(cq) if cq.late.iter().any(|d| d.due <= now) => {
+                let (due, keep) = std::mem::take(&mut cq.late)
+                    .into_iter()
+                    .partition(|d| d.due <= now);
+                cq.late = keep;
+                due
+            }
+            _ => Vec::new(),
+        };
+        for d in due {
+            self.complete(cqn, d.cqe, d.solicited);
+        }
         loop {
             let Some(cq) = self.cqs.get_mut(&cqn) else {
                 return;
