@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use dma::Access;
 use driver::verbs::{SpecialQp, UdDest};
+use mad_wire::class;
 use mad_wire::header::{HEADER_LEN, MAD_LEN, is_response};
-use mad_wire::{class, rmpp};
 
 use crate::counters::{AgentCells, AgentCounters, bump};
 use crate::error::MadError;
@@ -29,8 +29,9 @@ pub struct AgentSpec {
     /// The agent has a receive side: responses to its requests are delivered, and it may send
     /// with a response timeout. Always true when `class` is given.
     pub responses: bool,
-    /// RMPP version (0 or 1) for RMPP-capable classes. RMPP transfers themselves are not
-    /// implemented yet: single MADs pass as they are.
+    /// RMPP version (0 or 1) for RMPP-capable classes. With 1 the stack runs RMPP for the
+    /// agent (sends with the RMPP Active flag become transfers, segments are reassembled);
+    /// with 0 RMPP segments pass as single MADs (user RMPP). See [`crate::rmpp`].
     pub rmpp_version: u8,
     /// The queue to deliver into; `None` gives the agent a queue of its own.
     pub events: Option<Arc<EventQueue>>,
@@ -108,6 +109,9 @@ impl AgentSpec {
 pub struct SendRequest {
     /// The MAD: 24 to 256 bytes (zero-padded to 256). For a request (not a response), the
     /// upper 32 bits of its TID are replaced by the stack's; the lower 32 are the client's.
+    /// An RMPP transfer (agent registered with RMPP, Active flag set) is the whole message,
+    /// of any length from its class header up: the header (e.g. 56 bytes for the SA), then
+    /// the data, which the stack cuts into segments.
     pub mad: Vec<u8>,
     /// Where it goes.
     pub dest: UdDest,
@@ -268,13 +272,19 @@ impl Agent {
     /// [`Event::Send`]; sends beyond the free slots (or the agent's solicited-MAD limit) wait
     /// in order and are never refused for lack of room.
     ///
+    /// An agent registered with RMPP sends a message of any length with the RMPP Active flag
+    /// set (byte 26, bit 0) as one RMPP transfer ([`crate::rmpp`]). A directed-route SMP
+    /// passes the SMI send rules, and one for this port itself is answered by the port's SMA
+    /// without the wire ([`crate::smi`]).
+    ///
     /// Refused (nothing sent, no completion): device dead ([`MadError::DeviceFatal`]), agent
-    /// deregistered, a MAD shorter than its header or longer than one MAD, a class that does
-    /// not use the agent's QP, a timeout on an agent without a receive side, RMPP misuse, no
-    /// DMA memory.
+    /// deregistered, a MAD shorter than its header or (without RMPP) longer than one MAD, a
+    /// class that does not use the agent's QP, a timeout on an agent without a receive side,
+    /// RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
+    /// not process, no DMA memory.
     pub fn send(&self, req: SendRequest) -> Result<SendId, MadError> {
         let SendRequest {
-            mad,
+            mut mad,
             dest,
             timeout_ms,
             retries,
@@ -292,7 +302,7 @@ impl Agent {
         if len < HEADER_LEN {
             return Err(MadError::MadTooShort { len });
         }
-        if len > MAD_LEN {
+        if len > MAD_LEN && agent.rmpp_version == 0 {
             return Err(MadError::MadTooLarge { len, max: MAD_LEN });
         }
         let mad_class = mad[1];
@@ -305,16 +315,17 @@ impl Agent {
         if timeout_ms > 0 && !agent.receives {
             return Err(MadError::NoReceiveSide);
         }
-        if agent.rmpp_version != 0 {
-            if !class::is_rmpp_capable(mad_class) {
-                return Err(MadError::RmppClass { class: mad_class });
-            }
-            if len > 26 && mad[26] & rmpp::flags::ACTIVE != 0 {
-                return Err(MadError::RmppNotSupported);
-            }
+        // RMPP transfers (crate::rmpp) and directed-route SMPs (crate::smi: the send rules,
+        // and SMPs for this port answered locally) leave the ordinary path here.
+        if let Some(id) = port.rmpp_send(agent, &mad, dest, timeout_ms, retries, context)? {
+            return Ok(id);
         }
-        // Directed-route SMPs will pass the SMI rules here (and 0-hop ones be answered through
-        // `HcaPort::process_mad`); that is a later task: today every SMP goes to the wire.
+        if len > MAD_LEN {
+            return Err(MadError::MadTooLarge { len, max: MAD_LEN });
+        }
+        if let Some(id) = port.smi_send(agent, &mut mad, &dest, context)? {
+            return Ok(id);
+        }
         let lease = port.hca.dma().lease(MAD_LEN, 64, Access::Read)?;
         lease.write(0, &mad)?;
         let mut header = [0u8; HEADER_LEN];

@@ -77,10 +77,11 @@ pub enum MadError {
         len: usize,
     },
 
-    /// The MAD to send is longer than one MAD and RMPP (which would segment it) is not there.
+    /// The MAD to send is longer than one MAD and is not an RMPP transfer.
     #[error(
-        "a MAD of {len} bytes is longer than {max} bytes; multi-segment (RMPP) sends are not \
-         implemented yet, so send at most one MAD"
+        "a MAD of {len} bytes is longer than {max} bytes: a longer message goes by RMPP, which \
+         needs an RMPP-capable class, an agent registered with RMPP version 1, and the RMPP \
+         Active flag (byte 26, bit 0) set in the message"
     )]
     MadTooLarge {
         /// Bytes given.
@@ -109,12 +110,44 @@ pub enum MadError {
     )]
     NoReceiveSide,
 
-    /// An RMPP-active send: RMPP is not implemented yet.
+    /// An RMPP transfer shorter than the header of its class.
     #[error(
-        "the MAD has the RMPP Active flag set, but RMPP transfers are not implemented yet; \
-         clear the flag to send a single MAD"
+        "an RMPP message of {len} bytes is shorter than the {need}-byte header of its class; \
+         the message is the class header (common MAD, RMPP and class headers) and then the data"
     )]
-    RmppNotSupported,
+    RmppTooShort {
+        /// Bytes given.
+        len: usize,
+        /// The class's header length.
+        need: usize,
+    },
+
+    /// A directed-route SMP the SMI send rules discard (the kernel fails the post with
+    /// EINVAL).
+    #[error(
+        "the directed-route SMP cannot be sent from port {port}: {reason}; a new request has \
+         HopPointer 0, HopCount 0-63, InitialPath[1] = the sending port, and permissive \
+         DrSLID/DrDLID for a pure directed route"
+    )]
+    DirectedRoute {
+        /// The sending port.
+        port: u8,
+        /// Which rule discards it.
+        reason: crate::smi::SmiDiscard,
+    },
+
+    /// The port's own SMA could not process an SMP sent to this port (MAD_IFC failed).
+    #[error(
+        "the SMA of port {port} could not process the SMP sent to it ({source}); the SMP was \
+         not sent: check the attribute and M_Key, or the device's health"
+    )]
+    LocalSmp {
+        /// The port.
+        port: u8,
+        /// What the driver said.
+        #[source]
+        source: DriverError,
+    },
 
     /// A send of a non-RMPP class from an agent registered with an RMPP version.
     #[error(

@@ -53,15 +53,30 @@ pub struct RecvMad {
     pub agent: AgentId,
     /// The MAD (zero-padded after `len` bytes).
     pub mad: [u8; MAD_LEN],
-    /// Bytes received (the device's byte count less the GRH area).
+    /// Bytes received (the device's byte count less the GRH area); for an RMPP message, the
+    /// whole message's length.
     pub len: usize,
     /// Where it came from.
     pub addr: RecvAddr,
     /// For a response: the send it answers (whose completion follows this event).
     pub response_to: Option<SendRef>,
+    /// For a message the stack reassembled from RMPP segments (an agent registered with
+    /// RMPP): the whole message, `len` bytes: the first segment entire (headers included),
+    /// then the data of each later segment (the bytes after its class header), as the
+    /// kernel's umad hands it to `read()`. `mad` then holds the first segment. `None` for a
+    /// single MAD.
+    pub rmpp: Option<Vec<u8>>,
 }
 
 impl RecvMad {
+    /// The bytes received: the reassembled RMPP message, or the one MAD's `len` bytes.
+    pub fn message(&self) -> &[u8] {
+        match &self.rmpp {
+            Some(m) => m,
+            None => &self.mad[..self.len.min(MAD_LEN)],
+        }
+    }
+
     /// The MAD's common header.
     pub fn header(&self) -> Mad<&[u8]> {
         // A 256-byte buffer always holds the 24-byte header.
@@ -293,6 +308,7 @@ mod tests {
                 grh: None,
             },
             response_to: None,
+            rmpp: None,
         }))
     }
 

@@ -26,10 +26,10 @@
 //!   the port's own agent (`process_mad`) and the 0x000C answer to unclaimed Get/Set.
 //! - [`flow`]: solicited-MAD flow control per agent.
 //! - [`event`], [`counters`]: what agents are told, and what the port and agents have done.
-//!
-//! Directed-route SMI processing and RMPP are later work: DR SMPs will go through the SMI
-//! rules where `Agent::send` and the receive path mark it, and RMPP will sit between agents and
-//! the slot ring for the RMPP-capable classes.
+//! - [`smi`]: directed-route SMPs: the SMI send and receive rules ([`smi::rules`]), and SMPs
+//!   for the port itself answered by its SMA (`HcaPort::process_mad`) without the wire.
+//! - [`rmpp`]: RMPP transfers for agents registered with RMPP version 1: segmentation,
+//!   window, ACKs, timeouts, STOP/ABORT, reassembly.
 
 pub use mad_wire as wire;
 
@@ -45,7 +45,9 @@ mod recv;
 pub mod recv_rules;
 pub mod registry;
 mod ring;
+pub mod rmpp;
 pub mod slot_state;
+pub mod smi;
 mod sync;
 pub mod tid;
 pub mod timer;
@@ -63,6 +65,8 @@ pub use event::{AgentId, Event, EventQueue, Notify, RecvMad, SendCompletion, Sen
 pub use port::{Census, Port, PortConfig, ProgressThread, QpCensus, open};
 pub use recv::RECV_BUF_LEN;
 pub use registry::{ClassRegistration, MethodMask};
+pub use rmpp::RmppCounters;
 pub use slot_state::SendState;
+pub use smi::{SmiCounters, SmiDiscard};
 
 pub use driver::verbs::{Grh, SpecialQp, UdDest, WcStatus};

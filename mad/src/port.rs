@@ -140,6 +140,10 @@ pub(crate) struct PortShared {
     parked: AtomicUsize,
     /// Progress passes so far (device events are taken every few passes).
     pub(crate) passes: AtomicU64,
+    /// Directed-route SMPs: local completions and counters (crate::smi).
+    pub(crate) smi: crate::smi::SmiState,
+    /// RMPP transfers (crate::rmpp).
+    pub(crate) rmpp: crate::rmpp::Rmpp,
 }
 
 #[derive(Default)]
@@ -289,6 +293,8 @@ impl Port {
             notify: (Mutex::new(0), Condvar::new()),
             parked: AtomicUsize::new(0),
             passes: AtomicU64::new(0),
+            smi: crate::smi::SmiState::new(),
+            rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -563,6 +569,9 @@ impl PortShared {
         if let Some(t) = st.timers.next_deadline() {
             until = until.min(t);
         }
+        if let Some(t) = self.rmpp.next_deadline() {
+            until = until.min(t);
+        }
         if let Some(d) = deadline {
             until = until.min(d);
         }
@@ -813,6 +822,9 @@ impl PortShared {
 
     /// [`Agent::cancel`].
     pub(crate) fn cancel(&self, agent: &Arc<AgentInner>, id: SendId) -> Result<(), MadError> {
+        if let Some(r) = self.rmpp_cancel(agent, id) {
+            return r;
+        }
         let ring = self.ring(agent.qp).ok_or(MadError::NotOutstanding(id))?;
         let found = {
             let mut fc = lock(&agent.fc);
@@ -865,6 +877,9 @@ impl PortShared {
         id: SendId,
         timeout_ms: u32,
     ) -> Result<(), MadError> {
+        if let Some(r) = self.rmpp_modify(agent, id, timeout_ms) {
+            return r;
+        }
         let ring = self.ring(agent.qp).ok_or(MadError::NotOutstanding(id))?;
         let deadline = self.hca.now() + Duration::from_millis(u64::from(timeout_ms));
         let mut fc = lock(&agent.fc);
@@ -929,6 +944,7 @@ impl PortShared {
     /// Cancel everything `agent` has outstanding: backlog and queue entries are completed now,
     /// slots are canceled (completing at their CQE, or from the progress loop).
     fn cancel_all(&self, agent: &Arc<AgentInner>) {
+        self.rmpp_cancel_agent(agent);
         let Some(ring) = self.ring(agent.qp) else {
             return;
         };
@@ -1019,7 +1035,7 @@ impl PortShared {
             }
             (b, t.agents.len(), o)
         };
-        outstanding += self.internal.outstanding.load(Ordering::SeqCst);
+        outstanding += self.internal.outstanding.load(Ordering::SeqCst) + self.rmpp.outstanding();
         Census {
             smi: self.ring(SpecialQp::Smi).map(qp_census),
             gsi: self.ring(SpecialQp::Gsi).map(qp_census).unwrap_or_default(),
@@ -1050,7 +1066,9 @@ impl Drop for PortShared {
         let internal = Arc::clone(&self.internal);
         let deadline = self.hca.now() + Duration::from_secs(1);
         self.drive_until(
-            &mut |_| internal.outstanding.load(Ordering::SeqCst) == 0,
+            &mut |_| {
+                internal.outstanding.load(Ordering::SeqCst) == 0 && self.rmpp.outstanding() == 0
+            },
             Some(deadline),
             &|d| std::thread::sleep(d),
         );

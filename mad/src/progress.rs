@@ -114,6 +114,9 @@ impl PortShared {
             }
         }
         work += rearm.len();
+        // Local completions of directed-route SMPs (crate::smi); RMPP segment completions
+        // and timers (crate::rmpp).
+        work += self.smi_pass(st) + self.rmpp_pass(st);
         let now = self.hca.now();
         while let Some((key, generation)) = st.timers.pop_expired(now) {
             let (qp, index) = timer_slot(key);
@@ -462,7 +465,7 @@ impl PortShared {
     /// The device is dead: finish every send that is not on the QP (those on it finish at the
     /// driver's software flush), and every send that never got a slot.
     fn flush_everything(&self, st: &mut ProgressState) -> usize {
-        let mut work = 0;
+        let mut work = self.rmpp_flush();
         for rr in st.recv.iter_mut().flatten() {
             rr.release_idle();
         }
@@ -574,8 +577,18 @@ impl PortShared {
             self.cells.dropped(reason);
             return;
         }
+        // Directed-route SMPs pass the SMI receive rules first (crate::smi).
+        let smi_mad;
+        let mad = if mad[1] == class::SUBN_DIRECTED_ROUTE {
+            let Some(m) = self.smi_incoming(mad) else {
+                return;
+            };
+            smi_mad = m;
+            &smi_mad
+        } else {
+            mad
+        };
         let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
-        // Directed-route SMPs will pass the SMI receive rules here (a later task).
         let mut local_failed = false;
         match recv_rules::local_agent(&hdr, addr.slid) {
             LocalAgent::Consume => {
@@ -610,8 +623,12 @@ impl PortShared {
             }
             LocalAgent::Pass => {}
         }
+        // RMPP segments, ACKs, STOPs and ABORTs (crate::rmpp).
+        if self.rmpp_receive(st, qp, mad, len, &addr) {
+            return;
+        }
         if hdr.is_response() {
-            self.on_response(st, qp, mad, len, addr);
+            self.on_response(st, qp, mad, len, addr, None);
             return;
         }
         let oui = if class::is_vendor_range2(hdr.mgmt_class()) {
@@ -632,6 +649,7 @@ impl PortShared {
                     len,
                     addr,
                     response_to: None,
+                    rmpp: None,
                 })),
                 self,
             );
@@ -648,13 +666,15 @@ impl PortShared {
 
     /// A response: find its send from the TID's upper half, check TID, class and address
     /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
-    fn on_response(
+    /// `rmpp`: the whole message when RMPP reassembled it (`mad` is its first segment).
+    pub(crate) fn on_response(
         &self,
         st: &mut ProgressState,
         qp: SpecialQp,
         mad: &[u8; MAD_LEN],
         len: usize,
         addr: RecvAddr,
+        rmpp: Option<Vec<u8>>,
     ) {
         let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
         let tid = hdr.tid();
@@ -730,6 +750,7 @@ impl PortShared {
                 len,
                 addr,
                 response_to: Some(SendRef { id, context }),
+                rmpp,
             })),
             self,
         );
@@ -756,6 +777,11 @@ impl PortShared {
     /// Send an answer made by the stack itself (the port agent's reply, or the 0x000C answer
     /// to an unclaimed Get/Set) back on `qp` to `dest`.
     fn send_internal(&self, qp: SpecialQp, mad: &[u8; MAD_LEN], dest: UdDest) {
+        // A reply to a directed-route SMP passes the SMI send rules (crate::smi).
+        let Some(mad) = self.smi_reply(mad, dest.pkey_index) else {
+            return;
+        };
+        let mad = &mad;
         let lease = match self.hca.dma().lease(MAD_LEN, 64, Access::Read) {
             Ok(l) => l,
             Err(e) => {

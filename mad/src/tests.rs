@@ -779,16 +779,19 @@ fn smps_to_our_port_are_answered_by_the_local_agent_except_sminfo() {
         Ok(a)
     });
     let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[0x01])));
-    r.fake.inject(Inbound::new(
-        SpecialQp::Smi,
-        mad(0x81, 1, 0x01, 0x11, 1).try_into().unwrap(),
-        0xFFFF,
-    ));
-    r.fake.inject(Inbound::new(
-        SpecialQp::Smi,
-        mad(0x81, 1, 0x01, 0x20, 2).try_into().unwrap(),
-        0xFFFF,
-    ));
+    // Directed-route SMPs at the end of a one-hop path (HopPointer 1 = HopCount, permissive
+    // DrSLID/DrDLID), as a neighbour's SMI sends them.
+    let dr = |attr, tid| {
+        let mut m = mad(0x81, 1, 0x01, attr, tid);
+        m[6] = 1;
+        m[7] = 1;
+        m[32..36].fill(0xFF);
+        m.try_into().unwrap()
+    };
+    r.fake
+        .inject(Inbound::new(SpecialQp::Smi, dr(0x11, 1), 0xFFFF));
+    r.fake
+        .inject(Inbound::new(SpecialQp::Smi, dr(0x20, 2), 0xFFFF));
     let ev = r.collect(&sm, Duration::from_millis(5));
     let rx = recvs(&ev);
     assert_eq!(rx.len(), 1, "only SMInfo reaches the SM agent");
@@ -898,9 +901,10 @@ fn sends_are_checked_before_acceptance() {
     let rm = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE).with_rmpp(1));
     let mut active = mad(SA, 2, 0x12, 0x11, 1);
     active[26] = 0x01;
+    active.truncate(40);
     assert!(matches!(
         rm.send(SendRequest::new(active, gsi(1))),
-        Err(MadError::RmppNotSupported)
+        Err(MadError::RmppTooShort { len: 40, need: 56 })
     ));
     assert_eq!(r.port.counters().sends, 0, "nothing accepted");
     a.deregister();
