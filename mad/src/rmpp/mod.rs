@@ -22,6 +22,8 @@
 pub mod receiver;
 pub mod segment;
 pub mod sender;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -19,6 +19,8 @@
 //! Discards are counted by reason ([`SmiCounters`]).
 
 pub mod rules;
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
