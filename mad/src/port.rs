@@ -140,6 +140,10 @@ pub(crate) struct PortShared {
     parked: AtomicUsize,
     /// Progress passes so far (device events are taken every few passes).
     pub(crate) passes: AtomicU64,
+    /// Set while the progress loop handles a batch of completions: posting waits for the end
+    /// of the batch, because an error CQE in it has already put the send queue in SQE on the
+    /// device's side and the recovery comes only when the loop reaches that CQE.
+    pub(crate) hold_posts: AtomicBool,
 }
 
 #[derive(Default)]
@@ -289,6 +293,7 @@ impl Port {
             notify: (Mutex::new(0), Condvar::new()),
             parked: AtomicUsize::new(0),
             passes: AtomicU64::new(0),
+            hold_posts: AtomicBool::new(false),
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -640,6 +645,10 @@ impl PortShared {
     /// Post what waits in `ring`'s queue while slots and send queue entries are free (in
     /// order, one drainer at a time); on a dead device, complete it all with WR_FLUSH_ERR.
     pub(crate) fn drain(&self, ring: &SendRing) {
+        if self.hold_posts.load(Ordering::SeqCst) {
+            // The progress loop drains every ring when its batch is done.
+            return;
+        }
         loop {
             let Some(seen) = ring.try_begin_drain() else {
                 return;
