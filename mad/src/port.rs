@@ -144,6 +144,10 @@ pub(crate) struct PortShared {
     pub(crate) smi: crate::smi::SmiState,
     /// RMPP transfers (crate::rmpp).
     pub(crate) rmpp: crate::rmpp::Rmpp,
+    /// Set while the progress loop handles a batch of completions: posting waits for the end
+    /// of the batch, because an error CQE in it has already put the send queue in SQE on the
+    /// device's side and the recovery comes only when the loop reaches that CQE.
+    pub(crate) hold_posts: AtomicBool,
 }
 
 #[derive(Default)]
@@ -295,6 +299,7 @@ impl Port {
             passes: AtomicU64::new(0),
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
+            hold_posts: AtomicBool::new(false),
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -649,6 +654,10 @@ impl PortShared {
     /// Post what waits in `ring`'s queue while slots and send queue entries are free (in
     /// order, one drainer at a time); on a dead device, complete it all with WR_FLUSH_ERR.
     pub(crate) fn drain(&self, ring: &SendRing) {
+        if self.hold_posts.load(Ordering::SeqCst) {
+            // The progress loop drains every ring when its batch is done.
+            return;
+        }
         loop {
             let Some(seen) = ring.try_begin_drain() else {
                 return;

@@ -69,6 +69,7 @@ impl PortShared {
         } else {
             0
         };
+        self.hold_posts.store(true, Ordering::SeqCst);
         loop {
             let mut wcs = std::mem::take(&mut st.wcs);
             wcs.clear();
@@ -94,6 +95,7 @@ impl PortShared {
             self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
+        self.hold_posts.store(false, Ordering::SeqCst);
         let reap = std::mem::take(&mut *lock(&self.reap));
         for r in &reap {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
@@ -137,9 +139,7 @@ impl PortShared {
             work += self.flush_everything(st);
         }
         for ring in self.rings.iter().flatten() {
-            if ring.queued() > 0 {
-                self.drain(ring);
-            }
+            self.drain(ring);
         }
         self.mirror_gauges(st);
         if work > 0 {
@@ -274,14 +274,18 @@ impl PortShared {
                 self.finish(st, r, status, vendor);
             }
             CqeOutcome::Repost => {
-                // The flushed work request's send queue entry goes to its repost.
+                // Reposted once the batch is done: a later CQE of this batch may already have
+                // stopped the send queue again, and its recovery comes when the loop gets
+                // there.
                 bump(&self.cells.flush_reposts);
-                let job = lock(&slot.data)
-                    .as_ref()
-                    .map(|d| (d.wr, Arc::clone(&d.p.agent)));
-                if let Some((wr, agent)) = job {
-                    self.post_wr(r.qp, &wr, &agent, wc.status);
+                if soft.unwrap_or(true) {
+                    ring.give_credit();
                 }
+                ring.enqueue(Job::Repost {
+                    index: r.index,
+                    generation: r.generation,
+                    on_fail: wc.status,
+                });
                 return;
             }
             CqeOutcome::Unexpected => {

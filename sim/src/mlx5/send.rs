@@ -113,10 +113,7 @@ impl State {
                             timestamp: self.timestamp(),
                         }),
                     };
-                    match self.faults.send_completion_delay.get(&qpn).copied() {
-                        Some(delay) => self.complete_late(cqn, cqe, false, delay),
-                        None => self.complete(cqn, cqe, false),
-                    }
+                    self.complete(cqn, cqe, false);
                 }
                 match packet {
                     Some((port, p)) => {
