@@ -8,7 +8,8 @@
 //! - At the window's end (or the last segment) the sender waits for an ACK; an ACK moves the
 //!   window, and restores the retries when it acknowledges something new.
 //! - An ACK timeout resends from the first unacknowledged segment, using one retry; with none
-//!   left the send fails with RESP_TIMEOUT_ERR.
+//!   left the send fails with RESP_TIMEOUT_ERR. An ACK for segments beyond those resent so
+//!   far moves the resend past them.
 //! - Once every segment is acknowledged the send is done, or, when a response is expected,
 //!   waits for it with the client's timeout (no retry: the kernel completes it with
 //!   RESP_TIMEOUT_ERR).
@@ -197,6 +198,12 @@ impl Sender {
             self.last_ack = seg;
             self.retries_left = self.max_retries;
         }
+        // After a go-back resend the receiver may hold more than was resent: go on after
+        // what it acknowledged. (The kernel resends those segments one by one, and the
+        // receiver acknowledges each again.)
+        if self.last_ack > self.seg_num {
+            self.seg_num = self.last_ack;
+        }
         self.newwin = newwin;
         if self.last_ack == self.seg_count {
             if !self.expects_response {
@@ -315,6 +322,29 @@ mod tests {
             s.on_send_completion(WcStatus::Success, 0),
             Step::Finish(WcStatus::Success, 0),
             "the completion waited for the segment on the QP"
+        );
+    }
+
+    #[test]
+    fn an_ack_beyond_the_resent_segments_skips_them() {
+        let mut s = Sender::new(10, 0, 1);
+        s.start();
+        s.on_send_completion(WcStatus::Success, 0);
+        s.on_ack(1, 8, 0);
+        for _ in 2..8 {
+            s.on_send_completion(WcStatus::Success, 0);
+        }
+        assert_eq!(s.on_send_completion(WcStatus::Success, 0), Step::ArmAck);
+        // 3 was lost; the receiver holds 4..8 out of sequence. Timeout: back to 2.
+        assert_eq!(s.on_timeout(), Step::Post(2));
+        assert_eq!(s.on_send_completion(WcStatus::Success, 0), Step::Post(3));
+        // 3 fills the gap: the receiver acknowledges 8 and opens the window to 16 while 3's
+        // send is still on the QP.
+        assert_eq!(s.on_ack(8, 16, 0), (Step::Nothing, Reply::Nothing));
+        assert_eq!(
+            s.on_send_completion(WcStatus::Success, 0),
+            Step::Post(9),
+            "not 4..8 again"
         );
     }
 
