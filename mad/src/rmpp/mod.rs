@@ -66,7 +66,8 @@ pub struct RmppCounters {
     pub transfers_sent: u64,
     /// DATA segments posted, first sends and resends.
     pub segments_sent: u64,
-    /// Segments resent after an ACK timeout.
+    /// Segments posted again (after an ACK timeout, the go-back resend of the unacknowledged
+    /// ones).
     pub segments_resent: u64,
     /// ACKs received for transfers sent.
     pub acks_received: u64,
@@ -74,7 +75,7 @@ pub struct RmppCounters {
     pub remote_aborts: u64,
     /// Transfers received whole and delivered.
     pub transfers_received: u64,
-    /// DATA segments received for a reassembly.
+    /// DATA segments taken into a reassembly (duplicates and late copies included).
     pub segments_received: u64,
     /// DATA segments dropped (duplicate, beyond the window, for no transfer).
     pub segments_dropped: u64,
@@ -141,6 +142,8 @@ struct Transfer {
     deadline: Option<Duration>,
     /// The send of the segment on the QP.
     in_flight: Option<SendId>,
+    /// The highest segment posted so far (a lower one posted again is a resend).
+    max_posted: u32,
 }
 
 impl Transfer {
@@ -392,6 +395,7 @@ impl PortShared {
             timeout_ms,
             deadline: None,
             in_flight: None,
+            max_posted: 0,
         };
         let mut actions = Vec::new();
         let step = x.sender.start();
@@ -406,6 +410,10 @@ impl PortShared {
         match step {
             Step::Nothing => {}
             Step::Post(n) => {
+                if n <= x.max_posted {
+                    bump(&self.rmpp.cells.segments_resent);
+                }
+                x.max_posted = x.max_posted.max(n);
                 let mut mad = Box::new([0u8; MAD_LEN]);
                 x.layout.segment(&x.message, n, &mut mad);
                 let seg_id = self.next_send_id();
@@ -570,11 +578,7 @@ impl PortShared {
                 if x.deadline.is_some_and(|d| d <= now) {
                     x.deadline = None;
                     work += 1;
-                    let resend = x.sender.wait == Wait::Ack;
                     let step = x.sender.on_timeout();
-                    if resend && matches!(step, Step::Post(_)) {
-                        bump(&self.rmpp.cells.segments_resent);
-                    }
                     self.rmpp_step(x, step, &mut actions);
                 }
             }
@@ -922,7 +926,8 @@ impl PortShared {
             });
         };
         match step {
-            RecvStep::Nothing => bump(&self.rmpp.cells.segments_dropped),
+            RecvStep::Nothing => {}
+            RecvStep::Dropped => bump(&self.rmpp.cells.segments_dropped),
             RecvStep::Ack => ack(&mut t, actions),
             RecvStep::Stop => {
                 bump(&self.rmpp.cells.aborts_sent);

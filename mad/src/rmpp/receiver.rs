@@ -26,8 +26,11 @@ pub const MAX_SEGMENTS: u32 = 1 << 18;
 /// What to do after a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecvStep {
-    /// Nothing to send (dropped, or kept until the ones before it come).
+    /// Kept; nothing to send (in sequence within the window, or waiting for the ones before
+    /// it).
     Nothing,
+    /// Dropped: beyond the window, or a duplicate not yet acknowledged.
+    Dropped,
     /// Acknowledge: ACK with [`Receiver::ack_fields`].
     Ack,
     /// The message is whole: acknowledge it and deliver [`Receiver::take_message`].
@@ -95,14 +98,14 @@ impl Receiver {
     /// Segment `seg` (not the first) arrived.
     pub fn on_segment(&mut self, seg: u32, mad: &[u8; MAD_LEN]) -> RecvStep {
         if seg > self.newwin {
-            return RecvStep::Nothing;
+            return RecvStep::Dropped;
         }
         if seg <= self.last_ack || self.complete {
             return RecvStep::Ack;
         }
         if seg <= self.seg_num || self.segments.contains_key(&seg) {
             // A duplicate not yet acknowledged.
-            return RecvStep::Nothing;
+            return RecvStep::Dropped;
         }
         self.segments.insert(seg, Box::new(*mad));
         if seg != self.seg_num + 1 {
@@ -241,7 +244,7 @@ mod tests {
         assert_eq!(r.on_segment(5, &segs[4]), RecvStep::Nothing);
         assert_eq!(r.seg_num, 2);
         // The sender times out and resends from 2 (acknowledged up to 1): 2 is a duplicate.
-        assert_eq!(r.on_segment(2, &segs[1]), RecvStep::Nothing);
+        assert_eq!(r.on_segment(2, &segs[1]), RecvStep::Dropped);
         // The first segment again (acknowledged): ACK again.
         assert_eq!(r.on_segment(1, &segs[0]), RecvStep::Ack);
         // 3 fills the gap: the sequence runs to 5, which is Last.
@@ -258,7 +261,7 @@ mod tests {
         let (_, segs) = segments(200 * 5);
         let (mut r, _) = Receiver::start(class::SUBN_ADM, &segs[0], 2, MAX_SEGMENTS);
         assert_eq!(r.newwin, 3);
-        assert_eq!(r.on_segment(4, &segs[3]), RecvStep::Nothing);
+        assert_eq!(r.on_segment(4, &segs[3]), RecvStep::Dropped);
         assert_eq!(r.held(), 1, "not kept");
     }
 
