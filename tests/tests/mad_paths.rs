@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use driver::verbs::{Hca, HcaOptions, SpecialQp, WcStatus};
+use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, WcStatus};
 use firmware_cmds::mlx5::health::HealthSyndrome;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{
@@ -712,4 +712,139 @@ fn path14_responses_matching_no_send_are_dropped_and_counted() {
     deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
+}
+
+#[test]
+fn threads_send_cancel_and_deregister_while_a_progress_thread_runs_on_the_real_clock() {
+    // How the umad library will run it: a progress thread, client threads that send, cancel
+    // and deregister, a responder served from its own thread.
+    let sim = hca_tests::mlx5::SimHca::with_clock(sim::ClockMode::Real);
+    let hca = sim
+        .open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            ..HcaOptions::default()
+        })
+        .expect("bring-up");
+    let hw = hca.mlx5_port(1).expect("port");
+    let lid = hw.attrs().unwrap().lid;
+    let port = mad::Port::open(hw.clone(), PortConfig::default()).unwrap();
+    let base = hca.accounting().mad_pool.leases_out;
+    let progress = port.spawn_progress_thread().unwrap();
+    let responder = port
+        .register(AgentSpec::class(ANSWERED, 1, MethodMask::of(&[GET])))
+        .unwrap();
+    // Requests of the silent class arrive here and stay unanswered (and unread).
+    let silent = port
+        .register(AgentSpec::class(SILENT, 1, MethodMask::of(&[GET])))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = {
+        let stop = stop.clone();
+        let port = port.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(Event::Recv(r)) = responder.next_event(port.deadline_after(ms(5))) {
+                    let _ = responder.send(SendRequest::new(answer_of(&r), r.addr.reply_dest()));
+                }
+            }
+            responder.deregister();
+        })
+    };
+    let clients: Vec<_> = (0..3u32)
+        .map(|k| {
+            let port = port.clone();
+            std::thread::spawn(move || {
+                let a = port
+                    .register(AgentSpec::responses_only(SpecialQp::Gsi))
+                    .unwrap();
+                let dest = UdDestOf::to(lid);
+                let mut ids = Vec::new();
+                let mut answered = Vec::new();
+                for i in 0..300u32 {
+                    let silent = i % 5 == 0;
+                    let class = if silent { SILENT } else { ANSWERED };
+                    let id = a
+                        .send(
+                            SendRequest::new(mad(class, GET, k * 1000 + i), dest.0)
+                                // A burst of 900 requests and their answers can overrun a
+                                // 256-buffer receive queue (UD drops what finds no buffer):
+                                // the retries bring the dropped ones through.
+                                .timeout_ms(if silent { 20 } else { 300 })
+                                .retries(if silent { 1 } else { 5 }),
+                        )
+                        .unwrap();
+                    if i % 7 == 0 {
+                        let _ = a.cancel(id);
+                    } else if !silent {
+                        answered.push(id);
+                    }
+                    ids.push(id);
+                }
+                // The answered ones finish (the silent ones time out or are canceled by the
+                // deregistration).
+                let mut t = Tracker::default();
+                let deadline = port.deadline_after(ms(10_000));
+                while !t.all_done(&answered) {
+                    match a.next_event(deadline) {
+                        Some(e) => t.absorb(e),
+                        None => break,
+                    }
+                }
+                assert!(
+                    answered
+                        .iter()
+                        .all(|i| t.status(*i) == Some(WcStatus::Success)),
+                    "client {k}"
+                );
+                deregister(a, &mut t);
+                assert!(t.all_done(&ids), "client {k}: every send completed once");
+                t.done.len()
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for c in clients {
+        total += c.join().unwrap();
+    }
+    assert_eq!(total, 900);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.join().unwrap();
+    silent.deregister();
+    progress.stop();
+    // What the port itself still sends (nothing here: every class has an agent) finishes.
+    let end = port.deadline_after(ms(1000));
+    while port.census().outstanding > 0 && port.now() < end {
+        port.progress_until(port.deadline_after(ms(5)));
+    }
+    let c = port.census();
+    assert_eq!(
+        (c.gsi.active(), c.outstanding, c.agents),
+        (0, 0, 0),
+        "{c:?}"
+    );
+    assert_eq!(hca.accounting().mad_pool.leases_out, base);
+    let k = port.counters();
+    assert_eq!((k.bad_completions, k.post_failures), (0, 0), "{k:?}");
+    assert!(k.responses > 0, "{k:?}");
+    hca.close().unwrap();
+    drop(port);
+    drop(hw);
+    sim.assert_clean(&hca);
+}
+
+/// A destination on QP1 of `lid` (a small helper so the client threads own theirs).
+struct UdDestOf(driver::verbs::UdDest);
+
+impl UdDestOf {
+    fn to(lid: u16) -> UdDestOf {
+        UdDestOf(driver::verbs::UdDest {
+            dlid: lid,
+            sl: 0,
+            src_path_bits: 0,
+            remote_qpn: 1,
+            remote_qkey: mad::QP1_QKEY,
+            pkey_index: 0,
+            grh: None,
+        })
+    }
 }
