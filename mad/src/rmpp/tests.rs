@@ -569,3 +569,39 @@ fn cancel_deregistration_and_death_each_complete_a_transfer_once() {
     assert_eq!(r.fake.faults(), 0);
     assert_eq!(r.port.census().outstanding, 0);
 }
+
+#[test]
+fn a_request_arriving_in_segments_is_delivered_whole_to_the_registered_agent() {
+    let r = Rig::new();
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let acks2 = acks.clone();
+    r.fake.set_responder(move |out| {
+        acks2.lock().unwrap().push((out.mad[3], rmpp_of(&out.mad)));
+        Vec::new()
+    });
+    let sa = r.agent(
+        AgentSpec::class(class::SUBN_ADM, 2, MethodMask::of(&[method::GET_MULTI])).with_rmpp(1),
+    );
+    // A GetMulti of 3 segments from the peer, in order.
+    let msg = sa_message(method::GET_MULTI, 0x0BAD_CAFE, 450, true, 6);
+    for seg in segments_of(&msg, &[1, 2, 3]) {
+        r.fake.inject(from_peer(seg));
+    }
+    let ev = r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let Event::Recv(q) = &ev[0] else { panic!() };
+    assert_eq!(q.response_to, None, "a request");
+    assert_eq!((q.len, q.addr.slid), (msg.len(), PEER));
+    assert_eq!(q.message()[56..], msg[56..]);
+    // ACKs go back as responses: segment 1 (window to 9), then the last.
+    let a = flags::ACTIVE;
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![
+            (method::GET_MULTI_RESP, (rmpp_type::ACK, a, 0, 1, 9)),
+            (method::GET_MULTI_RESP, (rmpp_type::ACK, a, 0, 3, 9)),
+        ]
+    );
+    sa.deregister();
+    r.assert_clean();
+}
