@@ -49,6 +49,27 @@ fn a_lossy_link_drops_and_counts() {
     assert!(reaches(&net, &d, &[1, 3]));
 }
 
+#[test]
+fn a_one_shot_drop_loses_exactly_the_chosen_packet() {
+    let (net, d) = setup();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    net.drop_nth_leaving(hca1, 2);
+    let answered: Vec<bool> = (0..4).map(|_| reaches(&net, &d, &[1])).collect();
+    assert_eq!(
+        answered,
+        vec![true, false, true, true],
+        "only the second request is lost"
+    );
+    assert_eq!(net.drops().get(DropReason::Fault), 1);
+    let sw1 = net.port("Switch1", 1).unwrap();
+    assert_eq!(
+        net.counters(sw1).rcv_errors,
+        1,
+        "counted where it was received"
+    );
+    assert_eq!(net.counters(hca1).xmit_packets, 4, "all four were sent");
+}
+
 /// Which of `n` requests across Switch1-Switch2 port 3 are answered at drop rate 0.5.
 fn pattern(seed: u64, n: usize) -> Vec<bool> {
     let (net, d) = setup();

@@ -1,6 +1,7 @@
 //! Faults a test switches on and off while the network runs: per link or per node, a drop
 //! rate, a delay and a corruption rate, drawn from one seeded generator so that a run replays
-//! exactly from its seed. (Link and node down/up are state changes: see
+//! exactly from its seed; and one-shot drops of a chosen packet (the Nth to leave a port),
+//! for a test that must lose exactly that one. (Link and node down/up are state changes: see
 //! [`Network::set_link_down`](super::Network::set_link_down).)
 
 use std::collections::HashMap;
@@ -111,6 +112,8 @@ pub(crate) struct Faults {
     /// By the lower port id of the link's two ends.
     links: HashMap<PortId, Fault>,
     nodes: HashMap<NodeId, Fault>,
+    /// One-shot drops: (egress port, packets to let through before the one to lose).
+    one_shot: Vec<(PortId, u32)>,
     rng: Rng,
 }
 
@@ -119,6 +122,7 @@ impl Faults {
         Faults {
             links: HashMap::new(),
             nodes: HashMap::new(),
+            one_shot: Vec::new(),
             rng: Rng::new(seed),
         }
     }
@@ -128,7 +132,31 @@ impl Faults {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.links.is_empty() && self.nodes.is_empty()
+        self.links.is_empty() && self.nodes.is_empty() && self.one_shot.is_empty()
+    }
+
+    /// Loses the `nth` packet (1: the next one) to leave `egress` from now on, once.
+    pub(crate) fn drop_nth(&mut self, egress: PortId, nth: u32) {
+        if nth > 0 {
+            self.one_shot.push((egress, nth - 1));
+        }
+    }
+
+    /// A packet leaves `egress`: whether a one-shot drop takes it (each one counts it).
+    fn one_shot_hit(&mut self, egress: PortId) -> bool {
+        let mut hit = false;
+        self.one_shot.retain_mut(|(port, left)| {
+            if *port != egress {
+                return true;
+            }
+            if *left == 0 {
+                hit = true;
+                return false;
+            }
+            *left -= 1;
+            true
+        });
+        hit
     }
 
     /// Sets the fault of the link whose ends are `a` and `b`.
@@ -152,10 +180,14 @@ impl Faults {
     pub(crate) fn clear(&mut self) {
         self.links.clear();
         self.nodes.clear();
+        self.one_shot.clear();
     }
 
     /// Decides the fate of a packet crossing from `a` (on node `na`) to `b` (on `nb`).
     pub(crate) fn cross(&mut self, a: PortId, b: PortId, na: NodeId, nb: NodeId) -> Verdict {
+        if self.one_shot_hit(a) {
+            return Verdict::Dropped;
+        }
         let mut f = Fault::NONE;
         for g in [
             self.links.get(&a.min(b)),
@@ -200,6 +232,27 @@ mod tests {
         );
         assert!(!Rng::new(1).chance(0.0));
         assert!(Rng::new(1).chance(1.0));
+    }
+
+    #[test]
+    fn a_one_shot_drop_takes_exactly_the_nth_packet_leaving_its_port() {
+        let mut f = Faults::new(1);
+        let (a, b) = (PortId(3), PortId(4));
+        f.drop_nth(a, 3);
+        assert!(!f.is_empty());
+        let cross = |f: &mut Faults, from, to| f.cross(from, to, NodeId(0), NodeId(1));
+        // Packets the other way do not count.
+        assert!(matches!(cross(&mut f, b, a), Verdict::Passed { .. }));
+        assert!(matches!(cross(&mut f, a, b), Verdict::Passed { .. }));
+        assert!(matches!(cross(&mut f, a, b), Verdict::Passed { .. }));
+        assert_eq!(cross(&mut f, a, b), Verdict::Dropped, "the third");
+        assert!(
+            matches!(cross(&mut f, a, b), Verdict::Passed { .. }),
+            "once"
+        );
+        assert!(f.is_empty());
+        f.drop_nth(a, 0);
+        assert!(f.is_empty(), "0 names no packet");
     }
 
     #[test]

@@ -413,7 +413,15 @@ impl Network {
         self.shared.run(|st| st.faults.set_node(node, fault));
     }
 
-    /// Clears every link and node fault (not links held down).
+    /// Loses the `nth` packet (1: the next one) to leave `port` for its link from now on, and
+    /// only that one: counted as a [`DropReason::Fault`] drop and in the receiving port's
+    /// PortRcvErrors, like a drop-rate loss. A packet a device loops back to its own LID never
+    /// leaves the port and does not count.
+    pub fn drop_nth_leaving(&self, port: PortId, nth: u32) {
+        self.shared.run(|st| st.faults.drop_nth(port, nth));
+    }
+
+    /// Clears every link and node fault and one-shot drop (not links held down).
     pub fn clear_faults(&self) {
         self.shared.run(|st| st.faults.clear());
     }

@@ -1,0 +1,422 @@
+//! Agents: what a client registers (class, version, methods, OUI; or send-only), the handle it
+//! sends, cancels and reads events with, and synchronous deregistration.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dma::Access;
+use driver::verbs::{SpecialQp, UdDest};
+use mad_wire::class;
+use mad_wire::header::{HEADER_LEN, MAD_LEN, is_response};
+
+use crate::counters::{AgentCells, AgentCounters, bump};
+use crate::error::MadError;
+use crate::event::{AgentId, Event, EventQueue, SendId};
+use crate::flow::{self, FlowControl};
+use crate::port::PortShared;
+use crate::registry::{ClassRegistration, MethodMask};
+use crate::ring::Pending;
+
+/// What to register.
+#[derive(Clone, Debug)]
+pub struct AgentSpec {
+    /// The QP the agent sends on (and receives its class on): QP0 for SMPs, QP1 otherwise.
+    pub qp: SpecialQp,
+    /// Unsolicited MADs to receive; `None` for an agent that only sends (and, with
+    /// `responses`, gets the responses to its requests).
+    pub class: Option<ClassRegistration>,
+    /// The agent has a receive side: responses to its requests are delivered, and it may send
+    /// with a response timeout. Always true when `class` is given.
+    pub responses: bool,
+    /// RMPP version (0 or 1) for RMPP-capable classes. With 1 the stack runs RMPP for the
+    /// agent (sends with the RMPP Active flag become transfers, segments are reassembled);
+    /// with 0 RMPP segments pass as single MADs (user RMPP). See [`crate::rmpp`].
+    pub rmpp_version: u8,
+    /// The queue to deliver into; `None` gives the agent a queue of its own.
+    pub events: Option<Arc<EventQueue>>,
+}
+
+impl AgentSpec {
+    /// An agent that only sends (no response timeouts, receives nothing), on `qp`.
+    pub fn send_only(qp: SpecialQp) -> AgentSpec {
+        AgentSpec {
+            qp,
+            class: None,
+            responses: false,
+            rmpp_version: 0,
+            events: None,
+        }
+    }
+
+    /// An agent that sends requests and receives their responses, but no unsolicited MAD
+    /// (umad's class-0 agents).
+    pub fn responses_only(qp: SpecialQp) -> AgentSpec {
+        AgentSpec {
+            responses: true,
+            ..AgentSpec::send_only(qp)
+        }
+    }
+
+    /// An agent for `class` at `version` that receives the unsolicited `methods`, on the QP
+    /// the class uses.
+    pub fn class(class: u8, version: u8, methods: MethodMask) -> AgentSpec {
+        let qp = if class::is_smp(class) {
+            SpecialQp::Smi
+        } else {
+            SpecialQp::Gsi
+        };
+        AgentSpec {
+            qp,
+            class: Some(ClassRegistration {
+                class,
+                version,
+                methods,
+                oui: None,
+            }),
+            responses: true,
+            rmpp_version: 0,
+            events: None,
+        }
+    }
+
+    /// An agent for vendor range-2 `class` with `oui`.
+    pub fn vendor(class: u8, version: u8, oui: u32, methods: MethodMask) -> AgentSpec {
+        let mut s = AgentSpec::class(class, version, methods);
+        if let Some(c) = s.class.as_mut() {
+            c.oui = Some(oui);
+        }
+        s
+    }
+
+    /// Deliver into `queue` (shared with other agents).
+    #[must_use]
+    pub fn with_events(mut self, queue: Arc<EventQueue>) -> AgentSpec {
+        self.events = Some(queue);
+        self
+    }
+
+    /// Register with RMPP version `v`.
+    #[must_use]
+    pub fn with_rmpp(mut self, v: u8) -> AgentSpec {
+        self.rmpp_version = v;
+        self
+    }
+}
+
+/// One MAD to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    /// The MAD: 24 to 256 bytes (zero-padded to 256). For a request (not a response), the
+    /// upper 32 bits of its TID are replaced by the stack's; the lower 32 are the client's.
+    /// An RMPP transfer (agent registered with RMPP, Active flag set) is the whole message,
+    /// of any length from its class header up: the header (e.g. 56 bytes for the SA), then
+    /// the data, which the stack cuts into segments.
+    pub mad: Vec<u8>,
+    /// Where it goes.
+    pub dest: UdDest,
+    /// Response timeout in ms; 0 when no response is expected. The timer starts when the send
+    /// completes on the wire.
+    pub timeout_ms: u32,
+    /// Retries after a response timeout (attempts on the wire = retries + 1).
+    pub retries: u32,
+    /// Returned with the completion and with the response.
+    pub context: u64,
+}
+
+impl SendRequest {
+    /// `mad` to `dest`, no response expected.
+    pub fn new(mad: impl Into<Vec<u8>>, dest: UdDest) -> SendRequest {
+        SendRequest {
+            mad: mad.into(),
+            dest,
+            timeout_ms: 0,
+            retries: 0,
+            context: 0,
+        }
+    }
+
+    /// Expect a response within `ms` after each attempt.
+    #[must_use]
+    pub fn timeout_ms(mut self, ms: u32) -> SendRequest {
+        self.timeout_ms = ms;
+        self
+    }
+
+    /// Retry `n` times after a timeout.
+    #[must_use]
+    pub fn retries(mut self, n: u32) -> SendRequest {
+        self.retries = n;
+        self
+    }
+
+    /// Attach `context`.
+    #[must_use]
+    pub fn context(mut self, context: u64) -> SendRequest {
+        self.context = context;
+        self
+    }
+}
+
+/// The shared state of one agent.
+pub(crate) struct AgentInner {
+    pub(crate) id: AgentId,
+    pub(crate) qp: SpecialQp,
+    pub(crate) class: Option<ClassRegistration>,
+    pub(crate) receives: bool,
+    pub(crate) rmpp_version: u8,
+    /// `None` for the port's internal agent (its completions are only counted).
+    pub(crate) events: Option<Arc<EventQueue>>,
+    /// No new sends (deregistration started).
+    pub(crate) closing: AtomicBool,
+    /// No new events (set under the event queue's lock when deregistration ends).
+    pub(crate) closed: AtomicBool,
+    /// Accepted sends not yet finished and released.
+    pub(crate) outstanding: AtomicUsize,
+    pub(crate) fc: Mutex<FlowControl>,
+    pub(crate) cells: AgentCells,
+    pub(crate) fatal_told: AtomicBool,
+}
+
+impl AgentInner {
+    pub(crate) fn new(
+        id: AgentId,
+        spec: &AgentSpec,
+        events: Option<Arc<EventQueue>>,
+        fc_max: u32,
+    ) -> AgentInner {
+        AgentInner {
+            id,
+            qp: spec.qp,
+            class: spec.class,
+            receives: spec.responses || spec.class.is_some(),
+            rmpp_version: spec.rmpp_version,
+            events,
+            closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            outstanding: AtomicUsize::new(0),
+            fc: Mutex::new(FlowControl::new(fc_max)),
+            cells: AgentCells::default(),
+            fatal_told: AtomicBool::new(false),
+        }
+    }
+
+    /// Deliver `ev` (dropped and counted if the agent is closed or its queue is full).
+    pub(crate) fn deliver(&self, ev: Event, port: &PortShared) {
+        let Some(q) = self.events.as_ref() else {
+            return;
+        };
+        if let Err(refused) = q.push(ev, &self.closed) {
+            let reason = match refused {
+                crate::event::PushRefused::Closed => crate::counters::DropReason::AgentClosed,
+                crate::event::PushRefused::Full => crate::counters::DropReason::QueueFull,
+            };
+            self.cells.dropped(reason);
+            port.cells.dropped(reason);
+        }
+    }
+}
+
+/// A registered agent. Dropping it deregisters it (synchronously: see
+/// [`Agent::deregister`]).
+pub struct Agent {
+    pub(crate) inner: Arc<AgentInner>,
+    pub(crate) port: Arc<PortShared>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("id", &self.inner.id)
+            .field("qp", &self.inner.qp)
+            .field("class", &self.inner.class)
+            .field("outstanding", &self.outstanding())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    pub(crate) fn new(inner: Arc<AgentInner>, port: Arc<PortShared>) -> Agent {
+        Agent {
+            inner,
+            port,
+            done: false,
+        }
+    }
+
+    /// The agent's ID on its port.
+    pub fn id(&self) -> AgentId {
+        self.inner.id
+    }
+
+    /// The QP it sends on.
+    pub fn qp(&self) -> SpecialQp {
+        self.inner.qp
+    }
+
+    /// What it registered for.
+    pub fn registration(&self) -> Option<ClassRegistration> {
+        self.inner.class
+    }
+
+    /// The queue its events go to.
+    pub fn events(&self) -> &Arc<EventQueue> {
+        self.inner
+            .events
+            .as_ref()
+            .expect("client agents always have a queue")
+    }
+
+    /// Send one MAD. On `Ok` the send is accepted and will end in exactly one
+    /// [`Event::Send`]; sends beyond the free slots (or the agent's solicited-MAD limit) wait
+    /// in order and are never refused for lack of room.
+    ///
+    /// An agent registered with RMPP sends a message of any length with the RMPP Active flag
+    /// set (byte 26, bit 0) as one RMPP transfer ([`crate::rmpp`]). A directed-route SMP
+    /// passes the SMI send rules, and one for this port itself is answered by the port's SMA
+    /// without the wire ([`crate::smi`]).
+    ///
+    /// Refused (nothing sent, no completion): device dead ([`MadError::DeviceFatal`]), agent
+    /// deregistered, a MAD shorter than its header or (without RMPP) longer than one MAD, a
+    /// class that does not use the agent's QP, a timeout on an agent without a receive side,
+    /// RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
+    /// not process, no DMA memory.
+    pub fn send(&self, req: SendRequest) -> Result<SendId, MadError> {
+        let SendRequest {
+            mut mad,
+            dest,
+            timeout_ms,
+            retries,
+            context,
+        } = req;
+        let port = &self.port;
+        let agent = &self.inner;
+        if let Some(reason) = port.fatal_reason() {
+            return Err(MadError::DeviceFatal { reason });
+        }
+        if agent.closing.load(Ordering::SeqCst) {
+            return Err(MadError::AgentClosed);
+        }
+        let len = mad.len();
+        if len < HEADER_LEN {
+            return Err(MadError::MadTooShort { len });
+        }
+        if len > MAD_LEN && agent.rmpp_version == 0 {
+            return Err(MadError::MadTooLarge { len, max: MAD_LEN });
+        }
+        let mad_class = mad[1];
+        if class::is_smp(mad_class) != (agent.qp == SpecialQp::Smi) {
+            return Err(MadError::ClassNotOnQp {
+                class: mad_class,
+                qp: agent.qp,
+            });
+        }
+        if timeout_ms > 0 && !agent.receives {
+            return Err(MadError::NoReceiveSide);
+        }
+        // RMPP transfers (crate::rmpp) and directed-route SMPs (crate::smi: the send rules,
+        // and SMPs for this port answered locally) leave the ordinary path here.
+        if let Some(id) = port.rmpp_send(agent, &mad, dest, timeout_ms, retries, context)? {
+            return Ok(id);
+        }
+        if len > MAD_LEN {
+            return Err(MadError::MadTooLarge { len, max: MAD_LEN });
+        }
+        if let Some(id) = port.smi_send(agent, &mut mad, &dest, context)? {
+            return Ok(id);
+        }
+        let lease = port.hca.dma().lease(MAD_LEN, 64, Access::Read)?;
+        lease.write(0, &mad)?;
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&mad[..HEADER_LEN]);
+        let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+        let pending = Pending {
+            agent: Arc::clone(agent),
+            id: port.next_send_id(),
+            lease,
+            header,
+            dest,
+            timeout_ms,
+            max_retries: retries,
+            context,
+            solicited: flow::is_solicited(mad_class, timeout_ms),
+            fc_counted: false,
+            is_response: is_response(mad_class, mad[3], attr_mod),
+        };
+        // Counted before the closing check, which deregistration sets before it sweeps: either
+        // deregistration sees this send, or this send sees it closing.
+        agent.outstanding.fetch_add(1, Ordering::SeqCst);
+        if agent.closing.load(Ordering::SeqCst) {
+            agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            port.notify_all();
+            return Err(MadError::AgentClosed);
+        }
+        let id = pending.id;
+        bump(&agent.cells.sends);
+        bump(&port.cells.sends);
+        port.submit(pending);
+        Ok(id)
+    }
+
+    /// Cancel send `id` (the kernel's `ib_cancel_mad`). Its one completion, WR_FLUSH_ERR,
+    /// comes later: at its CQE if it is on the QP, otherwise from the progress loop (or at
+    /// once for a send that never left the queues). A response arriving after this is dropped.
+    pub fn cancel(&self, id: SendId) -> Result<(), MadError> {
+        self.port.cancel(&self.inner, id)
+    }
+
+    /// Change the response timeout of send `id` (the kernel's `ib_modify_mad`): a send waiting
+    /// for its response waits `timeout_ms` from now; one still on the QP (or queued) keeps the
+    /// new value for when it completes. 0 cancels.
+    pub fn modify_timeout(&self, id: SendId, timeout_ms: u32) -> Result<(), MadError> {
+        if timeout_ms == 0 {
+            return self.cancel(id);
+        }
+        self.port.modify(&self.inner, id, timeout_ms)
+    }
+
+    /// Take an event if one is queued (does not drive the port).
+    pub fn try_event(&self) -> Option<Event> {
+        self.events().try_pop()
+    }
+
+    /// The next event, waiting until `deadline` (device time, [`crate::Port::now`]) at most.
+    /// Drives the port's progress loop itself when no other thread does.
+    pub fn next_event(&self, deadline: Duration) -> Option<Event> {
+        self.port.wait_event(self.events(), deadline)
+    }
+
+    /// Sends accepted and not yet finished (and released).
+    pub fn outstanding(&self) -> usize {
+        self.inner.outstanding.load(Ordering::SeqCst)
+    }
+
+    /// The agent's counters.
+    pub fn counters(&self) -> AgentCounters {
+        self.inner.cells.snapshot()
+    }
+
+    /// Deregister (the kernel's `ib_unregister_mad_agent`): stop new sends and receives,
+    /// cancel every outstanding send, and return only when each has completed exactly once
+    /// (sends on the QP complete at their CQE, which a dead device's driver makes in
+    /// software). Completions are queued before this returns; nothing is queued for the agent
+    /// after. Its DMA leases are back when it returns. Drives the port itself when no other
+    /// thread does; must not be called from inside a notify callback.
+    pub fn deregister(mut self) {
+        self.deregister_inner();
+    }
+
+    fn deregister_inner(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        self.port.deregister(&self.inner);
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.deregister_inner();
+    }
+}

@@ -1,0 +1,367 @@
+//! What agents are told: received MADs (with the send they answer, for responses), exactly one
+//! completion per accepted send, and the device's death; and the queue that holds them.
+//!
+//! Every agent delivers into an [`EventQueue`]: its own, or one it shares with other agents (the
+//! umad library gives all agents of one file descriptor one queue, as the kernel's umad has
+//! one read queue per fd). A queue never takes an event for an agent after that agent's
+//! deregistration returned.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use driver::verbs::WcStatus;
+use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad};
+
+use crate::addr::RecvAddr;
+
+/// Names one accepted send on its port (unique per port, never reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SendId(pub u64);
+
+impl fmt::Display for SendId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Names one agent on its port (unique per port, never reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AgentId(pub u32);
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "agent {}", self.0)
+    }
+}
+
+/// The send a response answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendRef {
+    /// The send.
+    pub id: SendId,
+    /// The context it was sent with.
+    pub context: u64,
+}
+
+/// A received MAD.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvMad {
+    /// The agent it was delivered to.
+    pub agent: AgentId,
+    /// The MAD (zero-padded after `len` bytes).
+    pub mad: [u8; MAD_LEN],
+    /// Bytes received (the device's byte count less the GRH area); for an RMPP message, the
+    /// whole message's length.
+    pub len: usize,
+    /// Where it came from.
+    pub addr: RecvAddr,
+    /// For a response: the send it answers (whose completion follows this event).
+    pub response_to: Option<SendRef>,
+    /// For a message the stack reassembled from RMPP segments (an agent registered with
+    /// RMPP): the whole message, `len` bytes: the first segment entire (headers included),
+    /// then the data of each later segment (the bytes after its class header), as the
+    /// kernel's umad hands it to `read()`. `mad` then holds the first segment. `None` for a
+    /// single MAD.
+    pub rmpp: Option<Vec<u8>>,
+}
+
+impl RecvMad {
+    /// The bytes received: the reassembled RMPP message, or the one MAD's `len` bytes.
+    pub fn message(&self) -> &[u8] {
+        match &self.rmpp {
+            Some(m) => m,
+            None => &self.mad[..self.len.min(MAD_LEN)],
+        }
+    }
+
+    /// The MAD's common header.
+    pub fn header(&self) -> Mad<&[u8]> {
+        // A 256-byte buffer always holds the 24-byte header.
+        Mad::new_checked(&self.mad[..]).expect("a MAD buffer holds a header")
+    }
+}
+
+/// The one completion of an accepted send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendCompletion {
+    /// The agent that sent it.
+    pub agent: AgentId,
+    /// The send.
+    pub id: SendId,
+    /// The context it was sent with.
+    pub context: u64,
+    /// How it ended: SUCCESS, RESP_TIMEOUT_ERR, WR_FLUSH_ERR (canceled, deregistered, flushed,
+    /// device dead), or the error of its work completion.
+    pub status: WcStatus,
+    /// The vendor syndrome: 5 for a completion made because the device died; the device's
+    /// value for a per-WR error; 0 otherwise.
+    pub vendor_err: u32,
+    /// Retries used after response timeouts.
+    pub retries: u32,
+    /// The TID as sent (its upper 32 bits are the stack's for a request), or as given if the
+    /// send never left its queue.
+    pub tid: u64,
+    /// The first 24 bytes of the MAD as sent (what umad returns for a timed-out send).
+    pub header: [u8; HEADER_LEN],
+}
+
+/// What an agent is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A MAD arrived for the agent: a request it registered for, or a response to its send.
+    Recv(Box<RecvMad>),
+    /// One of its sends finished.
+    Send(SendCompletion),
+    /// The device died or was removed: every outstanding send completes with WR_FLUSH_ERR
+    /// (vendor_err 5), and new sends fail.
+    DeviceFatal {
+        /// The agent told.
+        agent: AgentId,
+        /// What the driver said.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The agent the event is for.
+    pub fn agent(&self) -> AgentId {
+        match self {
+            Event::Recv(r) => r.agent,
+            Event::Send(s) => s.agent,
+            Event::DeviceFatal { agent, .. } => *agent,
+        }
+    }
+}
+
+/// Called after events were added to a queue (e.g. to signal an eventfd for `poll`).
+pub type Notify = Arc<dyn Fn() + Send + Sync>;
+
+/// A queue of events for one or more agents.
+pub struct EventQueue {
+    events: Mutex<VecDeque<Event>>,
+    cv: Condvar,
+    recv_limit: usize,
+    dropped: AtomicU64,
+    notify: Mutex<Option<Notify>>,
+    has_notify: AtomicBool,
+    /// Threads blocked in `wait_nonempty` (a condvar wake costs a system call: only then).
+    waiters: AtomicUsize,
+}
+
+impl fmt::Debug for EventQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventQueue")
+            .field("len", &self.len())
+            .field("recv_limit", &self.recv_limit)
+            .field("dropped", &self.dropped_over_limit())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EventQueue {
+    fn default() -> Self {
+        EventQueue::new()
+    }
+}
+
+impl EventQueue {
+    /// An unbounded queue.
+    pub fn new() -> EventQueue {
+        EventQueue::with_recv_limit(usize::MAX)
+    }
+
+    /// A queue that drops received MADs while it holds `limit` events or more (the kernel's
+    /// umad caps each fd's receive list at 200000). Send completions and fatal events are
+    /// always queued, so no send loses its completion.
+    pub fn with_recv_limit(limit: usize) -> EventQueue {
+        EventQueue {
+            events: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            recv_limit: limit,
+            dropped: AtomicU64::new(0),
+            notify: Mutex::new(None),
+            has_notify: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+        }
+    }
+
+    /// A shared handle to a new unbounded queue.
+    pub fn shared() -> Arc<EventQueue> {
+        Arc::new(EventQueue::new())
+    }
+
+    /// Call `f` (without any lock of the stack held) each time events are added.
+    pub fn set_notify(&self, f: Option<Notify>) {
+        let has = f.is_some();
+        *self.notify.lock().unwrap_or_else(PoisonError::into_inner) = f;
+        self.has_notify.store(has, Ordering::Release);
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, VecDeque<Event>> {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Take the oldest event, if any.
+    pub fn try_pop(&self) -> Option<Event> {
+        self.lock().pop_front()
+    }
+
+    /// Move every queued event into `out`; returns how many.
+    pub fn drain_into(&self, out: &mut Vec<Event>) -> usize {
+        let mut q = self.lock();
+        let n = q.len();
+        out.extend(q.drain(..));
+        n
+    }
+
+    /// Events queued.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// No event queued.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Received MADs dropped because the queue was at its limit.
+    pub fn dropped_over_limit(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Add `ev` unless `closed` (checked under the queue lock, which deregistration takes to
+    /// set it) or over the limit. Returns whether it was queued.
+    pub(crate) fn push(&self, ev: Event, closed: &AtomicBool) -> Result<(), PushRefused> {
+        {
+            let mut q = self.lock();
+            if closed.load(Ordering::Acquire) {
+                return Err(PushRefused::Closed);
+            }
+            if matches!(ev, Event::Recv(_)) && q.len() >= self.recv_limit {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return Err(PushRefused::Full);
+            }
+            q.push_back(ev);
+        }
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
+        if self.has_notify.load(Ordering::Acquire) {
+            let f = self
+                .notify
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if let Some(f) = f {
+                f();
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait up to `timeout` (wall time) for the queue to be non-empty.
+    pub(crate) fn wait_nonempty(&self, timeout: Duration) -> bool {
+        let q = self.lock();
+        if !q.is_empty() {
+            return true;
+        }
+        // Counted under the queue lock, which `push` takes before it reads the count.
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let (q, _) = self
+            .cv
+            .wait_timeout(q, timeout)
+            .unwrap_or_else(PoisonError::into_inner);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        !q.is_empty()
+    }
+}
+
+/// Why [`EventQueue::push`] refused an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PushRefused {
+    /// The agent is deregistered.
+    Closed,
+    /// A received MAD over the limit.
+    Full,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use driver::verbs::SpecialQp;
+
+    fn recv(agent: u32) -> Event {
+        Event::Recv(Box::new(RecvMad {
+            agent: AgentId(agent),
+            mad: [0; MAD_LEN],
+            len: MAD_LEN,
+            addr: RecvAddr {
+                qp: SpecialQp::Gsi,
+                src_qp: 1,
+                slid: 1,
+                sl: 0,
+                dlid_path_bits: 0,
+                pkey_index: 0,
+                grh: None,
+            },
+            response_to: None,
+            rmpp: None,
+        }))
+    }
+
+    fn done(agent: u32) -> Event {
+        Event::Send(SendCompletion {
+            agent: AgentId(agent),
+            id: SendId(1),
+            context: 0,
+            status: WcStatus::RespTimeoutErr,
+            vendor_err: 0,
+            retries: 0,
+            tid: 0,
+            header: [0; HEADER_LEN],
+        })
+    }
+
+    #[test]
+    fn closed_agents_get_nothing() {
+        let q = EventQueue::new();
+        let open = AtomicBool::new(false);
+        let closed = AtomicBool::new(true);
+        assert!(q.push(recv(1), &open).is_ok());
+        assert_eq!(q.push(done(2), &closed), Err(PushRefused::Closed));
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.try_pop().map(|e| e.agent()), Some(AgentId(1)));
+    }
+
+    #[test]
+    fn the_limit_drops_receives_never_completions() {
+        let q = EventQueue::with_recv_limit(2);
+        let open = AtomicBool::new(false);
+        assert!(q.push(recv(1), &open).is_ok());
+        assert!(q.push(recv(1), &open).is_ok());
+        assert_eq!(q.push(recv(1), &open), Err(PushRefused::Full));
+        assert!(q.push(done(1), &open).is_ok(), "completions are exempt");
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.dropped_over_limit(), 1);
+    }
+
+    #[test]
+    fn notify_runs_after_each_push() {
+        let q = EventQueue::new();
+        let n = Arc::new(AtomicU64::new(0));
+        let n2 = n.clone();
+        q.set_notify(Some(Arc::new(move || {
+            n2.fetch_add(1, Ordering::Relaxed);
+        })));
+        let open = AtomicBool::new(false);
+        q.push(done(1), &open).unwrap();
+        q.push(done(1), &open).unwrap();
+        assert_eq!(n.load(Ordering::Relaxed), 2);
+        let mut v = Vec::new();
+        assert_eq!(q.drain_into(&mut v), 2);
+        assert!(q.is_empty());
+    }
+}

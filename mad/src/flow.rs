@@ -1,0 +1,132 @@
+//! Solicited-MAD flow control per agent, after the kernel's 2025 patch "IB/mad: Add flow
+//! control for solicited MADs" (reference/mad-stack.md §1.9).
+//!
+//! A send is *solicited* when it has a response timeout and its class is CM, SA or an SMP
+//! class (RMPP-active sends are not, and are not sent by this stack yet). An agent may have at
+//! most `limit` solicited sends outstanding (posted or waiting for their response); further
+//! solicited sends wait in its backlog (state QUEUED) in order, and so does a retry when the
+//! backlog is not empty. The backlog drains as outstanding solicited sends finish.
+
+use std::collections::VecDeque;
+
+use driver::verbs::SpecialQp;
+use mad_wire::class;
+
+use crate::ring::Pending;
+
+/// The kernel's `IB_MAD_QP_RECV_SIZE`, the cap on R for SMP agents.
+const KERNEL_RECV_SIZE: u32 = 512;
+
+/// `get_sol_fc_max_outstanding`: the limit for an agent registered for `class` (`None`: a
+/// send-only or responses-only agent), with `recv_depth` = R, the receive queue size. 0 means
+/// no limit.
+pub fn limit(class: Option<u8>, recv_depth: u32) -> u32 {
+    match class {
+        None | Some(class::CM) => recv_depth / 4,
+        Some(class::SUBN_ADM) => recv_depth / 32,
+        Some(class::SUBN_LID_ROUTED | class::SUBN_DIRECTED_ROUTE) => {
+            recv_depth.min(KERNEL_RECV_SIZE) / 4
+        }
+        Some(_) => 0,
+    }
+}
+
+/// `is_solicited_fc_mad`: whether a send of `mad_class` with `timeout_ms` counts.
+pub fn is_solicited(mad_class: u8, timeout_ms: u32) -> bool {
+    timeout_ms > 0
+        && matches!(
+            mad_class,
+            class::CM | class::SUBN_ADM | class::SUBN_LID_ROUTED | class::SUBN_DIRECTED_ROUTE
+        )
+}
+
+/// Something in an agent's backlog.
+pub(crate) enum Backlogged {
+    /// A new send, not posted yet.
+    New(Pending),
+    /// A retry of the send in slot `index` of `qp` at `generation` (the slot is QUEUED).
+    Retry {
+        qp: SpecialQp,
+        index: u32,
+        generation: u32,
+    },
+}
+
+/// An agent's flow-control state (under the agent's lock).
+pub(crate) struct FlowControl {
+    /// The limit (0: none).
+    pub(crate) max: u32,
+    /// Solicited sends posted or waiting for their response.
+    pub(crate) outstanding: u32,
+    pub(crate) backlog: VecDeque<Backlogged>,
+}
+
+impl FlowControl {
+    pub(crate) fn new(max: u32) -> FlowControl {
+        FlowControl {
+            max,
+            outstanding: 0,
+            backlog: VecDeque::new(),
+        }
+    }
+
+    /// `mad_is_for_backlog`: a solicited send waits if the backlog is not empty or the limit
+    /// is reached.
+    pub(crate) fn must_wait(&self, solicited: bool) -> bool {
+        solicited && self.max > 0 && (!self.backlog.is_empty() || self.outstanding >= self.max)
+    }
+
+    /// Whether the head of the backlog may go now.
+    pub(crate) fn may_release(&self) -> bool {
+        !self.backlog.is_empty() && (self.max == 0 || self.outstanding < self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table of §1.9 with R = 512 (the kernel's default receive queue size).
+    #[test]
+    fn limits_follow_the_kernel_table() {
+        assert_eq!(limit(None, 512), 128, "send-only agent: R/4");
+        assert_eq!(limit(Some(0x07), 512), 128, "CM: R/4");
+        assert_eq!(limit(Some(0x03), 512), 16, "SA: R/32");
+        assert_eq!(limit(Some(0x01), 512), 128, "SMP: min(R,512)/4");
+        assert_eq!(limit(Some(0x81), 4096), 128, "SMP: R capped at 512");
+        assert_eq!(limit(Some(0x04), 512), 0, "other classes: no limit");
+        assert_eq!(limit(Some(0x03), 256), 8);
+    }
+
+    #[test]
+    fn solicited_means_a_timeout_and_cm_sa_or_smp() {
+        for c in [0x07, 0x03, 0x01, 0x81] {
+            assert!(is_solicited(c, 100), "{c:#x}");
+            assert!(!is_solicited(c, 0), "{c:#x} without timeout");
+        }
+        for c in [0x04, 0x05, 0x06, 0x30] {
+            assert!(!is_solicited(c, 100), "{c:#x}");
+        }
+    }
+
+    #[test]
+    fn backlog_rule() {
+        let mut f = FlowControl::new(2);
+        assert!(!f.must_wait(true));
+        f.outstanding = 2;
+        assert!(f.must_wait(true));
+        assert!(!f.must_wait(false), "unsolicited sends never wait");
+        let none = FlowControl::new(0);
+        assert!(!none.must_wait(true), "no limit");
+        f.outstanding = 1;
+        f.backlog.push_back(Backlogged::Retry {
+            qp: SpecialQp::Gsi,
+            index: 0,
+            generation: 0,
+        });
+        assert!(f.must_wait(true), "a non-empty backlog keeps order");
+        assert!(f.may_release());
+        f.outstanding = 2;
+        assert!(!f.may_release());
+    }
+}

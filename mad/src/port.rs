@@ -1,0 +1,1114 @@
+//! One port of the MAD layer: its send rings and receive buffers on QP0 and QP1, its agents,
+//! and the progress loop that drains the completion queue, fires response timers and delivers
+//! events.
+//!
+//! Threading: everything is callable from any thread. Sends are posted by the thread that
+//! sends (or the one that frees a slot). The progress loop runs on whichever thread drives it
+//! — [`Port::progress`], [`Port::progress_until`], [`Agent::next_event`] and
+//! [`Agent::deregister`] drive it when it is free, and [`Port::spawn_progress_thread`] gives it
+//! a thread of its own — one thread at a time (the progress token, a lock nobody blocks on).
+//! No lock that a sender, a canceller or a deregistration waits for is held while the device
+//! is called.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard,
+    RwLockWriteGuard, TryLockError, Weak,
+};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use driver::verbs::{HcaPort, SpecialQp, WcStatus, WorkCompletion};
+
+use crate::addr::LocalPort;
+use crate::agent::{Agent, AgentInner, AgentSpec};
+use crate::counters::{PortCells, PortCounters, bump};
+use crate::error::MadError;
+use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
+use crate::flow::{self, Backlogged};
+use crate::recv::RecvRing;
+use crate::registry::{self, Registry};
+use crate::ring::{Drained, Job, Pending, SendRing, lock};
+use crate::slot_state::{CancelOutcome, SendState};
+use crate::tid::MAX_SLOTS_PER_QP;
+use crate::timer::TimerHeap;
+
+/// Settings of a [`Port`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// The longest the progress loop sleeps in the device's `wait` before it looks again at
+    /// work other threads left it (cancels of waiting sends, modified timeouts). Completions
+    /// and due timers wake it anyway.
+    pub max_sleep: Duration,
+    /// Completions taken per `poll` call.
+    pub poll_batch: usize,
+    /// Send slots per QP: how many sends may be outstanding (posted, or waiting for their
+    /// response) before more wait in the queue. Default: 4 × the send queue depth; at most
+    /// 8192 (the kernel's largest queue), at least 1. The send queue's depth itself bounds
+    /// the work requests posted at once.
+    pub slots: Option<u32>,
+}
+
+impl Default for PortConfig {
+    /// 5 ms sleeps, 64 completions per poll, 4 slots per send queue entry.
+    fn default() -> Self {
+        PortConfig {
+            max_sleep: Duration::from_millis(5),
+            poll_batch: 64,
+            slots: None,
+        }
+    }
+}
+
+/// Default send slots per send queue entry ([`PortConfig::slots`]).
+pub const DEFAULT_SLOTS_PER_ENTRY: u32 = 4;
+
+pub(crate) fn qpi(qp: SpecialQp) -> usize {
+    match qp {
+        SpecialQp::Smi => 0,
+        SpecialQp::Gsi => 1,
+    }
+}
+
+/// The agents of a port and what they registered.
+#[derive(Default)]
+pub(crate) struct AgentTable {
+    pub(crate) registry: Registry,
+    pub(crate) agents: HashMap<u32, Arc<AgentInner>>,
+}
+
+impl AgentTable {
+    pub(crate) fn lookup(
+        &self,
+        version: u8,
+        class: u8,
+        method: u8,
+        oui: u32,
+    ) -> Option<Arc<AgentInner>> {
+        let id = self.registry.lookup(version, class, method, oui)?;
+        self.agents.get(&id).cloned()
+    }
+}
+
+/// What only the progress loop touches.
+pub(crate) struct ProgressState {
+    pub(crate) wcs: Vec<WorkCompletion>,
+    pub(crate) timers: TimerHeap,
+    pub(crate) recv: [Option<RecvRing>; 2],
+    /// The TID each slot sent last, to tell a late response from an unknown one.
+    pub(crate) last_tid: [Vec<u64>; 2],
+    pub(crate) local: LocalPort,
+    pub(crate) fatal_handled: bool,
+    /// A QP the device moved to error (its receives come back flushed): its buffers are kept
+    /// unposted, since a repost would only be flushed again.
+    pub(crate) qp_in_error: [bool; 2],
+}
+
+/// Work another thread leaves the progress loop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotRef {
+    pub(crate) qp: SpecialQp,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+pub(crate) struct PortShared {
+    pub(crate) hca: Arc<dyn HcaPort>,
+    pub(crate) config: PortConfig,
+    pub(crate) port_num: u8,
+    pub(crate) rings: [Option<SendRing>; 2],
+    pub(crate) recv_depth: [u32; 2],
+    pub(crate) agents: RwLock<AgentTable>,
+    pub(crate) internal: Arc<AgentInner>,
+    pub(crate) progress: Mutex<ProgressState>,
+    fatal: OnceLock<String>,
+    next_send: AtomicU64,
+    next_agent: AtomicU32,
+    /// Canceled sends not on the QP: the progress loop completes them.
+    pub(crate) reap: Mutex<Vec<SlotRef>>,
+    /// Waiting sends whose timeout was modified: (slot, new deadline).
+    pub(crate) rearm: Mutex<Vec<(SlotRef, Duration)>>,
+    /// Completions made in software for posts the device refused (with whether the work
+    /// request had taken a send queue entry).
+    pub(crate) soft_cq: Mutex<Vec<(WorkCompletion, bool)>>,
+    pub(crate) cells: PortCells,
+    /// Gauges the progress loop mirrors for [`Port::census`].
+    pub(crate) gauges: Gauges,
+    notify: (Mutex<u64>, Condvar),
+    /// Threads parked on `notify` (a condvar wake costs a system call: only then).
+    parked: AtomicUsize,
+    /// Progress passes so far (device events are taken every few passes).
+    pub(crate) passes: AtomicU64,
+    /// Directed-route SMPs: local completions and counters (crate::smi).
+    pub(crate) smi: crate::smi::SmiState,
+    /// RMPP transfers (crate::rmpp).
+    pub(crate) rmpp: crate::rmpp::Rmpp,
+    /// Set while the progress loop handles a batch of completions: posting waits for the end
+    /// of the batch, because an error CQE in it has already put the send queue in SQE on the
+    /// device's side and the recovery comes only when the loop reaches that CQE.
+    pub(crate) hold_posts: AtomicBool,
+}
+
+#[derive(Default)]
+pub(crate) struct Gauges {
+    pub(crate) recv_posted: [AtomicUsize; 2],
+    pub(crate) recv_idle: [AtomicUsize; 2],
+    pub(crate) timers: AtomicUsize,
+}
+
+/// A port of the MAD layer. Cheap to clone (a handle); everything is safe from any thread.
+#[derive(Clone)]
+pub struct Port {
+    pub(crate) shared: Arc<PortShared>,
+}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("port_num", &self.shared.port_num)
+            .field("fatal", &self.shared.fatal_reason())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Open the MAD layer on `hca` with the default [`PortConfig`].
+pub fn open(hca: Arc<dyn HcaPort>) -> Result<Port, MadError> {
+    Port::open(hca, PortConfig::default())
+}
+
+/// Slots by state, queued sends and receive buffers of one QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCensus {
+    /// Send slots.
+    pub slots: u32,
+    /// Slots in each [`SendState`] (indexed by `SendState as usize`).
+    pub by_state: [usize; SendState::ALL.len()],
+    /// Sends (and retries) waiting for a slot or a send queue entry.
+    pub queued: usize,
+    /// Send queue depth.
+    pub depth: u32,
+    /// Work requests posted and not completed (at most `depth`).
+    pub posted: u32,
+    /// Receive buffers posted.
+    pub recv_posted: usize,
+    /// Receive buffers held but not posted (the device refused them back).
+    pub recv_idle: usize,
+}
+
+impl QpCensus {
+    /// Slots in `state`.
+    pub fn count(&self, state: SendState) -> usize {
+        self.by_state[state as usize]
+    }
+
+    /// Slots holding an unfinished send.
+    pub fn active(&self) -> usize {
+        self.by_state.iter().sum::<usize>()
+            - self.count(SendState::Free)
+            - self.count(SendState::Done)
+    }
+}
+
+/// What a port holds at one moment, for leak checks and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// QP0 (absent on a function without SMI).
+    pub smi: Option<QpCensus>,
+    /// QP1.
+    pub gsi: QpCensus,
+    /// Sends and retries held by flow control over all agents.
+    pub backlogged: usize,
+    /// Response timers armed (as of the last progress pass).
+    pub timers: usize,
+    /// Agents registered (the port's own not counted).
+    pub agents: usize,
+    /// Sends accepted and not finished, over all agents (the port's own replies included).
+    pub outstanding: usize,
+}
+
+impl Port {
+    /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue, lease
+    /// and post a receive buffer per receive queue entry.
+    pub fn open(hca: Arc<dyn HcaPort>, config: PortConfig) -> Result<Port, MadError> {
+        let attrs = hca.attrs()?;
+        let pool = hca.dma().clone();
+        let mut rings: [Option<SendRing>; 2] = [None, None];
+        let mut recv: [Option<RecvRing>; 2] = [None, None];
+        let mut recv_depth = [0u32; 2];
+        let mut last_tid: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+        let qps: &[SpecialQp] = if attrs.has_smi {
+            &[SpecialQp::Smi, SpecialQp::Gsi]
+        } else {
+            &[SpecialQp::Gsi]
+        };
+        for &qp in qps {
+            let (sq, rq) = hca.queue_depth(qp);
+            let slots = config
+                .slots
+                .unwrap_or(sq.saturating_mul(DEFAULT_SLOTS_PER_ENTRY))
+                .clamp(1, MAX_SLOTS_PER_QP);
+            let i = qpi(qp);
+            rings[i] = Some(SendRing::new(qp, slots, sq));
+            last_tid[i] = vec![0; slots as usize];
+            recv_depth[i] = rq;
+            let mut rr = RecvRing::new(qp, rq, &pool)?;
+            let (failed, first) = rr.post_all(&*hca);
+            if let Some(source) = first {
+                tracing::error!(qp = ?qp, failed, "posting receive buffers failed");
+                rr.shutdown(true);
+                for r in recv.iter_mut().flatten() {
+                    r.shutdown(true);
+                }
+                return Err(MadError::PostRecv { qp, source });
+            }
+            recv[i] = Some(rr);
+        }
+        let internal = Arc::new(AgentInner::new(
+            AgentId(0),
+            &AgentSpec::send_only(SpecialQp::Gsi),
+            None,
+            0,
+        ));
+        let shared = PortShared {
+            port_num: hca.port_num(),
+            config,
+            rings,
+            recv_depth,
+            agents: RwLock::new(AgentTable::default()),
+            internal,
+            progress: Mutex::new(ProgressState {
+                wcs: Vec::with_capacity(config.poll_batch),
+                timers: TimerHeap::new(2 * MAX_SLOTS_PER_QP as usize),
+                recv,
+                last_tid,
+                local: LocalPort::new(attrs.lmc, attrs.gid_prefix, attrs.port_guid),
+                fatal_handled: false,
+                qp_in_error: [false; 2],
+            }),
+            fatal: OnceLock::new(),
+            next_send: AtomicU64::new(1),
+            next_agent: AtomicU32::new(1),
+            reap: Mutex::new(Vec::new()),
+            rearm: Mutex::new(Vec::new()),
+            soft_cq: Mutex::new(Vec::new()),
+            cells: PortCells::default(),
+            gauges: Gauges::default(),
+            notify: (Mutex::new(0), Condvar::new()),
+            parked: AtomicUsize::new(0),
+            passes: AtomicU64::new(0),
+            smi: crate::smi::SmiState::new(),
+            rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
+            hold_posts: AtomicBool::new(false),
+            hca,
+        };
+        shared.mirror_gauges(&lock(&shared.progress));
+        Ok(Port {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// Register an agent. Refused: a registration the kernel refuses (bad class, version,
+    /// OUI, RMPP version, class on the wrong QP), a method another agent holds, QP0 on a
+    /// function without SMI, a dead device.
+    pub fn register(&self, mut spec: AgentSpec) -> Result<Agent, MadError> {
+        let s = &self.shared;
+        if let Some(reason) = s.fatal_reason() {
+            return Err(MadError::DeviceFatal { reason });
+        }
+        if s.ring(spec.qp).is_none() {
+            return Err(MadError::NoSmi { port: s.port_num });
+        }
+        registry::validate(spec.class.as_ref(), spec.qp, spec.rmpp_version)?;
+        let id = s.next_agent.fetch_add(1, Ordering::Relaxed);
+        let fc_max = flow::limit(spec.class.map(|c| c.class), s.recv_depth[qpi(spec.qp)]);
+        let events = spec.events.take().unwrap_or_else(EventQueue::shared);
+        let inner = Arc::new(AgentInner::new(AgentId(id), &spec, Some(events), fc_max));
+        {
+            let mut t = s.agents_mut();
+            if let Some(reason) = s.fatal_reason() {
+                return Err(MadError::DeviceFatal { reason });
+            }
+            if let Some(c) = &spec.class {
+                t.registry.register(id, c)?;
+            }
+            t.agents.insert(id, Arc::clone(&inner));
+        }
+        Ok(Agent::new(inner, Arc::clone(&self.shared)))
+    }
+
+    /// One non-blocking pass of the progress loop, if no other thread is running it: returns
+    /// the work done (completions, timers, cancels handled).
+    pub fn progress(&self) -> usize {
+        let s = &self.shared;
+        match s.progress.try_lock() {
+            Ok(mut st) => s.pass(&mut st),
+            Err(TryLockError::Poisoned(p)) => s.pass(&mut p.into_inner()),
+            Err(TryLockError::WouldBlock) => 0,
+        }
+    }
+
+    /// Drive the progress loop until `deadline` (device time), returning early once it has
+    /// done some work; returns the work done.
+    pub fn progress_until(&self, deadline: Duration) -> usize {
+        let s = &self.shared;
+        let mut work = 0;
+        s.drive_until(
+            &mut |w| {
+                work = w;
+                w > 0
+            },
+            Some(deadline),
+            &|d| s.park(d),
+        );
+        work
+    }
+
+    /// The next event of `queue` (shared by agents of this port), waiting until `deadline`
+    /// at most; drives the progress loop when no other thread does.
+    pub fn wait_event(&self, queue: &EventQueue, deadline: Duration) -> Option<Event> {
+        self.shared.wait_event(queue, deadline)
+    }
+
+    /// Run the progress loop on a thread of its own until the returned handle is stopped or
+    /// dropped (or every handle of the port is gone).
+    pub fn spawn_progress_thread(&self) -> Result<ProgressThread, MadError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak: Weak<PortShared> = Arc::downgrade(&self.shared);
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name(format!("mad-port{}", self.shared.port_num))
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    let Some(port) = weak.upgrade() else { break };
+                    port.tick();
+                }
+            })
+            .map_err(MadError::Thread)?;
+        Ok(ProgressThread {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// The device's clock (deadlines are in these terms; virtual on a simulator in virtual
+    /// time).
+    pub fn now(&self) -> Duration {
+        self.shared.hca.now()
+    }
+
+    /// `now() + d`.
+    pub fn deadline_after(&self, d: Duration) -> Duration {
+        self.now() + d
+    }
+
+    /// The port's counters.
+    pub fn counters(&self) -> PortCounters {
+        self.shared.cells.snapshot()
+    }
+
+    /// Why the device is dead, if it is.
+    pub fn fatal_reason(&self) -> Option<String> {
+        self.shared.fatal_reason()
+    }
+
+    /// The device port underneath.
+    pub fn hca(&self) -> &Arc<dyn HcaPort> {
+        &self.shared.hca
+    }
+
+    /// Port number.
+    pub fn port_num(&self) -> u8 {
+        self.shared.port_num
+    }
+
+    /// Send slots of `qp` (0 if the port has no such QP).
+    pub fn slots(&self, qp: SpecialQp) -> u32 {
+        self.shared.ring(qp).map_or(0, SendRing::slot_count)
+    }
+
+    /// Slots by state, queues, receive buffers, timers, agents: what the port holds now.
+    pub fn census(&self) -> Census {
+        self.shared.census()
+    }
+}
+
+/// The progress loop on its own thread; stops (and joins) when dropped.
+#[derive(Debug)]
+pub struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ProgressThread {
+    /// Stop the thread and wait for it.
+    pub fn stop(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            if h.join().is_err() {
+                tracing::error!("the MAD progress thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
+impl PortShared {
+    pub(crate) fn ring(&self, qp: SpecialQp) -> Option<&SendRing> {
+        self.rings[qpi(qp)].as_ref()
+    }
+
+    pub(crate) fn agents_read(&self) -> RwLockReadGuard<'_, AgentTable> {
+        self.agents.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn agents_mut(&self) -> RwLockWriteGuard<'_, AgentTable> {
+        self.agents.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn fatal_reason(&self) -> Option<String> {
+        self.fatal.get().cloned()
+    }
+
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.fatal.get().is_some()
+    }
+
+    pub(crate) fn set_fatal(&self, reason: String) {
+        if self.fatal.set(reason).is_ok() {
+            bump(&self.cells.fatal_events);
+            tracing::error!(
+                port = self.port_num,
+                reason = self.fatal.get().map(String::as_str),
+                "device fatal: completing every outstanding send with WR_FLUSH_ERR"
+            );
+        }
+    }
+
+    pub(crate) fn next_send_id(&self) -> SendId {
+        SendId(self.next_send.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Wake threads waiting for the progress loop to do something.
+    pub(crate) fn notify_all(&self) {
+        if self.parked.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let (m, cv) = &self.notify;
+        *lock(m) += 1;
+        cv.notify_all();
+    }
+
+    /// Wait (wall time) up to `d` for the progress loop to do something.
+    pub(crate) fn park(&self, d: Duration) {
+        let (m, cv) = &self.notify;
+        let g = lock(m);
+        let seen = *g;
+        // Counted before waiting under the lock that `notify_all` takes after reading the
+        // count: a notifier that sees 0 ran before this thread parked, and the caller looks
+        // at its condition again after at most `d`.
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let _unused = cv
+            .wait_timeout_while(g, d, |n| *n == seen)
+            .unwrap_or_else(PoisonError::into_inner);
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn progress_nonblocking(&self) -> usize {
+        match self.progress.try_lock() {
+            Ok(mut st) => self.pass(&mut st),
+            Err(TryLockError::Poisoned(p)) => self.pass(&mut p.into_inner()),
+            Err(TryLockError::WouldBlock) => 0,
+        }
+    }
+
+    /// Run the progress loop (or wait for the thread that runs it) until `done` says so or
+    /// `deadline` (device time) passes. Returns whether `done` said so.
+    pub(crate) fn drive_until(
+        &self,
+        done: &mut dyn FnMut(usize) -> bool,
+        deadline: Option<Duration>,
+        park: &dyn Fn(Duration),
+    ) -> bool {
+        let mut work = 0;
+        loop {
+            if done(work) {
+                return true;
+            }
+            let now = self.hca.now();
+            if deadline.is_some_and(|d| now >= d) {
+                return false;
+            }
+            let guard = match self.progress.try_lock() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            match guard {
+                Some(mut st) => {
+                    let w = self.pass(&mut st);
+                    work += w;
+                    if w == 0 {
+                        self.sleep_in_device(&st, deadline);
+                    }
+                }
+                None => park(self.config.max_sleep),
+            }
+        }
+    }
+
+    /// With the progress token: let the device run until the next timer, `deadline` or
+    /// `max_sleep`, whichever is first (it returns sooner when the device signals).
+    fn sleep_in_device(&self, st: &MutexGuard<'_, ProgressState>, deadline: Option<Duration>) {
+        let now = self.hca.now();
+        let mut until = now + self.config.max_sleep;
+        if let Some(t) = st.timers.next_deadline() {
+            until = until.min(t);
+        }
+        if let Some(t) = self.rmpp.next_deadline() {
+            until = until.min(t);
+        }
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        if until > now {
+            self.hca.wait(until);
+        }
+    }
+
+    /// One step of a progress thread.
+    fn tick(&self) {
+        let guard = match self.progress.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        match guard {
+            Some(mut st) => {
+                if self.pass(&mut st) == 0 {
+                    self.sleep_in_device(&st, None);
+                }
+            }
+            None => self.park(self.config.max_sleep),
+        }
+    }
+
+    pub(crate) fn wait_event(&self, queue: &EventQueue, deadline: Duration) -> Option<Event> {
+        if let Some(e) = queue.try_pop() {
+            return Some(e);
+        }
+        self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d| {
+            queue.wait_nonempty(d);
+        });
+        queue.try_pop()
+    }
+
+    /// Accept `p` (counted in its agent's `outstanding` already): to the agent's backlog if
+    /// flow control holds it, otherwise to the ring's queue, then post what can be posted.
+    pub(crate) fn submit(&self, mut p: Pending) {
+        let agent = Arc::clone(&p.agent);
+        {
+            let mut fc = lock(&agent.fc);
+            if fc.must_wait(p.solicited) {
+                fc.backlog.push_back(Backlogged::New(p));
+                bump(&agent.cells.backlogged);
+                bump(&self.cells.backlogged);
+                return;
+            }
+            if p.solicited && fc.max > 0 {
+                fc.outstanding += 1;
+                p.fc_counted = true;
+            }
+        }
+        self.enqueue(p);
+    }
+
+    /// Queue `p` on its QP's ring and drain.
+    pub(crate) fn enqueue(&self, p: Pending) {
+        let qp = p.agent.qp;
+        let Some(ring) = self.ring(qp) else {
+            // Agents are only registered on QPs that exist.
+            self.complete_pending(p, WcStatus::LocQpOpErr, 0);
+            return;
+        };
+        self.enqueue_job(ring, Job::New(p));
+    }
+
+    /// Queue `job` on `ring` and drain.
+    pub(crate) fn enqueue_job(&self, ring: &SendRing, job: Job) {
+        if ring.enqueue(job) {
+            bump(&self.cells.overflowed);
+        }
+        self.drain(ring);
+    }
+
+    /// Post what waits in `ring`'s queue while slots and send queue entries are free (in
+    /// order, one drainer at a time); on a dead device, complete it all with WR_FLUSH_ERR.
+    pub(crate) fn drain(&self, ring: &SendRing) {
+        if self.hold_posts.load(Ordering::SeqCst) {
+            // The progress loop drains every ring when its batch is done.
+            return;
+        }
+        loop {
+            let Some(seen) = ring.try_begin_drain() else {
+                return;
+            };
+            let dead = self.is_fatal();
+            while let Some(job) = ring.next(dead) {
+                match job {
+                    Drained::Post { wr, agent, on_fail } => {
+                        self.post_wr(ring.qp, &wr, &agent, on_fail);
+                    }
+                    Drained::Skip(wr_id) => {
+                        self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
+                    }
+                    Drained::Fail(news, reposts) => {
+                        for p in news {
+                            self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                        }
+                        for wr_id in reposts {
+                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);
+                        }
+                    }
+                }
+            }
+            if !ring.end_drain(seen) {
+                return;
+            }
+        }
+    }
+
+    /// Post `wr` (its send queue entry is taken). If the device refuses it, its completion is
+    /// made in software: WR_FLUSH_ERR (vendor_err 5) on a dead device, `on_fail` otherwise.
+    pub(crate) fn post_wr(
+        &self,
+        qp: SpecialQp,
+        wr: &driver::verbs::SendWr,
+        agent: &AgentInner,
+        on_fail: WcStatus,
+    ) {
+        match self.hca.post_send(qp, wr) {
+            Ok(()) => {
+                bump(&self.cells.posted);
+                bump(&agent.cells.posted);
+            }
+            Err(e) => {
+                bump(&self.cells.post_failures);
+                tracing::debug!(qp = ?qp, "post refused: {e}");
+                let (status, vendor) = match e {
+                    driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
+                    _ => (on_fail, 0),
+                };
+                self.soft_completion(qp, wr.wr_id, status, vendor, true);
+            }
+        }
+    }
+
+    /// A completion for `wr_id` made in software, handled by the next progress pass like a
+    /// CQE. `credit`: the work request had taken a send queue entry, which comes back with it.
+    pub(crate) fn soft_completion(
+        &self,
+        qp: SpecialQp,
+        wr_id: u64,
+        status: WcStatus,
+        vendor_err: u32,
+        credit: bool,
+    ) {
+        lock(&self.soft_cq).push((
+            WorkCompletion::status_only(
+                wr_id,
+                qp,
+                driver::verbs::WcOpcode::Send,
+                status,
+                vendor_err,
+            ),
+            credit,
+        ));
+    }
+
+    /// Finish a send that never got a slot: report it with `status`, release its lease.
+    pub(crate) fn complete_pending(&self, p: Pending, status: WcStatus, vendor_err: u32) {
+        let agent = Arc::clone(&p.agent);
+        if p.fc_counted {
+            self.fc_release(&agent);
+        }
+        let completion = SendCompletion {
+            agent: agent.id,
+            id: p.id,
+            context: p.context,
+            status,
+            vendor_err,
+            retries: 0,
+            tid: p.tid(),
+            header: p.header,
+        };
+        self.cells.completed(status);
+        agent.cells.completed(status);
+        agent.deliver(Event::Send(completion), self);
+        drop(p);
+        agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+        self.notify_all();
+    }
+
+    /// One solicited send of `agent` is no longer outstanding: let the backlog go on.
+    pub(crate) fn fc_release(&self, agent: &Arc<AgentInner>) {
+        {
+            let mut fc = lock(&agent.fc);
+            fc.outstanding = fc.outstanding.saturating_sub(1);
+        }
+        self.fc_drain(agent);
+    }
+
+    /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
+    /// queue, retries back onto the QP.
+    pub(crate) fn fc_drain(&self, agent: &Arc<AgentInner>) {
+        let mut queued = Vec::new();
+        {
+            let mut fc = lock(&agent.fc);
+            while fc.may_release() {
+                match fc.backlog.pop_front() {
+                    Some(Backlogged::New(mut p)) => {
+                        if p.solicited && fc.max > 0 {
+                            fc.outstanding += 1;
+                            p.fc_counted = true;
+                        }
+                        if let Some(ring) = self.ring(agent.qp) {
+                            if ring.enqueue(Job::New(p)) {
+                                bump(&self.cells.overflowed);
+                            }
+                            queued.push(agent.qp);
+                        }
+                    }
+                    Some(Backlogged::Retry {
+                        qp,
+                        index,
+                        generation,
+                    }) => {
+                        let Some(ring) = self.ring(qp) else { continue };
+                        let Some(slot) = ring.slots.get(index as usize) else {
+                            continue;
+                        };
+                        if slot.state.unqueue(generation) {
+                            if let Some(d) = lock(&slot.data)
+                                .as_mut()
+                                .filter(|d| d.generation == generation)
+                            {
+                                if d.p.solicited && fc.max > 0 {
+                                    fc.outstanding += 1;
+                                    d.p.fc_counted = true;
+                                }
+                            }
+                            if ring.enqueue(Job::Repost {
+                                index,
+                                generation,
+                                on_fail: WcStatus::RespTimeoutErr,
+                            }) {
+                                bump(&self.cells.overflowed);
+                            }
+                            queued.push(qp);
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+        queued.dedup();
+        for qp in queued {
+            if let Some(ring) = self.ring(qp) {
+                self.drain(ring);
+            }
+        }
+    }
+
+    /// [`Agent::cancel`].
+    pub(crate) fn cancel(&self, agent: &Arc<AgentInner>, id: SendId) -> Result<(), MadError> {
+        if let Some(r) = self.rmpp_cancel(agent, id) {
+            return r;
+        }
+        let ring = self.ring(agent.qp).ok_or(MadError::NotOutstanding(id))?;
+        let found = {
+            let mut fc = lock(&agent.fc);
+            let pos = fc
+                .backlog
+                .iter()
+                .position(|b| matches!(b, Backlogged::New(p) if p.id == id));
+            if let Some(Backlogged::New(p)) = pos.and_then(|i| fc.backlog.remove(i)) {
+                p
+            } else {
+                let mut q = ring.lock_queue();
+                let mut v = ring.remove_locked(&mut q, |p| p.id == id && p.agent.id == agent.id);
+                if let Some(p) = v.pop() {
+                    p
+                } else {
+                    // With both locks held, the send cannot move between the queue and a slot.
+                    for (index, slot) in ring.slots.iter().enumerate() {
+                        let Some(generation) = slot.active_generation_of(id) else {
+                            continue;
+                        };
+                        if slot.owner.load(Ordering::Acquire) != agent.id.0 {
+                            return Err(MadError::NotOutstanding(id));
+                        }
+                        return match slot.state.cancel(generation) {
+                            CancelOutcome::Canceled { on_qp } => {
+                                if !on_qp {
+                                    lock(&self.reap).push(SlotRef {
+                                        qp: ring.qp,
+                                        index: index as u32,
+                                        generation,
+                                    });
+                                }
+                                Ok(())
+                            }
+                            _ => Err(MadError::NotOutstanding(id)),
+                        };
+                    }
+                    return Err(MadError::NotOutstanding(id));
+                }
+            }
+        };
+        self.complete_pending(found, WcStatus::WrFlushErr, self.flush_vendor());
+        Ok(())
+    }
+
+    /// [`Agent::modify_timeout`] with a non-zero timeout.
+    pub(crate) fn modify(
+        &self,
+        agent: &Arc<AgentInner>,
+        id: SendId,
+        timeout_ms: u32,
+    ) -> Result<(), MadError> {
+        if let Some(r) = self.rmpp_modify(agent, id, timeout_ms) {
+            return r;
+        }
+        let ring = self.ring(agent.qp).ok_or(MadError::NotOutstanding(id))?;
+        let deadline = self.hca.now() + Duration::from_millis(u64::from(timeout_ms));
+        let mut fc = lock(&agent.fc);
+        for b in &mut fc.backlog {
+            if let Backlogged::New(p) = b {
+                if p.id == id {
+                    p.timeout_ms = timeout_ms;
+                    return Ok(());
+                }
+            }
+        }
+        let mut q = ring.lock_queue();
+        for job in q.jobs_mut() {
+            if let Job::New(p) = job {
+                if p.id == id && p.agent.id == agent.id {
+                    p.timeout_ms = timeout_ms;
+                    return Ok(());
+                }
+            }
+        }
+        for (index, slot) in ring.slots.iter().enumerate() {
+            let Some(generation) = slot.active_generation_of(id) else {
+                continue;
+            };
+            let mut d = lock(&slot.data);
+            let Some(d) = d
+                .as_mut()
+                .filter(|d| d.generation == generation && d.p.agent.id == agent.id)
+            else {
+                return Err(MadError::NotOutstanding(id));
+            };
+            let w = slot.state.load();
+            if w.generation() != generation {
+                return Err(MadError::NotOutstanding(id));
+            }
+            match w.state() {
+                SendState::Canceled | SendState::Free | SendState::Done => {
+                    return Err(MadError::NotOutstanding(id));
+                }
+                SendState::WaitResp => {
+                    d.p.timeout_ms = timeout_ms;
+                    lock(&self.rearm).push((
+                        SlotRef {
+                            qp: ring.qp,
+                            index: index as u32,
+                            generation,
+                        },
+                        deadline,
+                    ));
+                }
+                SendState::SendStart | SendState::EarlyResp | SendState::Queued => {
+                    d.p.timeout_ms = timeout_ms;
+                }
+            }
+            drop(q);
+            drop(fc);
+            return Ok(());
+        }
+        Err(MadError::NotOutstanding(id))
+    }
+
+    /// Cancel everything `agent` has outstanding: backlog and queue entries are completed now,
+    /// slots are canceled (completing at their CQE, or from the progress loop).
+    fn cancel_all(&self, agent: &Arc<AgentInner>) {
+        self.rmpp_cancel_agent(agent);
+        let Some(ring) = self.ring(agent.qp) else {
+            return;
+        };
+        let mut list = Vec::new();
+        {
+            let mut fc = lock(&agent.fc);
+            for b in fc.backlog.drain(..) {
+                if let Backlogged::New(p) = b {
+                    list.push(p);
+                }
+            }
+            let mut q = ring.lock_queue();
+            list.extend(ring.remove_locked(&mut q, |p| p.agent.id == agent.id));
+            let mut reap = Vec::new();
+            for (index, slot) in ring.slots.iter().enumerate() {
+                if let Some(generation) = slot.active_generation_of_agent(agent.id.0) {
+                    if slot.state.cancel(generation) == (CancelOutcome::Canceled { on_qp: false }) {
+                        reap.push(SlotRef {
+                            qp: ring.qp,
+                            index: index as u32,
+                            generation,
+                        });
+                    }
+                }
+            }
+            lock(&self.reap).extend(reap);
+        }
+        for p in list {
+            self.complete_pending(p, WcStatus::WrFlushErr, self.flush_vendor());
+        }
+    }
+
+    /// [`Agent::deregister`].
+    pub(crate) fn deregister(&self, agent: &Arc<AgentInner>) {
+        agent.closing.store(true, Ordering::SeqCst);
+        {
+            let mut t = self.agents_mut();
+            if let Some(c) = &agent.class {
+                t.registry.unregister(agent.id.0, c);
+            }
+            t.agents.remove(&agent.id.0);
+        }
+        loop {
+            self.cancel_all(agent);
+            if agent.outstanding.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            // One step: run the loop (or wait for whoever runs it), then sweep again for
+            // sends that raced the first sweep.
+            let step_end = self.hca.now() + self.config.max_sleep;
+            self.drive_until(
+                &mut |_| agent.outstanding.load(Ordering::SeqCst) == 0,
+                Some(step_end),
+                &|d| self.park(d),
+            );
+        }
+        if let Some(q) = agent.events.as_ref() {
+            let _queue = q.lock();
+            agent.closed.store(true, Ordering::Release);
+        } else {
+            agent.closed.store(true, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn census(&self) -> Census {
+        let qp_census = |ring: &SendRing| {
+            let mut c = QpCensus {
+                slots: ring.slot_count(),
+                queued: ring.queued(),
+                depth: ring.depth,
+                posted: ring.posted(),
+                recv_posted: self.gauges.recv_posted[qpi(ring.qp)].load(Ordering::Relaxed),
+                recv_idle: self.gauges.recv_idle[qpi(ring.qp)].load(Ordering::Relaxed),
+                ..QpCensus::default()
+            };
+            for s in &*ring.slots {
+                c.by_state[s.state.load().state() as usize] += 1;
+            }
+            c
+        };
+        let (backlogged, agents, mut outstanding) = {
+            let t = self.agents_read();
+            let mut b = 0;
+            let mut o = 0;
+            for a in t.agents.values() {
+                b += lock(&a.fc).backlog.len();
+                o += a.outstanding.load(Ordering::SeqCst);
+            }
+            (b, t.agents.len(), o)
+        };
+        outstanding += self.internal.outstanding.load(Ordering::SeqCst) + self.rmpp.outstanding();
+        Census {
+            smi: self.ring(SpecialQp::Smi).map(qp_census),
+            gsi: self.ring(SpecialQp::Gsi).map(qp_census).unwrap_or_default(),
+            backlogged,
+            timers: self.gauges.timers.load(Ordering::Relaxed),
+            agents,
+            outstanding,
+        }
+    }
+
+    pub(crate) fn mirror_gauges(&self, st: &ProgressState) {
+        for (i, r) in st.recv.iter().enumerate() {
+            if let Some(r) = r {
+                self.gauges.recv_posted[i].store(r.posted(), Ordering::Relaxed);
+                self.gauges.recv_idle[i].store(r.idle(), Ordering::Relaxed);
+            }
+        }
+        self.gauges.timers.store(st.timers.len(), Ordering::Relaxed);
+    }
+}
+
+impl Drop for PortShared {
+    /// Every client agent is gone (each held the port). Let the port's own replies finish (a
+    /// second of device time at most), take back what the device returns, then release the
+    /// receive buffers: those still posted to a live device are leaked on purpose, because the
+    /// device may still write them (close the HCA before dropping the port to get them back).
+    fn drop(&mut self) {
+        let internal = Arc::clone(&self.internal);
+        let deadline = self.hca.now() + Duration::from_secs(1);
+        self.drive_until(
+            &mut |_| {
+                internal.outstanding.load(Ordering::SeqCst) == 0 && self.rmpp.outstanding() == 0
+            },
+            Some(deadline),
+            &|d| std::thread::sleep(d),
+        );
+        let _ = self.progress_nonblocking();
+        let dead = self.is_fatal();
+        let st = self
+            .progress
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut leaked = 0;
+        for r in st.recv.iter_mut().flatten() {
+            leaked += r.shutdown(!dead);
+        }
+        for ring in self.rings.iter().flatten() {
+            for slot in &*ring.slots {
+                let w = slot.state.load();
+                if let Some(d) = lock(&slot.data).take() {
+                    if w.on_qp() && !dead {
+                        std::mem::forget(d.p.lease);
+                        leaked += 1;
+                    }
+                }
+            }
+        }
+        if leaked > 0 {
+            tracing::warn!(
+                port = self.port_num,
+                leaked,
+                "MAD port dropped while the device still held buffers: they are leaked rather \
+                 than freed under the device (close the HCA first)"
+            );
+        }
+    }
+}

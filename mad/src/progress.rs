@@ -1,0 +1,823 @@
+//! The progress loop of a port: one pass takes the device's events, drains the completion
+//! queue (and the completions made in software for refused posts), completes canceled sends,
+//! re-arms modified timers, fires expired ones, finishes everything after a fatal error, and
+//! posts what waits for a slot. Every transition of a send slot into DONE happens here, and
+//! each reports that send's one completion.
+//!
+//! Paths (reference/mad-stack.md §1): a send CQE moves a request to WAIT_RESP (timer armed at
+//! the CQE, §1.4) or finishes the send; a response finds its slot from its TID (O(1)) and, once
+//! TID, class and address check out (§1.3), is delivered before the send's completion (or
+//! before its CQE: EARLY_RESP); an error CQE finishes its send and brings the QP back from SQE
+//! to RTS, marking what the hardware will flush for one repost (§1.6); a timer retries or
+//! times the send out; a fatal error finishes everything with WR_FLUSH_ERR, vendor_err 5.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dma::Access;
+use driver::verbs::{DeviceEvent, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
+use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad};
+use mad_wire::{class, vendor};
+
+use crate::addr::{LocalPort, RecvAddr, same_address};
+use crate::agent::AgentInner;
+use crate::counters::{DropReason, bump};
+use crate::event::{Event, RecvMad, SendCompletion, SendRef};
+use crate::flow::Backlogged;
+use crate::port::{PortShared, ProgressState, SlotRef, qpi};
+use crate::recv_rules::{self, LocalAgent};
+use crate::ring::{Job, Pending, lock};
+use crate::slot_state::{
+    CqeOutcome, Finish, RespOutcome, SendState, TimeoutAction, TimeoutOutcome,
+};
+use crate::tid::{MAX_SLOTS_PER_QP, WrId};
+
+/// Most completions one pass takes before it looks at timers and cancels.
+const PASS_BUDGET: usize = 1024;
+
+/// Device events are taken every this many passes (and on every pass that finds no
+/// completion, when the loop is about to sleep).
+const EVENT_INTERVAL: u64 = 16;
+
+fn timer_key(qp: SpecialQp, index: u32) -> u32 {
+    qpi(qp) as u32 * MAX_SLOTS_PER_QP + index
+}
+
+fn timer_slot(key: u32) -> (SpecialQp, u32) {
+    let qp = if key / MAX_SLOTS_PER_QP == 0 {
+        SpecialQp::Smi
+    } else {
+        SpecialQp::Gsi
+    };
+    (qp, key % MAX_SLOTS_PER_QP)
+}
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(u64::from(v))
+}
+
+impl PortShared {
+    /// One pass of the progress loop; returns the work done.
+    pub(crate) fn pass(&self, st: &mut ProgressState) -> usize {
+        // The device's events (a fatal error, a removal, a LID change) are looked at every few
+        // passes: taking them costs the driver a look at its interrupt lines.
+        let pass = self.passes.fetch_add(1, Ordering::Relaxed);
+        let events_taken = pass % EVENT_INTERVAL == 0;
+        let mut work = if events_taken {
+            self.device_events(st)
+        } else {
+            0
+        };
+        self.hold_posts.store(true, Ordering::SeqCst);
+        loop {
+            let mut wcs = std::mem::take(&mut st.wcs);
+            wcs.clear();
+            let n = match self.hca.poll(&mut wcs, self.config.poll_batch) {
+                Ok(n) => n,
+                Err(e) => {
+                    bump(&self.cells.poll_errors);
+                    tracing::warn!(port = self.port_num, "poll: {e}");
+                    0
+                }
+            };
+            for wc in &wcs {
+                self.on_wc(st, wc, None);
+            }
+            st.wcs = wcs;
+            work += n;
+            if n < self.config.poll_batch || work >= PASS_BUDGET {
+                break;
+            }
+        }
+        let soft = std::mem::take(&mut *lock(&self.soft_cq));
+        for (wc, credit) in &soft {
+            self.on_wc(st, wc, Some(*credit));
+        }
+        work += soft.len();
+        self.hold_posts.store(false, Ordering::SeqCst);
+        let reap = std::mem::take(&mut *lock(&self.reap));
+        for r in &reap {
+            if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
+                if slot.state.reap(r.generation) {
+                    self.finish(st, *r, WcStatus::WrFlushErr, self.flush_vendor());
+                }
+            }
+        }
+        work += reap.len();
+        let rearm = std::mem::take(&mut *lock(&self.rearm));
+        for (r, deadline) in &rearm {
+            if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
+                let w = slot.state.load();
+                if w.generation() == r.generation && w.state() == SendState::WaitResp {
+                    st.timers
+                        .arm(timer_key(r.qp, r.index), *deadline, r.generation);
+                }
+            }
+        }
+        work += rearm.len();
+        // Local completions of directed-route SMPs (crate::smi); RMPP segment completions
+        // and timers (crate::rmpp).
+        work += self.smi_pass(st) + self.rmpp_pass(st);
+        let now = self.hca.now();
+        while let Some((key, generation)) = st.timers.pop_expired(now) {
+            let (qp, index) = timer_slot(key);
+            self.on_timeout(
+                st,
+                SlotRef {
+                    qp,
+                    index,
+                    generation,
+                },
+            );
+            work += 1;
+        }
+        if work == 0 && !events_taken {
+            work += self.device_events(st);
+        }
+        if self.is_fatal() {
+            work += self.flush_everything(st);
+        }
+        for ring in self.rings.iter().flatten() {
+            self.drain(ring);
+        }
+        self.mirror_gauges(st);
+        if work > 0 {
+            self.notify_all();
+        }
+        work
+    }
+
+    /// The vendor_err of a WR_FLUSH_ERR the stack reports: 5 once the device is dead (as the
+    /// driver's software flushes), 0 for a cancel.
+    pub(crate) fn flush_vendor(&self) -> u32 {
+        if self.is_fatal() { 5 } else { 0 }
+    }
+
+    /// Take the device's events: a fatal error or removal marks the port dead and tells every
+    /// agent once; address changes refresh what the address check needs.
+    fn device_events(&self, st: &mut ProgressState) -> usize {
+        let events = self.hca.events();
+        let n = events.len();
+        let mut refresh = false;
+        for ev in events {
+            match ev {
+                DeviceEvent::Fatal { reason } => self.set_fatal(reason),
+                DeviceEvent::Removed => self.set_fatal("the device was removed".into()),
+                DeviceEvent::QpFatal { qp, .. } => {
+                    tracing::error!(port = self.port_num, qp = ?qp, "special QP in error");
+                    st.qp_in_error[qpi(qp)] = true;
+                }
+                DeviceEvent::LidChange(_)
+                | DeviceEvent::PortActive(_)
+                | DeviceEvent::ClientReregister(_) => refresh = true,
+                DeviceEvent::PortError(_) | DeviceEvent::PkeyChange(_) => {}
+            }
+        }
+        if refresh && !self.is_fatal() {
+            match self.hca.attrs() {
+                Ok(a) => st.local = LocalPort::new(a.lmc, a.gid_prefix, a.port_guid),
+                Err(e) => tracing::warn!(port = self.port_num, "port attributes: {e}"),
+            }
+        }
+        if let Some(reason) = self.fatal_reason() {
+            if !st.fatal_handled {
+                st.fatal_handled = true;
+                let agents: Vec<Arc<AgentInner>> =
+                    self.agents_read().agents.values().cloned().collect();
+                for a in agents {
+                    if !a.fatal_told.swap(true, Ordering::AcqRel) {
+                        a.deliver(
+                            Event::DeviceFatal {
+                                agent: a.id,
+                                reason: reason.clone(),
+                            },
+                            self,
+                        );
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// A completion: from the device (`soft` is `None`), or made in software (`soft` says
+    /// whether its work request had taken a send queue entry).
+    fn on_wc(&self, st: &mut ProgressState, wc: &WorkCompletion, soft: Option<bool>) {
+        match WrId::decode(wc.wr_id) {
+            Some(WrId::Send {
+                qp,
+                index,
+                generation,
+            }) if qp == wc.qp && wc.opcode == WcOpcode::Send => self.on_send_wc(
+                st,
+                SlotRef {
+                    qp,
+                    index,
+                    generation,
+                },
+                wc,
+                soft,
+            ),
+            Some(WrId::Recv { qp, index }) if qp == wc.qp && wc.opcode == WcOpcode::Recv => {
+                self.on_recv_wc(st, qp, index, wc);
+            }
+            _ => self.bad_completion(wc, "names nothing the stack posted"),
+        }
+    }
+
+    fn bad_completion(&self, wc: &WorkCompletion, why: &str) {
+        bump(&self.cells.bad_completions);
+        tracing::error!(
+            port = self.port_num,
+            wr_id = format_args!("{:#x}", wc.wr_id),
+            qp = ?wc.qp,
+            "completion rejected: {why}"
+        );
+    }
+
+    fn on_send_wc(
+        &self,
+        st: &mut ProgressState,
+        r: SlotRef,
+        wc: &WorkCompletion,
+        soft: Option<bool>,
+    ) {
+        let Some(ring) = self.ring(r.qp) else {
+            return self.bad_completion(wc, "no such QP");
+        };
+        let Some(slot) = ring.slots.get(r.index as usize) else {
+            return self.bad_completion(wc, "slot index out of range");
+        };
+        let fatal = self.is_fatal();
+        let ok = wc.status == WcStatus::Success;
+        let timeout_ms = match lock(&slot.data).as_ref() {
+            Some(d) if d.generation == r.generation => d.p.timeout_ms,
+            _ => return self.bad_completion(wc, "slot holds no send of that generation"),
+        };
+        let allow_retry = wc.status == WcStatus::WrFlushErr && !fatal;
+        match slot
+            .state
+            .send_cqe(r.generation, ok, timeout_ms > 0 && !fatal, allow_retry)
+        {
+            CqeOutcome::Wait => {
+                let deadline = self.hca.now() + ms(timeout_ms);
+                st.timers
+                    .arm(timer_key(r.qp, r.index), deadline, r.generation);
+            }
+            CqeOutcome::Done(f) => {
+                let (status, vendor) = match f {
+                    Finish::Sent if fatal && timeout_ms > 0 => (WcStatus::WrFlushErr, 5),
+                    Finish::Failed => (wc.status, wc.vendor_err),
+                    f => self.status_of(f),
+                };
+                self.finish(st, r, status, vendor);
+            }
+            CqeOutcome::Repost => {
+                // Reposted once the batch is done: a later CQE of this batch may already have
+                // stopped the send queue again, and its recovery comes when the loop gets
+                // there.
+                bump(&self.cells.flush_reposts);
+                if soft.unwrap_or(true) {
+                    ring.give_credit();
+                }
+                ring.enqueue(Job::Repost {
+                    index: r.index,
+                    generation: r.generation,
+                    on_fail: wc.status,
+                });
+                return;
+            }
+            CqeOutcome::Unexpected => {
+                return self.bad_completion(wc, "its work request is not on the QP");
+            }
+        }
+        // The work request left the send queue: its entry is free again.
+        if soft.unwrap_or(true) {
+            ring.give_credit();
+        }
+        if soft.is_none() && !ok && wc.status != WcStatus::WrFlushErr && !fatal {
+            self.recover(r.qp, wc);
+        }
+    }
+
+    /// A per-WR error moved the send queue to SQE: bring it back to RTS and mark what the
+    /// hardware will flush for one repost (`ib_mad_send_error`).
+    fn recover(&self, qp: SpecialQp, wc: &WorkCompletion) {
+        bump(&self.cells.send_errors);
+        tracing::warn!(
+            port = self.port_num,
+            qp = ?qp,
+            status = %wc.status,
+            vendor_err = wc.vendor_err,
+            "send completed in error; recovering the send queue"
+        );
+        match self.hca.recover_send_queue(qp) {
+            Ok(()) => {
+                bump(&self.cells.qp_recoveries);
+                if let Some(ring) = self.ring(qp) {
+                    for slot in &*ring.slots {
+                        let w = slot.state.load();
+                        if w.on_qp() {
+                            slot.state.mark_retry(w.generation());
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::error!(port = self.port_num, qp = ?qp, "send queue recovery: {e}"),
+        }
+    }
+
+    fn status_of(&self, f: Finish) -> (WcStatus, u32) {
+        match f {
+            Finish::Sent | Finish::Answered | Finish::Responded => (WcStatus::Success, 0),
+            Finish::Canceled => (WcStatus::WrFlushErr, self.flush_vendor()),
+            Finish::TimedOut => (WcStatus::RespTimeoutErr, 0),
+            Finish::Flushed => (WcStatus::WrFlushErr, 5),
+            // The caller supplies the CQE's own status for these.
+            Finish::Failed => (WcStatus::GeneralErr, 0),
+        }
+    }
+
+    /// Report the one completion of the send in `r` (already DONE), release its lease, and
+    /// free the slot.
+    pub(crate) fn finish(
+        &self,
+        st: &mut ProgressState,
+        r: SlotRef,
+        status: WcStatus,
+        vendor_err: u32,
+    ) {
+        let Some(ring) = self.ring(r.qp) else { return };
+        let Some(slot) = ring.slots.get(r.index as usize) else {
+            return;
+        };
+        let data = lock(&slot.data).take();
+        let Some(data) = data.filter(|d| d.generation == r.generation) else {
+            tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
+            return;
+        };
+        st.timers.disarm(timer_key(r.qp, r.index));
+        if let Some(t) = st.last_tid[qpi(r.qp)].get_mut(r.index as usize) {
+            *t = data.tid;
+        }
+        let agent = Arc::clone(&data.p.agent);
+        if data.p.fc_counted {
+            self.fc_release(&agent);
+        }
+        if status == WcStatus::RespTimeoutErr {
+            bump(&self.cells.timeouts);
+            bump(&agent.cells.timeouts);
+        }
+        self.cells.completed(status);
+        agent.cells.completed(status);
+        let completion = SendCompletion {
+            agent: agent.id,
+            id: data.p.id,
+            context: data.p.context,
+            status,
+            vendor_err,
+            retries: data.retries_used,
+            tid: data.tid,
+            header: data.p.header,
+        };
+        agent.deliver(Event::Send(completion), self);
+        // The lease goes back here: the slot is DONE, so no work request of it is on the QP.
+        let request = data.request;
+        drop(data);
+        if slot.state.recycle(r.generation).is_some() {
+            ring.release(r.index, request);
+        } else {
+            tracing::error!(
+                index = r.index,
+                "recycling a slot that was not DONE (stack bug)"
+            );
+        }
+        agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
+        let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) else {
+            return;
+        };
+        let (retry, solicited, agent) = match lock(&slot.data).as_ref() {
+            Some(d) if d.generation == r.generation => (
+                d.retries_used < d.p.max_retries,
+                d.p.solicited,
+                Arc::clone(&d.p.agent),
+            ),
+            _ => return,
+        };
+        let action = if !retry {
+            TimeoutAction::Expire
+        } else if solicited && !lock(&agent.fc).backlog.is_empty() {
+            TimeoutAction::Queue
+        } else {
+            TimeoutAction::Retry
+        };
+        match slot.state.timeout(r.generation, action) {
+            TimeoutOutcome::Reposted => {
+                if let Some(d) = lock(&slot.data).as_mut() {
+                    d.retries_used += 1;
+                }
+                bump(&self.cells.retries);
+                bump(&agent.cells.retries);
+                // It waits for a send queue entry like any other post.
+                if let Some(ring) = self.ring(r.qp) {
+                    self.enqueue_job(
+                        ring,
+                        Job::Repost {
+                            index: r.index,
+                            generation: r.generation,
+                            on_fail: WcStatus::RespTimeoutErr,
+                        },
+                    );
+                }
+            }
+            TimeoutOutcome::Queued => {
+                let counted = {
+                    let mut d = lock(&slot.data);
+                    let Some(d) = d.as_mut() else { return };
+                    d.retries_used += 1;
+                    std::mem::replace(&mut d.p.fc_counted, false)
+                };
+                bump(&self.cells.retries);
+                bump(&agent.cells.retries);
+                bump(&self.cells.backlogged);
+                bump(&agent.cells.backlogged);
+                {
+                    let mut fc = lock(&agent.fc);
+                    if counted {
+                        fc.outstanding = fc.outstanding.saturating_sub(1);
+                    }
+                    fc.backlog.push_back(Backlogged::Retry {
+                        qp: r.qp,
+                        index: r.index,
+                        generation: r.generation,
+                    });
+                }
+                self.fc_drain(&agent);
+            }
+            TimeoutOutcome::Done(f) => {
+                let (status, vendor) = self.status_of(f);
+                self.finish(st, r, status, vendor);
+            }
+            TimeoutOutcome::Stale => {}
+        }
+    }
+
+    /// The device is dead: finish every send that is not on the QP (those on it finish at the
+    /// driver's software flush), and every send that never got a slot.
+    fn flush_everything(&self, st: &mut ProgressState) -> usize {
+        let mut work = self.rmpp_flush();
+        for rr in st.recv.iter_mut().flatten() {
+            rr.release_idle();
+        }
+        for ring in self.rings.iter().flatten() {
+            for (index, slot) in ring.slots.iter().enumerate() {
+                let w = slot.state.load();
+                if !w.is_active() || w.on_qp() {
+                    continue;
+                }
+                if let Some(f) = slot.state.flush_idle(w.generation()) {
+                    let (status, vendor) = self.status_of(f);
+                    let r = SlotRef {
+                        qp: ring.qp,
+                        index: index as u32,
+                        generation: w.generation(),
+                    };
+                    self.finish(st, r, status, vendor);
+                    work += 1;
+                }
+            }
+        }
+        let agents: Vec<Arc<AgentInner>> = self.agents_read().agents.values().cloned().collect();
+        for a in agents {
+            let list: Vec<Pending> = {
+                let mut fc = lock(&a.fc);
+                let mut keep = std::collections::VecDeque::new();
+                let mut out = Vec::new();
+                for b in fc.backlog.drain(..) {
+                    match b {
+                        Backlogged::New(p) => out.push(p),
+                        retry @ Backlogged::Retry { .. } => keep.push_back(retry),
+                    }
+                }
+                fc.backlog = keep;
+                out
+            };
+            for p in list {
+                self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                work += 1;
+            }
+        }
+        work
+    }
+
+    fn on_recv_wc(&self, st: &mut ProgressState, qp: SpecialQp, index: u32, wc: &WorkCompletion) {
+        let fatal = self.is_fatal();
+        let copied = {
+            let Some(rr) = st.recv[qpi(qp)].as_mut() else {
+                return self.bad_completion(wc, "no receive queue on that QP");
+            };
+            if !rr.complete(index) {
+                return self.bad_completion(wc, "receive buffer not posted");
+            }
+            let copied = if wc.status == WcStatus::Success {
+                Some(rr.copy_out(index, wc.byte_len, wc.grh))
+            } else {
+                if !(fatal && wc.status == WcStatus::WrFlushErr) {
+                    bump(&self.cells.recv_errors);
+                    tracing::debug!(port = self.port_num, qp = ?qp, status = %wc.status, "receive error");
+                }
+                if wc.status == WcStatus::WrFlushErr {
+                    // Receives are only flushed from a QP in error.
+                    st.qp_in_error[qpi(qp)] = true;
+                }
+                None
+            };
+            // The buffer goes back to the device at once (the MAD is copied out). If the
+            // device is dead it is released instead: its completion says the device is done
+            // with it, and a dead device takes no buffer back. A QP in error keeps it.
+            if fatal {
+                rr.release(index);
+            } else if st.qp_in_error[qpi(qp)] {
+                bump(&self.cells.recv_repost_failures);
+            } else if let Err(e) = rr.post(&*self.hca, index) {
+                if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
+                    rr.release(index);
+                } else {
+                    bump(&self.cells.recv_repost_failures);
+                    tracing::debug!(port = self.port_num, qp = ?qp, "receive buffer kept: {e}");
+                }
+            }
+            copied
+        };
+        match copied {
+            None => {}
+            Some(None) => {
+                bump(&self.cells.received);
+                self.cells.dropped(DropReason::BadLength);
+            }
+            Some(Some(c)) => {
+                bump(&self.cells.received);
+                let addr = RecvAddr::from_wc(wc, c.grh.as_ref());
+                self.on_mad(st, qp, &c.mad, c.len, addr);
+            }
+        }
+    }
+
+    /// A MAD arrived (copied out of its buffer): validate it, give the port's own agent first
+    /// refusal, then match it to a send (responses) or dispatch it (requests).
+    fn on_mad(
+        &self,
+        st: &mut ProgressState,
+        qp: SpecialQp,
+        mad: &[u8; MAD_LEN],
+        len: usize,
+        addr: RecvAddr,
+    ) {
+        if let Err(reason) = recv_rules::validate(qp, &mad[..len]) {
+            self.cells.dropped(reason);
+            return;
+        }
+        // Directed-route SMPs pass the SMI receive rules first (crate::smi).
+        let smi_mad;
+        let mad = if mad[1] == class::SUBN_DIRECTED_ROUTE {
+            let Some(m) = self.smi_incoming(mad) else {
+                return;
+            };
+            smi_mad = m;
+            &smi_mad
+        } else {
+            mad
+        };
+        let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        let mut local_failed = false;
+        match recv_rules::local_agent(&hdr, addr.slid) {
+            LocalAgent::Consume => {
+                bump(&self.cells.local_consumed);
+                return;
+            }
+            action @ (LocalAgent::Answer | LocalAgent::Absorb) => {
+                match self.hca.process_mad(mad, false) {
+                    Ok(_) if action == LocalAgent::Absorb => {
+                        bump(&self.cells.local_consumed);
+                        return;
+                    }
+                    Ok(answer) => {
+                        if let Some(reply) = recv_rules::firmware_answer(mad, answer) {
+                            bump(&self.cells.local_replies);
+                            self.send_internal(qp, &reply, addr.reply_dest());
+                            return;
+                        }
+                        tracing::warn!(
+                            port = self.port_num,
+                            "process_mad answered with something that is not the response"
+                        );
+                        bump(&self.cells.local_failures);
+                        local_failed = true;
+                    }
+                    Err(e) => {
+                        tracing::debug!(port = self.port_num, "process_mad: {e}");
+                        bump(&self.cells.local_failures);
+                        local_failed = true;
+                    }
+                }
+            }
+            LocalAgent::Pass => {}
+        }
+        // RMPP segments, ACKs, STOPs and ABORTs (crate::rmpp).
+        if self.rmpp_receive(st, qp, mad, len, &addr) {
+            return;
+        }
+        if hdr.is_response() {
+            self.on_response(st, qp, mad, len, addr, None);
+            return;
+        }
+        let oui = if class::is_vendor_range2(hdr.mgmt_class()) {
+            vendor::VendorMad::new_checked(&mad[..]).map_or(0, |v| v.oui())
+        } else {
+            0
+        };
+        let agent =
+            self.agents_read()
+                .lookup(hdr.class_version(), hdr.mgmt_class(), hdr.method(), oui);
+        if let Some(a) = agent {
+            bump(&self.cells.unsolicited);
+            bump(&a.cells.unsolicited);
+            a.deliver(
+                Event::Recv(Box::new(RecvMad {
+                    agent: a.id,
+                    mad: *mad,
+                    len,
+                    addr,
+                    response_to: None,
+                    rmpp: None,
+                })),
+                self,
+            );
+            return;
+        }
+        match recv_rules::unmatched_response(mad).filter(|_| !local_failed) {
+            Some(reply) => {
+                bump(&self.cells.unmatched_replies);
+                self.send_internal(qp, &reply, addr.reply_dest());
+            }
+            None => self.cells.dropped(DropReason::NoAgent),
+        }
+    }
+
+    /// A response: find its send from the TID's upper half, check TID, class and address
+    /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
+    /// `rmpp`: the whole message when RMPP reassembled it (`mad` is its first segment).
+    pub(crate) fn on_response(
+        &self,
+        st: &mut ProgressState,
+        qp: SpecialQp,
+        mad: &[u8; MAD_LEN],
+        len: usize,
+        addr: RecvAddr,
+        rmpp: Option<Vec<u8>>,
+    ) {
+        let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        let tid = hdr.tid();
+        let Some(ring) = self.ring(qp) else { return };
+        let Some(t) = ring.layout.decode(tid, ring.slot_count()) else {
+            self.cells.dropped(DropReason::UnknownTid);
+            return;
+        };
+        let slot = &ring.slots[t.index as usize];
+        let w = slot.state.load();
+        if !w.is_active()
+            || !ring
+                .layout
+                .generation_matches(t.generation_bits, w.generation())
+        {
+            let late = st.last_tid[qpi(qp)].get(t.index as usize) == Some(&tid);
+            self.cells.dropped(if late {
+                DropReason::Late
+            } else {
+                DropReason::UnknownTid
+            });
+            return;
+        }
+        let generation = w.generation();
+        let checked = {
+            let d = lock(&slot.data);
+            match d.as_ref() {
+                Some(d) if d.generation == generation && d.tid == tid => {
+                    let sent_response = d.p.is_response;
+                    let reason = if d.p.class() != hdr.mgmt_class() {
+                        Some(DropReason::WrongClass)
+                    } else if hdr.mgmt_class() != class::SUBN_DIRECTED_ROUTE
+                        && !same_address(sent_response, &d.p.dest, true, &addr, &st.local)
+                    {
+                        Some(DropReason::WrongAddress)
+                    } else if d.p.timeout_ms == 0 {
+                        Some(DropReason::NotExpected)
+                    } else {
+                        None
+                    };
+                    Ok((Arc::clone(&d.p.agent), d.p.id, d.p.context, reason))
+                }
+                _ => Err(()),
+            }
+        };
+        let Ok((agent, id, context, reason)) = checked else {
+            self.cells.dropped(DropReason::UnknownTid);
+            return;
+        };
+        if let Some(reason) = reason {
+            self.cells.dropped(reason);
+            agent.cells.dropped(reason);
+            return;
+        }
+        let outcome = slot.state.response(generation);
+        let reason = match outcome {
+            RespOutcome::Done | RespOutcome::Early => None,
+            RespOutcome::Canceled => Some(DropReason::Canceled),
+            RespOutcome::Duplicate => Some(DropReason::Duplicate),
+            RespOutcome::Stale => Some(DropReason::Late),
+        };
+        if let Some(reason) = reason {
+            self.cells.dropped(reason);
+            agent.cells.dropped(reason);
+            return;
+        }
+        bump(&self.cells.responses);
+        bump(&agent.cells.responses);
+        agent.deliver(
+            Event::Recv(Box::new(RecvMad {
+                agent: agent.id,
+                mad: *mad,
+                len,
+                addr,
+                response_to: Some(SendRef { id, context }),
+                rmpp,
+            })),
+            self,
+        );
+        let r = SlotRef {
+            qp,
+            index: t.index,
+            generation,
+        };
+        if outcome == RespOutcome::Done {
+            self.finish(st, r, WcStatus::Success, 0);
+        } else {
+            bump(&self.cells.early_responses);
+            // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
+            let counted = lock(&slot.data)
+                .as_mut()
+                .filter(|d| d.generation == generation)
+                .is_some_and(|d| std::mem::replace(&mut d.p.fc_counted, false));
+            if counted {
+                self.fc_release(&agent);
+            }
+        }
+    }
+
+    /// Send an answer made by the stack itself (the port agent's reply, or the 0x000C answer
+    /// to an unclaimed Get/Set) back on `qp` to `dest`.
+    fn send_internal(&self, qp: SpecialQp, mad: &[u8; MAD_LEN], dest: UdDest) {
+        // A reply to a directed-route SMP passes the SMI send rules (crate::smi).
+        let Some(mad) = self.smi_reply(mad, dest.pkey_index) else {
+            return;
+        };
+        let mad = &mad;
+        let lease = match self.hca.dma().lease(MAD_LEN, 64, Access::Read) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(port = self.port_num, "no DMA memory for a reply: {e}");
+                return;
+            }
+        };
+        if let Err(e) = lease.write(0, mad) {
+            tracing::error!("writing a reply: {e}");
+            return;
+        }
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&mad[..HEADER_LEN]);
+        let p = Pending {
+            agent: Arc::clone(&self.internal),
+            id: self.next_send_id(),
+            lease,
+            header,
+            dest,
+            timeout_ms: 0,
+            max_retries: 0,
+            context: 0,
+            solicited: false,
+            fc_counted: false,
+            is_response: true,
+        };
+        self.internal.outstanding.fetch_add(1, Ordering::SeqCst);
+        bump(&self.cells.sends);
+        let Some(ring) = self.ring(qp) else {
+            self.complete_pending(p, WcStatus::LocQpOpErr, 0);
+            return;
+        };
+        self.enqueue_job(ring, Job::New(p));
+    }
+}

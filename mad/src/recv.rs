@@ -1,0 +1,179 @@
+//! Receive buffers of one special QP: leased once when the port opens, posted, and reposted as
+//! soon as the MAD is copied out, so no DMA memory is allocated per receive. A buffer whose
+//! completion carried an error is reposted too; if the device refuses it (a QP in error) it is
+//! kept, not lost, and counted. Owned by the progress loop.
+
+use dma::{Access, DmaLease, DmaPool};
+use driver::verbs::{GRH_LEN, HcaPort, PostError, RecvWr, Sge, SpecialQp};
+use mad_wire::header::MAD_LEN;
+
+use crate::tid::WrId;
+
+/// Bytes of one receive buffer: the GRH area and one MAD.
+pub const RECV_BUF_LEN: usize = GRH_LEN as usize + MAD_LEN;
+
+struct Buf {
+    lease: Option<DmaLease>,
+    posted: bool,
+}
+
+/// The receive buffers of one QP.
+pub(crate) struct RecvRing {
+    qp: SpecialQp,
+    bufs: Vec<Buf>,
+    /// Buffers posted, and buffers held (posted or not).
+    posted: usize,
+    held: usize,
+}
+
+/// A MAD copied out of a receive buffer.
+pub(crate) struct Copied {
+    pub(crate) grh: Option<[u8; GRH_LEN as usize]>,
+    pub(crate) mad: [u8; MAD_LEN],
+    pub(crate) len: usize,
+}
+
+impl RecvRing {
+    /// `n` buffers leased from `pool` (nothing posted yet).
+    pub(crate) fn new(qp: SpecialQp, n: u32, pool: &DmaPool) -> Result<RecvRing, dma::DmaError> {
+        let mut bufs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            bufs.push(Buf {
+                lease: Some(pool.lease(RECV_BUF_LEN, 64, Access::Write)?),
+                posted: false,
+            });
+        }
+        Ok(RecvRing {
+            qp,
+            held: bufs.len(),
+            bufs,
+            posted: 0,
+        })
+    }
+
+    /// Post buffer `index`. On error it stays unposted (and kept).
+    pub(crate) fn post(&mut self, hca: &dyn HcaPort, index: u32) -> Result<(), PostError> {
+        let qp = self.qp;
+        let b = self
+            .bufs
+            .get_mut(index as usize)
+            .ok_or_else(|| PostError::Invalid(format!("no receive buffer {index}")))?;
+        let Some(lease) = b.lease.as_ref() else {
+            return Err(PostError::Invalid(format!(
+                "receive buffer {index} was released"
+            )));
+        };
+        if b.posted {
+            return Ok(());
+        }
+        let wr = RecvWr {
+            wr_id: WrId::Recv { qp, index }.encode(),
+            sge: Sge {
+                iova: lease.iova(),
+                len: RECV_BUF_LEN as u32,
+            },
+        };
+        hca.post_recv(qp, &wr)?;
+        b.posted = true;
+        self.posted += 1;
+        Ok(())
+    }
+
+    /// Post every buffer not posted; returns how many the device refused (with the first
+    /// refusal).
+    pub(crate) fn post_all(&mut self, hca: &dyn HcaPort) -> (usize, Option<PostError>) {
+        let mut failed = 0;
+        let mut first = None;
+        for i in 0..self.bufs.len() as u32 {
+            if self.bufs[i as usize].lease.is_some() && !self.bufs[i as usize].posted {
+                if let Err(e) = self.post(hca, i) {
+                    failed += 1;
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        (failed, first)
+    }
+
+    /// A completion names buffer `index`: it is no longer posted. False if the stack had not
+    /// posted it (a completion the device invented).
+    pub(crate) fn complete(&mut self, index: u32) -> bool {
+        match self.bufs.get_mut(index as usize) {
+            Some(b) if b.posted => {
+                b.posted = false;
+                self.posted -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Copy the MAD (and the GRH if `grh`) out of buffer `index`, whose completion reported
+    /// `byte_len` bytes (GRH area included). `None` if the length is impossible.
+    pub(crate) fn copy_out(&self, index: u32, byte_len: u32, grh: bool) -> Option<Copied> {
+        let lease = self.bufs.get(index as usize)?.lease.as_ref()?;
+        let len = (byte_len as usize).checked_sub(GRH_LEN as usize)?;
+        if !(mad_wire::HEADER_LEN..=MAD_LEN).contains(&len) {
+            return None;
+        }
+        let mut mad = [0u8; MAD_LEN];
+        lease.read(GRH_LEN as usize, &mut mad[..len]).ok()?;
+        let grh = if grh {
+            let mut g = [0u8; GRH_LEN as usize];
+            lease.read(0, &mut g).ok()?;
+            Some(g)
+        } else {
+            None
+        };
+        Some(Copied { grh, mad, len })
+    }
+
+    /// Release buffer `index`'s lease (the device can no longer write it: it was returned and
+    /// the device is dead).
+    pub(crate) fn release(&mut self, index: u32) {
+        if let Some(b) = self.bufs.get_mut(index as usize) {
+            if !b.posted && b.lease.take().is_some() {
+                self.held -= 1;
+            }
+        }
+    }
+
+    /// Release every buffer that is not posted (the device is dead).
+    pub(crate) fn release_idle(&mut self) {
+        if self.held == self.posted {
+            return;
+        }
+        for i in 0..self.bufs.len() as u32 {
+            self.release(i);
+        }
+    }
+
+    /// Buffers posted.
+    pub(crate) fn posted(&self) -> usize {
+        self.posted
+    }
+
+    /// Buffers held but not posted.
+    pub(crate) fn idle(&self) -> usize {
+        self.held - self.posted
+    }
+
+    /// Give up every lease: unposted ones are dropped; posted ones are leaked on purpose when
+    /// `device_live` (the device may still write them: freeing them would break DESIGN §4.3)
+    /// and dropped otherwise. Returns how many were leaked.
+    pub(crate) fn shutdown(&mut self, device_live: bool) -> usize {
+        let mut leaked = 0;
+        for b in &mut self.bufs {
+            if let Some(lease) = b.lease.take() {
+                if b.posted && device_live {
+                    std::mem::forget(lease);
+                    leaked += 1;
+                }
+            }
+            b.posted = false;
+        }
+        self.posted = 0;
+        self.held = 0;
+        leaked
+    }
+}

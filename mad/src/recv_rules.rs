@@ -1,0 +1,210 @@
+//! What the receive path decides from a MAD's header alone, after the kernel's
+//! `ib_mad_recv_done`: whether the MAD is acceptable on the QP it arrived on (`validate_mad`),
+//! whether the port's own agent (firmware SMA/PMA, via `HcaPort::process_mad`) gets it first
+//! (the family drivers' `process_mad`), and the answer the stack gives to a Get or Set no
+//! agent claims (`generate_unmatched_resp`).
+
+use driver::verbs::SpecialQp;
+use mad_wire::attr_id;
+use mad_wire::header::{MAD_LEN, Mad};
+use mad_wire::{class, method, status};
+
+use crate::counters::DropReason;
+
+/// Checks the kernel's `validate_mad` applies to every received MAD.
+///
+/// - BaseVersion must be 1 (the stack does not speak OPA);
+/// - subnet-management classes (0x01, 0x81) only on QP0, every other class only on QP1;
+/// - a CM MAD (class 0x07) other than ClassPortInfo must use method Send.
+pub fn validate(qp: SpecialQp, mad: &[u8]) -> Result<(), DropReason> {
+    let Ok(h) = Mad::new_checked(mad) else {
+        return Err(DropReason::BadLength);
+    };
+    if h.base_version() != class::BASE_VERSION {
+        return Err(DropReason::BadBaseVersion);
+    }
+    let smp = class::is_smp(h.mgmt_class());
+    match qp {
+        SpecialQp::Smi if !smp => return Err(DropReason::WrongQp),
+        SpecialQp::Gsi if smp => return Err(DropReason::WrongQp),
+        _ => {}
+    }
+    if h.mgmt_class() == class::CM
+        && h.attr_id() != attr_id::CLASS_PORT_INFO
+        && h.method() != method::SEND
+    {
+        return Err(DropReason::CmMethod);
+    }
+    Ok(())
+}
+
+/// What the port's own agent does with a received MAD, before any client agent sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalAgent {
+    /// Hand it to `process_mad` and send the answer back.
+    Answer,
+    /// Hand it to `process_mad` and send nothing back (TrapRepress: the firmware's own trap
+    /// was acknowledged).
+    Absorb,
+    /// Drop it: a Trap from LID 0.
+    Consume,
+    /// Not for the port's agent: dispatch it to the client agents.
+    Pass,
+}
+
+/// The rule of the mlx5 and mthca `process_mad` (`drivers/infiniband/hw/mlx5/mad.c`):
+///
+/// - a Trap from SLID 0 is consumed;
+/// - SMPs (0x01, 0x81) with method Get, Set or TrapRepress go to the firmware SMA, except
+///   SMInfo (the SMA cannot answer for an SM: OpenSM's SMInfo agent gets those);
+/// - PerfMgt (0x04) Get and Set go to the firmware PMA;
+/// - everything else passes to the client agents.
+pub fn local_agent(mad: &Mad<&[u8]>, slid: u16) -> LocalAgent {
+    let m = mad.method();
+    if m == method::TRAP && slid == 0 {
+        return LocalAgent::Consume;
+    }
+    let c = mad.mgmt_class();
+    if class::is_smp(c) {
+        if mad.attr_id() == attr_id::sm::SM_INFO {
+            return LocalAgent::Pass;
+        }
+        return match m {
+            method::GET | method::SET => LocalAgent::Answer,
+            method::TRAP_REPRESS => LocalAgent::Absorb,
+            _ => LocalAgent::Pass,
+        };
+    }
+    if c == class::PERF_MGMT && matches!(m, method::GET | method::SET) {
+        return LocalAgent::Answer;
+    }
+    LocalAgent::Pass
+}
+
+/// Checks what `process_mad` returned for `request` before it goes on the wire (nothing the
+/// device writes is trusted): a response, of the same class, with the same TID. For a
+/// directed-route SMP the D bit is set, as mlx5's `process_mad` does after MAD_IFC.
+pub fn firmware_answer(request: &[u8; MAD_LEN], answer: [u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
+    let mut answer = answer;
+    let req = Mad::new_checked(&request[..]).ok()?;
+    let mut ans = Mad::new_checked(&mut answer[..]).ok()?;
+    if !ans.is_response() || ans.mgmt_class() != req.mgmt_class() || ans.tid() != req.tid() {
+        return None;
+    }
+    if req.mgmt_class() == class::SUBN_DIRECTED_ROUTE {
+        let s = ans.status();
+        ans.set_status(s | status::DR_DIRECTION);
+    }
+    Some(answer)
+}
+
+/// `generate_unmatched_resp`: a Get or Set that no agent claims is answered with GetResp and
+/// status 0x000C (method/attribute unsupported), the D bit set for directed-route SMPs; the
+/// rest of the MAD (TID, attribute, hop fields, paths) is kept. Anything else gets no answer.
+pub fn unmatched_response(request: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
+    let mut out = *request;
+    let mut h = Mad::new_checked(&mut out[..]).ok()?;
+    if !matches!(h.method(), method::GET | method::SET) {
+        return None;
+    }
+    h.set_method(method::GET_RESP);
+    let st = if h.mgmt_class() == class::SUBN_DIRECTED_ROUTE {
+        status::METHOD_ATTR_UNSUPPORTED | status::DR_DIRECTION
+    } else {
+        status::METHOD_ATTR_UNSUPPORTED
+    };
+    h.set_status(st);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mad(class: u8, method: u8, attr: u16) -> [u8; MAD_LEN] {
+        let mut b = [0u8; MAD_LEN];
+        b[0] = 1;
+        b[1] = class;
+        b[2] = 1;
+        b[3] = method;
+        b[8..16].copy_from_slice(&0x0000_0001_0000_0002u64.to_be_bytes());
+        b[16..18].copy_from_slice(&attr.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn validate_mad_rules() {
+        use SpecialQp::{Gsi, Smi};
+        assert_eq!(validate(Smi, &mad(0x81, 1, 0x11)), Ok(()));
+        assert_eq!(validate(Smi, &mad(0x01, 1, 0x11)), Ok(()));
+        assert_eq!(validate(Gsi, &mad(0x04, 1, 0x12)), Ok(()));
+        assert_eq!(validate(Gsi, &mad(0x81, 1, 0x11)), Err(DropReason::WrongQp));
+        assert_eq!(validate(Smi, &mad(0x03, 1, 0x11)), Err(DropReason::WrongQp));
+        let mut v2 = mad(0x04, 1, 0x12);
+        v2[0] = 2;
+        assert_eq!(validate(Gsi, &v2), Err(DropReason::BadBaseVersion));
+        assert_eq!(
+            validate(Gsi, &mad(0x07, 0x01, 0x10)),
+            Err(DropReason::CmMethod)
+        );
+        assert_eq!(validate(Gsi, &mad(0x07, 0x03, 0x10)), Ok(()));
+        assert_eq!(
+            validate(Gsi, &mad(0x07, 0x01, 0x01)),
+            Ok(()),
+            "CM ClassPortInfo Get"
+        );
+        assert_eq!(validate(Gsi, &[1u8; 10]), Err(DropReason::BadLength));
+    }
+
+    #[test]
+    fn the_port_agent_takes_what_mlx5_process_mad_takes() {
+        let la = |c, m, a, slid| local_agent(&Mad::new_checked(&mad(c, m, a)[..]).unwrap(), slid);
+        assert_eq!(la(0x81, 0x01, 0x11, 0xFFFF), LocalAgent::Answer);
+        assert_eq!(la(0x01, 0x02, 0x15, 5), LocalAgent::Answer);
+        assert_eq!(la(0x81, 0x01, 0x20, 5), LocalAgent::Pass, "SMInfo");
+        assert_eq!(la(0x01, 0x07, 0x02, 5), LocalAgent::Absorb);
+        assert_eq!(la(0x01, 0x05, 0x02, 0), LocalAgent::Consume);
+        assert_eq!(la(0x01, 0x05, 0x02, 3), LocalAgent::Pass);
+        assert_eq!(
+            la(0x01, 0x81, 0x11, 3),
+            LocalAgent::Pass,
+            "responses are not the SMA's"
+        );
+        assert_eq!(la(0x04, 0x01, 0x12, 3), LocalAgent::Answer);
+        assert_eq!(la(0x04, 0x06, 0x12, 3), LocalAgent::Pass);
+        assert_eq!(la(0x03, 0x01, 0x11, 3), LocalAgent::Pass);
+    }
+
+    #[test]
+    fn firmware_answers_are_checked() {
+        let req = mad(0x81, 0x01, 0x11);
+        let mut ans = req;
+        ans[3] = 0x81;
+        let out = firmware_answer(&req, ans).expect("a proper answer");
+        assert_eq!(
+            u16::from_be_bytes([out[4], out[5]]),
+            0x8000,
+            "D bit set for DR"
+        );
+        let mut wrong_tid = ans;
+        wrong_tid[15] ^= 1;
+        assert_eq!(firmware_answer(&req, wrong_tid), None);
+        assert_eq!(firmware_answer(&req, req), None, "not a response");
+        let mut wrong_class = ans;
+        wrong_class[1] = 0x01;
+        assert_eq!(firmware_answer(&req, wrong_class), None);
+    }
+
+    #[test]
+    fn unmatched_get_and_set_get_0x000c() {
+        let out = unmatched_response(&mad(0x04, 0x01, 0x12)).unwrap();
+        assert_eq!(out[3], 0x81);
+        assert_eq!(u16::from_be_bytes([out[4], out[5]]), 0x000C);
+        assert_eq!(out[8..16], mad(0x04, 0x01, 0x12)[8..16], "TID kept");
+        let set = unmatched_response(&mad(0x81, 0x02, 0x15)).unwrap();
+        assert_eq!(set[3], 0x81, "Set is answered with GetResp");
+        assert_eq!(u16::from_be_bytes([set[4], set[5]]), 0x800C, "D bit for DR");
+        assert_eq!(unmatched_response(&mad(0x04, 0x06, 0x12)), None);
+        assert_eq!(unmatched_response(&mad(0x04, 0x81, 0x12)), None);
+    }
+}

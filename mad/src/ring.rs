@@ -1,0 +1,553 @@
+//! The send side of one special QP: a fixed ring of send slots sized from the send queue, the
+//! free slots, the send queue's entries, and the in-order queue of what waits for them.
+//!
+//! A send lives in exactly one place: its agent's flow-control backlog, this ring's queue
+//! (both as a [`Pending`] record that owns its DMA lease), or a slot (which then owns the
+//! lease). It moves from the queue into a slot under the queue lock, so a search that holds
+//! that lock finds it in one place or the other. A slot stays owned from install to DONE; a
+//! send queue entry only from post to completion, as in the kernel, where a send waiting for
+//! its response no longer occupies the send queue. So the work requests posted never exceed
+//! the send queue's depth (a post never fails for room), a port may have more requests
+//! waiting for responses than its send queue holds, and a loopback reply is not starved by
+//! the requests it answers. What cannot go yet (no slot, or no entry) waits in the queue, in
+//! order, and nothing is refused.
+//!
+//! Posting is safe from any thread. Whoever queues a send then drains the queue; one drainer
+//! at a time holds the posting flag (a try-flag nobody waits on), so sends leave the queue and
+//! reach the QP in queue order, and no lock is held while the device is called.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use dma::DmaLease;
+use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
+use mad_wire::header::{HEADER_LEN, MAD_LEN};
+
+use crate::agent::AgentInner;
+use crate::event::SendId;
+use crate::slot_state::SlotState;
+use crate::tid::{TidLayout, WrId};
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A send that has no slot yet. It owns its DMA lease, which already holds the MAD.
+pub(crate) struct Pending {
+    pub(crate) agent: Arc<AgentInner>,
+    pub(crate) id: SendId,
+    pub(crate) lease: DmaLease,
+    /// The MAD's first 24 bytes as given (the TID's upper half is rewritten at install).
+    pub(crate) header: [u8; HEADER_LEN],
+    pub(crate) dest: UdDest,
+    pub(crate) timeout_ms: u32,
+    pub(crate) max_retries: u32,
+    pub(crate) context: u64,
+    /// Counts against its agent's solicited-MAD limit (§1.9).
+    pub(crate) solicited: bool,
+    /// Currently counted in its agent's outstanding solicited sends.
+    pub(crate) fc_counted: bool,
+    /// The MAD is a response (its TID is the requester's and is kept).
+    pub(crate) is_response: bool,
+}
+
+impl Pending {
+    pub(crate) fn class(&self) -> u8 {
+        self.header[1]
+    }
+
+    pub(crate) fn tid(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.header[8..16]);
+        u64::from_be_bytes(b)
+    }
+}
+
+/// What a slot holds while a send is in it. Only the thread that installs the send writes it
+/// (the slot came from the free list); after that, whoever holds the mutex reads it, and the
+/// progress loop takes it out at DONE.
+pub(crate) struct SlotData {
+    pub(crate) generation: u32,
+    pub(crate) p: Pending,
+    /// The TID as sent.
+    pub(crate) tid: u64,
+    pub(crate) retries_used: u32,
+    pub(crate) wr: SendWr,
+    /// Counted in the ring's slots held by requests.
+    pub(crate) request: bool,
+}
+
+/// One send slot.
+pub(crate) struct Slot {
+    pub(crate) state: SlotState,
+    /// The send in the slot (written before the state is published; lets cancel find it
+    /// without locking every slot).
+    pub(crate) send_id: AtomicU64,
+    /// Its agent (same rule).
+    pub(crate) owner: AtomicU32,
+    pub(crate) data: Mutex<Option<SlotData>>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: SlotState::new(),
+            send_id: AtomicU64::new(0),
+            owner: AtomicU32::new(u32::MAX),
+            data: Mutex::new(None),
+        }
+    }
+
+    /// The generation of the active send in the slot if it is `id` (read without a lock:
+    /// state, then id, then state again, so both belong to the same use of the slot).
+    pub(crate) fn active_generation_of(&self, id: SendId) -> Option<u32> {
+        let a = self.state.load();
+        if !a.is_active() || self.send_id.load(Ordering::Acquire) != id.0 {
+            return None;
+        }
+        let b = self.state.load();
+        (b.generation() == a.generation() && b.is_active()).then_some(a.generation())
+    }
+
+    /// The generation of the active send in the slot if its agent is `agent` (same method).
+    pub(crate) fn active_generation_of_agent(&self, agent: u32) -> Option<u32> {
+        let a = self.state.load();
+        if !a.is_active() || self.owner.load(Ordering::Acquire) != agent {
+            return None;
+        }
+        let b = self.state.load();
+        (b.generation() == a.generation() && b.is_active()).then_some(a.generation())
+    }
+}
+
+/// Free slot indexes: a single-producer single-consumer ring. The producer is the progress
+/// loop (which recycles slots, one thread at a time); the consumer is the drainer, which pops
+/// under the queue lock. Each index is in the ring at most once, so it never overflows.
+struct FreeRing {
+    buf: Box<[AtomicU32]>,
+    head: AtomicUsize,
+    tail: AtomicUsize,
+}
+
+impl FreeRing {
+    fn full(n: u32) -> FreeRing {
+        FreeRing {
+            buf: (0..n).map(AtomicU32::new).collect(),
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(n as usize),
+        }
+    }
+
+    fn push(&self, index: u32) {
+        let t = self.tail.load(Ordering::Relaxed);
+        self.buf[t % self.buf.len()].store(index, Ordering::Relaxed);
+        self.tail.store(t.wrapping_add(1), Ordering::SeqCst);
+    }
+
+    fn pop(&self) -> Option<u32> {
+        let h = self.head.load(Ordering::Relaxed);
+        if h == self.tail.load(Ordering::SeqCst) {
+            return None;
+        }
+        let v = self.buf[h % self.buf.len()].load(Ordering::Relaxed);
+        self.head.store(h.wrapping_add(1), Ordering::Release);
+        Some(v)
+    }
+
+    fn len(&self) -> usize {
+        let t = self.tail.load(Ordering::SeqCst);
+        let h = self.head.load(Ordering::Acquire);
+        t.wrapping_sub(h)
+    }
+}
+
+/// What waits in a ring's queue, in order.
+pub(crate) enum Job {
+    /// A new send: needs a slot and a send queue entry.
+    New(Pending),
+    /// A retry of the send in slot `index` (SEND_START on the QP, or canceled since): needs a
+    /// send queue entry. `on_fail` is the status its completion gets if the device refuses it.
+    Repost {
+        index: u32,
+        generation: u32,
+        on_fail: WcStatus,
+    },
+}
+
+/// What the drainer does with the head of the queue.
+pub(crate) enum Drained {
+    /// Post it (a send queue entry is taken for it).
+    Post {
+        wr: SendWr,
+        agent: Arc<AgentInner>,
+        on_fail: WcStatus,
+    },
+    /// A retry canceled while it waited: complete it in software (no entry was taken).
+    Skip(u64),
+    /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
+    /// queued retries, which hold no entry).
+    Fail(Vec<Pending>, Vec<u64>),
+}
+
+/// The queue of a ring: requests (new sends with a response timeout) apart from the rest, each
+/// job numbered in arrival order.
+#[derive(Default)]
+pub(crate) struct Queues {
+    next_seq: u64,
+    requests: VecDeque<(u64, Job)>,
+    others: VecDeque<(u64, Job)>,
+}
+
+impl Queues {
+    fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.others.is_empty()
+    }
+
+    /// Every queued job, in no particular order.
+    pub(crate) fn jobs_mut(&mut self) -> impl Iterator<Item = &mut Job> {
+        self.requests
+            .iter_mut()
+            .chain(self.others.iter_mut())
+            .map(|(_, j)| j)
+    }
+}
+
+/// The send side of one special QP.
+pub(crate) struct SendRing {
+    pub(crate) qp: SpecialQp,
+    pub(crate) slots: Box<[Slot]>,
+    pub(crate) layout: TidLayout,
+    /// Send queue depth: at most this many work requests are posted at once.
+    pub(crate) depth: u32,
+    /// Send queue entries not taken.
+    credits: AtomicU32,
+    /// The most slots requests may hold (the rest are kept for sends that await no response,
+    /// such as the answers to loopback requests, which would otherwise wait for slots held by
+    /// the very requests they answer).
+    pub(crate) request_limit: u32,
+    requests_held: AtomicU32,
+    free: FreeRing,
+    queue: Mutex<Queues>,
+    queued: AtomicUsize,
+    posting: AtomicBool,
+    /// Bumped whenever a drain could newly make progress (a job queued, a slot or an entry
+    /// freed), so that a drainer that is finishing does not miss it.
+    kicks: AtomicU64,
+}
+
+impl SendRing {
+    /// A ring of `slots` slots (at least 1) on `qp` whose send queue holds `depth` work
+    /// requests (at least 1).
+    pub(crate) fn new(qp: SpecialQp, slots: u32, depth: u32) -> SendRing {
+        let slots = slots.max(1);
+        let depth = depth.max(1);
+        SendRing {
+            qp,
+            slots: (0..slots).map(|_| Slot::new()).collect(),
+            layout: TidLayout::new(qp, slots),
+            depth,
+            credits: AtomicU32::new(depth),
+            request_limit: (slots - depth.min(slots / 2)).max(1),
+            requests_held: AtomicU32::new(0),
+            free: FreeRing::full(slots),
+            queue: Mutex::new(Queues::default()),
+            queued: AtomicUsize::new(0),
+            posting: AtomicBool::new(false),
+            kicks: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn slot_count(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Work requests posted and not completed.
+    pub(crate) fn posted(&self) -> u32 {
+        self.depth - self.credits.load(Ordering::SeqCst)
+    }
+
+    fn kick(&self) {
+        self.kicks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queues> {
+        lock(&self.queue)
+    }
+
+    /// Slots holding requests.
+    pub(crate) fn requests_held(&self) -> u32 {
+        self.requests_held.load(Ordering::SeqCst)
+    }
+
+    /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
+    /// for a slot or an entry (for the overflow counter).
+    pub(crate) fn enqueue(&self, job: Job) -> bool {
+        let waits = {
+            let mut q = self.lock_queue();
+            let waits = !q.is_empty()
+                || self.credits.load(Ordering::SeqCst) == 0
+                || (matches!(job, Job::New(_)) && self.free.len() == 0);
+            let seq = q.next_seq;
+            q.next_seq += 1;
+            if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
+                q.requests.push_back((seq, job));
+            } else {
+                q.others.push_back((seq, job));
+            }
+            waits
+        };
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.kick();
+        waits
+    }
+
+    /// Remove the new sends matching `pred` from the queue; the caller holds the queue lock
+    /// (from [`SendRing::lock_queue`]).
+    pub(crate) fn remove_locked(
+        &self,
+        q: &mut Queues,
+        pred: impl Fn(&Pending) -> bool,
+    ) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for list in [&mut q.requests, &mut q.others] {
+            let mut i = 0;
+            while i < list.len() {
+                if matches!(&list[i].1, Job::New(p) if pred(p)) {
+                    if let Some((_, Job::New(p))) = list.remove(i) {
+                        out.push(p);
+                        self.queued.fetch_sub(1, Ordering::SeqCst);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// A send queue entry came back (its work request completed).
+    pub(crate) fn give_credit(&self) {
+        let before = self.credits.fetch_add(1, Ordering::SeqCst);
+        debug_assert!(before < self.depth, "more entries returned than taken");
+        self.kick();
+    }
+
+    fn take_credit(&self) -> bool {
+        self.credits
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Take the posting flag; `None` if another thread is draining, else the kick count to
+    /// hand back to [`SendRing::end_drain`].
+    pub(crate) fn try_begin_drain(&self) -> Option<u64> {
+        if self.posting.swap(true, Ordering::SeqCst) {
+            None
+        } else {
+            Some(self.kicks.load(Ordering::SeqCst))
+        }
+    }
+
+    /// Give the posting flag back; true if something happened meanwhile that the drainer may
+    /// have missed, so it should try again.
+    pub(crate) fn end_drain(&self, seen: u64) -> bool {
+        self.posting.store(false, Ordering::SeqCst);
+        self.kicks.load(Ordering::SeqCst) != seen
+    }
+
+    /// With the posting flag held: the oldest queued job that can go now (a slot and an entry
+    /// for a new send, and for a request a slot under the request limit; an entry for a
+    /// retry). A request held by the request limit lets younger sends that await no
+    /// response go first; otherwise jobs go in arrival order.
+    pub(crate) fn next(&self, dead: bool) -> Option<Drained> {
+        let mut q = self.lock_queue();
+        if dead {
+            if q.is_empty() {
+                return None;
+            }
+            let mut news = Vec::new();
+            let mut reposts = Vec::new();
+            let q = &mut *q;
+            let all: Vec<(u64, Job)> = q.requests.drain(..).chain(q.others.drain(..)).collect();
+            for (_, job) in all {
+                match job {
+                    Job::New(p) => news.push(p),
+                    Job::Repost {
+                        index, generation, ..
+                    } => reposts.push(self.wr_id(index, generation)),
+                }
+            }
+            self.queued
+                .fetch_sub(news.len() + reposts.len(), Ordering::SeqCst);
+            return Some(Drained::Fail(news, reposts));
+        }
+        let req_seq = q.requests.front().map(|(s, _)| *s);
+        let oth_seq = q.others.front().map(|(s, _)| *s);
+        let order = match (req_seq, oth_seq) {
+            (None, None) => return None,
+            (Some(r), Some(o)) if r < o => [true, false],
+            (Some(_), None) => [true, false],
+            _ => [false, true],
+        };
+        for from_requests in order {
+            let list = if from_requests {
+                &mut q.requests
+            } else {
+                &mut q.others
+            };
+            let Some((_, head)) = list.front() else {
+                continue;
+            };
+            let out = match head {
+                Job::New(_) => {
+                    if from_requests && self.requests_held() >= self.request_limit {
+                        // Over the request limit: the other queue may go.
+                        continue;
+                    }
+                    if self.free.len() == 0 || !self.take_credit() {
+                        return None;
+                    }
+                    let index = self
+                        .free
+                        .pop()
+                        .expect("a free slot (only the drainer pops)");
+                    let Some((_, Job::New(p))) = list.pop_front() else {
+                        unreachable!("the head is a new send")
+                    };
+                    self.install(index, p, from_requests)
+                }
+                &Job::Repost {
+                    index,
+                    generation,
+                    on_fail,
+                } => {
+                    let slot = &self.slots[index as usize];
+                    let w = slot.state.load();
+                    let current = w.generation() == generation && w.on_qp();
+                    if !current || w.state() == crate::slot_state::SendState::Canceled {
+                        list.pop_front();
+                        Drained::Skip(self.wr_id(index, generation))
+                    } else if !self.take_credit() {
+                        return None;
+                    } else {
+                        list.pop_front();
+                        let post = lock(&slot.data)
+                            .as_ref()
+                            .filter(|d| d.generation == generation)
+                            .map(|d| Drained::Post {
+                                wr: d.wr,
+                                agent: Arc::clone(&d.p.agent),
+                                on_fail,
+                            });
+                        post.unwrap_or_else(|| {
+                            self.give_credit();
+                            Drained::Skip(self.wr_id(index, generation))
+                        })
+                    }
+                }
+            };
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Some(out);
+        }
+        None
+    }
+
+    pub(crate) fn wr_id(&self, index: u32, generation: u32) -> u64 {
+        WrId::Send {
+            qp: self.qp,
+            index,
+            generation,
+        }
+        .encode()
+    }
+
+    /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
+    /// TID's upper half for a request (in the DMA buffer and the kept header), build the work
+    /// request. Called with the queue lock held.
+    fn install(&self, index: u32, mut p: Pending, request: bool) -> Drained {
+        let slot = &self.slots[index as usize];
+        let generation = slot.state.load().generation();
+        let tid = if p.is_response {
+            p.tid()
+        } else {
+            let tid = self.layout.rewrite(p.tid(), index, generation);
+            p.header[8..16].copy_from_slice(&tid.to_be_bytes());
+            if let Err(e) = p.lease.write_u32_be(8, (tid >> 32) as u32) {
+                // The lease is MAD_LEN bytes; offset 8 is always inside it.
+                tracing::error!("writing the TID into a send buffer: {e}");
+            }
+            tid
+        };
+        let wr = SendWr {
+            wr_id: self.wr_id(index, generation),
+            sge: Sge {
+                iova: p.lease.iova(),
+                len: MAD_LEN as u32,
+            },
+            dest: p.dest,
+        };
+        let agent = Arc::clone(&p.agent);
+        slot.send_id.store(p.id.0, Ordering::Release);
+        slot.owner.store(agent.id.0, Ordering::Release);
+        if request {
+            self.requests_held.fetch_add(1, Ordering::SeqCst);
+        }
+        *lock(&slot.data) = Some(SlotData {
+            generation,
+            p,
+            tid,
+            retries_used: 0,
+            wr,
+            request,
+        });
+        let published = slot.state.install(generation);
+        debug_assert!(published, "a slot from the free list is free");
+        if !published {
+            tracing::error!(index, "send slot from the free list was not free");
+        }
+        Drained::Post {
+            wr,
+            agent,
+            on_fail: WcStatus::LocQpOpErr,
+        }
+    }
+
+    /// Give slot `index` back to the free list (the progress loop, after `recycle`);
+    /// `request`: it held a request.
+    pub(crate) fn release(&self, index: u32, request: bool) {
+        if request {
+            self.requests_held.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.free.push(index);
+        self.kick();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ring_hands_out_each_index_once() {
+        let f = FreeRing::full(4);
+        assert_eq!(f.len(), 4);
+        let got: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
+        assert_eq!(got, vec![0, 1, 2, 3]);
+        assert_eq!(f.pop(), None);
+        f.push(2);
+        f.push(0);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f.pop(), Some(2));
+        f.push(3);
+        f.push(1);
+        f.push(2);
+        assert_eq!(f.len(), 4);
+        let got: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
+        assert_eq!(got, vec![0, 3, 1, 2]);
+    }
+}

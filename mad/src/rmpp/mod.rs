@@ -1,0 +1,1113 @@
+//! RMPP (reference/mad-stack.md §2.9; the kernel's `mad_rmpp.c`): messages larger than one MAD
+//! for the RMPP-capable classes (SA, DevMgt, DevAdm, BIS, vendor range 2), for agents
+//! registered with RMPP version 1. It sits between such an agent and the port's send ring.
+//!
+//! - **Sending.** A send whose RMPP header has the Active flag set (any length from the class
+//!   header up) is one transfer: cut into DATA segments ([`segment`]), posted one at a time in
+//!   the receiver's window, ACKs awaited, lost segments resent on the ACK timeout, STOP and
+//!   ABORT honoured ([`sender`]). Each segment is a send of the port's RMPP agent with a DMA
+//!   lease of its own, released at its completion; the client's send has exactly one
+//!   completion, reported after its last segment left the QP. A request sent with RMPP gets a
+//!   TID the ring never uses (the QP0 pattern on QP1), so its ACKs and response find it here.
+//! - **Receiving.** DATA segments for such an agent are reassembled ([`receiver`]), ACKed at
+//!   each window's end, and the whole message is delivered once, as one receive (with
+//!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
+//!   response through the port's response matching (it finishes the request it answers). A
+//!   transfer that stalls for 40 s is aborted (ABORT, status T2L); a completed one is
+//!   remembered for 10 s to acknowledge late duplicates.
+//! - **Agents without RMPP** get segments as they come (the kernel's user RMPP): requests by
+//!   registration, and response segments that match no waiting send delivered to the agent
+//!   whose send the TID names.
+
+pub mod receiver;
+pub mod segment;
+pub mod sender;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dma::Access;
+use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad, is_response};
+use mad_wire::rmpp::{Rmpp as RmppView, flags, rmpp_status, rmpp_type};
+use mad_wire::{class, method, vendor};
+
+use crate::addr::{RecvAddr, same_address};
+use crate::agent::{AgentInner, AgentSpec};
+use crate::counters::bump;
+use crate::error::MadError;
+use crate::event::{AgentId, Event, EventQueue, RecvMad, SendCompletion, SendId, SendRef};
+use crate::port::{Port, PortShared, ProgressState, qpi};
+use crate::ring::{Pending, lock};
+
+use receiver::{MAX_SEGMENTS, Receiver, RecvStep};
+use segment::Layout;
+use sender::{Reply, Sender, Step, Wait};
+
+/// How long a reassembly may wait for its next segment before it is aborted with T2L (the
+/// kernel's 40 s "until we can find the packet lifetimes").
+pub const REASSEMBLY_TIMEOUT: Duration = Duration::from_secs(40);
+/// How long a completed reassembly is kept to acknowledge duplicates (the kernel's 10 s).
+pub const CLEANUP_DELAY: Duration = Duration::from_secs(10);
+
+/// The agent ID of the port's RMPP agent (never given to a client).
+const RMPP_AGENT: AgentId = AgentId(u32::MAX - 1);
+/// Bit 23 of the TID's upper half: the ring's QP1 bit. Clear in the TIDs of RMPP requests, so
+/// the ring (whose QP1 TIDs all have it) never takes their responses for its own.
+const RING_QP1_BIT: u32 = 1 << 23;
+
+/// What RMPP on a port has done since it was opened ([`Port::rmpp_counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RmppCounters {
+    /// Transfers sent (clients' RMPP-active sends accepted).
+    pub transfers_sent: u64,
+    /// DATA segments posted, first sends and resends.
+    pub segments_sent: u64,
+    /// Segments posted again (after an ACK timeout, the go-back resend of the unacknowledged
+    /// ones).
+    pub segments_resent: u64,
+    /// ACKs received for transfers sent.
+    pub acks_received: u64,
+    /// Transfers sent that ended with the receiver's STOP or ABORT.
+    pub remote_aborts: u64,
+    /// Transfers received whole and delivered.
+    pub transfers_received: u64,
+    /// DATA segments taken into a reassembly (duplicates and late copies included).
+    pub segments_received: u64,
+    /// DATA segments dropped (duplicate, beyond the window, for no transfer).
+    pub segments_dropped: u64,
+    /// ACKs sent.
+    pub acks_sent: u64,
+    /// ABORTs and STOPs sent (bad segments, bad ACKs, reassembly timeouts).
+    pub aborts_sent: u64,
+    /// Reassemblies aborted after [`REASSEMBLY_TIMEOUT`] (ABORT with T2L).
+    pub reassembly_timeouts: u64,
+    /// Segments of agents without RMPP delivered as they came.
+    pub raw_delivered: u64,
+}
+
+#[derive(Default)]
+struct Cells {
+    transfers_sent: AtomicU64,
+    segments_sent: AtomicU64,
+    segments_resent: AtomicU64,
+    acks_received: AtomicU64,
+    remote_aborts: AtomicU64,
+    transfers_received: AtomicU64,
+    segments_received: AtomicU64,
+    segments_dropped: AtomicU64,
+    acks_sent: AtomicU64,
+    aborts_sent: AtomicU64,
+    reassembly_timeouts: AtomicU64,
+    raw_delivered: AtomicU64,
+}
+
+impl Cells {
+    fn snapshot(&self) -> RmppCounters {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RmppCounters {
+            transfers_sent: g(&self.transfers_sent),
+            segments_sent: g(&self.segments_sent),
+            segments_resent: g(&self.segments_resent),
+            acks_received: g(&self.acks_received),
+            remote_aborts: g(&self.remote_aborts),
+            transfers_received: g(&self.transfers_received),
+            segments_received: g(&self.segments_received),
+            segments_dropped: g(&self.segments_dropped),
+            acks_sent: g(&self.acks_sent),
+            aborts_sent: g(&self.aborts_sent),
+            reassembly_timeouts: g(&self.reassembly_timeouts),
+            raw_delivered: g(&self.raw_delivered),
+        }
+    }
+}
+
+/// One transfer being sent.
+struct Transfer {
+    agent: Arc<AgentInner>,
+    id: SendId,
+    context: u64,
+    dest: UdDest,
+    mgmt_class: u8,
+    tid: u64,
+    is_response: bool,
+    /// The message with the TID and RMPP fields it is sent with.
+    message: Vec<u8>,
+    layout: Layout,
+    sender: Sender,
+    timeout_ms: u32,
+    deadline: Option<Duration>,
+    /// The send of the segment on the QP.
+    in_flight: Option<SendId>,
+    /// The highest segment posted so far (a lower one posted again is a resend).
+    max_posted: u32,
+}
+
+impl Transfer {
+    fn completion(&self, status: WcStatus, vendor_err: u32) -> SendCompletion {
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&self.message[..HEADER_LEN]);
+        SendCompletion {
+            agent: self.agent.id,
+            id: self.id,
+            context: self.context,
+            status,
+            vendor_err,
+            retries: self.sender.retries_used,
+            tid: self.tid,
+            header,
+        }
+    }
+}
+
+/// What identifies a transfer being received (`find_rmpp_recv`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    agent: AgentId,
+    tid: u64,
+    src_qp: u32,
+    slid: u16,
+    mgmt_class: u8,
+    class_version: u8,
+    method: u8,
+}
+
+impl Key {
+    fn of(agent: AgentId, mad: &[u8; MAD_LEN], addr: &RecvAddr) -> Key {
+        let h = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        Key {
+            agent,
+            tid: h.tid(),
+            src_qp: addr.src_qp,
+            slid: addr.slid,
+            mgmt_class: h.mgmt_class(),
+            class_version: h.class_version(),
+            method: h.method(),
+        }
+    }
+}
+
+/// One transfer being received.
+struct Reassembly {
+    agent: Arc<AgentInner>,
+    key: Key,
+    receiver: Receiver,
+    /// The first segment (its header makes the ABORT of a timeout) and where it came from.
+    first: Box<[u8; MAD_LEN]>,
+    addr: RecvAddr,
+    /// The transfer is aborted at this time while active, forgotten once complete.
+    deadline: Duration,
+}
+
+#[derive(Default)]
+struct Table {
+    sends: Vec<Transfer>,
+    recvs: Vec<Reassembly>,
+}
+
+/// What to do once the table's lock is released.
+enum Action {
+    /// Post a segment (its send ID is the transfer's `in_flight`).
+    Segment {
+        seg_id: SendId,
+        context: u64,
+        mad: Box<[u8; MAD_LEN]>,
+        dest: UdDest,
+    },
+    /// Send an ACK, STOP or ABORT.
+    Control {
+        mad: Box<[u8; MAD_LEN]>,
+        dest: UdDest,
+    },
+    /// Report a client's send's one completion.
+    Complete {
+        agent: Arc<AgentInner>,
+        completion: SendCompletion,
+    },
+    /// Deliver a received message.
+    Deliver {
+        agent: Arc<AgentInner>,
+        recv: Box<RecvMad>,
+    },
+    /// A reassembled response to a send of the ring: through response matching.
+    Match {
+        first: Box<[u8; MAD_LEN]>,
+        addr: RecvAddr,
+        message: Vec<u8>,
+    },
+}
+
+/// RMPP on one port.
+pub(crate) struct Rmpp {
+    /// The agent the segments, ACKs and ABORTs are sent by; their completions come back in
+    /// its queue.
+    agent: Arc<AgentInner>,
+    table: Mutex<Table>,
+    cells: Cells,
+    next_tid: AtomicU32,
+    /// Receive window in segments: an eighth of the receive queue, as the kernel's
+    /// `window_size`.
+    window: u32,
+}
+
+impl Rmpp {
+    /// RMPP for a port whose QP1 receive queue holds `recv_depth` buffers.
+    pub(crate) fn new(recv_depth: u32) -> Rmpp {
+        let events = EventQueue::shared();
+        Rmpp {
+            agent: Arc::new(AgentInner::new(
+                RMPP_AGENT,
+                &AgentSpec::send_only(SpecialQp::Gsi),
+                Some(events),
+                0,
+            )),
+            table: Mutex::new(Table::default()),
+            cells: Cells::default(),
+            next_tid: AtomicU32::new(1),
+            window: (recv_depth >> 3).max(1),
+        }
+    }
+
+    /// Sends of the RMPP agent not yet completed (segments and control MADs on the QP).
+    pub(crate) fn outstanding(&self) -> usize {
+        self.agent.outstanding.load(Ordering::SeqCst)
+    }
+
+    /// The earliest timer.
+    pub(crate) fn next_deadline(&self) -> Option<Duration> {
+        let t = lock(&self.table);
+        let sends = t.sends.iter().filter_map(|x| x.deadline);
+        let recvs = t.recvs.iter().map(|r| r.deadline);
+        sends.chain(recvs).min()
+    }
+
+    fn events(&self) -> &EventQueue {
+        self.agent
+            .events
+            .as_ref()
+            .expect("the RMPP agent has a queue")
+    }
+}
+
+impl Port {
+    /// What RMPP on this port has done: transfers, segments, ACKs, aborts.
+    pub fn rmpp_counters(&self) -> RmppCounters {
+        self.shared.rmpp.cells.snapshot()
+    }
+}
+
+fn rmpp_flags(mad: &[u8]) -> u8 {
+    RmppView::new_checked(mad).map_or(0, |r| r.flags())
+}
+
+/// A control MAD (ACK, STOP, ABORT) made from the header of `recv` (`hdr_len` bytes, the rest
+/// zero): the method's response bit flipped, Active set, and the given fields.
+fn control(
+    recv: &[u8; MAD_LEN],
+    kind: u8,
+    status: u8,
+    seg: u32,
+    newwin: u32,
+) -> Box<[u8; MAD_LEN]> {
+    let hdr_len = class::data_offset(recv[1]);
+    let mut m = Box::new([0u8; MAD_LEN]);
+    m[..hdr_len].copy_from_slice(&recv[..hdr_len]);
+    m[3] ^= method::RESPONSE;
+    let mut r = RmppView::new_checked(&mut m[..]).expect("a MAD holds an RMPP header");
+    if kind != rmpp_type::ACK {
+        r.set_rmpp_version(mad_wire::rmpp::VERSION);
+    }
+    r.set_rmpp_type(kind);
+    r.set_flags(flags::ACTIVE);
+    r.set_rmpp_status(status);
+    r.set_segment_number(seg);
+    r.set_paylen_newwin(newwin);
+    m
+}
+
+impl PortShared {
+    /// `Agent::send`'s hook for RMPP: an RMPP-active send of an agent registered with RMPP is
+    /// taken as a transfer. `Ok(None)`: not RMPP's (a single MAD).
+    pub(crate) fn rmpp_send(
+        &self,
+        agent: &Arc<AgentInner>,
+        mad: &[u8],
+        dest: UdDest,
+        timeout_ms: u32,
+        retries: u32,
+        context: u64,
+    ) -> Result<Option<SendId>, MadError> {
+        if agent.rmpp_version == 0 {
+            return Ok(None);
+        }
+        let mgmt_class = mad[1];
+        if !class::is_rmpp_capable(mgmt_class) {
+            return Err(MadError::RmppClass { class: mgmt_class });
+        }
+        if rmpp_flags(mad) & flags::ACTIVE == 0 {
+            return Ok(None);
+        }
+        let need = class::data_offset(mgmt_class);
+        let layout = Layout::new(mgmt_class, mad.len()).ok_or(MadError::RmppTooShort {
+            len: mad.len(),
+            need,
+        })?;
+        let mut message = mad.to_vec();
+        let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+        let response = is_response(mgmt_class, mad[3], attr_mod);
+        let mut tid = Mad::new_checked(&message[..]).expect("checked").tid();
+        if !response {
+            let hi = self.rmpp.next_tid.fetch_add(1, Ordering::Relaxed) & (RING_QP1_BIT - 1);
+            tid = (u64::from(hi) << 32) | (tid & 0xFFFF_FFFF);
+        }
+        {
+            let mut h = Mad::new_checked(&mut message[..]).expect("checked");
+            h.set_tid(tid);
+            let mut r = RmppView::new_checked(&mut message[..]).expect("checked");
+            r.set_rmpp_version(agent.rmpp_version);
+            r.set_rmpp_type(rmpp_type::DATA);
+        }
+        // Counted before the closing check, as `Agent::send` does.
+        agent.outstanding.fetch_add(1, Ordering::SeqCst);
+        if agent.closing.load(Ordering::SeqCst) {
+            agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            self.notify_all();
+            return Err(MadError::AgentClosed);
+        }
+        let id = self.next_send_id();
+        bump(&agent.cells.sends);
+        bump(&self.cells.sends);
+        bump(&self.rmpp.cells.transfers_sent);
+        let mut x = Transfer {
+            agent: Arc::clone(agent),
+            id,
+            context,
+            dest,
+            mgmt_class,
+            tid,
+            is_response: response,
+            message,
+            layout,
+            sender: Sender::new(layout.seg_count, timeout_ms, retries),
+            timeout_ms,
+            deadline: None,
+            in_flight: None,
+            max_posted: 0,
+        };
+        let mut actions = Vec::new();
+        let step = x.sender.start();
+        self.rmpp_step(&mut x, step, &mut actions);
+        lock(&self.rmpp.table).sends.push(x);
+        self.rmpp_run(None, actions);
+        Ok(Some(id))
+    }
+
+    /// Carry out `step` of transfer `x`.
+    fn rmpp_step(&self, x: &mut Transfer, step: Step, actions: &mut Vec<Action>) {
+        match step {
+            Step::Nothing => {}
+            Step::Post(n) => {
+                if n <= x.max_posted {
+                    bump(&self.rmpp.cells.segments_resent);
+                }
+                x.max_posted = x.max_posted.max(n);
+                let mut mad = Box::new([0u8; MAD_LEN]);
+                x.layout.segment(&x.message, n, &mut mad);
+                let seg_id = self.next_send_id();
+                x.in_flight = Some(seg_id);
+                x.deadline = None;
+                actions.push(Action::Segment {
+                    seg_id,
+                    context: x.id.0,
+                    mad,
+                    dest: x.dest,
+                });
+            }
+            Step::ArmAck => {
+                x.deadline = Some(self.hca.now() + Sender::ack_timeout(x.timeout_ms));
+            }
+            Step::ArmResponse => {
+                x.deadline = Some(self.hca.now() + Duration::from_millis(u64::from(x.timeout_ms)));
+            }
+            Step::Finish(status, vendor_err) => {
+                x.deadline = None;
+                if status == WcStatus::RemAbortErr {
+                    bump(&self.rmpp.cells.remote_aborts);
+                }
+                actions.push(Action::Complete {
+                    agent: Arc::clone(&x.agent),
+                    completion: x.completion(status, vendor_err),
+                });
+            }
+        }
+    }
+
+    /// Do what the table's handlers decided, without its lock. `st` is there when called from
+    /// the progress loop (needed to match a reassembled response).
+    fn rmpp_run(&self, mut st: Option<&mut ProgressState>, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Segment {
+                    seg_id,
+                    context,
+                    mad,
+                    dest,
+                } => {
+                    bump(&self.rmpp.cells.segments_sent);
+                    self.rmpp_post(&mad, dest, seg_id, context);
+                }
+                Action::Control { mad, dest } => {
+                    let id = self.next_send_id();
+                    self.rmpp_post(&mad, dest, id, 0);
+                }
+                Action::Complete { agent, completion } => {
+                    self.cells.completed(completion.status);
+                    agent.cells.completed(completion.status);
+                    agent.deliver(Event::Send(completion), self);
+                    agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+                    self.notify_all();
+                }
+                Action::Deliver { agent, recv } => {
+                    if recv.response_to.is_some() {
+                        bump(&self.cells.responses);
+                        bump(&agent.cells.responses);
+                    } else {
+                        bump(&self.cells.unsolicited);
+                        bump(&agent.cells.unsolicited);
+                    }
+                    agent.deliver(Event::Recv(recv), self);
+                }
+                Action::Match {
+                    first,
+                    addr,
+                    message,
+                } => {
+                    if let Some(st) = st.as_deref_mut() {
+                        let len = message.len();
+                        self.on_response(st, SpecialQp::Gsi, &first, len, addr, Some(message));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Post one MAD of the RMPP agent (a segment with `context` = its transfer, or a control
+    /// MAD with context 0). A buffer that cannot be had completes it at once with
+    /// GENERAL_ERR, which fails a segment's transfer.
+    fn rmpp_post(&self, mad: &[u8; MAD_LEN], dest: UdDest, id: SendId, context: u64) {
+        let agent = &self.rmpp.agent;
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&mad[..HEADER_LEN]);
+        let lease = self
+            .hca
+            .dma()
+            .lease(MAD_LEN, 64, Access::Read)
+            .map_err(MadError::from)
+            .and_then(|l| l.write(0, mad).map(|()| l).map_err(MadError::from));
+        agent.outstanding.fetch_add(1, Ordering::SeqCst);
+        bump(&self.cells.sends);
+        match lease {
+            Ok(lease) => self.enqueue(Pending {
+                agent: Arc::clone(agent),
+                id,
+                lease,
+                header,
+                dest,
+                timeout_ms: 0,
+                max_retries: 0,
+                context,
+                solicited: false,
+                fc_counted: false,
+                // The TID is the transfer's: kept as it is, like a response's.
+                is_response: true,
+            }),
+            Err(e) => {
+                tracing::warn!(port = self.port_num, "no buffer for an RMPP segment: {e}");
+                self.cells.completed(WcStatus::GeneralErr);
+                agent.deliver(
+                    Event::Send(SendCompletion {
+                        agent: agent.id,
+                        id,
+                        context,
+                        status: WcStatus::GeneralErr,
+                        vendor_err: 0,
+                        retries: 0,
+                        tid: 0,
+                        header,
+                    }),
+                    self,
+                );
+                agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The progress loop's hook: segment completions, then expired timers. Returns the work
+    /// done.
+    pub(crate) fn rmpp_pass(&self, st: &mut ProgressState) -> usize {
+        let mut events = Vec::new();
+        self.rmpp.events().drain_into(&mut events);
+        let now = self.hca.now();
+        let mut actions = Vec::new();
+        let mut work = events.len();
+        {
+            let mut t = lock(&self.rmpp.table);
+            if events.is_empty() && t.sends.is_empty() && t.recvs.is_empty() {
+                return 0;
+            }
+            for ev in events {
+                let Event::Send(c) = ev else { continue };
+                if c.context == 0 {
+                    continue;
+                }
+                let Some(x) = t
+                    .sends
+                    .iter_mut()
+                    .find(|x| x.id.0 == c.context && x.in_flight == Some(c.id))
+                else {
+                    continue;
+                };
+                x.in_flight = None;
+                let step = x.sender.on_send_completion(c.status, c.vendor_err);
+                self.rmpp_step(x, step, &mut actions);
+            }
+            for x in &mut t.sends {
+                if x.deadline.is_some_and(|d| d <= now) {
+                    x.deadline = None;
+                    work += 1;
+                    let step = x.sender.on_timeout();
+                    self.rmpp_step(x, step, &mut actions);
+                }
+            }
+            t.sends
+                .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            let mut expired = Vec::new();
+            t.recvs.retain(|r| {
+                if r.deadline > now {
+                    return true;
+                }
+                if !r.receiver.complete {
+                    expired.push((r.first.clone(), r.addr));
+                }
+                false
+            });
+            for (first, addr) in expired {
+                work += 1;
+                bump(&self.rmpp.cells.reassembly_timeouts);
+                bump(&self.rmpp.cells.aborts_sent);
+                actions.push(Action::Control {
+                    mad: control(&first, rmpp_type::ABORT, rmpp_status::T2L, 0, 0),
+                    dest: addr.reply_dest(),
+                });
+            }
+        }
+        self.rmpp_run(Some(st), actions);
+        work
+    }
+
+    /// `on_mad`'s hook: a MAD of an RMPP-capable class on QP1 that RMPP takes (segments, ACKs,
+    /// STOPs and ABORTs of agents registered with RMPP; responses to RMPP requests; response
+    /// segments delivered raw to agents without RMPP). Returns whether it was taken.
+    pub(crate) fn rmpp_receive(
+        &self,
+        st: &mut ProgressState,
+        qp: SpecialQp,
+        mad: &[u8; MAD_LEN],
+        len: usize,
+        addr: &RecvAddr,
+    ) -> bool {
+        let mgmt_class = mad[1];
+        if qp != SpecialQp::Gsi || !class::is_rmpp_capable(mgmt_class) {
+            return false;
+        }
+        let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        let response = hdr.is_response();
+        let tid = hdr.tid();
+        let active = len >= mad_wire::rmpp::RMPP_HEADER_END && rmpp_flags(mad) & flags::ACTIVE != 0;
+        let mut actions = Vec::new();
+        // Responses (and ACKs) to a request sent with RMPP carry a TID of this module's.
+        if response && ((tid >> 32) as u32) & RING_QP1_BIT == 0 {
+            let agent = {
+                let t = lock(&self.rmpp.table);
+                t.sends
+                    .iter()
+                    .find(|x| x.tid == tid && !x.is_response && x.mgmt_class == mgmt_class)
+                    .map(|x| Arc::clone(&x.agent))
+            };
+            let Some(agent) = agent else { return false };
+            if active {
+                self.rmpp_active(st, &agent, mad, addr, &mut actions);
+            } else {
+                self.rmpp_response(st, &agent, tid, mad, len, *addr, None, &mut actions);
+            }
+            self.rmpp_run(Some(st), actions);
+            return true;
+        }
+        if !active {
+            return false;
+        }
+        let (agent, waiting) = if response {
+            match self.tid_owner(st, tid) {
+                Some(o) => o,
+                None => return false,
+            }
+        } else {
+            let oui = if class::is_vendor_range2(mgmt_class) {
+                vendor::VendorMad::new_checked(&mad[..]).map_or(0, |v| v.oui())
+            } else {
+                0
+            };
+            match self
+                .agents_read()
+                .lookup(hdr.class_version(), mgmt_class, hdr.method(), oui)
+            {
+                Some(a) => (a, false),
+                None => return false,
+            }
+        };
+        if agent.rmpp_version == 0 {
+            // User RMPP: segments as they come. A response segment that still finds its send
+            // waiting goes through matching (which finishes the send); the rest straight to
+            // the agent, as the kernel's "user rmpp is in effect" case.
+            if !response || waiting {
+                return false;
+            }
+            bump(&self.rmpp.cells.raw_delivered);
+            actions.push(Action::Deliver {
+                recv: Box::new(RecvMad {
+                    agent: agent.id,
+                    mad: *mad,
+                    len,
+                    addr: *addr,
+                    response_to: None,
+                    rmpp: None,
+                }),
+                agent,
+            });
+            self.rmpp_run(Some(st), actions);
+            return true;
+        }
+        self.rmpp_active(st, &agent, mad, addr, &mut actions);
+        self.rmpp_run(Some(st), actions);
+        true
+    }
+
+    /// The agent that sent the request `tid` names, and whether that send still waits: the
+    /// slot's owner when the slot holds that very send, or when the slot is free and its last
+    /// send had that TID; otherwise the TID cannot be attributed.
+    fn tid_owner(&self, st: &ProgressState, tid: u64) -> Option<(Arc<AgentInner>, bool)> {
+        let ring = self.ring(SpecialQp::Gsi)?;
+        let t = ring.layout.decode(tid, ring.slot_count())?;
+        let slot = ring.slots.get(t.index as usize)?;
+        let w = slot.state.load();
+        let waiting = if w.is_active() {
+            let same = ring
+                .layout
+                .generation_matches(t.generation_bits, w.generation())
+                && lock(&slot.data).as_ref().is_some_and(|d| d.tid == tid);
+            if !same {
+                return None;
+            }
+            true
+        } else {
+            if st.last_tid[qpi(SpecialQp::Gsi)].get(t.index as usize) != Some(&tid) {
+                return None;
+            }
+            false
+        };
+        let owner = slot.owner.load(Ordering::Acquire);
+        let agent = self.agents_read().agents.get(&owner).cloned()?;
+        Some((agent, waiting))
+    }
+
+    /// An RMPP-active MAD for `agent`, registered with RMPP (`ib_process_rmpp_recv_wc`).
+    fn rmpp_active(
+        &self,
+        st: &mut ProgressState,
+        agent: &Arc<AgentInner>,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+        actions: &mut Vec<Action>,
+    ) {
+        let r = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
+        let (version, kind, status) = (r.rmpp_version(), r.rmpp_type(), r.rmpp_status());
+        if version != mad_wire::rmpp::VERSION {
+            self.rmpp_abort_send(st, agent, mad, addr, rmpp_status::UNV, actions);
+            self.rmpp_nack(mad, addr, rmpp_status::UNV, actions);
+            return;
+        }
+        match kind {
+            rmpp_type::DATA => self.rmpp_data(st, agent, mad, addr, actions),
+            rmpp_type::ACK => self.rmpp_ack(st, agent, mad, addr, actions),
+            rmpp_type::STOP => {
+                if status == rmpp_status::RESOURCES_EXHAUSTED {
+                    self.rmpp_abort_send(st, agent, mad, addr, status, actions);
+                } else {
+                    self.rmpp_abort_send(st, agent, mad, addr, rmpp_status::BAD_STATUS, actions);
+                    self.rmpp_nack(mad, addr, rmpp_status::BAD_STATUS, actions);
+                }
+            }
+            rmpp_type::ABORT => {
+                if (rmpp_status::ABORT_MIN..=rmpp_status::ABORT_MAX).contains(&status) {
+                    self.rmpp_abort_send(st, agent, mad, addr, status, actions);
+                } else {
+                    self.rmpp_abort_send(st, agent, mad, addr, rmpp_status::BAD_STATUS, actions);
+                    self.rmpp_nack(mad, addr, rmpp_status::BAD_STATUS, actions);
+                }
+            }
+            _ => {
+                self.rmpp_abort_send(st, agent, mad, addr, rmpp_status::BADT, actions);
+                self.rmpp_nack(mad, addr, rmpp_status::BADT, actions);
+            }
+        }
+    }
+
+    /// An ABORT with `status` back to the sender of `mad` (`nack_recv`).
+    fn rmpp_nack(
+        &self,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+        status: u8,
+        actions: &mut Vec<Action>,
+    ) {
+        bump(&self.rmpp.cells.aborts_sent);
+        actions.push(Action::Control {
+            mad: control(mad, rmpp_type::ABORT, status, 0, 0),
+            dest: addr.reply_dest(),
+        });
+    }
+
+    /// The index of `agent`'s transfer that `mad` (an ACK, STOP, ABORT or response from
+    /// `addr`) is about (`ib_find_send_mad`: TID, class, and address).
+    fn rmpp_find_send(
+        t: &Table,
+        st: &ProgressState,
+        agent: &AgentInner,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+    ) -> Option<usize> {
+        let h = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        t.sends.iter().position(|x| {
+            x.agent.id == agent.id
+                && x.tid == h.tid()
+                && x.mgmt_class == h.mgmt_class()
+                && same_address(x.is_response, &x.dest, h.is_response(), addr, &st.local)
+        })
+    }
+
+    /// The receiver stopped or aborted a transfer of `agent` (`abort_send`).
+    fn rmpp_abort_send(
+        &self,
+        st: &ProgressState,
+        agent: &AgentInner,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+        status: u8,
+        actions: &mut Vec<Action>,
+    ) {
+        let mut t = lock(&self.rmpp.table);
+        let Some(i) = Self::rmpp_find_send(&t, st, agent, mad, addr) else {
+            return;
+        };
+        let x = &mut t.sends[i];
+        let step = x.sender.abort(status);
+        self.rmpp_step(x, step, actions);
+        if x.sender.done.is_some() && x.in_flight.is_none() {
+            t.sends.swap_remove(i);
+        }
+    }
+
+    /// An ACK (`process_rmpp_ack`).
+    fn rmpp_ack(
+        &self,
+        st: &ProgressState,
+        agent: &AgentInner,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+        actions: &mut Vec<Action>,
+    ) {
+        let view = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
+        let (seg, newwin, status) = (
+            view.segment_number(),
+            view.new_window_last(),
+            view.rmpp_status(),
+        );
+        let mut t = lock(&self.rmpp.table);
+        let Some(i) = Self::rmpp_find_send(&t, st, agent, mad, addr) else {
+            drop(t);
+            // Unmatched (or the double-sided ACK of a transfer received: its window of 1
+            // is the one every response starts with here). Bad ones are still refused.
+            if status != rmpp_status::SUCCESS {
+                self.rmpp_nack(mad, addr, rmpp_status::BAD_STATUS, actions);
+            } else if newwin < seg {
+                self.rmpp_nack(mad, addr, rmpp_status::W2S, actions);
+            }
+            return;
+        };
+        bump(&self.rmpp.cells.acks_received);
+        let x = &mut t.sends[i];
+        let (step, reply) = x.sender.on_ack(seg, newwin, status);
+        self.rmpp_step(x, step, actions);
+        match reply {
+            Reply::Nothing => {}
+            Reply::DsAck => {
+                bump(&self.rmpp.cells.acks_sent);
+                let mut m = control(mad, rmpp_type::ACK, 0, 0, 1);
+                // `ack_ds_ack` keeps the received RMPP version.
+                m[24] = mad[24];
+                actions.push(Action::Control {
+                    mad: m,
+                    dest: addr.reply_dest(),
+                });
+            }
+            Reply::Abort(s) => self.rmpp_nack(mad, addr, s, actions),
+        }
+        if x.sender.done.is_some() && x.in_flight.is_none() {
+            t.sends.swap_remove(i);
+        }
+    }
+
+    /// A DATA segment for `agent` (`process_rmpp_data`, `start_rmpp`, `continue_rmpp`).
+    fn rmpp_data(
+        &self,
+        st: &mut ProgressState,
+        agent: &Arc<AgentInner>,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+        actions: &mut Vec<Action>,
+    ) {
+        let view = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
+        let (seg, first, status) = (
+            view.segment_number(),
+            view.flags() & flags::FIRST != 0,
+            view.rmpp_status(),
+        );
+        if status != rmpp_status::SUCCESS {
+            bump(&self.rmpp.cells.segments_dropped);
+            return self.rmpp_nack(mad, addr, rmpp_status::BAD_STATUS, actions);
+        }
+        if (seg == 1) != first {
+            bump(&self.rmpp.cells.segments_dropped);
+            return self.rmpp_nack(mad, addr, rmpp_status::BAD_SEG, actions);
+        }
+        let key = Key::of(agent.id, mad, addr);
+        let now = self.hca.now();
+        let mut t = lock(&self.rmpp.table);
+        let pos = t.recvs.iter().position(|r| r.key == key);
+        let (i, step) = match pos {
+            Some(i) => (i, t.recvs[i].receiver.on_segment(seg, mad)),
+            None if seg == 1 => {
+                let (receiver, step) = Receiver::start(mad[1], mad, self.rmpp.window, MAX_SEGMENTS);
+                t.recvs.push(Reassembly {
+                    agent: Arc::clone(agent),
+                    key,
+                    receiver,
+                    first: Box::new(*mad),
+                    addr: *addr,
+                    deadline: now + REASSEMBLY_TIMEOUT,
+                });
+                (t.recvs.len() - 1, step)
+            }
+            None => {
+                bump(&self.rmpp.cells.segments_dropped);
+                return;
+            }
+        };
+        bump(&self.rmpp.cells.segments_received);
+        let ack = |t: &mut Table, actions: &mut Vec<Action>| {
+            let (acked, window) = t.recvs[i].receiver.ack_fields();
+            bump(&self.rmpp.cells.acks_sent);
+            actions.push(Action::Control {
+                mad: control(mad, rmpp_type::ACK, 0, acked, window),
+                dest: addr.reply_dest(),
+            });
+        };
+        match step {
+            RecvStep::Nothing => {}
+            RecvStep::Dropped => bump(&self.rmpp.cells.segments_dropped),
+            RecvStep::Ack => ack(&mut t, actions),
+            RecvStep::Stop => {
+                bump(&self.rmpp.cells.aborts_sent);
+                actions.push(Action::Control {
+                    mad: control(mad, rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED, 0, 0),
+                    dest: addr.reply_dest(),
+                });
+                t.recvs.swap_remove(i);
+            }
+            RecvStep::Complete => {
+                ack(&mut t, actions);
+                bump(&self.rmpp.cells.transfers_received);
+                let re = &mut t.recvs[i];
+                re.deadline = now + CLEANUP_DELAY;
+                let message = re.receiver.take_message();
+                let first_addr = re.addr;
+                let mut first = Box::new([0u8; MAD_LEN]);
+                let copied = message.len().min(MAD_LEN);
+                first[..copied].copy_from_slice(&message[..copied]);
+                let h = Mad::new_checked(&first[..]).expect("a full MAD holds a header");
+                let (response, tid) = (h.is_response(), h.tid());
+                drop(t);
+                if !response {
+                    actions.push(Action::Deliver {
+                        agent: Arc::clone(agent),
+                        recv: Box::new(RecvMad {
+                            agent: agent.id,
+                            mad: *first,
+                            len: message.len(),
+                            addr: first_addr,
+                            response_to: None,
+                            rmpp: Some(message),
+                        }),
+                    });
+                } else if ((tid >> 32) as u32) & RING_QP1_BIT == 0 {
+                    let len = message.len();
+                    self.rmpp_response(
+                        st,
+                        agent,
+                        tid,
+                        &first,
+                        len,
+                        first_addr,
+                        Some(message),
+                        actions,
+                    );
+                } else {
+                    actions.push(Action::Match {
+                        first,
+                        addr: first_addr,
+                        message,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The response (`mad`, or the reassembled `message`) to a request `agent` sent with
+    /// RMPP: delivered, and the transfer done (`ib_mad_complete_recv`).
+    #[allow(clippy::too_many_arguments)]
+    fn rmpp_response(
+        &self,
+        st: &ProgressState,
+        agent: &Arc<AgentInner>,
+        tid: u64,
+        first: &[u8; MAD_LEN],
+        len: usize,
+        addr: RecvAddr,
+        message: Option<Vec<u8>>,
+        actions: &mut Vec<Action>,
+    ) {
+        let mut t = lock(&self.rmpp.table);
+        let Some(i) = Self::rmpp_find_send(&t, st, agent, first, &addr) else {
+            self.cells.dropped(crate::counters::DropReason::UnknownTid);
+            return;
+        };
+        let x = &mut t.sends[i];
+        if x.sender.done.is_some() || x.tid != tid {
+            self.cells.dropped(crate::counters::DropReason::Late);
+            return;
+        }
+        actions.push(Action::Deliver {
+            agent: Arc::clone(agent),
+            recv: Box::new(RecvMad {
+                agent: agent.id,
+                mad: *first,
+                len,
+                addr,
+                response_to: Some(SendRef {
+                    id: x.id,
+                    context: x.context,
+                }),
+                rmpp: message,
+            }),
+        });
+        let step = x.sender.on_response();
+        self.rmpp_step(x, step, actions);
+        if x.in_flight.is_none() {
+            t.sends.swap_remove(i);
+        }
+    }
+
+    /// Cancel `agent`'s transfer `id`: `None` if it is not a transfer.
+    pub(crate) fn rmpp_cancel(
+        &self,
+        agent: &AgentInner,
+        id: SendId,
+    ) -> Option<Result<(), MadError>> {
+        let mut actions = Vec::new();
+        let result = {
+            let mut t = lock(&self.rmpp.table);
+            let i = t.sends.iter().position(|x| x.id == id)?;
+            let x = &mut t.sends[i];
+            if x.agent.id != agent.id || x.sender.done.is_some() {
+                return Some(Err(MadError::NotOutstanding(id)));
+            }
+            let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
+            self.rmpp_step(x, step, &mut actions);
+            if x.in_flight.is_none() {
+                t.sends.swap_remove(i);
+            }
+            Ok(())
+        };
+        self.rmpp_run(None, actions);
+        Some(result)
+    }
+
+    /// Change the response timeout of `agent`'s transfer `id`: `None` if it is not a transfer.
+    pub(crate) fn rmpp_modify(
+        &self,
+        agent: &AgentInner,
+        id: SendId,
+        timeout_ms: u32,
+    ) -> Option<Result<(), MadError>> {
+        let mut t = lock(&self.rmpp.table);
+        let x = t.sends.iter_mut().find(|x| x.id == id)?;
+        if x.agent.id != agent.id || x.sender.done.is_some() {
+            return Some(Err(MadError::NotOutstanding(id)));
+        }
+        x.timeout_ms = timeout_ms;
+        x.sender.expects_response = timeout_ms > 0;
+        if x.sender.wait == Wait::Response {
+            x.deadline = Some(self.hca.now() + Duration::from_millis(u64::from(timeout_ms)));
+        }
+        Some(Ok(()))
+    }
+
+    /// Deregistration of `agent`: its transfers are canceled (each completes once its segment
+    /// on the QP is back), its reassemblies forgotten.
+    pub(crate) fn rmpp_cancel_agent(&self, agent: &AgentInner) {
+        let mut actions = Vec::new();
+        {
+            let mut t = lock(&self.rmpp.table);
+            for x in t.sends.iter_mut().filter(|x| x.agent.id == agent.id) {
+                let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
+                self.rmpp_step(x, step, &mut actions);
+            }
+            t.sends
+                .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.recvs.retain(|r| r.agent.id != agent.id);
+        }
+        self.rmpp_run(None, actions);
+    }
+
+    /// The device died: every transfer ends with WR_FLUSH_ERR (vendor_err 5), at once or when
+    /// its segment's flushed completion comes; reassemblies are dropped.
+    pub(crate) fn rmpp_flush(&self) -> usize {
+        let mut actions = Vec::new();
+        {
+            let mut t = lock(&self.rmpp.table);
+            for x in &mut t.sends {
+                let step = x.sender.cancel(WcStatus::WrFlushErr, 5);
+                self.rmpp_step(x, step, &mut actions);
+            }
+            t.sends
+                .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.recvs.clear();
+        }
+        let n = actions.len();
+        self.rmpp_run(None, actions);
+        n
+    }
+}

@@ -1,0 +1,607 @@
+//! RMPP on a port against the in-crate test double, the peer scripted in the test (its
+//! segments and ACKs written out with the layouts of reference/mad-stack.md §2.9): reassembly
+//! with a lost segment, the sender's window, ACK timeouts, STOP and ABORT, the reassembly
+//! timeout, user RMPP, a request sent with RMPP, cancel, deregistration and device death.
+//! Each checks one completion per send and the leases back. Transfers between two of our
+//! own ports run on the simulated fabric in `tests/tests/mad_rmpp.rs`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use mad_wire::header::MAD_LEN;
+use mad_wire::rmpp::{Rmpp, flags, rmpp_status, rmpp_type};
+use mad_wire::{class, method};
+
+use super::segment::Layout;
+use crate::double::{Inbound, Outbound};
+use crate::smi::tests::Rig;
+use crate::{AgentSpec, Event, MethodMask, QP1_QKEY, SendCompletion, SendRequest};
+
+const PEER: u16 = 9;
+
+fn to_peer() -> UdDest {
+    UdDest {
+        dlid: PEER,
+        sl: 0,
+        src_path_bits: 0,
+        remote_qpn: 1,
+        remote_qkey: QP1_QKEY,
+        pkey_index: 0,
+        grh: None,
+    }
+}
+
+/// An SA message: header (version 2, `method`, `tid`, RMPP version 1 Active when `rmpp`),
+/// then `data_len` bytes of data numbered from `seed`.
+fn sa_message(m: u8, tid: u64, data_len: usize, rmpp: bool, seed: u8) -> Vec<u8> {
+    let mut b = vec![0u8; 56 + data_len];
+    b[0] = 1;
+    b[1] = class::SUBN_ADM;
+    b[2] = 2;
+    b[3] = m;
+    b[8..16].copy_from_slice(&tid.to_be_bytes());
+    b[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+    if rmpp {
+        b[24] = 1;
+        b[26] = flags::ACTIVE;
+    }
+    for (i, x) in b[56..].iter_mut().enumerate() {
+        *x = seed.wrapping_add((i % 199) as u8);
+    }
+    b
+}
+
+/// Segments `nums` of `msg`, as a sender cuts them.
+fn segments_of(msg: &[u8], nums: &[u32]) -> Vec<[u8; MAD_LEN]> {
+    let l = Layout::new(class::SUBN_ADM, msg.len()).unwrap();
+    nums.iter()
+        .map(|&n| {
+            let mut out = [0u8; MAD_LEN];
+            l.segment(msg, n, &mut out);
+            out
+        })
+        .collect()
+}
+
+/// An RMPP control MAD (ACK, STOP, ABORT) answering `to`, as a peer makes it.
+fn control(to: &[u8; MAD_LEN], kind: u8, status: u8, seg: u32, newwin: u32) -> [u8; MAD_LEN] {
+    let mut m = [0u8; MAD_LEN];
+    m[..56].copy_from_slice(&to[..56]);
+    m[3] ^= 0x80;
+    let mut r = Rmpp::new_checked(&mut m[..]).unwrap();
+    r.set_rmpp_version(1);
+    r.set_rmpp_type(kind);
+    r.set_flags(flags::ACTIVE);
+    r.set_rmpp_status(status);
+    r.set_segment_number(seg);
+    r.set_paylen_newwin(newwin);
+    m
+}
+
+fn rmpp_of(m: &[u8; MAD_LEN]) -> (u8, u8, u8, u32, u32) {
+    let r = Rmpp::new_checked(&m[..]).unwrap();
+    (
+        r.rmpp_type(),
+        r.flags(),
+        r.rmpp_status(),
+        r.segment_number(),
+        r.paylen_newwin(),
+    )
+}
+
+fn from_peer(m: [u8; MAD_LEN]) -> Inbound {
+    Inbound::new(SpecialQp::Gsi, m, PEER)
+}
+
+fn tid_of(m: &[u8]) -> u64 {
+    u64::from_be_bytes(m[8..16].try_into().unwrap())
+}
+
+/// The sends to the peer, as (RMPP type, flags, status, segment, paylen/newwin).
+fn sent_rmpp(sent: &[Outbound]) -> Vec<(u8, u8, u8, u32, u32)> {
+    sent.iter()
+        .filter(|o| o.dest.dlid == PEER)
+        .map(|o| rmpp_of(&o.mad))
+        .collect()
+}
+
+fn completions(ev: &[Event]) -> Vec<SendCompletion> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Send(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_multi_segment_response_with_a_lost_segment_is_reassembled_once_it_comes() {
+    let r = Rig::new();
+    let response = Arc::new(Mutex::new(Vec::new()));
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let (resp2, acks2) = (response.clone(), acks.clone());
+    r.fake.set_responder(move |out| {
+        if out.mad[3] == method::GET_TABLE && rmpp_of(&out.mad).0 == rmpp_type::ACK {
+            acks2.lock().unwrap().push(rmpp_of(&out.mad));
+            return Vec::new();
+        }
+        // The request: 5 segments of GetTableResp, the third lost on the way.
+        let msg = sa_message(
+            method::GET_TABLE_RESP,
+            tid_of(&out.mad),
+            200 * 4 + 30,
+            true,
+            3,
+        );
+        *resp2.lock().unwrap() = msg.clone();
+        segments_of(&msg, &[1, 2, 4, 5])
+            .into_iter()
+            .map(from_peer)
+            .collect()
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(
+                sa_message(method::GET_TABLE, 0x1234, 20, false, 0),
+                to_peer(),
+            )
+            .timeout_ms(3000),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert!(ev.is_empty(), "nothing until the message is whole: {ev:?}");
+    // Segment 1 opened the window to 1 + 64/8 and was acknowledged; nothing else yet.
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![(rmpp_type::ACK, flags::ACTIVE, 0, 1, 9)]
+    );
+    // The lost segment comes again (the sender's ACK timeout).
+    let msg = response.lock().unwrap().clone();
+    r.fake.inject(from_peer(segments_of(&msg, &[3])[0]));
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    let Event::Recv(got) = &ev[0] else {
+        panic!("the whole response first: {ev:?}")
+    };
+    assert_eq!(got.response_to.map(|s| s.id), Some(id));
+    let whole = got.rmpp.as_ref().expect("the reassembled message");
+    assert_eq!(got.len, msg.len());
+    assert_eq!(whole[56..], msg[56..], "the data as sent");
+    assert_eq!(got.message(), &whole[..]);
+    assert!(matches!(&ev[1], Event::Send(c) if c.id == id && c.status == WcStatus::Success));
+    assert_eq!(
+        acks.lock().unwrap().last(),
+        Some(&(rmpp_type::ACK, flags::ACTIVE, 0, 5, 9)),
+        "the last segment acknowledged"
+    );
+    let k = r.port.rmpp_counters();
+    assert_eq!(
+        (k.transfers_received, k.segments_received, k.acks_sent),
+        (1, 5, 2)
+    );
+    client.deregister();
+    r.assert_clean();
+}
+
+/// Our SA agent answering a GetTable from the peer with `data_len` bytes by RMPP; the peer
+/// acknowledges as `ack` says (None: no answer).
+fn sa_sends(
+    data_len: usize,
+    retries: u32,
+    ack: impl FnMut(&(u8, u8, u8, u32, u32), &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> + Send + 'static,
+) -> (Rig, crate::Agent, crate::SendId) {
+    let r = Rig::new();
+    let ack = Mutex::new(ack);
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        if f.0 != rmpp_type::DATA {
+            return Vec::new();
+        }
+        (ack.lock().unwrap())(&f, &out.mad)
+            .map(from_peer)
+            .into_iter()
+            .collect()
+    });
+    let sa = r.agent(
+        AgentSpec::class(
+            class::SUBN_ADM,
+            2,
+            MethodMask::of(&[method::GET, method::GET_TABLE]),
+        )
+        .with_rmpp(1),
+    );
+    r.fake.inject(from_peer(
+        sa_message(method::GET_TABLE, 0xAB, 200, false, 0)
+            .try_into()
+            .unwrap(),
+    ));
+    let req = loop {
+        match sa.next_event(r.port.deadline_after(Duration::from_millis(5))) {
+            Some(Event::Recv(q)) => break q,
+            other => assert!(other.is_some(), "the GetTable arrives"),
+        }
+    };
+    let resp = sa_message(method::GET_TABLE_RESP, tid_of(&req.mad), data_len, true, 7);
+    let id = sa
+        .send(SendRequest::new(resp, req.addr.reply_dest()).retries(retries))
+        .unwrap();
+    (r, sa, id)
+}
+
+#[test]
+fn the_sender_keeps_to_the_window_and_ends_at_the_last_ack() {
+    // 5 segments; the peer grants 1 -> 3 -> 5.
+    let (r, sa, id) = sa_sends(1000, 0, |f, m| match f.3 {
+        1 => Some(control(m, rmpp_type::ACK, 0, 1, 3)),
+        3 => Some(control(m, rmpp_type::ACK, 0, 3, 5)),
+        5 => Some(control(m, rmpp_type::ACK, 0, 5, 5)),
+        _ => None,
+    });
+    let ev = r.collect(&sa, Duration::from_millis(20));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!(
+        (c[0].id, c[0].status, c[0].retries),
+        (id, WcStatus::Success, 0)
+    );
+    let sent = sent_rmpp(&r.fake.sent());
+    let a = flags::ACTIVE;
+    assert_eq!(
+        sent,
+        vec![
+            (rmpp_type::DATA, a | flags::FIRST, 0, 1, 5 * 220),
+            (rmpp_type::DATA, a, 0, 2, 0),
+            (rmpp_type::DATA, a, 0, 3, 0),
+            (rmpp_type::DATA, a, 0, 4, 0),
+            (rmpp_type::DATA, a | flags::LAST, 0, 5, 220),
+        ]
+    );
+    let k = r.port.rmpp_counters();
+    assert_eq!(
+        (k.segments_sent, k.acks_received, k.segments_resent),
+        (5, 3, 0)
+    );
+    sa.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn an_unacknowledged_segment_is_resent_after_the_ack_timeout_until_retries_run_out() {
+    let (r, sa, id) = sa_sends(450, 1, |_, _| None);
+    let start = r.port.now();
+    let ev = r.collect(&sa, Duration::from_secs(5));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!(
+        (c[0].id, c[0].status, c[0].retries),
+        (id, WcStatus::RespTimeoutErr, 1)
+    );
+    let sent = sent_rmpp(&r.fake.sent());
+    assert_eq!(
+        sent.iter().map(|s| s.3).collect::<Vec<_>>(),
+        vec![1, 1],
+        "segment 1, again after 2 s"
+    );
+    let took = r.port.now().saturating_sub(start);
+    assert!(
+        took >= Duration::from_secs(4),
+        "two ACK timeouts of 2 s: {took:?}"
+    );
+    assert_eq!(r.port.rmpp_counters().segments_resent, 1);
+    sa.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_lost_segment_is_resent_from_the_last_ack() {
+    // The peer acknowledges segment 1 (window 64) and then only what arrives in sequence;
+    // segment 3's first copy is lost.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let mut lost_once = false;
+    let mut in_seq = 0;
+    let (r, sa, id) = sa_sends(200 * 4 + 1, 2, move |f, m| {
+        seen2.lock().unwrap().push(f.3);
+        if f.3 == 3 && !lost_once {
+            lost_once = true;
+            return None;
+        }
+        if f.3 == in_seq + 1 {
+            in_seq = f.3;
+        }
+        match f.3 {
+            1 => Some(control(m, rmpp_type::ACK, 0, 1, 64)),
+            5 if in_seq == 5 => Some(control(m, rmpp_type::ACK, 0, 5, 64)),
+            _ => None,
+        }
+    });
+    let ev = r.collect(&sa, Duration::from_secs(3));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!(
+        (c[0].id, c[0].status, c[0].retries),
+        (id, WcStatus::Success, 1)
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![1, 2, 3, 4, 5, 2, 3, 4, 5],
+        "after the ACK timeout, everything after the last ACK again"
+    );
+    sa.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn stop_and_abort_from_the_receiver_end_the_transfer() {
+    for (kind, status, want, abort_back) in [
+        (rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED, 1, None),
+        (rmpp_type::ABORT, rmpp_status::T2L, 118, None),
+        (rmpp_type::ABORT, 5, 124, Some(rmpp_status::BAD_STATUS)),
+        (rmpp_type::STOP, 0, 124, Some(rmpp_status::BAD_STATUS)),
+    ] {
+        let (r, sa, id) = sa_sends(1000, 3, move |f, m| {
+            (f.3 == 1).then(|| control(m, kind, status, 0, 0))
+        });
+        let ev = r.collect(&sa, Duration::from_millis(20));
+        let c = completions(&ev);
+        assert_eq!(c.len(), 1, "{ev:?}");
+        assert_eq!(
+            (c[0].id, c[0].status, c[0].vendor_err),
+            (id, WcStatus::RemAbortErr, want),
+            "{kind} {status}"
+        );
+        let back: Vec<u8> = sent_rmpp(&r.fake.sent())
+            .iter()
+            .filter(|s| s.0 == rmpp_type::ABORT)
+            .map(|s| s.2)
+            .collect();
+        assert_eq!(back, abort_back.into_iter().collect::<Vec<_>>());
+        assert_eq!(r.port.rmpp_counters().remote_aborts, 1);
+        sa.deregister();
+        r.assert_clean();
+    }
+}
+
+#[test]
+fn a_stalled_reassembly_is_aborted_with_t2l_after_40_s() {
+    let r = Rig::new();
+    let aborts = Arc::new(Mutex::new(Vec::new()));
+    let aborts2 = aborts.clone();
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        if f.0 == rmpp_type::ABORT {
+            aborts2.lock().unwrap().push(f);
+            return Vec::new();
+        }
+        if out.mad[3] != method::GET_TABLE || f.0 != rmpp_type::NONE {
+            return Vec::new();
+        }
+        let msg = sa_message(method::GET_TABLE_RESP, tid_of(&out.mad), 600, true, 1);
+        vec![from_peer(segments_of(&msg, &[1])[0])]
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_TABLE, 1, 0, false, 0), to_peer())
+                .timeout_ms(45_000),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(39_900));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert!(aborts.lock().unwrap().is_empty(), "not before 40 s");
+    let ev = r.collect(&client, Duration::from_secs(6));
+    assert_eq!(
+        *aborts.lock().unwrap(),
+        vec![(rmpp_type::ABORT, flags::ACTIVE, rmpp_status::T2L, 0, 0)]
+    );
+    assert_eq!(r.port.rmpp_counters().reassembly_timeouts, 1);
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn agents_without_rmpp_get_the_segments_as_they_come() {
+    let r = Rig::new();
+    r.fake.set_responder(|out| {
+        if out.mad[3] != method::GET_TABLE {
+            return Vec::new();
+        }
+        let msg = sa_message(method::GET_TABLE_RESP, tid_of(&out.mad), 500, true, 2);
+        segments_of(&msg, &[1, 2, 3])
+            .into_iter()
+            .map(from_peer)
+            .collect()
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_TABLE, 5, 0, false, 0), to_peer())
+                .timeout_ms(100),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(10));
+    let kinds: Vec<(Option<u32>, Option<bool>)> = ev
+        .iter()
+        .map(|e| match e {
+            Event::Recv(m) => (Some(rmpp_of(&m.mad).3), Some(m.response_to.is_some())),
+            Event::Send(_) => (None, None),
+            Event::DeviceFatal { .. } => unreachable!(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (Some(1), Some(true)),
+            (None, None),
+            (Some(2), Some(false)),
+            (Some(3), Some(false))
+        ],
+        "segment 1 answers the send; 2 and 3 arrive raw"
+    );
+    assert!(
+        completions(&ev)
+            .iter()
+            .all(|c| c.id == id && c.status == WcStatus::Success)
+    );
+    assert!(
+        sent_rmpp(&r.fake.sent())
+            .iter()
+            .all(|s| s.0 == rmpp_type::NONE),
+        "no ACK from the stack"
+    );
+    assert_eq!(r.port.rmpp_counters().raw_delivered, 2);
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_request_sent_with_rmpp_gets_its_own_tid_acks_and_response() {
+    let r = Rig::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let log2 = log.clone();
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        log2.lock().unwrap().push((out.mad[3], f));
+        match (f.0, f.3) {
+            // Segment 2 of 2: acknowledge both.
+            (rmpp_type::DATA, 1) => vec![from_peer(control(&out.mad, rmpp_type::ACK, 0, 1, 2))],
+            (rmpp_type::DATA, 2) => vec![from_peer(control(&out.mad, rmpp_type::ACK, 0, 2, 2))],
+            // Our double-sided ACK: now the response, a single MAD.
+            (rmpp_type::ACK, 0) => {
+                let mut resp: [u8; MAD_LEN] =
+                    sa_message(method::GET_MULTI_RESP, tid_of(&out.mad), 200, false, 4)
+                        .try_into()
+                        .unwrap();
+                resp[24..36].fill(0);
+                vec![from_peer(resp)]
+            }
+            _ => Vec::new(),
+        }
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(
+                sa_message(method::GET_MULTI, 0x0000_0000_CAFE_0001, 300, true, 9),
+                to_peer(),
+            )
+            .timeout_ms(500)
+            .context(77),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(20));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    let Event::Recv(resp) = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(resp.response_to.map(|s| (s.id, s.context)), Some((id, 77)));
+    assert!(resp.rmpp.is_none(), "a single MAD");
+    let Event::Send(done) = &ev[1] else { panic!() };
+    assert_eq!(done.status, WcStatus::Success);
+    assert_eq!(
+        done.tid & 0xFFFF_FFFF,
+        0xCAFE_0001,
+        "the client's half kept"
+    );
+    assert_eq!((done.tid >> 32) & (1 << 23), 0, "not the ring's QP1 space");
+    let log = log.lock().unwrap();
+    let a = flags::ACTIVE;
+    assert_eq!(
+        log.iter()
+            .map(|(m, f)| (*m, f.0, f.1, f.3))
+            .collect::<Vec<_>>(),
+        vec![
+            (method::GET_MULTI, rmpp_type::DATA, a | flags::FIRST, 1),
+            (method::GET_MULTI, rmpp_type::DATA, a | flags::LAST, 2),
+            // ack_ds_ack: the ACK's method flipped back, SegmentNumber 0, window 1.
+            (method::GET_MULTI, rmpp_type::ACK, a, 0),
+        ]
+    );
+    assert_eq!(log[2].1.4, 1, "NewWindowLast 1");
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn cancel_deregistration_and_death_each_complete_a_transfer_once() {
+    // Cancel while waiting for an ACK.
+    let (r, sa, id) = sa_sends(1000, 5, |_, _| None);
+    r.collect(&sa, Duration::from_millis(5));
+    sa.cancel(id).unwrap();
+    assert!(sa.cancel(id).is_err(), "once");
+    let c = completions(&r.collect(&sa, Duration::from_millis(5)));
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].id, c[0].status, c[0].vendor_err),
+        (id, WcStatus::WrFlushErr, 0)
+    );
+    sa.deregister();
+    r.assert_clean();
+
+    // Deregistration with a transfer under way.
+    let (r, sa, id) = sa_sends(1000, 5, |_, _| None);
+    let q = sa.events().clone();
+    sa.deregister();
+    let mut ev = Vec::new();
+    q.drain_into(&mut ev);
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::WrFlushErr));
+    r.assert_clean();
+
+    // The device dies with a segment on the QP.
+    let (r, sa, id) = sa_sends(1000, 5, |_, _| None);
+    r.fake.set_auto(false);
+    r.collect(&sa, Duration::from_millis(5));
+    r.fake.make_fatal(false);
+    let c = completions(&r.collect(&sa, Duration::from_millis(20)));
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].id, c[0].status, c[0].vendor_err),
+        (id, WcStatus::WrFlushErr, 5)
+    );
+    sa.deregister();
+    assert_eq!(r.fake.faults(), 0);
+    assert_eq!(r.port.census().outstanding, 0);
+}
+
+#[test]
+fn a_request_arriving_in_segments_is_delivered_whole_to_the_registered_agent() {
+    let r = Rig::new();
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let acks2 = acks.clone();
+    r.fake.set_responder(move |out| {
+        acks2.lock().unwrap().push((out.mad[3], rmpp_of(&out.mad)));
+        Vec::new()
+    });
+    let sa = r.agent(
+        AgentSpec::class(class::SUBN_ADM, 2, MethodMask::of(&[method::GET_MULTI])).with_rmpp(1),
+    );
+    // A GetMulti of 3 segments from the peer, in order.
+    let msg = sa_message(method::GET_MULTI, 0x0BAD_CAFE, 450, true, 6);
+    for seg in segments_of(&msg, &[1, 2, 3]) {
+        r.fake.inject(from_peer(seg));
+    }
+    let ev = r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let Event::Recv(q) = &ev[0] else { panic!() };
+    assert_eq!(q.response_to, None, "a request");
+    assert_eq!((q.len, q.addr.slid), (msg.len(), PEER));
+    assert_eq!(q.message()[56..], msg[56..]);
+    // ACKs go back as responses: segment 1 (window to 9), then the last.
+    let a = flags::ACTIVE;
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![
+            (method::GET_MULTI_RESP, (rmpp_type::ACK, a, 0, 1, 9)),
+            (method::GET_MULTI_RESP, (rmpp_type::ACK, a, 0, 3, 9)),
+        ]
+    );
+    sa.deregister();
+    r.assert_clean();
+}

@@ -1,0 +1,418 @@
+//! Directed-route SMPs on a port (reference/mad-stack.md §1.8, §2.8): the SMI rules on the way
+//! out and in, and the SMPs the port answers itself without the wire.
+//!
+//! - **Sending** ([`rules::outgoing`], the kernel's `handle_outgoing_dr_smp`): a directed-route
+//!   SMP an agent sends passes the send rules, which move its hop pointer (0 → 1 for a new
+//!   request). One they discard is refused (`MadError::DirectedRoute`), as the kernel fails
+//!   the post. One destined to this port (a 0-hop request, or a returning SMP whose hop
+//!   pointer reaches 0) never touches the wire: the port's own SMA answers it through
+//!   `HcaPort::process_mad` (MAD_IFC), and the progress loop delivers a *local completion* in
+//!   the kernel's order: the answer to the agent first (as the response to that send), then
+//!   the send's one completion, SUCCESS.
+//! - **Receiving** ([`rules::incoming`], `handle_ib_smi`): a directed-route SMP from the wire
+//!   passes the receive rules (ReturnPath, hop pointer) before anything else looks at it; one
+//!   at the end of its path (`hp == hc + 1`) goes to the port's SMA like any SMP, and a
+//!   response back at its requester (`hp == 0`) to response matching.
+//! - **Replies** of the port's own agent (the SMA's answers, the 0x000C answers) pass the send
+//!   rules too (C14-13:1 moves the hop pointer back) before they go out.
+//!
+//! Discards are counted by reason ([`SmiCounters`]).
+
+pub mod rules;
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad};
+use mad_wire::{PERMISSIVE_LID, class, smp::Smp};
+
+use crate::addr::RecvAddr;
+use crate::agent::AgentInner;
+use crate::counters::{DropReason, bump};
+use crate::error::MadError;
+use crate::event::{Event, RecvMad, SendCompletion, SendId, SendRef};
+use crate::port::{Port, PortShared, ProgressState};
+use crate::recv_rules::{self, LocalAgent};
+use crate::ring::lock;
+
+pub use rules::{Forward, Outgoing, SmiDiscard};
+
+/// Directed-route discards by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmiDiscardCounts(pub [u64; SmiDiscard::ALL.len()]);
+
+impl SmiDiscardCounts {
+    /// Discards for `reason`.
+    pub fn get(&self, reason: SmiDiscard) -> u64 {
+        self.0[reason.index()]
+    }
+
+    /// All discards.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// What the SMI of a port has done since it was opened ([`Port::smi_counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmiCounters {
+    /// Directed-route SMPs of agents put on the wire after the send rules.
+    pub sent: u64,
+    /// Directed-route SMPs of agents handled by the port itself, never on the wire.
+    pub local: u64,
+    /// Of those, answered by the port's SMA with a response delivered to the sender.
+    pub local_answered: u64,
+    /// Of those, handed to a registered agent as a received SMP (the SMA does not take it).
+    pub local_passed: u64,
+    /// Answers of the port's SMA that were not the response to the SMP (never delivered).
+    pub local_bad_answers: u64,
+    /// Directed-route SMPs from the wire that passed the receive rules.
+    pub received: u64,
+    /// Replies of the port's own agent that passed the send rules and went out.
+    pub replies: u64,
+    /// Sends (and replies of the port's agent) the send rules discarded.
+    pub send_discards: SmiDiscardCounts,
+    /// Received SMPs the receive rules discarded.
+    pub recv_discards: SmiDiscardCounts,
+}
+
+#[derive(Default)]
+struct Cells {
+    sent: AtomicU64,
+    local: AtomicU64,
+    local_answered: AtomicU64,
+    local_passed: AtomicU64,
+    local_bad_answers: AtomicU64,
+    received: AtomicU64,
+    replies: AtomicU64,
+    send_discards: [AtomicU64; SmiDiscard::ALL.len()],
+    recv_discards: [AtomicU64; SmiDiscard::ALL.len()],
+}
+
+impl Cells {
+    fn snapshot(&self) -> SmiCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SmiCounters {
+            sent: get(&self.sent),
+            local: get(&self.local),
+            local_answered: get(&self.local_answered),
+            local_passed: get(&self.local_passed),
+            local_bad_answers: get(&self.local_bad_answers),
+            received: get(&self.received),
+            replies: get(&self.replies),
+            send_discards: SmiDiscardCounts(std::array::from_fn(|i| get(&self.send_discards[i]))),
+            recv_discards: SmiDiscardCounts(std::array::from_fn(|i| get(&self.recv_discards[i]))),
+        }
+    }
+}
+
+/// The send a local completion finishes.
+struct LocalSend {
+    agent: Arc<AgentInner>,
+    id: SendId,
+    context: u64,
+    header: [u8; HEADER_LEN],
+    tid: u64,
+}
+
+/// What the port's own SMA made of a local SMP.
+enum LocalOutcome {
+    /// Its answer, the response to the send (delivered if the sender has a receive side).
+    Reply(Box<[u8; MAD_LEN]>),
+    /// Taken without an answer (TrapRepress, a Trap from LID 0, an answer that was not the
+    /// response).
+    Consumed,
+    /// Not the SMA's: handled as a received SMP (a request to the agent registered for it, a
+    /// response to response matching), as the kernel's `IB_MAD_RESULT_SUCCESS` case.
+    Incoming(Box<[u8; MAD_LEN]>),
+}
+
+/// One local completion, waiting for the progress loop.
+struct Local {
+    /// `None` for a reply of the port's own agent that came back to this port.
+    send: Option<LocalSend>,
+    outcome: LocalOutcome,
+    pkey_index: u16,
+}
+
+/// The SMI state of a port.
+#[derive(Default)]
+pub(crate) struct SmiState {
+    local: Mutex<VecDeque<Local>>,
+    cells: Cells,
+}
+
+impl SmiState {
+    pub(crate) fn new() -> SmiState {
+        SmiState::default()
+    }
+}
+
+/// The address a local completion's receive carries: from the permissive LID on QP0, as the
+/// kernel's `build_smp_wc` makes it.
+fn local_addr(pkey_index: u16) -> RecvAddr {
+    RecvAddr {
+        qp: SpecialQp::Smi,
+        src_qp: 0,
+        slid: PERMISSIVE_LID,
+        sl: 0,
+        dlid_path_bits: 0,
+        pkey_index,
+        grh: None,
+    }
+}
+
+impl Port {
+    /// What the port's SMI has done: SMPs sent, answered locally, received, discarded by
+    /// reason.
+    pub fn smi_counters(&self) -> SmiCounters {
+        self.shared.smi.cells.snapshot()
+    }
+}
+
+impl PortShared {
+    /// `Agent::send`'s hook for directed-route SMPs: apply the send rules to `mad` (a
+    /// directed-route SMP of at most one MAD, padded to 256 bytes here), refuse what they
+    /// discard, and take a local SMP off the wire. `Ok(None)`: an ordinary send, on the wire
+    /// (with its hop pointer moved).
+    pub(crate) fn smi_send(
+        &self,
+        agent: &Arc<AgentInner>,
+        mad: &mut Vec<u8>,
+        dest: &UdDest,
+        context: u64,
+    ) -> Result<Option<SendId>, MadError> {
+        if mad.get(1) != Some(&class::SUBN_DIRECTED_ROUTE) || mad.len() > MAD_LEN {
+            return Ok(None);
+        }
+        mad.resize(MAD_LEN, 0);
+        let cells = &self.smi.cells;
+        match rules::outgoing(mad, false, self.port_num) {
+            Err(reason) => {
+                bump(&cells.send_discards[reason.index()]);
+                tracing::debug!(port = self.port_num, %reason, "directed-route SMP refused");
+                Err(MadError::DirectedRoute {
+                    port: self.port_num,
+                    reason,
+                })
+            }
+            Ok(Outgoing::Wire) => {
+                bump(&cells.sent);
+                Ok(None)
+            }
+            Ok(Outgoing::Local) => self.smi_local(agent, mad, dest, context).map(Some),
+        }
+    }
+
+    /// A directed-route SMP for this port itself: the port's SMA answers it now (the sender's
+    /// thread calls `process_mad`, as the kernel does in `ib_post_send_mad`), and the
+    /// progress loop delivers the answer and then the completion.
+    fn smi_local(
+        &self,
+        agent: &Arc<AgentInner>,
+        mad: &[u8],
+        dest: &UdDest,
+        context: u64,
+    ) -> Result<SendId, MadError> {
+        let mut buf = [0u8; MAD_LEN];
+        buf.copy_from_slice(mad);
+        let hdr = Mad::new_checked(&buf[..]).expect("a full MAD holds a header");
+        let dr_slid = Smp::new_checked(&buf[..]).map_or(PERMISSIVE_LID, |s| s.dr_slid());
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&buf[..HEADER_LEN]);
+        let tid = hdr.tid();
+        // Counted before the closing check, as `Agent::send` does: either deregistration sees
+        // this send, or this send sees the agent closing.
+        agent.outstanding.fetch_add(1, Ordering::SeqCst);
+        if agent.closing.load(Ordering::SeqCst) {
+            agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            self.notify_all();
+            return Err(MadError::AgentClosed);
+        }
+        let outcome = match recv_rules::local_agent(&hdr, dr_slid) {
+            LocalAgent::Consume => Ok(LocalOutcome::Consumed),
+            LocalAgent::Pass => Ok(LocalOutcome::Incoming(Box::new(buf))),
+            LocalAgent::Absorb => self
+                .hca
+                .process_mad(&buf, false)
+                .map(|_| LocalOutcome::Consumed),
+            LocalAgent::Answer => self.hca.process_mad(&buf, false).map(|answer| {
+                if let Some(reply) = recv_rules::firmware_answer(&buf, answer) {
+                    LocalOutcome::Reply(Box::new(reply))
+                } else {
+                    bump(&self.smi.cells.local_bad_answers);
+                    tracing::warn!(
+                        port = self.port_num,
+                        "process_mad answered a local SMP with something that is not its response"
+                    );
+                    LocalOutcome::Consumed
+                }
+            }),
+        };
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(source) => {
+                agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+                self.notify_all();
+                return Err(MadError::LocalSmp {
+                    port: self.port_num,
+                    source,
+                });
+            }
+        };
+        let id = self.next_send_id();
+        bump(&agent.cells.sends);
+        bump(&self.cells.sends);
+        bump(&self.smi.cells.local);
+        lock(&self.smi.local).push_back(Local {
+            send: Some(LocalSend {
+                agent: Arc::clone(agent),
+                id,
+                context,
+                header,
+                tid,
+            }),
+            outcome,
+            pkey_index: dest.pkey_index,
+        });
+        self.notify_all();
+        Ok(id)
+    }
+
+    /// `on_mad`'s hook for directed-route SMPs from the wire: the receive rules on a copy.
+    /// `None`: discarded (counted).
+    pub(crate) fn smi_incoming(&self, mad: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
+        let mut m = *mad;
+        // A channel adapter: the port count only matters to a switch's rules.
+        match rules::incoming(&mut m, false, self.port_num, self.port_num) {
+            Ok(()) => {
+                bump(&self.smi.cells.received);
+                Some(m)
+            }
+            Err(reason) => {
+                bump(&self.smi.cells.recv_discards[reason.index()]);
+                tracing::debug!(port = self.port_num, %reason, "received directed-route SMP discarded");
+                None
+            }
+        }
+    }
+
+    /// `send_internal`'s hook: a reply of the port's own agent to a directed-route SMP passes
+    /// the send rules (C14-13:1 moves its hop pointer back). `None`: not to be sent (discarded,
+    /// or for this port itself: then it is handled as received, as the kernel does).
+    pub(crate) fn smi_reply(&self, mad: &[u8; MAD_LEN], pkey_index: u16) -> Option<[u8; MAD_LEN]> {
+        let mut m = *mad;
+        if m[1] != class::SUBN_DIRECTED_ROUTE {
+            return Some(m);
+        }
+        match rules::outgoing(&mut m, false, self.port_num) {
+            Ok(Outgoing::Wire) => {
+                bump(&self.smi.cells.replies);
+                Some(m)
+            }
+            Ok(Outgoing::Local) => {
+                lock(&self.smi.local).push_back(Local {
+                    send: None,
+                    outcome: LocalOutcome::Incoming(Box::new(m)),
+                    pkey_index,
+                });
+                None
+            }
+            Err(reason) => {
+                bump(&self.smi.cells.send_discards[reason.index()]);
+                tracing::debug!(port = self.port_num, %reason, "reply to a directed-route SMP discarded");
+                None
+            }
+        }
+    }
+
+    /// The progress loop's hook: deliver the local completions, each receive before its
+    /// send's completion. Returns how many.
+    pub(crate) fn smi_pass(&self, st: &mut ProgressState) -> usize {
+        let items: Vec<Local> = lock(&self.smi.local).drain(..).collect();
+        let n = items.len();
+        for item in items {
+            let addr = local_addr(item.pkey_index);
+            match item.outcome {
+                LocalOutcome::Reply(reply) => {
+                    if let Some(s) = item.send.as_ref().filter(|s| s.agent.receives) {
+                        bump(&self.smi.cells.local_answered);
+                        bump(&self.cells.responses);
+                        bump(&s.agent.cells.responses);
+                        s.agent.deliver(
+                            Event::Recv(Box::new(RecvMad {
+                                agent: s.agent.id,
+                                mad: *reply,
+                                len: MAD_LEN,
+                                addr,
+                                response_to: Some(SendRef {
+                                    id: s.id,
+                                    context: s.context,
+                                }),
+                                rmpp: None,
+                            })),
+                            self,
+                        );
+                    }
+                }
+                LocalOutcome::Consumed => {}
+                LocalOutcome::Incoming(m) => self.smi_local_incoming(st, &m, addr),
+            }
+            if let Some(s) = item.send {
+                self.cells.completed(WcStatus::Success);
+                s.agent.cells.completed(WcStatus::Success);
+                s.agent.deliver(
+                    Event::Send(SendCompletion {
+                        agent: s.agent.id,
+                        id: s.id,
+                        context: s.context,
+                        status: WcStatus::Success,
+                        vendor_err: 0,
+                        retries: 0,
+                        tid: s.tid,
+                        header: s.header,
+                    }),
+                    self,
+                );
+                s.agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        n
+    }
+
+    /// A local SMP the SMA did not take, handled as if it had been received: a response goes
+    /// to response matching, a request to the agent registered for it (or nowhere: the kernel
+    /// drops it without an answer).
+    fn smi_local_incoming(&self, st: &mut ProgressState, m: &[u8; MAD_LEN], addr: RecvAddr) {
+        let hdr = Mad::new_checked(&m[..]).expect("a full MAD holds a header");
+        if hdr.is_response() {
+            self.on_response(st, SpecialQp::Smi, m, MAD_LEN, addr, None);
+            return;
+        }
+        let agent =
+            self.agents_read()
+                .lookup(hdr.class_version(), hdr.mgmt_class(), hdr.method(), 0);
+        let Some(a) = agent else {
+            self.cells.dropped(DropReason::NoAgent);
+            return;
+        };
+        bump(&self.smi.cells.local_passed);
+        bump(&self.cells.unsolicited);
+        bump(&a.cells.unsolicited);
+        a.deliver(
+            Event::Recv(Box::new(RecvMad {
+                agent: a.id,
+                mad: *m,
+                len: MAD_LEN,
+                addr,
+                response_to: None,
+                rmpp: None,
+            })),
+            self,
+        );
+    }
+}

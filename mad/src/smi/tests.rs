@@ -1,0 +1,308 @@
+//! The SMI on a port, against the in-crate test double: local completions (order, exactly
+//! once, nothing on the wire), refused routes, hop pointers on the wire, the receive rules at
+//! the port, and the port's replies. The same paths run on the simulated HCA and fabric in
+//! `tests/tests/mad_smi.rs`.
+
+// Short names (rig, agent, error, MAD) read better in these scenarios.
+#![allow(clippy::many_single_char_names)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dma::Accounting;
+use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use mad_wire::header::MAD_LEN;
+use mad_wire::smp::{DirectedRoute, Direction, Smp, SmpRepr, SmpRoute};
+use mad_wire::{PERMISSIVE_LID, attr_id, method};
+
+use crate::double::{FakePort, Inbound};
+use crate::{Agent, AgentSpec, Event, MadError, MethodMask, Port, PortConfig, SmiDiscard};
+
+/// A port on the double with its baseline accounting.
+pub(crate) struct Rig {
+    pub(crate) fake: Arc<FakePort>,
+    pub(crate) port: Port,
+    base: Accounting,
+}
+
+impl Rig {
+    pub(crate) fn new() -> Rig {
+        let fake = FakePort::new(16, 64);
+        let port = Port::open(fake.clone(), PortConfig::default()).expect("open");
+        let base = fake.accounting();
+        Rig { fake, port, base }
+    }
+
+    pub(crate) fn agent(&self, spec: AgentSpec) -> Agent {
+        self.port.register(spec).expect("register")
+    }
+
+    /// Every event of `agent` until `within` of device time passed.
+    pub(crate) fn collect(&self, agent: &Agent, within: Duration) -> Vec<Event> {
+        let deadline = self.port.deadline_after(within);
+        let mut v = Vec::new();
+        while let Some(e) = agent.next_event(deadline) {
+            v.push(e);
+        }
+        v
+    }
+
+    /// Leases and mappings at baseline, no IOMMU fault, nothing outstanding.
+    pub(crate) fn assert_clean(&self) {
+        let a = self.fake.accounting();
+        assert_eq!(a.leases_out, self.base.leases_out, "{a:?}");
+        assert_eq!(a.live_mappings, self.base.live_mappings);
+        assert_eq!(self.fake.faults(), 0, "no IOMMU fault");
+        let c = self.port.census();
+        assert_eq!(c.outstanding, 0, "{c:?}");
+        assert_eq!(c.gsi.active() + c.smi.map_or(0, |s| s.active()), 0, "{c:?}");
+    }
+}
+
+/// The permissive destination of a directed-route SMP on QP0.
+pub(crate) fn dr_dest() -> UdDest {
+    UdDest {
+        dlid: PERMISSIVE_LID,
+        sl: 0,
+        src_path_bits: 0,
+        remote_qpn: 0,
+        remote_qkey: 0,
+        pkey_index: 0,
+        grh: None,
+    }
+}
+
+/// A directed-route Get of `attr` along `path`, with `tid`.
+pub(crate) fn dr_get(path: &[u8], attr: u16, tid: u64) -> Vec<u8> {
+    let repr = SmpRepr::directed_get(path, attr, 0, tid).expect("a path of at most 63 hops");
+    let mut b = vec![0u8; MAD_LEN];
+    repr.emit(&mut Smp::new_checked(&mut b[..]).expect("256 bytes"));
+    b
+}
+
+fn sma_answer(m: &[u8; MAD_LEN]) -> [u8; MAD_LEN] {
+    let mut a = *m;
+    a[3] = method::GET_RESP;
+    a[64] = 0x5A;
+    a
+}
+
+#[test]
+fn a_0_hop_smp_is_answered_locally_response_first_then_completion() {
+    let r = Rig::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    r.fake.set_process_mad(move |m| {
+        c.fetch_add(1, Ordering::SeqCst);
+        // The SMA sees the SMP at the end of its path: hp == hc + 1.
+        assert_eq!((m[6], m[7]), (1, 0));
+        Ok(sma_answer(m))
+    });
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let id = a
+        .send(
+            crate::SendRequest::new(dr_get(&[], attr_id::sm::NODE_INFO, 0x42), dr_dest())
+                .timeout_ms(100)
+                .context(9),
+        )
+        .expect("accepted");
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    let Event::Recv(resp) = &ev[0] else {
+        panic!("the response comes first: {ev:?}")
+    };
+    assert_eq!(resp.response_to.map(|s| (s.id, s.context)), Some((id, 9)));
+    assert_eq!((resp.mad[3], resp.mad[64]), (method::GET_RESP, 0x5A));
+    assert_eq!(resp.mad[4] & 0x80, 0x80, "D bit set on the answer");
+    assert_eq!(resp.addr.slid, PERMISSIVE_LID);
+    let Event::Send(done) = &ev[1] else {
+        panic!("then the completion: {ev:?}")
+    };
+    assert_eq!(
+        (done.id, done.status, done.tid),
+        (id, WcStatus::Success, 0x42)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(r.fake.sent().is_empty(), "nothing on the wire");
+    let k = r.port.smi_counters();
+    assert_eq!((k.local, k.local_answered, k.sent), (1, 1, 0));
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_local_smp_the_sma_fails_is_refused() {
+    let r = Rig::new();
+    r.fake.set_process_mad(|_| {
+        Err(driver::DriverError::Io {
+            what: "MAD_IFC".into(),
+            source: std::io::Error::other("bad packet"),
+        })
+    });
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let e = a
+        .send(crate::SendRequest::new(
+            dr_get(&[], attr_id::sm::NODE_INFO, 1),
+            dr_dest(),
+        ))
+        .unwrap_err();
+    assert!(matches!(e, MadError::LocalSmp { port: 1, .. }), "{e}");
+    assert_eq!(a.outstanding(), 0);
+    assert!(r.collect(&a, Duration::from_millis(2)).is_empty());
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_local_smp_the_sma_does_not_take_goes_to_the_registered_agent() {
+    let r = Rig::new();
+    r.fake
+        .set_process_mad(|_| panic!("SMInfo is not the SMA's (mlx5 process_mad)"));
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let id = sm
+        .send(crate::SendRequest::new(
+            dr_get(&[], attr_id::sm::SM_INFO, 5),
+            dr_dest(),
+        ))
+        .unwrap();
+    let ev = r.collect(&sm, Duration::from_millis(5));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    let Event::Recv(req) = &ev[0] else { panic!() };
+    assert_eq!(
+        (req.response_to, req.header().attr_id()),
+        (None, attr_id::sm::SM_INFO)
+    );
+    assert!(matches!(&ev[1], Event::Send(c) if c.id == id && c.status == WcStatus::Success));
+    assert_eq!(r.port.smi_counters().local_passed, 1);
+    sm.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn routes_the_send_rules_discard_are_refused_and_counted() {
+    let r = Rig::new();
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    // InitialPath[1] names port 2; we are port 1.
+    let e = a
+        .send(crate::SendRequest::new(
+            dr_get(&[2, 1], attr_id::sm::NODE_INFO, 1),
+            dr_dest(),
+        ))
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        MadError::DirectedRoute {
+            port: 1,
+            reason: SmiDiscard::WrongEgress
+        }
+    ));
+    // HopCount 64.
+    let mut m = dr_get(&[1], attr_id::sm::NODE_INFO, 2);
+    m[7] = 64;
+    assert!(matches!(
+        a.send(crate::SendRequest::new(m, dr_dest())),
+        Err(MadError::DirectedRoute {
+            reason: SmiDiscard::HopCount,
+            ..
+        })
+    ));
+    let k = r.port.smi_counters();
+    assert_eq!(k.send_discards.get(SmiDiscard::WrongEgress), 1);
+    assert_eq!(k.send_discards.get(SmiDiscard::HopCount), 1);
+    assert_eq!(r.port.counters().sends, 0, "nothing accepted");
+    assert!(r.fake.sent().is_empty());
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_multi_hop_smp_leaves_with_hop_pointer_1_and_its_response_is_matched() {
+    let r = Rig::new();
+    r.fake.set_responder(|out| {
+        // The far end's response, back at us: D = 1, HopPointer 1 (the last switch's send
+        // rule moved it), ReturnPath as the switches recorded it.
+        let mut resp = out.mad;
+        resp[3] = method::GET_RESP;
+        resp[4] |= 0x80;
+        resp[6] = 1;
+        resp[192 + 1] = 4;
+        resp[192 + 2] = 1;
+        vec![Inbound::new(SpecialQp::Smi, resp, 7)]
+    });
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let id = a
+        .send(
+            crate::SendRequest::new(dr_get(&[1, 3], attr_id::sm::NODE_INFO, 3), dr_dest())
+                .timeout_ms(50),
+        )
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_millis(5));
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 1);
+    let smp = Smp::new_checked(&sent[0].mad[..]).unwrap();
+    assert_eq!(
+        (smp.hop_pointer(), smp.hop_count(), smp.direction()),
+        (1, 2, Direction::Outbound),
+        "the requester's SMI moved the hop pointer (C14-9:1)"
+    );
+    assert_eq!(sent[0].dest.dlid, PERMISSIVE_LID);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    let Event::Recv(resp) = &ev[0] else { panic!() };
+    assert_eq!(resp.response_to.map(|s| s.id), Some(id));
+    assert_eq!(
+        resp.mad[6], 0,
+        "our receive rule took the hop pointer to 0 (C14-13:3)"
+    );
+    assert!(matches!(&ev[1], Event::Send(c) if c.status == WcStatus::Success));
+    let k = r.port.smi_counters();
+    assert_eq!((k.sent, k.received), (1, 1));
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn smps_arriving_are_answered_along_the_return_path_or_discarded() {
+    let r = Rig::new();
+    r.fake.set_process_mad(|m| Ok(sma_answer(m)));
+    // A Get at the end of a 2-hop path (hp 2 = hc), from a requester two switches away.
+    let mut route = DirectedRoute::from_path(&[1, 5]).unwrap();
+    route.hop_pointer = 2;
+    route.return_path[1] = 3;
+    let repr = SmpRepr::request(
+        method::GET,
+        SmpRoute::Directed(route),
+        attr_id::sm::PORT_INFO,
+        0,
+        0x77,
+    );
+    let mut m = [0u8; MAD_LEN];
+    repr.emit(&mut Smp::new_checked(&mut m[..]).unwrap());
+    r.fake.inject(Inbound::new(SpecialQp::Smi, m, 0));
+    // An outbound SMP still mid-path: a CA does not forward (C14-9:2).
+    let mut mid = m;
+    mid[6] = 1;
+    r.fake.inject(Inbound::new(SpecialQp::Smi, mid, 0));
+    r.port
+        .progress_until(r.port.deadline_after(Duration::from_millis(2)));
+    r.port
+        .progress_until(r.port.deadline_after(Duration::from_millis(2)));
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 1, "one answer: {sent:?}");
+    let smp = Smp::new_checked(&sent[0].mad[..]).unwrap();
+    assert_eq!(smp.direction(), Direction::Returning);
+    assert_eq!(
+        (
+            smp.hop_pointer(),
+            smp.return_path()[2],
+            smp.return_path()[1]
+        ),
+        (2, 1, 3),
+        "ReturnPath[2] = our port (receive rule), hp 3 -> 2 (C14-13:1)"
+    );
+    assert_eq!(smp.data()[0], 0x5A);
+    let k = r.port.smi_counters();
+    assert_eq!((k.received, k.replies), (1, 1));
+    assert_eq!(k.recv_discards.get(SmiDiscard::NotASwitch), 1);
+    r.assert_clean();
+}

@@ -1,0 +1,1349 @@
+//! Unit tests of the port, agents and progress loop against the in-crate test double
+//! (`double.rs`): each of the paths of reference/mad-stack.md §1 in isolation, with exactly one
+//! completion per send, its status, no event after deregistration, leases back, no IOMMU fault.
+//! The same paths run on the simulated HCA in `tests/` (crate hca-tests).
+
+// Short names (rig, agents, queues) read better in these scenarios.
+#![allow(clippy::many_single_char_names)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dma::Accounting;
+use driver::verbs::{GRH_LEN, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
+use mad_wire::header::MAD_LEN;
+
+use crate::double::{FakePort, Inbound, Outbound};
+use crate::{
+    Agent, AgentSpec, DropReason, Event, EventQueue, MadError, MethodMask, Port, PortConfig,
+    QP1_QKEY, SendId, SendRequest, SendState,
+};
+
+const PERF: u8 = 0x04;
+const SA: u8 = 0x03;
+
+fn mad(class: u8, version: u8, method: u8, attr: u16, tid: u64) -> Vec<u8> {
+    let mut b = vec![0u8; MAD_LEN];
+    b[0] = 1;
+    b[1] = class;
+    b[2] = version;
+    b[3] = method;
+    b[8..16].copy_from_slice(&tid.to_be_bytes());
+    b[16..18].copy_from_slice(&attr.to_be_bytes());
+    b
+}
+
+fn get(tid: u64) -> Vec<u8> {
+    mad(PERF, 1, 0x01, 0x12, tid)
+}
+
+fn gsi(lid: u16) -> UdDest {
+    UdDest {
+        dlid: lid,
+        sl: 0,
+        src_path_bits: 0,
+        remote_qpn: 1,
+        remote_qkey: QP1_QKEY,
+        pkey_index: 0,
+        grh: None,
+    }
+}
+
+fn smi(lid: u16) -> UdDest {
+    UdDest {
+        remote_qpn: 0,
+        remote_qkey: 0,
+        ..gsi(lid)
+    }
+}
+
+/// The responder of a well-behaved peer: every request gets its response method with the same
+/// TID, from the LID it was sent to.
+fn answer(out: &Outbound) -> Vec<Inbound> {
+    let mut m = out.mad;
+    if m[3] & 0x80 != 0 {
+        return Vec::new();
+    }
+    m[3] = if m[3] == 0x02 { 0x81 } else { m[3] | 0x80 };
+    vec![Inbound::new(out.qp, m, out.dest.dlid)]
+}
+
+struct Rig {
+    fake: Arc<FakePort>,
+    port: Port,
+    base: Accounting,
+}
+
+fn rig_with(send: u32, recv: u32, config: PortConfig) -> Rig {
+    let fake = FakePort::new(send, recv);
+    let port = Port::open(fake.clone(), config).expect("open");
+    let base = fake.accounting();
+    Rig { fake, port, base }
+}
+
+fn rig() -> Rig {
+    rig_with(16, 64, PortConfig::default())
+}
+
+impl Rig {
+    fn agent(&self, spec: AgentSpec) -> Agent {
+        self.port.register(spec).expect("register")
+    }
+
+    fn perf_agent(&self) -> Agent {
+        self.agent(AgentSpec::responses_only(SpecialQp::Gsi))
+    }
+
+    /// Every event `agent` gets until `within` of device time has passed.
+    fn collect(&self, agent: &Agent, within: Duration) -> Vec<Event> {
+        let deadline = self.port.deadline_after(within);
+        let mut v = Vec::new();
+        while let Some(e) = agent.next_event(deadline) {
+            v.push(e);
+        }
+        v
+    }
+
+    /// Leases and mappings back to what they were after the port opened, no IOMMU fault,
+    /// no slot busy, nothing queued.
+    fn assert_clean(&self) {
+        let a = self.fake.accounting();
+        assert_eq!(
+            a.leases_out, self.base.leases_out,
+            "leases back to baseline: {a:?}"
+        );
+        assert_eq!(
+            a.live_mappings, self.base.live_mappings,
+            "mappings back to baseline"
+        );
+        assert_eq!(self.fake.faults(), 0, "no IOMMU fault");
+        let c = self.port.census();
+        assert_eq!(c.gsi.active(), 0, "{c:?}");
+        assert_eq!(c.smi.map_or(0, |s| s.active()), 0, "{c:?}");
+        assert_eq!(c.gsi.queued + c.backlogged, 0, "{c:?}");
+        assert_eq!(c.outstanding, 0, "{c:?}");
+        assert_eq!(c.gsi.posted, 0, "{c:?}");
+        assert_eq!(
+            self.port.counters().post_failures,
+            0,
+            "a post never fails for room"
+        );
+        assert_eq!(
+            self.port.counters().bad_completions,
+            0,
+            "every completion found its work request"
+        );
+    }
+}
+
+/// The completions in `events`, by send, each checked to be the only one for its send.
+fn completions(events: &[Event]) -> HashMap<SendId, (WcStatus, u32, u32)> {
+    let mut m = HashMap::new();
+    for e in events {
+        if let Event::Send(c) = e {
+            assert!(
+                m.insert(c.id, (c.status, c.vendor_err, c.retries))
+                    .is_none(),
+                "two completions for {}",
+                c.id
+            );
+        }
+    }
+    m
+}
+
+fn recvs(events: &[Event]) -> Vec<&crate::RecvMad> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Recv(r) => Some(&**r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tid_of(m: &[u8]) -> u64 {
+    u64::from_be_bytes(m[8..16].try_into().unwrap())
+}
+
+#[test]
+fn path1_send_without_response_completes_after_its_cqe() {
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(7), gsi(2)).context(99))
+        .unwrap();
+    assert_eq!(r.port.progress(), 0, "nothing completes before the CQE");
+    assert!(a.try_event().is_none());
+    assert_eq!(
+        r.fake.accounting().leases_out,
+        r.base.leases_out + 1,
+        "the slot holds its lease"
+    );
+    r.fake.execute(SpecialQp::Gsi, 1);
+    let ev = r.collect(&a, Duration::from_millis(10));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[&id], (WcStatus::Success, 0, 0));
+    match &ev[0] {
+        Event::Send(s) => {
+            assert_eq!(s.context, 99);
+            assert_eq!(s.tid & 0xFFFF_FFFF, 7, "the client's low TID kept");
+            assert_eq!(s.tid >> 56, 0, "the top byte stays clear");
+        }
+        e => panic!("{e:?}"),
+    }
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path2_response_is_delivered_linked_then_the_send_completes() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let a = r.perf_agent();
+    let id = a
+        .send(
+            SendRequest::new(get(0xFFFF_FFFF_0000_0042), gsi(5))
+                .timeout_ms(100)
+                .context(3),
+        )
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_millis(50));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    let Event::Recv(resp) = &ev[0] else {
+        panic!("the response comes first: {ev:?}")
+    };
+    assert_eq!(resp.response_to.map(|s| (s.id, s.context)), Some((id, 3)));
+    assert_eq!(resp.header().method(), 0x81);
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 1);
+    let wire_tid = tid_of(&sent[0].mad);
+    assert_eq!(wire_tid & 0xFFFF_FFFF, 0x42, "low half is the client's");
+    assert_ne!(
+        wire_tid >> 32,
+        0xFFFF_FFFF,
+        "the stack owns the upper half of a request's TID"
+    );
+    assert_eq!(wire_tid >> 56, 0);
+    assert_eq!(resp.header().tid(), wire_tid);
+    assert_eq!(completions(&ev)[&id], (WcStatus::Success, 0, 0));
+    assert_eq!(r.port.counters().responses, 1);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn responses_keep_the_requesters_tid() {
+    let r = rig();
+    let a = r.perf_agent();
+    let mut m = get(0xABCD_0001_0000_0002);
+    m[3] = 0x81;
+    a.send(SendRequest::new(m, gsi(5))).unwrap();
+    r.collect(&a, Duration::from_millis(5));
+    assert_eq!(tid_of(&r.fake.sent()[0].mad), 0xABCD_0001_0000_0002);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path3_early_response_completes_the_send_only_at_its_cqe() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    r.fake.hold_send_cqes(true);
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(100))
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(matches!(&ev[0], Event::Recv(m) if m.response_to.map(|s| s.id) == Some(id)));
+    assert_eq!(r.port.census().gsi.count(SendState::EarlyResp), 1);
+    assert_eq!(
+        r.fake.accounting().leases_out,
+        r.base.leases_out + 1,
+        "the lease stays until the CQE"
+    );
+    // Far beyond the timeout: an EARLY_RESP send does not time out.
+    let ev = r.collect(&a, Duration::from_millis(500));
+    assert!(ev.is_empty(), "{ev:?}");
+    r.fake.release_send_cqes();
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id], (WcStatus::Success, 0, 0));
+    assert_eq!(r.port.counters().early_responses, 1);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path4_timeout_after_retries_then_late_response_dropped() {
+    let r = rig();
+    let a = r.perf_agent();
+    let t0 = r.fake.time();
+    let id = a
+        .send(SendRequest::new(get(9), gsi(5)).timeout_ms(100).retries(2))
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_secs(2));
+    assert_eq!(completions(&ev)[&id], (WcStatus::RespTimeoutErr, 0, 2));
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 3, "retries + 1 attempts on the wire");
+    assert!(
+        sent.iter().all(|s| tid_of(&s.mad) == tid_of(&sent[0].mad)),
+        "same TID each time"
+    );
+    let elapsed = r.fake.time().saturating_sub(t0);
+    assert!(
+        elapsed >= Duration::from_millis(300),
+        "3 × 100 ms: {elapsed:?}"
+    );
+    let c = r.port.counters();
+    assert_eq!((c.timeouts, c.retries), (1, 2));
+    // The response finally comes: the send is gone, it is dropped as late.
+    let mut late = sent[0].mad;
+    late[3] = 0x81;
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, late, 5));
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(r.port.counters().drops.get(DropReason::Late), 1);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path5_cancel_on_the_qp_completes_at_its_cqe() {
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(1000))
+        .unwrap();
+    a.cancel(id).unwrap();
+    assert!(
+        matches!(a.cancel(id), Err(MadError::NotOutstanding(_))),
+        "already canceled"
+    );
+    r.port.progress();
+    assert!(a.try_event().is_none(), "no completion before the CQE");
+    assert_eq!(r.port.census().gsi.count(SendState::Canceled), 1);
+    r.fake.execute(SpecialQp::Gsi, 1);
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id], (WcStatus::WrFlushErr, 0, 0));
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path6_cancel_while_waiting_completes_from_the_loop_and_drops_the_response() {
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(10_000))
+        .unwrap();
+    r.port.progress();
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    a.cancel(id).unwrap();
+    assert!(
+        a.try_event().is_none(),
+        "reported by the progress loop, not inline"
+    );
+    // The response arrives before the loop runs: it is dropped as a canceled send's.
+    let mut resp = r.fake.sent()[0].mad;
+    resp[3] = 0x81;
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, resp, 5));
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(completions(&ev)[&id], (WcStatus::WrFlushErr, 0, 0));
+    assert_eq!(r.port.counters().drops.get(DropReason::Canceled), 1);
+    // And one more copy later: the send is gone.
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, resp, 5));
+    assert!(r.collect(&a, Duration::from_millis(5)).is_empty());
+    assert_eq!(r.port.counters().drops.get(DropReason::Late), 1);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path7_modify_timeout_of_a_waiting_send() {
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(60_000))
+        .unwrap();
+    r.port.progress();
+    let t0 = r.fake.time();
+    a.modify_timeout(id, 50).unwrap();
+    let ev = a.next_event(r.port.deadline_after(Duration::from_secs(1)));
+    let took = r.fake.time().saturating_sub(t0);
+    let ev: Vec<Event> = ev.into_iter().collect();
+    assert_eq!(completions(&ev)[&id], (WcStatus::RespTimeoutErr, 0, 0));
+    assert!(
+        took >= Duration::from_millis(50) && took < Duration::from_millis(200),
+        "{took:?}"
+    );
+    assert!(matches!(
+        a.modify_timeout(id, 10),
+        Err(MadError::NotOutstanding(_))
+    ));
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn modify_before_the_cqe_changes_the_timeout_used_at_the_cqe() {
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(60_000))
+        .unwrap();
+    a.modify_timeout(id, 20).unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.fake.set_auto(true);
+    let ev = r.collect(&a, Duration::from_millis(100));
+    assert_eq!(completions(&ev)[&id].0, WcStatus::RespTimeoutErr);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path8_deregistration_with_sends_in_every_state() {
+    // 4 slots; an SA agent limited to 64/32 = 2 outstanding solicited sends.
+    let r = rig_with(4, 64, PortConfig::default());
+    r.fake.set_auto(false);
+    r.fake.set_responder(answer);
+    r.fake.hold_send_cqes(true);
+    let sa = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+    let perf = r.perf_agent();
+    let mut ids = Vec::new();
+    // Two solicited SA sends go out; the next two wait in the agent's backlog.
+    for t in 0..4 {
+        ids.push(
+            sa.send(SendRequest::new(mad(SA, 2, 0x01, 0x11, t), gsi(5)).timeout_ms(1000))
+                .unwrap(),
+        );
+    }
+    // Unsolicited SA sends fill the other slots and then the overflow queue.
+    for t in 4..8 {
+        ids.push(
+            sa.send(SendRequest::new(mad(SA, 2, 0x01, 0x11, t), gsi(5)))
+                .unwrap(),
+        );
+    }
+    // Another agent's send waits in the overflow queue too; it must survive.
+    let other = perf.send(SendRequest::new(get(100), gsi(5))).unwrap();
+    let c = r.port.census();
+    assert_eq!(c.gsi.count(SendState::SendStart), 4, "{c:?}");
+    assert_eq!(c.backlogged, 2, "{c:?}");
+    assert_eq!(c.gsi.queued, 3, "{c:?}");
+    // One posted send executes with its CQE held: its response makes it EARLY_RESP.
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.fake.deliver_due();
+    r.port.progress();
+    assert_eq!(r.port.census().gsi.count(SendState::EarlyResp), 1);
+    let events = sa.events().clone();
+    r.fake.set_auto(true);
+    r.fake.hold_send_cqes(false);
+    r.fake.release_send_cqes();
+    sa.deregister();
+    let mut ev = Vec::new();
+    events.drain_into(&mut ev);
+    let c = completions(&ev);
+    assert_eq!(
+        c.len(),
+        ids.len(),
+        "each send completed exactly once before deregister returned"
+    );
+    for id in &ids[..] {
+        assert!(c.contains_key(id), "{id} {c:?}");
+    }
+    // Canceled by the deregistration, the early-answered one included (its response was
+    // delivered first), as the kernel's cancel_mads does to everything on its send list.
+    assert!(c.values().all(|v| v.0 == WcStatus::WrFlushErr), "{c:?}");
+    assert_eq!(recvs(&ev).len(), 1, "the early response was delivered");
+    // Nothing more for the deregistered agent, even with traffic for it.
+    let mut resp: [u8; MAD_LEN] = mad(SA, 2, 0x81, 0x11, 1).try_into().unwrap();
+    resp[8..16].copy_from_slice(&tid_of(&r.fake.sent()[0].mad).to_be_bytes());
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, resp, 5));
+    let ev = r.collect(&perf, Duration::from_millis(10));
+    assert!(events.is_empty(), "no event after deregistration returned");
+    assert_eq!(
+        completions(&ev)[&other].0,
+        WcStatus::Success,
+        "the other agent's send went on"
+    );
+    perf.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path9_error_cqe_recovers_the_qp_and_reposts_the_flushed_once() {
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let ids: Vec<SendId> = (0..3)
+        .map(|t| a.send(SendRequest::new(get(t), gsi(5))).unwrap())
+        .collect();
+    r.fake.fail_next_send(SpecialQp::Gsi, WcStatus::LocLenErr);
+    r.fake.set_auto(true);
+    let ev = r.collect(&a, Duration::from_millis(20));
+    let c = completions(&ev);
+    assert_eq!(
+        c[&ids[0]],
+        (WcStatus::LocLenErr, 0x51, 0),
+        "the failing send keeps its status"
+    );
+    assert_eq!(
+        c[&ids[1]].0,
+        WcStatus::Success,
+        "flushed, reposted once, completed"
+    );
+    assert_eq!(c[&ids[2]].0, WcStatus::Success);
+    let k = r.port.counters();
+    assert_eq!((k.qp_recoveries, k.flush_reposts, k.send_errors), (1, 2, 1));
+    assert_eq!(
+        r.fake.sent().len(),
+        2,
+        "the flushed two reached the wire once, after recovery"
+    );
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path10_a_flush_not_marked_for_retry_is_reported() {
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(100))
+        .unwrap();
+    r.fake.flush_sends(SpecialQp::Gsi);
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id], (WcStatus::WrFlushErr, 0x249, 0));
+    assert_eq!(
+        r.port.counters().qp_recoveries,
+        0,
+        "a flush is not a reason to recover"
+    );
+    a.deregister();
+    r.assert_clean();
+}
+
+fn fatal_case(removed: bool) {
+    let r = rig_with(4, 64, PortConfig::default());
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+    let mut ids = Vec::new();
+    for t in 0..6 {
+        ids.push(
+            a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(1000))
+                .unwrap(),
+        );
+    }
+    // Two of them reach WAIT_RESP; the rest are on the QP or queued.
+    r.fake.execute(SpecialQp::Gsi, 2);
+    r.port.progress();
+    let sb = b
+        .send(SendRequest::new(mad(SA, 2, 1, 0x11, 9), gsi(5)).timeout_ms(1000))
+        .unwrap();
+    r.fake.make_fatal(removed);
+    let ev = r.collect(&a, Duration::from_millis(10));
+    let c = completions(&ev);
+    assert_eq!(c.len(), ids.len());
+    for id in &ids {
+        assert_eq!(c[id], (WcStatus::WrFlushErr, 5, 0), "{id}");
+    }
+    assert!(ev.iter().any(|e| matches!(e, Event::DeviceFatal { .. })));
+    let evb = r.collect(&b, Duration::from_millis(10));
+    assert_eq!(completions(&evb)[&sb], (WcStatus::WrFlushErr, 5, 0));
+    assert_eq!(
+        evb.iter()
+            .filter(|e| matches!(e, Event::DeviceFatal { .. }))
+            .count(),
+        1,
+        "every agent is told once"
+    );
+    assert!(matches!(
+        a.send(SendRequest::new(get(1), gsi(5))),
+        Err(MadError::DeviceFatal { .. })
+    ));
+    assert!(matches!(
+        r.port.register(AgentSpec::send_only(SpecialQp::Gsi)),
+        Err(MadError::DeviceFatal { .. })
+    ));
+    a.deregister();
+    b.deregister();
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 0);
+    let acc = r.fake.accounting();
+    assert!(
+        acc.leases_out < r.base.leases_out,
+        "receive buffers released after the flush: {acc:?}"
+    );
+    assert_eq!(r.fake.faults(), 0);
+}
+
+#[test]
+fn path11_fatal_completes_everything_with_flush_vendor_5() {
+    fatal_case(false);
+}
+
+#[test]
+fn path12_removal_likewise_and_deregistration_is_prompt() {
+    fatal_case(true);
+}
+
+#[test]
+fn path13_sends_beyond_the_slots_wait_in_order_none_refused() {
+    let r = rig_with(4, 64, PortConfig::default());
+    let a = r.perf_agent();
+    let ids: Vec<SendId> = (0..40)
+        .map(|t| a.send(SendRequest::new(get(t), gsi(5))).unwrap())
+        .collect();
+    assert!(r.port.census().gsi.queued > 0);
+    let ev = r.collect(&a, Duration::from_millis(50));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 40);
+    assert!(ids.iter().all(|i| c[i].0 == WcStatus::Success));
+    let order: Vec<u64> = r
+        .fake
+        .sent()
+        .iter()
+        .map(|s| tid_of(&s.mad) & 0xFFFF_FFFF)
+        .collect();
+    assert_eq!(order, (0..40).collect::<Vec<_>>(), "in order on the wire");
+    assert!(r.port.counters().overflowed > 0);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path13_solicited_limit_holds_sa_sends_back() {
+    let r = rig_with(16, 64, PortConfig::default());
+    // Answers come 50 ms later: the SA agent may have 64/32 = 2 outstanding.
+    r.fake.set_responder(|o| {
+        let mut v = answer(o);
+        for p in &mut v {
+            p.delay = Duration::from_millis(50);
+        }
+        v
+    });
+    let sa = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+    let ids: Vec<SendId> = (0..6)
+        .map(|t| {
+            sa.send(SendRequest::new(mad(SA, 2, 1, 0x11, t), gsi(5)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    let c = r.port.census();
+    assert_eq!(c.gsi.active(), 2, "{c:?}");
+    assert_eq!(c.backlogged, 4);
+    let ev = r.collect(&sa, Duration::from_millis(400));
+    let done = completions(&ev);
+    assert!(
+        ids.iter().all(|i| done[i].0 == WcStatus::Success),
+        "{done:?}"
+    );
+    assert_eq!(r.port.counters().backlogged, 4);
+    sa.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path14_responses_that_match_nothing_are_dropped_and_counted() {
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(1000))
+        .unwrap();
+    r.port.progress();
+    let sent = r.fake.sent()[0].mad;
+    let resp = |f: &dyn Fn(&mut [u8; MAD_LEN])| {
+        let mut m = sent;
+        m[3] = 0x81;
+        f(&mut m);
+        m
+    };
+    // Unknown TIDs: top byte set, another slot, another low half.
+    for m in [
+        resp(&|m| m[8] = 1),
+        resp(&|m| m[10] ^= 0x0F),
+        resp(&|m| m[15] ^= 1),
+    ] {
+        r.fake.inject(Inbound::new(SpecialQp::Gsi, m, 5));
+    }
+    // Another class with the same TID.
+    r.fake
+        .inject(Inbound::new(SpecialQp::Gsi, resp(&|m| m[1] = 0x06), 5));
+    // Another address: a GRH where the request had none.
+    let mut g = Inbound::new(SpecialQp::Gsi, resp(&|_| {}), 5);
+    g.grh = Some([0u8; GRH_LEN as usize]);
+    r.fake.inject(g);
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(ev.is_empty(), "{ev:?}");
+    let d = r.port.counters().drops;
+    assert_eq!(d.get(DropReason::UnknownTid), 3, "{d:?}");
+    assert_eq!(d.get(DropReason::WrongClass), 1);
+    assert_eq!(d.get(DropReason::WrongAddress), 1);
+    assert_eq!(
+        a.counters().drops.get(DropReason::WrongAddress),
+        1,
+        "counted per agent too"
+    );
+    // The right one still matches.
+    r.fake
+        .inject(Inbound::new(SpecialQp::Gsi, resp(&|_| {}), 5));
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id].0, WcStatus::Success);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_response_to_a_send_without_timeout_is_not_expected() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    r.fake.hold_send_cqes(true);
+    let a = r.perf_agent();
+    let id = a.send(SendRequest::new(get(1), gsi(5))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(ev.is_empty());
+    assert_eq!(r.port.counters().drops.get(DropReason::NotExpected), 1);
+    r.fake.release_send_cqes();
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id].0, WcStatus::Success);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn unsolicited_requests_go_to_the_registered_agent() {
+    let r = rig();
+    let a = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x01])));
+    r.fake
+        .inject(Inbound::new(SpecialQp::Gsi, get(5).try_into().unwrap(), 9));
+    let ev = r.collect(&a, Duration::from_millis(5));
+    let rx = recvs(&ev);
+    assert_eq!(rx.len(), 1);
+    assert_eq!((rx[0].addr.slid, rx[0].response_to), (9, None));
+    // Answer it: back to where it came from.
+    let mut resp = rx[0].mad;
+    resp[3] = 0x81;
+    let id = a
+        .send(SendRequest::new(resp.to_vec(), rx[0].addr.reply_dest()))
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id].0, WcStatus::Success);
+    assert_eq!(r.fake.sent()[0].dest.dlid, 9);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn an_unclaimed_get_is_answered_with_0x000c() {
+    let r = rig();
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x06, 1, 0x01, 0x10, 77).try_into().unwrap(),
+        9,
+    ));
+    // A Send (not Get/Set) nobody claims is only dropped.
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x06, 1, 0x03, 0x10, 78).try_into().unwrap(),
+        9,
+    ));
+    for _ in 0..3 {
+        r.port.progress();
+    }
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 1);
+    let m = &sent[0].mad;
+    assert_eq!(
+        (m[3], u16::from_be_bytes([m[4], m[5]]), tid_of(m)),
+        (0x81, 0x000C, 77)
+    );
+    assert_eq!((sent[0].dest.dlid, sent[0].dest.remote_qpn), (9, 1));
+    let k = r.port.counters();
+    assert_eq!(
+        (k.unmatched_replies, k.drops.get(DropReason::NoAgent)),
+        (1, 1)
+    );
+    r.assert_clean();
+}
+
+#[test]
+fn smps_to_our_port_are_answered_by_the_local_agent_except_sminfo() {
+    let r = rig();
+    r.fake.set_process_mad(|m| {
+        let mut a = *m;
+        a[3] = 0x81;
+        a[64] = 0xAA;
+        Ok(a)
+    });
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[0x01])));
+    // Directed-route SMPs at the end of a one-hop path (HopPointer 1 = HopCount, permissive
+    // DrSLID/DrDLID), as a neighbour's SMI sends them.
+    let dr = |attr, tid| {
+        let mut m = mad(0x81, 1, 0x01, attr, tid);
+        m[6] = 1;
+        m[7] = 1;
+        m[32..36].fill(0xFF);
+        m.try_into().unwrap()
+    };
+    r.fake
+        .inject(Inbound::new(SpecialQp::Smi, dr(0x11, 1), 0xFFFF));
+    r.fake
+        .inject(Inbound::new(SpecialQp::Smi, dr(0x20, 2), 0xFFFF));
+    let ev = r.collect(&sm, Duration::from_millis(5));
+    let rx = recvs(&ev);
+    assert_eq!(rx.len(), 1, "only SMInfo reaches the SM agent");
+    assert_eq!(rx[0].header().attr_id(), 0x20);
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].qp, sent[0].mad[64], sent[0].mad[4] & 0x80),
+        (SpecialQp::Smi, 0xAA, 0x80)
+    );
+    assert_eq!(r.port.counters().local_replies, 1);
+    sm.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn received_mads_are_validated() {
+    let r = rig();
+    let a = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x01])));
+    let mut bad_version: [u8; MAD_LEN] = get(1).try_into().unwrap();
+    bad_version[0] = 2;
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, bad_version, 1));
+    r.fake
+        .inject(Inbound::new(SpecialQp::Smi, get(2).try_into().unwrap(), 1));
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x07, 2, 0x01, 0x10, 3).try_into().unwrap(),
+        1,
+    ));
+    let mut short = Inbound::new(SpecialQp::Gsi, get(4).try_into().unwrap(), 1);
+    short.len = 10;
+    r.fake.inject(short);
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(ev.is_empty(), "{ev:?}");
+    let d = r.port.counters().drops;
+    assert_eq!(
+        [
+            DropReason::BadBaseVersion,
+            DropReason::WrongQp,
+            DropReason::CmMethod,
+            DropReason::BadLength
+        ]
+        .map(|x| d.get(x)),
+        [1, 1, 1, 1]
+    );
+    assert_eq!(
+        r.port.census().gsi.recv_posted,
+        64,
+        "every buffer went back to the device"
+    );
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn receive_errors_keep_the_buffer() {
+    let r = rig();
+    r.fake.fail_next_recv(SpecialQp::Gsi, WcStatus::LocLenErr);
+    r.port.progress();
+    assert_eq!(r.port.counters().recv_errors, 1);
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 64, "reposted");
+    r.assert_clean();
+}
+
+#[test]
+fn completions_naming_nothing_are_rejected() {
+    let r = rig();
+    for wr_id in [
+        0u64,
+        0x0100_0000_0000_0003,
+        0x0200_0000_0000_0003,
+        0x0101_0000_0000_0FFF,
+    ] {
+        r.fake.bogus_completion(WorkCompletion::status_only(
+            wr_id,
+            SpecialQp::Gsi,
+            WcOpcode::Send,
+            WcStatus::Success,
+            0,
+        ));
+    }
+    r.port.progress();
+    assert_eq!(r.port.counters().bad_completions, 4);
+    assert_eq!(r.fake.accounting().leases_out, r.base.leases_out);
+    assert_eq!(
+        r.port.census().gsi.recv_posted,
+        64,
+        "no buffer taken for them"
+    );
+}
+
+#[test]
+fn sends_are_checked_before_acceptance() {
+    let r = rig();
+    let a = r.agent(AgentSpec::send_only(SpecialQp::Gsi));
+    assert!(matches!(
+        a.send(SendRequest::new(vec![1; 10], gsi(1))),
+        Err(MadError::MadTooShort { len: 10 })
+    ));
+    assert!(matches!(
+        a.send(SendRequest::new(vec![1; 300], gsi(1))),
+        Err(MadError::MadTooLarge { .. })
+    ));
+    assert!(matches!(
+        a.send(SendRequest::new(mad(0x81, 1, 1, 0x11, 1), smi(1))),
+        Err(MadError::ClassNotOnQp { class: 0x81, .. })
+    ));
+    assert!(matches!(
+        a.send(SendRequest::new(get(1), gsi(1)).timeout_ms(5)),
+        Err(MadError::NoReceiveSide)
+    ));
+    let rm = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE).with_rmpp(1));
+    let mut active = mad(SA, 2, 0x12, 0x11, 1);
+    active[26] = 0x01;
+    active.truncate(40);
+    assert!(matches!(
+        rm.send(SendRequest::new(active, gsi(1))),
+        Err(MadError::RmppTooShort { len: 40, need: 56 })
+    ));
+    assert_eq!(r.port.counters().sends, 0, "nothing accepted");
+    a.deregister();
+    rm.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn registrations_conflict_and_free_on_deregistration() {
+    let r = rig();
+    let a = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x01, 0x02])));
+    let e = r
+        .port
+        .register(AgentSpec::class(PERF, 1, MethodMask::of(&[0x02])))
+        .unwrap_err();
+    assert!(
+        matches!(e, MadError::RegistrationConflict { method: 0x02, .. }),
+        "{e}"
+    );
+    assert!(matches!(
+        r.port
+            .register(AgentSpec::class(0x30, 1, MethodMask::of(&[1]))),
+        Err(MadError::InvalidRegistration { .. })
+    ));
+    a.deregister();
+    let b = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x02])));
+    b.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn shared_queue_and_dropped_agent_deregisters() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let q = EventQueue::shared();
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_events(q.clone()));
+    let b = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_events(q.clone()));
+    let ia = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(10))
+        .unwrap();
+    let ib = b
+        .send(SendRequest::new(get(2), gsi(5)).timeout_ms(10))
+        .unwrap();
+    let mut ev = Vec::new();
+    let deadline = r.port.deadline_after(Duration::from_millis(20));
+    while let Some(e) = r.port.wait_event(&q, deadline) {
+        ev.push(e);
+    }
+    let c = completions(&ev);
+    assert_eq!((c[&ia].0, c[&ib].0), (WcStatus::Success, WcStatus::Success));
+    assert_eq!(ev.iter().filter(|e| e.agent() == a.id()).count(), 2);
+    drop(a);
+    drop(b);
+    r.assert_clean();
+}
+
+#[test]
+fn threads_send_cancel_and_deregister_while_a_progress_thread_runs() {
+    let r = rig_with(8, 64, PortConfig::default());
+    r.fake.set_responder(|o| {
+        // Answer two thirds, drop the rest (they time out).
+        if o.mad[15] % 3 == 0 {
+            Vec::new()
+        } else {
+            answer(o)
+        }
+    });
+    let thread = r.port.spawn_progress_thread().unwrap();
+    let port = r.port.clone();
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let port = port.clone();
+            std::thread::spawn(move || {
+                let a = port
+                    .register(AgentSpec::responses_only(SpecialQp::Gsi))
+                    .unwrap();
+                let mut ids = Vec::new();
+                for i in 0..200u64 {
+                    let id = a
+                        .send(
+                            SendRequest::new(get(t * 1000 + i), gsi(5))
+                                .timeout_ms(5)
+                                .retries(1),
+                        )
+                        .unwrap();
+                    if i % 7 == 0 {
+                        let _ = a.cancel(id);
+                    }
+                    ids.push(id);
+                }
+                let q = a.events().clone();
+                a.deregister();
+                let mut ev = Vec::new();
+                q.drain_into(&mut ev);
+                let c = completions(&ev);
+                assert_eq!(c.len(), ids.len(), "thread {t}");
+                assert!(q.is_empty());
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    thread.stop();
+    r.assert_clean();
+}
+
+/// A seeded random walk over the operations, on the double, with the invariants checked after
+/// every step (the full run with syndromes, QP errors and removal is in `tests/` on the
+/// simulated HCA).
+#[test]
+fn random_operations_keep_the_invariants() {
+    for seed in 1..=8u64 {
+        random_walk(seed, 3000);
+    }
+}
+
+fn random_walk(seed: u64, steps: usize) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let r = rig_with(8, 32, PortConfig::default());
+    r.fake.set_responder(|o| {
+        if o.mad[15] % 4 == 0 {
+            Vec::new()
+        } else {
+            answer(o)
+        }
+    });
+    let mut agents: Vec<(Agent, Vec<SendId>, HashMap<SendId, u32>)> = Vec::new();
+    let mut closed: Vec<Arc<EventQueue>> = Vec::new();
+    let mut fatal = false;
+    for step in 0..steps {
+        match rnd(100) {
+            0..=2 if agents.len() < 4 && !fatal => {
+                agents.push((r.perf_agent(), Vec::new(), HashMap::new()));
+            }
+            3 if !agents.is_empty() => {
+                let (a, ids, mut seen) = agents.swap_remove(rnd(agents.len() as u64) as usize);
+                let q = a.events().clone();
+                a.deregister();
+                let mut ev = Vec::new();
+                q.drain_into(&mut ev);
+                for (id, _) in completions(&ev) {
+                    *seen.entry(id).or_default() += 1;
+                }
+                for id in &ids {
+                    assert_eq!(
+                        seen.get(id),
+                        Some(&1),
+                        "seed {seed} step {step}: {id} completed once"
+                    );
+                }
+                closed.push(q);
+            }
+            4..=49 if !agents.is_empty() => {
+                let i = rnd(agents.len() as u64) as usize;
+                let t = rnd(1 << 20);
+                let req = SendRequest::new(get(t), gsi(5))
+                    .timeout_ms(rnd(3) as u32 * 20)
+                    .retries(rnd(3) as u32);
+                match agents[i].0.send(req) {
+                    Ok(id) => agents[i].1.push(id),
+                    Err(MadError::DeviceFatal { .. }) => assert!(fatal),
+                    Err(e) => panic!("seed {seed}: {e}"),
+                }
+            }
+            50..=59 if !agents.is_empty() => {
+                let i = rnd(agents.len() as u64) as usize;
+                if let Some(&id) = agents[i].1.last() {
+                    let _ = agents[i].0.cancel(id);
+                }
+            }
+            60..=62 if !agents.is_empty() => {
+                let i = rnd(agents.len() as u64) as usize;
+                if let Some(&id) = agents[i].1.first() {
+                    let _ = agents[i].0.modify_timeout(id, 1 + rnd(30) as u32);
+                }
+            }
+            63..=64 => r.fake.fail_next_send(SpecialQp::Gsi, WcStatus::LocLenErr),
+            65..=66 => r.fake.drop_next_packets(1),
+            67 if step > steps / 2 && rnd(20) == 0 => {
+                r.fake.make_fatal(rnd(2) == 0);
+                fatal = true;
+            }
+            _ => {
+                let until = r.port.deadline_after(Duration::from_millis(rnd(10)));
+                r.port.progress_until(until);
+            }
+        }
+        // Per step: completions so far are unique; the deregistered get nothing new.
+        for (a, _, seen) in &mut agents {
+            while let Some(e) = a.try_event() {
+                if let Event::Send(c) = e {
+                    let n = seen.entry(c.id).or_default();
+                    *n += 1;
+                    assert_eq!(*n, 1, "seed {seed} step {step}: {} twice", c.id);
+                }
+            }
+        }
+        for q in &closed {
+            assert!(
+                q.is_empty(),
+                "seed {seed} step {step}: event after deregistration"
+            );
+        }
+        assert_eq!(r.fake.faults(), 0, "seed {seed} step {step}: IOMMU fault");
+        let census = r.port.census();
+        assert!(census.gsi.active() <= census.gsi.slots as usize);
+        assert!(
+            r.fake.posted_sends(SpecialQp::Gsi) <= 8,
+            "never more WRs than the queue"
+        );
+    }
+    for (a, ids, mut seen) in agents {
+        let q = a.events().clone();
+        a.deregister();
+        let mut ev = Vec::new();
+        q.drain_into(&mut ev);
+        for (id, _) in completions(&ev) {
+            *seen.entry(id).or_default() += 1;
+        }
+        for id in &ids {
+            assert_eq!(
+                seen.get(id),
+                Some(&1),
+                "seed {seed}: {id} completed exactly once"
+            );
+        }
+    }
+    let c = r.port.census();
+    assert_eq!(
+        (c.gsi.active(), c.gsi.queued, c.outstanding),
+        (0, 0, 0),
+        "seed {seed}"
+    );
+    assert_eq!(r.fake.faults(), 0);
+    if !fatal {
+        r.assert_clean();
+    }
+    let _ = r.fake.dropped_no_rq();
+}
+
+#[test]
+fn more_requests_wait_for_responses_than_the_send_queue_holds() {
+    // Send queue of 4, default slots (16): 12 requests are outstanding at once, never more
+    // than 4 work requests on the QP.
+    let r = rig_with(4, 64, PortConfig::default());
+    assert_eq!(r.port.slots(SpecialQp::Gsi), 16);
+    let a = r.perf_agent();
+    let ids: Vec<SendId> = (0..12)
+        .map(|t| {
+            a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    assert!(r.port.census().gsi.posted <= 4);
+    for _ in 0..5 {
+        r.port.progress();
+        assert!(r.fake.posted_sends(SpecialQp::Gsi) <= 4);
+    }
+    let c = r.port.census();
+    assert_eq!(
+        (c.gsi.count(SendState::WaitResp), c.gsi.posted, c.gsi.queued),
+        (12, 0, 0),
+        "{c:?}"
+    );
+    for id in ids {
+        a.cancel(id).unwrap();
+    }
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(completions(&ev).len(), 12);
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn loopback_replies_are_not_starved_by_the_requests_they_answer() {
+    // 40 requests to our own LID, on a send queue of 4 with 16 slots: requests hold at most
+    // 12 slots, so the responder agent on the same port always has slots for its answers.
+    let r = rig_with(4, 64, PortConfig::default());
+    let responder = r.agent(AgentSpec::class(0x0B, 1, MethodMask::of(&[0x01])));
+    let req = r.perf_agent();
+    let ids: Vec<SendId> = (0..40)
+        .map(|t| {
+            req.send(SendRequest::new(mad(0x0B, 1, 0x01, 0x10, t), gsi(1)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    let mut done = HashMap::new();
+    let deadline = r.port.deadline_after(Duration::from_millis(500));
+    while done.len() < ids.len() && r.port.now() < deadline {
+        r.port
+            .progress_until(r.port.deadline_after(Duration::from_millis(1)));
+        while let Some(e) = responder.try_event() {
+            if let Event::Recv(m) = e {
+                let mut a = m.mad;
+                a[3] = 0x81;
+                responder
+                    .send(SendRequest::new(a.to_vec(), m.addr.reply_dest()))
+                    .unwrap();
+            }
+        }
+        while let Some(e) = req.try_event() {
+            if let Event::Send(c) = e {
+                done.insert(c.id, c.status);
+            }
+        }
+    }
+    assert!(
+        ids.iter().all(|i| done.get(i) == Some(&WcStatus::Success)),
+        "{done:?} {:?} {:?}",
+        r.port.counters(),
+        r.port.census()
+    );
+    assert_eq!(r.port.counters().timeouts, 0, "answered, not timed out");
+    responder.deregister();
+    req.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn requests_wait_for_slots_in_order_when_their_share_is_taken() {
+    // 4 slots with a send queue of 16: requests may hold 4 - min(16, 4/2) = 2 of them.
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(4),
+            ..PortConfig::default()
+        },
+    );
+    r.fake.set_responder(|o| {
+        let mut v = answer(o);
+        for p in &mut v {
+            p.delay = Duration::from_millis(20);
+        }
+        v
+    });
+    let a = r.perf_agent();
+    let ids: Vec<SendId> = (0..10)
+        .map(|t| {
+            a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(1000))
+                .unwrap()
+        })
+        .collect();
+    let c = r.port.census();
+    assert_eq!((c.gsi.active(), c.gsi.queued), (2, 8), "{c:?}");
+    // A send that awaits no response passes the waiting requests.
+    let plain = a
+        .send(SendRequest::new(mad(PERF, 1, 0x03, 0x12, 99), gsi(5)))
+        .unwrap();
+    r.port.progress();
+    assert_eq!(tid_of(&r.fake.sent()[2].mad) & 0xFFFF_FFFF, 99);
+    let ev = r.collect(&a, Duration::from_millis(300));
+    let done = completions(&ev);
+    assert!(ids.iter().all(|i| done[i].0 == WcStatus::Success));
+    assert_eq!(done[&plain].0, WcStatus::Success);
+    let order: Vec<u64> = r
+        .fake
+        .sent()
+        .iter()
+        .map(|s| tid_of(&s.mad) & 0xFFFF_FFFF)
+        .filter(|&t| t != 99)
+        .collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>(), "requests in order");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_retry_waits_for_a_send_queue_entry() {
+    // A send queue of 1: the retry of A waits while B is on the QP, then goes.
+    let r = rig_with(1, 64, PortConfig::default());
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let ia = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(10).retries(1))
+        .unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.port.progress();
+    let ib = a.send(SendRequest::new(get(2), gsi(5))).unwrap();
+    assert_eq!(
+        r.fake.posted_sends(SpecialQp::Gsi),
+        1,
+        "B took the one entry"
+    );
+    // A times out; its retry queues behind B.
+    r.port
+        .progress_until(r.port.deadline_after(Duration::from_millis(20)));
+    let c = r.port.census();
+    assert_eq!((c.gsi.queued, c.gsi.posted), (1, 1), "{c:?}");
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1);
+    r.fake.execute(SpecialQp::Gsi, 1); // B completes; A's retry is posted
+    r.port.progress();
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1, "A's retry");
+    r.fake.set_auto(true);
+    let ev = r.collect(&a, Duration::from_millis(50));
+    let c = completions(&ev);
+    assert_eq!(c[&ib].0, WcStatus::Success);
+    assert_eq!(c[&ia], (WcStatus::RespTimeoutErr, 0, 1));
+    assert_eq!(r.fake.sent().len(), 3, "A, B, A again");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn flushed_receives_mark_the_qp_in_error_and_are_kept() {
+    let r = rig();
+    r.fake.fail_next_recv(SpecialQp::Gsi, WcStatus::WrFlushErr);
+    r.port.progress();
+    let c = r.port.census();
+    assert_eq!(
+        (c.gsi.recv_posted, c.gsi.recv_idle),
+        (63, 1),
+        "kept, not reposted into a QP in error"
+    );
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 63);
+    // The error stays on QP1: QP0 still reposts.
+    r.fake.fail_next_recv(SpecialQp::Smi, WcStatus::LocLenErr);
+    r.port.progress();
+    assert_eq!(r.port.census().smi.unwrap().recv_posted, 64);
+    assert_eq!(
+        r.fake.accounting().leases_out,
+        r.base.leases_out,
+        "no buffer lost"
+    );
+}
