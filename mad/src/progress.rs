@@ -57,6 +57,23 @@ fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
 }
 
+/// Holds posting while a batch of completions is handled (see `PortShared::hold_posts`);
+/// lets go when dropped, so a panic cannot leave every post held.
+struct HoldPosts<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> HoldPosts<'a> {
+    fn new(flag: &'a std::sync::atomic::AtomicBool) -> HoldPosts<'a> {
+        flag.store(true, Ordering::SeqCst);
+        HoldPosts(flag)
+    }
+}
+
+impl Drop for HoldPosts<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 impl PortShared {
     /// One pass of the progress loop; returns the work done.
     pub(crate) fn pass(&self, st: &mut ProgressState) -> usize {
@@ -69,7 +86,7 @@ impl PortShared {
         } else {
             0
         };
-        self.hold_posts.store(true, Ordering::SeqCst);
+        let held = HoldPosts::new(&self.hold_posts);
         loop {
             let mut wcs = std::mem::take(&mut st.wcs);
             wcs.clear();
@@ -95,7 +112,7 @@ impl PortShared {
             self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
-        self.hold_posts.store(false, Ordering::SeqCst);
+        drop(held);
         let reap = std::mem::take(&mut *lock(&self.reap));
         for r in &reap {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
