@@ -86,8 +86,8 @@ pub struct SendCompletion {
     pub vendor_err: u32,
     /// Retries used after response timeouts.
     pub retries: u32,
-    /// The TID as sent (its upper 32 bits are the stack's for a request); 0 if it never got a
-    /// slot.
+    /// The TID as sent (its upper 32 bits are the stack's for a request), or as given if the
+    /// send never left its queue.
     pub tid: u64,
     /// The first 24 bytes of the MAD as sent (what umad returns for a timed-out send).
     pub header: [u8; HEADER_LEN],

@@ -100,6 +100,9 @@ pub(crate) struct ProgressState {
     pub(crate) last_tid: [Vec<u64>; 2],
     pub(crate) local: LocalPort,
     pub(crate) fatal_handled: bool,
+    /// A QP the device moved to error (its receives come back flushed): its buffers are kept
+    /// unposted, since a repost would only be flushed again.
+    pub(crate) qp_in_error: [bool; 2],
 }
 
 /// Work another thread leaves the progress loop.
@@ -137,6 +140,10 @@ pub(crate) struct PortShared {
     parked: AtomicUsize,
     /// Progress passes so far (device events are taken every few passes).
     pub(crate) passes: AtomicU64,
+    /// Set while the progress loop handles a batch of completions: posting waits for the end
+    /// of the batch, because an error CQE in it has already put the send queue in SQE on the
+    /// device's side and the recovery comes only when the loop reaches that CQE.
+    pub(crate) hold_posts: AtomicBool,
 }
 
 #[derive(Default)]
@@ -273,6 +280,7 @@ impl Port {
                 last_tid,
                 local: LocalPort::new(attrs.lmc, attrs.gid_prefix, attrs.port_guid),
                 fatal_handled: false,
+                qp_in_error: [false; 2],
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -285,6 +293,7 @@ impl Port {
             notify: (Mutex::new(0), Condvar::new()),
             parked: AtomicUsize::new(0),
             passes: AtomicU64::new(0),
+            hold_posts: AtomicBool::new(false),
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -636,6 +645,10 @@ impl PortShared {
     /// Post what waits in `ring`'s queue while slots and send queue entries are free (in
     /// order, one drainer at a time); on a dead device, complete it all with WR_FLUSH_ERR.
     pub(crate) fn drain(&self, ring: &SendRing) {
+        if self.hold_posts.load(Ordering::SeqCst) {
+            // The progress loop drains every ring when its batch is done.
+            return;
+        }
         loop {
             let Some(seen) = ring.try_begin_drain() else {
                 return;

@@ -57,6 +57,23 @@ fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
 }
 
+/// Holds posting while a batch of completions is handled (see `PortShared::hold_posts`);
+/// lets go when dropped, so a panic cannot leave every post held.
+struct HoldPosts<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> HoldPosts<'a> {
+    fn new(flag: &'a std::sync::atomic::AtomicBool) -> HoldPosts<'a> {
+        flag.store(true, Ordering::SeqCst);
+        HoldPosts(flag)
+    }
+}
+
+impl Drop for HoldPosts<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 impl PortShared {
     /// One pass of the progress loop; returns the work done.
     pub(crate) fn pass(&self, st: &mut ProgressState) -> usize {
@@ -69,6 +86,7 @@ impl PortShared {
         } else {
             0
         };
+        let held = HoldPosts::new(&self.hold_posts);
         loop {
             let mut wcs = std::mem::take(&mut st.wcs);
             wcs.clear();
@@ -94,6 +112,7 @@ impl PortShared {
             self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
+        drop(held);
         let reap = std::mem::take(&mut *lock(&self.reap));
         for r in &reap {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
@@ -134,9 +153,7 @@ impl PortShared {
             work += self.flush_everything(st);
         }
         for ring in self.rings.iter().flatten() {
-            if ring.queued() > 0 {
-                self.drain(ring);
-            }
+            self.drain(ring);
         }
         self.mirror_gauges(st);
         if work > 0 {
@@ -163,6 +180,7 @@ impl PortShared {
                 DeviceEvent::Removed => self.set_fatal("the device was removed".into()),
                 DeviceEvent::QpFatal { qp, .. } => {
                     tracing::error!(port = self.port_num, qp = ?qp, "special QP in error");
+                    st.qp_in_error[qpi(qp)] = true;
                 }
                 DeviceEvent::LidChange(_)
                 | DeviceEvent::PortActive(_)
@@ -270,14 +288,18 @@ impl PortShared {
                 self.finish(st, r, status, vendor);
             }
             CqeOutcome::Repost => {
-                // The flushed work request's send queue entry goes to its repost.
+                // Reposted once the batch is done: a later CQE of this batch may already have
+                // stopped the send queue again, and its recovery comes when the loop gets
+                // there.
                 bump(&self.cells.flush_reposts);
-                let job = lock(&slot.data)
-                    .as_ref()
-                    .map(|d| (d.wr, Arc::clone(&d.p.agent)));
-                if let Some((wr, agent)) = job {
-                    self.post_wr(r.qp, &wr, &agent, wc.status);
+                if soft.unwrap_or(true) {
+                    ring.give_credit();
                 }
+                ring.enqueue(Job::Repost {
+                    index: r.index,
+                    generation: r.generation,
+                    on_fail: wc.status,
+                });
                 return;
             }
             CqeOutcome::Unexpected => {
@@ -522,13 +544,19 @@ impl PortShared {
                     bump(&self.cells.recv_errors);
                     tracing::debug!(port = self.port_num, qp = ?qp, status = %wc.status, "receive error");
                 }
+                if wc.status == WcStatus::WrFlushErr {
+                    // Receives are only flushed from a QP in error.
+                    st.qp_in_error[qpi(qp)] = true;
+                }
                 None
             };
             // The buffer goes back to the device at once (the MAD is copied out). If the
             // device is dead it is released instead: its completion says the device is done
-            // with it, and a dead device takes no buffer back.
+            // with it, and a dead device takes no buffer back. A QP in error keeps it.
             if fatal {
                 rr.release(index);
+            } else if st.qp_in_error[qpi(qp)] {
+                bump(&self.cells.recv_repost_failures);
             } else if let Err(e) = rr.post(&*self.hca, index) {
                 if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
                     rr.release(index);

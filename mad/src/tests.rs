@@ -129,6 +129,11 @@ impl Rig {
             0,
             "a post never fails for room"
         );
+        assert_eq!(
+            self.port.counters().bad_completions,
+            0,
+            "every completion found its work request"
+        );
     }
 }
 
@@ -872,7 +877,12 @@ fn completions_naming_nothing_are_rejected() {
     }
     r.port.progress();
     assert_eq!(r.port.counters().bad_completions, 4);
-    r.assert_clean();
+    assert_eq!(r.fake.accounting().leases_out, r.base.leases_out);
+    assert_eq!(
+        r.port.census().gsi.recv_posted,
+        64,
+        "no buffer taken for them"
+    );
 }
 
 #[test]
@@ -1309,4 +1319,27 @@ fn a_retry_waits_for_a_send_queue_entry() {
     assert_eq!(r.fake.sent().len(), 3, "A, B, A again");
     a.deregister();
     r.assert_clean();
+}
+
+#[test]
+fn flushed_receives_mark_the_qp_in_error_and_are_kept() {
+    let r = rig();
+    r.fake.fail_next_recv(SpecialQp::Gsi, WcStatus::WrFlushErr);
+    r.port.progress();
+    let c = r.port.census();
+    assert_eq!(
+        (c.gsi.recv_posted, c.gsi.recv_idle),
+        (63, 1),
+        "kept, not reposted into a QP in error"
+    );
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 63);
+    // The error stays on QP1: QP0 still reposts.
+    r.fake.fail_next_recv(SpecialQp::Smi, WcStatus::LocLenErr);
+    r.port.progress();
+    assert_eq!(r.port.census().smi.unwrap().recv_posted, 64);
+    assert_eq!(
+        r.fake.accounting().leases_out,
+        r.base.leases_out,
+        "no buffer lost"
+    );
 }

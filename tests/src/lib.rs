@@ -8,7 +8,11 @@
 //!
 //! For the mlx5 scenarios (`tests/mlx5_*.rs`): [`mlx5`] builds a simulated ConnectX the test
 //! keeps a handle on, brings the driver up on it, and checks that nothing is left behind.
+//!
+//! For the MAD-layer scenarios (`tests/mad_*.rs`): [`mad_rig`] opens the MAD layer on that
+//! ConnectX, with a responder on the same port and a tracker of completions.
 
 pub mod edu;
 pub mod kmsg;
+pub mod mad_rig;
 pub mod mlx5;

@@ -132,6 +132,9 @@ pub(crate) struct Qp {
     rq_tail: u32,
     recvs: VecDeque<RecvRec>,
     pub(crate) state: SwState,
+    /// The first WQE index posted after the last SQERR2RTS: flushes of WQEs before it belong
+    /// to the stop that recovery ended, so they do not stop the queue again.
+    recovered_at: Option<u16>,
     bf: BfReg,
     lkey: u32,
 }
@@ -271,6 +274,7 @@ impl Qp {
             rq_tail: 0,
             recvs: VecDeque::new(),
             state: SwState::Reset,
+            recovered_at: None,
             bf: p.bf,
             lkey: p.lkey,
         };
@@ -327,6 +331,7 @@ impl Qp {
             SwState::SqError => {
                 dev.exec(&Sqerr2RtsQp(self.modify_ctx()))?;
                 self.state = SwState::Rts;
+                self.recovered_at = Some(self.sq_head as u16);
                 Ok(())
             }
             SwState::Error | SwState::Reset => Err(DriverError::DeviceUnsupported {
@@ -495,9 +500,17 @@ impl Qp {
                 vendor_err,
             } => {
                 let e = WcError::from_cqe(*syndrome, *vendor_err);
-                if self.state == SwState::Rts {
-                    // An error CQE (a flush too: the hardware flushes only a stopped queue)
-                    // means the send queue is in SQE until SQERR2RTS.
+                // An error CQE (a flush too: the hardware flushes only a stopped queue) means
+                // the send queue is in SQE until SQERR2RTS, except the flush of a work request
+                // posted before the last SQERR2RTS: the hardware flushed it when the queue
+                // stopped, it is only polled after the recovery (which the MAD layer does on
+                // the first error CQE, then reposting the flushed: the kernel's
+                // ib_mad_send_error), and the queue runs.
+                let old_flush = e.status == WcStatus::WrFlushErr
+                    && self
+                        .recovered_at
+                        .is_some_and(|at| (at.wrapping_sub(front.index) as i16) > 0);
+                if self.state == SwState::Rts && !old_flush {
                     self.state = SwState::SqError;
                 }
                 (e.status, u32::from(e.vendor_err))
@@ -668,6 +681,7 @@ mod tests {
             rq_tail: 0,
             recvs: VecDeque::new(),
             state: SwState::Rts,
+            recovered_at: None,
             bf: BfReg::new(0x2000, 0, 9),
             lkey: 0x100,
         };
@@ -765,6 +779,35 @@ mod tests {
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         // Receives may still be posted while the send queue is stopped.
         q.post_recv(&recv(296, 1)).unwrap();
+    }
+
+    #[test]
+    fn a_flush_polled_after_recovery_leaves_the_send_queue_running() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        q.complete_send(0, &e).unwrap();
+        assert_eq!(q.state, SwState::SqError);
+        // SQERR2RTS, as `recover` does, then the flush of the second send is polled.
+        q.state = SwState::Rts;
+        q.recovered_at = Some(q.sq_head as u16);
+        let f = CqeKind::SendErr {
+            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
+            vendor_err: 0,
+        };
+        let wc = q.complete_send(2, &f).unwrap();
+        assert_eq!(wc.status, WcStatus::WrFlushErr);
+        assert_eq!(q.state, SwState::Rts, "a flush is not a new send error");
+        q.post_send(&bar, &wr(0, None))
+            .expect("the flushed send can be reposted");
+        // A flush of a send posted after the recovery is a new stop.
+        let wc = q.complete_send(4, &f).unwrap();
+        assert_eq!(wc.status, WcStatus::WrFlushErr);
+        assert_eq!(q.state, SwState::SqError);
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub(crate) struct Cq {
     pub qps: u32,
     /// CQEs held back by an injected delay, in completion order.
     pub delayed: VecDeque<Delayed>,
+    /// Send completions generated late (an injected send-completion delay): each completes
+    /// when due, holding back nothing.
+    pub late: Vec<Delayed>,
 }
 
 impl Cq {
@@ -101,6 +104,7 @@ impl Cq {
             error: false,
             qps: 0,
             delayed: VecDeque::new(),
+            late: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@
 //! | [`Mlx5Faults::wqe_error`] | the Nth send or receive WQE of a QP completes with the chosen syndrome and vendor syndrome; the QP goes to SQER (send) or ERR (receive) and the WQEs after it are flushed (WR_FLUSH_ERR, vendor syndrome 0xf9) |
 //! | [`Mlx5Faults::qp_to_error`] | the QP goes to ERR, every outstanding WQE is flushed, a WQ_CATAS_ERROR event is raised |
 //! | [`Mlx5Faults::cqe_delay`], [`Mlx5Faults::cq_cqe_delay`] | CQEs are written that much later (by the scheduler), in order |
+//! | [`Mlx5Faults::send_completion_delay`] | a QP's send completions are generated that much later, without holding back other CQEs (a looped-back response can complete first) |
 //! | [`Mlx5Faults::catastrophic`] | the health buffer shows the syndrome (and RFR); commands and doorbells are no longer processed |
 //! | [`Mlx5Faults::stop_health_counter`] | the health counter stops changing |
 //! | [`Mlx5Faults::fw_ver_unreachable`] | the health buffer's `fw_ver` reads all-ones |
@@ -55,6 +56,8 @@ pub(crate) struct FaultState {
     /// (commands still to pass, pages) of a page request raised while a command is pending.
     pub page_request_on_command: Option<(u32, i32)>,
     pub hold_initializing: bool,
+    /// Per QP: how long after a send executes its completion is generated.
+    pub send_completion_delay: IdMap<Duration>,
 }
 
 impl FaultState {
@@ -124,6 +127,21 @@ impl Mlx5Faults<'_> {
     /// Delays every CQE of every CQ by `delay` (zero: no delay).
     pub fn cqe_delay(&self, delay: Duration) {
         self.inner.with(|st| st.faults.cqe_delay = delay);
+    }
+
+    /// The send completions of `qpn` are generated `delay` after their WQE executed (zero:
+    /// at once). Unlike a CQE delay, a late send completion holds back no other CQE of its
+    /// CQ: a receive that completes meanwhile (the response to that very send, looped back)
+    /// is written first, as hardware may do since completions are ordered per work queue,
+    /// not across a QP's send and receive queues.
+    pub fn send_completion_delay(&self, qpn: u32, delay: Duration) {
+        self.inner.with(|st| {
+            if delay.is_zero() {
+                st.faults.send_completion_delay.remove(&qpn);
+            } else {
+                st.faults.send_completion_delay.insert(qpn, delay);
+            }
+        });
     }
 
     /// Delays the CQEs of `cqn` by `delay`, overriding [`Mlx5Faults::cqe_delay`].

@@ -296,9 +296,31 @@ impl State {
             .unwrap_or(self.faults.cqe_delay)
     }
 
-    /// Completes on `cqn`: writes the CQE now, or queues it behind an injected delay (and
-    /// behind CQEs already waiting, so a CQ never completes out of order).
+    /// Completes on `cqn`. A send completion of a QP whose send completions are made late
+    /// ([`super::Mlx5Faults::send_completion_delay`]), or that has late ones pending, goes
+    /// behind them (a work queue always completes in order); anything else goes on at once.
     pub(crate) fn complete(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        if matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+            let delay = self.faults.send_completion_delay.get(&cqe.qpn).copied();
+            let pending = self.cqs.get(&cqn).and_then(|cq| {
+                cq.late
+                    .iter()
+                    .filter(|d| d.cqe.qpn == cqe.qpn)
+                    .map(|d| d.due)
+                    .max()
+            });
+            if delay.is_some() || pending.is_some() {
+                let due = (self.now() + delay.unwrap_or_default()).max(pending.unwrap_or_default());
+                self.complete_late(cqn, cqe, solicited, due);
+                return;
+            }
+        }
+        self.complete_in_order(cqn, cqe, solicited);
+    }
+
+    /// Writes the CQE now, or queues it behind an injected CQE delay (and behind CQEs already
+    /// waiting, so a CQ never completes out of order).
+    fn complete_in_order(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
         let delay = self.cqe_delay(cqn);
         let now = self.now();
         let Some(cq) = self.cqs.get_mut(&cqn) else {
@@ -318,9 +340,37 @@ impl State {
         self.write_cqe(cqn, cqe, solicited);
     }
 
+    /// Completes on `cqn` at `due`, holding back no other QP's CQE meanwhile (a send
+    /// completion generated late).
+    fn complete_late(&mut self, cqn: u32, cqe: Cqe, solicited: bool, due: Duration) {
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            self.counters.snap.cqes_lost += 1;
+            return;
+        };
+        cq.late.push(Delayed {
+            due,
+            cqe,
+            solicited,
+        });
+        self.fx.timers.push((due, cqn));
+    }
+
     /// Writes the delayed CQEs of `cqn` that are due.
     pub(crate) fn flush_delayed(&mut self, cqn: u32) {
         let now = self.now();
+        let due: Vec<Delayed> = match self.cqs.get_mut(&cqn) {
+            Some(cq) if cq.late.iter().any(|d| d.due <= now) => {
+                let (due, keep) = std::mem::take(&mut cq.late)
+                    .into_iter()
+                    .partition(|d| d.due <= now);
+                cq.late = keep;
+                due
+            }
+            _ => Vec::new(),
+        };
+        for d in due {
+            self.complete_in_order(cqn, d.cqe, d.solicited);
+        }
         loop {
             let Some(cq) = self.cqs.get_mut(&cqn) else {
                 return;

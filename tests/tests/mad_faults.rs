@@ -1,0 +1,584 @@
+//! Deterministic fault injection on the MAD layer over the simulated ConnectX: per seed,
+//! 100,000 random operations on a virtual clock — register, deregister, send (answered,
+//! unanswered, without response, to a LID nobody has, SMPs to our own SMA, SA requests under
+//! flow control), cancel, modify, progress; and faults: error syndromes on the Nth send,
+//! dropped answers, late send completions, CQE delays, a QP moved to error, a fatal firmware
+//! error, surprise removal, the VFIO device request. The invariants are checked after every
+//! step: no send completes twice, no event after a deregistration returned, no IOMMU fault,
+//! never more work requests posted than the send queue holds; and at every quiesce point (all
+//! agents deregistered, which returns only when each of their sends completed exactly once):
+//! MAD leases and mappings back to their baseline, and after a rebuild nothing left.
+//!
+//! A failure names its seed; `HCA_SEED=<n> cargo test -p hca-tests --test mad_faults --
+//! --ignored replay` runs that seed alone (`HCA_OPS=<n>` changes the count of operations).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use driver::DeviceBackend;
+use driver::verbs::{Hca, HcaOptions, SpecialQp, UdDest};
+use firmware_cmds::mlx5::health::HealthSyndrome;
+use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+use hca_tests::mad_rig::{
+    ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Tracker, answer_of, mad,
+};
+use mad::{Agent, AgentSpec, Event, EventQueue, MadError, MethodMask, SendId, SendRequest};
+use sim::mlx5::WqeQueue;
+
+/// A xorshift generator: the whole run follows from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Sends on QP1 and gets its responses.
+    Client,
+    /// An SA agent (flow control: 8 solicited sends outstanding).
+    Sa,
+    /// An SMP agent on QP0.
+    Smp,
+}
+
+struct Client {
+    agent: Agent,
+    kind: Kind,
+    sent: Vec<SendId>,
+    /// Sends not known to be finished (for cancel/modify targets).
+    open: Vec<SendId>,
+}
+
+/// Why the device (or QP1) is gone, and since which step.
+#[derive(Clone, Copy, Debug)]
+enum Dead {
+    Fatal,
+    Removed,
+    QpError,
+}
+
+struct World {
+    rig: MadRig,
+    responder: Agent,
+    silent: Agent,
+    clients: Vec<Client>,
+    tracker: Tracker,
+    closed: Vec<Arc<EventQueue>>,
+    /// Answers the responder skips (dropped answers).
+    skip_answers: u32,
+    dead: Option<(Dead, usize)>,
+    rebuilds: usize,
+    strict: bool,
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+impl World {
+    /// On a fresh device; `strict` leases (each its own IOMMU mapping, so a buffer released
+    /// while the device may still touch it faults) or pooled ones (the fast path).
+    fn new(strict: bool) -> World {
+        let rig = MadRig::with(
+            HcaOptions {
+                lease_mode: if strict {
+                    dma::LeaseMode::Strict
+                } else {
+                    dma::LeaseMode::Pooled
+                },
+                send_depth: 32,
+                recv_depth: 64,
+            },
+            mad::PortConfig::default(),
+        );
+        let responder = rig.listener(ANSWERED);
+        let silent = rig.listener(SILENT);
+        World {
+            rig,
+            responder,
+            silent,
+            clients: Vec::new(),
+            tracker: Tracker::default(),
+            closed: Vec::new(),
+            skip_answers: 0,
+            dead: None,
+            rebuilds: 0,
+            strict,
+        }
+    }
+
+    fn dest(&self, qp: SpecialQp) -> UdDest {
+        self.rig.to_self(qp)
+    }
+
+    /// The responder answers (unless told to drop answers); the silent agent's inbox is
+    /// emptied; every client's events go to the tracker.
+    fn absorb(&mut self) {
+        while let Some(e) = self.responder.try_event() {
+            match e {
+                Event::Recv(r) if r.response_to.is_none() && r.header().method() == GET => {
+                    if self.skip_answers > 0 {
+                        self.skip_answers -= 1;
+                        continue;
+                    }
+                    match self
+                        .responder
+                        .send(SendRequest::new(answer_of(&r), r.addr.reply_dest()))
+                    {
+                        Ok(_) | Err(MadError::DeviceFatal { .. }) => {}
+                        Err(e) => panic!("answer refused: {e}"),
+                    }
+                }
+                e => self.tracker.absorb(e),
+            }
+        }
+        while let Some(e) = self.silent.try_event() {
+            if !matches!(e, Event::Recv(_)) {
+                self.tracker.absorb(e);
+            }
+        }
+        for c in &mut self.clients {
+            while let Some(e) = c.agent.try_event() {
+                if let Event::Send(s) = &e {
+                    c.open.retain(|i| *i != s.id);
+                }
+                self.tracker.absorb(e);
+            }
+        }
+        // Received MADs are not kept: only completions are checked.
+        self.tracker.recvs.clear();
+    }
+
+    fn pump(&mut self, d: Duration) {
+        let end = self.rig.port.deadline_after(d);
+        loop {
+            let slice = self.rig.port.deadline_after(ms(1)).min(end);
+            self.rig.port.progress_until(slice);
+            self.absorb();
+            if self.rig.port.now() >= end {
+                break;
+            }
+        }
+    }
+
+    fn register(&mut self, rng: &mut Rng) {
+        let kind = match rng.below(3) {
+            0 => Kind::Client,
+            1 => Kind::Sa,
+            _ => Kind::Smp,
+        };
+        let spec = match kind {
+            Kind::Client => AgentSpec::responses_only(SpecialQp::Gsi),
+            Kind::Sa => AgentSpec::class(SA, 2, MethodMask::NONE),
+            Kind::Smp => AgentSpec::responses_only(SpecialQp::Smi),
+        };
+        match self.rig.port.register(spec) {
+            Ok(agent) => self.clients.push(Client {
+                agent,
+                kind,
+                sent: Vec::new(),
+                open: Vec::new(),
+            }),
+            Err(MadError::DeviceFatal { .. }) => assert!(self.dead.is_some()),
+            Err(e) => panic!("register: {e}"),
+        }
+    }
+
+    fn deregister_at(&mut self, i: usize) {
+        let c = self.clients.swap_remove(i);
+        let q = c.agent.events().clone();
+        c.agent.deregister();
+        while let Some(e) = q.try_pop() {
+            self.tracker.absorb(e);
+        }
+        for id in &c.sent {
+            assert!(
+                self.tracker.done.contains_key(id),
+                "{id} of a deregistered agent never completed"
+            );
+        }
+        self.closed.push(q);
+    }
+
+    fn send(&mut self, rng: &mut Rng) {
+        if self.clients.is_empty() {
+            return;
+        }
+        let i = rng.below(self.clients.len() as u64) as usize;
+        let kind = self.clients[i].kind;
+        let tid = rng.below(u64::from(u32::MAX)) as u32;
+        let timeout = [0, 5, 20, 50][rng.below(4) as usize];
+        let retries = rng.below(3) as u32;
+        let req = match kind {
+            Kind::Smp => {
+                // SubnGet(NodeInfo) to our own port: answered by the firmware SMA.
+                let mut m = mad(0x01, GET, tid);
+                m[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+                SendRequest::new(m, self.dest(SpecialQp::Smi))
+                    .timeout_ms(timeout)
+                    .retries(retries)
+            }
+            Kind::Sa if rng.below(2) == 0 => {
+                SendRequest::new(mad(SA, GET_TABLE, tid), self.dest(SpecialQp::Gsi))
+                    .timeout_ms(timeout.max(5))
+                    .retries(retries)
+            }
+            _ => {
+                let mut dest = self.dest(SpecialQp::Gsi);
+                let (class, method) = match rng.below(10) {
+                    0..=4 => (ANSWERED, GET),
+                    5..=6 => (SILENT, GET),
+                    7..=8 => (ANSWERED, SEND),
+                    _ => {
+                        // A LID nobody has: the network drops it.
+                        dest.dlid = 0x0777;
+                        (ANSWERED, GET)
+                    }
+                };
+                let t = if method == SEND { 0 } else { timeout };
+                SendRequest::new(mad(class, method, tid), dest)
+                    .timeout_ms(t)
+                    .retries(retries)
+            }
+        };
+        match self.clients[i].agent.send(req) {
+            Ok(id) => {
+                self.clients[i].sent.push(id);
+                self.clients[i].open.push(id);
+            }
+            Err(MadError::DeviceFatal { .. }) => {
+                assert!(
+                    matches!(self.dead, Some((Dead::Fatal | Dead::Removed, _))),
+                    "fail-fast without a dead device: {:?}",
+                    self.rig.port.fatal_reason()
+                );
+            }
+            Err(e) => panic!("send refused: {e}"),
+        }
+    }
+
+    fn pick_open(&self, rng: &mut Rng) -> Option<(usize, SendId)> {
+        if self.clients.is_empty() {
+            return None;
+        }
+        let i = rng.below(self.clients.len() as u64) as usize;
+        let open = &self.clients[i].open;
+        if open.is_empty() {
+            return None;
+        }
+        Some((i, open[rng.below(open.len() as u64) as usize]))
+    }
+
+    /// Every client deregistered (each of their sends completed exactly once, nothing after);
+    /// with a live device, leases and mappings back to their baseline.
+    fn quiesce(&mut self) {
+        while !self.clients.is_empty() {
+            self.deregister_at(self.clients.len() - 1);
+        }
+        self.pump(ms(200));
+        if self.dead.is_none() {
+            let c = self.rig.port.census();
+            assert_eq!((c.gsi.active(), c.gsi.queued), (0, 0), "{c:?}");
+            let a = self.rig.hca.accounting();
+            assert_eq!(a.mad_pool.leases_out, self.rig.base_leases, "{a:?}");
+        }
+    }
+
+    /// Tear everything down (checking nothing is left) and start on a new device.
+    fn rebuild(&mut self) {
+        self.quiesce();
+        let strict = self.strict;
+        let old = std::mem::replace(self, World::new(strict));
+        let World {
+            rig,
+            responder,
+            silent,
+            mut tracker,
+            closed,
+            dead,
+            rebuilds,
+            ..
+        } = old;
+        for a in [responder, silent] {
+            let q = a.events().clone();
+            a.deregister();
+            while let Some(e) = q.try_pop() {
+                tracker.absorb(e);
+            }
+        }
+        for q in &closed {
+            assert!(q.is_empty(), "event after deregistration");
+        }
+        match dead {
+            Some((Dead::Fatal | Dead::Removed, _)) => rig.finish_dead(),
+            Some((Dead::QpError, _)) => {
+                let a = rig.hca.accounting();
+                assert_eq!(a.mad_pool.leases_out, rig.base_leases, "{a:?}");
+                rig.finish();
+            }
+            None => {
+                rig.assert_clean();
+                rig.finish();
+            }
+        }
+        self.rebuilds = rebuilds + 1;
+    }
+
+    fn check(&self, step: usize) {
+        for q in &self.closed {
+            assert!(q.is_empty(), "event after deregistration returned");
+        }
+        let mapper = self.rig.sim.backend.dma_mapper();
+        assert_eq!(mapper.fault_count(), 0, "IOMMU fault");
+        let k = self.rig.port.counters();
+        assert_eq!(
+            (k.bad_completions, k.poll_errors),
+            (0, 0),
+            "step {step}: a completion named no outstanding work request (a slot finished \
+             before its CQE?)"
+        );
+        let c = self.rig.port.census();
+        assert!(c.gsi.posted <= c.gsi.depth, "{c:?}");
+        assert!(c.gsi.active() <= c.gsi.slots as usize, "{c:?}");
+        if self.dead.is_none() {
+            assert_eq!(
+                self.rig.port.counters().post_failures,
+                0,
+                "step {step} (rebuilds {}): a post was refused: {:?} {:?}",
+                self.rebuilds,
+                self.rig.sim.model.counters(),
+                self.rig.port.counters()
+            );
+        }
+    }
+}
+
+/// What a run went through (printed, and checked to be more than nothing).
+#[derive(Default, Debug)]
+struct Summary {
+    completions: usize,
+    by_status: std::collections::BTreeMap<String, usize>,
+    rebuilds: usize,
+    deaths: usize,
+}
+
+fn run(seed: u64, ops: usize) {
+    let mut rng = Rng::new(seed);
+    // Odd seeds on strict leases, even seeds on pooled ones.
+    let mut w = World::new(seed % 2 == 1);
+    let mut summary = Summary::default();
+    let gsi = |w: &World| w.rig.qpn(SpecialQp::Gsi);
+    for step in 0..ops {
+        let r = rng.below(1000);
+        match r {
+            0..=549 => w.send(&mut rng),
+            550..=609 => {
+                if let Some((i, id)) = w.pick_open(&mut rng) {
+                    let _ = w.clients[i].agent.cancel(id);
+                }
+            }
+            610..=639 => {
+                if let Some((i, id)) = w.pick_open(&mut rng) {
+                    let _ = w.clients[i]
+                        .agent
+                        .modify_timeout(id, 1 + rng.below(40) as u32);
+                }
+            }
+            640..=869 => w.pump(ms(rng.below(4))),
+            870..=899 if w.clients.len() < 6 => w.register(&mut rng),
+            900..=919 if !w.clients.is_empty() => {
+                let i = rng.below(w.clients.len() as u64) as usize;
+                w.deregister_at(i);
+            }
+            920..=934 if w.dead.is_none() => {
+                let qpn = if rng.below(4) == 0 {
+                    w.rig.qpn(SpecialQp::Smi)
+                } else {
+                    gsi(&w)
+                };
+                let syndrome = [
+                    CqeSyndrome::LOCAL_LENGTH_ERR,
+                    CqeSyndrome::LOCAL_QP_OP_ERR,
+                    CqeSyndrome::LOCAL_PROT_ERR,
+                ][rng.below(3) as usize];
+                w.rig.sim.model.faults().wqe_error(
+                    qpn,
+                    WqeQueue::Send,
+                    1 + rng.below(8) as u32,
+                    syndrome,
+                    rng.below(256) as u8,
+                );
+            }
+            935..=949 => {
+                let d = ms(rng.below(3) * 5);
+                let qpn = gsi(&w);
+                w.rig.sim.model.faults().send_completion_delay(qpn, d);
+            }
+            950..=959 => w.rig.sim.model.faults().cqe_delay(ms(rng.below(2) * 2)),
+            960..=974 => w.skip_answers += 1 + rng.below(3) as u32,
+            _ => w.pump(Duration::from_micros(rng.below(500))),
+        }
+        // Rare: the QP, the firmware or the device goes away.
+        if w.dead.is_none() {
+            // Per million steps: 150 QP errors, 80 fatal errors, 80 removals.
+            match rng.below(1_000_000) {
+                0..150 => {
+                    assert!(w.rig.sim.model.faults().qp_to_error(gsi(&w)));
+                    w.dead = Some((Dead::QpError, step));
+                }
+                150..230 => {
+                    w.rig
+                        .sim
+                        .model
+                        .faults()
+                        .catastrophic(HealthSyndrome::FW_INTERNAL_ERR, true);
+                    w.dead = Some((Dead::Fatal, step));
+                }
+                230..310 => {
+                    if rng.below(2) == 0 {
+                        w.rig.sim.model.faults().remove();
+                    } else {
+                        assert!(w.rig.sim.model.faults().request_release());
+                    }
+                    w.dead = Some((Dead::Removed, step));
+                }
+                _ => {}
+            }
+        }
+        w.check(step);
+        let rebuild_due = match w.dead {
+            // Long enough for the driver's health poll to see it and the layer to finish
+            // everything.
+            Some((_, since)) => step - since > 300,
+            None => step % 20_000 == 19_999,
+        };
+        if rebuild_due {
+            if matches!(w.dead, Some((Dead::Fatal | Dead::Removed, _))) {
+                w.pump(ms(5_000));
+                assert!(w.rig.port.fatal_reason().is_some(), "death not detected");
+            }
+            if w.dead.is_some() {
+                summary.deaths += 1;
+            }
+            summary.absorb(&w.tracker);
+            w.rebuild();
+            summary.rebuilds += 1;
+        }
+    }
+    summary.absorb(&w.tracker);
+    w.rebuild();
+    eprintln!("seed {seed}: {ops} operations, {summary:?}");
+    // A run that never got a send through, or never hit a fault, tested little.
+    assert!(summary.by_status.get("IB_WC_SUCCESS").copied().unwrap_or(0) > ops / 100);
+    assert!(summary.by_status.len() >= 3, "{summary:?}");
+}
+
+impl Summary {
+    fn absorb(&mut self, t: &Tracker) {
+        self.completions += t.done.len();
+        for c in t.done.values() {
+            *self
+                .by_status
+                .entry(c.status.name().to_string())
+                .or_default() += 1;
+        }
+    }
+}
+
+fn ops() -> usize {
+    std::env::var("HCA_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+/// How long one seed may take before it is declared hung (a send that never completes makes
+/// deregistration wait forever).
+const WATCHDOG: Duration = Duration::from_secs(900);
+
+fn seed(n: u64) {
+    let ops = ops();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if start.elapsed() > WATCHDOG {
+                eprintln!(
+                    "MAD fault-injection seed {n} hung for {WATCHDOG:?}\nreplay: HCA_SEED={n} \
+                     cargo test -p hca-tests --test mad_faults -- --ignored replay"
+                );
+                std::process::exit(101);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let result = catch_unwind(AssertUnwindSafe(|| run(n, ops)));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Err(e) = result {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_default();
+        panic!(
+            "MAD fault-injection seed {n} failed: {msg}\nreplay: HCA_SEED={n} cargo test -p \
+             hca-tests --test mad_faults -- --ignored replay"
+        );
+    }
+}
+
+/// Replays `HCA_SEED` (ignored unless asked for).
+#[test]
+#[ignore = "replays HCA_SEED: cargo test -p hca-tests --test mad_faults -- --ignored replay"]
+fn replay() {
+    let n: u64 = std::env::var("HCA_SEED")
+        .expect("set HCA_SEED=<n>")
+        .parse()
+        .expect("HCA_SEED is a number");
+    seed(n);
+}
+
+macro_rules! seeds {
+    ($($name:ident = $n:expr),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                seed($n);
+            }
+        )*
+    };
+}
+
+seeds! {
+    seed_01 = 1, seed_02 = 2, seed_03 = 3, seed_04 = 4, seed_05 = 5,
+    seed_06 = 6, seed_07 = 7, seed_08 = 8, seed_09 = 9, seed_10 = 10,
+    seed_11 = 11, seed_12 = 12, seed_13 = 13, seed_14 = 14, seed_15 = 15,
+    seed_16 = 16, seed_17 = 17, seed_18 = 18, seed_19 = 19, seed_20 = 20,
+}
+
+#[test]
+fn the_generator_is_deterministic() {
+    let a: Vec<u64> = {
+        let mut r = Rng::new(7);
+        (0..5).map(|_| r.below(1000)).collect()
+    };
+    let mut r = Rng::new(7);
+    let b: Vec<u64> = (0..5).map(|_| r.below(1000)).collect();
+    assert_eq!(a, b);
+    assert_ne!(a, {
+        let mut r = Rng::new(8);
+        (0..5).map(|_| r.below(1000)).collect::<Vec<_>>()
+    });
+}
