@@ -11,8 +11,13 @@
 //!
 //! For the MAD-layer scenarios (`tests/mad_*.rs`): [`mad_rig`] opens the MAD layer on that
 //! ConnectX, with a responder on the same port and a tracker of completions.
+//!
+//! For the interop tests (`tests/interop_*.rs`): [`interop`] runs Debian's OpenSM and
+//! infiniband-diags on this project's libibumad over a simulated fabric, and the same
+//! programs under ibsim and umad2sim, for comparison.
 
 pub mod edu;
+pub mod interop;
 pub mod kmsg;
 pub mod mad_rig;
 pub mod mlx5;
