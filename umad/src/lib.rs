@@ -12,7 +12,7 @@
 //! - [`context`]: the process-wide state (devices, MAD-layer ports and their progress
 //!   threads, open files), made on first use from `HCA_DEVICE`;
 //! - [`info`]: the CA and port attributes libibumad reads from sysfs, asked of the SMA;
-//! - [`file`]: one `umad_open_port` fd: agents, sends, the read queue ([`queue`]) and the
+//! - [`file`](mod@file): one `umad_open_port` fd: agents, sends, the read queue ([`queue`]) and the
 //!   kernel's header rules ([`header`]);
 //! - [`issm`]: the issm files and the IsSM capability bit;
 //! - [`exports`]: the C functions, exported with rdma-core's symbol versions (`symbols`,
@@ -20,7 +20,7 @@
 //!
 //! What differs from the kernel's umad is said where it is done: the fd is for `poll` only
 //! ([`queue`]), issm is a watched file ([`issm`]), and every request with a timeout ends in
-//! its response or an ETIMEDOUT return ([`file`]).
+//! its response or an ETIMEDOUT return ([`file`](mod@file)).
 
 pub mod abi;
 pub mod context;
