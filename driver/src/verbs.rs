@@ -327,6 +327,18 @@ pub trait HcaPort: Send + Sync {
     /// hardware) and return its answer: how SMPs to the local port are served.
     fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError>;
 
+    /// Set the bits `set`, then clear the bits `clear`, of the port's
+    /// PortInfo:CapabilityMask, and return the mask the port's SMA now reports: how a
+    /// subnet manager announces itself (IsSM, bit 1) while it holds the port, as the
+    /// kernel's `ib_modify_port` does for `issm`. A family that cannot do it says so.
+    fn modify_capability_mask(&self, set: u32, clear: u32) -> Result<u32, DriverError> {
+        let _ = (set, clear);
+        Err(DriverError::DeviceUnsupported {
+            what: "changing the port capability mask".into(),
+            hint: "this device family has no way to set it (IsSM cannot be announced)".into(),
+        })
+    }
+
     /// Take the events that happened since the last call (checks device health when due).
     fn events(&self) -> Vec<DeviceEvent>;
 

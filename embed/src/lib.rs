@@ -30,6 +30,9 @@ pub const SIM_HELP: &str = "\
                    (default: alone on a one-node fabric of its own, with its SMA and loopback)
   node=NAME        mlx5 with topology=: the CA node the HCA is (its name in the file, e.g. Hca1)
   port=N           mlx5 with topology=: the node port HCA port 1 attaches to (default 1)
+  state=FILE       mlx5 with topology=: load the fabric's SMA state (port states, LIDs,
+                   SM LID, M_Key, P_Keys, switch tables) from FILE if it exists, and save it
+                   there when the program exits (sim/src/net/state_file.rs has the format)
   ports=N          mlx5: HCA ports, 1 or 2 (default 1)
   port_state=S     mlx5 alone: how its ports start: active (default; LIDs 1, 2.. and SM LID 1),
                    init (link up, no LID) or down
@@ -184,6 +187,7 @@ struct Params {
     init: StandaloneInit,
     cfg: Mlx5Config,
     node_guid_set: bool,
+    state: Option<String>,
 }
 
 fn number<T: TryFrom<u64>>(key: &str, v: &str) -> Result<T, String> {
@@ -207,6 +211,7 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
         init: StandaloneInit::Active,
         cfg: Mlx5Config::default(),
         node_guid_set: false,
+        state: None,
     };
     for (k, v) in params {
         match k.as_str() {
@@ -219,6 +224,7 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
                 }
             }
             "topology" => p.topology = Some(v.clone()),
+            "state" => p.state = Some(v.clone()),
             "node" => p.node = Some(v.clone()),
             "port" => p.port = number(k, v)?,
             "ports" => p.cfg.ports = number(k, v)?,
@@ -246,6 +252,9 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
 
 /// A simulated ConnectX as the parameters describe it.
 fn open_mlx5(p: Params) -> Result<Mlx5, String> {
+    if p.state.is_some() && p.topology.is_none() {
+        return Err("state= needs topology= and node=: it saves a fabric's state".into());
+    }
     match (&p.topology, &p.node) {
         (None, None) => {
             if p.port != 1 {
@@ -264,6 +273,13 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
             }
             let fabric = Fabric::parse_file(file).map_err(|e| e.to_string())?;
             let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
+            if let Some(state) = &p.state {
+                let path = std::path::Path::new(state);
+                if path.exists() {
+                    net.load_state(path).map_err(|e| e.to_string())?;
+                }
+                persisted().push((path.to_path_buf(), net.clone()));
+            }
             Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string())
         }
         (Some(_), None) => Err("topology= needs node=NAME: the CA node the HCA is".into()),
@@ -296,6 +312,28 @@ impl ModelProvider for Provider {
     fn help(&self) -> &'static str {
         SIM_HELP
     }
+}
+
+/// The networks opened with `state=FILE`, and their files.
+fn persisted() -> std::sync::MutexGuard<'static, Vec<(std::path::PathBuf, Network)>> {
+    static PERSISTED: std::sync::Mutex<Vec<(std::path::PathBuf, Network)>> =
+        std::sync::Mutex::new(Vec::new());
+    PERSISTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Save the state of every simulated fabric opened with `state=FILE` to its file; returns
+/// each file with the result. Programs call it when they exit (the umad library does, from
+/// `atexit`).
+pub fn persist_states() -> Vec<(String, Result<(), String>)> {
+    let nets: Vec<(std::path::PathBuf, Network)> = persisted().clone();
+    nets.into_iter()
+        .map(|(path, net)| {
+            let r = net.save_state(&path).map_err(|e| e.to_string());
+            (path.display().to_string(), r)
+        })
+        .collect()
 }
 
 /// Make `sim:` device strings open simulated devices in this process.
@@ -432,6 +470,60 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let msg = open_err(&format!("sim:topology={file},node=Hca1"));
         assert!(msg.contains("embed-mlx5"), "the file is named: {msg}");
+    }
+
+    #[test]
+    fn state_is_loaded_at_open_and_saved_by_persist_states() {
+        install();
+        let dir = std::env::temp_dir().join(format!("embed-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let topo = dir.join("two.net");
+        std::fs::write(
+            &topo,
+            "Switch\t8 \"Switch1\"\n[1]\t\"Hca1\"[1]\n[2]\t\"Hca2\"[1]\n\n\
+             Hca\t1 \"Hca1\"\n[1]\t\"Switch1\"[1]\n\n\
+             Hca\t1 \"Hca2\"\n[1]\t\"Switch1\"[2]\n",
+        )
+        .unwrap();
+        // A state saved from the same topology with Hca2's LID set.
+        let net = Network::new(
+            Fabric::parse_file(&topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Virtual)),
+        );
+        let hca2 = net.port("Hca2", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(hca2, 7, 0).unwrap());
+        let state = dir.join("state");
+        net.save_state(&state).unwrap();
+        let spec = format!(
+            "sim:clock=virtual,topology={},node=Hca1,state={}",
+            topo.display(),
+            state.display()
+        );
+        driver::open(&spec).unwrap();
+        std::fs::remove_file(&state).unwrap();
+        let saved = persist_states();
+        let mine: Vec<_> = saved
+            .iter()
+            .filter(|(p, _)| *p == state.display().to_string())
+            .collect();
+        assert_eq!(mine.len(), 1, "{saved:?}");
+        assert_eq!(mine[0].1, Ok(()));
+        let text = std::fs::read_to_string(&state).unwrap();
+        assert!(
+            text.contains(" lid=7 "),
+            "the loaded LID was saved again: {text}"
+        );
+        // A state from another fabric is refused at open.
+        let other = dir.join("other.net");
+        std::fs::write(&other, "Hca\t1 \"Hca9\"\n").unwrap();
+        let msg = open_err(&format!(
+            "sim:topology={},node=Hca9,state={}",
+            other.display(),
+            state.display()
+        ));
+        assert!(msg.contains("another fabric"), "{msg}");
+        assert!(open_err("sim:state=/tmp/x").contains("state= needs topology="));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

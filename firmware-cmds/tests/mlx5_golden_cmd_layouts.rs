@@ -354,6 +354,25 @@ fn bring_up_command_images() {
         AccessReg::host_endianness(true).encode().unwrap()[0x10],
         0x80
     );
+    // ACCESS_REG write PCAP (mlx5 port.c `mlx5_set_port_caps`, `struct mlx5_reg_pcap`):
+    // register_id 0x5001; data = rsvd, port_num, rsvd[2], caps_127_96 (BE), 3 more words.
+    let b = AccessReg::pcap(2, 0x0251_0a6a).encode().unwrap();
+    assert_eq!(b.len(), 0x10 + 20);
+    assert_eq!(&b[0x0a..0x0c], &[0x50, 0x01]);
+    assert_eq!(
+        &b[0x10..0x24],
+        &[
+            0, 2, 0, 0, 0x02, 0x51, 0x0a, 0x6a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        ]
+    );
+    assert_eq!(
+        access_reg::Pcap::decode(&b[0x10..]),
+        Some(access_reg::Pcap {
+            port: 2,
+            caps: 0x0251_0a6a
+        })
+    );
+    assert_eq!(access_reg::Pcap::decode(&b[0x10..0x20]), None, "short");
     // INIT_HCA sw_owner_id at bytes 0x10..0x20.
     let b = InitHca {
         sw_owner_id: [0x0102_0304, 0, 0, 0x0a0b_0c0d],

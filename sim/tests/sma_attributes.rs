@@ -129,6 +129,44 @@ fn port_info_modifiers() {
         );
     }
     assert_eq!(st(dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 9)), BAD);
+    // Bit 31 is SMSupportsExtendedSpeeds (smpquery -x; OpenSM sets it on its Sets): the
+    // port is still bits 7:0. Bits 30:8 are reserved.
+    let (s, data) = dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0x8000_0003);
+    assert_eq!(s, OK);
+    assert_eq!(port_info(&data).local_port_num, 1, "the port it came in by");
+    let (s, data) = dr_get(&net, &d, CA, attr_id::sm::PORT_INFO, 0x8000_0002);
+    assert_eq!(s, OK);
+    assert_eq!(u8::from(port_info(&data).port_state), 1, "port 2 again");
+    assert_eq!(
+        st(dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0x0000_0103)),
+        BAD
+    );
+    assert_eq!(
+        st(dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0x4000_0003)),
+        BAD
+    );
+    let mut pi = port_info(&dr_get(&net, &d, CA, attr_id::sm::PORT_INFO, 0).1);
+    pi.port_state = mad_wire::attr::port_info::PortState::NoChange;
+    pi.port_physical_state = mad_wire::attr::port_info::PhysPortState::NoChange;
+    pi.lid = 0x30;
+    pi.master_sm_lid = 1;
+    pi.subnet_timeout = 18;
+    assert_eq!(
+        st(dr_set(
+            &net,
+            &d,
+            CA,
+            attr_id::sm::PORT_INFO,
+            0x8000_0001,
+            port_info_data(&pi)
+        )),
+        OK,
+        "OpenSM's Set"
+    );
+    assert_eq!(
+        port_info(&dr_get(&net, &d, CA, attr_id::sm::PORT_INFO, 1).1).subnet_timeout,
+        18
+    );
 }
 
 #[test]

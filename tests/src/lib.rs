@@ -13,8 +13,13 @@
 //! ConnectX, with a responder on the same port and a tracker of completions; [`mad_fabric`]
 //! puts two of them on one simulated fabric (directed routes, SMPs between our own ports,
 //! RMPP) with a small SM that configures it through the MAD layer.
+//!
+//! For the interop tests (`tests/interop_*.rs`): [`interop`] runs Debian's OpenSM and
+//! infiniband-diags on this project's libibumad over a simulated fabric, and the same
+//! programs under ibsim and umad2sim, for comparison.
 
 pub mod edu;
+pub mod interop;
 pub mod kmsg;
 pub mod mad_fabric;
 pub mod mad_rig;

@@ -42,4 +42,32 @@ pub enum ToolError {
     /// Nothing to decode.
     #[error("no bytes to decode: give the hex dump as arguments or on standard input")]
     NoInput,
+    /// `hca run` found no libibumad.so to run with.
+    #[error(
+        "no libibumad.so found (looked at {}): build it with `cargo build -p umad`, or give \
+         --lib PATH or HCA_UMAD_LIB",
+        looked.join(", ")
+    )]
+    NoUmadLib {
+        /// Where it looked.
+        looked: Vec<String>,
+    },
+    /// A file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be executed.
+    #[error("cannot run {program}: {source} (is it installed and on PATH?)")]
+    Exec {
+        /// The program.
+        program: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
 }

@@ -22,6 +22,8 @@ Examples:
   hca decode cqe < cqe.txt          name the fields of a CQE from a dump (also eqe, status)
   sudo hca unbind 0000:03:00.0      give it back to the driver it had before
   hca sim gen fat-tree:leaves=64,hosts=32,spines=32 -o ft.topo   write a simulated fabric
+  hca run -- ibstat                 run an infiniband-diags tool on the simulator
+  hca run --device sim:topology=ft.topo,node=host-1 -- opensm -o   OpenSM on a simulated fabric
 
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
@@ -80,6 +82,10 @@ enum Command {
     /// Name the fields of a CQE, an EQE or a command status from a hex dump.
     #[command(after_long_help = cmd::decode::HELP)]
     Decode(cmd::decode::Args),
+    /// Run an unmodified libibumad program (OpenSM, infiniband-diags) on this project's
+    /// libibumad.so.3 and a device (the simulator by default).
+    #[command(after_long_help = cmd::run::HELP)]
+    Run(cmd::run::Args),
     /// Tools for the simulated fabric: `hca sim gen` writes topology files.
     #[command(subcommand)]
     Sim(cmd::sim::SimCommand),
@@ -112,6 +118,7 @@ fn main() -> ExitCode {
         Command::Info(args) => cmd::info::run(&ctx, &args),
         Command::Decode(args) => cmd::decode::run(&args),
         Command::Sim(sim_cmd) => cmd::sim::run(&sim_cmd),
+        Command::Run(args) => cmd::run::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

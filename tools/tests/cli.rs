@@ -487,3 +487,95 @@ fn sim_gen_with_a_bad_spec_says_what_is_missing() {
         stderr(&o)
     );
 }
+
+/// `hca run ARGS`: the global options go first, everything after `run` is the program's.
+fn hca_run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["--sysfs-root", "/nonexistent", "run"])
+        .args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run hca")
+}
+
+/// `hca run` with a shell that prints what the program was given.
+fn run_env(args: &[&str]) -> Output {
+    let mut a: Vec<&str> = Vec::new();
+    a.extend_from_slice(args);
+    a.extend_from_slice(&[
+        "--",
+        "sh",
+        "-c",
+        "echo LD_LIBRARY_PATH=$LD_LIBRARY_PATH; echo LD_PRELOAD=$LD_PRELOAD; \
+         echo HCA_DEVICE=$HCA_DEVICE; \
+         readlink -f \"${LD_LIBRARY_PATH%%:*}/libibumad.so.3\"; exit 7",
+    ]);
+    hca_run(&a)
+}
+
+#[test]
+fn run_puts_the_library_first_and_sets_the_device() {
+    let o = run_env(&["--device", "sim:ports=2"]);
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "the program's status: {}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    assert!(out.contains("HCA_DEVICE=sim:ports=2\n"), "{out}");
+    assert!(out.contains("LD_PRELOAD=\n"), "{out}");
+    let target = out.lines().nth(3).unwrap_or_default();
+    assert!(
+        target.ends_with("/libibumad.so"),
+        "libibumad.so.3 in the first LD_LIBRARY_PATH entry is the built library: {out}"
+    );
+    let o = run_env(&["--preload"]);
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("LD_PRELOAD=/") && l.ends_with("/libibumad.so")),
+        "{out}"
+    );
+}
+
+#[test]
+fn run_says_when_the_library_or_the_program_is_missing() {
+    let o = hca_run(&["--lib", "/nonexistent/libibumad.so", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cargo build -p umad"), "{}", stderr(&o));
+    let o = hca_run(&["--", "/nonexistent/program"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot run /nonexistent/program"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn run_ibstat_shows_the_simulated_ca() {
+    let present = std::path::Path::new("/usr/sbin/ibstat").exists();
+    if !present {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "ibstat is missing: install the Debian package infiniband-diags"
+        );
+        eprintln!("skipped: ibstat is missing (install infiniband-diags)");
+        return;
+    }
+    let o = hca_run(&[
+        "--device",
+        "sim:node_guid=0x0002c90300abcd00",
+        "--",
+        "/usr/sbin/ibstat",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("CA 'mlx5_0'"), "{out}");
+    assert!(out.contains("Node GUID: 0x0002c90300abcd00"), "{out}");
+    assert!(out.contains("Port GUID: 0x0002c90300abcd01"), "{out}");
+    assert!(out.contains("State: Active"), "{out}");
+    assert!(out.contains("Link layer: InfiniBand"), "{out}");
+}

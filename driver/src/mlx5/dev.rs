@@ -65,6 +65,9 @@ pub(crate) struct PortShared {
     pub(crate) qpn1: AtomicU32,
     /// The P_Key table changed: refresh the cache before using it.
     pub(crate) pkey_stale: AtomicBool,
+    /// Held across the read-modify-write of the capability mask (the kernel's
+    /// `cap_mask_mutex`).
+    pub(crate) cap_mask_lock: Mutex<()>,
 }
 
 impl PortShared {

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dma::DmaPool;
+use firmware_cmds::mlx5::ops::access_reg::AccessReg;
 use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfc};
 use firmware_cmds::mlx5::ops::vport::QueryHcaVportContext;
 
@@ -426,6 +427,27 @@ impl HcaPort for Mlx5Port {
         let mut r = [0u8; MAD_LEN];
         r.copy_from_slice(&out.mad);
         Ok(r)
+    }
+
+    /// `mlx5_ib_modify_port` on a physical function: read the mask (PortInfo through
+    /// MAD_IFC), then write the new one with ACCESS_REG PCAP (`mlx5_set_port_caps`). A
+    /// virtualised function would use MODIFY_HCA_VPORT_CONTEXT, which is not implemented.
+    fn modify_capability_mask(&self, set: u32, clear: u32) -> Result<u32, DriverError> {
+        if let Some(reason) = self.dev.fatal_reason() {
+            return Err(DriverError::DeviceFatal { reason });
+        }
+        if self.dev.ib_virt() {
+            return Err(DriverError::DeviceUnsupported {
+                what: "changing the capability mask of a virtualised function".into(),
+                hint: "MODIFY_HCA_VPORT_CONTEXT is not implemented; use the physical function"
+                    .into(),
+            });
+        }
+        let _guard = lock(&self.shared.cap_mask_lock);
+        let cur = self.attrs_mad_ifc()?.capability_mask;
+        let caps = (cur | set) & !clear;
+        self.dev.exec(&AccessReg::pcap(self.port_num, caps))?;
+        Ok(self.attrs_mad_ifc()?.capability_mask)
     }
 
     fn events(&self) -> Vec<DeviceEvent> {

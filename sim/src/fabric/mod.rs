@@ -28,6 +28,7 @@
 //!   address: such a fabric is for loading and discovery, not for full routing.
 
 pub mod builder;
+pub mod check;
 pub mod error;
 pub mod generator;
 pub mod guid;

@@ -36,6 +36,11 @@ impl<T> SideTable<T> {
         }
     }
 
+    /// Every entry, in the order they were stored.
+    pub fn iter(&self) -> impl Iterator<Item = (PortId, &T)> {
+        self.items.iter().map(|(p, t)| (*p, t))
+    }
+
     /// The entry of `port`, if one was stored.
     pub fn get(&self, port: PortId) -> Option<&T> {
         self.slot(port).map(|i| &self.items[i].1)

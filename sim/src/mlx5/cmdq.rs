@@ -63,8 +63,19 @@ pub(crate) struct Parked {
 pub(crate) struct MadWork {
     pub ctx: SlotCtx,
     pub port: u8,
-    pub mad: Box<[u8; MAD_LEN]>,
-    pub ignore_mkey: bool,
+    pub what: PortWork,
+}
+
+/// What a command needs done through a port's link, outside the device lock.
+#[derive(Debug)]
+pub(crate) enum PortWork {
+    /// MAD_IFC: the SMA answers the MAD.
+    Mad {
+        mad: Box<[u8; MAD_LEN]>,
+        ignore_mkey: bool,
+    },
+    /// ACCESS_REG PCAP write: the capability mask becomes `caps`.
+    Caps(u32),
 }
 
 /// How parked commands leave the park.
@@ -233,8 +244,12 @@ impl State {
             } => vec![MadWork {
                 ctx,
                 port,
-                mad,
-                ignore_mkey,
+                what: PortWork::Mad { mad, ignore_mkey },
+            }],
+            Exec::PortCaps { port, caps } => vec![MadWork {
+                ctx,
+                port,
+                what: PortWork::Caps(caps),
             }],
         }
     }
@@ -272,6 +287,27 @@ impl State {
                 .map_err(|_| (CmdStatus::INT_ERR, exec::synd::INTERNAL)),
             // The firmware discards a MAD it does not answer (mthca/mlx4 MAD_IFC semantics).
             None => Err((CmdStatus::BAD_PKT_ERR, exec::synd::MAD_DISCARDED)),
+        };
+        self.finish(&work.ctx, result);
+        self.after_command()
+    }
+
+    /// A PCAP write was applied: the port's capability mask is now `caps` (`None`: the
+    /// port has no link to set it through).
+    pub(crate) fn finish_caps(&mut self, work: &MadWork, caps: Option<u32>) -> Vec<MadWork> {
+        use firmware_cmds::mlx5::ops::access_reg::{AccessRegOut, Pcap};
+        let result = match caps {
+            Some(caps) => AccessRegOut {
+                data: Pcap {
+                    port: work.port,
+                    caps,
+                }
+                .encode()
+                .to_vec(),
+            }
+            .encode()
+            .map_err(|_| (CmdStatus::INT_ERR, exec::synd::INTERNAL)),
+            None => Err((CmdStatus::BAD_RES_STATE_ERR, exec::synd::PORT)),
         };
         self.finish(&work.ctx, result);
         self.after_command()

@@ -52,7 +52,7 @@ pub use self::config::Mlx5Config;
 pub use self::counters::{DropReason, Mlx5Counters};
 pub use self::faults::{Mlx5Faults, WqeQueue};
 
-use self::cmdq::MadWork;
+use self::cmdq::{MadWork, PortWork};
 use self::config::{BAR0_SIZE, CLASS_INFINIBAND, FIRST_UAR, MELLANOX_VENDOR};
 use self::send::SendStep;
 use self::state::State;
@@ -225,16 +225,28 @@ impl Inner {
     fn drive(&self, work: Vec<MadWork>) {
         let mut queue: VecDeque<MadWork> = work.into();
         while let Some(w) = queue.pop_front() {
-            let answer = self
-                .link(w.port)
-                .and_then(|l| l.local_mad(&w.mad, w.ignore_mkey));
-            // A Set may have changed the port (LID, P_Keys): read it again before the driver
-            // sees the answer.
-            if w.mad[3] == mad_wire::method::SET {
-                self.mark_dirty(w.port);
-                self.refresh_ports();
-            }
-            let more = self.with(|st| st.finish_mad(&w, answer.as_ref()));
+            let more = match &w.what {
+                PortWork::Mad { mad, ignore_mkey } => {
+                    let answer = self
+                        .link(w.port)
+                        .and_then(|l| l.local_mad(mad, *ignore_mkey));
+                    // A Set may have changed the port (LID, P_Keys): read it again before the
+                    // driver sees the answer.
+                    if mad[3] == mad_wire::method::SET {
+                        self.mark_dirty(w.port);
+                        self.refresh_ports();
+                    }
+                    self.with(|st| st.finish_mad(&w, answer.as_ref()))
+                }
+                PortWork::Caps(caps) => {
+                    let now = self
+                        .link(w.port)
+                        .map(|l| l.modify_capability_mask(*caps, !*caps));
+                    self.mark_dirty(w.port);
+                    self.refresh_ports();
+                    self.with(|st| st.finish_caps(&w, now))
+                }
+            };
             queue.extend(more);
         }
     }

@@ -55,6 +55,19 @@ pub enum NetError {
         /// The port.
         port: u8,
     },
+    /// A state file could not be read, written or applied.
+    #[error(
+        "simulated fabric state {path}{}: {problem}",
+        if *line > 0 { format!(" line {line}") } else { String::new() }
+    )]
+    StateFile {
+        /// The file.
+        path: String,
+        /// The line (0: the file as a whole).
+        line: usize,
+        /// What is wrong.
+        problem: String,
+    },
     /// The one-node fabric of a standalone CA could not be built.
     #[error("cannot build the standalone CA: {0}")]
     Standalone(#[from] FabricError),

@@ -59,6 +59,7 @@ mod engine;
 mod error;
 mod fault;
 pub mod smi;
+pub mod state_file;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 

@@ -4,6 +4,7 @@ pub mod bind;
 pub mod decode;
 pub mod info;
 pub mod list;
+pub mod run;
 pub mod sim;
 pub mod unbind;
 

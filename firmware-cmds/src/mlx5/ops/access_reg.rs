@@ -1,4 +1,5 @@
-//! ACCESS_REG (0x805) and the one register the bring-up writes, HOST_ENDIANNESS (0x7004).
+//! ACCESS_REG (0x805) and the registers the driver writes: HOST_ENDIANNESS (0x7004) at
+//! bring-up, and PCAP (0x5001), the port's capability mask, when an SM takes the port.
 
 use crate::error::{Error, Result};
 use crate::mlx5::bits::Field;
@@ -25,6 +26,43 @@ pub const HOST_ENDIANNESS_LEN: usize = 16;
 pub const HOST_ENDIANNESS_LITTLE: u8 = 0x00;
 /// `he` value for a big-endian host.
 pub const HOST_ENDIANNESS_BIG: u8 = 0x80;
+
+/// Register id of PCAP, the port capability mask (`MLX5_REG_PCAP`).
+pub const REG_PCAP: u16 = 0x5001;
+/// Size of the PCAP register data (`struct mlx5_reg_pcap`: a reserved byte, the port
+/// number, two reserved bytes, then the capability words `caps_127_96` .. `caps_31_0`,
+/// big-endian). `caps_127_96` holds PortInfo:CapabilityMask.
+pub const PCAP_LEN: usize = 20;
+
+/// The fields of a PCAP register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pcap {
+    /// The port (1-based).
+    pub port: u8,
+    /// PortInfo:CapabilityMask (`caps_127_96`).
+    pub caps: u32,
+}
+
+impl Pcap {
+    /// The register data.
+    pub fn encode(&self) -> [u8; PCAP_LEN] {
+        let mut d = [0u8; PCAP_LEN];
+        d[1] = self.port;
+        d[4..8].copy_from_slice(&self.caps.to_be_bytes());
+        d
+    }
+
+    /// Reads register data; `None` when it is shorter than the register.
+    pub fn decode(data: &[u8]) -> Option<Pcap> {
+        if data.len() < PCAP_LEN {
+            return None;
+        }
+        Some(Pcap {
+            port: data[1],
+            caps: u32::from_be_bytes([data[4], data[5], data[6], data[7]]),
+        })
+    }
+}
 
 /// Direction of an ACCESS_REG (op_mod, `MLX5_ACCESS_REGISTER_IN_OP_MOD_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +100,19 @@ impl AccessReg {
             register_id: REG_HOST_ENDIANNESS,
             argument: 0,
             data,
+        }
+    }
+}
+
+impl AccessReg {
+    /// The PCAP write of `mlx5_set_port_caps` on a physical function: `caps` becomes port
+    /// `port`'s PortInfo:CapabilityMask.
+    pub fn pcap(port: u8, caps: u32) -> Self {
+        AccessReg {
+            access: RegAccess::Write,
+            register_id: REG_PCAP,
+            argument: 0,
+            data: Pcap { port, caps }.encode().to_vec(),
         }
     }
 }

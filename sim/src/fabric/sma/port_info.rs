@@ -38,6 +38,9 @@ use crate::link::PortChange;
 
 const BAD: Status = status::INVALID_ATTR_VALUE;
 
+/// The port bits of PortInfo's attribute modifier.
+const PORT_MASK: u32 = 0xff;
+
 impl Sma<'_> {
     /// The PortInfo attribute handler.
     pub(super) fn port_info(
@@ -51,13 +54,19 @@ impl Sma<'_> {
     ) -> Status {
         let n = self.fabric.node(node);
         let is_switch = n.kind() == NodeType::Switch;
-        if attr_mod > u32::from(n.num_ports()) {
+        // Bits 7:0 name the port; bit 31 is SMSupportsExtendedSpeeds (smpquery -x sets it,
+        // OpenSM sets it on its PortInfo Sets); bits 30:8 are reserved.
+        if attr_mod & 0x7fff_ff00 != 0 {
             return BAD;
         }
-        let target = if !is_switch && attr_mod == 0 {
+        let port = attr_mod & PORT_MASK;
+        if port > u32::from(n.num_ports()) {
+            return BAD;
+        }
+        let target = if !is_switch && port == 0 {
             in_port
         } else {
-            attr_mod as u8
+            port as u8
         };
         let Some(pid) = self.fabric.port_id(node, target) else {
             return BAD;

@@ -4,7 +4,7 @@
 use firmware_cmds::mlx5::caps::{CapType, GENERAL_CAP_LEN};
 use firmware_cmds::mlx5::cmd::status::CmdStatus;
 use firmware_cmds::mlx5::ops::access_reg::{
-    AccessReg, AccessRegOut, HOST_ENDIANNESS_LEN, REG_HOST_ENDIANNESS, RegAccess,
+    AccessReg, AccessRegOut, HOST_ENDIANNESS_LEN, Pcap, REG_HOST_ENDIANNESS, REG_PCAP, RegAccess,
 };
 use firmware_cmds::mlx5::ops::hca::{
     DisableHca, EnableHca, InitHca, TeardownHca, TeardownHcaOut, TeardownProfile,
@@ -16,7 +16,7 @@ use firmware_cmds::mlx5::ops::issi::{QueryIssi, QueryIssiOut, SetIssi};
 use firmware_cmds::mlx5::ops::special_contexts::{QuerySpecialContexts, SpecialContexts};
 use firmware_cmds::mlx5::ops::{Command, CommandOutput, NoPayload};
 
-use super::{Failure, decode_failure, encoded, synd};
+use super::{Exec, Failure, decode_failure, encoded, synd};
 use crate::mlx5::caps;
 use crate::mlx5::config::special_keys;
 use crate::mlx5::state::{Phase, State};
@@ -142,11 +142,21 @@ pub(super) fn set_hca_cap(st: &mut State, input: &[u8], _: u32) -> Out {
     ok(&NoPayload::<{ firmware_cmds::mlx5::ops::hca_cap::HCA_CAP_SHORT_LEN }>)
 }
 
-pub(super) fn access_reg(st: &mut State, input: &[u8], _: u32) -> Out {
-    let c: AccessReg = decode(input)?;
-    if c.register_id != REG_HOST_ENDIANNESS {
-        return Err(bad_param(synd::REGISTER));
+/// ACCESS_REG: HOST_ENDIANNESS (kept), and PCAP, whose write sets the port's capability
+/// mask (through the fabric, outside the device lock) and whose read returns it.
+pub(super) fn access_reg(st: &mut State, input: &[u8], _: u32) -> Exec {
+    let c: AccessReg = match decode(input) {
+        Ok(c) => c,
+        Err((s, y)) => return Exec::Fail(s, y),
+    };
+    match c.register_id {
+        REG_HOST_ENDIANNESS => super::done(host_endianness(st, &c)),
+        REG_PCAP => pcap(st, &c),
+        _ => Exec::Fail(CmdStatus::BAD_PARAM_ERR, synd::REGISTER),
     }
+}
+
+fn host_endianness(st: &mut State, c: &AccessReg) -> Out {
     if c.data.len() < HOST_ENDIANNESS_LEN {
         return Err((CmdStatus::BAD_INP_LEN_ERR, synd::INPUT_SHORT));
     }
@@ -156,6 +166,29 @@ pub(super) fn access_reg(st: &mut State, input: &[u8], _: u32) -> Out {
     let mut data = vec![0u8; HOST_ENDIANNESS_LEN];
     data[0] = st.host_endianness;
     ok(&AccessRegOut { data })
+}
+
+fn pcap(st: &State, c: &AccessReg) -> Exec {
+    let Some(p) = Pcap::decode(&c.data) else {
+        return Exec::Fail(CmdStatus::BAD_INP_LEN_ERR, synd::INPUT_SHORT);
+    };
+    if p.port == 0 || p.port > st.cfg.ports {
+        return Exec::Fail(CmdStatus::BAD_PARAM_ERR, synd::PORT);
+    }
+    match c.access {
+        RegAccess::Write => Exec::PortCaps {
+            port: p.port,
+            caps: p.caps,
+        },
+        RegAccess::Read => super::done(ok(&AccessRegOut {
+            data: Pcap {
+                port: p.port,
+                caps: st.ports[usize::from(p.port - 1)].snapshot.capability_mask,
+            }
+            .encode()
+            .to_vec(),
+        })),
+    }
 }
 
 pub(super) fn query_special_contexts(_: &mut State, input: &[u8], _: u32) -> Out {

@@ -116,6 +116,9 @@ pub(crate) enum Exec {
         mad: Box<[u8; MAD_LEN]>,
         ignore_mkey: bool,
     },
+    /// A PCAP write: the port's capability mask becomes `caps`, set through the port's link
+    /// outside the device lock.
+    PortCaps { port: u8, caps: u32 },
 }
 
 /// A failed command.
@@ -197,7 +200,7 @@ pub(crate) fn execute(st: &mut State, input: &[u8], outlen: u32) -> Exec {
 
 type Handler = fn(&mut State, &[u8], u32) -> Exec;
 
-fn done(r: Result<Vec<u8>, Failure>) -> Exec {
+pub(super) fn done(r: Result<Vec<u8>, Failure>) -> Exec {
     match r {
         Ok(out) => Exec::Out(out),
         Err((s, y)) => Exec::Fail(s, y),
@@ -221,7 +224,7 @@ fn handler(op: Opcode) -> Option<Handler> {
         Opcode::SET_ISSI => plain!(hca::set_issi),
         Opcode::QUERY_HCA_CAP => plain!(hca::query_hca_cap),
         Opcode::SET_HCA_CAP => plain!(hca::set_hca_cap),
-        Opcode::ACCESS_REG => plain!(hca::access_reg),
+        Opcode::ACCESS_REG => hca::access_reg,
         Opcode::QUERY_SPECIAL_CONTEXTS => plain!(hca::query_special_contexts),
         Opcode::QUERY_PAGES => plain!(pages::query_pages),
         Opcode::MANAGE_PAGES => plain!(pages::manage_pages),

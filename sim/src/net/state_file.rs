@@ -1,0 +1,634 @@
+//! The SMA state of a network, saved to a text file and loaded back onto a network built
+//! from the same topology: what a subnet manager configured (port states, LIDs, SM LID,
+//! M_Key, P_Keys, the switches' SwitchInfo and forwarding tables) outlives the process that
+//! ran it, so that a later process (a diagnostic tool over the umad library) sees the
+//! configured fabric.
+//!
+//! # Format (version 1)
+//!
+//! UTF-8 text, one record per line, fields separated by spaces, `#` starts a comment line.
+//! Nodes are named by NodeGUID (hex), ports by node and number (0 is a switch's port 0).
+//!
+//! ```text
+//! hca-sim-state 1
+//! fabric nodes=<n> ports=<slots> guids=<xor of NodeGUIDs, hex>
+//! port <guid> <num> ls=<PortState> ps=<PhysState> lid=<n> lmc=<n> mkey=<hex> lease=<n>
+//!      protect=<n> prefix=<hex> smlid=<n> smsl=<n> cap=<hex> nmtu=<n> opvls=<n> hoq=<n>
+//!      en=<width>,<speed>,<ext>,<fdr10> act=<width>,<speed>,<ext>,<fdr10>
+//! extra <guid> <num> ldd=<n> vhl=<n> vsc=<n> sto=<n> lpe=<n> ove=<n> pe=<in><out> fr=<in><out>
+//! pkeys <guid> <num> <hex>,<hex>,...
+//! switch <guid> top=<n> dport=<n> dmpp=<n> dmnpp=<n> life=<n> psc=<0|1> mtop=<n>
+//! lft <guid> <hex port per LID, 2 digits each, from LID 0>
+//! mft <guid> <hex 16-bit mask words, 4 digits each, from MLID 0xC000>
+//! ```
+//!
+//! (`port` records are one line.) Every port slot has a `port` record; `extra`, `pkeys`,
+//! `lft` and `mft` only where the SM wrote something. The `fabric` line must match the
+//! network the file is loaded onto, or loading fails without changing anything.
+//! CapabilityMask is saved without IsSM: the SM that held the port is gone when the file is
+//! read. Not saved: SL-to-VL and VL arbitration tables, alias GUIDs, PMA counters, link and
+//! node faults.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use mad_wire::attr::port_info::cap_mask;
+
+use super::engine::NetState;
+use super::{NetError, Network};
+use crate::fabric::rate::{ActiveRates, LinkRates};
+use crate::fabric::sma::PortExtra;
+use crate::fabric::state::{LinkState, PhysState};
+use crate::fabric::{Fabric, NodeId, PortId};
+
+/// The first line of a state file.
+pub const MAGIC: &str = "hca-sim-state";
+/// The format version this code writes and reads.
+pub const VERSION: u32 = 1;
+
+impl Network {
+    /// The network's SMA state in the state-file format.
+    pub fn state_text(&self) -> String {
+        self.shared.run(|st| write_state(st))
+    }
+
+    /// Save the SMA state to `path` (written to a temporary file beside it, then renamed, so
+    /// that a reader never sees half a file).
+    pub fn save_state(&self, path: &Path) -> Result<(), NetError> {
+        let text = self.state_text();
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let io = |e: std::io::Error| NetError::StateFile {
+            path: path.display().to_string(),
+            line: 0,
+            problem: e.to_string(),
+        };
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Load a state saved by [`Network::save_state`] from a network of the same topology.
+    /// Nothing changes if the file is malformed or was saved from another fabric.
+    pub fn load_state(&self, path: &Path) -> Result<(), NetError> {
+        let text = std::fs::read_to_string(path).map_err(|e| NetError::StateFile {
+            path: path.display().to_string(),
+            line: 0,
+            problem: e.to_string(),
+        })?;
+        self.load_state_text(&text)
+            .map_err(|(line, problem)| NetError::StateFile {
+                path: path.display().to_string(),
+                line,
+                problem,
+            })
+    }
+
+    /// [`Network::load_state`] from the text itself; the error is (line, problem).
+    pub fn load_state_text(&self, text: &str) -> Result<(), (usize, String)> {
+        self.shared.run(|st| {
+            let parsed = parse(&st.fabric, text)?;
+            apply(st, parsed).map_err(|p| (0, p))
+        })
+    }
+}
+
+/// What a state file must have been saved from: node and port counts and the NodeGUIDs in
+/// file order.
+fn fingerprint(f: &Fabric) -> (usize, usize, u64) {
+    let guids = f
+        .node_ids()
+        .fold(0u64, |acc, n| acc ^ f.node(n).guid().rotate_left(n.0 % 64));
+    (f.node_count(), f.port_count(), guids)
+}
+
+fn rates(w: u8, s: u8, e: u8, f: bool) -> String {
+    format!("{w},{s},{e},{}", u8::from(f))
+}
+
+fn write_state(st: &NetState) -> String {
+    let f = &st.fabric;
+    let mut out = String::new();
+    let (nodes, ports, guids) = fingerprint(f);
+    let _ = writeln!(out, "# simulated fabric state, sim/src/net/state_file.rs");
+    let _ = writeln!(out, "{MAGIC} {VERSION}");
+    let _ = writeln!(out, "fabric nodes={nodes} ports={ports} guids={guids:x}");
+    for n in f.node_ids() {
+        let guid = f.node(n).guid();
+        let first = u8::from(f.switch(n).is_none());
+        for num in first..=f.node(n).num_ports() {
+            let Some(pid) = f.port_id(n, num) else {
+                continue;
+            };
+            let p = f.port(pid);
+            let s = &p.state;
+            let _ = writeln!(
+                out,
+                "port {guid:x} {num} ls={} ps={} lid={} lmc={} mkey={:x} lease={} protect={} \
+                 prefix={:x} smlid={} smsl={} cap={:x} nmtu={} opvls={} hoq={} en={} act={}",
+                s.link_state as u8,
+                s.phys_state as u8,
+                p.lid(),
+                p.lmc(),
+                s.m_key,
+                s.m_key_lease_period,
+                s.m_key_protect,
+                s.subnet_prefix,
+                s.sm_lid,
+                s.sm_sl,
+                s.capability_mask & !cap_mask::IS_SM,
+                s.neighbor_mtu,
+                s.op_vls,
+                s.hoq_life,
+                rates(
+                    p.enabled.width,
+                    p.enabled.speed,
+                    p.enabled.speed_ext,
+                    p.enabled.fdr10
+                ),
+                rates(
+                    s.active.width,
+                    s.active.speed,
+                    s.active.speed_ext,
+                    s.active.fdr10
+                ),
+            );
+            if let Some(x) = st.agents.extra.get(pid) {
+                let _ = writeln!(
+                    out,
+                    "extra {guid:x} {num} ldd={} vhl={} vsc={} sto={} lpe={} ove={} pe={}{} fr={}{}",
+                    x.link_down_default,
+                    x.vl_high_limit,
+                    x.vl_stall_count,
+                    x.subnet_timeout,
+                    x.local_phy_errors,
+                    x.overrun_errors,
+                    u8::from(x.partition_enforcement_inbound),
+                    u8::from(x.partition_enforcement_outbound),
+                    u8::from(x.filter_raw_inbound),
+                    u8::from(x.filter_raw_outbound),
+                );
+            }
+            if let Some(t) = st.agents.pkeys.get(pid) {
+                let list: Vec<String> = t.iter().map(|k| format!("{k:04x}")).collect();
+                let _ = writeln!(out, "pkeys {guid:x} {num} {}", list.join(","));
+            }
+        }
+        if let Some(sw) = f.switch(n) {
+            let i = &sw.info;
+            let _ = writeln!(
+                out,
+                "switch {guid:x} top={} dport={} dmpp={} dmnpp={} life={} psc={} mtop={}",
+                i.linear_fdb_top,
+                i.default_port,
+                i.default_mcast_primary_port,
+                i.default_mcast_not_primary_port,
+                i.life_time_value,
+                u8::from(i.port_state_change),
+                i.multicast_fdb_top,
+            );
+            if !sw.lft.is_empty() {
+                let mut hex = String::with_capacity(sw.lft.len() * 2);
+                for b in &sw.lft {
+                    let _ = write!(hex, "{b:02x}");
+                }
+                let _ = writeln!(out, "lft {guid:x} {hex}");
+            }
+            if !sw.mft.is_empty() {
+                let mut hex = String::with_capacity(sw.mft.len() * 4);
+                for w in &sw.mft {
+                    let _ = write!(hex, "{w:04x}");
+                }
+                let _ = writeln!(out, "mft {guid:x} {hex}");
+            }
+        }
+    }
+    out
+}
+
+/// A port record.
+struct PortRec {
+    port: PortId,
+    link_state: LinkState,
+    phys_state: PhysState,
+    lid: u16,
+    lmc: u8,
+    m_key: u64,
+    lease: u16,
+    protect: u8,
+    prefix: u64,
+    sm_lid: u16,
+    sm_sl: u8,
+    cap: u32,
+    nmtu: u8,
+    op_vls: u8,
+    hoq: u8,
+    enabled: LinkRates,
+    active: ActiveRates,
+}
+
+struct SwitchRec {
+    node: NodeId,
+    top: u16,
+    dport: u8,
+    dmpp: u8,
+    dmnpp: u8,
+    life: u8,
+    psc: bool,
+    mtop: u16,
+}
+
+#[derive(Default)]
+struct Parsed {
+    ports: Vec<PortRec>,
+    extra: Vec<(PortId, PortExtra)>,
+    pkeys: Vec<(PortId, Vec<u16>)>,
+    switches: Vec<SwitchRec>,
+    lfts: Vec<(NodeId, Vec<u8>)>,
+    mfts: Vec<(NodeId, Vec<u16>)>,
+}
+
+type Problem = (usize, String);
+
+fn num<T: TryFrom<u64>>(s: &str, hex: bool) -> Option<T> {
+    let v = if hex {
+        u64::from_str_radix(s, 16).ok()?
+    } else {
+        s.parse::<u64>().ok()?
+    };
+    T::try_from(v).ok()
+}
+
+/// The `key=value` fields of a record.
+struct Fields<'a> {
+    line: usize,
+    kv: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(line: usize, words: &[&'a str]) -> Result<Self, Problem> {
+        let kv = words
+            .iter()
+            .map(|w| {
+                w.split_once('=')
+                    .ok_or_else(|| (line, format!("{w:?} is not key=value")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Fields { line, kv })
+    }
+
+    fn raw(&self, key: &str) -> Result<&'a str, Problem> {
+        self.kv
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| (self.line, format!("missing {key}=")))
+    }
+
+    fn get<T: TryFrom<u64>>(&self, key: &str, hex: bool) -> Result<T, Problem> {
+        let v = self.raw(key)?;
+        num(v, hex).ok_or_else(|| (self.line, format!("{key}={v}: not a number in range")))
+    }
+
+    fn bits(&self, key: &str) -> Result<(bool, bool), Problem> {
+        match self.raw(key)? {
+            "00" => Ok((false, false)),
+            "01" => Ok((false, true)),
+            "10" => Ok((true, false)),
+            "11" => Ok((true, true)),
+            v => Err((self.line, format!("{key}={v}: expected two 0/1 digits"))),
+        }
+    }
+
+    fn rates(&self, key: &str) -> Result<(u8, u8, u8, bool), Problem> {
+        let value = self.raw(key)?;
+        let parts: Vec<Option<u8>> = value.split(',').map(|p| num::<u8>(p, false)).collect();
+        match parts[..] {
+            [Some(width), Some(speed), Some(ext), Some(fdr10 @ 0..=1)] => {
+                Ok((width, speed, ext, fdr10 == 1))
+            }
+            _ => Err((
+                self.line,
+                format!("{key}={value}: expected width,speed,ext,fdr10"),
+            )),
+        }
+    }
+}
+
+fn link_state(v: u8) -> Option<LinkState> {
+    Some(match v {
+        1 => LinkState::Down,
+        2 => LinkState::Init,
+        3 => LinkState::Armed,
+        4 => LinkState::Active,
+        _ => return None,
+    })
+}
+
+fn phys_state(v: u8) -> Option<PhysState> {
+    Some(match v {
+        1 => PhysState::Sleep,
+        2 => PhysState::Polling,
+        3 => PhysState::Disabled,
+        4 => PhysState::Training,
+        5 => PhysState::LinkUp,
+        6 => PhysState::LinkErrorRecovery,
+        7 => PhysState::PhyTest,
+        _ => return None,
+    })
+}
+
+fn hex_bytes(line: usize, s: &str, width: usize) -> Result<Vec<u64>, Problem> {
+    if s.len() % width != 0 || !s.is_ascii() {
+        return Err((
+            line,
+            format!(
+                "hex table of {} digits is not in groups of {width}",
+                s.len()
+            ),
+        ));
+    }
+    (0..s.len() / width)
+        .map(|i| {
+            u64::from_str_radix(&s[i * width..(i + 1) * width], 16)
+                .map_err(|_| (line, format!("bad hex at entry {i}")))
+        })
+        .collect()
+}
+
+fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
+    let mut parsed = Parsed::default();
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+    match lines.next() {
+        Some((_, l)) if l == format!("{MAGIC} {VERSION}") => {}
+        Some((n, l)) if l.starts_with(MAGIC) => {
+            return Err((
+                n,
+                format!("{l:?}: this program reads version {VERSION} only"),
+            ));
+        }
+        Some((n, _)) => {
+            return Err((
+                n,
+                format!("not a simulated fabric state file (no \"{MAGIC} {VERSION}\" line)"),
+            ));
+        }
+        None => return Err((1, "the file is empty".to_owned())),
+    }
+    let (nodes, ports, guids) = fingerprint(f);
+    let mut seen_fabric = false;
+    for (n, l) in lines {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let node_of = |w: &str| -> Result<NodeId, Problem> {
+            let g = num::<u64>(w, true).ok_or_else(|| (n, format!("{w:?} is not a GUID")))?;
+            f.node_by_guid(g)
+                .ok_or_else(|| (n, format!("no node with GUID {g:#x} in this fabric")))
+        };
+        let port_of = |g: &str, p: &str| -> Result<PortId, Problem> {
+            let node = node_of(g)?;
+            let num = num::<u8>(p, false).ok_or_else(|| (n, format!("{p:?} is not a port")))?;
+            f.port_id(node, num)
+                .ok_or_else(|| (n, format!("node {g} has no port {num}")))
+        };
+        match words.first().copied() {
+            Some("fabric") => {
+                let k = Fields::new(n, &words[1..])?;
+                let want = (
+                    k.get::<usize>("nodes", false)?,
+                    k.get::<usize>("ports", false)?,
+                    k.get::<u64>("guids", true)?,
+                );
+                if want != (nodes, ports, guids) {
+                    return Err((
+                        n,
+                        format!(
+                            "saved from another fabric ({} nodes, {} port slots) than this one \
+                             ({nodes} nodes, {ports} port slots) or with other GUIDs: load it \
+                             onto the topology it was saved from",
+                            want.0, want.1
+                        ),
+                    ));
+                }
+                seen_fabric = true;
+            }
+            Some("port") if words.len() >= 3 => {
+                let port = port_of(words[1], words[2])?;
+                let k = Fields::new(n, &words[3..])?;
+                let (ew, es, ee, ef) = k.rates("en")?;
+                let (aw, as_, ae, af) = k.rates("act")?;
+                parsed.ports.push(PortRec {
+                    port,
+                    link_state: link_state(k.get("ls", false)?)
+                        .ok_or_else(|| (n, "ls= must be 1-4".to_owned()))?,
+                    phys_state: phys_state(k.get("ps", false)?)
+                        .ok_or_else(|| (n, "ps= must be 1-7".to_owned()))?,
+                    lid: k.get("lid", false)?,
+                    lmc: k.get("lmc", false)?,
+                    m_key: k.get("mkey", true)?,
+                    lease: k.get("lease", false)?,
+                    protect: k.get("protect", false)?,
+                    prefix: k.get("prefix", true)?,
+                    sm_lid: k.get("smlid", false)?,
+                    sm_sl: k.get("smsl", false)?,
+                    cap: k.get("cap", true)?,
+                    nmtu: k.get("nmtu", false)?,
+                    op_vls: k.get("opvls", false)?,
+                    hoq: k.get("hoq", false)?,
+                    enabled: LinkRates {
+                        width: ew,
+                        speed: es,
+                        speed_ext: ee,
+                        fdr10: ef,
+                    },
+                    active: ActiveRates {
+                        width: aw,
+                        speed: as_,
+                        speed_ext: ae,
+                        fdr10: af,
+                    },
+                });
+            }
+            Some("extra") if words.len() >= 3 => {
+                let port = port_of(words[1], words[2])?;
+                let k = Fields::new(n, &words[3..])?;
+                let (pei, peo) = k.bits("pe")?;
+                let (fri, fro) = k.bits("fr")?;
+                parsed.extra.push((
+                    port,
+                    PortExtra {
+                        link_down_default: k.get("ldd", false)?,
+                        vl_high_limit: k.get("vhl", false)?,
+                        vl_stall_count: k.get("vsc", false)?,
+                        subnet_timeout: k.get("sto", false)?,
+                        m_key_violations: 0,
+                        p_key_violations: 0,
+                        q_key_violations: 0,
+                        local_phy_errors: k.get("lpe", false)?,
+                        overrun_errors: k.get("ove", false)?,
+                        partition_enforcement_inbound: pei,
+                        partition_enforcement_outbound: peo,
+                        filter_raw_inbound: fri,
+                        filter_raw_outbound: fro,
+                        lease_deadline: None,
+                    },
+                ));
+            }
+            Some("pkeys") if words.len() == 4 => {
+                let port = port_of(words[1], words[2])?;
+                let keys = words[3]
+                    .split(',')
+                    .map(|k| num::<u16>(k, true).ok_or_else(|| (n, format!("P_Key {k:?}"))))
+                    .collect::<Result<Vec<u16>, _>>()?;
+                parsed.pkeys.push((port, keys));
+            }
+            Some("switch") if words.len() >= 2 => {
+                let node = node_of(words[1])?;
+                if f.switch(node).is_none() {
+                    return Err((n, format!("node {} is not a switch", words[1])));
+                }
+                let k = Fields::new(n, &words[2..])?;
+                parsed.switches.push(SwitchRec {
+                    node,
+                    top: k.get("top", false)?,
+                    dport: k.get("dport", false)?,
+                    dmpp: k.get("dmpp", false)?,
+                    dmnpp: k.get("dmnpp", false)?,
+                    life: k.get("life", false)?,
+                    psc: k.get::<u8>("psc", false)? != 0,
+                    mtop: k.get("mtop", false)?,
+                });
+            }
+            Some("lft") if words.len() == 3 => {
+                let node = node_of(words[1])?;
+                let sw = f
+                    .switch(node)
+                    .ok_or_else(|| (n, format!("node {} is not a switch", words[1])))?;
+                let t: Vec<u8> = hex_bytes(n, words[2], 2)?
+                    .into_iter()
+                    .map(|b| b as u8)
+                    .collect();
+                if t.len() > usize::from(sw.info.linear_fdb_cap) {
+                    return Err((
+                        n,
+                        format!("LFT of {} entries exceeds LinearFDBCap", t.len()),
+                    ));
+                }
+                parsed.lfts.push((node, t));
+            }
+            Some("mft") if words.len() == 3 => {
+                let node = node_of(words[1])?;
+                let sw = f
+                    .switch(node)
+                    .ok_or_else(|| (n, format!("node {} is not a switch", words[1])))?;
+                let t: Vec<u16> = hex_bytes(n, words[2], 4)?
+                    .into_iter()
+                    .map(|w| w as u16)
+                    .collect();
+                let per = usize::from(sw.mft_positions);
+                if t.len() % per != 0 || t.len() / per > usize::from(sw.info.multicast_fdb_cap) {
+                    return Err((n, "MFT does not fit the switch".to_owned()));
+                }
+                parsed.mfts.push((node, t));
+            }
+            _ => return Err((n, format!("unknown or malformed record {l:?}"))),
+        }
+    }
+    if !seen_fabric {
+        return Err((1, "no \"fabric\" line: the file is cut short".to_owned()));
+    }
+    check_lids(f, &parsed)?;
+    Ok(parsed)
+}
+
+/// Every LID range fits the unicast LIDs, sits on a port that can hold LIDs, and overlaps no
+/// other: applying the records then cannot fail half-way.
+fn check_lids(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    let mut taken = std::collections::HashSet::new();
+    for r in parsed.ports.iter().filter(|r| r.lid != 0) {
+        let label = f.port_label(r.port);
+        let p = f.port(r.port);
+        if (f.switch(p.node()).is_some()) != (p.num() == 0) {
+            return Err((0, format!("{label} cannot hold LID {}", r.lid)));
+        }
+        let end = u32::from(r.lid) + (1u32 << r.lmc.min(7));
+        if r.lmc > 7 || end > crate::fabric::model::UNICAST_LID_END {
+            return Err((
+                0,
+                format!(
+                    "{label}: LID {} LMC {} leaves the unicast LIDs",
+                    r.lid, r.lmc
+                ),
+            ));
+        }
+        for l in u32::from(r.lid)..end {
+            if !taken.insert(l) {
+                return Err((0, format!("{label}: LID {l} is given twice")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn apply(st: &mut NetState, p: Parsed) -> Result<(), String> {
+    let f = &mut st.fabric;
+    // Saved ranges were checked (`check_lids`); what fails here is a LID the topology file
+    // gave a port the state does not list.
+    // LIDs move as a whole: clear first so that no transient duplicate is refused.
+    for r in &p.ports {
+        if f.port(r.port).lid() != 0 {
+            f.set_lid(r.port, 0, 0).map_err(|e| e.to_string())?;
+        }
+    }
+    for r in &p.ports {
+        if r.lid != 0 {
+            f.set_lid(r.port, r.lid, r.lmc).map_err(|e| e.to_string())?;
+        }
+        let port = f.port_mut(r.port);
+        port.enabled = r.enabled;
+        let s = &mut port.state;
+        s.link_state = r.link_state;
+        s.phys_state = r.phys_state;
+        s.m_key = r.m_key;
+        s.m_key_lease_period = r.lease;
+        s.m_key_protect = r.protect;
+        s.subnet_prefix = r.prefix;
+        s.sm_lid = r.sm_lid;
+        s.sm_sl = r.sm_sl;
+        s.capability_mask = r.cap;
+        s.neighbor_mtu = r.nmtu;
+        s.op_vls = r.op_vls;
+        s.hoq_life = r.hoq;
+        s.active = r.active;
+    }
+    for (port, x) in p.extra {
+        *st.agents.extra.get_or_insert_with(port, || x) = x;
+    }
+    for (port, keys) in p.pkeys {
+        let slot = st.agents.pkeys.get_or_insert_with(port, Box::default);
+        *slot = keys.into_boxed_slice();
+    }
+    for s in p.switches {
+        if let Some(sw) = st.fabric.switch_mut(s.node) {
+            sw.info.linear_fdb_top = s.top;
+            sw.info.default_port = s.dport;
+            sw.info.default_mcast_primary_port = s.dmpp;
+            sw.info.default_mcast_not_primary_port = s.dmnpp;
+            sw.info.life_time_value = s.life;
+            sw.info.port_state_change = s.psc;
+            sw.info.multicast_fdb_top = s.mtop;
+        }
+    }
+    for (node, t) in p.lfts {
+        if let Some(sw) = st.fabric.switch_mut(node) {
+            sw.lft = t;
+        }
+    }
+    for (node, t) in p.mfts {
+        if let Some(sw) = st.fabric.switch_mut(node) {
+            sw.mft = t;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! The network's state file and the fabric check: a fabric configured by a small SM (the
+//! sweep of `netutil::sweep`, OpenSM's choices on `net.2sw2path4hca`) passes the check,
+//! survives a save and a load into a fresh network built from the same topology, and a
+//! damaged table or file is named precisely.
+
+mod netutil;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use netutil::sweep;
+use sim::fabric::check::{self, Report};
+use sim::fabric::state::LinkState;
+use sim::fabric::{Fabric, NodeType};
+use sim::net::{NetError, Network};
+
+fn configured() -> (Network, netutil::Device) {
+    let net = netutil::network(netutil::example("net.2sw2path4hca"));
+    let sm = netutil::attach(&net, "Hca1", 1);
+    sweep::configure(&net, &sm);
+    (net, sm)
+}
+
+fn report(net: &Network) -> Report {
+    net.with_fabric(check::check)
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    std::env::temp_dir().join(format!(
+        "sim-state-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+#[test]
+fn an_unconfigured_fabric_fails_the_check_and_a_configured_one_passes() {
+    let net = netutil::network(netutil::example("net.2sw2path4hca"));
+    let r = report(&net);
+    assert!(!r.ok());
+    // 2 switches with port 0, 4 HCAs with one cable each, 6 links: 2 + 2*6 cabled ports.
+    assert_eq!(r.cabled_ports, 14);
+    assert_eq!(r.not_active.len(), 12, "links start in Init: {r}");
+    assert_eq!(r.without_lid.len(), 6, "4 HCA ports and 2 switches: {r}");
+    let (net, _sm) = configured();
+    let r = report(&net);
+    assert!(r.ok(), "{r}");
+    assert_eq!((r.lids, r.ca_ports, r.pairs, r.unreachable), (6, 4, 12, 0));
+}
+
+#[test]
+fn a_walk_follows_the_tables_the_sm_wrote() {
+    let (net, _sm) = configured();
+    net.with_fabric(|f| {
+        let hca1 = f.port_id(f.node_by_name("Hca1").unwrap(), 1).unwrap();
+        let path = check::route(f, hca1, sweep::LID_HCA2).unwrap();
+        let names: Vec<String> = path.iter().map(|&p| f.port_label(p)).collect();
+        // Switch1's LFT sends LID 4 out of port 3 to Switch2, whose LFT gives port 1.
+        assert_eq!(
+            names,
+            [
+                "\"Hca1\"[1]",
+                "\"Switch1\"[1]",
+                "\"Switch1\"[3]",
+                "\"Switch2\"[3]",
+                "\"Switch2\"[1]",
+                "\"Hca2\"[1]"
+            ]
+        );
+    });
+}
+
+#[test]
+fn a_bad_lft_entry_and_a_loop_are_found() {
+    let (net, _sm) = configured();
+    let sw1 = net.node("Switch1").unwrap();
+    net.with_fabric_mut(|f| {
+        let t = &mut f.switch_mut(sw1).unwrap().lft;
+        t[usize::from(sweep::LID_HCA2)] = 0xff;
+    });
+    let r = report(&net);
+    assert_eq!(
+        r.unreachable, 2,
+        "Hca1 and Hca3 reach Hca2 through Switch1: {r}"
+    );
+    assert!(r.failures[0].contains("no LFT entry for LID 4"), "{r}");
+    let sw2 = net.node("Switch2").unwrap();
+    net.with_fabric_mut(|f| {
+        // Switch1 -> Switch2 -> Switch1 ...
+        f.switch_mut(sw1).unwrap().lft[usize::from(sweep::LID_HCA2)] = 3;
+        f.switch_mut(sw2).unwrap().lft[usize::from(sweep::LID_HCA2)] = 3;
+    });
+    let r = report(&net);
+    assert!(r.failures.iter().any(|x| x.contains("routing loop")), "{r}");
+}
+
+#[test]
+fn the_state_survives_a_save_and_a_load_onto_a_fresh_network() {
+    let (net, _sm) = configured();
+    let path = temp("ok");
+    net.save_state(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("# "), "a comment names the format");
+    assert!(text.contains("\nhca-sim-state 1\n"));
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    assert!(!report(&fresh).ok());
+    fresh.load_state(&path).unwrap();
+    let r = report(&fresh);
+    assert!(r.ok(), "{r}");
+    assert_eq!(
+        fresh.state_text(),
+        net.state_text(),
+        "nothing lost or changed"
+    );
+    fresh.with_fabric(|f| {
+        let sw1 = f.node_by_name("Switch1").unwrap();
+        let t = &f.switch(sw1).unwrap().lft;
+        assert_eq!(&t[..7], &sweep::LFT_SWITCH1, "the golden LFT of Switch1");
+        let hca4 = f.port_id(f.node_by_name("Hca4").unwrap(), 1).unwrap();
+        assert_eq!(f.port(hca4).lid(), sweep::LID_HCA4);
+        assert_eq!(f.port(hca4).state.link_state, LinkState::Active);
+        assert_eq!(f.port(hca4).state.sm_lid, sweep::LID_HCA1);
+    });
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn is_sm_is_not_saved() {
+    let (net, sm) = configured();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    sm.link.modify_capability_mask(0x2, 0);
+    assert_ne!(
+        net.with_fabric(|f| f.port(hca1).state.capability_mask) & 0x2,
+        0
+    );
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    fresh.load_state_text(&net.state_text()).unwrap();
+    assert_eq!(
+        fresh.with_fabric(|f| f.port(hca1).state.capability_mask) & 0x2,
+        0,
+        "the SM that held the port is gone when the state is read"
+    );
+}
+
+#[test]
+fn a_state_from_another_fabric_is_refused_and_changes_nothing() {
+    let (net, _sm) = configured();
+    let other = netutil::network(netutil::example("net"));
+    let before = other.state_text();
+    let (line, msg) = other.load_state_text(&net.state_text()).unwrap_err();
+    assert_eq!(line, 3, "the fabric line");
+    assert!(msg.contains("another fabric"), "{msg}");
+    assert_eq!(other.state_text(), before);
+}
+
+#[test]
+fn malformed_files_name_the_line() {
+    let (net, _sm) = configured();
+    let good = net.state_text();
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    let cases: Vec<(String, usize, &str)> = vec![
+        (String::new(), 1, "empty"),
+        ("hello\n".into(), 1, "not a simulated fabric state"),
+        ("hca-sim-state 2\n".into(), 1, "version 1 only"),
+        (good.replace("ls=4", "ls=9"), 4, "ls= must be 1-4"),
+        (good.replace(" lid=1 ", " lid=x "), 0, "lid=x"),
+        (
+            good.lines().take(2).collect::<Vec<_>>().join("\n"),
+            1,
+            "cut short",
+        ),
+        (format!("{good}bogus record\n"), 0, "unknown or malformed"),
+        (
+            good.replace(" lid=4 ", " lid=1 "),
+            0,
+            "LID 1 is given twice",
+        ),
+    ];
+    for (text, line, says) in cases {
+        let (l, msg) = fresh.load_state_text(&text).unwrap_err();
+        assert!(msg.contains(says), "{says}: {msg}");
+        if line > 0 {
+            assert_eq!(l, line, "{says}: {msg}");
+        }
+    }
+    assert!(!report(&fresh).ok(), "nothing was applied");
+    let err = fresh
+        .load_state(std::path::Path::new("/nonexistent/state"))
+        .unwrap_err();
+    assert!(matches!(err, NetError::StateFile { .. }));
+    assert!(err.to_string().contains("/nonexistent/state"), "{err}");
+}
+
+#[test]
+fn a_fat_tree_state_round_trips() {
+    // Hand-configure a generated fat tree the way an SM would leave it: LIDs in node order,
+    // every link active, each switch's LFT by the shortest way (computed here, checked by
+    // the walk).
+    let f = sim::fabric::generator::generate("fat-tree:leaves=4,hosts=3,spines=2").unwrap();
+    let net = netutil::network(f);
+    net.with_fabric_mut(|f| {
+        let mut lid = 1u16;
+        let mut ca_lids = Vec::new();
+        for n in f.node_ids().collect::<Vec<_>>() {
+            let first = u8::from(f.node(n).kind() != NodeType::Switch);
+            for num in first..=f.node(n).num_ports() {
+                let p = f.port_id(n, num).unwrap();
+                if f.peer(p).is_some() || num == 0 {
+                    f.port_mut(p).state.link_state = LinkState::Active;
+                }
+                if num == 0 || (f.node(n).kind() != NodeType::Switch && f.peer(p).is_some()) {
+                    f.set_lid(p, lid, 0).unwrap();
+                    if num != 0 {
+                        ca_lids.push((p, lid));
+                    }
+                    lid += 1;
+                }
+            }
+        }
+        shortest_lfts(f, &ca_lids);
+    });
+    let r = report(&net);
+    assert!(r.ok(), "{r}");
+    assert_eq!(r.ca_ports, 12);
+    let fresh = netutil::network(
+        sim::fabric::generator::generate("fat-tree:leaves=4,hosts=3,spines=2").unwrap(),
+    );
+    fresh.load_state_text(&net.state_text()).unwrap();
+    assert!(report(&fresh).ok());
+    assert_eq!(fresh.state_text(), net.state_text());
+}
+
+/// Each switch routes every CA LID out of the port nearest to it (breadth-first from each
+/// CA port).
+fn shortest_lfts(f: &mut Fabric, ca_lids: &[(sim::fabric::PortId, u16)]) {
+    use std::collections::VecDeque;
+    let top = ca_lids.iter().map(|&(_, l)| l).max().unwrap_or(0);
+    for &(ca, lid) in ca_lids {
+        let mut seen = std::collections::HashSet::new();
+        let mut q = VecDeque::new();
+        // (switch port the packet should leave by, toward the CA)
+        if let Some(p) = f.peer(ca) {
+            q.push_back(p);
+        }
+        while let Some(entry) = q.pop_front() {
+            let node = f.port(entry).node();
+            if !seen.insert(node) || f.switch(node).is_none() {
+                continue;
+            }
+            let out = f.port(entry).num();
+            let sw = f.switch_mut(node).unwrap();
+            sw.info.linear_fdb_top = top;
+            if sw.lft.len() <= usize::from(top) {
+                sw.lft.resize(usize::from(top) + 1, 0xff);
+            }
+            sw.lft[usize::from(lid)] = out;
+            for other in f.ports_of(node).collect::<Vec<_>>() {
+                if let Some(peer) = f.peer(other) {
+                    q.push_back(peer);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The diagnostic tools, unmodified, over this project's libibumad on a fabric OpenSM
+//! configured (ibsim's `net.2sw2path4hca`, `opensm -o` run first in its own process, the
+//! fabric's state kept in a file), compared with the same tools under ibsim and umad2sim after
+//! the same OpenSM run there: `ibstat`, `smpquery nodeinfo|portinfo|switchinfo`, `perfquery`,
+//! `ibroute`, `sminfo`.
+//!
+//! Where the outputs differ, the difference is ibsim 0.10's, and is compared field by field
+//! rather than hidden:
+//! - LocalPortNum (NodeInfo and PortInfo) of a switch: ibsim says 0; IBA (and the simulator)
+//!   say the port the SMP came in on.
+//! - PortInfo fields OpenSM sets and ibsim 0.10 does not apply (MkeyLeasePeriod,
+//!   LinkWidthEnabled, LinkSpeedEnabled, SubnetTimeout, LocalPhysErr, OverrunErr, and on
+//!   switch ports facing CAs PartEnforceInb/Outb): ours must show OpenSM's values (its
+//!   defaults: 0, "set to supported", 18, 8, 8, enforcement on).
+//! - SwitchInfo LinearFDBCap: 30720 in ibsim 0.10, 48K (ibsim 0.12, what the simulator models).
+//! - PerfMgt: the traffic counters count each simulator's own history (ibsim's include the
+//!   OpenSM run, ours start with the process); ibsim advertises one more ClassPortInfo bit.
+//! - SMInfo: after `opensm -o` no SM runs in either world (ours: each process has its own
+//!   simulator), so both fail the same query.
+
+use hca_tests::interop::{self, Ibsim, Ours, Run, WorkDir};
+
+/// PortInfo fields OpenSM sets that ibsim 0.10 leaves as they were.
+const SET_BY_OPENSM: [&str; 8] = [
+    "MkeyLeasePeriod",
+    "LinkWidthEnabled",
+    "LinkSpeedEnabled",
+    "SubnetTimeout",
+    "LocalPhysErr",
+    "OverrunErr",
+    "PartEnforceInb",
+    "PartEnforceOutb",
+];
+
+struct World {
+    _work: WorkDir,
+    ours: Ours,
+    sim: Option<Ibsim>,
+}
+
+const NODE: &str = "Hca1";
+/// LIDs OpenSM gives this fabric from Hca1 (both worlds; the opensm test checks they agree).
+const SWITCH1: &str = "2";
+const SWITCH2: &str = "3";
+const HCA2: &str = "4";
+
+fn world() -> Option<World> {
+    let opensm = interop::need_program("opensm", "opensm")?;
+    let work = WorkDir::new("queries");
+    let case = interop::net_examples()
+        .into_iter()
+        .find(|c| c.name == "net.2sw2path4hca")
+        .expect("the example");
+    let state = work.join("state");
+    let ours = Ours::new(&work, &case.topology, NODE).with_state(&state);
+    let log = work.join("ours.log").display().to_string();
+    ours.run(&opensm, &["-o", "-s", "0", "-f", &log]).ok();
+    let sim = Ibsim::start(&work, &case.topology);
+    if let Some(s) = &sim {
+        let log = work.join("ibsim.log").display().to_string();
+        s.run(&opensm, NODE, &["-o", "-s", "0", "-f", &log]).ok();
+    }
+    Some(World {
+        _work: work,
+        ours,
+        sim,
+    })
+}
+
+/// `tool args` in both worlds: (ours, ibsim's).
+fn both(w: &World, tool: &str, args: &[&str]) -> Option<(Run, Option<Run>)> {
+    let p = interop::need_program(tool, "infiniband-diags")?;
+    let a = w.ours.run(&p, args);
+    let b = w.sim.as_ref().map(|s| s.run(&p, NODE, args));
+    Some((a, b))
+}
+
+/// The `Name:....value` lines of a smpquery/perfquery output.
+fn fields(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.to_owned(), v.trim_start_matches('.').trim().to_owned()))
+        })
+        .collect()
+}
+
+fn field<'a>(f: &'a [(String, String)], k: &str) -> &'a str {
+    f.iter()
+        .find(|(n, _)| n == k)
+        .map_or_else(|| panic!("no {k} in {f:?}"), |(_, v)| v.as_str())
+}
+
+/// Every field equal but `except`; the excepted ones returned (ours, ibsim's).
+fn compare(what: &str, ours: &Run, theirs: &Run, except: &[&str]) {
+    let (a, b) = (fields(&ours.stdout), fields(&theirs.stdout));
+    let names = |f: &[(String, String)]| f.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b), "{what}: the same fields");
+    for ((k, x), (_, y)) in a.iter().zip(&b) {
+        if except.contains(&k.as_str()) {
+            continue;
+        }
+        assert_eq!(x, y, "{what}: {k}");
+    }
+}
+
+#[test]
+fn the_tools_answer_on_the_configured_fabric_as_under_ibsim() {
+    let Some(w) = world() else { return };
+
+    // ibstat: the CA of the node the HCA sits at, configured.
+    if let Some(ibstat) = interop::need_program("ibstat", "infiniband-diags") {
+        let r = w.ours.run(&ibstat, &[]).ok();
+        for line in [
+            "CA 'mlx5_0'",
+            "Node GUID: 0x0000000000100000",
+            "Port GUID: 0x0000000000100001",
+            "State: Active",
+            "Physical state: LinkUp",
+            "Base lid: 1",
+            "SM lid: 1",
+            "Link layer: InfiniBand",
+        ] {
+            assert!(r.stdout.contains(line), "{line:?} in\n{}", r.stdout);
+        }
+    }
+
+    // NodeInfo of every node.
+    for lid in ["1", SWITCH1, SWITCH2, HCA2, "5", "6"] {
+        let Some((a, b)) = both(&w, "smpquery", &["nodeinfo", lid]) else {
+            return;
+        };
+        let a = a.ok();
+        let Some(b) = b else { continue };
+        let b = b.ok();
+        let switch = field(&fields(&a.stdout), "NodeType") == "Switch";
+        compare(
+            &format!("nodeinfo {lid}"),
+            &a,
+            &b,
+            if switch { &["LocalPort"] } else { &[] },
+        );
+        if switch {
+            assert_eq!(field(&fields(&b.stdout), "LocalPort"), "0");
+            assert_ne!(
+                field(&fields(&a.stdout), "LocalPort"),
+                "0",
+                "the port it came in on"
+            );
+        }
+    }
+
+    // PortInfo of a CA port and of a switch port.
+
+    for (lid, port) in [(HCA2, "1"), (SWITCH1, "1"), (SWITCH2, "3")] {
+        let Some((a, b)) = both(&w, "smpquery", &["portinfo", lid, port]) else {
+            return;
+        };
+        let a = a.ok();
+        let f = fields(&a.stdout);
+        assert_eq!(field(&f, "LinkState"), "Active");
+        if let Some(b) = b {
+            let b = b.ok();
+            let mut except = SET_BY_OPENSM.to_vec();
+            if lid != HCA2 {
+                except.push("LocalPort");
+                assert_eq!(field(&fields(&b.stdout), "LocalPort"), "0");
+            }
+            compare(&format!("portinfo {lid} {port}"), &a, &b, &except);
+        }
+        // OpenSM's defaults (opensm -c): local_phy_errors_threshold 8,
+        // overrun_errors_threshold 8, force_link_speed 15 and force_link_width 255 (set
+        // to supported); on CA ports m_key_lease_period 0 and subnet_timeout 18; on switch
+        // ports facing a CA, partition enforcement in both directions.
+        assert_eq!(field(&f, "LocalPhysErr"), "8");
+        assert_eq!(field(&f, "OverrunErr"), "8");
+        assert_eq!(
+            field(&f, "LinkSpeedEnabled"),
+            field(&f, "LinkSpeedSupported")
+        );
+        if lid == HCA2 {
+            assert_eq!(field(&f, "MkeyLeasePeriod"), "0");
+            assert_eq!(field(&f, "SubnetTimeout"), "18");
+            assert_eq!(
+                field(&f, "LinkWidthEnabled"),
+                field(&f, "LinkWidthSupported")
+            );
+        }
+        if (lid, port) == (SWITCH1, "1") {
+            assert_eq!(field(&f, "PartEnforceInb"), "1");
+            assert_eq!(field(&f, "PartEnforceOutb"), "1");
+        }
+    }
+
+    // SwitchInfo.
+    for lid in [SWITCH1, SWITCH2] {
+        let Some((a, b)) = both(&w, "smpquery", &["switchinfo", lid]) else {
+            return;
+        };
+        let a = a.ok();
+        assert_eq!(field(&fields(&a.stdout), "LinearFdbCap"), "49152");
+        if let Some(b) = b {
+            let b = b.ok();
+            assert_eq!(field(&fields(&b.stdout), "LinearFdbCap"), "30720");
+            compare(&format!("switchinfo {lid}"), &a, &b, &["LinearFdbCap"]);
+        }
+    }
+
+    // The LFTs OpenSM wrote.
+    for lid in [SWITCH1, SWITCH2] {
+        let Some((a, b)) = both(&w, "ibroute", &[lid]) else {
+            return;
+        };
+        let a = a.ok();
+        assert!(a.stdout.contains("valid lids dumped"), "{}", a.stdout);
+        if let Some(b) = b {
+            assert_eq!(a.stdout, b.ok().stdout, "ibroute {lid}");
+        }
+    }
+
+    // Port counters.
+    let Some((a, b)) = both(&w, "perfquery", &[HCA2, "1"]) else {
+        return;
+    };
+    let a = a.ok();
+    if let Some(b) = b {
+        compare(
+            "perfquery",
+            &a,
+            &b.ok(),
+            &[
+                "# Port counters",
+                "PortXmitData",
+                "PortRcvData",
+                "PortXmitPkts",
+                "PortRcvPkts",
+            ],
+        );
+    }
+    let f = fields(&a.stdout);
+    assert_eq!(field(&f, "PortSelect"), "1");
+    assert!(
+        field(&f, "PortRcvPkts").parse::<u64>().unwrap() > 0,
+        "this query itself"
+    );
+
+    // SMInfo: no SM runs after opensm -o, in either world.
+    if let Some((a, b)) = both(&w, "sminfo", &[]) {
+        assert_ne!(a.code, Some(0), "ours: {}", a.stdout);
+        if let Some(b) = b {
+            assert_eq!(a.code, b.code, "the same failure");
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The process-wide state behind the C functions: the HCA(s) named by `HCA_DEVICE`, brought
+//! up through the driver, a MAD-layer port with its own progress thread per HCA port, the
+//! umad files (`umad_open_port` fds) and the issm files.
+//!
+//! The C entry points use one [`Context`], made on first use from the environment
+//! ([`global`]); tests make their own over a device they keep a handle on
+//! ([`Context::from_backends`]) and close it ([`Context::close`]) to check that nothing
+//! leaked.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+
+use driver::verbs::{Hca, HcaPort};
+use driver::{DeviceBackend, DeviceBackendExt};
+use mad::{Agent, AgentSpec, Event, EventQueue, ProgressThread, SpecialQp};
+
+use crate::error::UmadError;
+use crate::file::UmadFile;
+use crate::info::{self, NodeAttrs, PortAttrs};
+use crate::issm::Issm;
+
+/// The environment variable naming the device(s): a device string (`sim`,
+/// `sim:KEY=VALUE,...`, `vfio:DDDD:BB:DD.F`), or several separated by `;`.
+pub const DEVICE_ENV: &str = "HCA_DEVICE";
+/// The device when `HCA_DEVICE` is not set: the embedded simulator.
+pub const DEFAULT_DEVICE: &str = "sim";
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `umad_debug`'s level: above 0 the library says what it does on stderr, as libibumad's
+/// `IBWARN` does.
+pub static DEBUG: AtomicI32 = AtomicI32::new(0);
+
+/// Print a libibumad-style warning (`ibwarn: [pid] func: msg`) when debugging is on.
+pub(crate) fn debug(func: &str, msg: impl FnOnce() -> String) {
+    if DEBUG.load(Ordering::Relaxed) > 0 {
+        eprintln!("ibwarn: [{}] {func}: {}", std::process::id(), msg());
+    }
+}
+
+/// One port of a CA, with its MAD-layer port.
+pub struct CaPort {
+    /// The CA's name.
+    pub ca: String,
+    /// Port number.
+    pub num: u8,
+    /// Its umad device number (`umad<N>`, `issm<N>`): ports numbered in order over all CAs.
+    pub umad_id: u32,
+    /// The driver's port.
+    pub hca: Arc<dyn HcaPort>,
+    /// The MAD layer on it.
+    pub mad: mad::Port,
+    pkey_entries: u16,
+    progress: Mutex<Option<ProgressThread>>,
+    sentinel: Mutex<Option<Agent>>,
+    files: Mutex<Vec<Weak<UmadFile>>>,
+    removed: OnceLock<String>,
+}
+
+impl std::fmt::Debug for CaPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaPort")
+            .field("ca", &self.ca)
+            .field("num", &self.num)
+            .field("umad_id", &self.umad_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaPort {
+    fn open(ca: &str, hca: Arc<dyn HcaPort>, umad_id: u32) -> Result<Arc<CaPort>, UmadError> {
+        let attrs = hca.attrs()?;
+        let mad = mad::open(hca.clone()).map_err(|e| UmadError::Init {
+            device: ca.to_owned(),
+            reason: format!("MAD layer on port {}: {e}", attrs.port_num),
+        })?;
+        let progress = mad.spawn_progress_thread().map_err(|e| UmadError::Init {
+            device: ca.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let port = Arc::new_cyclic(|me: &Weak<CaPort>| {
+            // The port's own agent hears of the device's death, so that every file of the
+            // port is marked, with agents or not (the kernel's `ib_umad_kill_port`).
+            let queue = Arc::new(EventQueue::new());
+            let weak = me.clone();
+            let q = Arc::downgrade(&queue);
+            queue.set_notify(Some(Arc::new(move || {
+                let (Some(port), Some(q)) = (weak.upgrade(), q.upgrade()) else {
+                    return;
+                };
+                let mut evs = Vec::new();
+                q.drain_into(&mut evs);
+                for ev in evs {
+                    if let Event::DeviceFatal { reason, .. } = ev {
+                        port.mark_removed(&reason);
+                    }
+                }
+            })));
+            let sentinel = mad
+                .register(AgentSpec::send_only(SpecialQp::Gsi).with_events(queue))
+                .ok();
+            CaPort {
+                ca: ca.to_owned(),
+                num: attrs.port_num,
+                umad_id,
+                hca,
+                mad,
+                pkey_entries: attrs.pkey_table_len,
+                progress: Mutex::new(Some(progress)),
+                sentinel: Mutex::new(sentinel),
+                files: Mutex::new(Vec::new()),
+                removed: OnceLock::new(),
+            }
+        });
+        Ok(port)
+    }
+
+    /// Why the device is gone, if it is.
+    pub fn removed(&self) -> Option<String> {
+        self.removed
+            .get()
+            .cloned()
+            .or_else(|| self.mad.fatal_reason())
+    }
+
+    /// The device died: every file of the port is dead (reads EIO, poll POLLERR).
+    pub fn mark_removed(&self, reason: &str) {
+        let _ = self.removed.set(reason.to_owned());
+        let files: Vec<Arc<UmadFile>> =
+            lock(&self.files).iter().filter_map(Weak::upgrade).collect();
+        for f in files {
+            f.kill(reason);
+        }
+    }
+
+    pub(crate) fn add_file(&self, f: &Arc<UmadFile>) {
+        let mut files = lock(&self.files);
+        files.retain(|w| w.strong_count() > 0);
+        files.push(Arc::downgrade(f));
+    }
+
+    /// What sysfs would show under `ports/<n>/`, asked of the SMA now.
+    pub fn attrs(&self) -> Result<PortAttrs, UmadError> {
+        info::port(&*self.hca, self.pkey_entries)
+    }
+
+    /// Set (`held`) or clear the IsSM capability bit, as opening and closing `issm<N>` does.
+    pub fn set_is_sm(&self, held: bool) -> Result<u32, UmadError> {
+        let bit = mad::wire::attr::port_info::cap_mask::IS_SM;
+        let (set, clear) = if held { (bit, 0) } else { (0, bit) };
+        Ok(self.hca.modify_capability_mask(set, clear)?)
+    }
+
+    fn shutdown(&self) {
+        if let Some(s) = lock(&self.sentinel).take() {
+            s.deregister();
+        }
+        if let Some(p) = lock(&self.progress).take() {
+            drop(p);
+        }
+    }
+}
+
+/// One CA: an HCA brought up by the driver, and its ports.
+pub struct Ca {
+    /// Its name (`mlx5_0`, ...).
+    pub name: String,
+    /// The device string it was opened from.
+    pub device: String,
+    /// The HCA.
+    pub hca: Arc<dyn Hca>,
+    /// Its ports, port 1 first.
+    pub ports: Vec<Arc<CaPort>>,
+    /// `fw_ver`.
+    pub fw_ver: String,
+    /// `hw_rev`: the PCI revision, as mlx5 shows it.
+    pub hw_ver: String,
+    /// `hca_type`: `MT` and the PCI device ID, as mlx5 shows it.
+    pub ca_type: String,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca")
+            .field("name", &self.name)
+            .field("device", &self.device)
+            .field("ports", &self.ports)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ca {
+    /// NodeInfo of the CA (asked through port 1).
+    pub fn node(&self) -> Result<NodeAttrs, UmadError> {
+        let p = self.ports.first().ok_or_else(|| UmadError::NoPort {
+            ca: self.name.clone(),
+            port: 1,
+        })?;
+        info::node(&*p.hca)
+    }
+
+    /// Port `n`.
+    pub fn port(&self, n: i32) -> Option<&Arc<CaPort>> {
+        self.ports.iter().find(|p| i32::from(p.num) == n)
+    }
+}
+
+/// Everything the library holds.
+pub struct Context {
+    cas: Vec<Arc<Ca>>,
+    files: Mutex<HashMap<RawFd, Arc<UmadFile>>>,
+    issm: Mutex<Option<Arc<Issm>>>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("cas", &self.cas)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Open the devices of `spec` (device strings separated by `;`).
+    pub fn open(spec: &str) -> Result<Context, UmadError> {
+        embed::install();
+        let mut backends = Vec::new();
+        for device in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            let b = driver::open(device).map_err(|e| UmadError::Init {
+                device: device.to_owned(),
+                reason: e.to_string(),
+            })?;
+            backends.push((device.to_owned(), b));
+        }
+        if backends.is_empty() {
+            return Err(UmadError::Init {
+                device: spec.to_owned(),
+                reason: "no device string given".into(),
+            });
+        }
+        Context::from_backends(backends)
+    }
+
+    /// Bring up the HCA behind each backend (named by the device string given with it).
+    pub fn from_backends(
+        backends: Vec<(String, Arc<dyn DeviceBackend>)>,
+    ) -> Result<Context, UmadError> {
+        let mut cas: Vec<Arc<Ca>> = Vec::new();
+        let mut per_family: HashMap<&'static str, u32> = HashMap::new();
+        let mut umad_id = 0;
+        for (device, backend) in backends {
+            let init = |reason: String| UmadError::Init {
+                device: device.clone(),
+                reason,
+            };
+            let hca = driver::open_hca(backend.clone()).map_err(|e| init(e.to_string()))?;
+            let info = hca.info();
+            let n = per_family.entry(info.family).or_insert(0);
+            let name = format!("{}_{n}", info.family);
+            *n += 1;
+            let mut ports = Vec::new();
+            for p in 1..=info.ports {
+                let Some(hp) = hca.port(p) else { continue };
+                ports.push(CaPort::open(&name, hp, umad_id)?);
+                umad_id += 1;
+            }
+            let rev = backend.config_read32(0x08).map_or(0, |v| v & 0xff);
+            cas.push(Arc::new(Ca {
+                name,
+                device,
+                ca_type: format!("MT{}", backend.pci_id().device),
+                hw_ver: format!("{rev:x}"),
+                fw_ver: info.fw_version,
+                hca,
+                ports,
+            }));
+        }
+        Ok(Context {
+            cas,
+            files: Mutex::new(HashMap::new()),
+            issm: Mutex::new(None),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The CAs, in name order.
+    pub fn cas(&self) -> &[Arc<Ca>] {
+        &self.cas
+    }
+
+    /// The CA named `name`.
+    pub fn ca(&self, name: &str) -> Option<&Arc<Ca>> {
+        self.cas.iter().find(|c| c.name == name)
+    }
+
+    /// Every port of every CA.
+    pub fn ports(&self) -> impl Iterator<Item = &Arc<CaPort>> {
+        self.cas.iter().flat_map(|c| c.ports.iter())
+    }
+
+    /// `resolve_ca_name` + `resolve_ca_port` of libibumad: with a CA name and a port, that
+    /// port; with a name and port 0, the CA's first ACTIVE port, else its first LinkUp port,
+    /// else its first port not Disabled; with no name, the first CA with an ACTIVE port (of
+    /// `port`, if given), else the first with a usable one. `None` when nothing qualifies.
+    pub fn resolve(&self, ca: Option<&str>, port: i32) -> Option<(Arc<Ca>, i32)> {
+        if let Some(name) = ca {
+            let c = self.ca(name)?;
+            if port != 0 {
+                return Some((Arc::clone(c), port));
+            }
+            let (p, _) = resolve_port(c, 0)?;
+            return Some((Arc::clone(c), p));
+        }
+        let mut usable = None;
+        for c in &self.cas {
+            let Some((p, active)) = resolve_port(c, port) else {
+                continue;
+            };
+            if active {
+                return Some((Arc::clone(c), p));
+            }
+            usable.get_or_insert((Arc::clone(c), p));
+        }
+        usable
+    }
+
+    /// The port `umad<N>` of `ca` port `port` is, if it exists.
+    pub fn port_of(&self, ca: &Ca, port: i32) -> Option<Arc<CaPort>> {
+        ca.port(port).cloned()
+    }
+
+    /// `umad_open_port` after resolution: a new umad file on `port`.
+    pub fn open_file(&self, port: &Arc<CaPort>) -> Result<Arc<UmadFile>, UmadError> {
+        if let Some(reason) = port.removed() {
+            return Err(UmadError::Dead { reason });
+        }
+        let f = UmadFile::open(Arc::clone(port))?;
+        port.add_file(&f);
+        lock(&self.files).insert(f.fd(), Arc::clone(&f));
+        Ok(f)
+    }
+
+    /// The umad file behind `fd`.
+    pub fn file(&self, fd: RawFd) -> Result<Arc<UmadFile>, UmadError> {
+        lock(&self.files)
+            .get(&fd)
+            .cloned()
+            .ok_or(UmadError::NotAPort { fd })
+    }
+
+    /// `umad_close_port`: unregister the file's agents, drop its queue, close its fd.
+    pub fn close_file(&self, fd: RawFd) -> Result<(), UmadError> {
+        let f = lock(&self.files)
+            .remove(&fd)
+            .ok_or(UmadError::NotAPort { fd })?;
+        f.close();
+        Ok(())
+    }
+
+    /// Open umad files.
+    pub fn open_files(&self) -> usize {
+        lock(&self.files).len()
+    }
+
+    /// The issm files (made on first use).
+    pub fn issm(&self) -> Result<Arc<Issm>, UmadError> {
+        let mut g = lock(&self.issm);
+        if let Some(i) = g.as_ref() {
+            return Ok(Arc::clone(i));
+        }
+        let i = Issm::new()?;
+        *g = Some(Arc::clone(&i));
+        Ok(i)
+    }
+
+    /// The issm files if they were made.
+    pub fn issm_if_open(&self) -> Option<Arc<Issm>> {
+        lock(&self.issm).clone()
+    }
+
+    /// Close everything: files, the issm watcher, the progress threads, the HCAs (whose
+    /// teardown returns every page and lease). Idempotent.
+    pub fn close(&self) -> Result<(), UmadError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let files: Vec<Arc<UmadFile>> = lock(&self.files).drain().map(|(_, f)| f).collect();
+        for f in files {
+            f.close();
+        }
+        if let Some(i) = lock(&self.issm).take() {
+            i.shutdown();
+        }
+        let mut first = None;
+        for ca in &self.cas {
+            for p in &ca.ports {
+                p.shutdown();
+            }
+            if let Err(e) = ca.hca.close() {
+                first.get_or_insert(UmadError::Driver(e));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// `resolve_ca_port`: the port to use on `ca` and whether it is ACTIVE; `None` when no port
+/// qualifies. A port given explicitly qualifies if it is ACTIVE or not Disabled.
+fn resolve_port(ca: &Ca, port: i32) -> Option<(i32, bool)> {
+    const ACTIVE: u8 = 4;
+    const LINK_UP: u8 = 5;
+    const DISABLED: u8 = 3;
+    let states: Vec<(i32, PortAttrs)> = ca
+        .ports
+        .iter()
+        .filter_map(|p| p.attrs().ok().map(|a| (i32::from(p.num), a)))
+        .collect();
+    if port > 0 {
+        let (_, a) = states.iter().find(|(n, _)| *n == port)?;
+        if a.state == ACTIVE {
+            return Some((port, true));
+        }
+        return (a.phys_state != DISABLED).then_some((port, false));
+    }
+    if let Some((n, _)) = states.iter().find(|(_, a)| a.state == ACTIVE) {
+        return Some((*n, true));
+    }
+    if let Some((n, _)) = states.iter().find(|(_, a)| a.phys_state == LINK_UP) {
+        return Some((*n, false));
+    }
+    states
+        .iter()
+        .find(|(_, a)| a.phys_state != DISABLED)
+        .map(|(n, _)| (*n, false))
+}
+
+static GLOBAL: OnceLock<Result<Arc<Context>, String>> = OnceLock::new();
+
+/// The context of the C functions: opened from `HCA_DEVICE` (default `sim`) on first use.
+/// A failure is reported once on stderr (the C API has no other way to say why) and then
+/// answered as "no such device".
+pub fn global() -> Option<&'static Arc<Context>> {
+    GLOBAL
+        .get_or_init(|| {
+            let spec = std::env::var(DEVICE_ENV).unwrap_or_else(|_| DEFAULT_DEVICE.to_owned());
+            match Context::open(&spec) {
+                Ok(c) => {
+                    // SAFETY: registers a plain extern "C" function with no arguments.
+                    unsafe { libc::atexit(at_exit) };
+                    Ok(Arc::new(c))
+                }
+                Err(e) => {
+                    eprintln!("libibumad (hca): {e}");
+                    Err(e.to_string())
+                }
+            }
+        })
+        .as_ref()
+        .ok()
+}
+
+/// At exit: save the simulated fabrics that asked for it (`state=FILE`) and remove the
+/// issm files. The HCAs stay up: other threads of the program may still be using them, and
+/// the process is going away.
+extern "C" fn at_exit() {
+    if let Some(Ok(c)) = GLOBAL.get() {
+        if let Some(i) = c.issm_if_open() {
+            i.shutdown();
+        }
+    }
+    for (path, result) in embed::persist_states() {
+        if let Err(e) = result {
+            eprintln!("libibumad (hca): saving the simulated fabric to {path}: {e}");
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! One umad file: what the kernel's `ib_umad_file` is for an fd of `/dev/infiniband/umad<N>`.
+//!
+//! - up to 32 agents (lowest free ID first), each a MAD-layer agent delivering into the
+//!   file's one event queue;
+//! - the read queue ([`ReadQueue`]): received MADs, and requests that got no response coming
+//!   back with status ETIMEDOUT (header as written, the first 24 bytes of the MAD as sent);
+//! - the outstanding sends, for the kernel's duplicate rule and for the timeout returns.
+//!
+//! Every request sent with a timeout ends in exactly one of: its response in the queue, or
+//! its return with ETIMEDOUT. The kernel returns only response timeouts and frees sends
+//! that fail otherwise (a flushed or failed work request) without a word, which leaves a
+//! waiting OpenSM hanging; this library returns those too, as timeouts. Responses to our
+//! own requests are exempt from the receive limit for the same reason.
+//!
+//! No lock of this file is held while the MAD layer is called (sends, registrations,
+//! deregistrations): the MAD layer's progress thread delivers into the file under that
+//! lock.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, Weak};
+
+use mad::wire::header::is_response;
+use mad::{
+    Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, SendRequest,
+    SpecialQp, WcStatus,
+};
+
+use crate::abi::{HDR_LEN, IbUserMad, MAX_AGENTS, MAX_RECV_LIST, MIN_WRITE_MAD, USER_RMPP};
+use crate::context::{CaPort, debug, lock};
+use crate::error::UmadError;
+use crate::header::{Destination, DupKey, dest_of, is_duplicate, recv_header};
+use crate::queue::{Packet, ReadQueue};
+
+/// What `REGISTER_AGENT` / `REGISTER_AGENT2` ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// 0 (SMPs) or 1 (everything else).
+    pub qpn: u32,
+    /// Management class; 0 registers an agent that only gets responses to its requests.
+    pub class: u8,
+    /// Class version.
+    pub version: u8,
+    /// Unsolicited methods to receive.
+    pub methods: [u64; 2],
+    /// OUI, used for vendor range-2 classes.
+    pub oui: u32,
+    /// RMPP version.
+    pub rmpp_version: u8,
+    /// `REGISTER_AGENT2` flags (`UMAD_USER_RMPP`).
+    pub flags: u32,
+}
+
+enum Slot {
+    Free,
+    /// Being registered (the MAD layer is asked without the file's lock).
+    Reserved,
+    Active(Arc<Agent>),
+}
+
+struct Sent {
+    key: DupKey,
+    hdr: IbUserMad,
+}
+
+struct State {
+    slots: Vec<Slot>,
+    by_agent: HashMap<AgentId, u32>,
+    queue: ReadQueue,
+    sends: HashMap<u64, Sent>,
+    next_seq: u64,
+    dead: Option<String>,
+    closed: bool,
+}
+
+/// One open umad port (an fd of `umad_open_port`).
+pub struct UmadFile {
+    port: Arc<CaPort>,
+    events: Arc<EventQueue>,
+    fd: RawFd,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for UmadFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UmadFile")
+            .field("fd", &self.fd)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UmadFile {
+    /// A new file on `port`.
+    pub fn open(port: Arc<CaPort>) -> Result<Arc<UmadFile>, UmadError> {
+        let queue = ReadQueue::new(MAX_RECV_LIST)?;
+        let fd = queue.fd();
+        let events = Arc::new(EventQueue::new());
+        let file = Arc::new(UmadFile {
+            port,
+            events: Arc::clone(&events),
+            fd,
+            state: Mutex::new(State {
+                slots: (0..MAX_AGENTS).map(|_| Slot::Free).collect(),
+                by_agent: HashMap::new(),
+                queue,
+                sends: HashMap::new(),
+                next_seq: 1,
+                dead: None,
+                closed: false,
+            }),
+        });
+        let weak: Weak<UmadFile> = Arc::downgrade(&file);
+        events.set_notify(Some(Arc::new(move || {
+            if let Some(f) = weak.upgrade() {
+                f.take_events();
+            }
+        })));
+        Ok(file)
+    }
+
+    /// The fd the user polls.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// The port it is open on.
+    pub fn port(&self) -> &Arc<CaPort> {
+        &self.port
+    }
+
+    /// Packets waiting to be read.
+    pub fn queued(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+
+    /// Sends accepted and not finished.
+    pub fn outstanding(&self) -> usize {
+        lock(&self.state).sends.len()
+    }
+
+    /// Agents registered.
+    pub fn agents(&self) -> usize {
+        lock(&self.state)
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Active(_)))
+            .count()
+    }
+
+    /// `REGISTER_AGENT(2)`: the lowest free agent ID.
+    pub fn register(&self, r: &Registration) -> Result<u32, UmadError> {
+        if let Some(reason) = self.port.removed() {
+            return Err(UmadError::RegisterRemoved { reason });
+        }
+        let qp = match r.qpn {
+            0 => SpecialQp::Smi,
+            1 => SpecialQp::Gsi,
+            qpn => return Err(UmadError::BadQpn { qpn }),
+        };
+        if r.flags & !USER_RMPP != 0 {
+            return Err(UmadError::BadFlags { flags: r.flags });
+        }
+        let id = {
+            let mut st = lock(&self.state);
+            if let Some(reason) = st.dead.clone() {
+                return Err(UmadError::RegisterRemoved { reason });
+            }
+            let id = st
+                .slots
+                .iter()
+                .position(|s| matches!(s, Slot::Free))
+                .ok_or(UmadError::AgentsFull)?;
+            st.slots[id] = Slot::Reserved;
+            id
+        };
+        let release = |st: &mut State| st.slots[id] = Slot::Free;
+        // With user RMPP the kernel leaves RMPP to the user: the MAD layer sees a plain
+        // agent.
+        let rmpp = if r.flags & USER_RMPP != 0 {
+            0
+        } else {
+            r.rmpp_version
+        };
+        let spec = if r.class == 0 {
+            AgentSpec::responses_only(qp)
+        } else {
+            AgentSpec {
+                qp,
+                class: Some(ClassRegistration {
+                    class: r.class,
+                    version: r.version,
+                    methods: MethodMask::from_words(r.methods),
+                    oui: mad::wire::class::is_vendor_range2(r.class).then_some(r.oui),
+                }),
+                responses: true,
+                rmpp_version: rmpp,
+                events: None,
+            }
+        }
+        .with_rmpp(rmpp)
+        .with_events(Arc::clone(&self.events));
+        let agent = match self.port.mad.register(spec) {
+            Ok(a) => a,
+            Err(e) => {
+                release(&mut lock(&self.state));
+                return Err(match e {
+                    mad::MadError::DeviceFatal { reason } => UmadError::RegisterRemoved { reason },
+                    e => UmadError::Registration(e),
+                });
+            }
+        };
+        let mut st = lock(&self.state);
+        if st.closed {
+            release(&mut st);
+            drop(st);
+            agent.deregister();
+            return Err(UmadError::NotAPort { fd: self.fd });
+        }
+        st.by_agent.insert(agent.id(), id as u32);
+        st.slots[id] = Slot::Active(Arc::new(agent));
+        debug("umad_register", || {
+            format!(
+                "fd {} registered agent {id} qp {} class {:#x} version {}",
+                self.fd, r.qpn, r.class, r.version
+            )
+        });
+        Ok(id as u32)
+    }
+
+    /// `UNREGISTER_AGENT`: returns when the agent's sends are all finished (the kernel's
+    /// `ib_unregister_mad_agent` is synchronous too); nothing of it is queued afterwards.
+    pub fn unregister(&self, id: u32) -> Result<(), UmadError> {
+        if id as usize >= MAX_AGENTS {
+            return Err(UmadError::AgentRange { id: id.into() });
+        }
+        let agent = {
+            let mut st = lock(&self.state);
+            if st.dead.is_some() {
+                return Err(UmadError::UnregisterUnknownAgent { id });
+            }
+            let a = match std::mem::replace(&mut st.slots[id as usize], Slot::Free) {
+                Slot::Active(a) => a,
+                other => {
+                    st.slots[id as usize] = other;
+                    return Err(UmadError::UnregisterUnknownAgent { id });
+                }
+            };
+            st.by_agent.remove(&a.id());
+            st.sends.retain(|_, s| s.key.slot != id);
+            a
+        };
+        deregister(agent);
+        Ok(())
+    }
+
+    /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken.
+    pub fn write(&self, bytes: &[u8]) -> Result<usize, UmadError> {
+        if bytes.len() < HDR_LEN + MIN_WRITE_MAD {
+            return Err(UmadError::ShortWrite {
+                len: bytes.len(),
+                hdr: HDR_LEN,
+            });
+        }
+        let hdr = IbUserMad::from_bytes(bytes[..HDR_LEN].try_into().expect("length checked"));
+        if hdr.agent_id as usize >= MAX_AGENTS {
+            return Err(UmadError::AgentRange {
+                id: hdr.agent_id.into(),
+            });
+        }
+        let mad = &bytes[HDR_LEN..];
+        let class = mad[1];
+        let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+        let key = DupKey {
+            slot: hdr.agent_id,
+            tid: u64::from_be_bytes(mad[8..16].try_into().expect("length checked")),
+            class,
+            response: is_response(class, mad[3], attr_mod),
+            dest: Destination::of(&hdr),
+        };
+        let (agent, seq) = {
+            let mut st = lock(&self.state);
+            if let Some(reason) = st.dead.clone() {
+                return Err(UmadError::Dead { reason });
+            }
+            let Slot::Active(agent) = &st.slots[hdr.agent_id as usize] else {
+                return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
+            };
+            let agent = Arc::clone(agent);
+            if st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
+                return Err(UmadError::Duplicate {
+                    what: if key.response { "response" } else { "request" },
+                    tid: key.tid,
+                    class,
+                });
+            }
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            st.sends.insert(seq, Sent { key, hdr });
+            (agent, seq)
+        };
+        let req = SendRequest::new(mad.to_vec(), dest_of(&hdr, true))
+            .timeout_ms(hdr.timeout_ms)
+            .retries(hdr.retries)
+            .context(seq);
+        match agent.send(req) {
+            Ok(_) => Ok(bytes.len()),
+            Err(e) => {
+                lock(&self.state).sends.remove(&seq);
+                Err(UmadError::Send(e))
+            }
+        }
+    }
+
+    /// `read(2)` on the umad fd (non-blocking, as libibumad opens it): the next packet into
+    /// `buf`, header first.
+    pub fn read(&self, buf: &mut [u8]) -> Result<usize, UmadError> {
+        if buf.len() < HDR_LEN {
+            return Err(UmadError::BufferTooSmall {
+                len: buf.len(),
+                need: HDR_LEN,
+            });
+        }
+        let mut st = lock(&self.state);
+        if let Some(reason) = st.dead.clone() {
+            return Err(UmadError::Dead { reason });
+        }
+        let p = st.queue.pop().ok_or(UmadError::Again)?;
+        match p.copy_out(HDR_LEN, buf) {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                st.queue.requeue(p);
+                Err(e)
+            }
+        }
+    }
+
+    /// The device is gone: reads fail with EIO, `poll` reports POLLERR.
+    pub fn kill(&self, reason: &str) {
+        let mut st = lock(&self.state);
+        if st.dead.is_none() {
+            st.dead = Some(reason.to_owned());
+            st.queue.kill();
+        }
+    }
+
+    /// `close(2)`: unregister every agent (each returns when its sends are finished), drop
+    /// what is queued. The fd itself is closed when the last handle goes.
+    pub fn close(&self) {
+        let agents: Vec<Arc<Agent>> = {
+            let mut st = lock(&self.state);
+            st.closed = true;
+            st.by_agent.clear();
+            st.sends.clear();
+            let agents = st
+                .slots
+                .iter_mut()
+                .filter_map(|s| match std::mem::replace(s, Slot::Free) {
+                    Slot::Active(a) => Some(a),
+                    _ => None,
+                })
+                .collect();
+            st.queue.clear();
+            agents
+        };
+        for a in agents {
+            deregister(a);
+        }
+        self.events.set_notify(None);
+        lock(&self.state).queue.clear();
+    }
+
+    /// Move what the MAD layer delivered into the read queue (the event queue's notify:
+    /// runs on the progress thread).
+    fn take_events(&self) {
+        let mut evs = Vec::new();
+        if self.events.drain_into(&mut evs) == 0 {
+            return;
+        }
+        let mut st = lock(&self.state);
+        for ev in evs {
+            match ev {
+                Event::Recv(r) => {
+                    let Some(&slot) = st.by_agent.get(&r.agent) else {
+                        continue;
+                    };
+                    // A reassembled RMPP message goes up whole, as the kernel's umad hands it
+                    // to read() (ENOSPC first when the reader's buffer is short).
+                    let data = match &r.rmpp {
+                        Some(message) => message.clone(),
+                        None => r.mad.to_vec(),
+                    };
+                    let hdr = recv_header(slot, &r, HDR_LEN, data.len());
+                    let exempt = r.response_to.is_some();
+                    st.queue.push(
+                        Packet {
+                            hdr,
+                            data,
+                            received: true,
+                        },
+                        exempt,
+                    );
+                }
+                Event::Send(c) => {
+                    let Some(sent) = st.sends.remove(&c.context) else {
+                        continue;
+                    };
+                    if sent.hdr.timeout_ms == 0 || c.status == WcStatus::Success {
+                        continue;
+                    }
+                    let Some(&slot) = st.by_agent.get(&c.agent) else {
+                        continue;
+                    };
+                    debug("umad_recv", || {
+                        format!(
+                            "fd {} agent {slot}: send TID {:#018x} ended {:?}: returned as \
+                             ETIMEDOUT",
+                            self.fd, c.tid, c.status
+                        )
+                    });
+                    st.queue
+                        .push(Packet::timed_out(sent.hdr, slot, c.header), true);
+                }
+                Event::DeviceFatal { reason, .. } => {
+                    if st.dead.is_none() {
+                        st.dead = Some(reason);
+                        st.queue.kill();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Deregister an agent, waiting for a sender that still holds it to let go (a send in
+/// flight on another thread takes a moment).
+fn deregister(mut a: Arc<Agent>) {
+    loop {
+        match Arc::try_unwrap(a) {
+            Ok(agent) => {
+                agent.deregister();
+                return;
+            }
+            Err(back) => {
+                a = back;
+                std::thread::yield_now();
+            }
+        }
+    }
+}

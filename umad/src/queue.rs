@@ -1,0 +1,376 @@
+//! A umad file's read queue and the fd that shows it to `poll`.
+//!
+//! The kernel's umad fd is readable (POLLIN) while its receive list is non-empty and reports
+//! POLLERR once its device is gone. The fd this library hands out is one end of a Unix
+//! stream socket pair; the library holds the other end. One byte sits in the user's end
+//! while the queue is non-empty (so POLLIN follows the queue), and when the device goes
+//! away the library queues a byte on its own end and closes it, which makes the kernel mark
+//! the user's end with ECONNRESET: `poll` then reports POLLERR (with POLLHUP), as the
+//! kernel's umad does. The fd is only for `poll`: reads and writes go through `umad_recv`
+//! and `umad_send`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::abi::{IbUserMad, MAD_HDR_LEN};
+use crate::error::UmadError;
+use mad::wire::header::MAD_LEN;
+
+/// One entry of the read queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// Its header (agent slot, status, length, address).
+    pub hdr: IbUserMad,
+    /// The MAD (a received message, possibly longer than one MAD once RMPP reassembles; or
+    /// the first 24 bytes of a timed-out send).
+    pub data: Vec<u8>,
+    /// A received MAD (counted against the receive limit), not a returned send.
+    pub received: bool,
+}
+
+impl Packet {
+    /// Copies the packet into `buf` as the kernel's `ib_umad_read` does, with a header of
+    /// `hdr_len` bytes: all of it if it fits (returning the bytes written); nothing and
+    /// EINVAL if even the first MAD does not fit; the header and first MAD and ENOSPC for a
+    /// longer message that does not fit (the header's length says how much is needed).
+    pub fn copy_out(&self, hdr_len: usize, buf: &mut [u8]) -> Result<usize, UmadError> {
+        let total = hdr_len + self.data.len();
+        let first = hdr_len + self.data.len().min(MAD_LEN);
+        if buf.len() < first {
+            return Err(UmadError::BufferTooSmall {
+                len: buf.len(),
+                need: first,
+            });
+        }
+        let hdr = self.hdr.to_bytes();
+        buf[..hdr_len].copy_from_slice(&hdr[..hdr_len]);
+        if buf.len() < total {
+            buf[hdr_len..first].copy_from_slice(&self.data[..first - hdr_len]);
+            return Err(UmadError::NoSpace {
+                len: buf.len(),
+                need: total,
+            });
+        }
+        buf[hdr_len..total].copy_from_slice(&self.data);
+        Ok(total)
+    }
+
+    /// A timed-out send coming back: the header as it was written with status ETIMEDOUT,
+    /// and the first 24 bytes of the MAD as sent (`send_handler`).
+    pub fn timed_out(hdr: IbUserMad, slot: u32, first_bytes: [u8; MAD_HDR_LEN]) -> Packet {
+        Packet {
+            hdr: IbUserMad {
+                agent_id: slot,
+                status: libc::ETIMEDOUT as u32,
+                ..hdr
+            },
+            data: first_bytes.to_vec(),
+            received: false,
+        }
+    }
+}
+
+/// The queue, its receive limit, and the user's fd.
+#[derive(Debug)]
+pub struct ReadQueue {
+    packets: VecDeque<Packet>,
+    received: usize,
+    limit: usize,
+    dropped: u64,
+    user: OwnedFd,
+    inner: Option<OwnedFd>,
+    raised: bool,
+}
+
+impl ReadQueue {
+    /// A queue dropping received MADs beyond `limit`, and its socket pair.
+    pub fn new(limit: usize) -> Result<ReadQueue, UmadError> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: `fds` has room for the two descriptors socketpair writes.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(UmadError::Os {
+                what: "creating the socket pair behind a umad fd",
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: socketpair succeeded: both descriptors are open and owned by nobody else.
+        let (user, inner) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The library's end must not leak into programs the user executes.
+        // SAFETY: plain fcntl on a descriptor we own.
+        unsafe { libc::fcntl(inner.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        Ok(ReadQueue {
+            packets: VecDeque::new(),
+            received: 0,
+            limit,
+            dropped: 0,
+            user,
+            inner: Some(inner),
+            raised: false,
+        })
+    }
+
+    /// The fd the user polls.
+    pub fn fd(&self) -> RawFd {
+        self.user.as_raw_fd()
+    }
+
+    /// Packets queued.
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// Nothing queued.
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// Received MADs dropped over the limit.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Queue `p` at the end. A received MAD beyond the limit is dropped (returns false);
+    /// `exempt` ones (responses to our own requests, timed-out sends) never are, so that
+    /// every request still ends in exactly one answer.
+    pub fn push(&mut self, p: Packet, exempt: bool) -> bool {
+        if p.received && !exempt && self.received >= self.limit {
+            self.dropped += 1;
+            return false;
+        }
+        if p.received {
+            self.received += 1;
+        }
+        self.packets.push_back(p);
+        self.raise();
+        true
+    }
+
+    /// Take the first packet.
+    pub fn pop(&mut self) -> Option<Packet> {
+        let p = self.packets.pop_front()?;
+        if p.received {
+            self.received -= 1;
+        }
+        if self.packets.is_empty() {
+            self.lower();
+        }
+        Some(p)
+    }
+
+    /// Put `p` back at the front (a read that could not take it).
+    pub fn requeue(&mut self, p: Packet) {
+        if p.received {
+            self.received += 1;
+        }
+        self.packets.push_front(p);
+        self.raise();
+    }
+
+    /// Drop everything queued.
+    pub fn clear(&mut self) {
+        self.packets.clear();
+        self.received = 0;
+        self.lower();
+    }
+
+    fn raise(&mut self) {
+        if self.raised {
+            return;
+        }
+        if let Some(inner) = &self.inner {
+            // SAFETY: sends one byte from a live buffer on a descriptor we own; MSG_NOSIGNAL
+            // keeps a closed peer from raising SIGPIPE.
+            let n = unsafe {
+                libc::send(
+                    inner.as_raw_fd(),
+                    [1u8].as_ptr().cast(),
+                    1,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            self.raised = n == 1;
+        }
+    }
+
+    fn lower(&mut self) {
+        if !self.raised {
+            return;
+        }
+        let mut buf = [0u8; 16];
+        loop {
+            // SAFETY: reads into a live local buffer of the length given, from our descriptor.
+            let n = unsafe {
+                libc::recv(
+                    self.user.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+        }
+        self.raised = false;
+    }
+
+    /// The device is gone: make the user's fd report POLLERR from now on.
+    pub fn kill(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        // Unread data in our end when it closes is what makes the kernel set ECONNRESET on
+        // the user's end (unix_release_sock).
+        // SAFETY: sends one byte from a live buffer on a descriptor we own.
+        unsafe {
+            libc::send(
+                self.user.as_raw_fd(),
+                [0u8].as_ptr().cast(),
+                1,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        drop(inner);
+    }
+}
+
+/// Whether `fd` reports `events` right now (`poll` with timeout 0).
+pub fn poll_now(fd: RawFd) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, live for the call.
+    let n = unsafe { libc::poll(&raw mut p, 1, 0) };
+    if n == 1 { p.revents } else { 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::HDR_LEN;
+
+    fn recv(len: usize, fill: u8) -> Packet {
+        Packet {
+            hdr: IbUserMad {
+                agent_id: 2,
+                length: (HDR_LEN + len) as u32,
+                ..IbUserMad::default()
+            },
+            data: vec![fill; len],
+            received: true,
+        }
+    }
+
+    #[test]
+    fn a_mad_that_fits_is_copied_whole() {
+        let p = recv(256, 7);
+        let mut buf = vec![0u8; 64 + 256];
+        assert_eq!(p.copy_out(64, &mut buf).unwrap(), 320);
+        assert_eq!(&buf[..4], &2u32.to_ne_bytes());
+        assert!(buf[64..].iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn a_buffer_short_of_one_mad_gets_einval_and_nothing() {
+        let p = recv(256, 7);
+        let mut buf = vec![0xeeu8; 64 + 255];
+        let e = p.copy_out(64, &mut buf).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert!(buf.iter().all(|&b| b == 0xee), "nothing written");
+    }
+
+    #[test]
+    fn a_long_message_in_a_short_buffer_gets_enospc_header_and_first_mad() {
+        let mut p = recv(1000, 0);
+        for (i, b) in p.data.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let mut buf = vec![0xeeu8; 64 + 256];
+        let e = p.copy_out(64, &mut buf).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOSPC);
+        let h = IbUserMad::from_bytes(buf[..64].try_into().unwrap());
+        assert_eq!(
+            h.length as usize,
+            64 + 1000,
+            "the length says what is needed"
+        );
+        assert_eq!(&buf[64..], &p.data[..256]);
+        let mut big = vec![0u8; 64 + 1000];
+        assert_eq!(p.copy_out(64, &mut big).unwrap(), 1064);
+        assert_eq!(&big[64..], &p.data[..]);
+    }
+
+    #[test]
+    fn the_fd_is_readable_exactly_while_packets_are_queued() {
+        let mut q = ReadQueue::new(10).unwrap();
+        assert_eq!(poll_now(q.fd()) & libc::POLLIN, 0);
+        assert_ne!(
+            poll_now(q.fd()) & libc::POLLOUT,
+            0,
+            "always writable, as umad"
+        );
+        q.push(recv(256, 1), false);
+        q.push(recv(256, 2), false);
+        assert_ne!(poll_now(q.fd()) & libc::POLLIN, 0);
+        let a = q.pop().unwrap();
+        assert_eq!(a.data[0], 1);
+        assert_ne!(poll_now(q.fd()) & libc::POLLIN, 0, "one left");
+        q.requeue(a);
+        assert_eq!(q.pop().unwrap().data[0], 1, "requeued at the front");
+        q.pop().unwrap();
+        assert_eq!(poll_now(q.fd()) & libc::POLLIN, 0, "empty: not readable");
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn received_mads_over_the_limit_are_dropped_but_not_answers() {
+        let mut q = ReadQueue::new(2).unwrap();
+        assert!(q.push(recv(256, 1), false));
+        assert!(q.push(recv(256, 2), false));
+        assert!(!q.push(recv(256, 3), false), "over the limit");
+        assert!(
+            q.push(recv(256, 4), true),
+            "a response to our request is exempt"
+        );
+        assert!(q.push(Packet::timed_out(IbUserMad::default(), 1, [0; 24]), false));
+        assert_eq!((q.len(), q.dropped()), (4, 1));
+    }
+
+    #[test]
+    fn a_killed_queue_reports_pollerr() {
+        let mut q = ReadQueue::new(2).unwrap();
+        assert_eq!(poll_now(q.fd()) & libc::POLLERR, 0);
+        q.kill();
+        assert_ne!(poll_now(q.fd()) & libc::POLLERR, 0);
+        q.push(recv(256, 1), false);
+        q.clear();
+    }
+
+    #[test]
+    fn a_timed_out_send_returns_24_bytes_with_etimedout() {
+        let h = IbUserMad {
+            agent_id: 9,
+            timeout_ms: 100,
+            retries: 2,
+            length: 0,
+            ..IbUserMad::default()
+        };
+        let p = Packet::timed_out(h, 4, [5; 24]);
+        let mut buf = vec![0u8; 64 + 256];
+        assert_eq!(p.copy_out(64, &mut buf).unwrap(), 88);
+        let back = IbUserMad::from_bytes(buf[..64].try_into().unwrap());
+        assert_eq!((back.agent_id, back.status, back.timeout_ms), (4, 110, 100));
+        assert_eq!(&buf[64..88], &[5; 24]);
+    }
+}

@@ -1,0 +1,479 @@
+/* A umad client for the tests of tests/c_abi.rs: each mode exercises one contract of
+ * libibumad through the C API only, and prints what it saw as key=value lines. Built with
+ * gcc against Debian's <infiniband/umad.h> and linked to the library under test. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <endian.h>
+#include <infiniband/umad.h>
+#include <infiniband/umad_str.h>
+
+#define MAD 256
+#define PERF 0x04
+
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* A PerfMgt PortCounters Get with TID `tid`. */
+static void perf_get(void *umad, uint64_t tid)
+{
+	uint8_t *m = umad_get_mad(umad);
+	memset(m, 0, MAD);
+	m[0] = 1; m[1] = PERF; m[2] = 1; m[3] = 0x01;
+	uint64_t t = htobe64(tid);
+	memcpy(m + 8, &t, 8);
+	m[16] = 0x00; m[17] = 0x12; /* PortCounters */
+	m[65] = 1;                  /* PortSelect */
+}
+
+static uint64_t tid_of(void *umad)
+{
+	uint64_t t;
+	memcpy(&t, (uint8_t *)umad_get_mad(umad) + 8, 8);
+	return be64toh(t);
+}
+
+static int open_port(void)
+{
+	int fd = umad_open_port(NULL, 0);
+	printf("open=%d\n", fd < 0 ? fd : 0);
+	if (fd < 0)
+		exit(2);
+	return fd;
+}
+
+static int my_lid(void)
+{
+	umad_port_t p;
+	if (umad_get_port(NULL, 0, &p) < 0)
+		exit(3);
+	int lid = p.base_lid;
+	umad_release_port(&p);
+	return lid;
+}
+
+static void *alloc_umad(void)
+{
+	return calloc(1, umad_size() + MAD);
+}
+
+static int recv_one(int fd, void *umad, int len, int timeout, int *out_len)
+{
+	int l = len;
+	int r = umad_recv(fd, umad, &l, timeout);
+	*out_len = l;
+	return r;
+}
+
+static int mode_enum(void)
+{
+	char names[4][UMAD_CA_NAME_LEN];
+	int n = umad_get_cas_names(names, 4);
+	printf("cas=%d\n", n);
+	for (int i = 0; i < n; i++)
+		printf("ca%d=%s\n", i, names[i]);
+	umad_ca_t ca;
+	int r = umad_get_ca(NULL, &ca);
+	printf("get_ca=%d\n", r);
+	if (r < 0)
+		return 1;
+	printf("ca_name=%s\nnode_type=%u\nnumports=%d\nfw_ver=%s\nca_type=%s\nhw_ver=%s\n",
+	       ca.ca_name, ca.node_type, ca.numports, ca.fw_ver, ca.ca_type, ca.hw_ver);
+	printf("node_guid=%016" PRIx64 "\nsystem_guid=%016" PRIx64 "\n", be64toh(ca.node_guid),
+	       be64toh(ca.system_guid));
+	for (int i = 0; i <= ca.numports; i++) {
+		umad_port_t *p = ca.ports[i];
+		if (!p) {
+			printf("port%d=none\n", i);
+			continue;
+		}
+		printf("port%d.portnum=%d\nport%d.lid=%u\nport%d.lmc=%u\nport%d.sm_lid=%u\n", i,
+		       p->portnum, i, p->base_lid, i, p->lmc, i, p->sm_lid);
+		printf("port%d.state=%u\nport%d.phys_state=%u\nport%d.rate=%u\n", i, p->state, i,
+		       p->phys_state, i, p->rate);
+		printf("port%d.capmask=%08x\nport%d.gid_prefix=%016" PRIx64
+		       "\nport%d.port_guid=%016" PRIx64 "\n",
+		       i, ntohl(p->capmask), i, be64toh(p->gid_prefix), i, be64toh(p->port_guid));
+		printf("port%d.pkeys_size=%u\nport%d.pkey0=%04x\nport%d.link_layer=%s\n", i,
+		       p->pkeys_size, i, p->pkeys_size ? p->pkeys[0] : 0, i, p->link_layer);
+	}
+	printf("release_ca=%d\n", umad_release_ca(&ca));
+	printf("unknown_ca=%d\n", umad_get_ca("nosuch0", &ca));
+	__be64 guids[4];
+	r = umad_get_ca_portguids(NULL, guids, 4);
+	printf("portguids=%d\n", r);
+	for (int i = 0; i < r; i++)
+		printf("portguid%d=%016" PRIx64 "\n", i, be64toh(guids[i]));
+	printf("portguids_small=%d\n", umad_get_ca_portguids(NULL, guids, 1));
+	umad_port_t p;
+	printf("get_port=%d\n", umad_get_port(names[0], 1, &p));
+	printf("get_port.port_guid=%016" PRIx64 "\n", be64toh(p.port_guid));
+	r = umad_release_port(&p);
+	printf("release_port=%d pkeys=%p\n", r, (void *)p.pkeys);
+	printf("get_port_missing=%d\n", umad_get_port(names[0], 7, &p));
+	struct umad_device_node *list = umad_get_ca_device_list();
+	int count = 0;
+	for (struct umad_device_node *d = list; d; d = d->next)
+		count++;
+	printf("device_list=%d\n", count);
+	printf("sort=%d\n", umad_sort_ca_device_list(&list, 0));
+	printf("sort_too_many=%d\n", umad_sort_ca_device_list(&list, count + 1));
+	for (struct umad_device_node *d = list; d; d = d->next)
+		printf("device=%s\n", d->ca_name);
+	umad_free_ca_device_list(list);
+	return 0;
+}
+
+static int mode_loopback(void)
+{
+	printf("size_before_open=%zu\n", umad_size());
+	int fd = open_port();
+	printf("size=%zu\nmad_offset=%td\n", umad_size(), (char *)umad_get_mad((void *)0x1000) - (char *)0x1000);
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	printf("agent=%d\n", agent);
+	int lid = my_lid();
+	void *u = alloc_umad();
+	perf_get(u, 0x1234abcd);
+	umad_set_addr(u, lid, 1, 0, 0x80010000);
+	int r = umad_send(fd, agent, u, MAD, 1000, 0);
+	printf("send=%d\n", r);
+	/* A buffer shorter than the MAD: EINVAL, and the packet stays queued. */
+	int len;
+	r = recv_one(fd, u, 100, 2000, &len);
+	printf("short_recv=%d errno_short=%d\n", r, errno);
+	memset(u, 0, umad_size() + MAD);
+	r = recv_one(fd, u, MAD, 2000, &len);
+	printf("recv=%d\nlen=%d\nstatus=%d\n", r, len, umad_status(u));
+	uint8_t *m = umad_get_mad(u);
+	uint64_t tid = tid_of(u);
+	printf("method=%02x\nmad_status=%04x\ntid_low=%08" PRIx64 "\ntid_high_set=%d\n", m[3],
+	       (m[4] << 8) | m[5], tid & 0xffffffff, (tid >> 32) != 0);
+	ib_mad_addr_t *a = umad_get_mad_addr(u);
+	printf("hdr_length=%u\nsrc_lid=%u\nsrc_qpn=%u\n", ((ib_user_mad_t *)u)->length,
+	       ntohs(a->lid), ntohl(a->qpn));
+	r = recv_one(fd, u, MAD, 200, &len);
+	printf("recv_again=%d\n", r);
+	r = recv_one(fd, u, MAD, 0, &len);
+	printf("recv_nonblocking=%d errno_nonblocking=%d\n", r, errno);
+	printf("unregister=%d\n", umad_unregister(fd, agent));
+	printf("close=%d\n", umad_close_port(fd));
+	return 0;
+}
+
+static int mode_timeout(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	perf_get(u, 0x77777777);
+	umad_set_addr(u, 0x77, 1, 0, 0x80010000); /* no such LID */
+	long t0 = now_ms();
+	printf("send=%d\n", umad_send(fd, agent, u, MAD, 100, 2));
+	int len;
+	memset(u, 0, umad_size() + MAD);
+	int r = recv_one(fd, u, MAD, 5000, &len);
+	long took = now_ms() - t0;
+	printf("recv=%d\nlen=%d\nstatus=%d\ntook_ms=%ld\n", r, len, umad_status(u), took);
+	ib_user_mad_t *h = u;
+	printf("ret_timeout=%u\nret_retries=%u\nret_lid=%u\n", h->timeout_ms, h->retries,
+	       ntohs(h->addr.lid));
+	uint64_t tid = tid_of(u);
+	printf("tid_low=%08" PRIx64 "\ntid_high_set=%d\n", tid & 0xffffffff, (tid >> 32) != 0);
+	printf("ret_class=%02x\nret_attr=%04x\n", ((uint8_t *)umad_get_mad(u))[1],
+	       (((uint8_t *)umad_get_mad(u))[16] << 8) | ((uint8_t *)umad_get_mad(u))[17]);
+	r = recv_one(fd, u, MAD, 500, &len);
+	printf("second=%d\n", r);
+	/* No timeout: no response is expected, nothing comes back. */
+	perf_get(u, 0x88888888);
+	umad_set_addr(u, 0x77, 1, 0, 0x80010000);
+	printf("send_no_timeout=%d\n", umad_send(fd, agent, u, MAD, 0, 0));
+	r = recv_one(fd, u, MAD, 500, &len);
+	printf("after_no_timeout=%d\n", r);
+	umad_close_port(fd);
+	return 0;
+}
+
+static int mode_dup(void)
+{
+	int fd = open_port();
+	int a1 = umad_register(fd, PERF, 1, 0, NULL);
+	int a2 = umad_register(fd, 0, 0, 0, NULL);
+	void *u = alloc_umad();
+	perf_get(u, 0x0000000500000042);
+	umad_set_addr(u, 0x77, 1, 0, 0x80010000);
+	printf("first=%d\n", umad_send(fd, a1, u, MAD, 300, 0));
+	perf_get(u, 0x0000000900000042); /* other upper bits, same lower 32 */
+	umad_set_addr(u, 0x77, 1, 0, 0x80010000);
+	errno = 0;
+	int r = umad_send(fd, a1, u, MAD, 300, 0);
+	printf("dup=%d errno_dup=%d\n", r, errno);
+	printf("other_agent=%d\n", umad_send(fd, a2, u, MAD, 300, 0));
+	perf_get(u, 0x43);
+	umad_set_addr(u, 0x77, 1, 0, 0x80010000);
+	printf("other_tid=%d\n", umad_send(fd, a1, u, MAD, 300, 0));
+	int len, n = 0;
+	while (recv_one(fd, u, MAD, 2000, &len) >= 0)
+		n += umad_status(u) == ETIMEDOUT;
+	printf("timeouts=%d\n", n);
+	/* The TID is free again once its request ended. */
+	perf_get(u, 0x42);
+	umad_set_addr(u, 0x77, 1, 0, 0x80010000);
+	printf("reuse=%d\n", umad_send(fd, a1, u, MAD, 100, 0));
+	umad_close_port(fd);
+	return 0;
+}
+
+static int mode_agents(void)
+{
+	int fd = open_port();
+	int ids[32], ok = 1;
+	for (int i = 0; i < 32; i++) {
+		ids[i] = umad_register(fd, 0, 0, 0, NULL);
+		ok &= ids[i] == i;
+	}
+	printf("lowest_first=%d\n", ok);
+	errno = 0;
+	int r = umad_register(fd, 0, 0, 0, NULL);
+	printf("thirty_third=%d errno_full=%d\n", r, errno);
+	printf("unregister5=%d\n", umad_unregister(fd, 5));
+	printf("again=%d\n", umad_register(fd, 0, 0, 0, NULL));
+	errno = 0;
+	r = umad_unregister(fd, 40);
+	printf("unregister40=%d errno40=%d\n", r, errno);
+	umad_unregister(fd, 6);
+	errno = 0;
+	r = umad_unregister(fd, 6);
+	printf("unregister6_twice=%d errno6=%d\n", r, errno);
+	void *u = alloc_umad();
+	perf_get(u, 1);
+	errno = 0;
+	r = umad_send(fd, 6, u, MAD, 0, 0);
+	printf("send_unregistered=%d errno_send=%d\n", r, errno);
+	errno = 0;
+	r = umad_send(fd, 0, u, 20, 0, 0);
+	printf("send_short=%d errno_short=%d\n", r, errno);
+	errno = 0;
+	r = umad_send(fd, 0, u, MAD + 8, 0, 0);
+	printf("send_long=%d errno_long=%d\n", r, errno);
+	/* Registrations the kernel refuses. */
+	long mask[2] = {1 << 1, 0};
+	errno = 0;
+	r = umad_register(fd, 0x90, 1, 0, mask);
+	printf("bad_class=%d errno_bad_class=%d\n", r, errno);
+	int fd2 = umad_open_port(NULL, 0);
+	int held = umad_register(fd2, PERF, 1, 0, mask);
+	errno = 0;
+	r = umad_register(fd, PERF, 1, 0, mask); /* slot 6 is free */
+	printf("conflict=%d errno_conflict=%d held=%d\n", r, errno, held >= 0);
+	umad_close_port(fd2);
+	umad_close_port(fd);
+	return 0;
+}
+
+static int mode_register2(void)
+{
+	int fd = open_port();
+	struct umad_reg_attr at = {.mgmt_class = PERF, .mgmt_class_version = 1};
+	uint32_t id = 99;
+	int r = umad_register2(fd, &at, &id);
+	printf("reg2=%d id=%u\n", r, id);
+	at.flags = 2;
+	r = umad_register2(fd, &at, &id);
+	printf("reg2_flags=%d flags_after=%u\n", r, at.flags);
+	struct umad_reg_attr v = {.mgmt_class = 0x30, .mgmt_class_version = 1, .oui = 0};
+	printf("reg2_no_oui=%d\n", umad_register2(fd, &v, &id));
+	v.oui = 0x001405;
+	printf("reg2_oui=%d\n", umad_register2(fd, &v, &id));
+	uint8_t oui[3] = {0x00, 0x02, 0xc9};
+	printf("oui_bad_class=%d\n", umad_register_oui(fd, 0x20, 0, oui, NULL));
+	printf("oui_ok=%d\n", umad_register_oui(fd, 0x31, 0, oui, NULL) >= 0);
+	printf("null_attr=%d\n", umad_register2(fd, NULL, &id));
+	umad_close_port(fd);
+	return 0;
+}
+
+static int mode_poll(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	printf("poll_empty=%d\n", umad_poll(fd, 0));
+	printf("get_fd_same=%d\n", umad_get_fd(fd) == fd);
+	struct pollfd p = {.fd = umad_get_fd(fd), .events = POLLIN};
+	printf("sys_poll_empty=%d\n", poll(&p, 1, 0));
+	void *u = alloc_umad();
+	perf_get(u, 7);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	umad_send(fd, agent, u, MAD, 1000, 0);
+	p.revents = 0;
+	int n = poll(&p, 1, 2000);
+	printf("sys_poll=%d revents_in=%d\n", n, (p.revents & POLLIN) != 0);
+	printf("poll_ready=%d\n", umad_poll(fd, 0));
+	int len;
+	printf("recv=%d\n", recv_one(fd, u, MAD, 0, &len) >= 0);
+	p.revents = 0;
+	printf("sys_poll_after=%d\n", poll(&p, 1, 0));
+	long t0 = now_ms();
+	printf("poll_timeout=%d\n", umad_poll(fd, 150));
+	printf("poll_waited=%d\n", now_ms() - t0 >= 140);
+	umad_close_port(fd);
+	return 0;
+}
+
+static int cancel_fd;
+static void *blocked_reader(void *arg)
+{
+	(void)arg;
+	void *u = alloc_umad();
+	int len = MAD;
+	umad_recv(cancel_fd, u, &len, -1);
+	return (void *)1;
+}
+
+static int mode_cancel(void)
+{
+	cancel_fd = open_port();
+	umad_register(cancel_fd, PERF, 1, 0, NULL);
+	pthread_t t;
+	pthread_create(&t, NULL, blocked_reader, NULL);
+	usleep(200000);
+	printf("cancel=%d\n", pthread_cancel(t));
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 5;
+	void *ret = NULL;
+	int r = pthread_timedjoin_np(t, &ret, &dl);
+	printf("joined=%d canceled=%d\n", r == 0, ret == PTHREAD_CANCELED);
+	printf("close=%d\n", umad_close_port(cancel_fd));
+	return 0;
+}
+
+static unsigned capmask(void)
+{
+	umad_port_t p;
+	umad_get_port(NULL, 0, &p);
+	unsigned m = ntohl(p.capmask);
+	umad_release_port(&p);
+	return m;
+}
+
+static int wait_issm(int want)
+{
+	long t0 = now_ms();
+	while (now_ms() - t0 < 3000) {
+		if (((capmask() & 2) != 0) == want)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+static int mode_issm(void)
+{
+	char path[256];
+	int r = umad_get_issm_path(NULL, 0, path, sizeof(path));
+	printf("issm_path=%d\nissm_before=%d\n", r, (capmask() & 2) != 0);
+	int fd = open(path, O_NONBLOCK);
+	printf("issm_open=%d\n", fd >= 0);
+	printf("issm_set=%d\n", wait_issm(1));
+	close(fd);
+	printf("issm_cleared=%d\n", wait_issm(0));
+	/* Truncated like snprintf. */
+	char small[8];
+	umad_get_issm_path(NULL, 0, small, sizeof(small));
+	printf("issm_small_len=%zu\n", strlen(small));
+	return 0;
+}
+
+/* The helpers only touch the caller's buffer: their bytes can be compared with
+ * Debian's library, before any port is opened (then both use the 56-byte header). */
+static int mode_helpers(void)
+{
+	uint8_t buf[512];
+	memset(buf, 0xee, sizeof(buf));
+	printf("size=%zu\n", umad_size());
+	printf("mad_offset=%td\n", (uint8_t *)umad_get_mad(buf) - buf);
+	umad_set_addr(buf, 0x1234, 1, 5, 0x80010000);
+	umad_set_pkey(buf, 3);
+	printf("get_pkey=%d\n", umad_get_pkey(buf));
+	ib_mad_addr_t g;
+	memset(&g, 0, sizeof(g));
+	memset(g.gid, 0xab, 16);
+	g.flow_label = 0x12345;
+	g.hop_limit = 7;
+	g.traffic_class = 9;
+	umad_set_grh(buf, &g);
+	printf("addr_ptr=%td\n", (uint8_t *)umad_get_mad_addr(buf) - buf);
+	printf("status=%d\n", umad_status(buf));
+	for (int i = 0; i < 64; i++)
+		printf("b%d=%02x\n", i, buf[i]);
+	umad_set_addr_net(buf, htons(0x4321), htonl(1), 2, htonl(0x80010000));
+	umad_set_grh(buf, NULL);
+	for (int i = 0; i < 64; i++)
+		printf("c%d=%02x\n", i, buf[i]);
+	printf("debug=%d\n", umad_debug(-1));
+	printf("debug_set=%d\n", umad_debug(0));
+	return 0;
+}
+
+static int mode_strings(void)
+{
+	for (int c = 0; c < 256; c++) {
+		printf("class%d=%s\n", c, umad_class_str(c));
+		for (int m = 0; m < 256; m++)
+			printf("method%d.%d=%s\n", c, m, umad_method_str(c, m));
+		for (int a = 0; a < 0x40; a++)
+			printf("attr%d.%d=%s\n", c, a, umad_attribute_str(c, htons(a)));
+		for (int a = 0xf0; a < 0x100; a++)
+			printf("attr%d.%d=%s\n", c, a, umad_attribute_str(c, htons(a)));
+	}
+	for (int s = 0; s < 0x10000; s += 1) {
+		printf("common%d=%s\n", s, umad_common_mad_status_str(htons(s)));
+		if ((s & 0xff) == 0)
+			printf("sa%d=%s\n", s, umad_sa_mad_status_str(htons(s)));
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2)
+		return 64;
+	const char *m = argv[1];
+	if (!strcmp(m, "enum"))
+		return mode_enum();
+	if (!strcmp(m, "loopback"))
+		return mode_loopback();
+	if (!strcmp(m, "timeout"))
+		return mode_timeout();
+	if (!strcmp(m, "dup"))
+		return mode_dup();
+	if (!strcmp(m, "agents"))
+		return mode_agents();
+	if (!strcmp(m, "register2"))
+		return mode_register2();
+	if (!strcmp(m, "poll"))
+		return mode_poll();
+	if (!strcmp(m, "cancel"))
+		return mode_cancel();
+	if (!strcmp(m, "issm"))
+		return mode_issm();
+	if (!strcmp(m, "helpers"))
+		return mode_helpers();
+	if (!strcmp(m, "strings"))
+		return mode_strings();
+	return 64;
+}

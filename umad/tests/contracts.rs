@@ -1,0 +1,242 @@
+//! The library's contracts seen from Rust, over a simulated ConnectX the test keeps a handle
+//! on: nothing leaks when files and the context close; a device removal makes reads fail
+//! with EIO, the fd poll POLLERR and registrations EPIPE; a request whose send fails on the
+//! device still comes back (as ETIMEDOUT), so no caller waits forever.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use driver::DeviceBackend;
+use driver::verbs::Hca;
+use ibumad::abi::{HDR_LEN, IbUserMad};
+use ibumad::queue::poll_now;
+use ibumad::{Context, Registration, UmadError, UmadFile};
+use sim::ClockMode;
+use sim::mlx5::Mlx5;
+
+const MAD: usize = 256;
+
+struct Rig {
+    model: Arc<Mlx5>,
+    backend: Arc<dyn DeviceBackend>,
+    ctx: Context,
+    hca: Arc<dyn Hca>,
+    _net: sim::net::Network,
+}
+
+fn rig() -> Rig {
+    let (model, net) = Mlx5::standalone_default(ClockMode::Real).expect("simulated ConnectX");
+    let model = Arc::new(model);
+    let backend: Arc<dyn DeviceBackend> = embed::backend_for(model.clone(), "sim");
+    let ctx = Context::from_backends(vec![("sim".into(), backend.clone())]).expect("context");
+    let hca = ctx.cas()[0].hca.clone();
+    Rig {
+        model,
+        backend,
+        ctx,
+        hca,
+        _net: net,
+    }
+}
+
+fn perf_agent(f: &UmadFile) -> u32 {
+    f.register(&Registration {
+        qpn: 1,
+        class: 0x04,
+        version: 1,
+        methods: [0, 0],
+        oui: 0,
+        rmpp_version: 0,
+        flags: 0,
+    })
+    .expect("register")
+}
+
+/// A PerfMgt PortCounters Get from `agent` to `dlid`.
+fn perf_get(agent: u32, dlid: u16, tid: u64, timeout_ms: u32, retries: u32) -> Vec<u8> {
+    let mut h = IbUserMad {
+        agent_id: agent,
+        timeout_ms,
+        retries,
+        ..IbUserMad::default()
+    };
+    h.addr.lid = dlid.to_be();
+    h.addr.qpn = 1u32.to_be();
+    h.addr.qkey = 0x8001_0000u32.to_be();
+    let mut b = h.to_bytes().to_vec();
+    let mut m = [0u8; MAD];
+    m[0] = 1;
+    m[1] = 0x04;
+    m[2] = 1;
+    m[3] = 0x01;
+    m[8..16].copy_from_slice(&tid.to_be_bytes());
+    m[16..18].copy_from_slice(&0x0012u16.to_be_bytes());
+    m[65] = 1;
+    b.extend_from_slice(&m);
+    b
+}
+
+/// Read the next packet, waiting up to `wait`.
+fn read(f: &UmadFile, wait: Duration) -> Result<(IbUserMad, Vec<u8>), UmadError> {
+    let end = Instant::now() + wait;
+    let mut buf = vec![0u8; HDR_LEN + MAD];
+    loop {
+        match f.read(&mut buf) {
+            Ok(n) => {
+                let h = IbUserMad::from_bytes(buf[..HDR_LEN].try_into().unwrap());
+                return Ok((h, buf[HDR_LEN..n].to_vec()));
+            }
+            Err(UmadError::Again) if Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[test]
+fn nothing_is_left_after_files_and_the_context_close() {
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    for round in 0..3u64 {
+        let f = r.ctx.open_file(&port).unwrap();
+        let a = perf_agent(&f);
+        // One answered request, one left outstanding when the file closes.
+        f.write(&perf_get(a, 1, 0x100 + round, 1000, 0)).unwrap();
+        let (hdr, mad) = read(&f, Duration::from_secs(2)).unwrap();
+        assert_eq!((hdr.status, mad[3]), (0, 0x81));
+        f.write(&perf_get(a, 0x77, 0x200 + round, 60_000, 0))
+            .unwrap();
+        assert_eq!(f.outstanding(), 1);
+        r.ctx.close_file(f.fd()).unwrap();
+        assert!(
+            matches!(r.ctx.file(f.fd()), Err(UmadError::NotAPort { .. })),
+            "the fd is forgotten"
+        );
+        assert_eq!(f.agents(), 0);
+        assert_eq!(f.queued(), 0);
+        let census = port.mad.census();
+        assert_eq!(census.agents, 1, "only the port's own sentinel: {census:?}");
+        assert_eq!(census.outstanding, 0, "{census:?}");
+    }
+    assert_eq!(r.ctx.open_files(), 0);
+    let Rig {
+        model,
+        backend,
+        ctx,
+        hca,
+        _net,
+    } = r;
+    ctx.close().unwrap();
+    drop(port);
+    drop(ctx);
+    let a = hca.accounting();
+    assert_eq!(a.mad_pool.leases_out, 0, "{a:?}");
+    assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
+    assert_eq!(a.firmware_pages, 0, "{a:?}");
+    assert_eq!(a.outstanding_wrs, 0, "{a:?}");
+    // The pools' arenas go with the HCA.
+    drop(hca);
+    let mapper = backend.dma_mapper();
+    assert_eq!(mapper.live_mappings(), 0);
+    assert_eq!(mapper.fault_count(), 0, "{:?}", model.counters());
+    assert_eq!(model.pages_held(), 0);
+}
+
+#[test]
+fn a_removed_device_fails_reads_with_eio_polls_pollerr_and_registrations_epipe() {
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let idle = r.ctx.open_file(&port).unwrap();
+    let a = perf_agent(&f);
+    f.write(&perf_get(a, 0x77, 1, 60_000, 0)).unwrap();
+    assert_eq!(poll_now(f.fd()) & libc::POLLERR, 0);
+    r.model.faults().remove();
+    let start = Instant::now();
+    let e = loop {
+        match read(&f, Duration::from_millis(10)) {
+            Err(UmadError::Again) if start.elapsed() < Duration::from_secs(5) => {}
+            other => break other.unwrap_err(),
+        }
+    };
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_ne!(poll_now(f.fd()) & libc::POLLERR, 0, "POLLERR");
+    assert_ne!(
+        poll_now(idle.fd()) & libc::POLLERR,
+        0,
+        "a file without agents is marked too"
+    );
+    let e = idle.read(&mut [0u8; 400]).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO);
+    let e = f
+        .register(&Registration {
+            qpn: 1,
+            class: 0,
+            version: 0,
+            methods: [0, 0],
+            oui: 0,
+            rmpp_version: 0,
+            flags: 0,
+        })
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EPIPE, "{e}");
+    let e = f.write(&perf_get(a, 1, 2, 0, 0)).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    let e = r.ctx.open_file(&port).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close_file(idle.fd()).unwrap();
+    let _ = r.ctx.close();
+}
+
+#[test]
+fn a_request_whose_send_fails_on_the_device_comes_back_as_a_timeout() {
+    use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+    use sim::mlx5::WqeQueue;
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = perf_agent(&f);
+    let qpn1 = r
+        .model
+        .qps()
+        .into_iter()
+        .find(|q| q.st == firmware_cmds::mlx5::qpc::QpServiceType::QP1)
+        .map(|q| q.qpn)
+        .expect("QP1");
+    r.model
+        .faults()
+        .wqe_error(qpn1, WqeQueue::Send, 1, CqeSyndrome::LOCAL_QP_OP_ERR, 0x42);
+    // The kernel would free this send in silence; its caller would wait forever.
+    f.write(&perf_get(a, 1, 0xabc, 60_000, 0)).unwrap();
+    let (hdr, mad) = read(&f, Duration::from_secs(5)).expect("the request comes back");
+    assert_eq!(hdr.status, libc::ETIMEDOUT as u32);
+    assert_eq!(mad.len(), 24);
+    assert_eq!(
+        u64::from_be_bytes(mad[8..16].try_into().unwrap()) as u32,
+        0xabc
+    );
+    assert!(read(&f, Duration::from_millis(200)).is_err(), "once");
+    // The QP recovered: the next request is answered.
+    f.write(&perf_get(a, 1, 0xabd, 2000, 0)).unwrap();
+    let (hdr, mad) = read(&f, Duration::from_secs(2)).unwrap();
+    assert_eq!((hdr.status, mad[3]), (0, 0x81));
+    r.ctx.close().unwrap();
+}
+
+#[test]
+fn capability_mask_changes_reach_the_fabric_port() {
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let before = port.attrs().unwrap().cap_mask;
+    assert_eq!(before & 2, 0);
+    assert_eq!(port.set_is_sm(true).unwrap() & 2, 2);
+    assert_eq!(
+        port.attrs().unwrap().cap_mask,
+        before | 2,
+        "only IsSM changed"
+    );
+    assert_eq!(port.set_is_sm(false).unwrap(), before);
+    r.ctx.close().unwrap();
+}
