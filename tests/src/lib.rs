@@ -13,7 +13,12 @@
 //! ConnectX, with a responder on the same port and a tracker of completions; [`mad_fabric`]
 //! puts two of them on one simulated fabric (directed routes, SMPs between our own ports,
 //! RMPP) with a small SM that configures it through the MAD layer.
+//!
+//! For the discovery tests (`tests/discover_*.rs`): [`discover_rig`] puts that ConnectX on a
+//! fabric the test controls, runs `hca-tools`' discovery engine through it, and compares what
+//! it found with the topology file parsed on its own.
 
+pub mod discover_rig;
 pub mod edu;
 pub mod kmsg;
 pub mod mad_fabric;
