@@ -28,8 +28,8 @@ pub const SIM_HELP: &str = "\
                    the driver waits: deterministic and instant, for tests)
   topology=FILE    mlx5: put the HCA on the fabric of this ibnetdiscover/ibsim topology file
                    (default: alone on a one-node fabric of its own, with its SMA and loopback)
-  fabric=SPEC      mlx5: put the HCA on a generated fabric (the shapes of `hca sim gen`), with
-                   `/` between the spec's own parameters, e.g. fabric=fat-tree:leaves=4/hosts=4/spines=2;
+  fabric=SPEC      mlx5: put the HCA on a generated fabric (the shapes of `hca sim gen`, with
+                   `/` for the spec's own `,`: fabric=fat-tree:leaves=4/hosts=4/spines=2);
                    the HCA is its first host (host-1) unless node= says otherwise
   node=NAME        mlx5 with topology= or fabric=: the CA node the HCA is (its name, e.g. Hca1)
   port=N           mlx5 with topology= or fabric=: the node port HCA port 1 attaches to (default 1)
