@@ -15,14 +15,14 @@
 //!     "path": [egress port per hop], "enhanced_port0": bool (switches),
 //!     "ports": [{                                    ports whose PortInfo was read
 //!       "port": N, "guid": GUID, "lid": N, "lmc": N, "state": string, "phys_state": string,
-//!       "rate": "4xHDR" (as ibnetdiscover prints it),
+//!       "rate": "4xHDR" (as ibnetdiscover prints it; null when the link is not up),
 //!       "width": {"active", "enabled", "supported"}, PortInfo masks (numbers)
 //!       "speed": {"active", "enabled", "supported", "ext_active", "ext_enabled",
 //!                 "ext_supported"}, PortInfo values (numbers), "fdr10": bool,
 //!       "remote": {"guid": GUID, "port": N} | null
 //!     }]
 //!   }],
-//!   "links": [{"a": {"guid", "port"}, "b": {"guid", "port"}, "rate": string}],
+//!   "links": [{"a": {"guid", "port"}, "b": {"guid", "port"}, "rate": string | null}],
 //!   "failures": [{"path": [...], "attribute": HEX, "attribute_name": string,
 //!                 "modifier": N, "node": GUID | null, "error": string}]
 //! }
@@ -35,6 +35,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use mad::wire::attr::node_info::NodeType;
+use mad::wire::attr::port_info::PhysPortState;
 use mad::wire::attr_id::sm;
 
 use super::ibnetdiscover::{node_name, speed_word, width_name};
@@ -91,18 +92,24 @@ fn path(p: &[u8]) -> String {
     format!("[{}]", items.join(","))
 }
 
-fn port_rate(n: &Node, p: &Port) -> String {
-    let Some(i) = p.info.as_ref() else {
-        return "??".into();
-    };
+/// The rate token of a port whose link is up.
+fn port_rate(n: &Node, p: &Port) -> Option<String> {
+    let i = p.info.as_ref()?;
+    if i.port_physical_state != PhysPortState::LinkUp {
+        return None;
+    }
     let ext = p
         .active_rate(n.capability_mask_for(p.num))
         .map_or(0, |r| r.2);
-    format!(
+    Some(format!(
         "{}{}",
         width_name(i.link_width_active),
         speed_word(i.link_speed_active, ext, p.fdr10_active)
-    )
+    ))
+}
+
+fn quote_or_null(s: Option<String>) -> String {
+    s.map_or_else(|| "null".into(), |s| quote(&s))
 }
 
 fn remote(t: &Topology, r: Option<PortRef>) -> String {
@@ -132,7 +139,7 @@ fn write_port(t: &Topology, n: &Node, p: &Port, out: &mut dyn Write) -> std::io:
         n.lmc_of(p.num),
         quote(&format!("{:?}", i.port_state)),
         quote(&format!("{:?}", i.port_physical_state)),
-        quote(&port_rate(n, p)),
+        quote_or_null(port_rate(n, p)),
         i.link_width_active,
         i.link_width_enabled,
         i.link_width_supported,
@@ -239,16 +246,14 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
     write!(out, "\n  ],\n  \"links\": [")?;
     for (i, (a, b)) in links.iter().enumerate() {
         let na = &t.nodes[a.node];
-        let rate = na
-            .port(a.port)
-            .map_or_else(|| "??".into(), |p| port_rate(na, p));
+        let rate = na.port(a.port).and_then(|p| port_rate(na, p));
         write!(
             out,
             "{}\n    {{\"a\": {}, \"b\": {}, \"rate\": {}}}",
             if i == 0 { "" } else { "," },
             remote(t, Some(*a)),
             remote(t, Some(*b)),
-            quote(&rate)
+            quote_or_null(rate)
         )?;
     }
     write!(out, "\n  ],\n  \"failures\": [")?;
