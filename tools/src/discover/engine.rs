@@ -288,8 +288,8 @@ impl Engine<'_> {
         let mut last_event = self.port.now();
         loop {
             self.fill()?;
+            progress(&self.progress());
             if self.in_flight.is_empty() && self.queue.is_empty() {
-                progress(&self.progress());
                 return Ok(());
             }
             let deadline = self.port.deadline_after(Duration::from_millis(100));
@@ -311,7 +311,6 @@ impl Engine<'_> {
                     });
                 }
             }
-            progress(&self.progress());
         }
     }
 
