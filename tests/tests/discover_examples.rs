@@ -122,3 +122,29 @@ fn one_smp_at_a_time_finds_the_same_fabric() {
     );
     assert_eq!(t.stats.max_in_flight, 1);
 }
+
+#[test]
+fn mellanox_qdr_ports_get_their_extended_port_info_asked() {
+    // libibnetdisc asks Mellanox devices' QDR ports for ExtendedPortInfo (FDR10 shows only
+    // there); the simulated SMA does not have it and says so, which is not a failure.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mellanox-qdr.topo");
+    let expected = Fabric::parse_file(&path).unwrap();
+    let t = check(
+        Fabric::parse_file(&path).unwrap(),
+        &expected,
+        &Config::default(),
+    );
+    // Two switch ports and the two HCA ports, all linked at QDR.
+    assert_eq!(t.stats.ext_port_info_unsupported, 4);
+    let t2 = {
+        let rig = DiscoverRig::new(Fabric::parse_file(&path).unwrap(), &first_ca(&expected));
+        let t = rig.discover(&Config {
+            mlnx_ext_port_info: false,
+            ..Config::default()
+        });
+        rig.finish();
+        t
+    };
+    assert_eq!(t2.stats.ext_port_info_unsupported, 0);
+    assert_eq!(t.stats.smps, t2.stats.smps + 4);
+}

@@ -170,6 +170,16 @@ fn the_ibsim_examples_read_as_ibnetdiscover_writes_them() {
 }
 
 #[test]
+fn mellanox_qdr_ports_read_as_ibnetdiscover_writes_them() {
+    if skip_if_missing() {
+        return;
+    }
+    // Both tools ask the QDR ports of these Mellanox devices for ExtendedPortInfo.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mellanox-qdr.topo");
+    compare(&path, "H-0c42a10300a3e1c8");
+}
+
+#[test]
 fn a_generated_fat_tree_reads_as_ibnetdiscover_writes_it() {
     if skip_if_missing() {
         return;

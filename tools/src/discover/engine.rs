@@ -400,6 +400,12 @@ impl Engine<'_> {
         self.topo.stats.responses += 1;
         match Self::check_response(&q, &r.mad) {
             Ok(data) => self.on_answer(&q, &data),
+            // A device without Mellanox ExtendedPortInfo says so with an error status: that
+            // only means "not FDR10", and nothing is missing from the walk.
+            Err(FailureKind::Status(_)) if matches!(q.ask, Ask::ExtPortInfo(..)) => {
+                self.topo.stats.ext_port_info_unsupported += 1;
+                self.after_failure(&q);
+            }
             Err(kind) => {
                 self.fail(&q, kind);
                 self.after_failure(&q);

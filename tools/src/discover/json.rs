@@ -15,7 +15,8 @@
 //!     "path": [egress port per hop], "enhanced_port0": bool (switches),
 //!     "ports": [{                                    ports whose PortInfo was read
 //!       "port": N, "guid": GUID, "lid": N, "lmc": N, "state": string, "phys_state": string,
-//!       "rate": "4xHDR" (as ibnetdiscover prints it; null when the link is not up),
+//!       "rate": "4xHDR" (as ibnetdiscover prints it; null for a switch's port 0 and when the
+//!               link is not up),
 //!       "width": {"active", "enabled", "supported"}, PortInfo masks (numbers)
 //!       "speed": {"active", "enabled", "supported", "ext_active", "ext_enabled",
 //!                 "ext_supported"}, PortInfo values (numbers), "fdr10": bool,
@@ -95,7 +96,7 @@ fn path(p: &[u8]) -> String {
 /// The rate token of a port whose link is up.
 fn port_rate(n: &Node, p: &Port) -> Option<String> {
     let i = p.info.as_ref()?;
-    if i.port_physical_state != PhysPortState::LinkUp {
+    if p.num == 0 || i.port_physical_state != PhysPortState::LinkUp {
         return None;
     }
     let ext = p

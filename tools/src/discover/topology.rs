@@ -238,6 +238,9 @@ pub struct Stats {
     pub max_hops: u8,
     /// Links up that were not followed because the route had reached the maximum hop count.
     pub beyond_max_hops: u64,
+    /// Mellanox ExtendedPortInfo queries answered with an error status (the device has no
+    /// such attribute: the port is not FDR10). Not failures: nothing is missing.
+    pub ext_port_info_unsupported: u64,
     /// Wall-clock time the discovery took.
     pub wall: Duration,
     /// Device-clock time it took (equal to the wall time on hardware and on the simulator's
