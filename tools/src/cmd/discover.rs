@@ -62,7 +62,9 @@ pub struct Args {
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// SMPs in flight at once (libibnetdisc keeps 2).
+    /// SMPs in flight at once. libibnetdisc keeps 2 and OpenSM 4: VL15 has no flow control,
+    /// so a switch may drop SMPs that come faster than its SMA answers; if the summary shows
+    /// retries on a real fabric, lower it.
     #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_WINDOW)]
     pub window: usize,
     /// Response timeout of each attempt, in ms.
@@ -192,7 +194,7 @@ fn summary(t: &Topology) {
     let secs = s.wall.as_secs_f64();
     eprintln!(
         "discovered {} nodes ({} switches, {} CAs, {} routers) and {} links in {:.1} ms: {} SMPs \
-         ({:.0}/s), at most {} in flight, {} hops deep, {} failed",
+         ({:.0}/s), at most {} in flight, {} hops deep, {} retried, {} failed",
         t.nodes.len(),
         t.count_of(NodeType::Switch),
         t.count_of(NodeType::Ca),
@@ -203,6 +205,7 @@ fn summary(t: &Topology) {
         hca_tools::per_second(s.smps, s.wall),
         s.max_in_flight,
         s.max_hops,
+        s.retries,
         t.failures.len()
     );
 }

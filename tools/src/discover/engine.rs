@@ -258,12 +258,14 @@ pub fn discover(
         ask: Ask::NodeInfo { via: None },
     });
     let result = e.run(progress);
-    let Engine { agent, topo, .. } = e;
+    let Engine {
+        agent, mut topo, ..
+    } = e;
+    topo.stats.retries = agent.counters().retries;
     // Deregistration completes whatever is still outstanding (after an error) before it
     // returns, so no lease outlives the call.
     agent.deregister();
     result?;
-    let mut topo = topo;
     topo.stats.wall = started.elapsed();
     topo.stats.device = port.now().saturating_sub(device_start);
     if topo.from.is_none() {

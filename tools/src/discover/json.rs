@@ -5,7 +5,7 @@
 //!   "schema": "hca-discover/1",
 //!   "from": {"node": GUID, "port": N},              the local node and port
 //!   "stats": {"nodes", "switches", "cas", "routers", "links", "smps", "responses",
-//!             "timeouts", "failures", "max_in_flight", "max_hops": numbers,
+//!             "retries", "timeouts", "failures", "max_in_flight", "max_hops": numbers,
 //!             "wall_ms", "device_ms": numbers (ms, fractional)},
 //!   "nodes": [{                                      in discovery order
 //!     "guid": GUID, "type": "switch" | "ca" | "router" | "unknown",
@@ -223,7 +223,7 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
         "  \"stats\": {{\"nodes\": {}, \"switches\": {}, \"cas\": {}, \"routers\": {}, \"links\": {}, \
-         \"smps\": {}, \"responses\": {}, \"timeouts\": {}, \"failures\": {}, \"max_in_flight\": {}, \
+         \"smps\": {}, \"responses\": {}, \"retries\": {}, \"timeouts\": {}, \"failures\": {}, \"max_in_flight\": {}, \
          \"max_hops\": {}, \"wall_ms\": {:.3}, \"device_ms\": {:.3}}},",
         t.nodes.len(),
         t.count_of(NodeType::Switch),
@@ -232,6 +232,7 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
         links.len(),
         s.smps,
         s.responses,
+        s.retries,
         s.timeouts,
         t.failures.len(),
         s.max_in_flight,

@@ -232,6 +232,8 @@ pub struct Stats {
     pub responses: u64,
     /// Queries that timed out after their retries.
     pub timeouts: u64,
+    /// Retries the MAD layer made for the engine's SMPs (a lost SMP or a slow answer).
+    pub retries: u64,
     /// Most SMPs in flight at once.
     pub max_in_flight: usize,
     /// Longest directed route used.
