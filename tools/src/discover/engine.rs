@@ -224,6 +224,8 @@ struct Engine<'a> {
     topo: Topology,
     next_tid: u32,
     started: Instant,
+    /// Switches found so far (for progress reports, without counting each time).
+    switches: usize,
 }
 
 /// Discover the fabric from `port` (the MAD layer's port of the local HCA), calling
@@ -252,6 +254,7 @@ pub fn discover(
         topo: Topology::default(),
         next_tid: 0,
         started,
+        switches: 0,
     };
     e.queue.push_back(Query {
         path: Vec::new(),
@@ -319,7 +322,7 @@ impl Engine<'_> {
     fn progress(&self) -> Progress {
         Progress {
             nodes: self.topo.nodes.len(),
-            switches: self.topo.count_of(NodeType::Switch),
+            switches: self.switches,
             smps: self.topo.stats.smps,
             in_flight: self.in_flight.len(),
             queued: self.queue.len(),
@@ -586,6 +589,7 @@ impl Engine<'_> {
         });
         self.push(&q.path, Ask::NodeDescription(index));
         if is_switch {
+            self.switches += 1;
             self.push(&q.path, Ask::SwitchInfo(index));
             self.push(&q.path, Ask::PortInfo(index, 0));
         }
