@@ -28,8 +28,11 @@ pub const SIM_HELP: &str = "\
                    the driver waits: deterministic and instant, for tests)
   topology=FILE    mlx5: put the HCA on the fabric of this ibnetdiscover/ibsim topology file
                    (default: alone on a one-node fabric of its own, with its SMA and loopback)
-  node=NAME        mlx5 with topology=: the CA node the HCA is (its name in the file, e.g. Hca1)
-  port=N           mlx5 with topology=: the node port HCA port 1 attaches to (default 1)
+  fabric=SPEC      mlx5: put the HCA on a generated fabric (the shapes of `hca sim gen`, with
+                   `/` for the spec's own `,`: fabric=fat-tree:leaves=4/hosts=4/spines=2);
+                   the HCA is its first host (host-1) unless node= says otherwise
+  node=NAME        mlx5 with topology= or fabric=: the CA node the HCA is (its name, e.g. Hca1)
+  port=N           mlx5 with topology= or fabric=: the node port HCA port 1 attaches to (default 1)
   state=FILE       mlx5 with topology=: load the fabric's SMA state (port states, LIDs,
                    SM LID, M_Key, P_Keys, switch tables) from FILE if it exists, and save it
                    there when the program exits (sim/src/net/state_file.rs has the format)
@@ -182,6 +185,7 @@ struct Params {
     model: String,
     clock: ClockMode,
     topology: Option<String>,
+    fabric: Option<String>,
     node: Option<String>,
     port: u8,
     init: StandaloneInit,
@@ -206,6 +210,7 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
         model: "mlx5".to_string(),
         clock: ClockMode::Real,
         topology: None,
+        fabric: None,
         node: None,
         port: 1,
         init: StandaloneInit::Active,
@@ -225,6 +230,7 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
             }
             "topology" => p.topology = Some(v.clone()),
             "state" => p.state = Some(v.clone()),
+            "fabric" => p.fabric = Some(v.clone()),
             "node" => p.node = Some(v.clone()),
             "port" => p.port = number(k, v)?,
             "ports" => p.cfg.ports = number(k, v)?,
@@ -250,16 +256,45 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
     Ok(p)
 }
 
+/// The fabric of a `fabric=SPEC` parameter: a generator spec whose own parameters are
+/// separated by `/` (device strings reserve `,`). With no node= the HCA is the first CA in
+/// the fabric's order (generated hosts come first: host-1).
+fn generated_fabric(spec: &str, node: Option<&str>) -> Result<(Fabric, String), String> {
+    let spec = spec.replace('/', ",");
+    let fabric =
+        sim::fabric::generator::generate(&spec).map_err(|e| format!("fabric={spec}: {e}"))?;
+    let node = match node {
+        Some(n) => n.to_owned(),
+        None => fabric
+            .node_ids()
+            .find(|&n| fabric.node(n).kind() == sim::fabric::NodeType::Ca)
+            .map(|n| fabric.name(n).to_owned())
+            .ok_or_else(|| format!("fabric={spec} has no CA to put the HCA on"))?,
+    };
+    Ok((fabric, node))
+}
+
 /// A simulated ConnectX as the parameters describe it.
 fn open_mlx5(p: Params) -> Result<Mlx5, String> {
     if p.state.is_some() && p.topology.is_none() {
         return Err("state= needs topology= and node=: it saves a fabric's state".into());
     }
+    if let Some(spec) = &p.fabric {
+        if p.topology.is_some() {
+            return Err("fabric= and topology= both give a fabric: keep one".into());
+        }
+        if p.node_guid_set {
+            return Err("node_guid= applies to an HCA alone: on a fabric the node's GUID comes from the fabric".into());
+        }
+        let (fabric, node) = generated_fabric(spec, p.node.as_deref())?;
+        let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
+        return Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string());
+    }
     match (&p.topology, &p.node) {
         (None, None) => {
             if p.port != 1 {
                 return Err(
-                    "port= needs topology= and node=: an HCA alone sits on port 1 of its own node"
+                    "port= needs topology= and node= (or fabric=): an HCA alone sits on port 1 of its own node"
                         .into(),
                 );
             }
@@ -283,7 +318,7 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
             Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string())
         }
         (Some(_), None) => Err("topology= needs node=NAME: the CA node the HCA is".into()),
-        (None, Some(_)) => Err("node= needs topology=FILE".into()),
+        (None, Some(_)) => Err("node= needs topology=FILE or fabric=SPEC".into()),
     }
 }
 
@@ -524,6 +559,36 @@ mod tests {
         assert!(msg.contains("another fabric"), "{msg}");
         assert!(open_err("sim:state=/tmp/x").contains("state= needs topology="));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_generated_fabric_places_the_hca_on_its_first_host() {
+        install();
+        let guid_of = |spec: &str| {
+            let dev = driver::open(spec).unwrap();
+            let hca = driver::open_hca(dev).unwrap();
+            let guid = hca.info().node_guid;
+            hca.close().unwrap();
+            guid
+        };
+        // ibsim's default CA GUIDs: 0x100000 for the first CA, each taking ports + 1 GUIDs.
+        assert_eq!(
+            guid_of("sim:clock=virtual,fabric=fat-tree:leaves=2/hosts=2/spines=1"),
+            0x100000
+        );
+        assert_eq!(
+            guid_of("sim:clock=virtual,fabric=fat-tree:leaves=2/hosts=2/spines=1,node=host-3"),
+            0x100004
+        );
+        for (spec, says) in [
+            ("sim:fabric=fat-tree:leaves=2", "fabric=fat-tree:leaves=2"),
+            ("sim:fabric=switch:hosts=1,topology=/x", "keep one"),
+            ("sim:fabric=switch:hosts=1,node=switch-1", "Switch"),
+            ("sim:fabric=switch:hosts=1,node_guid=0x5", "node_guid="),
+        ] {
+            let msg = open_err(spec);
+            assert!(msg.contains(says), "{spec}: {msg}");
+        }
     }
 
     #[test]

@@ -17,7 +17,12 @@
 //! For the interop tests (`tests/interop_*.rs`): [`interop`] runs Debian's OpenSM and
 //! infiniband-diags on this project's libibumad over a simulated fabric, and the same
 //! programs under ibsim and umad2sim, for comparison.
+//!
+//! For the discovery tests (`tests/discover_*.rs`): [`discover_rig`] puts that ConnectX on a
+//! fabric the test controls, runs `hca-tools`' discovery engine through it, and compares what
+//! it found with the topology file parsed on its own.
 
+pub mod discover_rig;
 pub mod edu;
 pub mod interop;
 pub mod kmsg;

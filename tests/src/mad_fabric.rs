@@ -126,8 +126,22 @@ pub struct MadFabric {
     pub hca2: MadRig,
 }
 
-/// A simulated ConnectX attached to `node` port 1 of `net`, its driver and MAD layer up.
+/// A simulated ConnectX attached to `node` port 1 of `net`, its driver (strict leases) and
+/// MAD layer up.
 fn attach(net: &Network, node: &str) -> MadRig {
+    attach_with(
+        net,
+        node,
+        HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            ..HcaOptions::default()
+        },
+    )
+}
+
+/// A simulated ConnectX attached to `node` port 1 of `net`, its driver brought up with
+/// `options` and its MAD layer opened.
+pub fn attach_with(net: &Network, node: &str, options: HcaOptions) -> MadRig {
     let cfg = Mlx5Config {
         ports: 1,
         ..Mlx5Config::default()
@@ -139,12 +153,7 @@ fn attach(net: &Network, node: &str) -> MadRig {
         net: net.clone(),
         backend,
     };
-    let hca: Arc<Mlx5Hca> = sim
-        .open(HcaOptions {
-            lease_mode: dma::LeaseMode::Strict,
-            ..HcaOptions::default()
-        })
-        .expect("bring-up");
+    let hca: Arc<Mlx5Hca> = sim.open(options).expect("bring-up");
     let hw = hca.mlx5_port(1).expect("port 1");
     let port = Port::open(hw.clone(), PortConfig::default()).expect("MAD layer");
     let lid = hw.attrs().expect("port attributes").lid;

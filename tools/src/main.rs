@@ -1,5 +1,5 @@
-//! `hca`: list, bind and inspect Mellanox HCAs, on real hardware through VFIO or on the
-//! built-in simulator.
+//! `hca`: list, bind and inspect Mellanox HCAs, discover fabrics and measure MAD round trips,
+//! on real hardware through VFIO or on the built-in simulator.
 //!
 //! `main.rs` parses the command line and sets up logging; each subcommand lives in its own
 //! module under `cmd/`.
@@ -24,6 +24,9 @@ Examples:
   hca sim gen fat-tree:leaves=64,hosts=32,spines=32 -o ft.topo   write a simulated fabric
   hca run -- ibstat                 run an infiniband-diags tool on the simulator
   hca run --device sim:topology=ft.topo,node=host-1 -- opensm -o   OpenSM on a simulated fabric
+  hca discover                      walk a simulated fabric and print it as ibnetdiscover does
+  hca discover --device vfio:0000:03:00.0 --json   the same on hardware, as JSON
+  hca bench --window 16             MAD round trips per second and their latency
 
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
@@ -86,6 +89,13 @@ enum Command {
     /// libibumad.so.3 and a device (the simulator by default).
     #[command(after_long_help = cmd::run::HELP)]
     Run(cmd::run::Args),
+    /// Walk the fabric from a port by directed route and print it (ibnetdiscover's format,
+    /// JSON or Graphviz).
+    #[command(after_long_help = cmd::discover::HELP)]
+    Discover(cmd::discover::Args),
+    /// Measure MAD round trips (SMP Gets) through the MAD layer: throughput and latency.
+    #[command(after_long_help = cmd::bench::HELP)]
+    Bench(cmd::bench::Args),
     /// Tools for the simulated fabric: `hca sim gen` writes topology files.
     #[command(subcommand)]
     Sim(cmd::sim::SimCommand),
@@ -119,6 +129,8 @@ fn main() -> ExitCode {
         Command::Decode(args) => cmd::decode::run(&args),
         Command::Sim(sim_cmd) => cmd::sim::run(&sim_cmd),
         Command::Run(args) => cmd::run::run(&args),
+        Command::Discover(args) => cmd::discover::run(&ctx, &args),
+        Command::Bench(args) => cmd::bench::run(&ctx, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,9 @@
 //! The subcommands, one module each, and what they share.
 
+pub mod bench;
 pub mod bind;
 pub mod decode;
+pub mod discover;
 pub mod info;
 pub mod list;
 pub mod run;

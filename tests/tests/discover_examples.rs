@@ -1,0 +1,150 @@
+//! Discovery through the full stack (the simulated ConnectX on a simulated fabric, the mlx5
+//! driver, the MAD layer, the engine of `hca discover`) reproduces the topology file exactly:
+//! every ibsim example and the 648-host fat tree. Each run ends with the HCA's leases,
+//! mappings and sends back at their baseline (`DiscoverRig::finish`).
+
+use std::time::SystemTime;
+
+use hca_tests::discover_rig::{
+    DiscoverRig, assert_reproduces, assert_text_reproduces, example, first_ca,
+};
+use hca_tools::discover::{Config, Topology, ibnetdiscover};
+use sim::fabric::{Fabric, generator};
+
+fn text_of(t: &Topology) -> String {
+    let mut text = Vec::new();
+    ibnetdiscover::write(t, SystemTime::now(), &mut text).expect("write");
+    String::from_utf8(text).expect("UTF-8")
+}
+
+/// Discover `fabric` from its first CA with `cfg`; compare the graph and the text with
+/// `expected` (the same file parsed separately).
+fn check(fabric: Fabric, expected: &Fabric, cfg: &Config) -> Topology {
+    let node = first_ca(expected);
+    let rig = DiscoverRig::new(fabric, &node);
+    let t = rig.discover(cfg);
+    assert_reproduces(&t, expected);
+    assert_text_reproduces(&text_of(&t), expected);
+    rig.finish();
+    t
+}
+
+fn discover_example(name: &str) {
+    let expected = example(name);
+    let t = check(example(name), &expected, &Config::default());
+    // The local node is the CA the HCA sits on, reached with no hop.
+    let from = t.from.expect("a start");
+    assert_eq!(from.node, 0);
+    assert!(t.nodes[0].path.is_empty());
+    assert_eq!(
+        t.nodes[0].description_text(),
+        expected.description(expected.node_by_name(&first_ca(&expected)).unwrap())
+    );
+}
+
+#[test]
+fn net() {
+    discover_example("net");
+}
+
+#[test]
+fn net_1() {
+    discover_example("net.1");
+}
+
+#[test]
+fn net_2sw2path() {
+    discover_example("net.2sw2path");
+}
+
+#[test]
+fn net_2sw2path4hca() {
+    discover_example("net.2sw2path4hca");
+}
+
+#[test]
+fn net_2sw2path4hca2port() {
+    // Both of Hca1's ports are cabled to Switch1: the second is the same node reached again.
+    discover_example("net.2sw2path4hca2port");
+}
+
+#[test]
+fn every_example_file_is_covered() {
+    let dir = hca_tests::mad_fabric::example("");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("net-examples")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("net"))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "net",
+            "net.1",
+            "net.2sw2path",
+            "net.2sw2path4hca",
+            "net.2sw2path4hca2port"
+        ],
+        "a new example needs its test above"
+    );
+}
+
+#[test]
+fn fat_tree_of_648_hosts() {
+    let spec = "fat-tree:leaves=36,hosts=18,spines=18";
+    let mut file = Vec::new();
+    generator::generate_text(spec, &mut file).expect("generate");
+    let file = String::from_utf8(file).expect("UTF-8");
+    let expected = Fabric::parse_str("ft648", &file).expect("parse");
+    assert_eq!(expected.node_count(), 648 + 36 + 18);
+    let t = check(
+        Fabric::parse_str("ft648", &file).expect("parse"),
+        &expected,
+        &Config::default(),
+    );
+    // Leaf, spine, leaf, host: four hops at most from host-1.
+    assert_eq!(t.stats.max_hops, 4);
+    assert!(t.stats.max_in_flight > 1, "SMPs were in flight together");
+    assert_eq!(t.stats.responses, t.stats.smps);
+}
+
+#[test]
+fn one_smp_at_a_time_finds_the_same_fabric() {
+    let expected = example("net.2sw2path4hca");
+    let t = check(
+        example("net.2sw2path4hca"),
+        &expected,
+        &Config {
+            window: 1,
+            ..Config::default()
+        },
+    );
+    assert_eq!(t.stats.max_in_flight, 1);
+}
+
+#[test]
+fn mellanox_qdr_ports_get_their_extended_port_info_asked() {
+    // libibnetdisc asks Mellanox devices' QDR ports for ExtendedPortInfo (FDR10 shows only
+    // there); the simulated SMA does not have it and says so, which is not a failure.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mellanox-qdr.topo");
+    let expected = Fabric::parse_file(&path).unwrap();
+    let t = check(
+        Fabric::parse_file(&path).unwrap(),
+        &expected,
+        &Config::default(),
+    );
+    // Two switch ports and the two HCA ports, all linked at QDR.
+    assert_eq!(t.stats.ext_port_info_unsupported, 4);
+    let t2 = {
+        let rig = DiscoverRig::new(Fabric::parse_file(&path).unwrap(), &first_ca(&expected));
+        let t = rig.discover(&Config {
+            mlnx_ext_port_info: false,
+            ..Config::default()
+        });
+        rig.finish();
+        t
+    };
+    assert_eq!(t2.stats.ext_port_info_unsupported, 0);
+    assert_eq!(t.stats.smps, t2.stats.smps + 4);
+}

@@ -1,0 +1,427 @@
+//! MAD round trips through the MAD layer (`hca bench`): directed-route SMP Gets of one
+//! attribute along one route, `window` of them in flight, for a count or a time; the report
+//! gives the throughput and the latency from each send to its response.
+//!
+//! Latency is measured twice: on the wall clock (what a user waits: `Agent::send` to the
+//! response event read by the bench loop, so it includes the time a response waits in the
+//! window behind others), and on the device clock (`Port::now`: the wall clock on hardware
+//! and on the simulator's real clock; simulated time on its virtual clock, where a round trip
+//! that crosses no simulated delay takes no time).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use mad::wire::attr_id::sm;
+use mad::wire::smp::{Smp, SmpRepr};
+use mad::wire::{PERMISSIVE_LID, method};
+use mad::{AgentSpec, Event, MadError, Port, SendId, SendRequest};
+
+use crate::EngineError;
+use crate::discover::route_text;
+
+/// The attribute each SMP gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attr {
+    /// NodeInfo.
+    NodeInfo,
+    /// NodeDescription.
+    NodeDescription,
+    /// PortInfo (of the port given as modifier).
+    PortInfo,
+    /// SwitchInfo (switches only).
+    SwitchInfo,
+}
+
+impl Attr {
+    /// Every attribute, as `--attr` spells them.
+    pub const ALL: [(&'static str, Attr); 4] = [
+        ("node-info", Attr::NodeInfo),
+        ("node-desc", Attr::NodeDescription),
+        ("port-info", Attr::PortInfo),
+        ("switch-info", Attr::SwitchInfo),
+    ];
+
+    /// The attribute ID.
+    pub fn id(self) -> u16 {
+        match self {
+            Attr::NodeInfo => sm::NODE_INFO,
+            Attr::NodeDescription => sm::NODE_DESCRIPTION,
+            Attr::PortInfo => sm::PORT_INFO,
+            Attr::SwitchInfo => sm::SWITCH_INFO,
+        }
+    }
+
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Attr::NodeInfo => "NodeInfo",
+            Attr::NodeDescription => "NodeDescription",
+            Attr::PortInfo => "PortInfo",
+            Attr::SwitchInfo => "SwitchInfo",
+        }
+    }
+}
+
+impl std::str::FromStr for Attr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Attr::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, a)| *a)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Attr::ALL.iter().map(|(n, _)| *n).collect();
+                format!("unknown attribute `{s}`: one of {}", names.join(", "))
+            })
+    }
+}
+
+/// When the bench stops sending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// After this many round trips.
+    Count(u64),
+    /// After this much wall-clock time (sends in flight then finish).
+    Time(Duration),
+}
+
+/// What to measure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// SMPs in flight at once (1 to 1024).
+    pub window: usize,
+    /// The attribute.
+    pub attr: Attr,
+    /// Its modifier (the port number for PortInfo).
+    pub attr_mod: u32,
+    /// The directed route: the egress port per hop; empty for the local port (answered by
+    /// the HCA's own SMA without the wire).
+    pub path: Vec<u8>,
+    /// When to stop.
+    pub stop: Stop,
+    /// Response timeout of each attempt, in ms.
+    pub timeout_ms: u32,
+    /// Retries after a timeout.
+    pub retries: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            window: 16,
+            attr: Attr::NodeInfo,
+            attr_mod: 0,
+            path: vec![1],
+            stop: Stop::Count(100_000),
+            timeout_ms: 1000,
+            retries: 0,
+        }
+    }
+}
+
+/// Percentiles of a set of latencies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Largest.
+    pub max: Duration,
+}
+
+impl Latency {
+    /// Nearest-rank percentiles of `v` (sorted in place); zeros for an empty set.
+    pub fn of(v: &mut [Duration]) -> Latency {
+        if v.is_empty() {
+            return Latency::default();
+        }
+        v.sort_unstable();
+        let rank = |pct: usize| v[(v.len() * pct).div_ceil(100).max(1) - 1];
+        Latency {
+            p50: rank(50),
+            p99: rank(99),
+            max: v[v.len() - 1],
+        }
+    }
+}
+
+/// What a bench measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// What was run.
+    pub config: Config,
+    /// Sends that got their response (with any status).
+    pub round_trips: u64,
+    /// Of those, responses with a non-zero MAD status.
+    pub error_status: u64,
+    /// Sends that timed out after their retries.
+    pub timeouts: u64,
+    /// Sends that ended otherwise (a work-completion error) or were refused.
+    pub failed: u64,
+    /// Retries the MAD layer made.
+    pub retries: u64,
+    /// Wall-clock time from the first send to the last completion.
+    pub wall: Duration,
+    /// Device-clock time for the same.
+    pub device: Duration,
+    /// Latency on the wall clock.
+    pub wall_latency: Latency,
+    /// Latency on the device clock.
+    pub device_latency: Latency,
+    /// Most sends in flight at once.
+    pub max_in_flight: usize,
+}
+
+impl Report {
+    /// Round trips per second of wall-clock time.
+    pub fn throughput(&self) -> f64 {
+        crate::per_second(self.round_trips, self.wall)
+    }
+
+    /// The report as `hca bench` prints it: a title, then `key  value` lines.
+    pub fn write(&self, device: &str, out: &mut dyn Write) -> std::io::Result<()> {
+        let c = &self.config;
+        let hops = c.path.len();
+        writeln!(
+            out,
+            "hca bench: {} Get along {} ({hops} hop{}) on {device}, window {}",
+            c.attr.name(),
+            route_text(&c.path),
+            if hops == 1 { "" } else { "s" },
+            c.window
+        )?;
+        let rows = [
+            (
+                "round trips",
+                format!(
+                    "{} ({} with an error status, {} timed out, {} failed, {} retries)",
+                    self.round_trips, self.error_status, self.timeouts, self.failed, self.retries
+                ),
+            ),
+            (
+                "elapsed",
+                format!(
+                    "{:.3} s wall clock, {:.3} s device clock",
+                    self.wall.as_secs_f64(),
+                    self.device.as_secs_f64()
+                ),
+            ),
+            (
+                "throughput",
+                format!("{:.0} round trips/s (wall clock)", self.throughput()),
+            ),
+            ("latency wall", fmt_latency(&self.wall_latency)),
+            ("latency device", fmt_latency(&self.device_latency)),
+            ("in flight", format!("{} at most", self.max_in_flight)),
+        ];
+        for (k, v) in rows {
+            writeln!(out, "  {k:<16}{v}")?;
+        }
+        Ok(())
+    }
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} us", d.as_secs_f64() * 1e6)
+}
+
+fn fmt_latency(l: &Latency) -> String {
+    format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max))
+}
+
+struct Sent {
+    wall: Instant,
+    device: Duration,
+    answered: bool,
+}
+
+/// Run the bench on `port` (registers an agent of its own, deregistered before returning).
+pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
+    if !(1..=1024).contains(&cfg.window) {
+        return Err(EngineError::BadSetting {
+            what: "window",
+            why: format!("{} sends in flight: give 1 to 1024", cfg.window),
+        });
+    }
+    if cfg.stop == Stop::Count(0) {
+        return Err(EngineError::BadSetting {
+            what: "count",
+            why: "0 round trips: give at least 1".into(),
+        });
+    }
+    let repr = SmpRepr::directed_get(&cfg.path, cfg.attr.id(), cfg.attr_mod, 0).map_err(|e| {
+        EngineError::BadSetting {
+            what: "path",
+            why: e.to_string(),
+        }
+    })?;
+    let mut template = vec![0u8; 256];
+    repr.emit(&mut Smp::new_checked(&mut template[..]).expect("256 bytes hold an SMP"));
+    let dest = UdDest {
+        dlid: PERMISSIVE_LID,
+        sl: 0,
+        src_path_bits: 0,
+        remote_qpn: 0,
+        remote_qkey: 0,
+        pkey_index: 0,
+        grh: None,
+    };
+    let agent = port.register(AgentSpec::responses_only(SpecialQp::Smi))?;
+    let before = port.counters();
+    let mut report = Report {
+        config: cfg.clone(),
+        round_trips: 0,
+        error_status: 0,
+        timeouts: 0,
+        failed: 0,
+        retries: 0,
+        wall: Duration::ZERO,
+        device: Duration::ZERO,
+        wall_latency: Latency::default(),
+        device_latency: Latency::default(),
+        max_in_flight: 0,
+    };
+    let mut wall_lat = Vec::new();
+    let mut dev_lat = Vec::new();
+    let mut in_flight: HashMap<SendId, Sent> = HashMap::new();
+    let started = Instant::now();
+    let device_start = port.now();
+    let mut sent: u64 = 0;
+    let mut tid: u32 = 0;
+    let stall = Duration::from_millis(u64::from(cfg.timeout_ms) * u64::from(cfg.retries + 1))
+        + Duration::from_secs(10);
+    let mut last_event = port.now();
+    let result = loop {
+        let more = match cfg.stop {
+            Stop::Count(n) => sent < n,
+            Stop::Time(d) => started.elapsed() < d,
+        };
+        while more && in_flight.len() < cfg.window {
+            if let Stop::Count(n) = cfg.stop
+                && sent >= n
+            {
+                break;
+            }
+            tid = tid.wrapping_add(1);
+            let mut mad = template.clone();
+            mad[12..16].copy_from_slice(&tid.to_be_bytes());
+            let req = SendRequest::new(mad, dest)
+                .timeout_ms(cfg.timeout_ms)
+                .retries(cfg.retries);
+            let (wall, device) = (Instant::now(), port.now());
+            match agent.send(req) {
+                Ok(id) => {
+                    in_flight.insert(
+                        id,
+                        Sent {
+                            wall,
+                            device,
+                            answered: false,
+                        },
+                    );
+                    sent += 1;
+                }
+                Err(MadError::DeviceFatal { .. }) => break,
+                Err(_) => {
+                    report.failed += 1;
+                    sent += 1;
+                }
+            }
+            report.max_in_flight = report.max_in_flight.max(in_flight.len());
+        }
+        if in_flight.is_empty() && !more {
+            break Ok(());
+        }
+        if let Some(reason) = port.fatal_reason() {
+            break Err(EngineError::DeviceFatal { reason });
+        }
+        let Some(ev) = agent.next_event(port.deadline_after(Duration::from_millis(100))) else {
+            if in_flight.is_empty() {
+                continue;
+            }
+            let waited = port.now().saturating_sub(last_event);
+            if waited > stall {
+                break Err(EngineError::Stalled {
+                    outstanding: in_flight.len(),
+                    waited,
+                });
+            }
+            continue;
+        };
+        last_event = port.now();
+        let mut next = Some(ev);
+        while let Some(ev) = next {
+            match ev {
+                Event::Recv(r) => {
+                    if let Some(s) = r.response_to.and_then(|to| in_flight.get_mut(&to.id))
+                        && !s.answered
+                    {
+                        s.answered = true;
+                        wall_lat.push(s.wall.elapsed());
+                        dev_lat.push(port.now().saturating_sub(s.device));
+                        report.round_trips += 1;
+                        let status = Smp::new_checked(&r.mad[..]).map_or(1, |v| v.dr_status());
+                        if r.header().method() != method::GET_RESP || status != 0 {
+                            report.error_status += 1;
+                        }
+                    }
+                }
+                Event::Send(c) => {
+                    if let Some(s) = in_flight.remove(&c.id)
+                        && !s.answered
+                    {
+                        if c.status == WcStatus::RespTimeoutErr {
+                            report.timeouts += 1;
+                        } else {
+                            report.failed += 1;
+                        }
+                    }
+                }
+                Event::DeviceFatal { .. } => {}
+            }
+            next = agent.try_event();
+        }
+    };
+    report.wall = started.elapsed();
+    report.device = port.now().saturating_sub(device_start);
+    agent.deregister();
+    result?;
+    if let Some(reason) = port.fatal_reason() {
+        return Err(EngineError::DeviceFatal { reason });
+    }
+    report.retries = port.counters().retries.saturating_sub(before.retries);
+    report.wall_latency = Latency::of(&mut wall_lat);
+    report.device_latency = Latency::of(&mut dev_lat);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut v: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
+        let l = Latency::of(&mut v);
+        assert_eq!(l.p50, Duration::from_micros(50));
+        assert_eq!(l.p99, Duration::from_micros(99));
+        assert_eq!(l.max, Duration::from_micros(100));
+        let mut one = vec![Duration::from_micros(7)];
+        assert_eq!(Latency::of(&mut one).p99, Duration::from_micros(7));
+        assert_eq!(Latency::of(&mut []), Latency::default());
+    }
+
+    #[test]
+    fn attributes_parse_by_name() {
+        assert_eq!("port-info".parse::<Attr>(), Ok(Attr::PortInfo));
+        let e = "lft".parse::<Attr>().unwrap_err();
+        assert!(
+            e.contains("node-info, node-desc, port-info, switch-info"),
+            "{e}"
+        );
+    }
+}

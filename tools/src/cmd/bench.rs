@@ -1,0 +1,136 @@
+//! `hca bench`: MAD round trips through the MAD layer, with their throughput and latency.
+
+use std::time::Duration;
+
+use hca_tools::bench::{self, Attr, Config, Stop};
+use hca_tools::session::{DEFAULT_DEVICE, Session};
+
+use super::{CmdResult, Context};
+
+/// Long help of `hca bench`.
+pub const HELP: &str = "\
+Sends directed-route SMP Gets of one attribute along one route through the MAD layer, WINDOW
+of them in flight at once, until COUNT round trips are done (or for --time seconds), and
+prints a small report: round trips, timeouts, elapsed time, round trips per second, and the
+latency from each send to its response (p50, p99, max).
+
+Latency is given on two clocks. Wall clock: from the send to the moment the bench reads the
+response, what a program on the MAD layer waits. Device clock: the HCA's clock, the wall
+clock on hardware and on the simulator's real clock (the default); on clock=virtual it is
+simulated time, in which a round trip with no simulated delay takes none.
+
+The default device is the simulator's generated fat tree (see `hca discover --help`), and the
+default route, 1, reaches the leaf switch of the HCA's host; --path 0 asks the HCA's own SMA
+(answered without the wire, as the kernel answers SMPs for the local port).
+
+Examples:
+  hca bench
+  hca bench --window 1 --count 20000
+  hca bench --window 128 --time 5
+  hca bench --attr port-info --modifier 1 --path 1,5
+  hca bench --path 0
+  hca bench --device vfio:0000:03:00.0 --path 1";
+
+/// Arguments of `hca bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The device string: vfio:DDDD:BB:DD.F, sim, or sim:KEY=VALUE,...
+    #[arg(long, short, value_name = "DEVICE", default_value = DEFAULT_DEVICE)]
+    pub device: String,
+    /// The HCA port to send from.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub port: u8,
+    /// SMPs in flight at once (1-1024).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub window: usize,
+    /// The attribute: node-info, node-desc, port-info or switch-info.
+    #[arg(long, value_name = "ATTR", default_value = "node-info")]
+    pub attr: Attr,
+    /// The attribute modifier (the port for port-info).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub modifier: u32,
+    /// The directed route: egress ports separated by commas (1,3), libibmad's 0,1,3 also
+    /// accepted; 0 for the local port.
+    #[arg(long, value_name = "PORTS", default_value = "1")]
+    pub path: String,
+    /// Round trips to make.
+    #[arg(long, value_name = "N", conflicts_with = "time")]
+    pub count: Option<u64>,
+    /// Seconds to send for, instead of a count.
+    #[arg(long, value_name = "S")]
+    pub time: Option<f64>,
+    /// Response timeout of each attempt, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub timeout: u32,
+    /// Retries after a timeout.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub retries: u32,
+}
+
+/// `1,3`, `0,1,3` or `0` as a list of egress ports.
+fn parse_path(s: &str) -> Result<Vec<u8>, String> {
+    let mut ports = Vec::new();
+    for (i, item) in s.split(',').enumerate() {
+        let p: u8 = item.trim().parse().map_err(|_| {
+            format!("--path {s}: `{item}` is not a port number (0-254); write e.g. 1,3")
+        })?;
+        if p == 0 && i == 0 {
+            continue;
+        }
+        if p == 0 || p == 255 {
+            return Err(format!(
+                "--path {s}: port {p} cannot be a hop (ports are 1-254)"
+            ));
+        }
+        ports.push(p);
+    }
+    Ok(ports)
+}
+
+/// Run the bench and print its report.
+pub fn run(ctx: &Context, args: &Args) -> CmdResult {
+    let stop = match (args.count, args.time) {
+        (_, Some(t)) if !(t > 0.0 && t.is_finite() && t < 1e6) => {
+            return Err(format!("--time {t}: give a number of seconds above 0").into());
+        }
+        (_, Some(t)) => Stop::Time(Duration::from_secs_f64(t)),
+        (Some(n), None) => Stop::Count(n),
+        (None, None) => Stop::Count(100_000),
+    };
+    let cfg = Config {
+        window: args.window,
+        attr: args.attr,
+        attr_mod: args.modifier,
+        path: parse_path(&args.path)?,
+        stop,
+        timeout_ms: args.timeout,
+        retries: args.retries,
+    };
+    let options = driver::OpenOptions {
+        sysfs: ctx.sysfs.clone(),
+        dev_root: ctx.dev_root.clone(),
+    };
+    let session = Session::open_with(&args.device, args.port, &options)?;
+    let result = bench::run(&session.port, &cfg);
+    let closed = session.close();
+    let report = result?;
+    closed?;
+    report.write(&args.device, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_path;
+
+    #[test]
+    fn paths() {
+        assert_eq!(parse_path("1").unwrap(), vec![1]);
+        assert_eq!(parse_path("0,1,3").unwrap(), vec![1, 3]);
+        assert_eq!(parse_path("1,3").unwrap(), vec![1, 3]);
+        assert!(parse_path("0").unwrap().is_empty());
+        assert!(parse_path("1,0").is_err());
+        assert!(parse_path("x").is_err());
+        assert!(parse_path("300").is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! `hca discover`: walk the fabric from a port of an HCA and print it as ibnetdiscover does
+//! (or as JSON, or as a Graphviz graph).
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+
+use hca_tools::discover::{self, Config, Progress, Topology, dot, ibnetdiscover, json};
+use hca_tools::session::{DEFAULT_DEVICE, Session};
+use mad::wire::attr::node_info::NodeType;
+
+use super::{CmdResult, Context};
+
+/// Long help of `hca discover`.
+pub const HELP: &str = "\
+Walks the fabric from one port of an HCA with directed-route SMPs, as ibnetdiscover does
+(NodeInfo, NodeDescription, PortInfo of every switch port, SwitchInfo), several SMPs in flight
+at once, and prints what it found.
+
+Output (to standard output, or to --output FILE):
+  default   ibnetdiscover's topology format: switches, then CAs, each with its linked ports;
+            readable by ibsim, by `hca sim`/sim:topology=, and by scripts written for
+            ibnetdiscover (the date in the header is UTC)
+  --json    the same as JSON (schema hca-discover/1: nodes, ports with GUIDs, LIDs, states,
+            widths and speeds, links, failed queries, counts)
+  --dot     a Graphviz graph: hca discover --dot | dot -Tsvg > fabric.svg
+
+On a terminal, a progress line on standard error shows the nodes found, the SMPs sent and in
+flight, and the rate; a summary follows. Queries that fail (a node that does not answer, an
+error status) are listed on standard error and the walk goes on past them.
+
+The default device is the built-in simulator with a generated fabric (a two-level fat tree
+of 4 leaf switches with 4 hosts each and 2 spines, 4xHDR links), the HCA being its first host:
+  sim:fabric=fat-tree:leaves=4/hosts=4/spines=2/link=4xHDR
+Any fabric `hca sim gen` can make works the same way (its `,` written `/`), and so does a
+topology file: sim:topology=FILE,node=NAME. On hardware, give the VFIO device.
+
+Examples:
+  hca discover
+  hca discover --device sim:fabric=fat-tree:leaves=64/hosts=32/spines=32
+  hca discover --device sim:topology=my.topo,node=Hca1 --json > fabric.json
+  hca discover --dot | dot -Tsvg > fabric.svg
+  hca discover --device vfio:0000:03:00.0 --port 2 -o fabric.topo
+  hca discover --window 2 --timeout 1000 --retries 3   (libibnetdisc's settings)";
+
+/// Arguments of `hca discover`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The device string: vfio:DDDD:BB:DD.F, sim, or sim:KEY=VALUE,...
+    #[arg(long, short, value_name = "DEVICE", default_value = DEFAULT_DEVICE)]
+    pub device: String,
+    /// The HCA port to discover from.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub port: u8,
+    /// Print JSON instead of ibnetdiscover's format.
+    #[arg(long, conflicts_with = "dot")]
+    pub json: bool,
+    /// Print a Graphviz graph instead of ibnetdiscover's format.
+    #[arg(long)]
+    pub dot: bool,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// SMPs in flight at once. libibnetdisc keeps 2 and OpenSM 4: VL15 has no flow control,
+    /// so a switch may drop SMPs that come faster than its SMA answers; if the summary shows
+    /// retries on a real fabric, lower it.
+    #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_WINDOW)]
+    pub window: usize,
+    /// Response timeout of each attempt, in ms.
+    #[arg(long, value_name = "MS", default_value_t = discover::engine::DEFAULT_TIMEOUT_MS)]
+    pub timeout: u32,
+    /// Retries after a timeout.
+    #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_RETRIES)]
+    pub retries: u32,
+    /// Longest directed route to follow, in hops (1-63).
+    #[arg(long, value_name = "N", default_value_t = 63)]
+    pub max_hops: u8,
+    /// Do not read Mellanox ExtendedPortInfo of QDR ports (it only tells FDR10 from QDR).
+    #[arg(long)]
+    pub no_mlnx_epi: bool,
+    /// Print the summary on standard error even when it is not a terminal.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// The progress line: on standard error when it is a terminal, at most ten times a second.
+struct ProgressLine {
+    on: bool,
+    last: Option<Instant>,
+    shown: bool,
+}
+
+impl ProgressLine {
+    fn update(&mut self, p: &Progress) {
+        if !self.on || self.last.is_some_and(|t| t.elapsed().as_millis() < 100) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        eprint!(
+            "\r\x1b[Kdiscovering: {} nodes ({} switches), {} SMPs, {} in flight, {:.0} SMPs/s",
+            p.nodes,
+            p.switches,
+            p.smps,
+            p.in_flight,
+            hca_tools::per_second(p.smps, p.elapsed)
+        );
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+/// Walk and print.
+pub fn run(ctx: &Context, args: &Args) -> CmdResult {
+    let cfg = Config {
+        window: args.window,
+        timeout_ms: args.timeout,
+        retries: args.retries,
+        max_hops: args.max_hops,
+        mlnx_ext_port_info: !args.no_mlnx_epi,
+    };
+    // Open the output first: a bad path should not cost a walk.
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let options = driver::OpenOptions {
+        sysfs: ctx.sysfs.clone(),
+        dev_root: ctx.dev_root.clone(),
+    };
+    let session = Session::open_with(&args.device, args.port, &options)?;
+    let terminal = std::io::stderr().is_terminal();
+    let mut line = ProgressLine {
+        on: terminal,
+        last: None,
+        shown: false,
+    };
+    let found = discover::discover(&session.port, &cfg, &mut |p| line.update(p));
+    line.clear();
+    let closed = session.close();
+    let t = found?;
+    closed?;
+    if args.json {
+        json::write(&t, &mut out)?;
+    } else if args.dot {
+        dot::write(&t, &mut out)?;
+    } else {
+        ibnetdiscover::write(&t, SystemTime::now(), &mut out)?;
+    }
+    out.flush()?;
+    report_failures(&t);
+    if terminal || args.stats {
+        summary(&t);
+    }
+    Ok(())
+}
+
+fn report_failures(t: &Topology) {
+    const SHOWN: usize = 20;
+    if t.failures.is_empty() {
+        return;
+    }
+    eprintln!(
+        "warning: {} queries failed; what lies behind them is missing:",
+        t.failures.len()
+    );
+    for f in t.failures.iter().take(SHOWN) {
+        eprintln!(
+            "  {}:{} along {}: {}",
+            json::attribute_name(f.attr_id),
+            f.attr_mod,
+            discover::route_text(&f.path),
+            f.kind
+        );
+    }
+    if t.failures.len() > SHOWN {
+        eprintln!(
+            "  ... and {} more (--json lists them all)",
+            t.failures.len() - SHOWN
+        );
+    }
+}
+
+fn summary(t: &Topology) {
+    let s = &t.stats;
+    let secs = s.wall.as_secs_f64();
+    eprintln!(
+        "discovered {} nodes ({} switches, {} CAs, {} routers) and {} links in {:.1} ms: {} SMPs \
+         ({:.0}/s), at most {} in flight, {} hops deep, {} retried, {} failed",
+        t.nodes.len(),
+        t.count_of(NodeType::Switch),
+        t.count_of(NodeType::Ca),
+        t.count_of(NodeType::Router),
+        t.links().len(),
+        secs * 1e3,
+        s.smps,
+        hca_tools::per_second(s.smps, s.wall),
+        s.max_in_flight,
+        s.max_hops,
+        s.retries,
+        t.failures.len()
+    );
+}

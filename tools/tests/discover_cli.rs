@@ -1,0 +1,281 @@
+//! `hca discover` and `hca bench` as a user runs them, on the simulator: the three output
+//! formats read back (the text by the fabric parser, the JSON by a JSON parser, the graph by
+//! its shape), failures reported on standard error, errors that say what to do, and the
+//! bench's report.
+
+use std::process::{Command, Output};
+
+use sim::fabric::{Fabric, generator};
+
+/// A small fat tree on the virtual clock: 2 leaves of 2 hosts, 1 spine.
+const SPEC: &str = "fat-tree:leaves=2,hosts=2,spines=1,link=4xEDR";
+const DEVICE: &str = "sim:clock=virtual,fabric=fat-tree:leaves=2/hosts=2/spines=1/link=4xEDR";
+
+fn hca(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run hca")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("UTF-8")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = hca(args);
+    assert!(o.status.success(), "hca {args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn the_default_output_is_ibnetdiscover_text_of_the_fabric() {
+    let o = hca(&["discover", "--device", DEVICE]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        "",
+        "nothing on stderr when it is not a terminal"
+    );
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "#");
+    assert!(
+        lines[1].starts_with("# Topology file: generated on "),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(lines[2], "#");
+    assert_eq!(
+        lines[3],
+        "# Initiated from node 0000000000100000 port 0000000000100001"
+    );
+    let found = Fabric::parse_str("discover", &text).expect("the output parses");
+    let expected = generator::generate(SPEC).unwrap();
+    assert_eq!(found.node_count(), expected.node_count());
+    assert_eq!(found.link_count(), expected.link_count());
+    for n in expected.node_ids() {
+        let m = found
+            .node_by_guid(expected.node(n).guid())
+            .expect("every node");
+        assert_eq!(found.description(m), expected.description(n));
+    }
+    assert!(text.contains("\t\t# \"spine-1\" lid 0 4xEDR\n"), "{text}");
+}
+
+#[test]
+fn json_follows_its_schema() {
+    let text = ok(&["discover", "--device", DEVICE, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(v["schema"], "hca-discover/1");
+    assert_eq!(v["from"]["node"], "0x0000000000100000");
+    assert_eq!(v["from"]["port"], 1);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 7);
+    assert_eq!(v["stats"]["nodes"], 7);
+    assert_eq!(v["stats"]["switches"], 3);
+    assert_eq!(v["stats"]["links"], 6);
+    assert_eq!(v["links"].as_array().unwrap().len(), 6);
+    assert!(v["failures"].as_array().unwrap().is_empty());
+    let expected = generator::generate(SPEC).unwrap();
+    for n in nodes {
+        let guid =
+            u64::from_str_radix(n["guid"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let e = expected.node_by_guid(guid).expect("a node of the fabric");
+        assert_eq!(n["description"], expected.description(e));
+        assert_eq!(n["num_ports"], expected.node(e).num_ports());
+        for p in n["ports"].as_array().unwrap() {
+            if p["remote"].is_null() {
+                continue;
+            }
+            assert_eq!(p["rate"], "4xEDR");
+            assert_eq!(p["phys_state"], "LinkUp");
+            assert_eq!(p["width"]["active"], 2);
+        }
+    }
+    let spine = nodes
+        .iter()
+        .find(|n| n["description"] == "spine-1")
+        .unwrap();
+    assert_eq!(spine["type"], "switch");
+    assert_eq!(spine["path"], serde_json::json!([1, 3]));
+}
+
+#[test]
+fn dot_is_a_graph_of_the_fabric() {
+    let text = ok(&["discover", "--device", DEVICE, "--dot"]);
+    assert!(text.starts_with("graph fabric {\n"), "{text}");
+    assert!(text.ends_with("}\n"));
+    assert_eq!(text.matches(" -- ").count(), 6, "one edge per link");
+    assert_eq!(text.matches("[shape=box").count(), 3, "switches");
+    assert_eq!(text.matches("[shape=ellipse").count(), 4, "hosts");
+    assert_eq!(text.matches("fillcolor").count(), 1, "the local node");
+}
+
+#[test]
+fn output_goes_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fabric.topo");
+    let out = ok(&["discover", "--device", DEVICE, "-o", path.to_str().unwrap()]);
+    assert_eq!(out, "");
+    let f = Fabric::parse_file(&path).unwrap();
+    assert_eq!(f.node_count(), 7);
+}
+
+#[test]
+fn the_default_device_is_a_simulated_fat_tree() {
+    let text = ok(&["discover", "--stats"]);
+    let f = Fabric::parse_str("default", &text).unwrap();
+    let expected = generator::generate("fat-tree:leaves=4,hosts=4,spines=2,link=4xHDR").unwrap();
+    assert_eq!(f.node_count(), expected.node_count());
+    assert_eq!(f.link_count(), expected.link_count());
+}
+
+#[test]
+fn failed_queries_are_listed_on_stderr_and_the_rest_is_printed() {
+    // The simulated HCA alone: its port is up but cabled to nothing.
+    let o = hca(&["discover", "--device", "sim:clock=virtual", "--stats"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("warning: 1 queries failed"), "{err}");
+    assert!(
+        err.contains("NodeInfo:0 along 0,1: no response (timed out after 3 retries)"),
+        "{err}"
+    );
+    assert!(err.contains("discovered 1 nodes"), "{err}");
+    let f = Fabric::parse_str("alone", &stdout(&o)).unwrap();
+    assert_eq!(f.node_count(), 1);
+}
+
+#[test]
+fn errors_say_what_to_do() {
+    for (args, says) in [
+        (
+            vec!["discover", "--device", "sim:fabric=fat-tree:leaves=2"],
+            "cannot open",
+        ),
+        (
+            vec!["discover", "--device", DEVICE, "--window", "0"],
+            "window",
+        ),
+        (
+            vec!["discover", "--device", DEVICE, "--port", "3"],
+            "--port",
+        ),
+        (vec!["discover", "--device", "vfio:0000:99:00.0"], "vfio"),
+        (vec!["bench", "--device", DEVICE, "--path", "1,0"], "1-254"),
+        (
+            vec!["bench", "--device", DEVICE, "--attr", "lft"],
+            "node-info",
+        ),
+        (vec!["bench", "--device", DEVICE, "--time=0"], "seconds"),
+    ] {
+        let o = hca(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = stderr(&o);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let o = hca(&["discover", "--json", "--dot"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn help_has_examples() {
+    for cmd in ["discover", "bench"] {
+        let text = ok(&[cmd, "--help"]);
+        assert!(text.contains("Examples:"), "{cmd}: {text}");
+        assert!(text.contains(&format!("hca {cmd}")), "{cmd}");
+    }
+}
+
+/// The value of a report line `  key  value`.
+fn field<'a>(report: &'a str, key: &str) -> &'a str {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix("  ").and_then(|l| l.strip_prefix(key)))
+        .unwrap_or_else(|| panic!("no `{key}` line in:\n{report}"))
+        .trim()
+}
+
+#[test]
+fn the_bench_report_is_well_formed() {
+    let r = ok(&[
+        "bench", "--device", DEVICE, "--count", "500", "--window", "4",
+    ]);
+    let first = r.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!("hca bench: NodeInfo Get along 0,1 (1 hop) on {DEVICE}, window 4")
+    );
+    assert_eq!(
+        field(&r, "round trips"),
+        "500 (0 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+    assert!(field(&r, "elapsed").ends_with(" s device clock"), "{r}");
+    assert!(
+        field(&r, "throughput").ends_with(" round trips/s (wall clock)"),
+        "{r}"
+    );
+    for key in ["latency wall", "latency device"] {
+        let v = field(&r, key);
+        let words: Vec<&str> = v.split_whitespace().collect();
+        assert_eq!(
+            (words[0], words[3], words[6]),
+            ("p50", "p99", "max"),
+            "{key}: {v}"
+        );
+        let p50: f64 = words[1].parse().unwrap();
+        let p99: f64 = words[4].parse().unwrap();
+        let max: f64 = words[7].parse().unwrap();
+        assert!(p50 <= p99 && p99 <= max, "{key}: {v}");
+    }
+    let in_flight: usize = field(&r, "in flight")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=4).contains(&in_flight), "{r}");
+}
+
+#[test]
+fn the_bench_counts_error_statuses_and_runs_for_a_time() {
+    // SwitchInfo of the HCA's own port: answered locally, with "attribute unsupported".
+    let r = ok(&[
+        "bench",
+        "--device",
+        DEVICE,
+        "--attr",
+        "switch-info",
+        "--path",
+        "0",
+        "--count",
+        "50",
+    ]);
+    assert!(
+        r.starts_with("hca bench: SwitchInfo Get along 0 (0 hops)"),
+        "{r}"
+    );
+    assert_eq!(
+        field(&r, "round trips"),
+        "50 (50 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+    let r = ok(&[
+        "bench", "--device", DEVICE, "--time", "0.2", "--path", "1,3",
+    ]);
+    assert!(r.contains("(2 hops)"), "{r}");
+    let n: u64 = field(&r, "round trips")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n > 0, "{r}");
+}
