@@ -79,6 +79,20 @@ pub struct UdDest {
     pub grh: Option<Grh>,
 }
 
+impl UdDest {
+    /// The destination of every directed-route SMP: QP0 at the permissive LID (0xffff), Q_Key
+    /// 0, P_Key index 0, SL 0, no GRH. The route itself is in the SMP's initial path.
+    pub const DIRECTED_ROUTE: Self = Self {
+        dlid: 0xffff,
+        sl: 0,
+        src_path_bits: 0,
+        remote_qpn: 0,
+        remote_qkey: 0,
+        pkey_index: 0,
+        grh: None,
+    };
+}
+
 /// One contiguous buffer, named by its device address (IOVA). The family supplies the memory
 /// key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

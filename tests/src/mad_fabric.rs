@@ -20,7 +20,7 @@ use mad::wire::attr::linear_forwarding_table::{LinearForwardingTable, LinearForw
 use mad::wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
 use mad::wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad::wire::smp::{DirectedRoute, Smp, SmpRepr, SmpRoute};
-use mad::wire::{PERMISSIVE_LID, attr_id, method, status};
+use mad::wire::{attr_id, method, status};
 use mad::{Agent, AgentSpec, Event, Port, PortConfig, RecvMad, SendCompletion, SendRequest};
 use sim::fabric::{Fabric, PortId};
 use sim::mlx5::{Mlx5, Mlx5Config};
@@ -66,19 +66,6 @@ pub fn example(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
-/// A pure directed-route destination (QP0, permissive LID).
-pub fn dr_dest() -> UdDest {
-    UdDest {
-        dlid: PERMISSIVE_LID,
-        sl: 0,
-        src_path_bits: 0,
-        remote_qpn: 0,
-        remote_qkey: 0,
-        pkey_index: 0,
-        grh: None,
-    }
-}
-
 /// A LID-routed destination on `qp`.
 pub fn lid_dest(dlid: u16, qp: SpecialQp) -> UdDest {
     UdDest {
@@ -88,7 +75,7 @@ pub fn lid_dest(dlid: u16, qp: SpecialQp) -> UdDest {
             SpecialQp::Smi => 0,
             SpecialQp::Gsi => mad::QP1_QKEY,
         },
-        ..dr_dest()
+        ..UdDest::DIRECTED_ROUTE
     }
 }
 
@@ -251,9 +238,12 @@ impl MadFabric {
         attr_mod: u32,
         data: [u8; 64],
     ) -> SmpRepr {
-        let req = SendRequest::new(dr_smp(m, path, attr, attr_mod, data, 0x5EED), dr_dest())
-            .timeout_ms(100)
-            .retries(2);
+        let req = SendRequest::new(
+            dr_smp(m, path, attr, attr_mod, data, 0x5EED),
+            UdDest::DIRECTED_ROUTE,
+        )
+        .timeout_ms(100)
+        .retries(2);
         let (resp, c) = self.call(agent, req);
         assert_eq!(c.status, WcStatus::Success, "{attr:#x} along {path:?}");
         let r = smp_of(&resp.expect("a response"));

@@ -9,10 +9,9 @@
 
 use std::time::Duration;
 
-use driver::verbs::{SpecialQp, WcStatus};
+use driver::verbs::{SpecialQp, UdDest, WcStatus};
 use hca_tests::mad_fabric::{
-    HCA2, HCA4, LID_HCA2, LID_SWITCH2, MadFabric, SWITCH2, dr_dest, dr_smp, lid_dest, lid_smp,
-    smp_of,
+    HCA2, HCA4, LID_HCA2, LID_SWITCH2, MadFabric, SWITCH2, dr_smp, lid_dest, lid_smp, smp_of,
 };
 use hca_tests::mad_rig::{MadRig, Tracker, deregister};
 use mad::wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
@@ -35,7 +34,7 @@ fn a_0_hop_node_info_is_answered_by_the_local_sma_with_nothing_on_the_wire() {
         .send(
             SendRequest::new(
                 dr_smp(method::GET, &[], attr_id::sm::NODE_INFO, 0, [0; 64], 0x77),
-                dr_dest(),
+                UdDest::DIRECTED_ROUTE,
             )
             .timeout_ms(100)
             .context(5),
@@ -149,7 +148,7 @@ fn smps_to_our_port_are_answered_by_our_mad_layer() {
         .send(
             SendRequest::new(
                 dr_smp(method::GET, HCA2, attr_id::sm::SM_INFO, 0, [0; 64], 9),
-                dr_dest(),
+                UdDest::DIRECTED_ROUTE,
             )
             .timeout_ms(100),
         )
@@ -250,7 +249,7 @@ fn routes_the_send_rules_discard_are_refused_and_nothing_is_sent() {
     let e = a
         .send(SendRequest::new(
             dr_smp(method::GET, &[2, 3], attr_id::sm::NODE_INFO, 0, [0; 64], 1),
-            dr_dest(),
+            UdDest::DIRECTED_ROUTE,
         ))
         .unwrap_err();
     assert!(
@@ -267,7 +266,7 @@ fn routes_the_send_rules_discard_are_refused_and_nothing_is_sent() {
     let mut m = dr_smp(method::GET, SWITCH2, attr_id::sm::NODE_INFO, 0, [0; 64], 2);
     m[6] = 1;
     assert!(matches!(
-        a.send(SendRequest::new(m, dr_dest())),
+        a.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE)),
         Err(MadError::DirectedRoute {
             reason: SmiDiscard::NotASwitch,
             ..

@@ -60,19 +60,6 @@ impl Rig {
     }
 }
 
-/// The permissive destination of a directed-route SMP on QP0.
-pub(crate) fn dr_dest() -> UdDest {
-    UdDest {
-        dlid: PERMISSIVE_LID,
-        sl: 0,
-        src_path_bits: 0,
-        remote_qpn: 0,
-        remote_qkey: 0,
-        pkey_index: 0,
-        grh: None,
-    }
-}
-
 /// A directed-route Get of `attr` along `path`, with `tid`.
 pub(crate) fn dr_get(path: &[u8], attr: u16, tid: u64) -> Vec<u8> {
     let repr = SmpRepr::directed_get(path, attr, 0, tid).expect("a path of at most 63 hops");
@@ -102,9 +89,12 @@ fn a_0_hop_smp_is_answered_locally_response_first_then_completion() {
     let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
     let id = a
         .send(
-            crate::SendRequest::new(dr_get(&[], attr_id::sm::NODE_INFO, 0x42), dr_dest())
-                .timeout_ms(100)
-                .context(9),
+            crate::SendRequest::new(
+                dr_get(&[], attr_id::sm::NODE_INFO, 0x42),
+                UdDest::DIRECTED_ROUTE,
+            )
+            .timeout_ms(100)
+            .context(9),
         )
         .expect("accepted");
     let ev = r.collect(&a, Duration::from_millis(5));
@@ -144,7 +134,7 @@ fn a_local_smp_the_sma_fails_is_refused() {
     let e = a
         .send(crate::SendRequest::new(
             dr_get(&[], attr_id::sm::NODE_INFO, 1),
-            dr_dest(),
+            UdDest::DIRECTED_ROUTE,
         ))
         .unwrap_err();
     assert!(matches!(e, MadError::LocalSmp { port: 1, .. }), "{e}");
@@ -163,7 +153,7 @@ fn a_local_smp_the_sma_does_not_take_goes_to_the_registered_agent() {
     let id = sm
         .send(crate::SendRequest::new(
             dr_get(&[], attr_id::sm::SM_INFO, 5),
-            dr_dest(),
+            UdDest::DIRECTED_ROUTE,
         ))
         .unwrap();
     let ev = r.collect(&sm, Duration::from_millis(5));
@@ -187,7 +177,7 @@ fn routes_the_send_rules_discard_are_refused_and_counted() {
     let e = a
         .send(crate::SendRequest::new(
             dr_get(&[2, 1], attr_id::sm::NODE_INFO, 1),
-            dr_dest(),
+            UdDest::DIRECTED_ROUTE,
         ))
         .unwrap_err();
     assert!(matches!(
@@ -201,7 +191,7 @@ fn routes_the_send_rules_discard_are_refused_and_counted() {
     let mut m = dr_get(&[1], attr_id::sm::NODE_INFO, 2);
     m[7] = 64;
     assert!(matches!(
-        a.send(crate::SendRequest::new(m, dr_dest())),
+        a.send(crate::SendRequest::new(m, UdDest::DIRECTED_ROUTE)),
         Err(MadError::DirectedRoute {
             reason: SmiDiscard::HopCount,
             ..
@@ -233,8 +223,11 @@ fn a_multi_hop_smp_leaves_with_hop_pointer_1_and_its_response_is_matched() {
     let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
     let id = a
         .send(
-            crate::SendRequest::new(dr_get(&[1, 3], attr_id::sm::NODE_INFO, 3), dr_dest())
-                .timeout_ms(50),
+            crate::SendRequest::new(
+                dr_get(&[1, 3], attr_id::sm::NODE_INFO, 3),
+                UdDest::DIRECTED_ROUTE,
+            )
+            .timeout_ms(50),
         )
         .unwrap();
     let ev = r.collect(&a, Duration::from_millis(5));

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use driver::verbs::{SpecialQp, UdDest, WcStatus};
 use mad::wire::attr_id::sm;
+use mad::wire::method;
 use mad::wire::smp::{Smp, SmpRepr};
-use mad::wire::{PERMISSIVE_LID, method};
 use mad::{AgentSpec, Event, MadError, Port, SendId, SendRequest};
 
 use crate::EngineError;
@@ -261,15 +261,7 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
     })?;
     let mut template = vec![0u8; 256];
     repr.emit(&mut Smp::new_checked(&mut template[..]).expect("256 bytes hold an SMP"));
-    let dest = UdDest {
-        dlid: PERMISSIVE_LID,
-        sl: 0,
-        src_path_bits: 0,
-        remote_qpn: 0,
-        remote_qkey: 0,
-        pkey_index: 0,
-        grh: None,
-    };
+    let dest = UdDest::DIRECTED_ROUTE;
     let agent = port.register(AgentSpec::responses_only(SpecialQp::Smi))?;
     let before = port.counters();
     let mut report = Report {

@@ -28,8 +28,8 @@ use mad::wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
 use mad::wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr};
 use mad::wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad::wire::attr_id::sm;
+use mad::wire::method;
 use mad::wire::smp::{MAX_HOP_COUNT, Smp, SmpRepr, SmpRoute};
-use mad::wire::{PERMISSIVE_LID, method};
 use mad::{Agent, AgentSpec, Event, MadError, Port, RecvMad, SendCompletion, SendId, SendRequest};
 
 use super::topology::{
@@ -168,19 +168,6 @@ struct Query {
 struct InFlight {
     query: Query,
     answered: bool,
-}
-
-/// The pure directed-route destination of every SMP (QP0 at the permissive LID).
-fn dr_dest() -> UdDest {
-    UdDest {
-        dlid: PERMISSIVE_LID,
-        sl: 0,
-        src_path_bits: 0,
-        remote_qpn: 0,
-        remote_qkey: 0,
-        pkey_index: 0,
-        grh: None,
-    }
 }
 
 /// Whether libibnetdisc reads Mellanox ExtendedPortInfo of this device
@@ -354,7 +341,7 @@ impl Engine<'_> {
         };
         let mut buf = vec![0u8; 256];
         repr.emit(&mut Smp::new_checked(&mut buf[..]).expect("256 bytes hold an SMP"));
-        let req = SendRequest::new(buf, dr_dest())
+        let req = SendRequest::new(buf, UdDest::DIRECTED_ROUTE)
             .timeout_ms(self.cfg.timeout_ms)
             .retries(self.cfg.retries);
         match self.agent.send(req) {
