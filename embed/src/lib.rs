@@ -43,8 +43,8 @@ pub const SIM_HELP: &str = "\
                    there when the program exits (sim/src/net/state_file.rs has the format)
   server=PATH      mlx5: put the HCA on the fabric a fabric server (`hca sim serve`) holds,
                    through its socket PATH, with node= (and port=), so that programs running
-                   at once share one fabric; instead of topology= and state= (the server has
-                   them); real clock only. If the server goes away the port goes Down.
+                   at once share one fabric; instead of topology=, fabric= and state= (the
+                   server has them); real clock only. If the server goes away the port goes Down.
   ports=N          mlx5: HCA ports, 1 or 2 (default 1)
   port_state=S     mlx5 alone: how its ports start: active (default; LIDs 1, 2.. and SM LID 1),
                    init (link up, no LID) or down
@@ -682,6 +682,10 @@ mod tests {
             (
                 format!("sim:server={s},node=Hca1,state=x"),
                 "server= and state=",
+            ),
+            (
+                format!("sim:server={s},node=Hca1,fabric=switch:hosts=2"),
+                "server= and fabric=",
             ),
             (
                 format!("sim:server={s},node=Hca1,port_state=down"),
