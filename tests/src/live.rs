@@ -395,6 +395,27 @@ impl OpenSm {
         }
     }
 
+    /// Waits up to [`START_LIMIT`] until `done` holds of the log (`what` says what is
+    /// awaited); panics with the log's end if it does not, or if OpenSM exits.
+    #[track_caller]
+    pub fn wait_log(&mut self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let text = self.log();
+            if done(&text) {
+                return text;
+            }
+            self.assert_running();
+            assert!(
+                start.elapsed() < START_LIMIT,
+                "opensm ({}): no {what} within {START_LIMIT:?}; its log ends:\n{}",
+                self.who,
+                tail(&text, 30)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then a bounded wait; returns the exit status and its whole log.
     pub fn stop(self) -> (ExitStatus, String) {
         let (status, _) = self.daemon.terminate(STOP_LIMIT);
@@ -417,16 +438,18 @@ pub fn ibsim_opensm(
 }
 
 /// OpenSM over our library at `node` of the served fabric, as a daemon.
+/// `extra` are more of OpenSM's options (e.g. `-s 0`: no periodic sweep).
 pub fn our_opensm(
     served: &Served,
     work: &WorkDir,
     opensm: &Path,
     node: &str,
     priority: u8,
+    extra: &[&str],
 ) -> OpenSm {
     let (args, log) = opensm_args(work, "ours", priority);
     let mut cmd = served.command(node, opensm);
-    cmd.args(&args);
+    cmd.args(&args).args(extra);
     OpenSm::start(cmd, "ours", &log, &work.join("opensm-ours.out"))
 }
 

@@ -19,6 +19,12 @@
 //! - SIGTERM stops OpenSM, then the server: both exit 0, the socket is removed, the saved
 //!   state is a configured fabric (every port ACTIVE, LIDs unique, every CA reaches every
 //!   other), and no process of the test is left.
+//!
+//! And traps: with OpenSM's periodic sweep off (`-s 0`), a switch port disabled and enabled
+//! again with `ibportstate` makes the switch send trap 128 (link state change) to the SM,
+//! whose re-sweep drops the CA behind it and then brings it back, at the same LID. (ibsim
+//! 0.10 sends no trap for a PortInfo Set, so its OpenSM learns nothing without a sweep: this
+//! test has no ibsim half.)
 
 use std::path::Path;
 use std::time::Instant;
@@ -359,7 +365,7 @@ fn live_sm(case: &Case, work: &WorkDir) {
     let Some(served) = Served::start(work, &case.topology) else {
         return;
     };
-    let mut sm = live::our_opensm(&served, work, &opensm, case.sm_node, PRIORITY);
+    let mut sm = live::our_opensm(&served, work, &opensm, case.sm_node, PRIORITY, &[]);
     eprintln!(
         "{}: ours: SUBNET UP after {:?}",
         case.name,
@@ -587,4 +593,109 @@ fn a_live_opensm_serves_the_diags_on_a_fat_tree_as_under_ibsim() {
     let work = WorkDir::new("live-fat-tree");
     let case = fat_tree(&work);
     live_sm(&case, &work);
+}
+
+/// Runs `program args` at `node` and returns what it printed; panics if it failed.
+fn ok_at(served: &Served, node: &str, program: &Path, args: &[&str]) -> String {
+    served.run(node, program, args).ok().stdout
+}
+
+#[test]
+fn traps_from_a_switch_drive_a_live_opensm_that_does_not_sweep() {
+    let programs = ["opensm", "saquery", "smpquery", "ibportstate"].map(|p| {
+        let pkg = if p == "opensm" {
+            "opensm"
+        } else {
+            "infiniband-diags"
+        };
+        interop::need_program(p, pkg)
+    });
+    let [
+        Some(opensm),
+        Some(saquery),
+        Some(smpquery),
+        Some(ibportstate),
+    ] = programs
+    else {
+        return;
+    };
+    let work = WorkDir::new("live-traps");
+    let case = fat_tree(&work);
+    let Some(served) = Served::start(&work, &case.topology) else {
+        return;
+    };
+    let mut sm = live::our_opensm(
+        &served,
+        &work,
+        &opensm,
+        case.sm_node,
+        PRIORITY,
+        &["-s", "0"],
+    );
+    let at = case.tool_node;
+    let nodes = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
+    assert_eq!(nodes.len(), case.expected.nodes);
+    let lid_of = |name: &str| {
+        nodes
+            .iter()
+            .find(|n| is_node(n, name))
+            .unwrap_or_else(|| panic!("a NodeRecord of {name}"))
+            .get("lid")
+            .to_owned()
+    };
+    // host-4 hangs off leaf-2's port 1; its port GUID is 0x100007 in the generated file.
+    let (leaf, host) = (lid_of("leaf-2"), lid_of("host-4"));
+    let gone = "Removed port with GUID:0x0000000000100007";
+    let back = "Discovered new port with GUID:0x0000000000100007";
+    let traps = |log: &str| log.matches("num:128 (Link state change)").count();
+    let sweeps = |log: &str| log.matches("SUBNET UP").count();
+    assert_eq!(sweeps(&sm.log()), 1);
+
+    ok_at(&served, at, &ibportstate, &[&leaf, "1", "disable"]);
+    let log = sm.wait_log("trap 128 and the port dropped", |l| {
+        l.contains(gone) && sweeps(l) == 2
+    });
+    assert_eq!(traps(&log), 1, "{}", live::tail(&log, 20));
+    assert!(
+        log.contains(&format!("from LID:{leaf} ")),
+        "the trap's producer is leaf-2"
+    );
+    let now = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
+    assert_eq!(
+        now.len(),
+        case.expected.nodes - 1,
+        "host-4 is gone from the SA"
+    );
+
+    ok_at(&served, at, &ibportstate, &[&leaf, "1", "enable"]);
+    let log = sm.wait_log("trap 128 and the port back", |l| {
+        l.contains(back) && sweeps(l) == 3
+    });
+    assert_eq!(traps(&log), 2, "{}", live::tail(&log, 20));
+    let pi = ok_at(&served, at, &smpquery, &["portinfo", &host]);
+    assert!(
+        pi.contains("LinkState:.......................Active"),
+        "{pi}"
+    );
+    let again = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
+    assert_eq!(again.len(), case.expected.nodes);
+    assert_eq!(
+        again
+            .iter()
+            .find(|n| is_node(n, "host-4"))
+            .map(|n| n.get("lid").to_owned()),
+        Some(host),
+        "host-4 is back at its LID"
+    );
+
+    let (status, log) = sm.stop();
+    assert!(status.success());
+    assert!(!log.contains(" ERR "), "{}", live::tail(&log, 30));
+    let state = served.state().to_owned();
+    let (status, out) = served.stop();
+    assert!(status.success(), "{out}");
+    let (_, report) = interop::check_state(&case.topology, &state);
+    assert!(report.ok(), "{report}");
+    let left = live::mentioning(&work.path().display().to_string());
+    assert!(left.is_empty(), "processes left: {left:#?}");
 }
