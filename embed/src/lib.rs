@@ -7,6 +7,8 @@
 //! own one-node network ([`SIM_HELP`] lists the parameters). Tests that want to reach into the model (fault injection) build
 //! the model themselves and wrap it with [`backend_for`].
 
+pub mod serve;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use driver::eventfd::EventFd;
 use sim::fabric::Fabric;
 use sim::mlx5::config::parse_fw;
 use sim::mlx5::{Mlx5, Mlx5Config};
+use sim::net::remote::{RemoteLink, RemoteTarget};
 use sim::net::{Network, StandaloneInit};
 use sim::{ClockMode, Device, IrqKind, Scheduler};
 
@@ -31,11 +34,17 @@ pub const SIM_HELP: &str = "\
   fabric=SPEC      mlx5: put the HCA on a generated fabric (the shapes of `hca sim gen`, with
                    `/` for the spec's own `,`: fabric=fat-tree:leaves=4/hosts=4/spines=2);
                    the HCA is its first host (host-1) unless node= says otherwise
-  node=NAME        mlx5 with topology= or fabric=: the CA node the HCA is (its name, e.g. Hca1)
-  port=N           mlx5 with topology= or fabric=: the node port HCA port 1 attaches to (default 1)
+  node=NAME        mlx5 with topology=, fabric= or server=: the CA node the HCA is (its name,
+                   e.g. Hca1)
+  port=N           mlx5 with topology=, fabric= or server=: the node port HCA port 1 attaches
+                   to (default 1)
   state=FILE       mlx5 with topology=: load the fabric's SMA state (port states, LIDs,
                    SM LID, M_Key, P_Keys, switch tables) from FILE if it exists, and save it
                    there when the program exits (sim/src/net/state_file.rs has the format)
+  server=PATH      mlx5: put the HCA on the fabric a fabric server (`hca sim serve`) holds,
+                   through its socket PATH, with node= (and port=), so that programs running
+                   at once share one fabric; instead of topology=, fabric= and state= (the
+                   server has them); real clock only. If the server goes away the port goes Down.
   ports=N          mlx5: HCA ports, 1 or 2 (default 1)
   port_state=S     mlx5 alone: how its ports start: active (default; LIDs 1, 2.. and SM LID 1),
                    init (link up, no LID) or down
@@ -192,6 +201,9 @@ struct Params {
     cfg: Mlx5Config,
     node_guid_set: bool,
     state: Option<String>,
+    server: Option<String>,
+    clock_set: bool,
+    init_set: bool,
 }
 
 fn number<T: TryFrom<u64>>(key: &str, v: &str) -> Result<T, String> {
@@ -217,11 +229,15 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
         cfg: Mlx5Config::default(),
         node_guid_set: false,
         state: None,
+        server: None,
+        clock_set: false,
+        init_set: false,
     };
     for (k, v) in params {
         match k.as_str() {
             "model" => p.model.clone_from(v),
             "clock" => {
+                p.clock_set = true;
                 p.clock = match v.as_str() {
                     "real" => ClockMode::Real,
                     "virtual" => ClockMode::Virtual,
@@ -231,10 +247,12 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
             "topology" => p.topology = Some(v.clone()),
             "state" => p.state = Some(v.clone()),
             "fabric" => p.fabric = Some(v.clone()),
+            "server" => p.server = Some(v.clone()),
             "node" => p.node = Some(v.clone()),
             "port" => p.port = number(k, v)?,
             "ports" => p.cfg.ports = number(k, v)?,
             "port_state" => {
+                p.init_set = true;
                 p.init = match v.as_str() {
                     "active" => StandaloneInit::Active,
                     "init" => StandaloneInit::Init,
@@ -274,8 +292,53 @@ fn generated_fabric(spec: &str, node: Option<&str>) -> Result<(Fabric, String), 
     Ok((fabric, node))
 }
 
+/// A simulated ConnectX on the fabric of the server at `path`: device port `p` on port
+/// `p.port + p - 1` of `p.node`, over its own link each.
+fn open_on_server(p: Params, path: &str) -> Result<Mlx5, String> {
+    let conflict = [
+        (p.topology.is_some(), "topology="),
+        (p.fabric.is_some(), "fabric="),
+        (p.state.is_some(), "state="),
+        (p.node_guid_set, "node_guid="),
+        (p.init_set, "port_state="),
+    ];
+    if let Some((_, what)) = conflict.iter().find(|(set, _)| *set) {
+        return Err(format!(
+            "server= and {what} exclude each other: the fabric server holds the topology and \
+             its state (give those to `hca sim serve`)"
+        ));
+    }
+    if p.clock_set && p.clock != ClockMode::Real {
+        return Err(
+            "server= needs clock=real: programs sharing a fabric share the wall clock".into(),
+        );
+    }
+    let Some(node) = &p.node else {
+        return Err(
+            "server= needs node=NAME: the CA node of the server's fabric the HCA is".into(),
+        );
+    };
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let ports = p.cfg.ports;
+    let dev = Mlx5::new(p.cfg, sched.clone()).map_err(|e| e.to_string())?;
+    let sink = dev.sink();
+    for dp in 1..=ports {
+        let node_port = p
+            .port
+            .checked_add(dp - 1)
+            .ok_or_else(|| format!("port={} + {} overflows", p.port, dp - 1))?;
+        let target = RemoteTarget::new(path, node, node_port);
+        let link = RemoteLink::connect(&target, dp, &sink, &sched).map_err(|e| e.to_string())?;
+        dev.attach_port(dp, link).map_err(|e| e.to_string())?;
+    }
+    Ok(dev)
+}
+
 /// A simulated ConnectX as the parameters describe it.
 fn open_mlx5(p: Params) -> Result<Mlx5, String> {
+    if let Some(path) = p.server.clone() {
+        return open_on_server(p, &path);
+    }
     if p.state.is_some() && p.topology.is_none() {
         return Err("state= needs topology= and node=: it saves a fabric's state".into());
     }
@@ -318,7 +381,7 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
             Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string())
         }
         (Some(_), None) => Err("topology= needs node=NAME: the CA node the HCA is".into()),
-        (None, Some(_)) => Err("node= needs topology=FILE or fabric=SPEC".into()),
+        (None, Some(_)) => Err("node= needs topology=FILE, fabric=SPEC or server=PATH".into()),
     }
 }
 
@@ -558,6 +621,135 @@ mod tests {
         ));
         assert!(msg.contains("another fabric"), "{msg}");
         assert!(open_err("sim:state=/tmp/x").contains("state= needs topology="));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn example(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sim/tests/net-examples")
+            .join(name)
+    }
+
+    #[test]
+    fn server_places_the_hca_on_a_served_fabric() {
+        use sim::net::remote::FabricServer;
+        install();
+        let dir = std::env::temp_dir().join(format!("embed-server-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("fabric.sock");
+        let net = Network::new(
+            Fabric::parse_file(example("net.2sw2path4hca")).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Real)),
+        );
+        let server = FabricServer::start(net, &sock).unwrap();
+        let s = sock.display();
+        let one = driver::open(&format!("sim:server={s},node=Hca2")).unwrap();
+        assert_eq!(one.pci_id().device, 0x1017);
+        let two = driver::open(&format!("sim:server={s},node=Hca1,ports=2")).unwrap();
+        assert_eq!(
+            server.attached(),
+            vec![
+                ("Hca1".to_owned(), 1),
+                ("Hca1".to_owned(), 2),
+                ("Hca2".to_owned(), 1)
+            ],
+            "device port p on node port p"
+        );
+        let msg = open_err(&format!("sim:server={s},node=Hca2"));
+        assert!(msg.contains("already has a device"), "{msg}");
+        let msg = open_err(&format!("sim:server={s},node=Hca3,port=2,ports=2"));
+        assert!(msg.contains("no port 3"), "{msg}");
+        drop(one);
+        drop(two);
+        let start = std::time::Instant::now();
+        while !server.attached().is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "devices detach when dropped"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for (spec, says) in [
+            (format!("sim:server={s}"), "needs node="),
+            (
+                format!("sim:server={s},node=Hca1,clock=virtual"),
+                "clock=real",
+            ),
+            (
+                format!("sim:server={s},node=Hca1,topology=x"),
+                "server= and topology=",
+            ),
+            (
+                format!("sim:server={s},node=Hca1,state=x"),
+                "server= and state=",
+            ),
+            (
+                format!("sim:server={s},node=Hca1,fabric=switch:hosts=2"),
+                "server= and fabric=",
+            ),
+            (
+                format!("sim:server={s},node=Hca1,port_state=down"),
+                "server= and port_state=",
+            ),
+            (
+                format!("sim:server={}/none.sock,node=Hca1", dir.display()),
+                "hca sim serve",
+            ),
+        ] {
+            let msg = open_err(&spec);
+            assert!(msg.contains(says), "{spec}: {msg}");
+        }
+        server.shutdown();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn serving_loads_the_state_and_saves_it_at_the_end() {
+        let dir = std::env::temp_dir().join(format!("embed-serving-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let topo = example("net.2sw2path4hca");
+        let state = dir.join("state");
+        // A state with Hca3's LID set, from the same topology.
+        let net = Network::new(
+            Fabric::parse_file(&topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Virtual)),
+        );
+        let p = net.port("Hca3", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(p, 9, 0).unwrap());
+        net.save_state(&state).unwrap();
+        let opts = serve::ServeOptions {
+            topology: topo.clone(),
+            socket: dir.join("s.sock"),
+            state: Some(state.clone()),
+            seed: Some(7),
+        };
+        let serving = serve::Serving::start(&opts).unwrap();
+        let lid = serving.server().network().with_fabric(|f| {
+            f.port(f.port_id(f.node_by_name("Hca3").unwrap(), 1).unwrap())
+                .lid()
+        });
+        assert_eq!(lid, 9, "loaded at start");
+        assert!(opts.socket.exists());
+        // Something changes while it serves: Hca4 gets a LID.
+        let q = serving.server().network().port("Hca4", 1).unwrap();
+        serving
+            .server()
+            .network()
+            .with_fabric_mut(|f| f.set_lid(q, 11, 0).unwrap());
+        serving.stop().unwrap();
+        assert!(!opts.socket.exists(), "the socket is removed");
+        let text = std::fs::read_to_string(&state).unwrap();
+        assert!(
+            text.contains(" lid=9 ") && text.contains(" lid=11 "),
+            "{text}"
+        );
+        // A topology that does not parse.
+        let bad = serve::ServeOptions {
+            topology: dir.join("missing.net"),
+            ..opts
+        };
+        let e = serve::Serving::start(&bad).unwrap_err();
+        assert!(e.to_string().contains("missing.net"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

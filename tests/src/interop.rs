@@ -153,7 +153,8 @@ fn limited(program: &Path) -> Command {
     c
 }
 
-fn run(mut cmd: Command, what: String) -> Run {
+/// Runs `cmd` to its end (its standard input empty), `what` naming it in messages.
+pub fn run_command(mut cmd: Command, what: String) -> Run {
     let start = Instant::now();
     let out: Output = cmd
         .stdin(Stdio::null())
@@ -242,21 +243,27 @@ impl Ours {
     pub fn run(&self, program: &Path, args: &[&str]) -> Run {
         let mut c = self.command(program);
         c.args(args);
-        run(c, format!("ours: {} {}", program.display(), args.join(" ")))
+        run_command(c, format!("ours: {} {}", program.display(), args.join(" ")))
     }
 
     /// The fabric with the saved state loaded, checked as an SM must leave it.
     pub fn check(&self) -> (Fabric, sim::fabric::check::Report) {
         let state = self.state.as_ref().expect("a state file to check");
-        let fabric = Fabric::parse_file(&self.topology).expect("topology parses");
-        let net = sim::net::Network::new(
-            fabric,
-            std::sync::Arc::new(sim::Scheduler::new(sim::ClockMode::Virtual)),
-        );
-        net.load_state(state).expect("the saved state loads");
-        let report = net.with_fabric(sim::fabric::check::check);
-        (net.with_fabric(Clone::clone), report)
+        check_state(&self.topology, state)
     }
+}
+
+/// The fabric of `topology` with the state saved in `state` loaded, checked as an SM must
+/// leave it.
+pub fn check_state(topology: &Path, state: &Path) -> (Fabric, sim::fabric::check::Report) {
+    let fabric = Fabric::parse_file(topology).expect("topology parses");
+    let net = sim::net::Network::new(
+        fabric,
+        std::sync::Arc::new(sim::Scheduler::new(sim::ClockMode::Virtual)),
+    );
+    net.load_state(state).expect("the saved state loads");
+    let report = net.with_fabric(sim::fabric::check::check);
+    (net.with_fabric(Clone::clone), report)
 }
 
 /// An ibsim server on a topology file, with umad2sim clients.
@@ -326,20 +333,32 @@ impl Ibsim {
     /// the file).
     pub fn command(&self, program: &Path, host: &str) -> Command {
         let mut c = limited(program);
+        self.environment(&mut c, host);
+        c
+    }
+
+    /// The command for `program` attached at `host`, not under `timeout`: for a daemon the
+    /// caller stops itself (its pid is the program's).
+    pub fn daemon_command(&self, program: &Path, host: &str) -> Command {
+        let mut c = Command::new(program);
+        self.environment(&mut c, host);
+        c
+    }
+
+    fn environment(&self, c: &mut Command, host: &str) {
         c.env("LD_PRELOAD", UMAD2SIM)
             .env("IBSIM_SOCKNAME", &self.sock)
             .env("SIM_HOST", host)
             .env("OSM_CACHE_DIR", &self.work)
             .env("OSM_TMP_DIR", &self.work)
             .current_dir(&self.work);
-        c
     }
 
     /// Run `program args` attached at `host`.
     pub fn run(&self, program: &Path, host: &str, args: &[&str]) -> Run {
         let mut c = self.command(program, host);
         c.args(args);
-        run(
+        run_command(
             c,
             format!(
                 "ibsim: {} {} (at {host})",
@@ -371,6 +390,28 @@ pub fn normalize_ibnetdiscover(text: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Distinct non-zero LIDs of the switches and CA ports in an ibnetdiscover output: the LIDs
+/// an SM assigned, as ibnetdiscover saw them.
+pub fn ibnetdiscover_lids(text: &str) -> BTreeSet<u16> {
+    let mut lids = BTreeSet::new();
+    for l in text.lines() {
+        // Switch records: "... base port 0 lid N lmc M"; CA ports: "# lid N lmc M ...".
+        let is_switch = l.starts_with("Switch");
+        if !is_switch && !l.starts_with('[') {
+            continue;
+        }
+        let words: Vec<&str> = l.split_whitespace().collect();
+        if let Some(w) = words.windows(2).find(|w| w[0] == "lid") {
+            if let Ok(n) = w[1].parse::<u16>() {
+                if n != 0 && (is_switch || l.contains("lmc")) {
+                    lids.insert(n);
+                }
+            }
+        }
+    }
+    lids
 }
 
 /// A fabric's links as (GUID, port, GUID, port), smaller end first, with the node types

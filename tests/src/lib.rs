@@ -16,7 +16,8 @@
 //!
 //! For the interop tests (`tests/interop_*.rs`): [`interop`] runs Debian's OpenSM and
 //! infiniband-diags on this project's libibumad over a simulated fabric, and the same
-//! programs under ibsim and umad2sim, for comparison.
+//! programs under ibsim and umad2sim, for comparison; [`live`] runs OpenSM as a daemon on a
+//! fabric `hca sim serve` holds (and under ibsim), with the diagnostics beside it.
 //!
 //! For the discovery tests (`tests/discover_*.rs`): [`discover_rig`] puts that ConnectX on a
 //! fabric the test controls, runs `hca-tools`' discovery engine through it, and compares what
@@ -26,6 +27,7 @@ pub mod discover_rig;
 pub mod edu;
 pub mod interop;
 pub mod kmsg;
+pub mod live;
 pub mod mad_fabric;
 pub mod mad_rig;
 pub mod mlx5;

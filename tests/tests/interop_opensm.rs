@@ -88,7 +88,7 @@ fn bring_up(case: &Case, work: &WorkDir) {
     assert!(report.lids > 0);
     assert_eq!(
         report.lids,
-        lids_of(&b.stdout),
+        interop::ibnetdiscover_lids(&b.stdout).len(),
         "{}: LIDs assigned",
         case.name
     );
@@ -105,30 +105,6 @@ fn bring_up(case: &Case, work: &WorkDir) {
         case.name,
         b.stdout
     );
-}
-
-/// Distinct non-zero LIDs of the switches and CA ports in an ibnetdiscover output.
-fn lids_of(text: &str) -> usize {
-    let mut lids = std::collections::BTreeSet::new();
-    for l in text.lines() {
-        // Switch records: "... base port 0 lid N lmc M"; CA ports: "# lid N lmc M ...".
-        let words: Vec<&str> = l.split_whitespace().collect();
-        let is_record = l.starts_with("Switch") || l.starts_with('[');
-        if !is_record {
-            continue;
-        }
-        for w in words.windows(2) {
-            if w[0] == "lid" {
-                if let Ok(n) = w[1].parse::<u16>() {
-                    if n != 0 && (l.starts_with("Switch") || l.contains("lmc")) {
-                        lids.insert(n);
-                    }
-                }
-                break;
-            }
-        }
-    }
-    lids.len()
 }
 
 #[test]

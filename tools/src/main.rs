@@ -96,7 +96,8 @@ enum Command {
     /// Measure MAD round trips (SMP Gets) through the MAD layer: throughput and latency.
     #[command(after_long_help = cmd::bench::HELP)]
     Bench(cmd::bench::Args),
-    /// Tools for the simulated fabric: `hca sim gen` writes topology files.
+    /// Tools for the simulated fabric: `hca sim gen` writes topology files, `hca sim serve`
+    /// shares one fabric between programs.
     #[command(subcommand)]
     Sim(cmd::sim::SimCommand),
 }

@@ -52,12 +52,19 @@
 //! run, so that a lone HCA can loop packets back at once. [`StandaloneInit::Init`] is a port
 //! whose link is up but that no SM configured (LID 0); [`StandaloneInit::Down`] a port with no
 //! cable.
+//!
+//! # Sharing a network between processes
+//!
+//! [`remote`] serves a network over a Unix socket ([`remote::FabricServer`]) to devices in
+//! other processes, which attach through a [`remote::RemoteLink`]: the same [`PortLink`] and
+//! the same delivery rule, one socket away.
 
 mod attach;
 mod drops;
 mod engine;
 mod error;
 mod fault;
+pub mod remote;
 pub mod smi;
 pub mod state_file;
 

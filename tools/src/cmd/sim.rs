@@ -1,9 +1,12 @@
-//! `hca sim ...`: tools for the simulated fabric (`hca sim gen` writes topology files).
+//! `hca sim ...`: tools for the simulated fabric (`hca sim gen` writes topology files,
+//! `hca sim serve` serves one fabric to several programs).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
+use embed::serve::{ExitSignals, ServeOptions, Serving};
 use sim::fabric::generator;
 
 use super::CmdResult;
@@ -33,12 +36,64 @@ Examples:
   hca sim gen fat-tree3:pods=96,leaves=32,hosts=32,spines=16,cores=64 -o ft100k.topo
   hca sim gen switch:hosts=4";
 
+/// Long help of `hca sim serve`.
+pub const SERVE_HELP: &str = "\
+Holds one simulated fabric (the topology file's switches and CAs, with their SMA and PMA)
+and serves it on a Unix socket, so that several programs share it at once: an OpenSM daemon
+on one node, and sminfo, saquery, smpquery or ibnetdiscover on others, as ibsim serves its
+umad2sim clients. Each program is a client: its simulated ConnectX attaches to one CA port
+with the device string sim:server=SOCKET,node=NAME[,port=N]. Time is the wall clock.
+
+The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.sock in the
+temporary directory. A socket a live server answers on is refused; a stale one is replaced.
+SIGINT or SIGTERM stops the server: clients are detached (an SM's IsSM bit is cleared), the
+state is saved to --state, and the socket is removed. A client whose server goes away sees
+its port go Down.
+
+Examples:
+  hca sim serve --topology net &
+  hca run --device sim:server=$XDG_RUNTIME_DIR/hca-fabric.sock,node=Hca1 -- opensm -f sm.log &
+  hca run --device sim:server=$XDG_RUNTIME_DIR/hca-fabric.sock,node=Hca2 -- sminfo
+  hca run --device sim:server=$XDG_RUNTIME_DIR/hca-fabric.sock,node=Hca2 -- saquery";
+
 /// Subcommands of `hca sim`.
 #[derive(Debug, clap::Subcommand)]
 pub enum SimCommand {
     /// Write a generated topology file (fat trees and other regular shapes).
     #[command(after_long_help = GEN_HELP)]
     Gen(GenArgs),
+    /// Serve one simulated fabric to several programs at once (sim:server=SOCKET,node=NAME).
+    #[command(after_long_help = SERVE_HELP)]
+    Serve(ServeArgs),
+}
+
+/// Arguments of `hca sim serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The fabric: a topology file in the ibnetdiscover/ibsim format.
+    #[arg(long, value_name = "FILE")]
+    pub topology: PathBuf,
+
+    /// The socket to listen on (default: $XDG_RUNTIME_DIR/hca-fabric.sock, or
+    /// hca-fabric-$USER.sock in the temporary directory).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Load the fabric's SMA state from FILE if it exists, and save it there on exit.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+
+    /// The seed of the fault generator (decimal, or hex with 0x).
+    #[arg(long, value_name = "N", value_parser = parse_seed)]
+    pub seed: Option<u64>,
+}
+
+fn parse_seed(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s}: {e}"))
 }
 
 /// Arguments of `hca sim gen`.
@@ -57,7 +112,51 @@ pub struct GenArgs {
 pub fn run(cmd: &SimCommand) -> CmdResult {
     match cmd {
         SimCommand::Gen(args) => generate(args),
+        SimCommand::Serve(args) => serve(args),
     }
+}
+
+fn serve(args: &ServeArgs) -> CmdResult {
+    // First, before the server starts its threads, so that they inherit the blocked mask and
+    // the signals reach only the wait below.
+    let signals = ExitSignals::block()?;
+    let opts = ServeOptions {
+        topology: args.topology.clone(),
+        socket: args
+            .socket
+            .clone()
+            .unwrap_or_else(sim::net::remote::default_socket_path),
+        state: args.state.clone(),
+        seed: args.seed,
+    };
+    let serving = Serving::start(&opts)?;
+    let (nodes, cas) = serving.server().network().with_fabric(|f| {
+        let cas = f
+            .node_ids()
+            .filter(|&n| f.node(n).kind() == sim::fabric::NodeType::Ca)
+            .count();
+        (f.node_count(), cas)
+    });
+    eprintln!(
+        "serving {} ({nodes} nodes, {cas} CAs) on {} (pid {}); programs attach with \
+         --device sim:server={},node=NAME; SIGINT or SIGTERM stops it",
+        args.topology.display(),
+        serving.socket().display(),
+        std::process::id(),
+        serving.socket().display(),
+    );
+    let sig = loop {
+        if let Some(sig) = signals.wait(Duration::from_secs(1))? {
+            break sig;
+        }
+    };
+    let name = if sig == 2 { "SIGINT" } else { "SIGTERM" };
+    eprintln!("{name}: stopping the fabric server");
+    serving.stop()?;
+    if let Some(state) = &args.state {
+        eprintln!("saved the fabric's state to {}", state.display());
+    }
+    Ok(())
 }
 
 fn generate(args: &GenArgs) -> CmdResult {

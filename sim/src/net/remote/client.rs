@@ -1,0 +1,474 @@
+//! The client side: a [`PortLink`] whose fabric is a fabric server in another process.
+//!
+//! A reader thread takes the server's frames: deliveries and port changes become events on
+//! the device's [`Scheduler`] (the delivery rule: the device's sink never runs on the
+//! reader's stack, nor on the stack of a call the device made), each followed by
+//! [`Scheduler::notify`] so that a waiting driver wakes; answers go to the call waiting for
+//! them. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
+//! timeout.
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::error::RemoteError;
+use super::sock::send_all;
+use super::wire::{ClientMsg, ServerMsg, VERSION, WireError, read_frame};
+use crate::link::{PortChange, PortLink, PortSink, PortSnapshot};
+use crate::packet::Packet;
+use crate::sched::Scheduler;
+
+/// How long a call waits for the server's answer before the link is declared dead.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// PortInfo:PortState Down.
+const STATE_DOWN: u8 = 1;
+/// PortInfo:PortPhysicalState Polling: no link partner, as with a pulled cable.
+const PHYS_POLLING: u8 = 2;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Where to attach: a server's socket, a CA node's name and one of its ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteTarget {
+    /// The server's socket.
+    pub path: PathBuf,
+    /// The CA node, by its name in the server's topology.
+    pub node: String,
+    /// The node's port (1 and up).
+    pub port: u8,
+    /// How long the attach and every later call may wait for the server.
+    pub timeout: Duration,
+}
+
+impl RemoteTarget {
+    /// Port `port` of `node` on the server at `path`, with [`DEFAULT_TIMEOUT`].
+    pub fn new(path: impl Into<PathBuf>, node: &str, port: u8) -> RemoteTarget {
+        RemoteTarget {
+            path: path.into(),
+            node: node.to_owned(),
+            port,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// What a link has counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Packets sent to the server.
+    pub transmitted: u64,
+    /// Packets the server delivered (scheduled for the device).
+    pub delivered: u64,
+    /// Packets the device transmitted after the link died (dropped).
+    pub dropped: u64,
+}
+
+/// Calls waiting for an answer, and whether the link is dead.
+struct Calls {
+    next: u32,
+    waiting: HashMap<u32, mpsc::Sender<ServerMsg>>,
+    dead: Option<String>,
+}
+
+struct Shared {
+    path: PathBuf,
+    device_port: u8,
+    timeout: Duration,
+    /// For shutting the socket down from any thread.
+    stream: UnixStream,
+    writer: Mutex<UnixStream>,
+    calls: Mutex<Calls>,
+    /// The last snapshot the server gave; what a dead link reports (as Down).
+    last: Mutex<PortSnapshot>,
+    /// The link is being dropped: its end is not news for the device.
+    closing: AtomicBool,
+    sink: Weak<dyn PortSink>,
+    sched: Weak<Scheduler>,
+    transmitted: AtomicU64,
+    delivered: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// A device port attached to a fabric server. Dropping it disconnects (the server detaches
+/// the port and clears the IsSM bit this port set).
+///
+/// # A dead server
+///
+/// When the connection ends (the server stopped or crashed, or it sent a malformed frame) or
+/// a call gets no answer within the timeout, the link is dead for good: the device hears
+/// [`PortChange::Down`] (as an event on its scheduler), [`port_info`](PortLink::port_info)
+/// reports the last state the server gave with PortState Down and PortPhysicalState
+/// Polling (a pulled cable), [`local_mad`](PortLink::local_mad) answers `None` (MAD_IFC
+/// fails), [`transmit`](PortLink::transmit) drops the packet (counted in
+/// [`RemoteStats::dropped`]), and
+/// [`modify_capability_mask`](PortLink::modify_capability_mask) changes nothing and returns
+/// the last mask known. [`RemoteLink::dead`] says why. A new server means a new link (the
+/// program reopens its device).
+pub struct RemoteLink {
+    shared: Arc<Shared>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RemoteLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteLink")
+            .field("path", &self.shared.path)
+            .field("device_port", &self.shared.device_port)
+            .field("dead", &self.dead())
+            .finish_non_exhaustive()
+    }
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> RemoteError + 'a {
+    move |source| RemoteError::Io {
+        path: path.to_owned(),
+        what,
+        source,
+    }
+}
+
+impl RemoteLink {
+    /// Attaches to `target` for the device port `device_port`: packets and port changes from
+    /// the server reach `sink` (held weakly; the device owns it) as events on `sched` (the
+    /// device's scheduler), with `device_port` as their port.
+    pub fn connect(
+        target: &RemoteTarget,
+        device_port: u8,
+        sink: &Arc<dyn PortSink>,
+        sched: &Arc<Scheduler>,
+    ) -> Result<Arc<RemoteLink>, RemoteError> {
+        let path = target.path.as_path();
+        let stream = UnixStream::connect(path).map_err(io(path, "connecting"))?;
+        stream
+            .set_write_timeout(Some(target.timeout))
+            .map_err(io(path, "setting a timeout"))?;
+        stream
+            .set_read_timeout(Some(target.timeout))
+            .map_err(io(path, "setting a timeout"))?;
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: target.node.clone(),
+            port: target.port,
+        };
+        send_all(&stream, &attach.encode()).map_err(io(path, "sending the attach"))?;
+        let body = match read_frame(&mut &stream) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                return Err(RemoteError::Closed {
+                    path: path.to_owned(),
+                });
+            }
+            Err(WireError::Io { kind, message }) => {
+                return Err(RemoteError::Io {
+                    path: path.to_owned(),
+                    what: "waiting for the attach's answer",
+                    source: std::io::Error::new(kind, message),
+                });
+            }
+            Err(source) => {
+                return Err(RemoteError::Malformed {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        match ServerMsg::decode(&body) {
+            Ok(ServerMsg::Attached { version }) if version == VERSION => {}
+            Ok(ServerMsg::Refused { code, message }) => {
+                return Err(RemoteError::Refused {
+                    path: path.to_owned(),
+                    node: target.node.clone(),
+                    port: target.port,
+                    code,
+                    message,
+                });
+            }
+            Ok(other) => {
+                return Err(RemoteError::Unexpected {
+                    path: path.to_owned(),
+                    got: format!("{other:?}"),
+                });
+            }
+            Err(source) => {
+                return Err(RemoteError::Malformed {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        }
+        stream
+            .set_read_timeout(None)
+            .map_err(io(path, "clearing the read timeout"))?;
+        let shared = Arc::new(Shared {
+            path: path.to_owned(),
+            device_port,
+            timeout: target.timeout,
+            writer: Mutex::new(stream.try_clone().map_err(io(path, "cloning the socket"))?),
+            stream,
+            calls: Mutex::new(Calls {
+                next: 0,
+                waiting: HashMap::new(),
+                dead: None,
+            }),
+            last: Mutex::new(PortSnapshot::default()),
+            closing: AtomicBool::new(false),
+            sink: Arc::downgrade(sink),
+            sched: Arc::downgrade(sched),
+            transmitted: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        });
+        let reader_stream = shared
+            .stream
+            .try_clone()
+            .map_err(io(path, "cloning the socket"))?;
+        let s = shared.clone();
+        let reader = std::thread::Builder::new()
+            .name(format!("fabric-link-{device_port}"))
+            .spawn(move || read_loop(&s, &reader_stream))
+            .map_err(io(path, "starting the reader thread"))?;
+        Ok(Arc::new(RemoteLink {
+            shared,
+            reader: Mutex::new(Some(reader)),
+        }))
+    }
+
+    /// Why the link is dead, or `None` while it is alive.
+    pub fn dead(&self) -> Option<String> {
+        lock(&self.shared.calls).dead.clone()
+    }
+
+    /// What the link has counted.
+    pub fn stats(&self) -> RemoteStats {
+        let s = &self.shared;
+        RemoteStats {
+            transmitted: s.transmitted.load(Ordering::Relaxed),
+            delivered: s.delivered.load(Ordering::Relaxed),
+            dropped: s.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The server's socket.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// A call: `make(id)` is sent, and the answer with that id awaited. `None` if the link is
+    /// dead or dies meanwhile.
+    fn call(&self, make: impl FnOnce(u32) -> ClientMsg) -> Option<ServerMsg> {
+        let s = &self.shared;
+        let (tx, rx) = mpsc::channel();
+        let id = {
+            let mut c = lock(&s.calls);
+            if c.dead.is_some() {
+                return None;
+            }
+            c.next = c.next.wrapping_add(1);
+            let id = c.next;
+            c.waiting.insert(id, tx);
+            id
+        };
+        if let Err(e) = s.send(&make(id)) {
+            s.die(&format!("writing to the server failed: {e}"));
+            return None;
+        }
+        match rx.recv_timeout(s.timeout) {
+            Ok(m) => Some(m),
+            Err(RecvTimeoutError::Timeout) => {
+                s.die(&format!("the server did not answer within {:?}", s.timeout));
+                None
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    fn down_snapshot(&self) -> PortSnapshot {
+        let mut s = *lock(&self.shared.last);
+        s.state = STATE_DOWN;
+        s.phys_state = PHYS_POLLING;
+        s
+    }
+}
+
+impl Shared {
+    fn send(&self, msg: &ClientMsg) -> std::io::Result<()> {
+        send_all(&lock(&self.writer), &msg.encode())
+    }
+
+    /// The link is dead: fail the waiting calls, close the socket, and (unless the link is
+    /// being dropped) tell the device its port went down, through its scheduler.
+    fn die(&self, reason: &str) {
+        let waiting = {
+            let mut c = lock(&self.calls);
+            if c.dead.is_some() {
+                return;
+            }
+            c.dead = Some(reason.to_owned());
+            std::mem::take(&mut c.waiting)
+        };
+        // Dropping the senders ends every waiting call.
+        drop(waiting);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        tracing::warn!(
+            "fabric link to {} (device port {}) is down: {reason}",
+            self.path.display(),
+            self.device_port
+        );
+        self.schedule(move |sink, port| sink.port_changed(port, PortChange::Down));
+    }
+
+    /// Runs `f` on the device's sink as an event on its scheduler, then wakes its driver.
+    fn schedule(&self, f: impl FnOnce(&dyn PortSink, u8) + Send + 'static) {
+        let Some(sched) = self.sched.upgrade() else {
+            return;
+        };
+        let sink = self.sink.clone();
+        let weak = self.sched.clone();
+        let port = self.device_port;
+        sched.schedule_at(
+            sched.now(),
+            Box::new(move || {
+                if let Some(s) = sink.upgrade() {
+                    f(s.as_ref(), port);
+                }
+                if let Some(s) = weak.upgrade() {
+                    s.notify();
+                }
+            }),
+        );
+    }
+}
+
+/// The reader thread: the server's frames until the connection ends.
+fn read_loop(s: &Shared, mut stream: &UnixStream) {
+    loop {
+        let body = match read_frame(&mut stream) {
+            Ok(Some(b)) => b,
+            Ok(None) => return s.die("the server closed the connection"),
+            Err(e) => return s.die(&format!("reading from the server: {e}")),
+        };
+        match ServerMsg::decode(&body) {
+            Ok(ServerMsg::Deliver(p)) => {
+                s.delivered.fetch_add(1, Ordering::Relaxed);
+                s.schedule(move |sink, port| sink.deliver(port, p));
+            }
+            Ok(ServerMsg::PortChanged(c)) => {
+                s.schedule(move |sink, port| sink.port_changed(port, c));
+            }
+            Ok(
+                m @ (ServerMsg::MadAnswer { id, .. }
+                | ServerMsg::PortInfo { id, .. }
+                | ServerMsg::CapMask { id, .. }),
+            ) => {
+                let waiter = lock(&s.calls).waiting.remove(&id);
+                match waiter {
+                    Some(tx) => {
+                        let _ = tx.send(m);
+                    }
+                    None => {
+                        return s.die(&format!(
+                            "the server answered call {id}, which is not waiting"
+                        ));
+                    }
+                }
+            }
+            Ok(ServerMsg::Refused { message, .. }) => {
+                return s.die(&format!("the server ended the link: {message}"));
+            }
+            Ok(ServerMsg::Attached { .. }) => {
+                return s.die("the server sent a second ATTACHED");
+            }
+            Err(e) => return s.die(&format!("the server sent a malformed frame: {e}")),
+        }
+    }
+}
+
+impl PortLink for RemoteLink {
+    fn transmit(&self, packet: Packet) {
+        let s = &self.shared;
+        if lock(&s.calls).dead.is_some() {
+            s.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match s.send(&ClientMsg::Transmit(packet)) {
+            Ok(()) => {
+                s.transmitted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                s.dropped.fetch_add(1, Ordering::Relaxed);
+                s.die(&format!("writing to the server failed: {e}"));
+            }
+        }
+    }
+
+    fn local_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Option<[u8; 256]> {
+        match self.call(|id| ClientMsg::LocalMad {
+            id,
+            ignore_mkey,
+            mad: Box::new(*mad),
+        })? {
+            ServerMsg::MadAnswer { mad, .. } => mad.map(|m| *m),
+            other => {
+                self.shared
+                    .die(&format!("the server answered LOCAL_MAD with {other:?}"));
+                None
+            }
+        }
+    }
+
+    fn port_info(&self) -> PortSnapshot {
+        match self.call(|id| ClientMsg::PortInfo { id }) {
+            Some(ServerMsg::PortInfo { snapshot, .. }) => {
+                *lock(&self.shared.last) = snapshot;
+                snapshot
+            }
+            Some(other) => {
+                self.shared
+                    .die(&format!("the server answered PORT_INFO with {other:?}"));
+                self.down_snapshot()
+            }
+            None => self.down_snapshot(),
+        }
+    }
+
+    fn modify_capability_mask(&self, set: u32, clear: u32) -> u32 {
+        match self.call(|id| ClientMsg::ModifyCapMask { id, set, clear }) {
+            Some(ServerMsg::CapMask { mask, .. }) => {
+                lock(&self.shared.last).capability_mask = mask;
+                mask
+            }
+            Some(other) => {
+                self.shared.die(&format!(
+                    "the server answered MODIFY_CAP_MASK with {other:?}"
+                ));
+                lock(&self.shared.last).capability_mask
+            }
+            None => lock(&self.shared.last).capability_mask,
+        }
+    }
+}
+
+impl Drop for RemoteLink {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        self.shared.die("the link was dropped");
+        if let Some(t) = lock(&self.reader).take() {
+            // The last handle may go on the reader's own thread only if a scheduled event
+            // dropped the device there, which events never do; guard anyway.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}

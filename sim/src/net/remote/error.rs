@@ -1,0 +1,90 @@
+//! Why starting a fabric server, or attaching to one, failed.
+
+use std::path::PathBuf;
+
+use super::wire::{RefuseCode, WireError};
+
+/// What went wrong between a fabric server and a client.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// A socket operation failed.
+    #[error("fabric server socket {path}: {what}: {source}{}", hint(source))]
+    Io {
+        /// The socket's path.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another server answers on the path.
+    #[error(
+        "a fabric server is already listening on {path}: stop it, or give this one another \
+         socket path"
+    )]
+    Live {
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// The path exists and is not a socket; the server does not remove such a file.
+    #[error("{path} exists and is not a socket: remove it or choose another socket path")]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The server refused the attach.
+    #[error("the fabric server at {path} refused to attach {node:?} port {port}: {message}")]
+    Refused {
+        /// The socket's path.
+        path: PathBuf,
+        /// The node asked for.
+        node: String,
+        /// The port asked for.
+        port: u8,
+        /// Why, as a code.
+        code: RefuseCode,
+        /// Why, in the server's words.
+        message: String,
+    },
+    /// The server sent something that is not this protocol.
+    #[error("the fabric server at {path} sent a malformed frame: {source}")]
+    Malformed {
+        /// The socket's path.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: WireError,
+    },
+    /// The server sent a frame out of turn during the attach.
+    #[error("the fabric server at {path} answered the attach with {got}")]
+    Unexpected {
+        /// The socket's path.
+        path: PathBuf,
+        /// What came instead.
+        got: String,
+    },
+    /// The server closed the connection before answering.
+    #[error("the fabric server at {path} closed the connection before answering the attach")]
+    Closed {
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// The network behind the server runs on virtual time, which only a driver waiting on it
+    /// moves; a server of many processes needs the wall clock.
+    #[error("a fabric server needs a network on real time (ClockMode::Real)")]
+    VirtualClock,
+}
+
+/// A hint for the errors users meet first.
+fn hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            " (is `hca sim serve` running on this socket?)"
+        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            " (the server did not answer in time)"
+        }
+        _ => "",
+    }
+}

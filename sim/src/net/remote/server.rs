@@ -1,0 +1,589 @@
+//! The fabric server: one [`Network`] served to client processes over a Unix stream socket.
+//!
+//! Threads: one accepts connections; one runs the network's scheduler (every delivery and
+//! port change is a scheduler event, so this thread is what moves packets between clients);
+//! each client has a reader (its frames, answered under the network's lock) and a writer (the
+//! frames for it, from a bounded queue, so a client that stops reading can hold up only
+//! itself: when its queue is full, packets for it are dropped and counted, as a full
+//! receive queue drops them on hardware).
+
+use std::collections::HashMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::error::RemoteError;
+use super::sock::send_all;
+use super::wire::{ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame};
+use crate::clock::ClockMode;
+use crate::link::{PortChange, PortLink, PortSink};
+use crate::net::{AttachedPort, NetError, Network};
+use crate::packet::Packet;
+
+/// Frames waiting for one client before packets for it are dropped.
+pub const CLIENT_QUEUE: usize = 16 * 1024;
+/// How long a new connection may take to send its ATTACH, and a write to a client may block.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the scheduler thread looks at the stop flag when nothing happens.
+const CLOCK_TICK: Duration = Duration::from_millis(200);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the server has seen since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Attaches granted.
+    pub attaches: u64,
+    /// Connections refused (bad attach, version, malformed or out-of-turn frames).
+    pub refused: u64,
+    /// Connections closed for a malformed frame (also counted in `refused`).
+    pub malformed: u64,
+    /// Packets and port changes dropped because a client's queue was full.
+    pub queue_drops: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    attaches: AtomicU64,
+    refused: AtomicU64,
+    malformed: AtomicU64,
+    queue_drops: AtomicU64,
+}
+
+/// A connection's thread and a handle on its socket (to close it at shutdown).
+struct Conn {
+    stream: UnixStream,
+    thread: JoinHandle<()>,
+}
+
+/// What the server's threads share.
+struct Shared {
+    net: Network,
+    stop: AtomicBool,
+    conns: Mutex<Vec<Conn>>,
+    /// Attached clients by connection number: node name and port.
+    attached: Mutex<HashMap<u64, (String, u8)>>,
+    next_conn: AtomicU64,
+    counters: Counters,
+}
+
+/// A running fabric server. Dropping it (or [`FabricServer::shutdown`]) stops it: every
+/// client is disconnected (detached, IsSM cleared), every thread joined, and the socket file
+/// removed if it is still the one this server made.
+pub struct FabricServer {
+    shared: Arc<Shared>,
+    path: PathBuf,
+    /// Device and inode of the socket file this server bound.
+    identity: (u64, u64),
+    accept: Option<JoinHandle<()>>,
+    clock: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for FabricServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricServer")
+            .field("path", &self.path)
+            .field("attached", &self.attached())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes `path` free for a new socket: nothing there, or a socket nobody answers on (a server
+/// that died without removing it), which is removed. A live socket or another kind of file is
+/// an error.
+fn claim(path: &Path) -> Result<(), RemoteError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(RemoteError::Io {
+                path: path.to_owned(),
+                what: "looking at the socket path",
+                source: e,
+            });
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(RemoteError::NotASocket {
+            path: path.to_owned(),
+        });
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(RemoteError::Live {
+            path: path.to_owned(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            tracing::info!(path = %path.display(), "removing a stale fabric server socket");
+            std::fs::remove_file(path).map_err(|e| RemoteError::Io {
+                path: path.to_owned(),
+                what: "removing a stale socket",
+                source: e,
+            })
+        }
+        Err(e) => Err(RemoteError::Io {
+            path: path.to_owned(),
+            what: "checking whether a server answers",
+            source: e,
+        }),
+    }
+}
+
+impl FabricServer {
+    /// Serves `net` on a new socket at `path`. Refuses a path where a server answers
+    /// ([`RemoteError::Live`]) or that is not a socket; replaces a stale socket. The network
+    /// must run on real time.
+    pub fn start(net: Network, path: &Path) -> Result<FabricServer, RemoteError> {
+        if net.scheduler().clock().mode() != ClockMode::Real {
+            return Err(RemoteError::VirtualClock);
+        }
+        claim(path)?;
+        let listener = UnixListener::bind(path).map_err(|e| RemoteError::Io {
+            path: path.to_owned(),
+            what: "binding",
+            source: e,
+        })?;
+        let meta = std::fs::symlink_metadata(path).map_err(|e| RemoteError::Io {
+            path: path.to_owned(),
+            what: "looking at the new socket",
+            source: e,
+        })?;
+        let shared = Arc::new(Shared {
+            net,
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
+            attached: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            counters: Counters::default(),
+        });
+        let spawn_err = |e| RemoteError::Io {
+            path: path.to_owned(),
+            what: "starting a server thread",
+            source: e,
+        };
+        let s = shared.clone();
+        let clock = std::thread::Builder::new()
+            .name("fabric-clock".into())
+            .spawn(move || run_clock(&s))
+            .map_err(spawn_err)?;
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("fabric-accept".into())
+            .spawn(move || accept_loop(&s, &listener));
+        let mut server = FabricServer {
+            shared,
+            path: path.to_owned(),
+            identity: (meta.dev(), meta.ino()),
+            accept: None,
+            clock: Some(clock),
+        };
+        server.accept = Some(accept.map_err(spawn_err)?);
+        tracing::info!(path = %path.display(), "fabric server listening");
+        Ok(server)
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The network served.
+    pub fn network(&self) -> &Network {
+        &self.shared.net
+    }
+
+    /// The clients attached now: node name and port, sorted.
+    pub fn attached(&self) -> Vec<(String, u8)> {
+        let mut v: Vec<(String, u8)> = lock(&self.shared.attached).values().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// What the server has counted.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.shared.counters;
+        ServerStats {
+            connections: c.connections.load(Ordering::Relaxed),
+            attaches: c.attaches.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            malformed: c.malformed.load(Ordering::Relaxed),
+            queue_drops: c.queue_drops.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the server (what dropping it does), for callers that want to say so.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // The accept thread is blocked in accept(): a connection of our own wakes it.
+        let woke = UnixStream::connect(&self.path).is_ok();
+        if let Some(t) = self.accept.take() {
+            if woke {
+                let _ = t.join();
+            } else {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    "cannot reach the server socket to stop its accept thread (was the file \
+                     removed?); leaving the thread"
+                );
+            }
+        }
+        self.shared
+            .net
+            .scheduler()
+            .schedule_in(Duration::ZERO, Box::new(|| {}));
+        if let Some(t) = self.clock.take() {
+            let _ = t.join();
+        }
+        let conns = std::mem::take(&mut *lock(&self.shared.conns));
+        for c in &conns {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+        for c in conns {
+            let _ = c.thread.join();
+        }
+        // Only the socket this server bound: another server may have replaced the file.
+        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+            if (m.dev(), m.ino()) == self.identity {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+        tracing::info!(path = %self.path.display(), "fabric server stopped");
+    }
+}
+
+impl Drop for FabricServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the network's scheduler until the server stops: deliveries to clients happen here.
+fn run_clock(shared: &Shared) {
+    let sched = shared.net.scheduler();
+    while !shared.stop.load(Ordering::SeqCst) {
+        sched.run_until(sched.now() + CLOCK_TICK);
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                if shared.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                // Out of file descriptors and the like: wait rather than spin.
+                tracing::warn!("fabric server: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+        let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        let Ok(handle) = stream.try_clone() else {
+            tracing::warn!("fabric server: cannot clone connection {id}; closing it");
+            continue;
+        };
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("fabric-client-{id}"))
+            .spawn(move || serve(&s, id, &stream));
+        let mut conns = lock(&shared.conns);
+        conns.retain(|c| !c.thread.is_finished());
+        match thread {
+            Ok(thread) => conns.push(Conn {
+                stream: handle,
+                thread,
+            }),
+            Err(e) => tracing::warn!("fabric server: no thread for connection {id}: {e}"),
+        }
+    }
+}
+
+/// What the network holds to reach one client: its queue.
+struct ClientSink {
+    tx: SyncSender<ServerMsg>,
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl ClientSink {
+    fn push(&self, msg: ServerMsg) {
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(msg) {
+            let n = self
+                .shared
+                .counters
+                .queue_drops
+                .fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    "fabric server: client {} does not read; {} frames dropped so far",
+                    self.id,
+                    n + 1
+                );
+            }
+        }
+    }
+}
+
+impl PortSink for ClientSink {
+    fn deliver(&self, _port: u8, packet: Packet) {
+        self.push(ServerMsg::Deliver(packet));
+    }
+
+    fn port_changed(&self, _port: u8, change: PortChange) {
+        self.push(ServerMsg::PortChanged(change));
+    }
+}
+
+/// Writes `msg` straight to a connection that has no writer thread yet (refusals during the
+/// attach).
+fn refuse_now(shared: &Shared, stream: &UnixStream, code: RefuseCode, message: &str) {
+    shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+    let msg = ServerMsg::Refused {
+        code,
+        message: message.to_owned(),
+    };
+    let _ = send_all(stream, &msg.encode());
+}
+
+fn refusal_of(e: &NetError) -> RefuseCode {
+    match e {
+        NetError::NoSuchNode { .. } | NetError::NoSuchNodeId { .. } => RefuseCode::UnknownNode,
+        NetError::NoSuchPort { .. } => RefuseCode::NoSuchPort,
+        NetError::NotACa { .. } => RefuseCode::NotACa,
+        NetError::AlreadyAttached { .. } => RefuseCode::PortTaken,
+        _ => RefuseCode::Protocol,
+    }
+}
+
+/// The first frame of a connection: (node, port) of a valid ATTACH, or the refusal sent.
+fn handshake(shared: &Shared, id: u64, stream: &UnixStream) -> Option<(String, u8)> {
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let body = match read_frame(&mut &*stream) {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            tracing::debug!("fabric server: connection {id} closed before attaching");
+            return None;
+        }
+        Err(e) => {
+            if !shared.stop.load(Ordering::SeqCst) {
+                tracing::warn!("fabric server: connection {id}: {e}; closing it");
+                shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
+                refuse_now(shared, stream, RefuseCode::Malformed, &e.to_string());
+            }
+            return None;
+        }
+    };
+    match ClientMsg::decode(&body) {
+        Ok(ClientMsg::Attach {
+            version,
+            node,
+            port,
+        }) => {
+            if version != VERSION {
+                let m = format!(
+                    "this server speaks protocol version {VERSION}, the client {version}: use \
+                     the same build of hca for both"
+                );
+                tracing::warn!("fabric server: connection {id}: {m}");
+                refuse_now(shared, stream, RefuseCode::Version, &m);
+                return None;
+            }
+            if shared.stop.load(Ordering::SeqCst) {
+                refuse_now(
+                    shared,
+                    stream,
+                    RefuseCode::ShuttingDown,
+                    "the server is stopping",
+                );
+                return None;
+            }
+            Some((node, port))
+        }
+        Ok(other) => {
+            let m = format!("the first frame must be ATTACH, not {}", kind(&other));
+            tracing::warn!("fabric server: connection {id}: {m}; closing it");
+            refuse_now(shared, stream, RefuseCode::Protocol, &m);
+            None
+        }
+        Err(e) => {
+            tracing::warn!("fabric server: connection {id}: {e}; closing it");
+            shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            refuse_now(shared, stream, RefuseCode::Malformed, &e.to_string());
+            None
+        }
+    }
+}
+
+fn kind(m: &ClientMsg) -> &'static str {
+    match m {
+        ClientMsg::Attach { .. } => "ATTACH",
+        ClientMsg::Transmit(_) => "TRANSMIT",
+        ClientMsg::LocalMad { .. } => "LOCAL_MAD",
+        ClientMsg::PortInfo { .. } => "PORT_INFO",
+        ClientMsg::ModifyCapMask { .. } => "MODIFY_CAP_MASK",
+    }
+}
+
+/// One connection, from its ATTACH to its end.
+fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
+    let Some((node, port)) = handshake(shared, id, stream) else {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    };
+    let (tx, rx) = sync_channel(CLIENT_QUEUE);
+    let sink: Arc<dyn PortSink> = Arc::new(ClientSink {
+        tx: tx.clone(),
+        shared: shared.clone(),
+        id,
+    });
+    let link = match shared.net.attach_port(node.as_str(), port, &sink) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::info!("fabric server: connection {id} refused: {e}");
+            refuse_now(shared, stream, refusal_of(&e), &e.to_string());
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    };
+    let writer = match stream.try_clone().map(|w| {
+        std::thread::Builder::new()
+            .name(format!("fabric-write-{id}"))
+            .spawn(move || write_loop(&w, &rx))
+    }) {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) | Err(e) => {
+            tracing::warn!("fabric server: connection {id}: no writer: {e}");
+            refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
+            return;
+        }
+    };
+    shared.counters.attaches.fetch_add(1, Ordering::Relaxed);
+    lock(&shared.attached).insert(id, (node.clone(), port));
+    tracing::info!("fabric server: connection {id} attached at {node:?} port {port}");
+    let _ = tx.send(ServerMsg::Attached { version: VERSION });
+    let _ = stream.set_read_timeout(None);
+    let why = read_loop(shared, id, stream, &link, &tx);
+    // Detach first (the network forgets the client and clears the IsSM it set), then let the
+    // writer drain what is queued and end.
+    drop(link);
+    lock(&shared.attached).remove(&id);
+    drop(sink);
+    drop(tx);
+    let _ = writer.join();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    tracing::info!("fabric server: connection {id} ({node:?} port {port}) detached: {why}");
+}
+
+/// Answers a client's frames until it disconnects or misbehaves; returns why it ended.
+fn read_loop(
+    shared: &Shared,
+    id: u64,
+    stream: &UnixStream,
+    link: &AttachedPort,
+    tx: &SyncSender<ServerMsg>,
+) -> String {
+    loop {
+        let body = match read_frame(&mut &*stream) {
+            Ok(Some(b)) => b,
+            Ok(None) => return "disconnected".into(),
+            Err(e) => {
+                if shared.stop.load(Ordering::SeqCst) {
+                    return "the server is stopping".into();
+                }
+                if matches!(e, WireError::Io { .. }) {
+                    return e.to_string();
+                }
+                return malformed(shared, id, tx, &e);
+            }
+        };
+        let msg = match ClientMsg::decode(&body) {
+            Ok(m) => m,
+            Err(e) => return malformed(shared, id, tx, &e),
+        };
+        let answer = match msg {
+            ClientMsg::Transmit(p) => {
+                link.transmit(p);
+                continue;
+            }
+            ClientMsg::LocalMad {
+                id: rid,
+                ignore_mkey,
+                mad,
+            } => ServerMsg::MadAnswer {
+                id: rid,
+                mad: link.local_mad(&mad, ignore_mkey).map(Box::new),
+            },
+            ClientMsg::PortInfo { id: rid } => ServerMsg::PortInfo {
+                id: rid,
+                snapshot: link.port_info(),
+            },
+            ClientMsg::ModifyCapMask {
+                id: rid,
+                set,
+                clear,
+            } => ServerMsg::CapMask {
+                id: rid,
+                mask: link.modify_capability_mask(set, clear),
+            },
+            ClientMsg::Attach { .. } => {
+                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                let m = "ATTACH on a connection already attached: one port per connection";
+                tracing::warn!("fabric server: connection {id}: {m}; closing it");
+                let _ = tx.send(ServerMsg::Refused {
+                    code: RefuseCode::Protocol,
+                    message: m.into(),
+                });
+                return m.into();
+            }
+        };
+        // Answers wait for room (they are what the client is blocked on).
+        if tx.send(answer).is_err() {
+            return "its writer ended".into();
+        }
+    }
+}
+
+fn malformed(shared: &Shared, id: u64, tx: &SyncSender<ServerMsg>, e: &WireError) -> String {
+    tracing::warn!("fabric server: connection {id}: malformed frame: {e}; closing it");
+    shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
+    shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+    let _ = tx.send(ServerMsg::Refused {
+        code: RefuseCode::Malformed,
+        message: e.to_string(),
+    });
+    format!("malformed frame: {e}")
+}
+
+/// Sends a client its frames until every sender is gone or the socket fails.
+fn write_loop(stream: &UnixStream, rx: &Receiver<ServerMsg>) {
+    for msg in rx {
+        if let Err(e) = send_all(stream, &msg.encode()) {
+            tracing::debug!("fabric server: writing to a client: {e}");
+            // The reader sees the connection end and detaches the client.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}

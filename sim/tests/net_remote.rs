@@ -1,0 +1,666 @@
+//! The fabric server and its remote links, in one process over a socket in a temporary
+//! directory: attach (and the refusals), transmit and deliver between two clients and from a
+//! simulated node, local MADs, port info, the capability mask, port changes, disconnects
+//! (detached, IsSM cleared, the port free again), malformed and out-of-turn frames refused
+//! without harm to other clients, a dead server as the device sees it, the socket's life
+//! (a live one refused, a stale one replaced, removed at the end), and the delivery rule.
+
+mod netutil;
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
+use mad_wire::attr::port_info::cap_mask;
+use mad_wire::{attr_id, method, status};
+use netutil::{data, dr_smp, local_get, smp_of};
+use sim::fabric::Fabric;
+use sim::link::{PortChange, PortLink, PortSink};
+use sim::net::Network;
+use sim::net::remote::wire::{self, ClientMsg, ServerMsg};
+use sim::net::remote::{FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget};
+use sim::packet::Packet;
+use sim::{ClockMode, Scheduler};
+
+/// How long a test waits for something that should happen at once.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A directory of its own, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "sim-remote-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A real-time network on ibsim's `net.2sw2path4hca` (Hca1..Hca4 on two switches).
+fn fabric() -> Network {
+    let f = Fabric::parse_file(data("net-examples/net.2sw2path4hca")).unwrap();
+    Network::new(f, Arc::new(Scheduler::new(ClockMode::Real)))
+}
+
+fn serve(dir: &TempDir) -> FabricServer {
+    FabricServer::start(fabric(), &dir.join("fabric.sock")).unwrap()
+}
+
+/// A device that records what reaches it, and on which thread.
+#[derive(Default)]
+struct Recorder {
+    packets: Mutex<Vec<(u8, Packet, ThreadId)>>,
+    changes: Mutex<Vec<(u8, PortChange, ThreadId)>>,
+}
+
+impl PortSink for Recorder {
+    fn deliver(&self, port: u8, packet: Packet) {
+        let t = std::thread::current().id();
+        self.packets.lock().unwrap().push((port, packet, t));
+    }
+
+    fn port_changed(&self, port: u8, change: PortChange) {
+        let t = std::thread::current().id();
+        self.changes.lock().unwrap().push((port, change, t));
+    }
+}
+
+/// A client process's side: its device (a recorder), its scheduler, its link.
+struct Client {
+    rec: Arc<Recorder>,
+    _sink: Arc<dyn PortSink>,
+    sched: Arc<Scheduler>,
+    link: Arc<RemoteLink>,
+}
+
+fn try_connect(path: &Path, node: &str, port: u8) -> Result<Client, RemoteError> {
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let link = RemoteLink::connect(&RemoteTarget::new(path, node, port), 1, &sink, &sched)?;
+    Ok(Client {
+        rec,
+        _sink: sink,
+        sched,
+        link,
+    })
+}
+
+fn connect(server: &FabricServer, node: &str) -> Client {
+    try_connect(server.path(), node, 1).unwrap()
+}
+
+impl Client {
+    /// Runs the client's scheduler (as its driver's wait would) until `done` or the patience
+    /// runs out.
+    fn run_until(&self, mut done: impl FnMut(&Recorder) -> bool) -> bool {
+        let end = Instant::now() + PATIENCE;
+        while !done(&self.rec) {
+            if Instant::now() > end {
+                return false;
+            }
+            self.sched
+                .run_until(self.sched.now() + Duration::from_millis(50));
+        }
+        true
+    }
+
+    /// Waits for `n` packets in all and takes them.
+    fn packets(&self, n: usize) -> Vec<(u8, Packet, ThreadId)> {
+        assert!(
+            self.run_until(|r| r.packets.lock().unwrap().len() >= n),
+            "{n} packets within {PATIENCE:?}; got {}",
+            self.rec.packets.lock().unwrap().len()
+        );
+        std::mem::take(&mut *self.rec.packets.lock().unwrap())
+    }
+
+    /// Waits for a port change and takes the changes.
+    fn changes(&self) -> Vec<(u8, PortChange, ThreadId)> {
+        assert!(
+            self.run_until(|r| !r.changes.lock().unwrap().is_empty()),
+            "a port change within {PATIENCE:?}"
+        );
+        std::mem::take(&mut *self.rec.changes.lock().unwrap())
+    }
+}
+
+/// Polls `f` until it holds or the patience runs out.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + PATIENCE;
+    while !f() {
+        assert!(Instant::now() < end, "{what} within {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A raw connection speaking frames by hand.
+struct Raw(UnixStream);
+
+impl Raw {
+    fn new(path: &Path) -> Raw {
+        let s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        Raw(s)
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.0.write_all(bytes).unwrap();
+    }
+
+    fn attach(&mut self, node: &str, port: u8) -> ServerMsg {
+        self.send(
+            &ClientMsg::Attach {
+                version: wire::VERSION,
+                node: node.into(),
+                port,
+            }
+            .encode(),
+        );
+        self.next().expect("an answer to ATTACH")
+    }
+
+    /// The next frame, or `None` when the server closed the connection.
+    fn next(&mut self) -> Option<ServerMsg> {
+        let body = wire::read_frame(&mut self.0).expect("a whole frame")?;
+        Some(ServerMsg::decode(&body).expect("the server's frames are well formed"))
+    }
+
+    /// The refusal that must come, then the end of the connection.
+    #[track_caller]
+    fn refused(&mut self) -> (RefuseCode, String) {
+        match self.next() {
+            Some(ServerMsg::Refused { code, message }) => {
+                let mut rest = Vec::new();
+                let n = self.0.read_to_end(&mut rest).unwrap();
+                assert_eq!(n, 0, "the server closes after REFUSED");
+                (code, message)
+            }
+            other => panic!("expected REFUSED, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_client_sees_its_port_as_the_server_holds_it() {
+    let dir = TempDir::new("portinfo");
+    let server = serve(&dir);
+    let c = connect(&server, "Hca2");
+    let s = c.link.port_info();
+    // ibsim's GUID scheme: Hca1 0x100000 (ports +1, +2), Hca2 0x100003, its port 1 0x100004.
+    assert_eq!(s.node_guid, 0x10_0003);
+    assert_eq!(s.port_guid, 0x10_0004);
+    assert_eq!(
+        (s.state, s.phys_state, s.lid),
+        (2, 5, 0),
+        "Init, LinkUp, no SM yet"
+    );
+    let local = server.network().with_fabric(|f| {
+        let p = f.port_id(f.node_by_name("Hca2").unwrap(), 1).unwrap();
+        (f.port(p).guid(), f.port(p).state.capability_mask)
+    });
+    assert_eq!((s.port_guid, s.capability_mask), local);
+    assert_eq!(server.attached(), vec![("Hca2".to_owned(), 1)]);
+    let st = server.stats();
+    assert_eq!((st.connections, st.attaches, st.refused), (1, 1, 0));
+}
+
+#[test]
+fn local_mad_is_answered_by_the_sma_of_the_clients_node() {
+    let dir = TempDir::new("localmad");
+    let server = serve(&dir);
+    let c = connect(&server, "Hca3");
+    let resp = c
+        .link
+        .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), false)
+        .expect("the SMA answers NodeInfo");
+    let smp = smp_of(&Packet {
+        mad: Box::new(resp),
+        ..dr_smp(method::GET, &[], 0, 0, [0; 64])
+    });
+    assert_eq!(
+        (smp.method, smp.status),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    let ni = NodeInfoRepr::parse(&NodeInfo::new_checked(&smp.data[..]).unwrap()).unwrap();
+    assert_eq!((ni.node_type, ni.num_ports), (NodeType::Ca, 2));
+    // Hca3 is the third CA: 0x100006, port 1 0x100007.
+    assert_eq!(
+        (ni.node_guid, ni.port_guid, ni.local_port_num),
+        (0x10_0006, 0x10_0007, 1)
+    );
+    // A MAD the SMA does not answer (a GetResp) comes back as "no answer".
+    let mut not_a_request = local_get(attr_id::sm::NODE_INFO, 0);
+    not_a_request[3] = method::GET_RESP;
+    assert_eq!(c.link.local_mad(&not_a_request, false), None);
+}
+
+#[test]
+fn packets_travel_between_two_clients_and_from_simulated_nodes() {
+    let dir = TempDir::new("traffic");
+    let server = serve(&dir);
+    let a = connect(&server, "Hca1");
+    let b = connect(&server, "Hca2");
+    // Hca1 -> Switch1 (port 1 in) -> port 3 -> Switch2 -> port 1 -> Hca2, and back the same.
+    a.link.transmit(dr_smp(
+        method::GET,
+        &[1, 3, 1],
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+    ));
+    let got = b.packets(1);
+    let (port, p, _) = &got[0];
+    assert_eq!(*port, 1);
+    let smp = smp_of(p);
+    assert_eq!(
+        (smp.method, smp.attr_id),
+        (method::GET, attr_id::sm::NODE_INFO)
+    );
+    assert_eq!(smp.tid, 0x1234_5678);
+    assert!(p.vl15 && p.dst_qp == 0);
+    b.link.transmit(dr_smp(
+        method::GET,
+        &[1, 3, 1],
+        attr_id::sm::PORT_INFO,
+        1,
+        [0; 64],
+    ));
+    let got = a.packets(1);
+    assert_eq!(smp_of(&got[0].1).attr_id, attr_id::sm::PORT_INFO);
+    // Switch1's SMA answers a client: NodeInfo of a switch, through the server's clock.
+    a.link.transmit(dr_smp(
+        method::GET,
+        &[1],
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+    ));
+    let got = a.packets(1);
+    let smp = smp_of(&got[0].1);
+    assert_eq!(
+        (smp.method, smp.status),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    let ni = NodeInfoRepr::parse(&NodeInfo::new_checked(&smp.data[..]).unwrap()).unwrap();
+    assert_eq!((ni.node_type, ni.node_guid), (NodeType::Switch, 0x20_0000));
+    assert!(
+        b.rec.packets.lock().unwrap().is_empty(),
+        "nothing else for Hca2"
+    );
+    assert_eq!(a.link.stats().transmitted, 2);
+    assert_eq!(a.link.stats().delivered, 2);
+    assert_eq!(b.link.stats().delivered, 1);
+}
+
+#[test]
+fn deliveries_run_on_the_thread_that_runs_the_clients_scheduler() {
+    let dir = TempDir::new("rule");
+    let server = serve(&dir);
+    let a = connect(&server, "Hca1");
+    a.link.transmit(dr_smp(
+        method::GET,
+        &[1],
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+    ));
+    // Nobody runs a's scheduler yet: the answer waits there as an event, not delivered by
+    // the link's reader thread.
+    eventually("the answer queued on the client's scheduler", || {
+        a.sched.pending() == 1
+    });
+    assert!(a.rec.packets.lock().unwrap().is_empty());
+    let got = a.packets(1);
+    assert_eq!(got[0].2, std::thread::current().id());
+}
+
+#[test]
+fn the_capability_mask_is_the_servers_and_a_disconnect_clears_is_sm() {
+    let dir = TempDir::new("capmask");
+    let server = serve(&dir);
+    let port = server.network().port("Hca4", 1).unwrap();
+    let held = |server: &FabricServer| {
+        server
+            .network()
+            .with_fabric(|f| f.port(port).state.capability_mask)
+    };
+    let before = held(&server);
+    assert_eq!(before & cap_mask::IS_SM, 0);
+    let c = connect(&server, "Hca4");
+    let mask = c.link.modify_capability_mask(cap_mask::IS_SM, 0);
+    assert_eq!(mask, before | cap_mask::IS_SM);
+    assert_eq!(held(&server), mask, "the server's SMA holds it");
+    assert_eq!(c.link.port_info().capability_mask, mask);
+    assert_eq!(c.link.modify_capability_mask(0, cap_mask::IS_SM), before);
+    c.link.modify_capability_mask(cap_mask::IS_SM, 0);
+    drop(c);
+    eventually("the client detached", || server.attached().is_empty());
+    assert_eq!(held(&server), before, "IsSM cleared with the client gone");
+    // The port is free again.
+    let again = connect(&server, "Hca4");
+    assert_eq!(server.attached(), vec![("Hca4".to_owned(), 1)]);
+    drop(again);
+}
+
+#[test]
+fn a_client_that_dies_is_detached_and_its_is_sm_cleared() {
+    let dir = TempDir::new("died");
+    let server = serve(&dir);
+    let port = server.network().port("Hca1", 1).unwrap();
+    let mut raw = Raw::new(server.path());
+    assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+    raw.send(
+        &ClientMsg::ModifyCapMask {
+            id: 5,
+            set: cap_mask::IS_SM,
+            clear: 0,
+        }
+        .encode(),
+    );
+    match raw.next() {
+        Some(ServerMsg::CapMask { id: 5, mask }) => assert_ne!(mask & cap_mask::IS_SM, 0),
+        other => panic!("{other:?}"),
+    }
+    // The process goes away without a word: its socket closes.
+    drop(raw);
+    eventually("the client detached", || server.attached().is_empty());
+    let mask = server
+        .network()
+        .with_fabric(|f| f.port(port).state.capability_mask);
+    assert_eq!(mask & cap_mask::IS_SM, 0);
+}
+
+#[test]
+fn port_changes_reach_the_client() {
+    let dir = TempDir::new("changes");
+    let server = serve(&dir);
+    let c = connect(&server, "Hca2");
+    let port = server.network().port("Hca2", 1).unwrap();
+    server.network().set_link_down(port, true);
+    let changes = c.changes();
+    assert_eq!(changes[0].1, PortChange::Down);
+    assert_eq!(changes[0].0, 1, "the device's port");
+    let s = c.link.port_info();
+    assert_eq!((s.state, s.phys_state), (1, 2), "Down, Polling");
+    assert!(c.link.dead().is_none(), "a link down is not a dead server");
+}
+
+#[test]
+fn attaches_are_refused_with_a_reason() {
+    let dir = TempDir::new("refusals");
+    let server = serve(&dir);
+    let _held = connect(&server, "Hca1");
+    for (node, port, code, says) in [
+        ("Hca1", 1, RefuseCode::PortTaken, "already has a device"),
+        ("Hca9", 1, RefuseCode::UnknownNode, "Hca9"),
+        ("Hca2", 0, RefuseCode::NoSuchPort, "no port 0"),
+        ("Hca2", 3, RefuseCode::NoSuchPort, "ports are 1 to 2"),
+        ("Switch1", 1, RefuseCode::NotACa, "Switch"),
+    ] {
+        match try_connect(server.path(), node, port) {
+            Err(RemoteError::Refused {
+                code: c, message, ..
+            }) => {
+                assert_eq!(c, code, "{node} {port}: {message}");
+                assert!(message.contains(says), "{node} {port}: {message}");
+            }
+            Err(e) => panic!("{node} {port}: {e}"),
+            Ok(_) => panic!("{node} {port} attached"),
+        }
+    }
+    // The second port of a node is another port.
+    let _second = try_connect(server.path(), "Hca1", 2).unwrap();
+    assert_eq!(server.stats().refused, 5);
+    assert_eq!(
+        server.attached(),
+        vec![("Hca1".to_owned(), 1), ("Hca1".to_owned(), 2)]
+    );
+}
+
+#[test]
+fn a_client_of_another_version_is_refused() {
+    let dir = TempDir::new("version");
+    let server = serve(&dir);
+    let mut raw = Raw::new(server.path());
+    raw.send(
+        &ClientMsg::Attach {
+            version: 99,
+            node: "Hca1".into(),
+            port: 1,
+        }
+        .encode(),
+    );
+    let (code, message) = raw.refused();
+    assert_eq!(code, RefuseCode::Version);
+    assert!(message.contains("99"), "{message}");
+    assert!(server.attached().is_empty());
+}
+
+#[test]
+fn malformed_and_out_of_turn_frames_end_only_that_connection() {
+    let dir = TempDir::new("malformed");
+    let server = serve(&dir);
+    let good = connect(&server, "Hca2");
+
+    // A length beyond the limit.
+    let mut raw = Raw::new(server.path());
+    raw.send(&u32::MAX.to_be_bytes());
+    assert_eq!(raw.refused().0, RefuseCode::Malformed);
+    // Not this protocol at all.
+    let mut raw = Raw::new(server.path());
+    raw.send(b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(raw.refused().0, RefuseCode::Malformed);
+    // A request before ATTACH.
+    let mut raw = Raw::new(server.path());
+    raw.send(&ClientMsg::PortInfo { id: 1 }.encode());
+    assert_eq!(raw.refused().0, RefuseCode::Protocol);
+    // After ATTACH: a packet with an undefined flag; an unknown type; a second ATTACH.
+    for (bad, code) in [
+        (
+            {
+                let mut f =
+                    ClientMsg::Transmit(dr_smp(method::GET, &[1], 0x11, 0, [0; 64])).encode();
+                f[4 + 6] |= 0x80;
+                f
+            },
+            RefuseCode::Malformed,
+        ),
+        (vec![0, 0, 0, 1, 0x42], RefuseCode::Malformed),
+        (
+            ClientMsg::Attach {
+                version: 1,
+                node: "Hca3".into(),
+                port: 1,
+            }
+            .encode(),
+            RefuseCode::Protocol,
+        ),
+    ] {
+        let mut raw = Raw::new(server.path());
+        assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+        raw.send(&bad);
+        assert_eq!(raw.refused().0, code);
+        eventually("the bad client detached", || {
+            server.attached() == vec![("Hca2".to_owned(), 1)]
+        });
+    }
+    // A connection that ends inside a frame.
+    let mut raw = Raw::new(server.path());
+    assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+    raw.send(&[0, 0, 1, 21, 0x02, 0, 1]);
+    drop(raw);
+    eventually("the cut client detached", || server.attached().len() == 1);
+
+    // Malformed: the length, the HTTP, the flag, the type, the cut frame; refused as well:
+    // the early request and the second ATTACH.
+    let st = server.stats();
+    assert_eq!(st.malformed, 5, "{st:?}");
+    assert_eq!(st.refused, 7, "{st:?}");
+    // The well-behaved client never noticed.
+    assert!(good.link.dead().is_none());
+    assert_eq!(good.link.port_info().node_guid, 0x10_0003);
+}
+
+#[test]
+fn a_dead_server_is_a_port_gone_down() {
+    let dir = TempDir::new("dead");
+    let server = serve(&dir);
+    let c = connect(&server, "Hca2");
+    c.link.modify_capability_mask(cap_mask::IS_SM, 0);
+    let alive = c.link.port_info();
+    server.shutdown();
+    let changes = c.changes();
+    assert_eq!(changes.len(), 1);
+    assert_eq!((changes[0].0, changes[0].1), (1, PortChange::Down));
+    assert_eq!(
+        changes[0].2,
+        std::thread::current().id(),
+        "told through the client's scheduler"
+    );
+    let why = c.link.dead().expect("the link knows it is dead");
+    assert!(why.contains("closed"), "{why}");
+    let s = c.link.port_info();
+    assert_eq!((s.state, s.phys_state), (1, 2), "Down, Polling");
+    assert_eq!(
+        (s.port_guid, s.capability_mask),
+        (alive.port_guid, alive.capability_mask)
+    );
+    assert_eq!(
+        c.link
+            .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true),
+        None
+    );
+    assert_eq!(
+        c.link.modify_capability_mask(0, cap_mask::IS_SM),
+        alive.capability_mask,
+        "nothing changes on a dead link"
+    );
+    c.link.transmit(dr_smp(
+        method::GET,
+        &[1],
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+    ));
+    assert_eq!(c.link.stats().dropped, 1);
+}
+
+#[test]
+fn a_server_that_stops_answering_is_dead_after_the_timeout() {
+    let dir = TempDir::new("silent");
+    let path = dir.join("silent.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    // A "server" that accepts the attach and then never answers a request.
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let body = wire::read_frame(&mut s).unwrap().unwrap();
+        assert!(matches!(
+            ClientMsg::decode(&body),
+            Ok(ClientMsg::Attach { .. })
+        ));
+        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
+            .unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    });
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(&path, "Hca1", 1);
+    target.timeout = Duration::from_millis(200);
+    let link = RemoteLink::connect(&target, 1, &sink, &sched).unwrap();
+    let start = Instant::now();
+    assert_eq!(link.port_info().state, 1);
+    assert!(start.elapsed() < PATIENCE);
+    assert!(link.dead().unwrap().contains("did not answer"));
+    drop(link);
+    t.join().unwrap();
+}
+
+#[test]
+fn the_socket_is_refused_when_live_replaced_when_stale_and_removed_at_the_end() {
+    let dir = TempDir::new("socket");
+    let path = dir.join("fabric.sock");
+    let server = FabricServer::start(fabric(), &path).unwrap();
+    match FabricServer::start(fabric(), &path) {
+        Err(RemoteError::Live { path: p }) => assert_eq!(p, path),
+        other => panic!("a second server on a live socket: {other:?}"),
+    }
+    assert!(
+        server.attached().is_empty(),
+        "the liveness probe is no client"
+    );
+    server.shutdown();
+    assert!(!path.exists(), "removed at shutdown");
+
+    // A socket left by a server that died.
+    drop(UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let server = FabricServer::start(fabric(), &path).unwrap();
+    let c = connect(&server, "Hca1");
+    assert!(c.link.dead().is_none());
+    drop(c);
+    drop(server);
+    assert!(!path.exists());
+
+    // A file that is not a socket is left alone.
+    std::fs::write(&path, "precious").unwrap();
+    assert!(matches!(
+        FabricServer::start(fabric(), &path),
+        Err(RemoteError::NotASocket { .. })
+    ));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
+
+    // Virtual time is for one driving thread, not a server.
+    let f = Fabric::parse_file(data("net-examples/net.2sw2path4hca")).unwrap();
+    let virt = Network::new(f, Arc::new(Scheduler::new(ClockMode::Virtual)));
+    assert!(matches!(
+        FabricServer::start(virt, &dir.join("v.sock")),
+        Err(RemoteError::VirtualClock)
+    ));
+    // No server at all.
+    let e = try_connect(&dir.join("nobody.sock"), "Hca1", 1)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("hca sim serve"), "{e}");
+}
+
+#[test]
+fn shutdown_disconnects_every_client_and_joins_its_threads() {
+    let dir = TempDir::new("shutdown");
+    let server = serve(&dir);
+    let clients: Vec<Client> = ["Hca1", "Hca2", "Hca3", "Hca4"]
+        .iter()
+        .map(|n| connect(&server, n))
+        .collect();
+    assert_eq!(server.attached().len(), 4);
+    let start = Instant::now();
+    server.shutdown();
+    assert!(start.elapsed() < PATIENCE);
+    for c in &clients {
+        assert_eq!(c.changes()[0].1, PortChange::Down);
+        assert!(c.link.dead().is_some());
+    }
+}

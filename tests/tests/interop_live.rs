@@ -1,0 +1,701 @@
+//! A live subnet manager: Debian's OpenSM, unmodified, runs as a daemon over this project's
+//! libibumad on a fabric `hca sim serve` holds, and the diagnostics run beside it from
+//! another node (`hca run --device sim:server=SOCKET,node=NAME`), as they do under ibsim and
+//! umad2sim, where the same OpenSM runs too for comparison. On ibsim's
+//! `net.2sw2path4hca` and on a generated fat tree (4 leaves of 3 hosts, 2 spines):
+//!
+//! - OpenSM reaches SUBNET UP (bounded wait) and keeps running;
+//! - `sminfo` names it (LID, GUID, priority, MASTER) as under ibsim;
+//! - `saquery` answers NodeRecords, PathRecords, PortInfoRecords, LinkRecords and the IsSM
+//!   ports with every record (counts written out below from the topology, as OpenSM's SA
+//!   makes them): the multi-segment answers exercise RMPP and libibmad's grow-and-retry on
+//!   umad_recv's ENOSPC. umad2sim has no RMPP, so under ibsim a multi-MAD answer stops after
+//!   its first MAD: ibsim's records must be the first of ours, field by field where both
+//!   worlds agree;
+//! - `ibnetdiscover` from the other node prints what it prints under ibsim, and OpenSM
+//!   assigned as many LIDs;
+//! - the SM's port has IsSM while OpenSM runs and loses it when OpenSM exits (the SMInfo
+//!   query then fails, as under ibsim);
+//! - SIGTERM stops OpenSM, then the server: both exit 0, the socket is removed, the saved
+//!   state is a configured fabric (every port ACTIVE, LIDs unique, every CA reaches every
+//!   other), and no process of the test is left.
+//!
+//! And traps: with OpenSM's periodic sweep off (`-s 0`), a switch port disabled and enabled
+//! again with `ibportstate` makes the switch send trap 128 (link state change) to the SM,
+//! whose re-sweep drops the CA behind it and then brings it back, at the same LID. (ibsim
+//! 0.10 sends no trap for a PortInfo Set, so its OpenSM learns nothing without a sweep: this
+//! test has no ibsim half.)
+
+use std::path::Path;
+use std::time::Instant;
+
+use hca_tests::interop::{self, Ibsim, Run, WorkDir, normalize_ibnetdiscover};
+use hca_tests::live::{self, SaRecord, Served, sa_records};
+
+/// What OpenSM's SA must answer on a fabric, written out from the topology.
+struct Expected {
+    /// Switches plus cabled CA ports: one NodeRecord and one LID each (LMC 0).
+    nodes: usize,
+    /// `saquery -p`: every ordered pair of those end ports, itself included.
+    paths: usize,
+    /// Every switch port (0 ..= N) plus every cabled CA port.
+    port_infos: usize,
+    /// Both directions of every cable.
+    links: usize,
+}
+
+struct Case {
+    name: &'static str,
+    topology: std::path::PathBuf,
+    /// Where OpenSM runs.
+    sm_node: &'static str,
+    /// Where the diagnostics run.
+    tool_node: &'static str,
+    expected: Expected,
+}
+
+/// OpenSM's priority in the tests (not the default 0, so that sminfo shows ours).
+const PRIORITY: u8 = 7;
+
+fn example() -> Case {
+    // 2 switches of 8 ports, 4 CAs of 2 ports with port 1 cabled; 4 CA links and 2
+    // switch-to-switch links.
+    Case {
+        name: "net.2sw2path4hca",
+        topology: Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sim/tests/net-examples/net.2sw2path4hca"),
+        sm_node: "Hca1",
+        tool_node: "Hca2",
+        expected: Expected {
+            nodes: 6,
+            paths: 36,
+            port_infos: 2 * 9 + 4,
+            links: 2 * 6,
+        },
+    }
+}
+
+fn fat_tree(work: &WorkDir) -> Case {
+    // 4 leaves of 5 ports (3 hosts, 2 uplinks), 2 spines of 4 ports, 12 hosts of 1 port;
+    // 12 host links and 8 leaf-to-spine links.
+    let c = interop::generated(work, "ft12", "fat-tree:leaves=4,hosts=3,spines=2");
+    Case {
+        name: "fat-tree:leaves=4,hosts=3,spines=2",
+        topology: c.topology,
+        sm_node: "host-1",
+        tool_node: "host-12",
+        expected: Expected {
+            nodes: 18,
+            paths: 18 * 18,
+            port_infos: 4 * 6 + 2 * 5 + 12,
+            links: 2 * 20,
+        },
+    }
+}
+
+/// Whether NodeRecord `n` is of node `name`: its description is the name, or what the
+/// topology file's comment gives ("host-1 HCA-1").
+fn is_node(n: &SaRecord, name: &str) -> bool {
+    let d = n.get("NodeDescription");
+    d == name || d.strip_prefix(name).is_some_and(|r| r.starts_with(' '))
+}
+
+/// What `sminfo` says: (SM LID, SM GUID, priority, state).
+fn sminfo(r: &Run) -> (String, String, String, String) {
+    let w: Vec<&str> = r.stdout.split_whitespace().collect();
+    let after = |k: &[&str]| {
+        w.windows(k.len() + 1)
+            .find(|x| x[..k.len()] == *k)
+            .map_or_else(
+                || panic!("no {k:?} in {:?}", r.stdout),
+                |x| x[k.len()].trim_end_matches(',').to_owned(),
+            )
+    };
+    (
+        after(&["sm", "lid"]),
+        after(&["sm", "guid"]),
+        after(&["priority"]),
+        w.last().copied().unwrap_or_default().to_owned(),
+    )
+}
+
+/// The SA queries compared: the saquery arguments, the record kind, the fields that name
+/// a record, the fields both worlds must agree on (beyond the key), and the count expected.
+struct Query {
+    args: &'static [&'static str],
+    kind: &'static str,
+    key: &'static [&'static str],
+    same: &'static [&'static str],
+    count: fn(&Expected) -> usize,
+}
+
+const QUERIES: [Query; 5] = [
+    Query {
+        args: &["-N"],
+        kind: "NodeRecord",
+        key: &["lid", "port_guid"],
+        same: &[
+            "node_type",
+            "num_ports",
+            "node_guid",
+            "port_num",
+            "NodeDescription",
+        ],
+        count: |e| e.nodes,
+    },
+    Query {
+        args: &["-p"],
+        kind: "PathRecord",
+        key: &["slid", "dlid"],
+        // rate: see SWITCH_PATH_RATE.
+        same: &["sgid", "dgid", "pkey", "mtu"],
+        count: |e| e.paths,
+    },
+    Query {
+        args: &["PortInfoRecord"],
+        kind: "PortInfoRecord",
+        key: &["EndPortLid", "PortNum"],
+        same: &["Lid", "SMLid", "LinkState"],
+        count: |e| e.port_infos,
+    },
+    Query {
+        args: &["LinkRecord"],
+        kind: "LinkRecord",
+        key: &["FromLID", "FromPort", "ToLID", "ToPort"],
+        same: &[],
+        count: |e| e.links,
+    },
+    Query {
+        args: &["-s"],
+        kind: "PortInfoRecord",
+        key: &["EndPortLid", "PortNum"],
+        same: &["base_lid", "master_sm_base_lid", "capability_mask"],
+        count: |_| 1,
+    },
+];
+
+/// Our records of `q`: the expected count, LIDs from the SM's assignment, distinct keys.
+fn check_ours(case: &Case, q: &Query, r: &Run) -> Vec<SaRecord> {
+    let what = format!("{}: ours: saquery {}", case.name, q.args.join(" "));
+    let recs = sa_records(&r.stdout);
+    assert!(
+        recs.iter().all(|x| x.kind == q.kind),
+        "{what}: only {}s:\n{}",
+        q.kind,
+        r.stdout
+    );
+    assert_eq!(
+        recs.len(),
+        (q.count)(&case.expected),
+        "{what}: records\n{}",
+        r.stdout
+    );
+    let keys: std::collections::BTreeSet<Vec<String>> = recs.iter().map(|x| x.key(q.key)).collect();
+    assert_eq!(keys.len(), recs.len(), "{what}: every record once");
+    recs
+}
+
+/// PathRecord rate differs where a path starts or ends at a switch: OpenSM takes it from the
+/// switch's port 0, to which ibsim 0.10 gives the rate of a trained 4X SDR link (10 Gb/s,
+/// rate 0x83) and the simulator none (port 0 has no link: LinkWidthActive 0), which OpenSM
+/// computes as 2.5 Gb/s (0x82). Between CAs the rates must agree; at switches they are
+/// reported, not compared.
+fn path_rates_agree(what: &str, switch_lids: &[String], a: &SaRecord, b: &SaRecord) {
+    let at_switch = switch_lids
+        .iter()
+        .any(|l| l == a.get("slid") || l == a.get("dlid"));
+    if at_switch {
+        if a.get("rate") != b.get("rate") {
+            eprintln!(
+                "{what}: path {} -> {}: rate {} (ibsim {}): a switch's port 0",
+                a.get("slid"),
+                a.get("dlid"),
+                a.get("rate"),
+                b.get("rate")
+            );
+        }
+    } else {
+        assert_eq!(
+            a.get("rate"),
+            b.get("rate"),
+            "{what}: CA-to-CA path rate (ours, ibsim)"
+        );
+    }
+}
+
+/// ibsim's records of `q` are the first of ours (umad2sim delivers only the first MAD of a
+/// multi-MAD answer), equal in the key and the `same` fields.
+fn compare_with_ibsim(
+    case: &Case,
+    q: &Query,
+    ours: &[SaRecord],
+    theirs: &Run,
+    switch_lids: &[String],
+) {
+    let what = format!("{}: saquery {}", case.name, q.args.join(" "));
+    // The records the first MAD holds whole; saquery prints the rest of the length the RMPP
+    // header announced as zeros.
+    let recs: Vec<SaRecord> = sa_records(&theirs.stdout)
+        .into_iter()
+        .take_while(|r| r.key(q.key).iter().any(|v| v != "0"))
+        .collect();
+    assert!(
+        !recs.is_empty(),
+        "{what}: ibsim answers at least one record:\n{}",
+        theirs.stdout
+    );
+    assert!(
+        recs.len() <= ours.len(),
+        "{what}: ibsim has more records than ours"
+    );
+    for (i, (a, b)) in ours.iter().zip(&recs).enumerate() {
+        for f in q.key.iter().chain(q.same) {
+            assert_eq!(
+                a.get(f),
+                b.get(f),
+                "{what}: record {i} field {f} (ours, ibsim)"
+            );
+        }
+        if q.kind == "PathRecord" {
+            path_rates_agree(&what, switch_lids, a, b);
+        }
+    }
+    eprintln!(
+        "{what}: ours {} records, ibsim {} (its first MAD)",
+        ours.len(),
+        recs.len()
+    );
+}
+
+/// ibnetdiscover outputs are the same node records (the blank-line separated blocks, each
+/// line for line), in any order: libibnetdisc keeps several SMPs in flight and lists nodes as
+/// their answers arrive, which on a live fabric is not always in the order they were sent.
+fn same_nodes(what: &str, ours: &str, theirs: &str) {
+    let blocks = |t: &str| {
+        let mut v: Vec<String> = normalize_ibnetdiscover(t)
+            .split("\n\n")
+            .map(|b| b.trim().to_owned())
+            .filter(|b| !b.is_empty())
+            .collect();
+        v.sort();
+        v
+    };
+    let (a, b) = (blocks(ours), blocks(theirs));
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "{what}: as many records as ibsim's\n{ours}\n{theirs}"
+    );
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x, y, "{what}: a node record (ours, ibsim)");
+    }
+}
+
+fn has_is_sm(portinfo: &Run) -> bool {
+    portinfo.stdout.lines().any(|l| l.trim() == "IsSM")
+}
+
+/// What the ibsim world answered, for comparison.
+struct Theirs {
+    sminfo: Run,
+    saquery: Vec<Run>,
+    ca_path: Run,
+    ibnetdiscover: Run,
+    portinfo: Run,
+    after_stop: Run,
+}
+
+/// Runs the ibsim world; `sm_lid` is the SM's LID and `path` the `--src-to-dst` pair that
+/// ours answered.
+fn ibsim_world(case: &Case, work: &WorkDir, sm_lid: &str, path: &str) -> Option<Theirs> {
+    let opensm = interop::find_program("opensm")?;
+    let diag = |p: &str| interop::find_program(p).expect("checked by the caller");
+    let sim = Ibsim::start(work, &case.topology)?;
+    let t = Instant::now();
+    let sm = live::ibsim_opensm(&sim, work, &opensm, case.sm_node, PRIORITY);
+    eprintln!("{}: ibsim: SUBNET UP after {:?}", case.name, t.elapsed());
+    let at = case.tool_node;
+    let sminfo = sim.run(&diag("sminfo"), at, &[]).ok();
+    let saquery = QUERIES
+        .iter()
+        .map(|q| sim.run(&diag("saquery"), at, q.args).ok())
+        .collect();
+    let ca_path = sim
+        .run(&diag("saquery"), at, &["-p", "--src-to-dst", path])
+        .ok();
+    let ibnetdiscover = sim.run(&diag("ibnetdiscover"), at, &[]).ok();
+    let portinfo = sim.run(&diag("smpquery"), at, &["portinfo", sm_lid]).ok();
+    let (status, _) = sm.stop();
+    assert!(
+        status.success(),
+        "{}: opensm under ibsim exits 0 on SIGTERM: {status}",
+        case.name
+    );
+    let after_stop = sim.run(&diag("sminfo"), at, &[]);
+    Some(Theirs {
+        sminfo,
+        saquery,
+        ca_path,
+        ibnetdiscover,
+        portinfo,
+        after_stop,
+    })
+}
+
+fn live_sm(case: &Case, work: &WorkDir) {
+    let programs = ["opensm", "sminfo", "saquery", "ibnetdiscover", "smpquery"].map(|p| {
+        let pkg = if p == "opensm" {
+            "opensm"
+        } else {
+            "infiniband-diags"
+        };
+        interop::need_program(p, pkg)
+    });
+    let [
+        Some(opensm),
+        Some(sminfo_p),
+        Some(saquery),
+        Some(ibnetdiscover),
+        Some(smpquery),
+    ] = programs
+    else {
+        return;
+    };
+    let started = Instant::now();
+    let Some(served) = Served::start(work, &case.topology) else {
+        return;
+    };
+    let mut sm = live::our_opensm(&served, work, &opensm, case.sm_node, PRIORITY, &[]);
+    eprintln!(
+        "{}: ours: SUBNET UP after {:?}",
+        case.name,
+        started.elapsed()
+    );
+    let at = case.tool_node;
+    assert!(
+        !sm.log().contains(" ERR "),
+        "{}: OpenSM logged errors:\n{}",
+        case.name,
+        live::tail(&sm.log(), 40)
+    );
+
+    // sminfo: our OpenSM, MASTER, at the LID of its port.
+    let info = served.run(at, &sminfo_p, &[]).ok();
+    let (lid, guid, priority, state) = sminfo(&info);
+    assert_eq!(
+        priority,
+        PRIORITY.to_string(),
+        "{}: {}",
+        case.name,
+        info.stdout
+    );
+    assert_eq!(state, "SMINFO_MASTER", "{}: {}", case.name, info.stdout);
+    let portinfo = served.run(at, &smpquery, &["portinfo", &lid]).ok();
+    assert!(
+        has_is_sm(&portinfo),
+        "{}: IsSM on the SM's port:\n{}",
+        case.name,
+        portinfo.stdout
+    );
+
+    // The SA, with every record.
+    let mut ours = Vec::new();
+    for q in &QUERIES {
+        let r = served.run(at, &saquery, q.args).ok();
+        ours.push(check_ours(case, q, &r));
+    }
+    let sm_record = &ours[4][0];
+    assert_eq!(
+        sm_record.get("EndPortLid"),
+        lid,
+        "{}: the IsSM port is the SM's",
+        case.name
+    );
+    let nodes = &ours[0];
+    let sm_node = nodes
+        .iter()
+        .find(|n| n.get("lid") == lid)
+        .unwrap_or_else(|| panic!("{}: a NodeRecord at the SM's LID {lid}", case.name));
+    // The node's description: its name, or what the file's comment says ("host-1 HCA-1").
+    assert!(
+        is_node(sm_node, case.sm_node),
+        "{}: the SM's node: {sm_node:?}",
+        case.name
+    );
+    assert_eq!(
+        u64::from_str_radix(sm_node.get("port_guid").trim_start_matches("0x"), 16).ok(),
+        u64::from_str_radix(guid.trim_start_matches("0x"), 16).ok(),
+        "{}: sminfo's GUID is the SM port's",
+        case.name
+    );
+
+    // One path between two CAs (the SM's and the tools' nodes): a one-MAD answer, compared
+    // whole with ibsim's below.
+    let tool_lid = nodes
+        .iter()
+        .find(|n| is_node(n, case.tool_node))
+        .unwrap_or_else(|| panic!("{}: a NodeRecord of {}", case.name, case.tool_node))
+        .get("lid")
+        .to_owned();
+    let pair = format!("{lid}:{tool_lid}");
+    let ca_path = served
+        .run(at, &saquery, &["-p", "--src-to-dst", &pair])
+        .ok();
+    let ca_path_recs = sa_records(&ca_path.stdout);
+    assert_eq!(ca_path_recs.len(), 1, "{}: {}", case.name, ca_path.stdout);
+    assert_eq!(
+        ca_path_recs[0].key(&["slid", "dlid"]),
+        [lid.clone(), tool_lid.clone()],
+        "{}: the path asked for",
+        case.name
+    );
+
+    // ibnetdiscover from the other node, while the SM runs.
+    let disc = served.run(at, &ibnetdiscover, &[]).ok();
+    let lids = interop::ibnetdiscover_lids(&disc.stdout);
+    assert_eq!(
+        lids.len(),
+        case.expected.nodes,
+        "{}: LIDs assigned:\n{}",
+        case.name,
+        disc.stdout
+    );
+    sm.assert_running();
+
+    // Stop OpenSM: its port loses IsSM, and nothing answers SMInfo any more.
+    let (status, log) = sm.stop();
+    assert!(
+        status.success(),
+        "{}: opensm exits 0 on SIGTERM: {status}",
+        case.name
+    );
+    assert!(
+        log.contains("Exiting SM"),
+        "{}: {}",
+        case.name,
+        live::tail(&log, 10)
+    );
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERR ")).collect();
+    assert!(
+        errors.is_empty(),
+        "{}: OpenSM logged errors while it served: {errors:#?}",
+        case.name
+    );
+    let portinfo_after = served.run(at, &smpquery, &["portinfo", &lid]).ok();
+    assert!(
+        !has_is_sm(&portinfo_after),
+        "{}: IsSM cleared when OpenSM exits:\n{}",
+        case.name,
+        portinfo_after.stdout
+    );
+    let after_stop = served.run(at, &sminfo_p, &[]);
+    assert_ne!(
+        after_stop.code,
+        Some(0),
+        "{}: no SM after the stop: {}",
+        case.name,
+        after_stop.stdout
+    );
+
+    // Stop the server: it saves a configured fabric and removes its socket.
+    let socket = served.socket().to_owned();
+    let server_pid = served.pid();
+    let (_, report) = {
+        let state = served.state().to_owned();
+        let topology = case.topology.clone();
+        let (status, out) = served.stop();
+        assert!(
+            status.success(),
+            "{}: hca sim serve exits 0 on SIGTERM: {status}\n{out}",
+            case.name
+        );
+        assert!(out.contains("SIGTERM: stopping the fabric server"), "{out}");
+        assert!(!socket.exists(), "{}: the socket is removed", case.name);
+        interop::check_state(&topology, &state)
+    };
+    assert!(report.ok(), "{}: {report}", case.name);
+    assert_eq!(report.lids, case.expected.nodes, "{}: {report}", case.name);
+    let left = live::mentioning(&work.path().display().to_string());
+    assert!(
+        left.is_empty(),
+        "{}: processes left (server was {server_pid}): {left:#?}",
+        case.name
+    );
+    eprintln!(
+        "{}: ours done after {:?}; {report}",
+        case.name,
+        started.elapsed()
+    );
+
+    // The same under ibsim.
+    let t = Instant::now();
+    let Some(theirs) = ibsim_world(case, work, &lid, &pair) else {
+        return;
+    };
+    assert_eq!(
+        sminfo(&info),
+        sminfo(&theirs.sminfo),
+        "{}: sminfo: SM LID, GUID, priority, state (ours, ibsim)",
+        case.name
+    );
+    let switch_lids: Vec<String> = ours[0]
+        .iter()
+        .filter(|n| n.get("node_type") == "Switch")
+        .map(|n| n.get("lid").to_owned())
+        .collect();
+    for ((q, a), b) in QUERIES.iter().zip(&ours).zip(&theirs.saquery) {
+        compare_with_ibsim(case, q, a, b, &switch_lids);
+    }
+    let their_path = sa_records(&theirs.ca_path.stdout);
+    assert_eq!(
+        ca_path_recs, their_path,
+        "{}: the CA-to-CA PathRecord, every field (ours, ibsim)",
+        case.name
+    );
+    same_nodes(
+        &format!("{}: ibnetdiscover with the SM running", case.name),
+        &disc.stdout,
+        &theirs.ibnetdiscover.stdout,
+    );
+    assert_eq!(
+        lids,
+        interop::ibnetdiscover_lids(&theirs.ibnetdiscover.stdout),
+        "{}: the LIDs OpenSM assigned",
+        case.name
+    );
+    assert!(
+        has_is_sm(&theirs.portinfo),
+        "{}: ibsim: IsSM while OpenSM runs",
+        case.name
+    );
+    assert_eq!(
+        after_stop.code, theirs.after_stop.code,
+        "{}: sminfo fails the same way after the stop",
+        case.name
+    );
+    let left = live::mentioning(&work.path().display().to_string());
+    assert!(
+        left.is_empty(),
+        "{}: processes left under ibsim: {left:#?}",
+        case.name
+    );
+    eprintln!("{}: ibsim world took {:?}", case.name, t.elapsed());
+}
+
+#[test]
+fn a_live_opensm_serves_the_diags_on_net_2sw2path4hca_as_under_ibsim() {
+    let work = WorkDir::new("live-example");
+    live_sm(&example(), &work);
+}
+
+#[test]
+fn a_live_opensm_serves_the_diags_on_a_fat_tree_as_under_ibsim() {
+    let work = WorkDir::new("live-fat-tree");
+    let case = fat_tree(&work);
+    live_sm(&case, &work);
+}
+
+/// Runs `program args` at `node` and returns what it printed; panics if it failed.
+fn ok_at(served: &Served, node: &str, program: &Path, args: &[&str]) -> String {
+    served.run(node, program, args).ok().stdout
+}
+
+#[test]
+fn traps_from_a_switch_drive_a_live_opensm_that_does_not_sweep() {
+    let programs = ["opensm", "saquery", "smpquery", "ibportstate"].map(|p| {
+        let pkg = if p == "opensm" {
+            "opensm"
+        } else {
+            "infiniband-diags"
+        };
+        interop::need_program(p, pkg)
+    });
+    let [
+        Some(opensm),
+        Some(saquery),
+        Some(smpquery),
+        Some(ibportstate),
+    ] = programs
+    else {
+        return;
+    };
+    let work = WorkDir::new("live-traps");
+    let case = fat_tree(&work);
+    let Some(served) = Served::start(&work, &case.topology) else {
+        return;
+    };
+    let mut sm = live::our_opensm(
+        &served,
+        &work,
+        &opensm,
+        case.sm_node,
+        PRIORITY,
+        &["-s", "0"],
+    );
+    let at = case.tool_node;
+    let nodes = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
+    assert_eq!(nodes.len(), case.expected.nodes);
+    let lid_of = |name: &str| {
+        nodes
+            .iter()
+            .find(|n| is_node(n, name))
+            .unwrap_or_else(|| panic!("a NodeRecord of {name}"))
+            .get("lid")
+            .to_owned()
+    };
+    // host-4 hangs off leaf-2's port 1; its port GUID is 0x100007 in the generated file.
+    let (leaf, host) = (lid_of("leaf-2"), lid_of("host-4"));
+    let gone = "Removed port with GUID:0x0000000000100007";
+    let back = "Discovered new port with GUID:0x0000000000100007";
+    let traps = |log: &str| log.matches("num:128 (Link state change)").count();
+    let sweeps = |log: &str| log.matches("SUBNET UP").count();
+    assert_eq!(sweeps(&sm.log()), 1);
+
+    ok_at(&served, at, &ibportstate, &[&leaf, "1", "disable"]);
+    let log = sm.wait_log("trap 128 and the port dropped", |l| {
+        l.contains(gone) && sweeps(l) == 2
+    });
+    assert_eq!(traps(&log), 1, "{}", live::tail(&log, 20));
+    assert!(
+        log.contains(&format!("from LID:{leaf} ")),
+        "the trap's producer is leaf-2"
+    );
+    let now = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
+    assert_eq!(
+        now.len(),
+        case.expected.nodes - 1,
+        "host-4 is gone from the SA"
+    );
+
+    ok_at(&served, at, &ibportstate, &[&leaf, "1", "enable"]);
+    let log = sm.wait_log("trap 128 and the port back", |l| {
+        l.contains(back) && sweeps(l) == 3
+    });
+    assert_eq!(traps(&log), 2, "{}", live::tail(&log, 20));
+    let pi = ok_at(&served, at, &smpquery, &["portinfo", &host]);
+    assert!(
+        pi.contains("LinkState:.......................Active"),
+        "{pi}"
+    );
+    let again = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
+    assert_eq!(again.len(), case.expected.nodes);
+    assert_eq!(
+        again
+            .iter()
+            .find(|n| is_node(n, "host-4"))
+            .map(|n| n.get("lid").to_owned()),
+        Some(host),
+        "host-4 is back at its LID"
+    );
+
+    let (status, log) = sm.stop();
+    assert!(status.success());
+    assert!(!log.contains(" ERR "), "{}", live::tail(&log, 30));
+    let state = served.state().to_owned();
+    let (status, out) = served.stop();
+    assert!(status.success(), "{out}");
+    let (_, report) = interop::check_state(&case.topology, &state);
+    assert!(report.ok(), "{report}");
+    let left = live::mentioning(&work.path().display().to_string());
+    assert!(left.is_empty(), "processes left: {left:#?}");
+}
