@@ -23,7 +23,10 @@
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
 //! Disabled holds the port down until a Set of Polling enables it. A switch's port 0 has no
-//! link: it stays Active and refuses Down and any physical state.
+//! link: it stays Active and refuses Down and any physical state, and reports the 4x SDR
+//! active rate ibsim and real switches give it ([`ActiveRates::SWITCH_PORT0`]).
+//!
+//! [`ActiveRates::SWITCH_PORT0`]: crate::fabric::ActiveRates::SWITCH_PORT0
 
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
 use mad_wire::status;
