@@ -249,6 +249,84 @@ fn port_info_set_writes_and_checks_fields() {
     assert_eq!((s, port_info(&back).link_width_enabled), (OK, 0x1F));
 }
 
+/// A switch's port 0 has no link, but reports the width and speed of a 4x SDR one, as ibsim
+/// does: `ibsim/sim_net.c` `init_ports` gives every port LinkWidthActive `LINKWIDTH_4x` (2)
+/// and LinkSpeedActive `LINKSPEED_SDR` (1), no extended speed (`DEFAULT_LINKSPEEDEXT`), and
+/// enables the net's default width and speed (`sim.h` `DEFAULT_LINKWIDTH` 4x = 2,
+/// `DEFAULT_LINKSPEED` SDR = 1); `update_portinfo` writes them with LinkWidthSupported
+/// `LINKWIDTH_1x_2x_4x_8x_12x` (31) and LinkSpeedSupported `LINKSPEED_SDR_DDR_QDR` (7), and
+/// the extended speed fields as 0 when no extended speed is active. ibsim 0.10 answers
+/// `smpquery -D portinfo 0,1 0` on this net with exactly these (4X, 2.5 Gbps). OpenSM takes
+/// the rate of a path to or from a switch from them (10 Gb/s, not 2.5).
+#[test]
+fn switch_port0_reports_a_4x_sdr_rate_as_ibsim() {
+    let (net, d) = setup();
+    let expect = |pi: &mad_wire::attr::port_info::PortInfoRepr, what: &str| {
+        assert_eq!(
+            (
+                pi.link_width_supported,
+                pi.link_width_active,
+                pi.link_speed_supported,
+                pi.link_speed_active,
+            ),
+            (31, 2, 7, 1),
+            "{what}: LinkWidthSupported/Active, LinkSpeedSupported/Active"
+        );
+        assert_eq!(
+            (
+                pi.link_speed_ext_active,
+                pi.link_speed_ext_supported,
+                pi.link_speed_ext_enabled,
+            ),
+            (0, 0, 0),
+            "{what}: no extended speed"
+        );
+        assert_eq!(
+            (u8::from(pi.port_state), u8::from(pi.port_physical_state)),
+            (4, 5),
+            "{what}: Active/LinkUp"
+        );
+    };
+    let (s, data) = dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0);
+    assert_eq!(s, OK);
+    let pi = port_info(&data);
+    expect(&pi, "before any Set");
+    assert_eq!(
+        (pi.link_width_enabled, pi.link_speed_enabled),
+        (2, 1),
+        "LinkWidthEnabled 4x, LinkSpeedEnabled SDR"
+    );
+
+    // OpenSM's Set of port 0 (its LID, SM LID, "set to supported" width and speed): the
+    // enabled masks change, the active rate does not (port 0 does not train).
+    let mut set = pi;
+    set.port_state = mad_wire::attr::port_info::PortState::NoChange;
+    set.port_physical_state = mad_wire::attr::port_info::PhysPortState::NoChange;
+    set.lid = 2;
+    set.master_sm_lid = 1;
+    set.link_width_enabled = 0xFF;
+    set.link_speed_enabled = 0xF;
+    let (s, back) = dr_set(
+        &net,
+        &d,
+        SW,
+        attr_id::sm::PORT_INFO,
+        0,
+        port_info_data(&set),
+    );
+    assert_eq!(s, OK);
+    let got = port_info(&back);
+    expect(&got, "after OpenSM's Set");
+    assert_eq!((got.link_width_enabled, got.link_speed_enabled), (31, 7));
+
+    // A fault aimed at port 0 (the network names no port 0; its PortId can still be had)
+    // finds no cable to pull.
+    let p0 = net.with_fabric(|f| f.port_id(f.node_by_name("Switch1").unwrap(), 0).unwrap());
+    net.set_link_down(p0, true);
+    let pi = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
+    expect(&pi, "after a fault on port 0");
+}
+
 fn switch_info(data: &[u8; 64]) -> SwitchInfoRepr {
     SwitchInfoRepr::parse(&SwitchInfo::new_checked(&data[..]).unwrap()).unwrap()
 }

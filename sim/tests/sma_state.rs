@@ -319,3 +319,70 @@ fn m_key_of_a_ca_port_and_the_local_host() {
         "checked without the flag"
     );
 }
+
+/// A switch whose port 1 faces an EDR-capable CA (`w=3 s=7 e=3`: 1x|4x, SDR-QDR, FDR|EDR)
+/// and whose port 2 faces the SM's CA at the net's defaults (4x, SDR).
+const EDR_NET: &str = "Switch 2 \"S\"
+[1] \"H\"[1] w=3 s=7 e=3
+[2] \"G\"[1]
+
+Hca 1 \"H\"
+[1] \"S\"[1] w=3 s=7 e=3
+
+Hca 1 \"G\"
+[1] \"S\"[2]
+";
+
+/// (LinkWidthEnabled, Supported, Active), (LinkSpeedEnabled, Supported, Active) and
+/// (LinkSpeedExtEnabled, Supported, Active) of Switch S port 1.
+type Rates = ((u8, u8, u8), (u8, u8, u8), (u8, u8, u8));
+
+fn rates(net: &Network, d: &Device) -> Rates {
+    let pi = port_info(&dr_get(net, d, SW, attr_id::sm::PORT_INFO, 1).1);
+    (
+        (
+            pi.link_width_enabled,
+            pi.link_width_supported,
+            pi.link_width_active,
+        ),
+        (
+            pi.link_speed_enabled,
+            pi.link_speed_supported,
+            pi.link_speed_active,
+        ),
+        (
+            pi.link_speed_ext_enabled,
+            pi.link_speed_ext_supported,
+            pi.link_speed_ext_active,
+        ),
+    )
+}
+
+/// A port whose link is down (disabled by the SM, or its cable pulled) keeps reporting what it
+/// supports and enables, extended speeds included; only the Active fields go to 0, until the
+/// link trains again. Values written out from ibsim's `sim.h`: supported widths
+/// `LINKWIDTH_1x_2x_4x_8x_12x` 31, speeds `LINKSPEED_SDR_DDR_QDR` 7, extended speeds
+/// `LINKSPEEDEXT_NDR_HDR_EDR_FDR` 15; trained: 4x (2), QDR (4), EDR (2).
+#[test]
+fn a_port_whose_link_is_down_keeps_its_supported_and_enabled_rates() {
+    let fabric = sim::fabric::Fabric::parse_str("edr", EDR_NET).unwrap();
+    let net = network(fabric);
+    let d = attach(&net, "G", 1);
+    let up: Rates = ((3, 31, 2), (7, 7, 4), (3, 15, 2));
+    let down: Rates = ((3, 31, 0), (7, 7, 0), (3, 15, 0));
+    assert_eq!(rates(&net, &d), up, "trained");
+
+    assert_eq!(set_state(&net, &d, SW, 1, 0, 3), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 1), DISABLED);
+    assert_eq!(rates(&net, &d), down, "disabled by the SM");
+    assert_eq!(set_state(&net, &d, SW, 1, 0, 2), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 1), INIT);
+    assert_eq!(rates(&net, &d), up, "enabled again");
+
+    let port = net.port("S", 1).unwrap();
+    net.set_link_down(port, true);
+    assert_eq!(states(&net, &d, SW, 1), POLLING);
+    assert_eq!(rates(&net, &d), down, "cable pulled");
+    net.set_link_down(port, false);
+    assert_eq!(rates(&net, &d), up, "cable back");
+}

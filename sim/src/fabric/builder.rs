@@ -314,6 +314,7 @@ impl FabricBuilder {
                 if kind == NodeType::Switch {
                     state.link_state = LinkState::Active;
                     state.phys_state = PhysState::LinkUp;
+                    state.active = ActiveRates::SWITCH_PORT0;
                 }
                 continue;
             }

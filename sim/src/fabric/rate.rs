@@ -154,6 +154,25 @@ pub enum NoCommon {
 }
 
 impl ActiveRates {
+    /// What a switch's port 0 reports active: 4x SDR, no extended speed, no FDR10. Port 0 has
+    /// no link to train, but ibsim gives every port a 4x SDR active rate before any link
+    /// trains (`ibsim/sim_net.c` `init_ports`: `linkwidth = LINKWIDTH_4x`, `linkspeed =
+    /// LINKSPEED_SDR`, `linkspeedext = DEFAULT_LINKSPEEDEXT` (none)), port 0 keeps it because
+    /// it never trains (`connect_ports` gives it the `smaport` template, Active/LinkUp), and
+    /// `update_portinfo` writes LinkWidthActive and LinkSpeedActive for port 0 like any
+    /// other; ibsim 0.10 answers `smpquery portinfo` of port 0 with 4X and 2.5 Gbps. Real
+    /// switches report 4X on port 0 as well. It matters to OpenSM: the rate of a path that
+    /// starts or ends at a switch is computed from port 0's PortInfo
+    /// (`opensm/osm_sa_path_record.c` `pr_rcv_get_path_parms`, `ib_port_info_compute_rate`
+    /// in `include/iba/ib_types.h`), which with no active width or speed says 2.5 Gb/s
+    /// rather than the 10 Gb/s of 4x SDR.
+    pub const SWITCH_PORT0: ActiveRates = ActiveRates {
+        width: WIDTH_4X,
+        speed: SPEED_SDR,
+        speed_ext: 0,
+        fdr10: false,
+    };
+
     /// Trains a link between ports enabling `a` and `b`: the widest common width and fastest
     /// common speeds, as ibsim's `get_active_link*` pick them (12x > 8x > 4x > 2x > 1x;
     /// QDR > DDR > SDR; NDR > HDR > EDR > FDR > none).

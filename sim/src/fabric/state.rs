@@ -53,7 +53,8 @@ pub struct PortState {
     pub link_state: LinkState,
     /// PortPhysicalState.
     pub phys_state: PhysState,
-    /// The rate the link trained to (zero when not linked).
+    /// The rate the link trained to (zero when the link is not up); a switch's port 0, which
+    /// has no link, reports [`ActiveRates::SWITCH_PORT0`].
     pub active: ActiveRates,
     /// M_Key.
     pub m_key: u64,

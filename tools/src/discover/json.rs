@@ -15,8 +15,10 @@
 //!     "path": [egress port per hop], "enhanced_port0": bool (switches),
 //!     "ports": [{                                    ports whose PortInfo was read
 //!       "port": N, "guid": GUID, "lid": N, "lmc": N, "state": string, "phys_state": string,
-//!       "rate": "4xHDR" (as ibnetdiscover prints it; null for a switch's port 0 and when the
-//!               link is not up),
+//!       "rate": "4xHDR" (as ibnetdiscover prints it; null when the link is not up, and for
+//!               a switch's port 0, which has no link: its PortInfo reports a 4X SDR width
+//!               and speed, as ibsim's and real switches' do, and those are in "width" and
+//!               "speed", but ibnetdiscover prints no rate for it),
 //!       "width": {"active", "enabled", "supported"}, PortInfo masks (numbers)
 //!       "speed": {"active", "enabled", "supported", "ext_active", "ext_enabled",
 //!                 "ext_supported"}, PortInfo values (numbers), "fdr10": bool,
@@ -93,7 +95,8 @@ fn path(p: &[u8]) -> String {
     format!("[{}]", items.join(","))
 }
 
-/// The rate token of a port whose link is up.
+/// The rate token of a port whose link is up. A switch's port 0 has none: it has no link,
+/// whatever width and speed its PortInfo reports (ibnetdiscover prints none for it either).
 fn port_rate(n: &Node, p: &Port) -> Option<String> {
     let i = p.info.as_ref()?;
     if p.num == 0 || i.port_physical_state != PhysPortState::LinkUp {

@@ -5,9 +5,11 @@
 //! end asked for in Down/Polling (or Down/Disabled when the SM disables it) and its peer in
 //! Down/Polling. A link comes back up only when neither end is Disabled and no fault holds it
 //! down. Every change of a port's PortState is recorded as an [`Effect`]; a switch whose port
-//! goes up or down also gets SwitchInfo:PortStateChange set.
+//! goes up or down also gets SwitchInfo:PortStateChange set. A switch's port 0 has no link:
+//! neither an SM nor a fault takes it down.
 
-use super::{Effect, Sma};
+use super::defaults::PortKind;
+use super::{Effect, Sma, port_kind};
 use crate::fabric::model::{NodeType, PortId};
 use crate::fabric::rate::ActiveRates;
 use crate::fabric::state::{LinkState, PhysState};
@@ -67,6 +69,10 @@ impl Sma<'_> {
     /// Takes the link of `port` down: `port` to Down/Polling (Down/Disabled if `disable`), its
     /// peer to Down/Polling.
     pub fn link_down(&mut self, port: PortId, disable: bool) -> LinkEvent {
+        if port_kind(self.fabric, port) == PortKind::SwitchPort0 {
+            // No link to take down: port 0 stays Active/LinkUp at its 4x SDR rate.
+            return LinkEvent::Unchanged;
+        }
         let was_up = self.fabric.port(port).state.phys_state == PhysState::LinkUp;
         let phys = if disable || self.fabric.port(port).state.phys_state == PhysState::Disabled {
             PhysState::Disabled
@@ -155,6 +161,10 @@ impl Sma<'_> {
     /// Holds the link of `port` down (`down`) or lets it come back (`!down`), as a cable pulled
     /// or plugged back: both ends go to Down/Polling, or train again.
     pub fn set_fault_down(&mut self, port: PortId, down: bool) -> LinkEvent {
+        if port_kind(self.fabric, port) == PortKind::SwitchPort0 {
+            // A switch's port 0 has no cable to pull.
+            return LinkEvent::Unchanged;
+        }
         let ends = [Some(port), self.fabric.peer(port)];
         if down {
             for p in ends.into_iter().flatten() {

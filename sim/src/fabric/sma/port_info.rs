@@ -23,7 +23,13 @@
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
 //! Disabled holds the port down until a Set of Polling enables it. A switch's port 0 has no
-//! link: it stays Active and refuses Down and any physical state.
+//! link: it stays Active and refuses Down and any physical state, and reports the 4x SDR
+//! active rate ibsim and real switches give it ([`ActiveRates::SWITCH_PORT0`]).
+//!
+//! A port whose link is down keeps reporting its Supported and Enabled widths and speeds
+//! (extended speeds included); only the Active fields are zero until the link trains again.
+//!
+//! [`ActiveRates::SWITCH_PORT0`]: crate::fabric::ActiveRates::SWITCH_PORT0
 
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
 use mad_wire::status;
@@ -98,7 +104,17 @@ impl Sma<'_> {
         let d = kind.defaults();
         let x = self.extra(port);
         let mgmt = kind != PortKind::SwitchExternal;
-        let ext = s.active.speed_ext != 0;
+        // The extended speed fields: ibsim shows them only for a port whose link trained to an
+        // extended speed (`ibsim/sim_net.c` `update_portinfo` tests the active `linkspeedext`),
+        // and we follow it while the link is up. When the link goes down ibsim keeps them (it
+        // never clears `linkspeedext`), as a real port keeps its Supported and Enabled fields
+        // whatever its state; so a port whose link is not up shows them when it enables an
+        // extended speed, with no speed active.
+        let ext = if s.phys_state == PhysState::LinkUp {
+            s.active.speed_ext != 0
+        } else {
+            p.enabled.speed_ext != 0
+        };
         let pick = |v: u64| if mgmt { v } else { 0 };
         PortInfoRepr {
             m_key: if hide_mkey { 0 } else { pick(s.m_key) },
