@@ -213,6 +213,17 @@ impl Queues {
     }
 }
 
+/// Work requests a drainer posts behind one doorbell at most.
+pub(crate) const POST_BATCH: usize = 32;
+
+/// What a drainer collected to post as one chain: the work requests, and for each its agent
+/// (counted at the post) and the status its completion gets if the device refuses it. Only
+/// the drainer (who holds the posting flag) uses it; the vectors keep their room.
+pub(crate) struct PostBatch {
+    pub(crate) wrs: Vec<SendWr>,
+    pub(crate) meta: Vec<(Arc<AgentInner>, WcStatus)>,
+}
+
 /// The send side of one special QP.
 pub(crate) struct SendRing {
     pub(crate) qp: SpecialQp,
@@ -234,6 +245,8 @@ pub(crate) struct SendRing {
     /// Bumped whenever a drain could newly make progress (a job queued, a slot or an entry
     /// freed), so that a drainer that is finishing does not miss it.
     kicks: AtomicU64,
+    /// The drainer's chain of work requests (see [`PostBatch`]).
+    pub(crate) batch: Mutex<PostBatch>,
 }
 
 impl SendRing {
@@ -255,6 +268,10 @@ impl SendRing {
             queued: AtomicUsize::new(0),
             posting: AtomicBool::new(false),
             kicks: AtomicU64::new(0),
+            batch: Mutex::new(PostBatch {
+                wrs: Vec::with_capacity(POST_BATCH),
+                meta: Vec::with_capacity(POST_BATCH),
+            }),
         }
     }
 
