@@ -666,14 +666,24 @@ impl PortShared {
             let dead = self.is_fatal();
             {
                 let mut batch = lock(&ring.batch);
-                while let Some(job) = ring.next(dead) {
+                loop {
+                    let job = ring.next_batch(dead, &mut batch);
+                    let full = batch.wrs.len() >= POST_BATCH;
+                    if !batch.wrs.is_empty() && (job.is_none() || full) {
+                        self.post_batch(ring.qp, &mut batch);
+                    }
+                    let Some(job) = job else {
+                        if full {
+                            // More may wait behind a full batch.
+                            continue;
+                        }
+                        break;
+                    };
                     match job {
                         Drained::Post { wr, agent, on_fail } => {
+                            // next_batch appends posts to the batch itself.
                             batch.wrs.push(wr);
                             batch.meta.push((agent, on_fail));
-                            if batch.wrs.len() >= POST_BATCH {
-                                self.post_batch(ring.qp, &mut batch);
-                            }
                         }
                         Drained::Skip(wr_id) => {
                             self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
@@ -694,7 +704,6 @@ impl PortShared {
                         }
                     }
                 }
-                self.post_batch(ring.qp, &mut batch);
             }
             if !ring.end_drain(seen) {
                 return;
@@ -796,11 +805,15 @@ impl PortShared {
 
     /// One solicited send of `agent` is no longer outstanding: let the backlog go on.
     pub(crate) fn fc_release(&self, agent: &Arc<AgentInner>) {
-        {
+        let backlogged = {
             let mut fc = lock(&agent.fc);
             fc.outstanding = fc.outstanding.saturating_sub(1);
+            !fc.backlog.is_empty()
+        };
+        // Under the same lock a sender decides to wait: an empty backlog stays empty for it.
+        if backlogged {
+            self.fc_drain(agent);
         }
-        self.fc_drain(agent);
     }
 
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
