@@ -414,7 +414,7 @@ impl HcaPort for Mlx5Port {
                 detail,
             });
         }
-        self.dev.progress();
+        self.dev.progress_quiet();
         if self.dev.is_fatal() {
             // Quiesced: never read the CQ again; complete everything in software.
             return Ok(self.flush_into(out, max));
@@ -490,6 +490,11 @@ impl HcaPort for Mlx5Port {
     }
 
     fn wait(&self, deadline: Duration) {
+        // An interrupt signalled since the eventfds were last taken: return at once, so the
+        // caller polls (and looks at events) before it blocks.
+        if self.dev.take_signals() {
+            return;
+        }
         // Armed only now: a completion written after the last poll raises the CQ event (at
         // once if one is already there), which ends the wait.
         if !self.dev.is_fatal() {
