@@ -1,11 +1,12 @@
 //! The simulated IOMMU: the driver maps through it as through VFIO type1, and the simulator's
 //! device models reach host memory only through it, so every stray DMA becomes a recorded fault.
 //!
-//! Translation is a lookup in a `BTreeMap` under a read lock (O(log n), no allocation); unmap
+//! Translation is a binary search of the mappings sorted by IOVA, under a read lock (O(log
+//! n), no allocation; a sorted vector rather than a tree, because every device access
+//! translates and mappings change rarely); unmap
 //! takes the write lock, so once it returns no device access to that memory is still running,
 //! just as an IOTLB flush guarantees on hardware.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::ptr;
@@ -133,8 +134,18 @@ struct Mapping {
 
 #[derive(Default)]
 struct Mappings {
-    by_iova: BTreeMap<u64, Mapping>,
+    /// Live mappings by start IOVA, sorted, none overlapping.
+    by_iova: Vec<(u64, Mapping)>,
     pinned: u64,
+}
+
+impl Mappings {
+    /// The mapping with the greatest start at or below `iova`.
+    #[inline]
+    fn at_or_below(&self, iova: u64) -> Option<&(u64, Mapping)> {
+        let i = self.by_iova.partition_point(|&(start, _)| start <= iova);
+        i.checked_sub(1).map(|i| &self.by_iova[i])
+    }
 }
 
 /// A simulated IOMMU domain: a [`DmaMapper`] for the driver, and checked DMA for device models.
@@ -262,6 +273,25 @@ impl SimIommu {
         })
     }
 
+    /// Write `data` so that its last byte lands after the rest: all but the last byte, a
+    /// release fence, then the last byte (volatile), through one translation. How a device
+    /// hands over an entry whose ownership bit is in its last byte (a CQE, an EQE): whoever
+    /// sees the new owner value sees the whole entry.
+    pub fn write_owned(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
+        let Some((&last, body)) = data.split_last() else {
+            return Ok(());
+        };
+        let len = data.len();
+        self.access(iova, len, AccessKind::Write, |host| {
+            // SAFETY: `host` is valid for `len` bytes (checked translation under the lock);
+            // `data` is a Rust slice, which no DMA memory is, so they do not overlap.
+            unsafe { ptr::copy_nonoverlapping(body.as_ptr(), host, len - 1) };
+            std::sync::atomic::fence(Ordering::Release);
+            // SAFETY: `host + len - 1` is the last byte of the checked range.
+            unsafe { volatile::store_u8(host.wrapping_add(len - 1), last) };
+        })
+    }
+
     /// Device read of one byte.
     pub fn read_u8(&self, iova: u64) -> Result<u8, Fault> {
         // SAFETY: the closure gets a pointer valid for 1 byte.
@@ -348,13 +378,11 @@ impl SimIommu {
             return Err(fault(FaultReason::BusMasterOff));
         }
         let found = maps
-            .by_iova
-            .range(..=iova)
-            .next_back()
-            .filter(|&(&start, m)| iova - start < m.len);
+            .at_or_below(iova)
+            .filter(|&&(start, ref m)| iova - start < m.len);
         let result = match found {
             None => Err(FaultReason::NotMapped),
-            Some((&start, m)) => {
+            Some(&(start, ref m)) => {
                 let off = iova - start;
                 let allowed = match kind {
                     AccessKind::Read => m.access.device_reads(),
@@ -446,10 +474,8 @@ impl DmaMapper for SimIommu {
         let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
         let last = iova + (len64 - 1);
         let overlaps = maps
-            .by_iova
-            .range(..=last)
-            .next_back()
-            .is_some_and(|(&s, m)| s + (m.len - 1) >= iova);
+            .at_or_below(last)
+            .is_some_and(|&(s, ref m)| s + (m.len - 1) >= iova);
         if overlaps {
             return Err(self.map_error(
                 iova,
@@ -472,13 +498,17 @@ impl DmaMapper for SimIommu {
         if let Some(limit) = self.config.memlock_limit {
             check_memlock(maps.pinned, len64, limit, false)?;
         }
+        let at = maps.by_iova.partition_point(|&(start, _)| start < iova);
         maps.by_iova.insert(
-            iova,
-            Mapping {
-                len: len64,
-                host: HostPtr(vaddr),
-                access,
-            },
+            at,
+            (
+                iova,
+                Mapping {
+                    len: len64,
+                    host: HostPtr(vaddr),
+                    access,
+                },
+            ),
         );
         maps.pinned += len64;
         Ok(())
@@ -486,9 +516,10 @@ impl DmaMapper for SimIommu {
 
     fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
         let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
-        match maps.by_iova.get(&iova) {
-            Some(m) if m.len == len as u64 => {
-                maps.by_iova.remove(&iova);
+        let at = maps.by_iova.partition_point(|&(start, _)| start < iova);
+        match maps.by_iova.get(at) {
+            Some(&(start, ref m)) if start == iova && m.len == len as u64 => {
+                maps.by_iova.remove(at);
                 maps.pinned -= len as u64;
                 Ok(())
             }

@@ -140,6 +140,30 @@ fn leases_start_zeroed_even_when_memory_is_reused() {
 }
 
 #[test]
+fn a_copied_lease_holds_exactly_its_data_in_both_modes() {
+    for mode in MODES {
+        let (iommu, pool) = pool(mode);
+        let first = pool.lease(256, 64, Access::ReadWrite).unwrap();
+        first.fill(0, 256, 0xff).unwrap();
+        drop(first);
+        let data: Vec<u8> = (0..=255).collect();
+        let copy = pool.lease_copy(&data, 64, Access::Read).unwrap();
+        assert_eq!(copy.len(), 256);
+        let mut buf = [0u8; 256];
+        copy.read(0, &mut buf).unwrap();
+        assert_eq!(&buf[..], &data[..], "{mode:?}");
+        // The device reads the same bytes.
+        let mut dev = [0u8; 256];
+        iommu.read(copy.iova(), &mut dev).unwrap();
+        assert_eq!(&dev[..], &data[..], "{mode:?}");
+        assert_eq!(pool.accounting().leases_out, 1);
+        drop(copy);
+        assert_eq!(pool.accounting().leases_out, 0);
+        assert!(pool.lease_copy(&[], 64, Access::Read).is_err(), "0 bytes");
+    }
+}
+
+#[test]
 fn accessors_are_bounds_checked() {
     let (_iommu, pool) = pool(LeaseMode::Pooled);
     let lease = pool.lease(100, 64, Access::ReadWrite).unwrap();

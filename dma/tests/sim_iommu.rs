@@ -91,6 +91,33 @@ fn big_endian_helpers_store_device_byte_order() {
 }
 
 #[test]
+fn an_owned_entry_lands_whole_and_is_checked_as_one_access() {
+    let s = setup();
+    let entry: Vec<u8> = (1..=64).collect();
+    s.iommu.write_owned(0x10040, &entry).unwrap();
+    assert_eq!(
+        (0x40..0x80)
+            .map(|o| host_byte(&s.mem, o))
+            .collect::<Vec<_>>(),
+        entry
+    );
+    // Across the end of the first mapping: refused whole, nothing written, one fault.
+    let f = s.iommu.write_owned(0x10fe0, &entry).unwrap_err();
+    assert_eq!(f.reason, FaultReason::Straddles);
+    assert_eq!(f.len, 64);
+    assert!((PAGE - 0x20..PAGE).all(|o| host_byte(&s.mem, o) == 0));
+    // A read-only mapping refuses it.
+    let f = s.iommu.write_owned(0x20000, &entry).unwrap_err();
+    assert_eq!(f.reason, FaultReason::Permission);
+    assert_eq!(s.iommu.fault_count(), 2);
+    assert_eq!(
+        s.iommu.write_owned(0x99000, &[]),
+        Ok(()),
+        "nothing to write"
+    );
+}
+
+#[test]
 fn straddling_two_mappings_is_a_straddle_fault() {
     let s = setup();
     let mut buf = [0u8; 32];

@@ -326,6 +326,18 @@ pub trait HcaPort: Send + Sync {
     /// Post one send. On error nothing was posted.
     fn post_send(&self, qp: SpecialQp, wr: &SendWr) -> Result<(), PostError>;
 
+    /// Post `wrs` in order as one chain (one doorbell where the device allows it): those
+    /// before the first one refused are posted, nothing from it on. Returns how many were
+    /// posted and why the next one was refused.
+    fn post_sends(&self, qp: SpecialQp, wrs: &[SendWr]) -> (usize, Option<PostError>) {
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.post_send(qp, wr) {
+                return (i, Some(e));
+            }
+        }
+        (wrs.len(), None)
+    }
+
     /// Post one receive buffer. On error nothing was posted.
     fn post_recv(&self, qp: SpecialQp, wr: &RecvWr) -> Result<(), PostError>;
 

@@ -626,6 +626,25 @@ fn wqe_size_arithmetic() {
     assert_eq!((bytes.len(), bbs), (128, 2));
     assert_eq!(bytes[7] & 0x3f, 5);
     assert_eq!(UdSendWqe::decode(&bytes).unwrap().gather, w.gather);
+    // The allocation-free encoder emits the same two basic blocks.
+    let Gather::Data(d) = w.gather[0] else {
+        unreachable!()
+    };
+    let single = UdSendWqe::single_data(w.ctrl, &w.av, d).unwrap();
+    assert_eq!(&single[..], &bytes[..]);
+    assert_eq!(wqe::SINGLE_DATA_WQE_LEN, 128);
+    // Parsed in place: the same segments, the data entry borrowed, nothing more.
+    let (ctrl, av, mut g) = UdSendWqe::parse_in_place(&bytes).unwrap();
+    assert_eq!((ctrl.ds, ctrl.qpn, av), (5, 2, w.av));
+    assert_eq!(g.next().unwrap().unwrap(), wqe::GatherRef::Data(d));
+    assert!(g.next().is_none());
+    // An inline entry whose length runs past the DS count ends the iteration with an error.
+    let mut bad = bytes.clone();
+    bad[64..68].copy_from_slice(&(0x8000_0000u32 | 0x28).to_be_bytes());
+    let (_, _, mut g) = UdSendWqe::parse_in_place(&bad).unwrap();
+    assert!(g.next().unwrap().is_err());
+    assert!(g.next().is_none());
+    assert!(UdSendWqe::decode(&bad).is_err());
     // Receive WQE shorter than the RQ's max SGE ends with lkey 0x100.
     let r = wqe::recv_wqe(
         &[DataSeg {

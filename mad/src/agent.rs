@@ -326,8 +326,13 @@ impl Agent {
         if let Some(id) = port.smi_send(agent, &mut mad, &dest, context)? {
             return Ok(id);
         }
-        let lease = port.hca.dma().lease(MAD_LEN, 64, Access::Read)?;
-        lease.write(0, &mad)?;
+        let lease = if len == MAD_LEN {
+            port.hca.dma().lease_copy(&mad, 64, Access::Read)?
+        } else {
+            let lease = port.hca.dma().lease(MAD_LEN, 64, Access::Read)?;
+            lease.write(0, &mad)?;
+            lease
+        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);

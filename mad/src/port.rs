@@ -29,7 +29,7 @@ use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged};
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
-use crate::ring::{Drained, Job, Pending, SendRing, lock};
+use crate::ring::{Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::MAX_SLOTS_PER_QP;
 use crate::timer::TimerHeap;
@@ -652,7 +652,8 @@ impl PortShared {
     }
 
     /// Post what waits in `ring`'s queue while slots and send queue entries are free (in
-    /// order, one drainer at a time); on a dead device, complete it all with WR_FLUSH_ERR.
+    /// order, one drainer at a time), as chains of up to [`POST_BATCH`] work requests behind
+    /// one doorbell each; on a dead device, complete it all with WR_FLUSH_ERR.
     pub(crate) fn drain(&self, ring: &SendRing) {
         if self.hold_posts.load(Ordering::SeqCst) {
             // The progress loop drains every ring when its batch is done.
@@ -663,20 +664,43 @@ impl PortShared {
                 return;
             };
             let dead = self.is_fatal();
-            while let Some(job) = ring.next(dead) {
-                match job {
-                    Drained::Post { wr, agent, on_fail } => {
-                        self.post_wr(ring.qp, &wr, &agent, on_fail);
+            {
+                let mut batch = lock(&ring.batch);
+                loop {
+                    let job = ring.next_batch(dead, &mut batch);
+                    let full = batch.wrs.len() >= POST_BATCH;
+                    if !batch.wrs.is_empty() && (job.is_none() || full) {
+                        self.post_batch(ring.qp, &mut batch);
                     }
-                    Drained::Skip(wr_id) => {
-                        self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
-                    }
-                    Drained::Fail(news, reposts) => {
-                        for p in news {
-                            self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                    let Some(job) = job else {
+                        if full {
+                            // More may wait behind a full batch.
+                            continue;
                         }
-                        for wr_id in reposts {
-                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);
+                        break;
+                    };
+                    match job {
+                        Drained::Post { wr, agent, on_fail } => {
+                            // next_batch appends posts to the batch itself.
+                            batch.wrs.push(wr);
+                            batch.meta.push((agent, on_fail));
+                        }
+                        Drained::Skip(wr_id) => {
+                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
+                        }
+                        Drained::Fail(news, reposts) => {
+                            for p in news {
+                                self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                            }
+                            for wr_id in reposts {
+                                self.soft_completion(
+                                    ring.qp,
+                                    wr_id,
+                                    WcStatus::WrFlushErr,
+                                    5,
+                                    false,
+                                );
+                            }
                         }
                     }
                 }
@@ -687,30 +711,50 @@ impl PortShared {
         }
     }
 
-    /// Post `wr` (its send queue entry is taken). If the device refuses it, its completion is
-    /// made in software: WR_FLUSH_ERR (vendor_err 5) on a dead device, `on_fail` otherwise.
-    pub(crate) fn post_wr(
-        &self,
-        qp: SpecialQp,
-        wr: &driver::verbs::SendWr,
-        agent: &AgentInner,
-        on_fail: WcStatus,
-    ) {
-        match self.hca.post_send(qp, wr) {
-            Ok(()) => {
-                bump(&self.cells.posted);
+    /// Post the chain in `batch` (each work request has its send queue entry) and empty it.
+    /// A work request the device refuses gets its completion in software: WR_FLUSH_ERR
+    /// (vendor_err 5) on a dead device, its `on_fail` status otherwise; those after it are
+    /// still posted.
+    fn post_batch(&self, qp: SpecialQp, batch: &mut PostBatch) {
+        let total = batch.wrs.len();
+        let mut start = 0;
+        while start < total {
+            let (n, refused) = self.hca.post_sends(qp, &batch.wrs[start..]);
+            let n = n.min(total - start);
+            self.cells.posted.fetch_add(n as u64, Ordering::Relaxed);
+            for (agent, _) in &batch.meta[start..start + n] {
                 bump(&agent.cells.posted);
             }
-            Err(e) => {
-                bump(&self.cells.post_failures);
-                tracing::debug!(qp = ?qp, "post refused: {e}");
-                let (status, vendor) = match e {
-                    driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
-                    _ => (on_fail, 0),
-                };
-                self.soft_completion(qp, wr.wr_id, status, vendor, true);
+            start += n;
+            match refused {
+                Some(e) if start < total => {
+                    bump(&self.cells.post_failures);
+                    tracing::debug!(qp = ?qp, "post refused: {e}");
+                    let (status, vendor) = match e {
+                        driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
+                        _ => (batch.meta[start].1, 0),
+                    };
+                    self.soft_completion(qp, batch.wrs[start].wr_id, status, vendor, true);
+                    start += 1;
+                }
+                Some(e) => {
+                    tracing::error!(qp = ?qp, "post refused past the end of the chain: {e}");
+                }
+                None if n == 0 => {
+                    // A port that posts nothing and names no reason: do not spin on it.
+                    tracing::error!(qp = ?qp, "post_sends posted nothing and refused nothing");
+                    for i in start..total {
+                        bump(&self.cells.post_failures);
+                        let (wr_id, on_fail) = (batch.wrs[i].wr_id, batch.meta[i].1);
+                        self.soft_completion(qp, wr_id, on_fail, 0, true);
+                    }
+                    start = total;
+                }
+                None => {}
             }
         }
+        batch.wrs.clear();
+        batch.meta.clear();
     }
 
     /// A completion for `wr_id` made in software, handled by the next progress pass like a
@@ -761,11 +805,15 @@ impl PortShared {
 
     /// One solicited send of `agent` is no longer outstanding: let the backlog go on.
     pub(crate) fn fc_release(&self, agent: &Arc<AgentInner>) {
-        {
+        let backlogged = {
             let mut fc = lock(&agent.fc);
             fc.outstanding = fc.outstanding.saturating_sub(1);
+            !fc.backlog.is_empty()
+        };
+        // Under the same lock a sender decides to wait: an empty backlog stays empty for it.
+        if backlogged {
+            self.fc_drain(agent);
         }
-        self.fc_drain(agent);
     }
 
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's

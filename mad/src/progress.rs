@@ -803,17 +803,13 @@ impl PortShared {
             return;
         };
         let mad = &mad;
-        let lease = match self.hca.dma().lease(MAD_LEN, 64, Access::Read) {
+        let lease = match self.hca.dma().lease_copy(mad, 64, Access::Read) {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(port = self.port_num, "no DMA memory for a reply: {e}");
                 return;
             }
         };
-        if let Err(e) = lease.write(0, mad) {
-            tracing::error!("writing a reply: {e}");
-            return;
-        }
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let p = Pending {

@@ -213,6 +213,17 @@ impl Queues {
     }
 }
 
+/// Work requests a drainer posts behind one doorbell at most.
+pub(crate) const POST_BATCH: usize = 32;
+
+/// What a drainer collected to post as one chain: the work requests, and for each its agent
+/// (counted at the post) and the status its completion gets if the device refuses it. Only
+/// the drainer (who holds the posting flag) uses it; the vectors keep their room.
+pub(crate) struct PostBatch {
+    pub(crate) wrs: Vec<SendWr>,
+    pub(crate) meta: Vec<(Arc<AgentInner>, WcStatus)>,
+}
+
 /// The send side of one special QP.
 pub(crate) struct SendRing {
     pub(crate) qp: SpecialQp,
@@ -234,6 +245,8 @@ pub(crate) struct SendRing {
     /// Bumped whenever a drain could newly make progress (a job queued, a slot or an entry
     /// freed), so that a drainer that is finishing does not miss it.
     kicks: AtomicU64,
+    /// The drainer's chain of work requests (see [`PostBatch`]).
+    pub(crate) batch: Mutex<PostBatch>,
 }
 
 impl SendRing {
@@ -255,6 +268,10 @@ impl SendRing {
             queued: AtomicUsize::new(0),
             posting: AtomicBool::new(false),
             kicks: AtomicU64::new(0),
+            batch: Mutex::new(PostBatch {
+                wrs: Vec::with_capacity(POST_BATCH),
+                meta: Vec::with_capacity(POST_BATCH),
+            }),
         }
     }
 
@@ -360,19 +377,35 @@ impl SendRing {
         self.kicks.load(Ordering::SeqCst) != seen
     }
 
-    /// With the posting flag held: the oldest queued job that can go now (a slot and an entry
-    /// for a new send, and for a request a slot under the request limit; an entry for a
-    /// retry). A request held by the request limit lets younger sends that await no
-    /// response go first; otherwise jobs go in arrival order.
-    pub(crate) fn next(&self, dead: bool) -> Option<Drained> {
+    /// With the posting flag held: the jobs that can go now, under one queue lock (see
+    /// [`SendRing::next_locked`]). Work requests to post are appended to `batch` (until it
+    /// holds [`POST_BATCH`]); returns at the first job that is not a post (the caller handles
+    /// it and calls again), or `None` when nothing more can go now or the batch is full.
+    pub(crate) fn next_batch(&self, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
         let mut q = self.lock_queue();
+        while batch.wrs.len() < POST_BATCH {
+            match self.next_locked(&mut q, dead)? {
+                Drained::Post { wr, agent, on_fail } => {
+                    batch.wrs.push(wr);
+                    batch.meta.push((agent, on_fail));
+                }
+                other => return Some(other),
+            }
+        }
+        None
+    }
+
+    /// With the posting flag and the queue lock held: the oldest queued job that can go now (a
+    /// slot and an entry for a new send, and for a request a slot under the request limit; an
+    /// entry for a retry). A request held by the request limit lets younger sends that await no
+    /// response go first; otherwise jobs go in arrival order.
+    fn next_locked(&self, q: &mut Queues, dead: bool) -> Option<Drained> {
         if dead {
             if q.is_empty() {
                 return None;
             }
             let mut news = Vec::new();
             let mut reposts = Vec::new();
-            let q = &mut *q;
             let all: Vec<(u64, Job)> = q.requests.drain(..).chain(q.others.drain(..)).collect();
             for (_, job) in all {
                 match job {

@@ -11,6 +11,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -46,19 +47,23 @@ impl Ord for Entry {
 struct Queue {
     heap: BinaryHeap<Reverse<Entry>>,
     seq: u64,
-    /// Bumped by every `notify`; a waiter returns when it changes.
-    signals: u64,
-    /// Threads blocked on the condition variable (real time only). Waking is skipped when
-    /// there are none: a condition-variable wake is a system call, and devices notify on
-    /// every completion.
-    waiting: usize,
 }
 
 /// Clock plus timed events plus wake-ups.
+///
+/// Wake-ups: `signals` is bumped by every `notify` (a waiter returns when it changes) and
+/// `waiting` counts threads blocked on the condition variable (real time only). Both are
+/// atomics so that a notify, which devices make on every completion, takes no lock when
+/// nobody waits. A waiter counts itself under the queue lock and then reads `signals`; a
+/// notifier bumps `signals` and then reads `waiting` (all sequentially consistent), so either
+/// the waiter sees the new signal or the notifier sees the waiter, and then wakes it under
+/// the lock, which the waiter releases only inside its wait.
 pub struct Scheduler {
     clock: SimClock,
     queue: Mutex<Queue>,
     wake: Condvar,
+    signals: AtomicU64,
+    waiting: AtomicUsize,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -77,6 +82,8 @@ impl Scheduler {
             clock: SimClock::new(mode),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            signals: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -102,7 +109,8 @@ impl Scheduler {
         q.seq += 1;
         let seq = q.seq;
         q.heap.push(Reverse(Entry { at, seq, event }));
-        let waiting = q.waiting > 0;
+        // Read under the lock a waiter counts itself under: no wake-up is lost.
+        let waiting = self.waiting.load(Ordering::SeqCst) > 0;
         drop(q);
         if waiting {
             self.wake.notify_all();
@@ -122,11 +130,10 @@ impl Scheduler {
     /// A device wrote something a driver may be waiting for (a completion, an event queue
     /// entry, an interrupt): wake every waiter.
     pub fn notify(&self) {
-        let mut q = self.lock();
-        q.signals += 1;
-        let waiting = q.waiting > 0;
-        drop(q);
-        if waiting {
+        self.signals.fetch_add(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            // Taken so that the wake cannot fall between a waiter's check and its wait.
+            drop(self.lock());
             self.wake.notify_all();
         }
     }
@@ -154,13 +161,13 @@ impl Scheduler {
     /// Let simulated time pass until `deadline`, running events as they fall due, and return
     /// early once any event ran or any device signalled. Returns true if something happened.
     pub fn run_until(&self, deadline: Duration) -> bool {
-        let start_signals = self.lock().signals;
+        let start_signals = self.signals.load(Ordering::SeqCst);
         loop {
             if self.run_due() > 0 {
                 return true;
             }
-            let mut q = self.lock();
-            if q.signals != start_signals {
+            let q = self.lock();
+            if self.signals.load(Ordering::SeqCst) != start_signals {
                 return true;
             }
             let now = self.now();
@@ -176,16 +183,20 @@ impl Scheduler {
                 }
                 ClockMode::Real => {
                     let wait = until.saturating_sub(now);
-                    // Counted under the lock, before it is released by the wait: a notifier
-                    // that takes the lock afterwards sees the waiter.
-                    q.waiting += 1;
+                    // Counted under the lock, before it is released by the wait, then the
+                    // signals looked at again: a notifier either bumped them before this
+                    // count (seen here) or sees the waiter and wakes it under the lock.
+                    self.waiting.fetch_add(1, Ordering::SeqCst);
+                    if self.signals.load(Ordering::SeqCst) != start_signals {
+                        self.waiting.fetch_sub(1, Ordering::SeqCst);
+                        return true;
+                    }
                     let (guard, _) = self
                         .wake
                         .wait_timeout(q, wait)
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    q = guard;
-                    q.waiting -= 1;
-                    drop(q);
+                    self.waiting.fetch_sub(1, Ordering::SeqCst);
+                    drop(guard);
                 }
             }
         }

@@ -343,9 +343,17 @@ impl Dev {
         if self.is_fatal() {
             return;
         }
-        if let Some(fd) = lock(&self.irq).as_ref() {
-            let _ = fd.take();
-        }
+        self.take_signals();
+        self.progress_quiet();
+    }
+
+    /// Take the interrupt eventfds (a system call each): clears the vector's count so that a
+    /// later wait blocks, and acts on a removal request. Returns whether an interrupt was
+    /// signalled.
+    pub(crate) fn take_signals(&self) -> bool {
+        let irq = lock(&self.irq)
+            .as_ref()
+            .is_some_and(|fd| fd.take().unwrap_or(0) > 0);
         let removal_request = lock(&self.req)
             .as_ref()
             .is_some_and(|fd| fd.take().unwrap_or(0) > 0);
@@ -354,6 +362,15 @@ impl Dev {
                 "the kernel asked for the device back (VFIO device request)",
                 true,
             );
+        }
+        irq || removal_request
+    }
+
+    /// [`Dev::progress`] without the eventfds: health when due, EQs, commands, pages. What
+    /// the CQ poll runs each time; the eventfds are taken by `progress` (device events) and
+    /// before a wait ([`crate::verbs::HcaPort::wait`]), which is when their count matters.
+    pub(crate) fn progress_quiet(&self) {
+        if self.is_fatal() {
             return;
         }
         let now = self.backend.now();

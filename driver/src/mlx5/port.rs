@@ -259,6 +259,9 @@ impl Mlx5Port {
         let Some(cq) = guard.as_mut() else {
             return Ok(0);
         };
+        // Both QPs are held for the batch (CQ, then QP0, then QP1: no path takes them in
+        // another order), so a CQE costs no lock of its own.
+        let mut qps = [lock(&self.qps[0]), lock(&self.qps[1])];
         let mut n = 0;
         while n < max {
             let Some(raw) = cq.next() else { break };
@@ -266,15 +269,16 @@ impl Mlx5Port {
                 Ok(p) => p,
                 Err(detail) => {
                     cq.set_ci();
+                    drop(qps);
                     return self.reject(detail, n);
                 }
             };
-            let which = self
-                .qps
+            let which = qps
                 .iter()
-                .position(|q| lock(q).as_ref().is_some_and(|qp| qp.qpn == parsed.qpn));
+                .position(|q| q.as_ref().is_some_and(|qp| qp.qpn == parsed.qpn));
             let Some(which) = which else {
                 cq.set_ci();
+                drop(qps);
                 return self.reject(
                     format!(
                         "CQE names QPN {:#x}, which is not a special QP of port {}",
@@ -283,8 +287,7 @@ impl Mlx5Port {
                     n,
                 );
             };
-            let mut qp_guard = lock(&self.qps[which]);
-            let Some(qp) = qp_guard.as_mut() else {
+            let Some(qp) = qps[which].as_mut() else {
                 continue;
             };
             let was_error = qp.in_error();
@@ -297,7 +300,6 @@ impl Mlx5Port {
                 }
             };
             let now_error = qp.in_error();
-            drop(qp_guard);
             match wc {
                 Ok(wc) => {
                     if now_error && !was_error {
@@ -312,16 +314,26 @@ impl Mlx5Port {
                 }
                 Err(detail) => {
                     cq.set_ci();
+                    drop(qps);
                     return self.reject(detail, n);
                 }
             }
         }
-        cq.set_ci();
+        drop(qps);
+        // One doorbell record update for the batch.
         if n > 0 {
+            cq.set_ci();
             cq.disarm();
         }
-        cq.arm(&self.dev.bar, self.shared.cq_events.load(Ordering::Relaxed));
         Ok(n)
+    }
+
+    /// Arm the CQ for its next completion (a CQ event), unless it already is: done only
+    /// before waiting, as a polling consumer needs no interrupt while it finds work.
+    fn arm_cq(&self) {
+        if let Some(cq) = lock(&self.cq).as_mut() {
+            cq.arm(&self.dev.bar, self.shared.cq_events.load(Ordering::Relaxed));
+        }
     }
 }
 
@@ -350,21 +362,32 @@ impl HcaPort for Mlx5Port {
     }
 
     fn post_send(&self, qp: SpecialQp, wr: &SendWr) -> Result<(), PostError> {
+        let (_, err) = self.post_sends(qp, std::slice::from_ref(wr));
+        err.map_or(Ok(()), Err)
+    }
+
+    fn post_sends(&self, qp: SpecialQp, wrs: &[SendWr]) -> (usize, Option<PostError>) {
+        if wrs.is_empty() {
+            return (0, None);
+        }
         if let Some(e) = self.fatal_post() {
-            return Err(e);
+            return (0, Some(e));
         }
         let mut g = lock(&self.qps[qp_index(qp)]);
         let Some(q) = g.as_mut() else {
-            return Err(PostError::NotReady(format!(
-                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
-                self.port_num
-            )));
+            return (
+                0,
+                Some(PostError::NotReady(format!(
+                    "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
+                    self.port_num
+                ))),
+            );
         };
         // Checked again under the QP lock: a fatal error may have flushed the QP meanwhile.
         if let Some(e) = self.fatal_post() {
-            return Err(e);
+            return (0, Some(e));
         }
-        q.post_send(&self.dev.bar, wr)
+        q.post_sends(&self.dev.bar, wrs)
     }
 
     fn post_recv(&self, qp: SpecialQp, wr: &RecvWr) -> Result<(), PostError> {
@@ -391,7 +414,7 @@ impl HcaPort for Mlx5Port {
                 detail,
             });
         }
-        self.dev.progress();
+        self.dev.progress_quiet();
         if self.dev.is_fatal() {
             // Quiesced: never read the CQ again; complete everything in software.
             return Ok(self.flush_into(out, max));
@@ -467,6 +490,16 @@ impl HcaPort for Mlx5Port {
     }
 
     fn wait(&self, deadline: Duration) {
+        // An interrupt signalled since the eventfds were last taken: return at once, so the
+        // caller polls (and looks at events) before it blocks.
+        if self.dev.take_signals() {
+            return;
+        }
+        // Armed only now: a completion written after the last poll raises the CQ event (at
+        // once if one is already there), which ends the wait.
+        if !self.dev.is_fatal() {
+            self.arm_cq();
+        }
         self.dev.backend.wait(deadline);
     }
 }

@@ -19,7 +19,7 @@ use firmware_cmds::mlx5::ops::qp_modify::{
 use firmware_cmds::mlx5::qpc::{QpServiceType, Qpc, pm_state};
 use firmware_cmds::mlx5::syndrome::WcError;
 use firmware_cmds::mlx5::wqe::{
-    CtrlSeg, DataSeg, DatagramSeg, Gather, SEND_WQE_BB, UdSendWqe, WqeOpcode, fm_ce_se,
+    CtrlSeg, DataSeg, DatagramSeg, SEND_WQE_BB, SINGLE_DATA_WQE_LEN, UdSendWqe, WqeOpcode, fm_ce_se,
 };
 
 use crate::barrier;
@@ -146,7 +146,7 @@ pub(crate) fn send_wqe(
     index: u16,
     wr: &SendWr,
     lkey: u32,
-) -> Result<(Vec<u8>, usize), PostError> {
+) -> Result<[u8; SINGLE_DATA_WQE_LEN], PostError> {
     let d = &wr.dest;
     if d.pkey_index != 0 {
         return Err(PostError::Invalid(format!(
@@ -184,29 +184,25 @@ pub(crate) fn send_wqe(
         av.hop_limit = g.hop_limit;
         av.rgid = g.dgid;
     }
-    let wqe = UdSendWqe {
-        ctrl: CtrlSeg {
-            opmod: 0,
-            wqe_index: index,
-            opcode: WqeOpcode::SEND,
-            qpn,
-            ds: 0,
-            signature: 0,
-            fm_ce_se: fm_ce_se::CQ_UPDATE,
-            imm: 0,
-        },
-        av,
-        gather: vec![Gather::Data(DataSeg {
-            byte_count: wr.sge.len,
-            lkey,
-            addr: wr.sge.iova,
-        })],
+    let ctrl = CtrlSeg {
+        opmod: 0,
+        wqe_index: index,
+        opcode: WqeOpcode::SEND,
+        qpn,
+        ds: 0,
+        signature: 0,
+        fm_ce_se: fm_ce_se::CQ_UPDATE,
+        imm: 0,
     };
-    wqe.to_bytes()
+    let data = DataSeg {
+        byte_count: wr.sge.len,
+        lkey,
+        addr: wr.sge.iova,
+    };
+    UdSendWqe::single_data(ctrl, &av, data)
         .map_err(|e| PostError::Invalid(format!("send WQE: {e}")))
 }
 
-/// Everything needed to create a special QP.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QpParams {
     pub(crate) kind: SpecialQp,
@@ -391,42 +387,85 @@ impl Qp {
 
     /// Build and post one send: WQE writes, then `to_device`, then the doorbell record, then
     /// `to_device`, then the control segment's first 8 bytes to the BlueFlame register.
+    #[cfg(test)]
     pub(crate) fn post_send(&mut self, bar: &Mmio, wr: &SendWr) -> Result<(), PostError> {
+        let (_, err) = self.post_sends(bar, std::slice::from_ref(wr));
+        err.map_or(Ok(()), Err)
+    }
+
+    /// Post `wrs` in order behind one doorbell record update and one doorbell (as
+    /// `mlx5_ib_post_send` does for a chain): the work requests up to the first one refused are
+    /// posted. Returns how many, and why the next was refused.
+    pub(crate) fn post_sends(&mut self, bar: &Mmio, wrs: &[SendWr]) -> (usize, Option<PostError>) {
+        let mut posted = 0;
+        let mut last_ctrl = None;
+        let mut refused = None;
+        for wr in wrs {
+            match self.write_send(wr) {
+                Ok(ctrl) => {
+                    last_ctrl = Some(ctrl);
+                    posted += 1;
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(qword) = last_ctrl {
+            barrier::to_device();
+            let _ = self
+                .db
+                .write(SND_DBR * 4, &QpDbRecord::counter_bytes(self.sq_head));
+            barrier::to_device();
+            // The doorbell carries the first 8 bytes of the last WQE's control segment; the
+            // device runs the queue up to the doorbell record.
+            self.bf.ring(bar, qword);
+        }
+        (posted, refused)
+    }
+
+    /// Write the WQE of `wr` at the head of the send ring and account it (no doorbell);
+    /// returns the first 8 bytes of its control segment, for the doorbell.
+    fn write_send(&mut self, wr: &SendWr) -> Result<[u8; 8], PostError> {
         self.ready()?;
         if self.sends.len() as u32 >= self.geo.sq_depth {
             return Err(PostError::QueueFull);
         }
         let index = self.sq_head as u16;
-        let (bytes, bbs) = send_wqe(self.qpn, index, wr, self.lkey)?;
+        let bytes = send_wqe(self.qpn, index, wr, self.lkey)?;
+        let bbs = (bytes.len() / SEND_WQE_BB) as u32;
         let used = self.sq_head.wrapping_sub(self.sq_tail);
-        if used + bbs as u32 > self.geo.sq_bbs {
+        if used + bbs > self.geo.sq_bbs {
             return Err(PostError::QueueFull);
         }
         let mask = self.geo.sq_bbs - 1;
-        for (k, bb) in bytes.chunks(SEND_WQE_BB).enumerate() {
-            let slot = (self.sq_head.wrapping_add(k as u32) & mask) as usize;
+        let first = self.sq_head & mask;
+        let ring_err = |e: dma::DmaError| PostError::Invalid(format!("send ring: {e}"));
+        if first + bbs <= self.geo.sq_bbs {
+            // Contiguous in the ring: one copy.
             self.buf
-                .write(self.geo.sq_offset() + slot * SEND_WQE_BB, bb)
-                .map_err(|e| PostError::Invalid(format!("send ring: {e}")))?;
+                .write(self.geo.sq_offset() + first as usize * SEND_WQE_BB, &bytes)
+                .map_err(ring_err)?;
+        } else {
+            for (k, bb) in bytes.chunks(SEND_WQE_BB).enumerate() {
+                let slot = (self.sq_head.wrapping_add(k as u32) & mask) as usize;
+                self.buf
+                    .write(self.geo.sq_offset() + slot * SEND_WQE_BB, bb)
+                    .map_err(ring_err)?;
+            }
         }
-        self.sq_head = self.sq_head.wrapping_add(bbs as u32);
+        self.sq_head = self.sq_head.wrapping_add(bbs);
         self.sends.push_back(SendRec {
             index,
             bbs: bbs as u16,
             wr_id: wr.wr_id,
         });
-        barrier::to_device();
-        let _ = self
-            .db
-            .write(SND_DBR * 4, &QpDbRecord::counter_bytes(self.sq_head));
-        barrier::to_device();
         let mut qword = [0u8; 8];
         qword.copy_from_slice(&bytes[..8]);
-        self.bf.ring(bar, qword);
-        Ok(())
+        Ok(qword)
     }
 
-    /// Post one receive: the data segment, then `to_device`, then the doorbell record.
     pub(crate) fn post_recv(&mut self, wr: &RecvWr) -> Result<(), PostError> {
         match self.state {
             SwState::Rts | SwState::SqError => {}
@@ -717,7 +756,7 @@ mod tests {
         q.post_send(&bar, &wr(0, None)).unwrap();
         let mut wqe = [0u8; 128];
         q.buf.read(q.geo.sq_offset(), &mut wqe).unwrap();
-        let (want, _) = send_wqe(0x48, 0, &wr(0, None), 0x100).unwrap();
+        let want = send_wqe(0x48, 0, &wr(0, None), 0x100).unwrap();
         assert_eq!(&wqe[..], &want[..]);
         assert_eq!(q.db.read_u32_be(4).unwrap(), 2, "SQ counter in BBs");
         assert_eq!(q.db.read_u32_be(0).unwrap(), 0, "RQ counter untouched");
@@ -728,6 +767,44 @@ mod tests {
         let w = rec.take();
         assert_eq!(w[0].0, 0x2900);
         assert_eq!(&w[0].1[0..4], &[0x00, 0x00, 0x02, 0x0a], "WQE index 2");
+    }
+
+    #[test]
+    fn a_chain_of_sends_rings_one_doorbell_with_the_last_wqe() {
+        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        let chain = [wr(0, None), wr(0, None), wr(0, None)];
+        let (n, err) = q.post_sends(&bar, &chain);
+        assert_eq!((n, err.is_none()), (3, true));
+        assert_eq!(
+            q.db.read_u32_be(4).unwrap(),
+            6,
+            "SQ counter past the three WQEs"
+        );
+        for i in 0..3u16 {
+            let mut wqe = [0u8; 128];
+            q.buf
+                .read(q.geo.sq_offset() + usize::from(i) * 128, &mut wqe)
+                .unwrap();
+            let want = send_wqe(0x48, 2 * i, &chain[usize::from(i)], 0x100).unwrap();
+            assert_eq!(&wqe[..], &want[..], "WQE {i}");
+        }
+        let w = rec.take();
+        assert_eq!(w.len(), 1, "one doorbell for the chain");
+        assert_eq!(
+            &w[0].1[0..4],
+            &[0x00, 0x00, 0x04, 0x0a],
+            "the last WQE's index"
+        );
+        // The queue holds four: the fifth of a chain is refused, the fourth posted.
+        let (n, err) = q.post_sends(&bar, &[wr(0, None), wr(0, None)]);
+        assert_eq!(n, 1);
+        assert!(matches!(err, Some(PostError::QueueFull)));
+        assert_eq!(rec.take().len(), 1);
+        // Nothing posted: no doorbell.
+        let (n, err) = q.post_sends(&bar, &[wr(0, None)]);
+        assert_eq!(n, 0);
+        assert!(err.is_some());
+        assert!(rec.take().is_empty());
     }
 
     #[test]
@@ -892,9 +969,8 @@ mod tests {
 
     #[test]
     fn a_ud_send_wqe_is_two_basic_blocks_laid_out_as_the_kernel_does() {
-        let (b, bbs) = send_wqe(0x48, 0x1234, &wr(0, None), 0x100).unwrap();
-        assert_eq!(bbs, 2);
-        assert_eq!(b.len(), 128);
+        let b = send_wqe(0x48, 0x1234, &wr(0, None), 0x100).unwrap();
+        assert_eq!(b.len(), 128, "two basic blocks");
         // ctrl: opmod 0 | index 0x1234 | opcode SEND 0x0a.
         assert_eq!(&b[0..4], &[0x00, 0x12, 0x34, 0x0a]);
         // qpn 0x48 << 8 | ds 5 (ctrl 1 + av 3 + data 1).
@@ -928,7 +1004,7 @@ mod tests {
             traffic_class: 0x40,
             hop_limit: 7,
         };
-        let (b, _) = send_wqe(1, 0, &wr(0, Some(g)), 0).unwrap();
+        let b = send_wqe(1, 0, &wr(0, Some(g)), 0).unwrap();
         let av = &b[CTRL_SEG_LEN..CTRL_SEG_LEN + DATAGRAM_SEG_LEN];
         assert_eq!(av[0x1a], 0x40);
         assert_eq!(av[0x1b], 7);

@@ -478,6 +478,23 @@ impl UdSendWqe {
     /// the control segment bounds the parse; it must cover control and datagram segments and
     /// fit in `buf`.
     pub fn decode(buf: &[u8]) -> Result<Self> {
+        let (ctrl, av, entries) = UdSendWqe::parse_in_place(buf)?;
+        let gather = entries
+            .map(|g| {
+                g.map(|g| match g {
+                    GatherRef::Data(d) => Gather::Data(d),
+                    GatherRef::Inline(b) => Gather::Inline(b.to_vec()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(UdSendWqe { ctrl, av, gather })
+    }
+
+    /// [`UdSendWqe::decode`] without copying: the control and datagram segments, and the
+    /// gather entries as an iterator over `buf` (a device parses every WQE it runs, so this
+    /// one allocates nothing). Same checks as `decode`; a bad entry ends the iteration with
+    /// its error.
+    pub fn parse_in_place(buf: &[u8]) -> Result<(CtrlSeg, DatagramSeg, GatherIter<'_>)> {
         let ctrl = CtrlSeg::decode(buf)?;
         let len = usize::from(ctrl.ds) * SEND_WQE_DS;
         if len < CTRL_SEG_LEN + DATAGRAM_SEG_LEN {
@@ -488,27 +505,109 @@ impl UdSendWqe {
         }
         need("send WQE", buf, len)?;
         let av = DatagramSeg::decode(&buf[CTRL_SEG_LEN..])?;
-        let mut gather = Vec::new();
-        let mut at = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
-        while at < len {
-            let bc = be32(buf, at);
-            if bc & INLINE_SEG != 0 {
-                let n = (bc & !INLINE_SEG) as usize;
-                let end = at + 4 + n;
-                if end > len {
-                    return Err(Error::Invalid {
-                        what: "inline segment",
-                        reason: "inline data runs past the WQE's DS count",
-                    });
+        Ok((
+            ctrl,
+            av,
+            GatherIter {
+                buf: &buf[..len],
+                at: CTRL_SEG_LEN + DATAGRAM_SEG_LEN,
+            },
+        ))
+    }
+
+    /// The bytes of a UD send WQE with one data segment (control, datagram and data
+    /// segments: 5 DS, two basic blocks), as [`UdSendWqe::to_bytes`] emits it for a gather list
+    /// of that one entry, without allocating (a driver builds one per send). `ctrl.ds` is set
+    /// here.
+    pub fn single_data(
+        ctrl: CtrlSeg,
+        av: &DatagramSeg,
+        data: DataSeg,
+    ) -> Result<[u8; SINGLE_DATA_WQE_LEN]> {
+        if data.byte_count & INLINE_SEG != 0 {
+            return Err(Error::Invalid {
+                what: "data segment",
+                reason: "byte_count bit 31 is the inline flag",
+            });
+        }
+        let mut b = [0u8; SINGLE_DATA_WQE_LEN];
+        let ctrl = CtrlSeg {
+            ds: SINGLE_DATA_WQE_DS as u8,
+            ..ctrl
+        };
+        b[..CTRL_SEG_LEN].copy_from_slice(&ctrl.to_bytes()?);
+        let av_end = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
+        b[CTRL_SEG_LEN..av_end].copy_from_slice(&av.to_bytes()?);
+        b[av_end..av_end + DATA_SEG_LEN].copy_from_slice(&data.to_bytes());
+        Ok(b)
+    }
+}
+
+/// DS count of a UD send WQE with one data segment.
+pub const SINGLE_DATA_WQE_DS: usize =
+    (CTRL_SEG_LEN + DATAGRAM_SEG_LEN + DATA_SEG_LEN) / SEND_WQE_DS;
+
+/// Bytes (whole basic blocks) of a UD send WQE with one data segment.
+pub const SINGLE_DATA_WQE_LEN: usize =
+    (SINGLE_DATA_WQE_DS * SEND_WQE_DS).div_ceil(SEND_WQE_BB) * SEND_WQE_BB;
+
+/// A gather entry of a send WQE, borrowed from the WQE's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatherRef<'a> {
+    /// A data segment (an address to read).
+    Data(DataSeg),
+    /// Inline data.
+    Inline(&'a [u8]),
+}
+
+/// The gather entries of a send WQE ([`UdSendWqe::parse_in_place`]).
+#[derive(Debug, Clone)]
+pub struct GatherIter<'a> {
+    /// The WQE, cut at its DS count.
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for GatherIter<'a> {
+    type Item = Result<GatherRef<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (buf, at, len) = (self.buf, self.at, self.buf.len());
+        if at >= len {
+            return None;
+        }
+        if at + 4 > len {
+            self.at = len;
+            return Some(Err(Error::Invalid {
+                what: "send WQE",
+                reason: "a gather entry runs past the WQE's DS count",
+            }));
+        }
+        let bc = be32(buf, at);
+        if bc & INLINE_SEG != 0 {
+            let n = (bc & !INLINE_SEG) as usize;
+            let end = at + 4 + n;
+            if end > len {
+                self.at = len;
+                return Some(Err(Error::Invalid {
+                    what: "inline segment",
+                    reason: "inline data runs past the WQE's DS count",
+                }));
+            }
+            self.at = end.next_multiple_of(SEND_WQE_DS);
+            Some(Ok(GatherRef::Inline(&buf[at + 4..end])))
+        } else {
+            match DataSeg::decode(&buf[at..len]) {
+                Ok(d) => {
+                    self.at = at + DATA_SEG_LEN;
+                    Some(Ok(GatherRef::Data(d)))
                 }
-                gather.push(Gather::Inline(buf[at + 4..end].to_vec()));
-                at = end.next_multiple_of(SEND_WQE_DS);
-            } else {
-                gather.push(Gather::Data(DataSeg::decode(&buf[at..len])?));
-                at += DATA_SEG_LEN;
+                Err(e) => {
+                    self.at = len;
+                    Some(Err(e))
+                }
             }
         }
-        Ok(UdSendWqe { ctrl, av, gather })
     }
 }
 

@@ -2,8 +2,6 @@
 //! `pas`), and device DMA that goes only through the simulated IOMMU, split at 4 KiB
 //! boundaries so that a buffer made of adjacent mappings reads as it would on hardware.
 
-use std::sync::atomic::{Ordering, fence};
-
 use dma::SimIommu;
 use firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE;
 
@@ -94,11 +92,7 @@ pub(crate) fn write(iommu: &SimIommu, iova: u64, data: &[u8]) -> bool {
 /// first, then (after a release fence) the last byte, so a driver polling the owner bit never
 /// sees a half-written entry.
 pub(crate) fn write_owned_entry(iommu: &SimIommu, iova: u64, entry: &[u8; 64]) -> bool {
-    if iommu.write(iova, &entry[..63]).is_err() {
-        return false;
-    }
-    fence(Ordering::Release);
-    iommu.write_u8(iova + 63, entry[63]).is_ok()
+    iommu.write_owned(iova, entry).is_ok()
 }
 
 #[cfg(test)]

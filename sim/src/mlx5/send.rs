@@ -8,7 +8,8 @@ use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ReqCqe};
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use firmware_cmds::mlx5::wqe::{
-    CtrlSeg, Gather, SEND_WQE_BB, SEND_WQE_MAX_WQEBBS, UdSendWqe, WqeOpcode, bbs_for_ds, fm_ce_se,
+    CtrlSeg, GatherRef, SEND_WQE_BB, SEND_WQE_MAX_WQEBBS, UdSendWqe, WqeOpcode, bbs_for_ds,
+    fm_ce_se,
 };
 
 use super::buffer;
@@ -154,7 +155,22 @@ impl State {
             qp.sq_bb_addr(start.wrapping_add(i))
                 .is_some_and(|a| self.iommu.read(a, dst).is_ok())
         };
-        if !read_bb(0, &mut wqe[..SEND_WQE_BB]) {
+        // A UD send is two basic blocks: when the second is posted and follows the first in
+        // the same page, both come in one read (the device fetches ahead as far as the
+        // doorbell record allows; what it fetched past the WQE is not used).
+        let page = firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE;
+        let ahead = pending >= 2
+            && match (qp.sq_bb_addr(start), qp.sq_bb_addr(start.wrapping_add(1))) {
+                (Some(a), Some(b)) => {
+                    b == a + SEND_WQE_BB as u64 && a % page + 2 * SEND_WQE_BB as u64 <= page
+                }
+                _ => false,
+            };
+        let first = if ahead { 2 * SEND_WQE_BB } else { SEND_WQE_BB };
+        let first_read = qp
+            .sq_bb_addr(start)
+            .is_some_and(|a| self.iommu.read(a, &mut wqe[..first]).is_ok());
+        if !first_read {
             self.counters.snap.dma_errors += 1;
             return (
                 Err(SendError(
@@ -175,7 +191,8 @@ impl State {
         if ctrl.ds == 0 || nbb as usize > SEND_WQE_MAX_WQEBBS || nbb > pending {
             return (Err(qp_op_err()), nbb.clamp(1, pending), opcode, true);
         }
-        for i in 1..nbb {
+        let fetched = (first / SEND_WQE_BB) as u32;
+        for i in fetched..nbb {
             let at = i as usize * SEND_WQE_BB;
             if !read_bb(i as u16, &mut wqe[at..at + SEND_WQE_BB]) {
                 self.counters.snap.dma_errors += 1;
@@ -205,7 +222,7 @@ impl State {
 
     /// The packet of a UD-style send WQE.
     fn build_packet(&mut self, qpn: u32, wqe: &[u8]) -> Result<(u8, Packet), SendError> {
-        let w = UdSendWqe::decode(wqe).map_err(|_| qp_op_err())?;
+        let (_, av, gather) = UdSendWqe::parse_in_place(wqe).map_err(|_| qp_op_err())?;
         let qp = &self.qps[&qpn];
         let mut mad = self
             .mad_pool
@@ -213,9 +230,9 @@ impl State {
             .unwrap_or_else(|| Box::new([0u8; MAD_LEN]));
         mad.fill(0);
         let mut len = 0usize;
-        for g in &w.gather {
-            match g {
-                Gather::Data(d) => {
+        for g in gather {
+            match g.map_err(|_| qp_op_err())? {
+                GatherRef::Data(d) => {
                     if d.lkey != special_keys::RESD_LKEY || !qp.rlky {
                         return Err(SendError(
                             CqeSyndrome::LOCAL_PROT_ERR,
@@ -238,7 +255,7 @@ impl State {
                     }
                     len += n;
                 }
-                Gather::Inline(bytes) => {
+                GatherRef::Inline(bytes) => {
                     if len + bytes.len() > MAD_LEN {
                         return Err(SendError(
                             CqeSyndrome::LOCAL_LENGTH_ERR,
@@ -253,7 +270,7 @@ impl State {
         let view = &self.ports[usize::from(qp.port.max(1) - 1)];
         let snap = &view.snapshot;
         let lmc_mask = (1u16 << snap.lmc.min(7)) - 1;
-        let av = &w.av;
+        let av = &av;
         let pkey = view
             .pkeys
             .get(usize::from(qp.pkey_index))
