@@ -364,6 +364,35 @@ impl Port {
         work
     }
 
+    /// For a thread waiting for something the progress loop delivers (in a queue of its own
+    /// making): drive the loop until it does some work or `deadline` (device time) passes,
+    /// sleeping in the device between passes; when another thread holds the loop, wait
+    /// instead until that thread does some work, `deadline`, or `max_sleep`. Returns false
+    /// only when `deadline` passed with nothing done here; either way the caller looks at
+    /// what it waits for and calls again.
+    pub fn progress_or_wait(&self, deadline: Duration) -> bool {
+        let s = &self.shared;
+        loop {
+            let now = s.hca.now();
+            if now >= deadline {
+                return false;
+            }
+            let guard = match s.progress.try_lock() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            let Some(mut st) = guard else {
+                s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
+                return true;
+            };
+            if s.pass(&mut st) > 0 {
+                return true;
+            }
+            s.sleep_in_device(&st, Some(deadline));
+        }
+    }
+
     /// The next event of `queue` (shared by agents of this port), waiting until `deadline`
     /// at most; drives the progress loop when no other thread does.
     pub fn wait_event(&self, queue: &EventQueue, deadline: Duration) -> Option<Event> {
