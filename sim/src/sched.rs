@@ -48,6 +48,10 @@ struct Queue {
     seq: u64,
     /// Bumped by every `notify`; a waiter returns when it changes.
     signals: u64,
+    /// `signals` when a real-time wait last returned: a signal after that (while the driver
+    /// was busy polling, before it came back to wait) ends the next wait at once, as a
+    /// pending interrupt would, instead of being lost.
+    seen: u64,
     /// Threads blocked on the condition variable (real time only). Waking is skipped when
     /// there are none: a condition-variable wake is a system call, and devices notify on
     /// every completion.
@@ -154,17 +158,25 @@ impl Scheduler {
     /// Let simulated time pass until `deadline`, running events as they fall due, and return
     /// early once any event ran or any device signalled. Returns true if something happened.
     pub fn run_until(&self, deadline: Duration) -> bool {
-        let start_signals = self.lock().signals;
+        let real = self.clock.mode() == ClockMode::Real;
+        let start_signals = {
+            let q = self.lock();
+            if real { q.seen } else { q.signals }
+        };
         loop {
             if self.run_due() > 0 {
+                let mut q = self.lock();
+                q.seen = q.signals;
                 return true;
             }
             let mut q = self.lock();
             if q.signals != start_signals {
+                q.seen = q.signals;
                 return true;
             }
             let now = self.now();
             if now >= deadline {
+                q.seen = q.signals;
                 return false;
             }
             let next = q.heap.peek().map(|Reverse(e)| e.at);
@@ -265,6 +277,23 @@ mod tests {
         }
         assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_signal_between_two_real_time_waits_ends_the_next_wait_at_once() {
+        let s = Scheduler::new(ClockMode::Real);
+        // The device signalled while the driver was polling, before it came back to wait.
+        s.notify();
+        let start = s.now();
+        assert!(
+            s.run_until(start + Duration::from_secs(30)),
+            "the signal is not lost"
+        );
+        assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
+        // Seen once: the next wait lasts until its deadline.
+        let start = s.now();
+        assert!(!s.run_until(start + Duration::from_millis(20)));
+        assert!(s.now().saturating_sub(start) >= Duration::from_millis(20));
     }
 
     #[test]

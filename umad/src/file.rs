@@ -342,9 +342,18 @@ impl UmadFile {
     /// `umad_recv`: the next packet into `buf` (as [`UmadFile::read`]), running the port's
     /// progress loop in this thread (or waiting for the thread that runs it) until one is
     /// queued or `until` (device time) passes; then `Again`. With `until` already past, one
-    /// pass of the loop if no other thread is running it, and a read.
-    pub fn recv_wait(&self, buf: &mut [u8], until: Duration) -> Result<usize, UmadError> {
+    /// pass of the loop if no other thread is running it, and a read. A `blocking` caller
+    /// (a timeout other than 0: it will be back) leaves what else is queued unshown for a
+    /// while (see [`ReadQueue::release`]); a caller that polls the fd gets it shown at once.
+    pub fn recv_wait(
+        &self,
+        buf: &mut [u8],
+        until: Duration,
+        blocking: bool,
+    ) -> Result<usize, UmadError> {
         let mut hold = Hold::new(self);
+        hold.show = !blocking;
+        let _waiting = blocking.then(|| self.port.drive.enter(&self.port.mad));
         match self.read(buf) {
             Err(UmadError::Again) => {}
             r => return r,
@@ -353,8 +362,6 @@ impl UmadFile {
             self.port.mad.progress();
             return self.read(buf);
         }
-        hold.show = false;
-        let _waiting = self.port.drive.enter(&self.port.mad);
         loop {
             let more = self.port.mad.progress_or_wait(until);
             match self.read(buf) {

@@ -356,6 +356,17 @@ impl Dev {
             );
             return;
         }
+        self.progress_polling();
+    }
+
+    /// [`Dev::progress`] without reading the interrupt and removal-request eventfds (two
+    /// system calls): for a CQ poll, which a busy thread makes for every completion. The
+    /// eventfds are read by the full `progress` before any wait that may block and when
+    /// the MAD layer takes device events (every few passes).
+    pub(crate) fn progress_polling(&self) {
+        if self.is_fatal() {
+            return;
+        }
         let now = self.backend.now();
         self.check_health(now);
         if self.is_fatal() {

@@ -320,8 +320,16 @@ impl Mlx5Port {
         if n > 0 {
             cq.disarm();
         }
-        cq.arm(&self.dev.bar, self.shared.cq_events.load(Ordering::Relaxed));
         Ok(n)
+    }
+
+    /// Arm the CQ for an event on its next completion (at once if CQEs are already past the
+    /// consumer index): done only before a wait that may block, so that a thread polling
+    /// the CQ in a loop costs the device no EQE and the host no interrupt per completion.
+    fn arm_cq(&self) {
+        if let Some(cq) = lock(&self.cq).as_mut() {
+            cq.arm(&self.dev.bar, self.shared.cq_events.load(Ordering::Relaxed));
+        }
     }
 }
 
@@ -391,7 +399,7 @@ impl HcaPort for Mlx5Port {
                 detail,
             });
         }
-        self.dev.progress();
+        self.dev.progress_polling();
         if self.dev.is_fatal() {
             // Quiesced: never read the CQ again; complete everything in software.
             return Ok(self.flush_into(out, max));
@@ -467,6 +475,11 @@ impl HcaPort for Mlx5Port {
     }
 
     fn wait(&self, deadline: Duration) {
+        if deadline > self.dev.backend.now() {
+            // Interrupts taken and the CQ armed only when the wait may block (see `arm_cq`).
+            self.dev.progress();
+            self.arm_cq();
+        }
         self.dev.backend.wait(deadline);
     }
 }

@@ -181,7 +181,7 @@ pub unsafe extern "C-unwind" fn umad_recv(
     wait_steps(fd, timeout_ms, &mut |f, until, last| {
         // SAFETY: the caller's buffer holds umad_size() + *length bytes.
         let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };
-        match f.recv_wait(buf, until) {
+        match f.recv_wait(buf, until, timeout_ms != 0) {
             Ok(n) => {
                 // SAFETY: the caller's int.
                 unsafe { *length = n.saturating_sub(hdr_len()) as c_int };
