@@ -1405,3 +1405,37 @@ fn progress_or_wait_waits_for_the_thread_holding_the_loop() {
     );
     drop(held);
 }
+
+#[test]
+fn progress_then_sleep_does_the_work_or_sleeps_to_the_deadline_without_the_loop() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let q = EventQueue::shared();
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_events(Arc::clone(&q)));
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(100))
+        .unwrap();
+    let deadline = r.port.deadline_after(Duration::from_millis(50));
+    let mut calls = 0;
+    while q.len() < 2 {
+        r.port.progress_then_sleep(deadline);
+        calls += 1;
+        assert!(
+            calls < 10,
+            "the response and completion come within a few calls"
+        );
+    }
+    let mut ev = Vec::new();
+    q.drain_into(&mut ev);
+    assert_eq!(completions(&ev)[&id], (WcStatus::Success, 0, 0));
+    // A deadline before max_sleep (5 ms) ends the sleep.
+    let deadline = r.port.deadline_after(Duration::from_millis(3));
+    assert_eq!(r.port.progress_then_sleep(deadline), 0, "nothing to do");
+    assert!(r.port.now() >= deadline, "slept to the deadline");
+    assert!(
+        r.port.shared.progress.try_lock().is_ok(),
+        "the loop is free after the sleep"
+    );
+    a.deregister();
+    r.assert_clean();
+}

@@ -25,8 +25,8 @@ use crate::context::lock;
 /// often it looks while callers wait).
 pub const IDLE: Duration = Duration::from_millis(2);
 
-/// The longest one pass of the fallback thread holds the loop before it looks again
-/// whether a caller waits.
+/// The longest the fallback thread sleeps in the device before it looks again whether a
+/// caller waits (it lets go of the loop while asleep: a caller takes it at once).
 const SLICE: Duration = Duration::from_millis(5);
 
 fn nanos(d: Duration) -> u64 {
@@ -116,7 +116,7 @@ impl Fallback {
                         d.sleep(IDLE);
                     } else {
                         show();
-                        port.progress_until(port.now() + SLICE);
+                        port.progress_then_sleep(port.now() + SLICE);
                     }
                 }
             })?;
