@@ -364,6 +364,64 @@ impl Port {
         work
     }
 
+    /// For a thread waiting for something the progress loop delivers (in a queue of its own
+    /// making): drive the loop until it does some work or `deadline` (device time) passes,
+    /// sleeping in the device between passes; when another thread holds the loop, wait
+    /// instead until that thread does some work, `deadline`, or `max_sleep`. Returns false
+    /// only when `deadline` passed with nothing done here; either way the caller looks at
+    /// what it waits for and calls again.
+    pub fn progress_or_wait(&self, deadline: Duration) -> bool {
+        let s = &self.shared;
+        loop {
+            let now = s.hca.now();
+            if now >= deadline {
+                return false;
+            }
+            let guard = match s.progress.try_lock() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            let Some(mut st) = guard else {
+                s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
+                return true;
+            };
+            if s.pass(&mut st) > 0 {
+                return true;
+            }
+            s.sleep_in_device(&st, Some(deadline));
+        }
+    }
+
+    /// For a thread that drives the progress loop only while no other thread does: one pass
+    /// (unless another thread holds the loop: then a wait for it, as
+    /// [`Port::progress_or_wait`]), and when it did nothing, a sleep in the device until it
+    /// signals, the next timer, `deadline` or `max_sleep`, with the loop let go meanwhile, so
+    /// that a thread wanting it takes it at once. Returns the work the pass did.
+    pub fn progress_then_sleep(&self, deadline: Duration) -> usize {
+        let s = &self.shared;
+        let now = s.hca.now();
+        let guard = match s.progress.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let Some(mut st) = guard else {
+            s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
+            return 0;
+        };
+        let work = s.pass(&mut st);
+        if work > 0 {
+            return work;
+        }
+        let until = s.sleep_until(&st, s.hca.now(), Some(deadline));
+        drop(st);
+        if until > s.hca.now() {
+            s.hca.wait(until);
+        }
+        0
+    }
+
     /// The next event of `queue` (shared by agents of this port), waiting until `deadline`
     /// at most; drives the progress loop when no other thread does.
     pub fn wait_event(&self, queue: &EventQueue, deadline: Duration) -> Option<Event> {
@@ -570,6 +628,19 @@ impl PortShared {
     /// `max_sleep`, whichever is first (it returns sooner when the device signals).
     fn sleep_in_device(&self, st: &MutexGuard<'_, ProgressState>, deadline: Option<Duration>) {
         let now = self.hca.now();
+        let until = self.sleep_until(st, now, deadline);
+        if until > now {
+            self.hca.wait(until);
+        }
+    }
+
+    /// When a sleep starting `now` must end: the next timer, `deadline` or `max_sleep`.
+    fn sleep_until(
+        &self,
+        st: &MutexGuard<'_, ProgressState>,
+        now: Duration,
+        deadline: Option<Duration>,
+    ) -> Duration {
         let mut until = now + self.config.max_sleep;
         if let Some(t) = st.timers.next_deadline() {
             until = until.min(t);
@@ -580,9 +651,7 @@ impl PortShared {
         if let Some(d) = deadline {
             until = until.min(d);
         }
-        if until > now {
-            self.hca.wait(until);
-        }
+        until
     }
 
     /// One step of a progress thread.

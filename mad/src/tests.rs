@@ -1347,3 +1347,95 @@ fn flushed_receives_mark_the_qp_in_error_and_are_kept() {
         "no buffer lost"
     );
 }
+
+#[test]
+fn progress_or_wait_returns_once_work_is_done_or_at_the_deadline() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let q = EventQueue::shared();
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_events(Arc::clone(&q)));
+    let deadline = r.port.deadline_after(Duration::from_millis(30));
+    assert!(
+        !r.port.progress_or_wait(deadline),
+        "nothing to do: false, at the deadline"
+    );
+    assert!(r.port.now() >= deadline);
+    assert!(
+        !r.port.progress_or_wait(deadline),
+        "a deadline already past: false at once"
+    );
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(100))
+        .unwrap();
+    let deadline = r.port.deadline_after(Duration::from_millis(50));
+    let mut calls = 0;
+    while q.len() < 2 {
+        assert!(r.port.progress_or_wait(deadline), "work done: true");
+        calls += 1;
+        assert!(
+            calls < 10,
+            "the response and completion come within a few calls"
+        );
+    }
+    assert!(
+        r.port.now() < deadline,
+        "returned on the work, not the deadline"
+    );
+    let mut ev = Vec::new();
+    q.drain_into(&mut ev);
+    assert_eq!(completions(&ev)[&id], (WcStatus::Success, 0, 0));
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn progress_or_wait_waits_for_the_thread_holding_the_loop() {
+    let r = rig();
+    let held = r.port.shared.progress.lock().unwrap();
+    let start = std::time::Instant::now();
+    let deadline = r.port.deadline_after(Duration::from_secs(3600));
+    assert!(
+        r.port.progress_or_wait(deadline),
+        "another thread holds the loop: back after at most max_sleep, to look again"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(
+        r.port.now() < deadline,
+        "the device's time did not pass here"
+    );
+    drop(held);
+}
+
+#[test]
+fn progress_then_sleep_does_the_work_or_sleeps_to_the_deadline_without_the_loop() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let q = EventQueue::shared();
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_events(Arc::clone(&q)));
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(100))
+        .unwrap();
+    let deadline = r.port.deadline_after(Duration::from_millis(50));
+    let mut calls = 0;
+    while q.len() < 2 {
+        r.port.progress_then_sleep(deadline);
+        calls += 1;
+        assert!(
+            calls < 10,
+            "the response and completion come within a few calls"
+        );
+    }
+    let mut ev = Vec::new();
+    q.drain_into(&mut ev);
+    assert_eq!(completions(&ev)[&id], (WcStatus::Success, 0, 0));
+    // A deadline before max_sleep (5 ms) ends the sleep.
+    let deadline = r.port.deadline_after(Duration::from_millis(3));
+    assert_eq!(r.port.progress_then_sleep(deadline), 0, "nothing to do");
+    assert!(r.port.now() >= deadline, "slept to the deadline");
+    assert!(
+        r.port.shared.progress.try_lock().is_ok(),
+        "the loop is free after the sleep"
+    );
+    a.deregister();
+    r.assert_clean();
+}

@@ -63,6 +63,10 @@ pub struct Scheduler {
     queue: Mutex<Queue>,
     wake: Condvar,
     signals: AtomicU64,
+    /// `signals` when a real-time wait last returned: a signal after that (while the driver
+    /// was busy polling, before it came back to wait) ends the next wait at once, as a
+    /// pending interrupt would, instead of being lost.
+    seen: AtomicU64,
     waiting: AtomicUsize,
 }
 
@@ -83,6 +87,7 @@ impl Scheduler {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             signals: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
         }
     }
@@ -161,18 +166,28 @@ impl Scheduler {
     /// Let simulated time pass until `deadline`, running events as they fall due, and return
     /// early once any event ran or any device signalled. Returns true if something happened.
     pub fn run_until(&self, deadline: Duration) -> bool {
-        let start_signals = self.signals.load(Ordering::SeqCst);
+        let start_signals = if self.clock.mode() == ClockMode::Real {
+            self.seen.load(Ordering::SeqCst)
+        } else {
+            self.signals.load(Ordering::SeqCst)
+        };
+        // Every return marks the signals up to now as seen (a later one ends the next wait).
+        let done = |happened: bool| {
+            self.seen
+                .store(self.signals.load(Ordering::SeqCst), Ordering::SeqCst);
+            happened
+        };
         loop {
             if self.run_due() > 0 {
-                return true;
+                return done(true);
             }
             let q = self.lock();
             if self.signals.load(Ordering::SeqCst) != start_signals {
-                return true;
+                return done(true);
             }
             let now = self.now();
             if now >= deadline {
-                return false;
+                return done(false);
             }
             let next = q.heap.peek().map(|Reverse(e)| e.at);
             let until = next.map_or(deadline, |t| t.min(deadline));
@@ -189,7 +204,7 @@ impl Scheduler {
                     self.waiting.fetch_add(1, Ordering::SeqCst);
                     if self.signals.load(Ordering::SeqCst) != start_signals {
                         self.waiting.fetch_sub(1, Ordering::SeqCst);
-                        return true;
+                        return done(true);
                     }
                     let (guard, _) = self
                         .wake
@@ -290,5 +305,22 @@ mod tests {
         assert!(s.run_until(start + Duration::from_secs(30)));
         assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_signal_between_two_real_time_waits_ends_the_next_wait_at_once() {
+        let s = Scheduler::new(ClockMode::Real);
+        // The device signalled while the driver was polling, before it came back to wait.
+        s.notify();
+        let start = s.now();
+        assert!(
+            s.run_until(start + Duration::from_secs(30)),
+            "the signal is not lost"
+        );
+        assert!(s.now().saturating_sub(start) < Duration::from_secs(10));
+        // Seen once: the next wait lasts until its deadline.
+        let start = s.now();
+        assert!(!s.run_until(start + Duration::from_millis(20)));
+        assert!(s.now().saturating_sub(start) >= Duration::from_millis(20));
     }
 }

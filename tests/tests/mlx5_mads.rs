@@ -225,3 +225,49 @@ fn mads_loop_back_on_the_real_clock_too() {
         started.elapsed()
     );
 }
+
+#[test]
+fn on_the_real_clock_a_loopback_completes_within_its_post_and_polling_raises_no_interrupt() {
+    let sim = SimHca::with_clock(sim::ClockMode::Real);
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let lid = p.attrs().unwrap().lid;
+    let qp = SpecialQp::Gsi;
+    let r = lease(p.as_ref(), RECV_BUF);
+    let s = lease(p.as_ref(), MAD);
+    s.write(0, &mad(0x09, 9, 9)).unwrap();
+    // The CQ may be armed since its creation: a first round trip takes that event.
+    p.post_recv(qp, &recv_wr(99, &r)).unwrap();
+    p.post_send(qp, &send_wr(99, &s, to_self(lid, qp))).unwrap();
+    assert_eq!(poll_n(p.as_ref(), 2, Duration::from_secs(5)).len(), 2);
+    let before = sim.model.counters().interrupts;
+    for i in 0..8 {
+        p.post_recv(qp, &recv_wr(100 + i, &r)).unwrap();
+        p.post_send(qp, &send_wr(i, &s, to_self(lid, qp))).unwrap();
+        let mut out = Vec::new();
+        p.poll(&mut out, 4).unwrap();
+        assert_eq!(
+            out.len(),
+            2,
+            "the send's and the receive's completions are there when the post returns: {out:?}"
+        );
+    }
+    assert_eq!(
+        sim.model.counters().interrupts,
+        before,
+        "no interrupt while the CQ is only polled"
+    );
+    // A wait that may block arms the CQ: the next completion raises the event that ends it.
+    p.wait(p.now() + Duration::from_millis(1));
+    p.post_recv(qp, &recv_wr(200, &r)).unwrap();
+    p.post_send(qp, &send_wr(9, &s, to_self(lid, qp))).unwrap();
+    assert_eq!(
+        sim.model.counters().interrupts,
+        before + 1,
+        "armed before the wait: one event"
+    );
+    assert_eq!(poll_n(p.as_ref(), 2, Duration::from_secs(5)).len(), 2);
+    drop((r, s));
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+}

@@ -1,5 +1,6 @@
 //! The process-wide state behind the C functions: the HCA(s) named by `HCA_DEVICE`, brought
-//! up through the driver, a MAD-layer port with its own progress thread per HCA port, the
+//! up through the driver, a MAD-layer port per HCA port (its progress loop run as
+//! [`crate::drive`] says), the
 //! umad files (`umad_open_port` fds) and the issm files.
 //!
 //! The C entry points use one [`Context`], made on first use from the environment
@@ -14,8 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use driver::verbs::{Hca, HcaPort};
 use driver::{DeviceBackend, DeviceBackendExt};
-use mad::{Agent, AgentSpec, Event, EventQueue, ProgressThread, SpecialQp};
+use mad::{Agent, AgentSpec, Event, EventQueue, SpecialQp};
 
+use crate::drive::{Drive, Fallback};
 use crate::error::UmadError;
 use crate::file::UmadFile;
 use crate::info::{self, NodeAttrs, PortAttrs};
@@ -54,8 +56,11 @@ pub struct CaPort {
     pub hca: Arc<dyn HcaPort>,
     /// The MAD layer on it.
     pub mad: mad::Port,
+    /// Who drives the MAD layer's progress loop (callers waiting in `umad_recv`, else the
+    /// fallback thread).
+    pub drive: Arc<Drive>,
     pkey_entries: u16,
-    progress: Mutex<Option<ProgressThread>>,
+    fallback: Mutex<Option<Fallback>>,
     sentinel: Mutex<Option<Agent>>,
     files: Mutex<Vec<Weak<UmadFile>>>,
     removed: OnceLock<String>,
@@ -78,10 +83,7 @@ impl CaPort {
             device: ca.to_owned(),
             reason: format!("MAD layer on port {}: {e}", attrs.port_num),
         })?;
-        let progress = mad.spawn_progress_thread().map_err(|e| UmadError::Init {
-            device: ca.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let drive = Arc::new(Drive::default());
         let port = Arc::new_cyclic(|me: &Weak<CaPort>| {
             // The port's own agent hears of the device's death, so that every file of the
             // port is marked, with agents or not (the kernel's `ib_umad_kill_port`).
@@ -109,14 +111,38 @@ impl CaPort {
                 umad_id,
                 hca,
                 mad,
+                drive,
                 pkey_entries: attrs.pkey_table_len,
-                progress: Mutex::new(Some(progress)),
+                fallback: Mutex::new(None),
                 sentinel: Mutex::new(sentinel),
                 files: Mutex::new(Vec::new()),
                 removed: OnceLock::new(),
             }
         });
+        let weak = Arc::downgrade(&port);
+        let show = move || {
+            if let Some(p) = weak.upgrade() {
+                p.show_queued();
+            }
+        };
+        let fallback =
+            Fallback::spawn(port.mad.clone(), Arc::clone(&port.drive), show).map_err(|e| {
+                UmadError::Init {
+                    device: ca.to_owned(),
+                    reason: format!("starting the progress thread: {e}"),
+                }
+            })?;
+        *lock(&port.fallback) = Some(fallback);
         Ok(port)
+    }
+
+    /// Make the fds of the port's files readable where packets wait that a reader left.
+    pub fn show_queued(&self) {
+        let files: Vec<Arc<UmadFile>> =
+            lock(&self.files).iter().filter_map(Weak::upgrade).collect();
+        for f in files {
+            f.show_queued();
+        }
     }
 
     /// Why the device is gone, if it is.
@@ -159,8 +185,8 @@ impl CaPort {
         if let Some(s) = lock(&self.sentinel).take() {
             s.deregister();
         }
-        if let Some(p) = lock(&self.progress).take() {
-            drop(p);
+        if let Some(f) = lock(&self.fallback).take() {
+            drop(f);
         }
     }
 }

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use mad::wire::header::is_response;
 use mad::{
@@ -325,6 +326,9 @@ impl UmadFile {
         if let Some(reason) = st.dead.clone() {
             return Err(UmadError::Dead { reason });
         }
+        if st.closed {
+            return Err(UmadError::NotAPort { fd: self.fd });
+        }
         let p = st.queue.pop().ok_or(UmadError::Again)?;
         match p.copy_out(HDR_LEN, buf) {
             Ok(n) => Ok(n),
@@ -333,6 +337,66 @@ impl UmadFile {
                 Err(e)
             }
         }
+    }
+
+    /// `umad_recv`: the next packet into `buf` (as [`UmadFile::read`]), running the port's
+    /// progress loop in this thread (or waiting for the thread that runs it) until one is
+    /// queued or `until` (device time) passes; then `Again`. With `until` already past, one
+    /// pass of the loop if no other thread is running it, and a read. A `blocking` caller
+    /// (a timeout other than 0: it will be back) leaves what else is queued unshown for a
+    /// while (see [`ReadQueue::release`]); a caller that polls the fd gets it shown at once.
+    pub fn recv_wait(
+        &self,
+        buf: &mut [u8],
+        until: Duration,
+        blocking: bool,
+    ) -> Result<usize, UmadError> {
+        let mut hold = Hold::new(self);
+        hold.show = !blocking;
+        let _waiting = blocking.then(|| self.port.drive.enter(&self.port.mad));
+        match self.read(buf) {
+            Err(UmadError::Again) => {}
+            r => return r,
+        }
+        if until <= self.port.mad.now() {
+            self.port.mad.progress();
+            return self.read(buf);
+        }
+        loop {
+            let more = self.port.mad.progress_or_wait(until);
+            match self.read(buf) {
+                Err(UmadError::Again) if more => {}
+                r => return r,
+            }
+        }
+    }
+
+    /// `umad_poll`: whether a packet is queued (or the device gone) by `until` (device time),
+    /// running the port's progress loop meanwhile as [`UmadFile::recv_wait`] does.
+    pub fn wait_readable(&self, until: Duration) -> Result<bool, UmadError> {
+        let ready = || {
+            let st = lock(&self.state);
+            if st.closed {
+                return Err(UmadError::NotAPort { fd: self.fd });
+            }
+            Ok(st.dead.is_some() || !st.queue.is_empty())
+        };
+        if ready()? {
+            return Ok(true);
+        }
+        let _waiting = self.port.drive.enter(&self.port.mad);
+        loop {
+            let more = self.port.mad.progress_or_wait(until);
+            if ready()? || !more {
+                return ready();
+            }
+        }
+    }
+
+    /// Make the fd readable if packets wait and no reader holds the queue (what a reader
+    /// that blocked left; see [`ReadQueue::release`]).
+    pub fn show_queued(&self) {
+        lock(&self.state).queue.show();
     }
 
     /// The device is gone: reads fail with EIO, `poll` reports POLLERR.
@@ -429,6 +493,27 @@ impl UmadFile {
                 }
             }
         }
+    }
+}
+
+/// A reader waiting in this library holds its file's queue (see [`ReadQueue::hold`]); a
+/// reader that blocked (and so is likely to block again) leaves what remains for
+/// [`UmadFile::show_queued`].
+struct Hold<'a> {
+    file: &'a UmadFile,
+    show: bool,
+}
+
+impl<'a> Hold<'a> {
+    fn new(file: &'a UmadFile) -> Hold<'a> {
+        lock(&file.state).queue.hold();
+        Hold { file, show: true }
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        lock(&self.file.state).queue.release(self.show);
     }
 }
 

@@ -9,8 +9,9 @@
 //!
 //! The parts:
 //! - [`abi`]: the C layouts of `<infiniband/umad.h>` and the kernel ABI's constants;
-//! - [`context`]: the process-wide state (devices, MAD-layer ports and their progress
-//!   threads, open files), made on first use from `HCA_DEVICE`;
+//! - [`context`]: the process-wide state (devices, MAD-layer ports, open files), made on
+//!   first use from `HCA_DEVICE`; [`drive`]: who runs each port's progress loop (the
+//!   threads waiting in `umad_recv`, else a fallback thread);
 //! - [`info`]: the CA and port attributes libibumad reads from sysfs, asked of the SMA;
 //! - [`file`](mod@file): one `umad_open_port` fd: agents, sends, the read queue ([`queue`]) and the
 //!   kernel's header rules ([`header`]);
@@ -24,6 +25,7 @@
 
 pub mod abi;
 pub mod context;
+pub mod drive;
 pub mod error;
 pub mod exports;
 pub mod file;

@@ -8,6 +8,12 @@
 //! the user's end with ECONNRESET: `poll` then reports POLLERR (with POLLHUP), as the
 //! kernel's umad does. The fd is only for `poll`: reads and writes go through `umad_recv`
 //! and `umad_send`.
+//!
+//! While a thread waits for the queue in this library ([`ReadQueue::hold`]), the byte is not
+//! written: that thread takes what arrives at once, and two system calls per MAD (raise,
+//! then lower) would double the cost of a round trip. When the last such thread stops
+//! waiting, the fd is brought in line with the queue again. To another thread polling the
+//! fd meanwhile, a MAD taken that way looks like one another reader took first.
 
 use std::collections::VecDeque;
 use std::io;
@@ -81,6 +87,7 @@ pub struct ReadQueue {
     user: OwnedFd,
     inner: Option<OwnedFd>,
     raised: bool,
+    held: usize,
 }
 
 impl ReadQueue {
@@ -115,6 +122,7 @@ impl ReadQueue {
             user,
             inner: Some(inner),
             raised: false,
+            held: 0,
         })
     }
 
@@ -182,8 +190,39 @@ impl ReadQueue {
         self.lower();
     }
 
+    /// A thread waits for the queue and takes what comes: the fd need not follow until
+    /// [`ReadQueue::release`].
+    pub fn hold(&mut self) {
+        self.held += 1;
+    }
+
+    /// The thread of a [`ReadQueue::hold`] stopped waiting. With `show`, the fd follows the
+    /// queue again now; without, packets left queued are shown by a later
+    /// [`ReadQueue::show`] (the thread is expected back soon: a second packet delivered in
+    /// the same pass as the first would otherwise cost a raise and a lower while it sits
+    /// there, and it is no different from a response not yet taken off the completion
+    /// queue).
+    pub fn release(&mut self, show: bool) {
+        self.held = self.held.saturating_sub(1);
+        if show {
+            self.show();
+        }
+    }
+
+    /// Make the fd readable if packets are queued and no thread holds the queue.
+    pub fn show(&mut self) {
+        if !self.packets.is_empty() {
+            self.raise();
+        }
+    }
+
+    /// Whether the fd shows the queue as non-empty now.
+    pub fn raised(&self) -> bool {
+        self.raised
+    }
+
     fn raise(&mut self) {
-        if self.raised {
+        if self.raised || self.held > 0 {
             return;
         }
         if let Some(inner) = &self.inner {

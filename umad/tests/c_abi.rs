@@ -262,6 +262,22 @@ fn the_fd_polls_readable_while_something_is_queued() {
 }
 
 #[test]
+fn a_response_left_queued_by_a_blocking_reader_makes_the_fd_readable() {
+    let Some(v) = run("leftover", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("first", "1"),
+            ("sys_poll", "1 revents_in=1"),
+            ("second", "1"),
+            ("sys_poll_after", "0"),
+        ],
+    );
+}
+
+#[test]
 fn a_reader_blocked_in_umad_recv_can_be_cancelled_as_opensm_stops_its_receiver() {
     let Some(v) = run("cancel", "sim") else {
         return;

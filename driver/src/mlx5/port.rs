@@ -328,8 +328,9 @@ impl Mlx5Port {
         Ok(n)
     }
 
-    /// Arm the CQ for its next completion (a CQ event), unless it already is: done only
-    /// before waiting, as a polling consumer needs no interrupt while it finds work.
+    /// Arm the CQ for an event on its next completion (at once if CQEs are already past the
+    /// consumer index): done only before a wait that may block, so that a thread polling
+    /// the CQ in a loop costs the device no EQE and the host no interrupt per completion.
     fn arm_cq(&self) {
         if let Some(cq) = lock(&self.cq).as_mut() {
             cq.arm(&self.dev.bar, self.shared.cq_events.load(Ordering::Relaxed));
@@ -495,9 +496,10 @@ impl HcaPort for Mlx5Port {
         if self.dev.take_signals() {
             return;
         }
-        // Armed only now: a completion written after the last poll raises the CQ event (at
-        // once if one is already there), which ends the wait.
-        if !self.dev.is_fatal() {
+        // Armed only now, and only when the wait may block (see `arm_cq`): a completion
+        // written after the last poll raises the CQ event (at once if one is already there),
+        // which ends the wait.
+        if deadline > self.dev.backend.now() && !self.dev.is_fatal() {
             self.arm_cq();
         }
         self.dev.backend.wait(deadline);

@@ -325,6 +325,14 @@ impl Inner {
         if let uar::UarEffect::Send(qpn) = effect {
             self.refresh_ports();
             self.run_send_queue(qpn);
+            // In real time, what the send made due now (a delivery with no delay: the
+            // response of a switch's SMA, a loopback) runs here, on the sending thread, with
+            // no lock of the device held (the network's delivery rule): the driver finds it
+            // on its next poll instead of in a wait, and no thread is woken to run it.
+            // Virtual time keeps events to the one thread that waits.
+            if self.sched.clock().mode() == ClockMode::Real {
+                self.sched.run_due();
+            }
         }
     }
 }

@@ -34,8 +34,9 @@
 //! and return; every `deliver` and `port_changed` they cause is put on the shared
 //! [`Scheduler`] as an event at the simulated time it happens (now, unless a fault delays it),
 //! and runs when someone runs the scheduler: the driver's wait
-//! ([`Scheduler::run_until`], reached through `DeviceBackend::wait`) or a test's
-//! [`Scheduler::run_due`]. Each delivery event calls [`Scheduler::notify`] after the device has
+//! ([`Scheduler::run_until`], reached through `DeviceBackend::wait`), a test's
+//! [`Scheduler::run_due`], or, in real time, the simulated ConnectX at the end of a send
+//! doorbell (its lock released), so that what is due at once is there when the post returns. Each delivery event calls [`Scheduler::notify`] after the device has
 //! taken the packet, so a driver waiting in real time wakes up.
 //!
 //! So a device may hold its own lock while it calls `transmit` or `local_mad` (nothing calls it

@@ -1,39 +1,102 @@
 //! Sending and receiving: `umad_send`, `umad_recv`, `umad_poll`, `umad_get_fd`.
 //!
-//! `umad_recv` and `umad_poll` wait in `poll(2)` on the umad fd, a cancellation point, as
-//! libibumad's do: OpenSM stops its receiver thread with `pthread_cancel`, which unwinds
-//! the thread from inside that `poll`. So these two are `extern "C-unwind"` (a plain
-//! `extern "C"` function aborts when an unwind crosses it), `poll` is declared as one that
-//! may unwind, and nothing that needs dropping is alive across the wait: the unwind passes
-//! through frames with nothing to clean up.
+//! `umad_recv` and `umad_poll` wait by running the port's progress loop ([`crate::drive`])
+//! instead of in `poll(2)`, but stay cancellable as libibumad's are: OpenSM stops its
+//! receiver thread with `pthread_cancel`. The loop runs with cancellation disabled (the
+//! driver and the simulator make system calls that are cancellation points, with locks
+//! held), in steps of at most [`SLICE`], and between steps the thread passes an explicit
+//! cancellation point with nothing alive that needs dropping. So these two are
+//! `extern "C-unwind"` (a plain `extern "C"` function aborts when an unwind crosses it).
 
 use std::ffi::{c_int, c_void};
+
+use std::time::Duration;
 
 use crate::abi::{HDR_LEN, IbUserMad};
 use crate::context::global;
 use crate::error::UmadError;
-use crate::exports::{errno, guard, hdr_len, set_errno};
+use crate::exports::{guard, hdr_len, set_errno};
+use crate::file::UmadFile;
 
-unsafe extern "C-unwind" {
-    /// libc's `poll`, declared so that the cancellation unwind may pass through it.
-    #[link_name = "poll"]
-    fn poll_cancellable(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
+unsafe extern "C" {
+    /// pthread's cancel state switch (not a cancellation point).
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
 }
 
-/// libibumad's `dev_poll`: 0 when `fd` is readable (or in error), -ETIMEDOUT when
-/// `timeout_ms` passed, -EIO when `poll` failed (errno says why).
-fn dev_poll(fd: c_int, timeout_ms: c_int) -> c_int {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, live for the call.
-    let n = unsafe { poll_cancellable(&raw mut p, 1, timeout_ms) };
-    match n {
-        1 => 0,
-        0 => -libc::ETIMEDOUT,
-        _ => -libc::EIO,
+unsafe extern "C-unwind" {
+    /// pthread's explicit cancellation point; may unwind (a pending cancel).
+    fn pthread_testcancel();
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE`.
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Longest stretch a waiting caller spends in the library between two cancellation points
+/// (how long a `pthread_cancel` of a thread waiting in `umad_recv` may take to act).
+const SLICE: Duration = Duration::from_millis(5);
+
+/// Runs `f` with cancellation disabled: the driver, the simulator and the MAD layer make
+/// system calls that are cancellation points (eventfd reads and writes, sleeps), and a
+/// cancel acted on there would unwind through frames holding locks.
+fn uncancellable<T>(f: impl FnOnce() -> T) -> T {
+    let mut old: c_int = 0;
+    // SAFETY: plain pthread call on this thread, with a live int for the old state.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &raw mut old) };
+    let r = f();
+    // SAFETY: as above; restoring the state found.
+    unsafe { pthread_setcancelstate(old, std::ptr::null_mut()) };
+    r
+}
+
+/// Acts on a pending cancel of this thread. Call only from a frame with nothing alive that
+/// needs dropping: the unwind passes through it.
+fn cancellation_point() {
+    // SAFETY: no arguments; the unwind it may start is allowed through the callers
+    // (`extern "C-unwind"`, nothing to drop).
+    unsafe { pthread_testcancel() };
+}
+
+/// One step of a wait: done (with the C return value), or not yet.
+enum Step {
+    Done(c_int),
+    More,
+}
+
+/// A wait of `umad_recv` or `umad_poll` of `timeout_ms` (-1: forever), in steps of at most
+/// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until)` does
+/// one step (until `until`, device time) and says whether it is done; the wait's deadline is
+/// fixed in device time at the first step. After the deadline: -ETIMEDOUT.
+fn wait_steps(
+    fd: c_int,
+    timeout_ms: c_int,
+    step: &mut dyn FnMut(&UmadFile, Duration, bool) -> Result<Step, UmadError>,
+) -> c_int {
+    let mut deadline: Option<Duration> = None;
+    loop {
+        let r = uncancellable(|| {
+            guard(Step::Done(-libc::EIO), || {
+                let r = global()
+                    .ok_or(UmadError::NotAPort { fd })
+                    .and_then(|c| c.file(fd))
+                    .and_then(|f| {
+                        let now = f.port().mad.now();
+                        let end = *deadline.get_or_insert_with(|| {
+                            u64::try_from(timeout_ms).map_or(Duration::MAX, |ms| {
+                                now.saturating_add(Duration::from_millis(ms))
+                            })
+                        });
+                        step(&f, end.min(now.saturating_add(SLICE)), now >= end)
+                    });
+                r.unwrap_or_else(|e| {
+                    set_errno(e.errno());
+                    Step::Done(-e.errno())
+                })
+            })
+        });
+        if let Step::Done(n) = r {
+            return n;
+        }
+        cancellation_point();
     }
 }
 
@@ -89,51 +152,15 @@ pub unsafe extern "C" fn umad_send(
     })
 }
 
-/// What `read(2)` does on the fd: the next packet into the buffer, or -errno.
-fn read(fd: c_int, buf: &mut [u8]) -> Result<usize, UmadError> {
-    let c = global().ok_or(UmadError::NotAPort { fd })?;
-    c.file(fd)?.read(buf)
-}
-
-/// The part of `umad_recv` after the wait.
-///
-/// # Safety
-/// As `umad_recv`.
-unsafe fn recv_now(fd: c_int, umad: *mut c_void, length: *mut c_int) -> c_int {
-    guard(-libc::EIO, || {
-        // SAFETY: the caller's int.
-        let want = unsafe { *length };
-        let len = hdr_len() + usize::try_from(want).unwrap_or(0);
-        // SAFETY: the caller's buffer holds umad_size() + *length bytes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };
-        match read(fd, buf) {
-            Ok(n) => {
-                // SAFETY: the caller's int.
-                unsafe { *length = n.saturating_sub(hdr_len()) as c_int };
-                // SAFETY: the header was just written at the start of the buffer.
-                unsafe { (*umad.cast::<IbUserMad>()).agent_id as c_int }
-            }
-            Err(e) => {
-                // libibumad reports the header's length (less the header): after ENOSPC
-                // that is what the message needs.
-                if len >= 20 {
-                    // SAFETY: at least the header's first 20 bytes are the caller's.
-                    let l = unsafe { (*umad.cast::<IbUserMad>()).length };
-                    // SAFETY: the caller's int.
-                    unsafe { *length = (l as c_int).wrapping_sub(hdr_len() as c_int) };
-                }
-                set_errno(e.errno());
-                -e.errno()
-            }
-        }
-    })
-}
-
 /// `umad_recv`: waits up to `timeout_ms` (-1: forever, 0: not at all) for a packet, then
 /// reads it. Returns the agent ID with `*length` = the MAD's length; or -errno:
 /// -ETIMEDOUT after the timeout, -EAGAIN when nothing is queued, -ENOSPC (with `*length` =
 /// the length needed) for a message longer than the buffer, -EINVAL for a buffer shorter
 /// than one MAD, -EIO once the device is gone.
+///
+/// The waiting thread runs the port's progress loop itself ([`crate::drive`]); a cancel of
+/// it (OpenSM stops its receiver thread with `pthread_cancel`) is acted on between steps of
+/// at most [`SLICE`], with nothing of the library's alive.
 ///
 /// # Safety
 /// `umad` points to `umad_size() + *length` bytes; `length` to an int.
@@ -148,22 +175,53 @@ pub unsafe extern "C-unwind" fn umad_recv(
         return -libc::EINVAL;
     }
     set_errno(0);
-    if timeout_ms != 0 {
-        let n = dev_poll(fd, timeout_ms);
-        if n < 0 {
-            if errno() == 0 {
-                set_errno(-n);
+    // SAFETY: the caller's int.
+    let want = unsafe { *length };
+    let len = hdr_len() + usize::try_from(want).unwrap_or(0);
+    wait_steps(fd, timeout_ms, &mut |f, until, last| {
+        // SAFETY: the caller's buffer holds umad_size() + *length bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };
+        match f.recv_wait(buf, until, timeout_ms != 0) {
+            Ok(n) => {
+                // SAFETY: the caller's int.
+                unsafe { *length = n.saturating_sub(hdr_len()) as c_int };
+                // SAFETY: the header was just written at the start of the buffer.
+                Ok(Step::Done(unsafe {
+                    (*umad.cast::<IbUserMad>()).agent_id as c_int
+                }))
             }
-            return n;
+            Err(UmadError::Again) if !last => Ok(Step::More),
+            Err(UmadError::Again) if timeout_ms != 0 => {
+                set_errno(libc::ETIMEDOUT);
+                Ok(Step::Done(-libc::ETIMEDOUT))
+            }
+            Err(e) => {
+                // libibumad reports the header's length (less the header): after ENOSPC
+                // that is what the message needs.
+                if len >= 20 {
+                    // SAFETY: at least the header's first 20 bytes are the caller's.
+                    let l = unsafe { (*umad.cast::<IbUserMad>()).length };
+                    // SAFETY: the caller's int.
+                    unsafe { *length = (l as c_int).wrapping_sub(hdr_len() as c_int) };
+                }
+                Err(e)
+            }
         }
-    }
-    // SAFETY: as this function's contract.
-    unsafe { recv_now(fd, umad, length) }
+    })
 }
 
-/// `umad_poll`: 0 when the fd is readable (or its device gone), -ETIMEDOUT, -EIO.
+/// `umad_poll`: 0 when the fd is readable (or its device gone), -ETIMEDOUT, -EIO; waits
+/// as `umad_recv` does.
 pub extern "C-unwind" fn umad_poll(fd: c_int, timeout_ms: c_int) -> c_int {
-    dev_poll(fd, timeout_ms)
+    wait_steps(fd, timeout_ms, &mut |f, until, last| {
+        if f.wait_readable(until)? {
+            Ok(Step::Done(0))
+        } else if last {
+            Ok(Step::Done(-libc::ETIMEDOUT))
+        } else {
+            Ok(Step::More)
+        }
+    })
 }
 
 /// `umad_get_fd`: the fd itself.

@@ -37,11 +37,6 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-pub(crate) fn errno() -> c_int {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() }
-}
-
 /// Runs `f`, turning a panic into `on_panic` (and errno EIO).
 pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {

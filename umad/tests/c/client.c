@@ -332,6 +332,30 @@ static int mode_poll(void)
 	return 0;
 }
 
+/* Two responses arrive in one pass while the reader waits in umad_recv: the one it does
+ * not take must still make the fd readable for poll(2), without another library call. */
+static int mode_leftover(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	for (int i = 0; i < 2; i++) {
+		perf_get(u, 20 + i);
+		umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+		umad_send(fd, agent, u, MAD, 1000, 0);
+	}
+	int len;
+	printf("first=%d\n", recv_one(fd, u, MAD, -1, &len) >= 0);
+	struct pollfd p = {.fd = umad_get_fd(fd), .events = POLLIN};
+	int n = poll(&p, 1, 2000);
+	printf("sys_poll=%d revents_in=%d\n", n, (p.revents & POLLIN) != 0);
+	printf("second=%d\n", recv_one(fd, u, MAD, 0, &len) >= 0);
+	p.revents = 0;
+	printf("sys_poll_after=%d\n", poll(&p, 1, 0));
+	umad_close_port(fd);
+	return 0;
+}
+
 static int cancel_fd;
 static void *blocked_reader(void *arg)
 {
@@ -469,6 +493,8 @@ int main(int argc, char **argv)
 		return mode_poll();
 	if (!strcmp(m, "cancel"))
 		return mode_cancel();
+	if (!strcmp(m, "leftover"))
+		return mode_leftover();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
