@@ -340,12 +340,7 @@ impl Port {
     /// One non-blocking pass of the progress loop, if no other thread is running it: returns
     /// the work done (completions, timers, cancels handled).
     pub fn progress(&self) -> usize {
-        let s = &self.shared;
-        match s.progress.try_lock() {
-            Ok(mut st) => s.pass(&mut st),
-            Err(TryLockError::Poisoned(p)) => s.pass(&mut p.into_inner()),
-            Err(TryLockError::WouldBlock) => 0,
-        }
+        self.shared.progress_nonblocking()
     }
 
     /// Drive the progress loop until `deadline` (device time), returning early once it has
@@ -377,11 +372,7 @@ impl Port {
             if now >= deadline {
                 return false;
             }
-            let guard = match s.progress.try_lock() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
+            let guard = s.try_progress();
             let Some(mut st) = guard else {
                 s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
                 return true;
@@ -401,11 +392,7 @@ impl Port {
     pub fn progress_then_sleep(&self, deadline: Duration) -> usize {
         let s = &self.shared;
         let now = s.hca.now();
-        let guard = match s.progress.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        };
+        let guard = s.try_progress();
         let Some(mut st) = guard else {
             s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
             return 0;
@@ -566,6 +553,15 @@ impl PortShared {
         cv.notify_all();
     }
 
+    /// The progress loop, unless another thread is running it (a poisoned lock is taken too).
+    fn try_progress(&self) -> Option<std::sync::MutexGuard<'_, ProgressState>> {
+        match self.progress.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Wait (wall time) up to `d` for the progress loop to do something.
     pub(crate) fn park(&self, d: Duration) {
         let (m, cv) = &self.notify;
@@ -582,11 +578,7 @@ impl PortShared {
     }
 
     fn progress_nonblocking(&self) -> usize {
-        match self.progress.try_lock() {
-            Ok(mut st) => self.pass(&mut st),
-            Err(TryLockError::Poisoned(p)) => self.pass(&mut p.into_inner()),
-            Err(TryLockError::WouldBlock) => 0,
-        }
+        self.try_progress().map_or(0, |mut st| self.pass(&mut st))
     }
 
     /// Run the progress loop (or wait for the thread that runs it) until `done` says so or
@@ -606,11 +598,7 @@ impl PortShared {
             if deadline.is_some_and(|d| now >= d) {
                 return false;
             }
-            let guard = match self.progress.try_lock() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
+            let guard = self.try_progress();
             match guard {
                 Some(mut st) => {
                     let w = self.pass(&mut st);
@@ -656,11 +644,7 @@ impl PortShared {
 
     /// One step of a progress thread.
     fn tick(&self) {
-        let guard = match self.progress.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        };
+        let guard = self.try_progress();
         match guard {
             Some(mut st) => {
                 if self.pass(&mut st) == 0 {
