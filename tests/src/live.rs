@@ -13,7 +13,8 @@
 //! The `hca` binary is the one cargo built beside the test (`target/<profile>/hca`, built by
 //! `cargo build`, `cargo nextest run --workspace` or `cargo test --workspace`, not by
 //! `cargo test -p hca-tests` alone). Without it the tests fail under CI and skip elsewhere, as
-//! for a missing Debian program ([`interop::need`]).
+//! for a missing Debian program ([`interop::need`]); a binary older than its sources fails
+//! them everywhere, since it would test old code.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -41,6 +42,9 @@ pub fn hca_binary() -> Option<PathBuf> {
         .and_then(Path::parent)
         .map(|d| d.join("hca"))
         .filter(|p| p.is_file());
+    if let Some(hca) = &hca {
+        assert_fresh(hca);
+    }
     if hca.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -54,6 +58,48 @@ pub fn hca_binary() -> Option<PathBuf> {
         );
     }
     hca
+}
+
+/// The crates whose sources go into the `hca` binary, relative to the workspace root.
+const HCA_SOURCES: [&str; 8] = [
+    "tools/src",
+    "embed/src",
+    "sim/src",
+    "umad/src",
+    "mad/src",
+    "driver/src",
+    "dma/src",
+    "firmware-cmds/src",
+];
+
+/// Fails when a source file of the `hca` binary is newer than the binary: a run of only this
+/// crate's tests (`cargo nextest run -p hca-tests`) does not rebuild it, and a stale binary
+/// would test old code (or pass on it).
+fn assert_fresh(hca: &Path) {
+    let built = std::fs::metadata(hca)
+        .and_then(|m| m.modified())
+        .expect("the hca binary's mtime");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut stack: Vec<PathBuf> = HCA_SOURCES.iter().map(|d| root.join(d)).collect();
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.modified().is_ok_and(|m| m > built) {
+                panic!(
+                    "{} is newer than the hca binary {}: rebuild it (`cargo build -p \
+                     hca-tools`, or run the tests with `tests/run`, which builds the workspace)",
+                    path.display(),
+                    hca.display()
+                );
+            }
+        }
+    }
 }
 
 /// The last `n` lines of `text`.
