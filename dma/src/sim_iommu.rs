@@ -3,9 +3,9 @@
 //!
 //! Translation is a binary search of the mappings sorted by IOVA, under a read lock (O(log
 //! n), no allocation; a sorted vector rather than a tree, because every device access
-//! translates and mappings change rarely); unmap
-//! takes the write lock, so once it returns no device access to that memory is still running,
-//! just as an IOTLB flush guarantees on hardware.
+//! translates and mappings change rarely); unmap takes the write lock, so once it returns no
+//! device access to that memory is still running, just as an IOTLB flush guarantees on
+//! hardware.
 
 use std::fmt;
 use std::io;

@@ -1,7 +1,6 @@
 //! The process-wide state behind the C functions: the HCA(s) named by `HCA_DEVICE`, brought
 //! up through the driver, a MAD-layer port per HCA port (its progress loop run as
-//! [`crate::drive`] says), the
-//! umad files (`umad_open_port` fds) and the issm files.
+//! [`crate::drive`] says), the umad files (`umad_open_port` fds) and the issm files.
 //!
 //! The C entry points use one [`Context`], made on first use from the environment
 //! ([`global`]); tests make their own over a device they keep a handle on

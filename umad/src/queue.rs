@@ -216,11 +216,6 @@ impl ReadQueue {
         }
     }
 
-    /// Whether the fd shows the queue as non-empty now.
-    pub fn raised(&self) -> bool {
-        self.raised
-    }
-
     fn raise(&mut self) {
         if self.raised || self.held > 0 {
             return;

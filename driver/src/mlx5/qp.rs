@@ -203,6 +203,7 @@ pub(crate) fn send_wqe(
         .map_err(|e| PostError::Invalid(format!("send WQE: {e}")))
 }
 
+/// Everything needed to create a special QP.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QpParams {
     pub(crate) kind: SpecialQp,
@@ -466,6 +467,7 @@ impl Qp {
         Ok(qword)
     }
 
+    /// Post one receive: the data segment, then `to_device`, then the doorbell record.
     pub(crate) fn post_recv(&mut self, wr: &RecvWr) -> Result<(), PostError> {
         match self.state {
             SwState::Rts | SwState::SqError => {}
