@@ -4,7 +4,7 @@
 # times (wall clock of the whole command, median), with the two times and their ratio; and
 # `hca discover` (the native engine, no libibumad) on the same fabric.
 #
-#   tests/bench/side-by-side.sh [--reps N] [--spec SPEC] [--node NAME] [--keep]
+#   tests/bench/side-by-side.sh [--reps N] [--spec SPEC] [--node NAME] [--cpus LIST] [--keep]
 #
 # Defaults: 5 repetitions of each; the 2,144-node tree fat-tree:leaves=64,hosts=32,spines=32
 # (64 leaves of 32 hosts, 32 spines); every tool runs from host-1. Goals (the issue): ours at
@@ -14,6 +14,12 @@
 # each `hca run` opens a fresh simulator (no state=). ibsim is started (and ready) before the
 # clock starts; our simulator is brought up inside the timed command, so our times include
 # bringing up the simulated HCA and the fabric.
+#
+# --cpus LIST runs every process of both stacks (ibsim, the tools, `hca run`) on those CPUs
+# (taskset -c LIST): `--cpus 0` compares them on one core. That matters for OpenSM, whose
+# threads hand each SMP to one another: on a 2-core VM a wake-up across CPUs costs several
+# microseconds, and its sweep takes about 1.2-1.8 s on 2 CPUs but about 0.7 s on one, with
+# either backend.
 #
 # Needs: ibsim-utils (ibsim, libumad2sim0), infiniband-diags, opensm (`.ci/run` installs
 # them) and a release build (`cargo build --release -p hca-tools`, done here if missing).
@@ -25,13 +31,15 @@ reps=5
 spec="fat-tree:leaves=64,hosts=32,spines=32"
 node="host-1"
 keep=0
+cpus=
 while [ $# -gt 0 ]; do
     case "$1" in
     --reps) reps=$2; shift 2 ;;
     --spec) spec=$2; shift 2 ;;
     --node) node=$2; shift 2 ;;
+    --cpus) cpus=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -47,6 +55,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 3
 fi
 export PATH="$PATH:/usr/sbin"
+pin=()
+if [ -n "$cpus" ]; then
+    command -v taskset >/dev/null || { echo "--cpus needs taskset (util-linux)" >&2; exit 3; }
+    taskset -c "$cpus" true || { echo "--cpus $cpus: not a CPU list taskset takes" >&2; exit 2; }
+    pin=(taskset -c "$cpus")
+fi
 
 echo "== building (release)" >&2
 cargo build --release --quiet -p hca-tools || exit 1
@@ -76,7 +90,7 @@ start_ibsim() {
     sock_n=$((sock_n + 1))
     sock="hca-sbs-$$-$sock_n"
     local log=$work/ibsim-$sock_n.log
-    IBSIM_SOCKNAME=$sock ibsim -s -n "${ibsim_sizes[@]}" "$topo" >"$log" 2>&1 </dev/null &
+    IBSIM_SOCKNAME=$sock "${pin[@]}" ibsim -s -n "${ibsim_sizes[@]}" "$topo" >"$log" 2>&1 </dev/null &
     ibsim_pid=$!
     for _ in $(seq 1 600); do
         grep -q "Network simulator ready" "$log" && return 0
@@ -102,7 +116,7 @@ time_run() {
     dir=$(mktemp -d "$work/run.XXXXXX")
     local t0 t1
     t0=$(date +%s.%N)
-    (cd "$dir" && OSM_CACHE_DIR=$dir OSM_TMP_DIR=$dir "$@") >"$out" 2>"$out.err" </dev/null
+    (cd "$dir" && OSM_CACHE_DIR=$dir OSM_TMP_DIR=$dir "${pin[@]}" "$@") >"$out" 2>"$out.err" </dev/null
     local rc=$?
     t1=$(date +%s.%N)
     if [ $rc -ne 0 ]; then
@@ -200,6 +214,7 @@ secs() { [ -n "$1" ] && printf '%.3f s' "$1" || printf -- '-'; }
 echo
 echo "Side by side on $spec ($nodes nodes, $links links), from $node;"
 echo "median wall clock of $reps runs each (ibsim started beforehand; our simulator inside the run)."
+[ -n "$cpus" ] && echo "Every process of both stacks ran on CPUs $cpus (taskset -c $cpus)."
 echo
 printf '%-34s %16s %16s %8s %8s\n' "" "ibsim+umad2sim" "our libibumad" "ratio" "goal"
 printf '%-34s %16s %16s %8s %8s\n' "ibnetdiscover" "$(secs "${result[ibsim_ibnd]}")" \
