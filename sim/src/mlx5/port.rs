@@ -21,8 +21,10 @@ use super::state::PortView;
 use crate::link::{PortChange, PortLink, PortSink};
 use crate::packet::Packet;
 
-/// MAD buffers kept for reuse.
-const MAD_POOL_MAX: usize = 64;
+/// MAD buffers kept for reuse: as many as packets a burst of deliveries brings (a window of
+/// up to 1024 MADs in flight arrives at once in virtual time), 256 KiB at most. A smaller
+/// pool overflows on every burst, and the sends behind it allocate again.
+const MAD_POOL_MAX: usize = 1024;
 
 /// The PORT_CHANGE subtype of a change.
 pub(crate) fn subtype(change: PortChange) -> u8 {

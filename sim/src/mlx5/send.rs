@@ -228,7 +228,6 @@ impl State {
             .mad_pool
             .pop()
             .unwrap_or_else(|| Box::new([0u8; MAD_LEN]));
-        mad.fill(0);
         let mut len = 0usize;
         for g in gather {
             match g.map_err(|_| qp_op_err())? {
@@ -267,6 +266,9 @@ impl State {
                 }
             }
         }
+        // A gather list shorter than a MAD leaves the rest zero (a reused buffer holds the
+        // last packet's bytes there).
+        mad[len..].fill(0);
         let view = &self.ports[usize::from(qp.port.max(1) - 1)];
         let snap = &view.snapshot;
         let lmc_mask = (1u16 << snap.lmc.min(7)) - 1;
