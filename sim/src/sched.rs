@@ -244,12 +244,13 @@ impl Scheduler {
         self.lock().pop_due(now)
     }
 
-    fn run_task(&self, task: Task) {
+    /// Runs `task`, part of a run of events due at `now`.
+    fn run_task(&self, task: Task, now: Duration) {
         match task {
             Task::Call(f) => f(),
             Task::Deliver { sink, port, packet } => {
                 if let Some(s) = sink.upgrade() {
-                    s.deliver(port, packet);
+                    s.deliver_at(port, packet, now);
                 }
                 self.notify();
             }
@@ -264,12 +265,33 @@ impl Scheduler {
 
     /// Run due events (never holding the queue lock while an event runs); returns how many.
     pub fn run_due(&self) -> usize {
+        self.run_due_from(self.now(), true)
+    }
+
+    /// Runs the events due at `now`, a time the caller read from the clock (on the real clock
+    /// a read is a system call's worth of work: a device passes the time of its doorbell).
+    /// Events that fell due since are left for the next run.
+    pub(crate) fn run_due_at(&self, now: Duration) -> usize {
+        self.run_due_from(now, false)
+    }
+
+    /// Runs the events due at `now`; with `reread`, then reads the clock again (once after
+    /// each run of events) and runs what fell due meanwhile.
+    fn run_due_from(&self, mut now: Duration, reread: bool) -> usize {
         let mut n = 0;
-        while let Some(task) = self.pop_due(self.now()) {
-            self.run_task(task);
-            n += 1;
+        let mut fresh = true;
+        loop {
+            if let Some(task) = self.pop_due(now) {
+                self.run_task(task, now);
+                n += 1;
+                fresh = false;
+            } else if fresh || !reread {
+                return n;
+            } else {
+                now = self.now();
+                fresh = true;
+            }
         }
-        n
     }
 
     /// Let simulated time pass until `deadline`, running events as they fall due, and return

@@ -146,6 +146,18 @@ impl Inner {
         r
     }
 
+    /// [`with`](Self::with) for a step of an operation that read the clock at `now`: the
+    /// state's time is `now` for the step (the clock is read once per doorbell or delivery
+    /// run, not once per CQE and timestamp).
+    pub(crate) fn with_at<R>(&self, now: Duration, f: impl FnOnce(&mut State) -> R) -> R {
+        self.with(|st| {
+            st.op_now = Some(now);
+            let r = f(st);
+            st.op_now = None;
+            r
+        })
+    }
+
     fn apply(&self, fx: state::Effects) {
         for v in fx.irqs {
             self.irqs.raise(IrqKind::Msix, v);
@@ -251,16 +263,16 @@ impl Inner {
         }
     }
 
-    /// Runs the send queue of `qpn`, one WQE per lock, transmitting outside the lock.
-    fn run_send_queue(&self, qpn: u32) {
+    /// Runs the send queue of `qpn` at `now`, one WQE per lock, transmitting outside the lock.
+    fn run_send_queue(&self, qpn: u32, now: Duration) {
         loop {
-            match self.with(|st| st.next_send(qpn)) {
+            match self.with_at(now, |st| st.next_send(qpn)) {
                 SendStep::Idle => return,
                 SendStep::Completed => {}
                 SendStep::Packet(port, packet, more) => {
                     // Counted (sent, or dropped for want of a link) by `next_send`.
                     if let Some(link) = self.link(port) {
-                        link.transmit(packet);
+                        link.transmit_at(packet, now);
                     }
                     if !more {
                         return;
@@ -324,14 +336,17 @@ impl Inner {
         }
         if let uar::UarEffect::Send(qpn) = effect {
             self.refresh_ports();
-            self.run_send_queue(qpn);
+            // One read of the clock for the doorbell: its CQEs, its packets and the events
+            // they made due all happen at this time.
+            let now = self.sched.now();
+            self.run_send_queue(qpn, now);
             // In real time, what the send made due now (a delivery with no delay: the
             // response of a switch's SMA, a loopback) runs here, on the sending thread, with
             // no lock of the device held (the network's delivery rule): the driver finds it
             // on its next poll instead of in a wait, and no thread is woken to run it.
             // Virtual time keeps events to the one thread that waits.
             if self.sched.clock().mode() == ClockMode::Real {
-                self.sched.run_due();
+                self.sched.run_due_at(now);
             }
         }
     }

@@ -8,6 +8,7 @@
 //! is refreshed on the next driver action (a doorbell, a command, a wait).
 
 use std::sync::Weak;
+use std::time::Duration;
 
 use firmware_cmds::mlx5::eqe::{EqeEvent, port_change};
 use mad_wire::attr::pkey_table::{PKEYS_PER_BLOCK, PkeyTable};
@@ -94,7 +95,14 @@ pub(crate) struct Sink(pub Weak<Inner>);
 impl PortSink for Sink {
     fn deliver(&self, port: u8, packet: Packet) {
         if let Some(inner) = self.0.upgrade() {
-            inner.deliver(port, packet);
+            let now = inner.sched.now();
+            inner.deliver(port, packet, now);
+        }
+    }
+
+    fn deliver_at(&self, port: u8, packet: Packet, now: Duration) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.deliver(port, packet, now);
         }
     }
 
@@ -118,9 +126,9 @@ impl PortSink for Sink {
 }
 
 impl Inner {
-    /// A packet from the fabric.
-    pub(crate) fn deliver(&self, port: u8, packet: Packet) {
-        self.with(|st| {
+    /// A packet from the fabric, at `now`.
+    pub(crate) fn deliver(&self, port: u8, packet: Packet, now: Duration) {
+        self.with_at(now, |st| {
             if self.down() || st.health.fatal {
                 st.counters.drop_packet(DropReason::DeviceDown);
             } else {

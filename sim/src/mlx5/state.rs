@@ -153,6 +153,9 @@ pub(crate) struct State {
     /// moves the box, it never copies the bytes.
     #[allow(clippy::vec_box)]
     pub mad_pool: Vec<Box<[u8; 256]>>,
+    /// The time of the operation under way, read once for all its steps (see
+    /// `Inner::with_at`); `None`: read the clock.
+    pub op_now: Option<Duration>,
 }
 
 impl State {
@@ -201,12 +204,13 @@ impl State {
             counters: Counters::default(),
             fx: Effects::default(),
             mad_pool: Vec::new(),
+            op_now: None,
         }
     }
 
     /// Simulated time.
     pub(crate) fn now(&self) -> Duration {
-        self.sched.now()
+        self.op_now.unwrap_or_else(|| self.sched.now())
     }
 
     /// The free-running timer CQEs carry (nanoseconds).

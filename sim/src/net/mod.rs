@@ -70,6 +70,7 @@ pub mod smi;
 pub mod state_file;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 pub use self::attach::AttachedPort;
 pub use self::drops::{DropCounts, DropReason};
@@ -175,8 +176,14 @@ impl Shared {
     /// lock is taken after it, and nothing holds the scheduler's lock while it takes another),
     /// so that the output buffer keeps its capacity from one operation to the next.
     pub(crate) fn run<R>(&self, f: impl FnOnce(&mut NetState) -> R) -> R {
+        self.run_at(self.sched.now(), f)
+    }
+
+    /// [`run`](Self::run) at `now`, a time read from the clock by the caller. The network's
+    /// time never goes back (another thread may have run it at a later time meanwhile).
+    pub(crate) fn run_at<R>(&self, now: Duration, f: impl FnOnce(&mut NetState) -> R) -> R {
         let mut st = self.lock();
-        st.now = self.sched.now();
+        st.now = st.now.max(now);
         let r = f(&mut st);
         st.flush_effects();
         if !st.outputs.is_empty() {
