@@ -29,7 +29,6 @@ mod cq;
 mod eq;
 mod exec;
 pub mod faults;
-mod idmap;
 mod pages;
 mod port;
 mod qp;

@@ -25,9 +25,9 @@ use super::counters::Counters;
 use super::cq::{self, Cq, Delayed};
 use super::eq::{self, Eq};
 use super::faults::FaultState;
-use super::idmap::IdMap;
 use super::pages::Pages;
 use super::qp::Qp;
+use crate::idmap::IdMap;
 use crate::link::PortSnapshot;
 use crate::sched::Scheduler;
 
