@@ -136,10 +136,19 @@ impl Inner {
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let mut st = self.lock();
         let r = f(&mut st);
-        st.counters.snap.interrupts += st.fx.irqs.len() as u64;
-        let fx = std::mem::take(&mut st.fx);
         self.err_rqs
             .store(!st.err_rqs.is_empty(), Ordering::Relaxed);
+        if st.fx.irqs.is_empty() && st.fx.timers.is_empty() {
+            // The usual step (a WQE, a packet): at most a wake-up, and nothing to move out.
+            let notify = std::mem::take(&mut st.fx.notify);
+            drop(st);
+            if notify {
+                self.sched.notify();
+            }
+            return r;
+        }
+        st.counters.snap.interrupts += st.fx.irqs.len() as u64;
+        let fx = std::mem::take(&mut st.fx);
         drop(st);
         self.apply(fx);
         r
