@@ -128,7 +128,11 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A step that panicked under `with_at` (a model bug; the lock is taken again past
+        // the poison) must not leave its time behind as the device's clock.
+        st.op_now = None;
+        st
     }
 
     /// Runs `f` under the device lock, then does what it left to do outside the lock
@@ -352,7 +356,9 @@ impl Inner {
             // response of a switch's SMA, a loopback) runs here, on the sending thread, with
             // no lock of the device held (the network's delivery rule): the driver finds it
             // on its next poll instead of in a wait, and no thread is woken to run it.
-            // Virtual time keeps events to the one thread that waits.
+            // (A delivery the network timed later than `now`, because another thread ran it
+            // at a later time meanwhile, waits for the driver's next wait.) Virtual time
+            // keeps events to the one thread that waits.
             if self.sched.clock().mode() == ClockMode::Real {
                 self.sched.run_due_at(now);
             }
