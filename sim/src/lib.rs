@@ -9,6 +9,7 @@ pub mod clock;
 pub mod device;
 pub mod edu;
 pub mod fabric;
+mod idmap;
 pub mod link;
 pub mod mlx5;
 pub mod net;

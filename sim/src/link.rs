@@ -8,6 +8,8 @@
 //! the same code serves a standalone HCA (loopback to its own LID, its own SMA behind MAD_IFC)
 //! and an HCA on a large simulated subnet.
 
+use std::time::Duration;
+
 use crate::packet::Packet;
 
 /// What a device's port can ask of the fabric it is attached to.
@@ -15,6 +17,14 @@ pub trait PortLink: Send + Sync {
     /// Put `packet` on the wire out of this port (the fabric routes it; it may be delivered to
     /// this same port again when addressed to its own LID: loopback).
     fn transmit(&self, packet: Packet);
+
+    /// [`transmit`](Self::transmit) by a device that read the clock at `now` for the
+    /// operation the packet is part of (a doorbell), so that the fabric need not read it
+    /// again. `now` is not later than the clock.
+    fn transmit_at(&self, packet: Packet, now: Duration) {
+        let _ = now;
+        self.transmit(packet);
+    }
 
     /// Hand a MAD to the management agent (SMA/PMA) of this port's own node and return its
     /// answer, as firmware does for MAD_IFC; `None` when the agent does not answer (for
@@ -34,6 +44,13 @@ pub trait PortLink: Send + Sync {
 pub trait PortSink: Send + Sync {
     /// A packet arrived at the device's port `port`.
     fn deliver(&self, port: u8, packet: Packet);
+
+    /// [`deliver`](Self::deliver) from a scheduler that read the clock at `now` for the run
+    /// of due events this delivery is part of, so that the device need not read it again.
+    fn deliver_at(&self, port: u8, packet: Packet, now: Duration) {
+        let _ = now;
+        self.deliver(port, packet);
+    }
 
     /// The port's management state changed (LID, state, P_Keys, client reregister): the device
     /// raises its port-change event.

@@ -10,25 +10,53 @@
 //! 30-second timeout in a test takes no time; virtual time is meant for one driving thread.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Weak;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use crate::clock::{ClockMode, SimClock};
+use crate::link::{PortChange, PortSink};
+use crate::packet::Packet;
 
 /// Work to do at a point in simulated time.
 pub type Event = Box<dyn FnOnce() + Send>;
 
+/// What an entry does when it runs: a closure, or one of the network's two callbacks, kept
+/// unboxed because a delivery is the event of every packet.
+pub(crate) enum Task {
+    /// Any work.
+    Call(Event),
+    /// `sink.deliver(port, packet)`, then wake the driver.
+    Deliver {
+        sink: Weak<dyn PortSink>,
+        port: u8,
+        packet: Packet,
+    },
+    /// `sink.port_changed(port, change)`, then wake the driver.
+    Changed {
+        sink: Weak<dyn PortSink>,
+        port: u8,
+        change: PortChange,
+    },
+}
+
 struct Entry {
     at: Duration,
     seq: u64,
-    event: Event,
+    task: Task,
+}
+
+impl Entry {
+    fn key(&self) -> (Duration, u64) {
+        (self.at, self.seq)
+    }
 }
 
 impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+        self.key() == other.key()
     }
 }
 impl Eq for Entry {}
@@ -39,14 +67,74 @@ impl PartialOrd for Entry {
 }
 impl Ord for Entry {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
+        self.key().cmp(&other.key())
     }
 }
 
+/// The events not yet run, in the order (time, then scheduling order) they run in.
+///
+/// Most events are scheduled in time order (a packet delivered now, after the one delivered
+/// a moment ago): those go to `fifo`, which stays sorted because each one enters behind a
+/// not-later one, and costs no heap operation. An event earlier than the last one in `fifo`
+/// goes to `heap`. The next event is the earlier of the two fronts, so the order is exactly
+/// that of one heap.
 #[derive(Default)]
 struct Queue {
     heap: BinaryHeap<Reverse<Entry>>,
+    fifo: VecDeque<Entry>,
     seq: u64,
+}
+
+impl Queue {
+    /// When the next event falls due.
+    fn next_at(&self) -> Option<Duration> {
+        let h = self.heap.peek().map(|Reverse(e)| e.key());
+        let f = self.fifo.front().map(Entry::key);
+        match (h, f) {
+            (Some(h), Some(f)) => Some(h.min(f).0),
+            (h, f) => h.or(f).map(|k| k.0),
+        }
+    }
+
+    /// Adds an event; returns true if it is now the earliest.
+    fn push(&mut self, at: Duration, task: Task) -> bool {
+        let earliest = self.next_at().is_none_or(|t| at < t);
+        self.seq += 1;
+        let e = Entry {
+            at,
+            seq: self.seq,
+            task,
+        };
+        if self.fifo.back().is_none_or(|b| b.at <= at) {
+            self.fifo.push_back(e);
+        } else {
+            self.heap.push(Reverse(e));
+        }
+        earliest
+    }
+
+    /// Takes the earliest event if it is due at `now`.
+    fn pop_due(&mut self, now: Duration) -> Option<Task> {
+        let h = self.heap.peek().map(|Reverse(e)| e.key());
+        let f = self.fifo.front().map(Entry::key);
+        let from_fifo = match (h, f) {
+            (Some(h), Some(f)) => f < h,
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
+        if from_fifo {
+            if f.is_some_and(|(at, _)| at <= now) {
+                return self.fifo.pop_front().map(|e| e.task);
+            }
+        } else if h.is_some_and(|(at, _)| at <= now) {
+            return self.heap.pop().map(|Reverse(e)| e.task);
+        }
+        None
+    }
+
+    fn len(&self) -> usize {
+        self.heap.len() + self.fifo.len()
+    }
 }
 
 /// Clock plus timed events plus wake-ups.
@@ -110,14 +198,22 @@ impl Scheduler {
 
     /// Run `event` at simulated time `at` (at once on the next `run_until` if `at` is past).
     pub fn schedule_at(&self, at: Duration, event: Event) {
+        self.schedule_tasks([(at, Task::Call(event))]);
+    }
+
+    /// Schedules each task at its time, in order, under one lock.
+    pub(crate) fn schedule_tasks(&self, tasks: impl IntoIterator<Item = (Duration, Task)>) {
         let mut q = self.lock();
-        q.seq += 1;
-        let seq = q.seq;
-        q.heap.push(Reverse(Entry { at, seq, event }));
-        // Read under the lock a waiter counts itself under: no wake-up is lost.
-        let waiting = self.waiting.load(Ordering::SeqCst) > 0;
+        let mut earliest = false;
+        for (at, task) in tasks {
+            earliest |= q.push(at, task);
+        }
+        // A waiter sleeps until the earliest event at most: only a new earliest one changes
+        // how long it may sleep. Read under the lock a waiter counts itself under: no
+        // wake-up is lost.
+        let wake = earliest && self.waiting.load(Ordering::SeqCst) > 0;
         drop(q);
-        if waiting {
+        if wake {
             self.wake.notify_all();
         }
     }
@@ -129,7 +225,7 @@ impl Scheduler {
 
     /// Events not yet run.
     pub fn pending(&self) -> usize {
-        self.lock().heap.len()
+        self.lock().len()
     }
 
     /// A device wrote something a driver may be waiting for (a completion, an event queue
@@ -144,23 +240,58 @@ impl Scheduler {
     }
 
     /// Pop the earliest event if it is due at `now`.
-    fn pop_due(&self, now: Duration) -> Option<Event> {
-        let mut q = self.lock();
-        if q.heap.peek().is_some_and(|Reverse(e)| e.at <= now) {
-            q.heap.pop().map(|Reverse(e)| e.event)
-        } else {
-            None
+    fn pop_due(&self, now: Duration) -> Option<Task> {
+        self.lock().pop_due(now)
+    }
+
+    /// Runs `task`, part of a run of events due at `now`.
+    fn run_task(&self, task: Task, now: Duration) {
+        match task {
+            Task::Call(f) => f(),
+            Task::Deliver { sink, port, packet } => {
+                if let Some(s) = sink.upgrade() {
+                    s.deliver_at(port, packet, now);
+                }
+                self.notify();
+            }
+            Task::Changed { sink, port, change } => {
+                if let Some(s) = sink.upgrade() {
+                    s.port_changed(port, change);
+                }
+                self.notify();
+            }
         }
     }
 
     /// Run due events (never holding the queue lock while an event runs); returns how many.
     pub fn run_due(&self) -> usize {
+        self.run_due_from(self.now(), true)
+    }
+
+    /// Runs the events due at `now`, a time the caller read from the clock (on the real clock
+    /// a read is a system call's worth of work: a device passes the time of its doorbell).
+    /// Events that fell due since are left for the next run.
+    pub(crate) fn run_due_at(&self, now: Duration) -> usize {
+        self.run_due_from(now, false)
+    }
+
+    /// Runs the events due at `now`; with `reread`, then reads the clock again (once after
+    /// each run of events) and runs what fell due meanwhile.
+    fn run_due_from(&self, mut now: Duration, reread: bool) -> usize {
         let mut n = 0;
-        while let Some(ev) = self.pop_due(self.now()) {
-            ev();
-            n += 1;
+        let mut fresh = true;
+        loop {
+            if let Some(task) = self.pop_due(now) {
+                self.run_task(task, now);
+                n += 1;
+                fresh = false;
+            } else if fresh || !reread {
+                return n;
+            } else {
+                now = self.now();
+                fresh = true;
+            }
         }
-        n
     }
 
     /// Let simulated time pass until `deadline`, running events as they fall due, and return
@@ -189,7 +320,7 @@ impl Scheduler {
             if now >= deadline {
                 return done(false);
             }
-            let next = q.heap.peek().map(|Reverse(e)| e.at);
+            let next = q.next_at();
             let until = next.map_or(deadline, |t| t.min(deadline));
             match self.clock.mode() {
                 ClockMode::Virtual => {
@@ -245,6 +376,32 @@ mod tests {
         assert_eq!(*log.lock().unwrap(), vec!['a', 'b', 'B', 'c']);
         assert!(!s.run_until(Duration::from_secs(60)));
         assert_eq!(s.now(), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn events_scheduled_out_of_time_order_run_in_time_then_scheduling_order() {
+        let s = Scheduler::new(ClockMode::Virtual);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        // In time order as far as 'b', then earlier ones between ('c', 'e') and one equal to
+        // the latest ('d'): the first run in order of scheduling, the others by time.
+        for (t, tag) in [
+            (10, 'a'),
+            (20, 'b'),
+            (15, 'c'),
+            (20, 'd'),
+            (15, 'e'),
+            (0, 'f'),
+        ] {
+            let log = log.clone();
+            s.schedule_at(
+                Duration::from_millis(t),
+                Box::new(move || log.lock().unwrap().push(tag)),
+            );
+        }
+        assert_eq!(s.pending(), 6);
+        while s.run_until(Duration::from_secs(1)) {}
+        assert_eq!(*log.lock().unwrap(), vec!['f', 'a', 'c', 'e', 'b', 'd']);
+        assert_eq!(s.pending(), 0);
     }
 
     #[test]

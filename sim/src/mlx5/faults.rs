@@ -24,8 +24,8 @@ use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HealthSyndrome};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 
 use super::Inner;
-use super::idmap::IdMap;
 use crate::device::IrqKind;
+use crate::idmap::IdMap;
 
 /// Which work queue of a QP a WQE fault applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -29,7 +29,6 @@ mod cq;
 mod eq;
 mod exec;
 pub mod faults;
-mod idmap;
 mod pages;
 mod port;
 mod qp;
@@ -129,7 +128,11 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A step that panicked under `with_at` (a model bug; the lock is taken again past
+        // the poison) must not leave its time behind as the device's clock.
+        st.op_now = None;
+        st
     }
 
     /// Runs `f` under the device lock, then does what it left to do outside the lock
@@ -137,13 +140,34 @@ impl Inner {
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let mut st = self.lock();
         let r = f(&mut st);
-        st.counters.snap.interrupts += st.fx.irqs.len() as u64;
-        let fx = std::mem::take(&mut st.fx);
         self.err_rqs
             .store(!st.err_rqs.is_empty(), Ordering::Relaxed);
+        if st.fx.irqs.is_empty() && st.fx.timers.is_empty() {
+            // The usual step (a WQE, a packet): at most a wake-up, and nothing to move out.
+            let notify = std::mem::take(&mut st.fx.notify);
+            drop(st);
+            if notify {
+                self.sched.notify();
+            }
+            return r;
+        }
+        st.counters.snap.interrupts += st.fx.irqs.len() as u64;
+        let fx = std::mem::take(&mut st.fx);
         drop(st);
         self.apply(fx);
         r
+    }
+
+    /// [`with`](Self::with) for a step of an operation that read the clock at `now`: the
+    /// state's time is `now` for the step (the clock is read once per doorbell or delivery
+    /// run, not once per CQE and timestamp).
+    pub(crate) fn with_at<R>(&self, now: Duration, f: impl FnOnce(&mut State) -> R) -> R {
+        self.with(|st| {
+            st.op_now = Some(now);
+            let r = f(st);
+            st.op_now = None;
+            r
+        })
     }
 
     fn apply(&self, fx: state::Effects) {
@@ -251,16 +275,16 @@ impl Inner {
         }
     }
 
-    /// Runs the send queue of `qpn`, one WQE per lock, transmitting outside the lock.
-    fn run_send_queue(&self, qpn: u32) {
+    /// Runs the send queue of `qpn` at `now`, one WQE per lock, transmitting outside the lock.
+    fn run_send_queue(&self, qpn: u32, now: Duration) {
         loop {
-            match self.with(|st| st.next_send(qpn)) {
+            match self.with_at(now, |st| st.next_send(qpn)) {
                 SendStep::Idle => return,
                 SendStep::Completed => {}
                 SendStep::Packet(port, packet, more) => {
                     // Counted (sent, or dropped for want of a link) by `next_send`.
                     if let Some(link) = self.link(port) {
-                        link.transmit(packet);
+                        link.transmit_at(packet, now);
                     }
                     if !more {
                         return;
@@ -324,14 +348,19 @@ impl Inner {
         }
         if let uar::UarEffect::Send(qpn) = effect {
             self.refresh_ports();
-            self.run_send_queue(qpn);
+            // One read of the clock for the doorbell: its CQEs, its packets and the events
+            // they made due all happen at this time.
+            let now = self.sched.now();
+            self.run_send_queue(qpn, now);
             // In real time, what the send made due now (a delivery with no delay: the
             // response of a switch's SMA, a loopback) runs here, on the sending thread, with
             // no lock of the device held (the network's delivery rule): the driver finds it
             // on its next poll instead of in a wait, and no thread is woken to run it.
-            // Virtual time keeps events to the one thread that waits.
+            // (A delivery the network timed later than `now`, because another thread ran it
+            // at a later time meanwhile, waits for the driver's next wait.) Virtual time
+            // keeps events to the one thread that waits.
             if self.sched.clock().mode() == ClockMode::Real {
-                self.sched.run_due();
+                self.sched.run_due_at(now);
             }
         }
     }

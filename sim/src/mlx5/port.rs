@@ -8,6 +8,7 @@
 //! is refreshed on the next driver action (a doorbell, a command, a wait).
 
 use std::sync::Weak;
+use std::time::Duration;
 
 use firmware_cmds::mlx5::eqe::{EqeEvent, port_change};
 use mad_wire::attr::pkey_table::{PKEYS_PER_BLOCK, PkeyTable};
@@ -21,8 +22,10 @@ use super::state::PortView;
 use crate::link::{PortChange, PortLink, PortSink};
 use crate::packet::Packet;
 
-/// MAD buffers kept for reuse.
-const MAD_POOL_MAX: usize = 64;
+/// MAD buffers kept for reuse: as many as packets a burst of deliveries brings (a window of
+/// up to 1024 MADs in flight arrives at once in virtual time), 256 KiB at most. A smaller
+/// pool overflows on every burst, and the sends behind it allocate again.
+const MAD_POOL_MAX: usize = 1024;
 
 /// The PORT_CHANGE subtype of a change.
 pub(crate) fn subtype(change: PortChange) -> u8 {
@@ -92,7 +95,14 @@ pub(crate) struct Sink(pub Weak<Inner>);
 impl PortSink for Sink {
     fn deliver(&self, port: u8, packet: Packet) {
         if let Some(inner) = self.0.upgrade() {
-            inner.deliver(port, packet);
+            let now = inner.sched.now();
+            inner.deliver(port, packet, now);
+        }
+    }
+
+    fn deliver_at(&self, port: u8, packet: Packet, now: Duration) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.deliver(port, packet, now);
         }
     }
 
@@ -116,9 +126,9 @@ impl PortSink for Sink {
 }
 
 impl Inner {
-    /// A packet from the fabric.
-    pub(crate) fn deliver(&self, port: u8, packet: Packet) {
-        self.with(|st| {
+    /// A packet from the fabric, at `now`.
+    pub(crate) fn deliver(&self, port: u8, packet: Packet, now: Duration) {
+        self.with_at(now, |st| {
             if self.down() || st.health.fatal {
                 st.counters.drop_packet(DropReason::DeviceDown);
             } else {

@@ -13,13 +13,14 @@ use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
 use super::counters::DropReason;
 use super::faults::WqeQueue;
-use super::state::{State, pkey_match};
+use super::state::{State, WQE_SCRATCH, pkey_match};
 use crate::packet::Packet;
 
 /// Bytes a UD receive consumes: the GRH area and the MAD.
 const RECV_LEN: usize = GRH_LEN + 256;
 /// Largest receive WQE the caps allow (`max_wqe_sz_rq`).
 const MAX_RECV_WQE: usize = 512;
+const _: () = assert!(MAX_RECV_WQE <= WQE_SCRATCH);
 /// Bytes after the GRH up to and including the ICRC: BTH 12 + DETH 8 + MAD 256 + ICRC 4.
 const GRH_PAYLOAD_LEN: u16 = 12 + 8 + 256 + 4;
 /// The GRH indication a responder CQE carries when a GRH is present (any non-zero value
@@ -147,9 +148,22 @@ impl State {
 
     /// Writes the GRH area and the MAD into receive WQE `index` of `qpn`.
     fn scatter(&mut self, qpn: u32, index: u16, pkt: &Packet) -> Result<(), (CqeSyndrome, u8)> {
+        let mut raw = self.take_scratch();
+        let r = self.scatter_with(qpn, index, pkt, &mut raw[..MAX_RECV_WQE]);
+        self.put_scratch(raw);
+        r
+    }
+
+    /// [`scatter`](Self::scatter), reading the WQE into `raw`.
+    fn scatter_with(
+        &mut self,
+        qpn: u32,
+        index: u16,
+        pkt: &Packet,
+        raw: &mut [u8],
+    ) -> Result<(), (CqeSyndrome, u8)> {
         let qp = &self.qps[&qpn];
         let stride = (1usize << qp.rq_stride_shift).min(MAX_RECV_WQE);
-        let mut raw = [0u8; MAX_RECV_WQE];
         let read = qp
             .rq_wqe_addr(index)
             .is_some_and(|a| buffer::read(&self.iommu, a, &mut raw[..stride]));

@@ -16,11 +16,12 @@ use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
 use super::counters::DropReason;
 use super::faults::WqeQueue;
-use super::state::State;
+use super::state::{State, WQE_SCRATCH};
 use crate::packet::{Packet, PacketGrh};
 
 /// Largest send WQE, in bytes.
 const MAX_WQE: usize = SEND_WQE_BB * SEND_WQE_MAX_WQEBBS;
+const _: () = assert!(MAX_WQE <= WQE_SCRATCH);
 /// A MAD: the only payload the fabric carries.
 const MAD_LEN: usize = 256;
 /// Bit 31 of a WQE's Q_Key: use the QP's Q_Key instead (IBA 10.2.5).
@@ -80,12 +81,14 @@ impl State {
         if pending == 0 {
             return SendStep::Idle;
         }
-        let mut wqe = [0u8; MAX_WQE];
         let (result, nbb, opcode, signaled) = if pending > bbs {
             // A doorbell record beyond the ring: the WQE there is not one the driver posted.
             (Err(qp_op_err()), 1, 0, true)
         } else {
-            self.read_send_wqe(qpn, start, pending, &mut wqe)
+            let mut wqe = self.take_scratch();
+            let r = self.read_send_wqe(qpn, start, pending, &mut wqe[..MAX_WQE]);
+            self.put_scratch(wqe);
+            r
         };
         let injected = self.faults.take_wqe(qpn, WqeQueue::Send);
         let result = match injected {
@@ -147,7 +150,7 @@ impl State {
         qpn: u32,
         start: u16,
         pending: u32,
-        wqe: &mut [u8; MAX_WQE],
+        wqe: &mut [u8],
     ) -> (Result<Option<(u8, Packet)>, SendError>, u32, u8, bool) {
         let qp = &self.qps[&qpn];
         // The control segment first: its DS count says how many basic blocks follow.
@@ -228,7 +231,6 @@ impl State {
             .mad_pool
             .pop()
             .unwrap_or_else(|| Box::new([0u8; MAD_LEN]));
-        mad.fill(0);
         let mut len = 0usize;
         for g in gather {
             match g.map_err(|_| qp_op_err())? {
@@ -267,6 +269,9 @@ impl State {
                 }
             }
         }
+        // A gather list shorter than a MAD leaves the rest zero (a reused buffer holds the
+        // last packet's bytes there).
+        mad[len..].fill(0);
         let view = &self.ports[usize::from(qp.port.max(1) - 1)];
         let snap = &view.snapshot;
         let lmc_mask = (1u16 << snap.lmc.min(7)) - 1;

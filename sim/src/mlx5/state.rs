@@ -25,9 +25,9 @@ use super::counters::Counters;
 use super::cq::{self, Cq, Delayed};
 use super::eq::{self, Eq};
 use super::faults::FaultState;
-use super::idmap::IdMap;
 use super::pages::Pages;
 use super::qp::Qp;
+use crate::idmap::IdMap;
 use crate::link::PortSnapshot;
 use crate::sched::Scheduler;
 
@@ -153,6 +153,31 @@ pub(crate) struct State {
     /// moves the box, it never copies the bytes.
     #[allow(clippy::vec_box)]
     pub mad_pool: Vec<Box<[u8; 256]>>,
+    /// The time of the operation under way, read once for all its steps (see
+    /// `Inner::with_at`); `None`: read the clock.
+    pub op_now: Option<Duration>,
+    /// Where a send or receive WQE is read to: kept, so that each WQE does not zero a fresh
+    /// buffer ([`WQE_SCRATCH`] bytes once grown; what a WQE did not overwrite is never read).
+    pub wqe_scratch: Vec<u8>,
+}
+
+/// Bytes of [`State::wqe_scratch`]: the largest WQE the device reads (a send WQE of 16
+/// basic blocks; a receive WQE is 512 bytes at most).
+pub(crate) const WQE_SCRATCH: usize = 1024;
+
+impl State {
+    /// The WQE scratch buffer, [`WQE_SCRATCH`] bytes, taken out of the state for one WQE
+    /// (give it back with [`State::put_scratch`]).
+    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.wqe_scratch);
+        b.resize(WQE_SCRATCH, 0);
+        b
+    }
+
+    /// Gives back the buffer [`State::take_scratch`] lent.
+    pub(crate) fn put_scratch(&mut self, buf: Vec<u8>) {
+        self.wqe_scratch = buf;
+    }
 }
 
 impl State {
@@ -201,12 +226,14 @@ impl State {
             counters: Counters::default(),
             fx: Effects::default(),
             mad_pool: Vec::new(),
+            op_now: None,
+            wqe_scratch: Vec::new(),
         }
     }
 
     /// Simulated time.
     pub(crate) fn now(&self) -> Duration {
-        self.sched.now()
+        self.op_now.unwrap_or_else(|| self.sched.now())
     }
 
     /// The free-running timer CQEs carry (nanoseconds).

@@ -1,6 +1,7 @@
 //! A device's view of the port it attached to: the [`PortLink`] the network hands out.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mad_wire::attr::port_info::cap_mask;
 
@@ -29,6 +30,10 @@ impl std::fmt::Debug for AttachedPort {
 impl PortLink for AttachedPort {
     fn transmit(&self, packet: Packet) {
         self.shared.run(|st| st.transmit(self.port, packet));
+    }
+
+    fn transmit_at(&self, packet: Packet, now: Duration) {
+        self.shared.run_at(now, |st| st.transmit(self.port, packet));
     }
 
     fn local_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Option<[u8; 256]> {

@@ -6,7 +6,6 @@
 //! Every step is an index operation on the fabric (a link's peer, an LFT entry, a LID's owner),
 //! so the cost of a packet grows with its hops, never with the fabric's size.
 
-use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use super::smi::{self, DrAction};
 use crate::fabric::sma::{Agents, Effect, Reply, Sma};
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
+use crate::idmap::IdKeyMap;
 use crate::link::{PortChange, PortSink, PortSnapshot};
 use crate::packet::Packet;
 
@@ -68,7 +68,8 @@ enum Next {
 pub(crate) struct NetState {
     pub(crate) fabric: Fabric,
     pub(crate) agents: Agents,
-    pub(crate) attached: HashMap<PortId, Attachment>,
+    /// By port: looked up for every packet a device sends or receives.
+    pub(crate) attached: IdKeyMap<PortId, Attachment>,
     pub(crate) faults: Faults,
     pub(crate) drops: DropCounts,
     pub(crate) outputs: Vec<Output>,
@@ -96,7 +97,7 @@ impl NetState {
         NetState {
             fabric,
             agents,
-            attached: HashMap::new(),
+            attached: IdKeyMap::default(),
             faults: Faults::new(seed),
             drops: DropCounts::default(),
             outputs: Vec::new(),

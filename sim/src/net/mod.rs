@@ -70,6 +70,7 @@ pub mod smi;
 pub mod state_file;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 pub use self::attach::AttachedPort;
 pub use self::drops::{DropCounts, DropReason};
@@ -84,7 +85,7 @@ use crate::fabric::sma::Sma;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::link::{PortLink, PortSink};
-use crate::sched::Scheduler;
+use crate::sched::{Scheduler, Task};
 
 /// The seed of the fault generator until [`Network::reseed`].
 pub const DEFAULT_SEED: u64 = 0x5EED_0FFA_B41C;
@@ -170,52 +171,37 @@ impl Shared {
     }
 
     /// Runs `f` on the state under the lock, then hands what it caused to the scheduler.
+    ///
+    /// The outputs go to the scheduler with the network's lock still held (the scheduler's
+    /// lock is taken after it, and nothing holds the scheduler's lock while it takes another),
+    /// so that the output buffer keeps its capacity from one operation to the next.
     pub(crate) fn run<R>(&self, f: impl FnOnce(&mut NetState) -> R) -> R {
-        let (r, outputs) = {
-            let mut st = self.lock();
-            st.now = self.sched.now();
-            let r = f(&mut st);
-            st.flush_effects();
-            (r, std::mem::take(&mut st.outputs))
-        };
-        self.dispatch(outputs);
-        r
+        self.run_at(self.sched.now(), f)
     }
 
-    fn dispatch(&self, outputs: Vec<Output>) {
-        let now = self.sched.now();
-        for o in outputs {
-            let sched = Arc::downgrade(&self.sched);
-            match o {
-                Output::Deliver {
-                    sink,
-                    port,
-                    packet,
-                    at,
-                } => self.sched.schedule_at(
-                    at,
-                    Box::new(move || {
-                        if let Some(s) = sink.upgrade() {
-                            s.deliver(port, packet);
-                        }
-                        if let Some(s) = sched.upgrade() {
-                            s.notify();
-                        }
-                    }),
-                ),
-                Output::Changed { sink, port, change } => self.sched.schedule_at(
-                    now,
-                    Box::new(move || {
-                        if let Some(s) = sink.upgrade() {
-                            s.port_changed(port, change);
-                        }
-                        if let Some(s) = sched.upgrade() {
-                            s.notify();
-                        }
-                    }),
-                ),
-            }
+    /// [`run`](Self::run) at `now`, a time read from the clock by the caller. The network's
+    /// time never goes back (another thread may have run it at a later time meanwhile).
+    pub(crate) fn run_at<R>(&self, now: Duration, f: impl FnOnce(&mut NetState) -> R) -> R {
+        let mut st = self.lock();
+        st.now = st.now.max(now);
+        let r = f(&mut st);
+        st.flush_effects();
+        if !st.outputs.is_empty() {
+            let now = st.now;
+            self.sched
+                .schedule_tasks(st.outputs.drain(..).map(|o| match o {
+                    Output::Deliver {
+                        sink,
+                        port,
+                        packet,
+                        at,
+                    } => (at, Task::Deliver { sink, port, packet }),
+                    Output::Changed { sink, port, change } => {
+                        (now, Task::Changed { sink, port, change })
+                    }
+                }));
         }
+        r
     }
 }
 

@@ -1,6 +1,6 @@
-//! Maps keyed by queue numbers (QPN, CQN), looked up several times per packet: a
-//! multiplicative hash instead of SipHash, since the keys come from the device's own
-//! allocator, not from an adversary.
+//! Maps keyed by small integer ids looked up on every packet (QPNs and CQNs in the ConnectX
+//! model, port ids in the network): a multiplicative hash instead of SipHash, since the keys
+//! come from the simulator's own allocators, not from an adversary.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -27,3 +27,6 @@ impl Hasher for IdHasher {
 
 /// A map from a queue number.
 pub(crate) type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+/// A map from any key that hashes as one integer (a `PortId`).
+pub(crate) type IdKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
