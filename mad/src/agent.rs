@@ -353,7 +353,7 @@ impl Agent {
         let id = pending.id;
         bump(&agent.cells.sends);
         bump(&port.cells.sends);
-        port.submit(pending);
+        port.submit(agent, pending);
         Ok(id)
     }
 

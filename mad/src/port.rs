@@ -31,7 +31,7 @@ use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
 use crate::ring::{Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
-use crate::tid::MAX_SLOTS_PER_QP;
+use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
 
 /// Settings of a [`Port`].
@@ -676,10 +676,10 @@ impl PortShared {
         queue.try_pop()
     }
 
-    /// Accept `p` (counted in its agent's `outstanding` already): to the agent's backlog if
-    /// flow control holds it, otherwise to the ring's queue, then post what can be posted.
-    pub(crate) fn submit(&self, mut p: Pending) {
-        let agent = Arc::clone(&p.agent);
+    /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
+    /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
+    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Pending) {
+        debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
         {
             let mut fc = lock(&agent.fc);
             if fc.must_wait(p.solicited) {
@@ -744,10 +744,10 @@ impl PortShared {
                         break;
                     };
                     match job {
-                        Drained::Post { wr, agent, on_fail } => {
+                        Drained::Post { wr, on_fail } => {
                             // next_batch appends posts to the batch itself.
                             batch.wrs.push(wr);
-                            batch.meta.push((agent, on_fail));
+                            batch.meta.push(on_fail);
                         }
                         Drained::Skip(wr_id) => {
                             self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
@@ -786,9 +786,6 @@ impl PortShared {
             let (n, refused) = self.hca.post_sends(qp, &batch.wrs[start..]);
             let n = n.min(total - start);
             self.cells.posted.fetch_add(n as u64, Ordering::Relaxed);
-            for (agent, _) in &batch.meta[start..start + n] {
-                bump(&agent.cells.posted);
-            }
             start += n;
             match refused {
                 Some(e) if start < total => {
@@ -796,8 +793,9 @@ impl PortShared {
                     tracing::debug!(qp = ?qp, "post refused: {e}");
                     let (status, vendor) = match e {
                         driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
-                        _ => (batch.meta[start].1, 0),
+                        _ => (batch.meta[start], 0),
                     };
+                    self.unpost(qp, batch.wrs[start].wr_id);
                     self.soft_completion(qp, batch.wrs[start].wr_id, status, vendor, true);
                     start += 1;
                 }
@@ -809,7 +807,8 @@ impl PortShared {
                     tracing::error!(qp = ?qp, "post_sends posted nothing and refused nothing");
                     for i in start..total {
                         bump(&self.cells.post_failures);
-                        let (wr_id, on_fail) = (batch.wrs[i].wr_id, batch.meta[i].1);
+                        let (wr_id, on_fail) = (batch.wrs[i].wr_id, batch.meta[i]);
+                        self.unpost(qp, wr_id);
                         self.soft_completion(qp, wr_id, on_fail, 0, true);
                     }
                     start = total;
@@ -819,6 +818,26 @@ impl PortShared {
         }
         batch.wrs.clear();
         batch.meta.clear();
+    }
+
+    /// The device refused the work request `wr_id` (of a send in a slot of `qp`): take back
+    /// the `posted` its agent was counted when it was collected for the chain.
+    fn unpost(&self, qp: SpecialQp, wr_id: u64) {
+        let Some(WrId::Send {
+            index, generation, ..
+        }) = WrId::decode(wr_id)
+        else {
+            return;
+        };
+        let Some(slot) = self.ring(qp).and_then(|r| r.slots.get(index as usize)) else {
+            return;
+        };
+        if let Some(d) = lock(&slot.data)
+            .as_ref()
+            .filter(|d| d.generation == generation)
+        {
+            d.p.agent.cells.posted.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// A completion for `wr_id` made in software, handled by the next progress pass like a

@@ -377,9 +377,9 @@ impl PortShared {
         if let Some(t) = st.last_tid[qpi(r.qp)].get_mut(r.index as usize) {
             *t = data.tid;
         }
-        let agent = Arc::clone(&data.p.agent);
+        let agent = &data.p.agent;
         if data.p.fc_counted {
-            self.fc_release(&agent);
+            self.fc_release(agent);
         }
         if status == WcStatus::RespTimeoutErr {
             bump(&self.cells.timeouts);
@@ -398,11 +398,10 @@ impl PortShared {
             header: data.p.header,
         };
         agent.deliver(Event::Send(completion), self);
-        // The lease goes back here: the slot is DONE, so no work request of it is on the QP.
-        let request = data.request;
-        drop(data);
+        // The slot (and its send buffer) goes back here: it is DONE, so no work request of it
+        // is on the QP.
         if slot.state.recycle(r.generation).is_some() {
-            ring.release(r.index, request);
+            ring.release(r.index, data.request);
         } else {
             tracing::error!(
                 index = r.index,
@@ -410,6 +409,8 @@ impl PortShared {
             );
         }
         agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+        // The send's MAD and its hold on the agent go last, outside every lock.
+        drop(data);
     }
 
     fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {

@@ -28,6 +28,7 @@ use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN};
 
 use crate::agent::AgentInner;
+use crate::counters::bump;
 use crate::event::SendId;
 use crate::slot_state::SlotState;
 use crate::tid::{TidLayout, WrId};
@@ -182,12 +183,9 @@ pub(crate) enum Job {
 
 /// What the drainer does with the head of the queue.
 pub(crate) enum Drained {
-    /// Post it (a send queue entry is taken for it).
-    Post {
-        wr: SendWr,
-        agent: Arc<AgentInner>,
-        on_fail: WcStatus,
-    },
+    /// Post it (a send queue entry is taken for it, and its agent's `posted` counted: a
+    /// refused post takes the count back).
+    Post { wr: SendWr, on_fail: WcStatus },
     /// A retry canceled while it waited: complete it in software (no entry was taken).
     Skip(u64),
     /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
@@ -221,12 +219,12 @@ impl Queues {
 /// Work requests a drainer posts behind one doorbell at most.
 pub(crate) const POST_BATCH: usize = 32;
 
-/// What a drainer collected to post as one chain: the work requests, and for each its agent
-/// (counted at the post) and the status its completion gets if the device refuses it. Only
-/// the drainer (who holds the posting flag) uses it; the vectors keep their room.
+/// What a drainer collected to post as one chain: the work requests, and for each the status
+/// its completion gets if the device refuses it. Only the drainer (who holds the posting flag)
+/// uses it; the vectors keep their room.
 pub(crate) struct PostBatch {
     pub(crate) wrs: Vec<SendWr>,
-    pub(crate) meta: Vec<(Arc<AgentInner>, WcStatus)>,
+    pub(crate) meta: Vec<WcStatus>,
 }
 
 /// The send side of one special QP.
@@ -412,9 +410,9 @@ impl SendRing {
         let bufs = lock(&self.bufs);
         while batch.wrs.len() < POST_BATCH {
             match self.next_locked(&mut q, dead, bufs.as_ref())? {
-                Drained::Post { wr, agent, on_fail } => {
+                Drained::Post { wr, on_fail } => {
                     batch.wrs.push(wr);
-                    batch.meta.push((agent, on_fail));
+                    batch.meta.push(on_fail);
                 }
                 other => return Some(other),
             }
@@ -499,10 +497,9 @@ impl SendRing {
                         let post = lock(&slot.data)
                             .as_ref()
                             .filter(|d| d.generation == generation)
-                            .map(|d| Drained::Post {
-                                wr: d.wr,
-                                agent: Arc::clone(&d.p.agent),
-                                on_fail,
+                            .map(|d| {
+                                bump(&d.p.agent.cells.posted);
+                                Drained::Post { wr: d.wr, on_fail }
                             });
                         post.unwrap_or_else(|| {
                             self.give_credit();
@@ -576,9 +573,9 @@ impl SendRing {
             },
             dest: p.dest,
         };
-        let agent = Arc::clone(&p.agent);
+        bump(&p.agent.cells.posted);
         slot.send_id.store(p.id.0, Ordering::Release);
-        slot.owner.store(agent.id.0, Ordering::Release);
+        slot.owner.store(p.agent.id.0, Ordering::Release);
         if request {
             self.requests_held.fetch_add(1, Ordering::SeqCst);
         }
@@ -597,7 +594,6 @@ impl SendRing {
         }
         Drained::Post {
             wr,
-            agent,
             on_fail: WcStatus::LocQpOpErr,
         }
     }
