@@ -133,6 +133,8 @@ pub(crate) struct PortShared {
     /// request had taken a send queue entry).
     pub(crate) soft_cq: Mutex<Vec<(WorkCompletion, bool)>>,
     pub(crate) cells: PortCells,
+    /// The port's counters the progress loop adds to (see [`crate::counters::solo`]).
+    pub(crate) solo_cells: PortCells,
     /// Gauges the progress loop mirrors for [`Port::census`].
     pub(crate) gauges: Gauges,
     notify: (Mutex<u64>, Condvar),
@@ -304,6 +306,7 @@ impl Port {
             rearm: Mutex::new(Vec::new()),
             soft_cq: Mutex::new(Vec::new()),
             cells: PortCells::default(),
+            solo_cells: PortCells::default(),
             gauges: Gauges::default(),
             notify: (Mutex::new(0), Condvar::new()),
             parked: AtomicUsize::new(0),
@@ -460,7 +463,7 @@ impl Port {
 
     /// The port's counters.
     pub fn counters(&self) -> PortCounters {
-        self.shared.cells.snapshot()
+        self.shared.cells.snapshot_with(&self.shared.solo_cells)
     }
 
     /// Why the device is dead, if it is.

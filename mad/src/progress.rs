@@ -21,7 +21,7 @@ use mad_wire::{class, vendor};
 
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
-use crate::counters::{DropReason, bump};
+use crate::counters::{DropReason, bump, solo};
 use crate::event::{Event, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
@@ -385,8 +385,8 @@ impl PortShared {
             bump(&self.cells.timeouts);
             bump(&agent.cells.timeouts);
         }
-        self.cells.completed(status);
-        agent.cells.completed(status);
+        self.solo_cells.completed_solo(st, status);
+        agent.solo_cells.completed_solo(st, status);
         let completion = SendCompletion {
             agent: agent.id,
             id: data.p.id,
@@ -573,11 +573,11 @@ impl PortShared {
         match copied {
             None => {}
             Some(None) => {
-                bump(&self.cells.received);
+                solo(st, &self.solo_cells.received);
                 self.cells.dropped(DropReason::BadLength);
             }
             Some(Some(c)) => {
-                bump(&self.cells.received);
+                solo(st, &self.solo_cells.received);
                 let addr = RecvAddr::from_wc(wc, c.grh.as_ref());
                 self.on_mad(st, qp, &c.mad, c.len, addr);
             }
@@ -661,8 +661,8 @@ impl PortShared {
             self.agents_read()
                 .lookup(hdr.class_version(), hdr.mgmt_class(), hdr.method(), oui);
         if let Some(a) = agent {
-            bump(&self.cells.unsolicited);
-            bump(&a.cells.unsolicited);
+            solo(st, &self.solo_cells.unsolicited);
+            solo(st, &a.solo_cells.unsolicited);
             a.deliver(
                 Event::Recv(Box::new(RecvMad {
                     agent: a.id,
@@ -762,8 +762,8 @@ impl PortShared {
             agent.cells.dropped(reason);
             return;
         }
-        bump(&self.cells.responses);
-        bump(&agent.cells.responses);
+        solo(st, &self.solo_cells.responses);
+        solo(st, &agent.solo_cells.responses);
         agent.deliver(
             Event::Recv(Box::new(RecvMad {
                 agent: agent.id,
