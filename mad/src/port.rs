@@ -712,6 +712,17 @@ impl PortShared {
 
     /// Queue `job` on `ring` and drain.
     pub(crate) fn enqueue_job(&self, ring: &SendRing, job: Job) {
+        // A sender that finds nobody draining drains itself: its job then joins the queue under
+        // the lock the batch is collected under (one queue lock, no kick: the drainer itself
+        // looks at the queue next).
+        if !self.hold_posts.load(Ordering::SeqCst) {
+            if let Some(seen) = ring.try_begin_drain() {
+                if self.drain_held(ring, seen, Some(job)) {
+                    self.drain(ring);
+                }
+                return;
+            }
+        }
         if ring.enqueue(job) {
             bump(&self.cells.overflowed);
         }
@@ -726,56 +737,57 @@ impl PortShared {
             // The progress loop drains every ring when its batch is done.
             return;
         }
-        loop {
-            let Some(seen) = ring.try_begin_drain() else {
+        while let Some(seen) = ring.try_begin_drain() {
+            if !self.drain_held(ring, seen, None) {
                 return;
-            };
-            let dead = self.is_fatal();
-            {
-                let mut batch = lock(&ring.batch);
-                loop {
-                    let job = ring.next_batch(dead, &mut batch);
-                    let full = batch.wrs.len() >= POST_BATCH;
-                    if !batch.wrs.is_empty() && (job.is_none() || full) {
-                        self.post_batch(ring.qp, &mut batch);
+            }
+        }
+    }
+
+    /// One drain with the posting flag, taken when the kick count was `seen`; `incoming` is
+    /// queued first (under the queue lock the first batch is collected under). Gives the flag
+    /// back; true if something happened meanwhile that this drain may have missed.
+    fn drain_held(&self, ring: &SendRing, seen: u64, mut incoming: Option<Job>) -> bool {
+        let dead = self.is_fatal();
+        {
+            let mut batch = lock(&ring.batch);
+            loop {
+                let (job, waited) = ring.next_batch(dead, &mut batch, incoming.take());
+                if waited {
+                    bump(&self.cells.overflowed);
+                }
+                let full = batch.wrs.len() >= POST_BATCH;
+                if !batch.wrs.is_empty() && (job.is_none() || full) {
+                    self.post_batch(ring.qp, &mut batch);
+                }
+                let Some(job) = job else {
+                    if full {
+                        // More may wait behind a full batch.
+                        continue;
                     }
-                    let Some(job) = job else {
-                        if full {
-                            // More may wait behind a full batch.
-                            continue;
+                    break;
+                };
+                match job {
+                    Drained::Post { wr, on_fail } => {
+                        // next_batch appends posts to the batch itself.
+                        batch.wrs.push(wr);
+                        batch.meta.push(on_fail);
+                    }
+                    Drained::Skip(wr_id) => {
+                        self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
+                    }
+                    Drained::Fail(news, reposts) => {
+                        for p in news {
+                            self.complete_pending(p, WcStatus::WrFlushErr, 5);
                         }
-                        break;
-                    };
-                    match job {
-                        Drained::Post { wr, on_fail } => {
-                            // next_batch appends posts to the batch itself.
-                            batch.wrs.push(wr);
-                            batch.meta.push(on_fail);
-                        }
-                        Drained::Skip(wr_id) => {
-                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
-                        }
-                        Drained::Fail(news, reposts) => {
-                            for p in news {
-                                self.complete_pending(p, WcStatus::WrFlushErr, 5);
-                            }
-                            for wr_id in reposts {
-                                self.soft_completion(
-                                    ring.qp,
-                                    wr_id,
-                                    WcStatus::WrFlushErr,
-                                    5,
-                                    false,
-                                );
-                            }
+                        for wr_id in reposts {
+                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);
                         }
                     }
                 }
             }
-            if !ring.end_drain(seen) {
-                return;
-            }
         }
+        ring.end_drain(seen)
     }
 
     /// Post the chain in `batch` (each work request has its send queue entry) and empty it.

@@ -328,23 +328,39 @@ impl SendRing {
     /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
     /// for a slot or an entry (for the overflow counter).
     pub(crate) fn enqueue(&self, job: Job) -> bool {
-        let waits = {
-            let mut q = self.lock_queue();
-            let waits = !q.is_empty()
-                || self.credits.load(Ordering::SeqCst) == 0
-                || (matches!(job, Job::New(_)) && self.free.len() == 0);
-            let seq = q.next_seq;
-            q.next_seq += 1;
-            if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
-                q.requests.push_back((seq, job));
-            } else {
-                q.others.push_back((seq, job));
-            }
-            waits
-        };
-        self.queued.fetch_add(1, Ordering::SeqCst);
+        let waits = self.push_locked(&mut self.lock_queue(), job);
         self.kick();
         waits
+    }
+
+    /// `enqueue` with the queue lock held, without the kick (for the drainer's own job, which
+    /// it collects under the same lock).
+    fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
+        let waits = !q.is_empty()
+            || self.credits.load(Ordering::SeqCst) == 0
+            || (matches!(job, Job::New(_)) && self.free.len() == 0);
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
+            q.requests.push_back((seq, job));
+        } else {
+            q.others.push_back((seq, job));
+        }
+        self.queued_add(1);
+        waits
+    }
+
+    /// Change the queued count; only under the queue lock, which orders its writers (a load
+    /// and a store, no locked instruction; readers load it without the lock).
+    fn queued_add(&self, n: usize) {
+        self.queued
+            .store(self.queued.load(Ordering::Relaxed) + n, Ordering::SeqCst);
+    }
+
+    /// The other way (same rule).
+    fn queued_sub(&self, n: usize) {
+        self.queued
+            .store(self.queued.load(Ordering::Relaxed) - n, Ordering::SeqCst);
     }
 
     /// Remove the new sends matching `pred` from the queue; the caller holds the queue lock
@@ -361,7 +377,7 @@ impl SendRing {
                 if matches!(&list[i].1, Job::New(p) if pred(p)) {
                     if let Some((_, Job::New(p))) = list.remove(i) {
                         out.push(p);
-                        self.queued.fetch_sub(1, Ordering::SeqCst);
+                        self.queued_sub(1);
                     }
                 } else {
                     i += 1;
@@ -402,22 +418,30 @@ impl SendRing {
     }
 
     /// With the posting flag held: the jobs that can go now, under one queue lock (see
-    /// [`SendRing::next_locked`]). Work requests to post are appended to `batch` (until it
-    /// holds [`POST_BATCH`]); returns at the first job that is not a post (the caller handles
-    /// it and calls again), or `None` when nothing more can go now or the batch is full.
-    pub(crate) fn next_batch(&self, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
+    /// [`SendRing::next_locked`]), after queueing `incoming` (the drainer's own job) under that
+    /// lock. Work requests to post are appended to `batch` (until it holds [`POST_BATCH`]);
+    /// returns at the first job that is not a post (the caller handles it and calls again), or
+    /// `None` when nothing more can go now or the batch is full; and whether `incoming` had to
+    /// wait (as [`SendRing::enqueue`] says).
+    pub(crate) fn next_batch(
+        &self,
+        dead: bool,
+        batch: &mut PostBatch,
+        incoming: Option<Job>,
+    ) -> (Option<Drained>, bool) {
         let mut q = self.lock_queue();
+        let waited = incoming.is_some_and(|job| self.push_locked(&mut q, job));
         let bufs = lock(&self.bufs);
         while batch.wrs.len() < POST_BATCH {
-            match self.next_locked(&mut q, dead, bufs.as_ref())? {
-                Drained::Post { wr, on_fail } => {
+            match self.next_locked(&mut q, dead, bufs.as_ref()) {
+                Some(Drained::Post { wr, on_fail }) => {
                     batch.wrs.push(wr);
                     batch.meta.push(on_fail);
                 }
-                other => return Some(other),
+                other => return (other, waited),
             }
         }
-        None
+        (None, waited)
     }
 
     /// With the posting flag and the queue lock held: the oldest queued job that can go now (a
@@ -440,8 +464,7 @@ impl SendRing {
                     } => reposts.push(self.wr_id(index, generation)),
                 }
             }
-            self.queued
-                .fetch_sub(news.len() + reposts.len(), Ordering::SeqCst);
+            self.queued_sub(news.len() + reposts.len());
             return Some(Drained::Fail(news, reposts));
         }
         let req_seq = q.requests.front().map(|(s, _)| *s);
@@ -508,7 +531,7 @@ impl SendRing {
                     }
                 }
             };
-            self.queued.fetch_sub(1, Ordering::SeqCst);
+            self.queued_sub(1);
             return Some(out);
         }
         None
