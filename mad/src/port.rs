@@ -103,6 +103,8 @@ pub(crate) struct ProgressState {
     /// A QP the device moved to error (its receives come back flushed): its buffers are kept
     /// unposted, since a repost would only be flushed again.
     pub(crate) qp_in_error: [bool; 2],
+    /// Receive buffers completed in the current poll batch, to repost together (per QP).
+    pub(crate) reposts: [Vec<u32>; 2],
 }
 
 /// Work another thread leaves the progress loop.
@@ -298,6 +300,7 @@ impl Port {
                 local: LocalPort::new(attrs.lmc, attrs.gid_prefix, attrs.port_guid),
                 fatal_handled: false,
                 qp_in_error: [false; 2],
+                reposts: [Vec::new(), Vec::new()],
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),

@@ -101,6 +101,7 @@ impl PortShared {
                 self.on_wc(st, wc, None);
             }
             st.wcs = wcs;
+            self.repost_recvs(st);
             work += n;
             if n < self.config.poll_batch || work >= PASS_BUDGET {
                 break;
@@ -531,6 +532,42 @@ impl PortShared {
         work
     }
 
+    /// Give the receive buffers of the last poll batch back to the device, one batch (one
+    /// doorbell record update) per QP. A QP that went into error meanwhile keeps them; a dead
+    /// device's refusal releases them (it no longer touches them); any other refusal keeps
+    /// the buffer, counted.
+    fn repost_recvs(&self, st: &mut ProgressState) {
+        for q in 0..st.reposts.len() {
+            if st.reposts[q].is_empty() {
+                continue;
+            }
+            let indexes = std::mem::take(&mut st.reposts[q]);
+            if let Some(rr) = st.recv[q].as_mut() {
+                if st.qp_in_error[q] {
+                    for _ in &indexes {
+                        bump(&self.cells.recv_repost_failures);
+                    }
+                } else {
+                    for (index, e) in rr.post_batch(&*self.hca, &indexes) {
+                        if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
+                            rr.release(index);
+                        } else {
+                            bump(&self.cells.recv_repost_failures);
+                            tracing::debug!(
+                                port = self.port_num,
+                                qp = q,
+                                "receive buffer kept: {e}"
+                            );
+                        }
+                    }
+                }
+            }
+            let mut indexes = indexes;
+            indexes.clear();
+            st.reposts[q] = indexes;
+        }
+    }
+
     fn on_recv_wc(&self, st: &mut ProgressState, qp: SpecialQp, index: u32, wc: &WorkCompletion) {
         let fatal = self.is_fatal();
         let copied = {
@@ -553,20 +590,16 @@ impl PortShared {
                 }
                 None
             };
-            // The buffer goes back to the device at once (the MAD is copied out). If the
-            // device is dead it is released instead: its completion says the device is done
-            // with it, and a dead device takes no buffer back. A QP in error keeps it.
+            // The buffer goes back to the device with the others of this poll batch (the MAD
+            // is copied out; see `repost_recvs`). If the device is dead it is released
+            // instead: its completion says the device is done with it, and a dead device takes
+            // no buffer back. A QP in error keeps it.
             if fatal {
                 rr.release(index);
             } else if st.qp_in_error[qpi(qp)] {
                 bump(&self.cells.recv_repost_failures);
-            } else if let Err(e) = rr.post(&*self.hca, index) {
-                if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
-                    rr.release(index);
-                } else {
-                    bump(&self.cells.recv_repost_failures);
-                    tracing::debug!(port = self.port_num, qp = ?qp, "receive buffer kept: {e}");
-                }
+            } else {
+                st.reposts[qpi(qp)].push(index);
             }
             copied
         };

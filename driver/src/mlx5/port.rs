@@ -434,6 +434,30 @@ impl HcaPort for Mlx5Port {
         q.post_recv(wr)
     }
 
+    fn post_recvs(&self, qp: SpecialQp, wrs: &[RecvWr]) -> (usize, Option<PostError>) {
+        if wrs.is_empty() {
+            return (0, None);
+        }
+        if let Some(e) = self.fatal_post() {
+            return (0, Some(e));
+        }
+        let mut g = lock(&self.qps[qp_index(qp)]);
+        let Some(q) = g.as_mut() else {
+            return (
+                0,
+                Some(PostError::NotReady(format!(
+                    "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
+                    self.port_num
+                ))),
+            );
+        };
+        // Checked again under the QP lock: a fatal error may have flushed the QP meanwhile.
+        if let Some(e) = self.fatal_post() {
+            return (0, Some(e));
+        }
+        q.post_recvs(wrs)
+    }
+
     fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError> {
         if let Some(detail) = lock(&self.pending_error).take() {
             return Err(DriverError::BadDeviceValue {
