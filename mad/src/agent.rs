@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dma::Access;
 use driver::verbs::{SpecialQp, UdDest};
 use mad_wire::class;
 use mad_wire::header::{HEADER_LEN, MAD_LEN, is_response};
@@ -283,7 +284,7 @@ impl Agent {
     /// deregistered, a MAD shorter than its header or (without RMPP) longer than one MAD, a
     /// class that does not use the agent's QP, a timeout on an agent without a receive side,
     /// RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
-    /// not process. (No DMA memory is leased per send: the MAD goes into its slot's buffer.)
+    /// not process, no DMA memory.
     pub fn send(&self, req: SendRequest) -> Result<SendId, MadError> {
         let SendRequest {
             mut mad,
@@ -328,14 +329,20 @@ impl Agent {
         if let Some(id) = port.smi_send(agent, &mut mad, &dest, context)? {
             return Ok(id);
         }
+        let lease = if len == MAD_LEN {
+            port.hca.dma().lease_copy(&mad, 64, Access::Read)?
+        } else {
+            let lease = port.hca.dma().lease(MAD_LEN, 64, Access::Read)?;
+            lease.write(0, &mad)?;
+            lease
+        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
-        let is_response = is_response(mad_class, mad[3], attr_mod);
         let pending = Pending {
             agent: Arc::clone(agent),
             id: port.next_send_id(),
-            mad,
+            lease,
             header,
             dest,
             timeout_ms,
@@ -343,7 +350,7 @@ impl Agent {
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
-            is_response,
+            is_response: is_response(mad_class, mad[3], attr_mod),
         };
         // Counted before the closing check, which deregistration sets before it sweeps: either
         // deregistration sees this send, or this send sees it closing.
@@ -402,7 +409,7 @@ impl Agent {
     /// cancel every outstanding send, and return only when each has completed exactly once
     /// (sends on the QP complete at their CQE, which a dead device's driver makes in
     /// software). Completions are queued before this returns; nothing is queued for the agent
-    /// after. Its slots are free again when it returns. Drives the port itself when no other
+    /// after. Its DMA leases are back when it returns. Drives the port itself when no other
     /// thread does; must not be called from inside a notify callback.
     pub fn deregister(mut self) {
         self.deregister_inner();

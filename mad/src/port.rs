@@ -232,9 +232,8 @@ pub struct Census {
 }
 
 impl Port {
-    /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue and lease
-    /// its send buffers (one per slot), lease and post a receive buffer per receive queue
-    /// entry.
+    /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue, lease
+    /// and post a receive buffer per receive queue entry.
     pub fn open(hca: Arc<dyn HcaPort>, config: PortConfig) -> Result<Port, MadError> {
         let attrs = hca.attrs()?;
         let pool = hca.dma().clone();
@@ -254,17 +253,7 @@ impl Port {
                 .unwrap_or(sq.saturating_mul(DEFAULT_SLOTS_PER_ENTRY))
                 .clamp(1, MAX_SLOTS_PER_QP);
             let i = qpi(qp);
-            let ring = match SendRing::new(qp, slots, sq, &pool) {
-                Ok(r) => r,
-                Err(e) => {
-                    // Nothing is posted on this QP yet; the other's buffers may be.
-                    for r in recv.iter_mut().flatten() {
-                        r.shutdown(true);
-                    }
-                    return Err(e.into());
-                }
-            };
-            rings[i] = Some(ring);
+            rings[i] = Some(SendRing::new(qp, slots, sq));
             last_tid[i] = vec![0; slots as usize];
             recv_depth[i] = rq;
             let mut rr = RecvRing::new(qp, rq, &pool)?;
@@ -880,7 +869,7 @@ impl PortShared {
         ));
     }
 
-    /// Finish a send that never got a slot: report it with `status`, drop its MAD.
+    /// Finish a send that never got a slot: report it with `status`, release its lease.
     pub(crate) fn complete_pending(&self, p: Pending, status: WcStatus, vendor_err: u32) {
         let agent = Arc::clone(&p.agent);
         if p.fc_counted {
@@ -1218,9 +1207,8 @@ impl PortShared {
 impl Drop for PortShared {
     /// Every client agent is gone (each held the port). Let the port's own replies finish (a
     /// second of device time at most), take back what the device returns, then release the
-    /// receive and send buffers: those still posted to a live device are leaked on purpose,
-    /// because the device may still use them (close the HCA before dropping the port to get
-    /// them back).
+    /// receive buffers: those still posted to a live device are leaked on purpose, because the
+    /// device may still write them (close the HCA before dropping the port to get them back).
     fn drop(&mut self) {
         let internal = Arc::clone(&self.internal);
         let deadline = self.hca.now() + Duration::from_secs(1);
@@ -1241,20 +1229,15 @@ impl Drop for PortShared {
         for r in st.recv.iter_mut().flatten() {
             leaked += r.shutdown(!dead);
         }
-        for ring in self.rings.iter_mut().flatten() {
-            let mut on_qp = 0;
+        for ring in self.rings.iter().flatten() {
             for slot in &*ring.slots {
                 let w = slot.state.load();
-                if lock(&slot.data).take().is_some() && w.on_qp() && !dead {
-                    on_qp += 1;
+                if let Some(d) = lock(&slot.data).take() {
+                    if w.on_qp() && !dead {
+                        std::mem::forget(d.p.lease);
+                        leaked += 1;
+                    }
                 }
-            }
-            if on_qp > 0 {
-                // The device may still read these slots' buffers: keep the lease forever.
-                if let Some(bufs) = ring.take_buffers() {
-                    std::mem::forget(bufs);
-                }
-                leaked += on_qp;
             }
         }
         if leaked > 0 {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use dma::Access;
 use driver::verbs::{DeviceEvent, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
 use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad};
 use mad_wire::{class, vendor};
@@ -835,12 +836,20 @@ impl PortShared {
         let Some(mad) = self.smi_reply(mad, dest.pkey_index) else {
             return;
         };
+        let mad = &mad;
+        let lease = match self.hca.dma().lease_copy(mad, 64, Access::Read) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(port = self.port_num, "no DMA memory for a reply: {e}");
+                return;
+            }
+        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let p = Pending {
             agent: Arc::clone(&self.internal),
             id: self.next_send_id(),
-            mad: mad.to_vec(),
+            lease,
             header,
             dest,
             timeout_ms: 0,

@@ -2,11 +2,8 @@
 //! free slots, the send queue's entries, and the in-order queue of what waits for them.
 //!
 //! A send lives in exactly one place: its agent's flow-control backlog, this ring's queue
-//! (both as a [`Pending`] record that owns its MAD), or a slot. Each slot has its own send
-//! buffer, a fixed part of one DMA lease taken when the ring is made (as the receive buffers
-//! are): the MAD is copied into it when the send gets the slot, and the slot is given to another
-//! send only after it is DONE, when no work request of it is on the QP any more. So no DMA
-//! memory is leased or released per send. A send moves from the queue into a slot under the queue lock, so a search that holds
+//! (both as a [`Pending`] record that owns its DMA lease), or a slot (which then owns the
+//! lease). It moves from the queue into a slot under the queue lock, so a search that holds
 //! that lock finds it in one place or the other. A slot stays owned from install to DONE; a
 //! send queue entry only from post to completion, as in the kernel, where a send waiting for
 //! its response no longer occupies the send queue. So the work requests posted never exceed
@@ -23,7 +20,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use dma::{Access, DmaError, DmaLease, DmaPool};
+use dma::DmaLease;
 use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN};
 
@@ -37,13 +34,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A send that has no slot yet. It owns its MAD, which goes into the slot's send buffer when
-/// it gets one.
+/// A send that has no slot yet. It owns its DMA lease, which already holds the MAD.
 pub(crate) struct Pending {
     pub(crate) agent: Arc<AgentInner>,
     pub(crate) id: SendId,
-    /// The MAD as given: [`HEADER_LEN`] to [`MAD_LEN`] bytes (the rest of the buffer is zeroed).
-    pub(crate) mad: Vec<u8>,
+    pub(crate) lease: DmaLease,
     /// The MAD's first 24 bytes as given (the TID's upper half is rewritten at install).
     pub(crate) header: [u8; HEADER_LEN],
     pub(crate) dest: UdDest,
@@ -250,26 +245,15 @@ pub(crate) struct SendRing {
     kicks: AtomicU64,
     /// The drainer's chain of work requests (see [`PostBatch`]).
     pub(crate) batch: Mutex<PostBatch>,
-    /// The send buffers: [`MAD_LEN`] bytes per slot, slot `i` at `i * MAD_LEN`. Written only
-    /// by the drainer that installs a send in a free slot; the lock (a lease is not `Sync`) is
-    /// taken once per [`SendRing::next_batch`]. `None` once the port gave it up (see
-    /// [`SendRing::take_buffers`]).
-    bufs: Mutex<Option<DmaLease>>,
 }
 
 impl SendRing {
     /// A ring of `slots` slots (at least 1) on `qp` whose send queue holds `depth` work
-    /// requests (at least 1), its send buffers leased from `pool`.
-    pub(crate) fn new(
-        qp: SpecialQp,
-        slots: u32,
-        depth: u32,
-        pool: &DmaPool,
-    ) -> Result<SendRing, DmaError> {
+    /// requests (at least 1).
+    pub(crate) fn new(qp: SpecialQp, slots: u32, depth: u32) -> SendRing {
         let slots = slots.max(1);
         let depth = depth.max(1);
-        let bufs = pool.lease(slots as usize * MAD_LEN, 64, Access::Read)?;
-        Ok(SendRing {
+        SendRing {
             qp,
             slots: (0..slots).map(|_| Slot::new()).collect(),
             layout: TidLayout::new(qp, slots),
@@ -286,17 +270,7 @@ impl SendRing {
                 wrs: Vec::with_capacity(POST_BATCH),
                 meta: Vec::with_capacity(POST_BATCH),
             }),
-            bufs: Mutex::new(Some(bufs)),
-        })
-    }
-
-    /// The send buffers' lease, taken out of the ring (the port is going away): the caller
-    /// releases it, or leaks it while the device may still read a slot's buffer.
-    pub(crate) fn take_buffers(&mut self) -> Option<DmaLease> {
-        self.bufs
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        }
     }
 
     pub(crate) fn slot_count(&self) -> u32 {
@@ -431,9 +405,8 @@ impl SendRing {
     ) -> (Option<Drained>, bool) {
         let mut q = self.lock_queue();
         let waited = incoming.is_some_and(|job| self.push_locked(&mut q, job));
-        let bufs = lock(&self.bufs);
         while batch.wrs.len() < POST_BATCH {
-            match self.next_locked(&mut q, dead, bufs.as_ref()) {
+            match self.next_locked(&mut q, dead) {
                 Some(Drained::Post { wr, on_fail }) => {
                     batch.wrs.push(wr);
                     batch.meta.push(on_fail);
@@ -448,7 +421,7 @@ impl SendRing {
     /// slot and an entry for a new send, and for a request a slot under the request limit; an
     /// entry for a retry). A request held by the request limit lets younger sends that await no
     /// response go first; otherwise jobs go in arrival order.
-    fn next_locked(&self, q: &mut Queues, dead: bool, bufs: Option<&DmaLease>) -> Option<Drained> {
+    fn next_locked(&self, q: &mut Queues, dead: bool) -> Option<Drained> {
         if dead {
             if q.is_empty() {
                 return None;
@@ -500,7 +473,7 @@ impl SendRing {
                     let Some((_, Job::New(p))) = list.pop_front() else {
                         unreachable!("the head is a new send")
                     };
-                    self.install(index, p, from_requests, bufs)
+                    self.install(index, p, from_requests)
                 }
                 &Job::Repost {
                     index,
@@ -547,16 +520,9 @@ impl SendRing {
     }
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
-    /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
-    /// slot's send buffer (in `bufs`), build the work request. Called with the queue lock and
-    /// the buffers' lock held.
-    fn install(
-        &self,
-        index: u32,
-        mut p: Pending,
-        request: bool,
-        bufs: Option<&DmaLease>,
-    ) -> Drained {
+    /// TID's upper half for a request (in the DMA buffer and the kept header), build the work
+    /// request. Called with the queue lock held.
+    fn install(&self, index: u32, mut p: Pending, request: bool) -> Drained {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
         let tid = if p.is_response {
@@ -564,34 +530,16 @@ impl SendRing {
         } else {
             let tid = self.layout.rewrite(p.tid(), index, generation);
             p.header[8..16].copy_from_slice(&tid.to_be_bytes());
-            // A MAD holds at least its header, so the TID's upper half is in it.
-            p.mad[8..12].copy_from_slice(&((tid >> 32) as u32).to_be_bytes());
-            tid
-        };
-        let at = index as usize * MAD_LEN;
-        let iova = if let Some(bufs) = bufs {
-            let len = p.mad.len().min(MAD_LEN);
-            let written = bufs.write(at, &p.mad[..len]).and_then(|()| {
-                if len < MAD_LEN {
-                    bufs.fill(at + len, MAD_LEN - len, 0)
-                } else {
-                    Ok(())
-                }
-            });
-            if let Err(e) = written {
-                // The lease holds MAD_LEN bytes per slot; a slot's are always inside it.
-                tracing::error!("writing a MAD into its send buffer: {e}");
+            if let Err(e) = p.lease.write_u32_be(8, (tid >> 32) as u32) {
+                // The lease is MAD_LEN bytes; offset 8 is always inside it.
+                tracing::error!("writing the TID into a send buffer: {e}");
             }
-            bufs.iova() + at as u64
-        } else {
-            // Only a port being dropped has given its buffers up, and it drains nothing.
-            tracing::error!("send ring without buffers (stack bug)");
-            0
+            tid
         };
         let wr = SendWr {
             wr_id: self.wr_id(index, generation),
             sge: Sge {
-                iova,
+                iova: p.lease.iova(),
                 len: MAD_LEN as u32,
             },
             dest: p.dest,
