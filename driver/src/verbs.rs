@@ -341,6 +341,18 @@ pub trait HcaPort: Send + Sync {
     /// Post one receive buffer. On error nothing was posted.
     fn post_recv(&self, qp: SpecialQp, wr: &RecvWr) -> Result<(), PostError>;
 
+    /// Post receive buffers in order as one batch (a driver updates the doorbell record once
+    /// for all): those before the first one refused are posted, nothing from it on. Returns
+    /// how many were posted and why the next one was refused.
+    fn post_recvs(&self, qp: SpecialQp, wrs: &[RecvWr]) -> (usize, Option<PostError>) {
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.post_recv(qp, wr) {
+                return (i, Some(e));
+            }
+        }
+        (wrs.len(), None)
+    }
+
     /// Move up to `max` completions of both special QPs (sends and receives) into `out`;
     /// returns how many. After a fatal error it returns the software flushes of every
     /// outstanding work request (once each) without touching the device.

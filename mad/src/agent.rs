@@ -175,6 +175,8 @@ pub(crate) struct AgentInner {
     pub(crate) outstanding: AtomicUsize,
     pub(crate) fc: Mutex<FlowControl>,
     pub(crate) cells: AgentCells,
+    /// Its counters the progress loop adds to (see [`crate::counters::solo`]).
+    pub(crate) solo_cells: AgentCells,
     pub(crate) fatal_told: AtomicBool,
 }
 
@@ -197,6 +199,7 @@ impl AgentInner {
             outstanding: AtomicUsize::new(0),
             fc: Mutex::new(FlowControl::new(fc_max)),
             cells: AgentCells::default(),
+            solo_cells: AgentCells::default(),
             fatal_told: AtomicBool::new(false),
         }
     }
@@ -360,7 +363,7 @@ impl Agent {
         let id = pending.id;
         bump(&agent.cells.sends);
         bump(&port.cells.sends);
-        port.submit(pending);
+        port.submit(agent, pending);
         Ok(id)
     }
 
@@ -399,7 +402,7 @@ impl Agent {
 
     /// The agent's counters.
     pub fn counters(&self) -> AgentCounters {
-        self.inner.cells.snapshot()
+        self.inner.cells.snapshot_with(&self.inner.solo_cells)
     }
 
     /// Deregister (the kernel's `ib_unregister_mad_agent`): stop new sends and receives,

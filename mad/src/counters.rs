@@ -1,10 +1,18 @@
 //! Counters per port and per agent, readable from code at any time ([`crate::Port::counters`],
 //! [`crate::Agent::counters`]): sends, completions by status, responses matched, drops by
 //! reason, timeouts and retries. Updated with relaxed atomics; a snapshot is a plain struct.
+//!
+//! Each port and agent has two sets of cells: one any thread adds to (a locked
+//! read-modify-write per count), and one only the holder of the port's progress lock adds to
+//! (a plain load and store: that lock orders its holders, so no count is lost). The receive
+//! and completion paths, which run only in the progress loop, count in the second; a snapshot
+//! is the sum of both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use driver::verbs::WcStatus;
+
+use crate::port::ProgressState;
 
 /// Completions by work-completion status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,9 +116,20 @@ impl<const N: usize> Cells<N> {
         }
     }
 
+    /// Only by the holder of the progress lock (see [`solo`]).
+    fn add_solo(&self, i: usize) {
+        if let Some(c) = self.0.get(i) {
+            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
     fn snapshot(&self) -> [u64; N] {
         std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
     }
+}
+
+fn sum<const N: usize>(a: [u64; N], b: [u64; N]) -> [u64; N] {
+    std::array::from_fn(|i| a[i] + b[i])
 }
 
 /// Declares a snapshot struct of plain counters, its atomic cells, and `snapshot()`.
@@ -146,8 +165,23 @@ macro_rules! counter_set {
                 }
             }
 
+            /// This snapshot plus the counts of `solo` (the progress loop's cells).
+            pub(crate) fn snapshot_with(&self, solo: &$cells) -> $name {
+                let (a, b) = (self.snapshot(), solo.snapshot());
+                $name {
+                    $( $field: a.$field + b.$field, )*
+                    completed: StatusCounts(sum(a.completed.0, b.completed.0)),
+                    drops: DropCounts(sum(a.drops.0, b.drops.0)),
+                }
+            }
+
             pub(crate) fn completed(&self, status: WcStatus) {
                 self.completed.add(usize::from(status.code()));
+            }
+
+            /// In the progress loop's cells (see [`solo`]).
+            pub(crate) fn completed_solo(&self, _st: &ProgressState, status: WcStatus) {
+                self.completed.add_solo(usize::from(status.code()));
             }
 
             pub(crate) fn dropped(&self, reason: DropReason) {
@@ -233,6 +267,13 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Add one to a cell of the progress loop's set. `_st` is the proof that the caller holds the
+/// progress lock, the only writer of that set: a load and a store lose no count then, and cost
+/// no locked instruction.
+pub(crate) fn solo(_st: &ProgressState, c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +295,29 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
         }
+    }
+
+    #[test]
+    fn a_snapshot_with_the_progress_loops_cells_is_the_sum_of_both() {
+        let (shared, progress) = (PortCells::default(), PortCells::default());
+        bump(&shared.received);
+        progress.received.store(2, Ordering::Relaxed);
+        shared.completed(WcStatus::Success);
+        progress
+            .completed
+            .add_solo(usize::from(WcStatus::Success.code()));
+        progress
+            .completed
+            .add_solo(usize::from(WcStatus::Success.code()));
+        progress.drops.add_solo(DropReason::Late as usize);
+        let s = shared.snapshot_with(&progress);
+        assert_eq!(s.received, 3);
+        assert_eq!(s.completed.get(WcStatus::Success), 3);
+        assert_eq!(s.drops.get(DropReason::Late), 1);
+        assert_eq!(
+            shared.snapshot().received,
+            1,
+            "each set keeps its own counts"
+        );
     }
 }

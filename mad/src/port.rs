@@ -31,7 +31,7 @@ use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
 use crate::ring::{Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
-use crate::tid::MAX_SLOTS_PER_QP;
+use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
 
 /// Settings of a [`Port`].
@@ -103,6 +103,8 @@ pub(crate) struct ProgressState {
     /// A QP the device moved to error (its receives come back flushed): its buffers are kept
     /// unposted, since a repost would only be flushed again.
     pub(crate) qp_in_error: [bool; 2],
+    /// Receive buffers completed in the current poll batch, to repost together (per QP).
+    pub(crate) reposts: [Vec<u32>; 2],
 }
 
 /// Work another thread leaves the progress loop.
@@ -133,6 +135,8 @@ pub(crate) struct PortShared {
     /// request had taken a send queue entry).
     pub(crate) soft_cq: Mutex<Vec<(WorkCompletion, bool)>>,
     pub(crate) cells: PortCells,
+    /// The port's counters the progress loop adds to (see [`crate::counters::solo`]).
+    pub(crate) solo_cells: PortCells,
     /// Gauges the progress loop mirrors for [`Port::census`].
     pub(crate) gauges: Gauges,
     notify: (Mutex<u64>, Condvar),
@@ -285,6 +289,7 @@ impl Port {
                 local: LocalPort::new(attrs.lmc, attrs.gid_prefix, attrs.port_guid),
                 fatal_handled: false,
                 qp_in_error: [false; 2],
+                reposts: [Vec::new(), Vec::new()],
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -293,6 +298,7 @@ impl Port {
             rearm: Mutex::new(Vec::new()),
             soft_cq: Mutex::new(Vec::new()),
             cells: PortCells::default(),
+            solo_cells: PortCells::default(),
             gauges: Gauges::default(),
             notify: (Mutex::new(0), Condvar::new()),
             parked: AtomicUsize::new(0),
@@ -449,7 +455,7 @@ impl Port {
 
     /// The port's counters.
     pub fn counters(&self) -> PortCounters {
-        self.shared.cells.snapshot()
+        self.shared.cells.snapshot_with(&self.shared.solo_cells)
     }
 
     /// Why the device is dead, if it is.
@@ -665,10 +671,10 @@ impl PortShared {
         queue.try_pop()
     }
 
-    /// Accept `p` (counted in its agent's `outstanding` already): to the agent's backlog if
-    /// flow control holds it, otherwise to the ring's queue, then post what can be posted.
-    pub(crate) fn submit(&self, mut p: Pending) {
-        let agent = Arc::clone(&p.agent);
+    /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
+    /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
+    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Pending) {
+        debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
         {
             let mut fc = lock(&agent.fc);
             if fc.must_wait(p.solicited) {
@@ -698,6 +704,17 @@ impl PortShared {
 
     /// Queue `job` on `ring` and drain.
     pub(crate) fn enqueue_job(&self, ring: &SendRing, job: Job) {
+        // A sender that finds nobody draining drains itself: its job then joins the queue under
+        // the lock the batch is collected under (one queue lock, no kick: the drainer itself
+        // looks at the queue next).
+        if !self.hold_posts.load(Ordering::SeqCst) {
+            if let Some(seen) = ring.try_begin_drain() {
+                if self.drain_held(ring, seen, Some(job)) {
+                    self.drain(ring);
+                }
+                return;
+            }
+        }
         if ring.enqueue(job) {
             bump(&self.cells.overflowed);
         }
@@ -712,56 +729,57 @@ impl PortShared {
             // The progress loop drains every ring when its batch is done.
             return;
         }
-        loop {
-            let Some(seen) = ring.try_begin_drain() else {
+        while let Some(seen) = ring.try_begin_drain() {
+            if !self.drain_held(ring, seen, None) {
                 return;
-            };
-            let dead = self.is_fatal();
-            {
-                let mut batch = lock(&ring.batch);
-                loop {
-                    let job = ring.next_batch(dead, &mut batch);
-                    let full = batch.wrs.len() >= POST_BATCH;
-                    if !batch.wrs.is_empty() && (job.is_none() || full) {
-                        self.post_batch(ring.qp, &mut batch);
+            }
+        }
+    }
+
+    /// One drain with the posting flag, taken when the kick count was `seen`; `incoming` is
+    /// queued first (under the queue lock the first batch is collected under). Gives the flag
+    /// back; true if something happened meanwhile that this drain may have missed.
+    fn drain_held(&self, ring: &SendRing, seen: u64, mut incoming: Option<Job>) -> bool {
+        let dead = self.is_fatal();
+        {
+            let mut batch = lock(&ring.batch);
+            loop {
+                let (job, waited) = ring.next_batch(dead, &mut batch, incoming.take());
+                if waited {
+                    bump(&self.cells.overflowed);
+                }
+                let full = batch.wrs.len() >= POST_BATCH;
+                if !batch.wrs.is_empty() && (job.is_none() || full) {
+                    self.post_batch(ring.qp, &mut batch);
+                }
+                let Some(job) = job else {
+                    if full {
+                        // More may wait behind a full batch.
+                        continue;
                     }
-                    let Some(job) = job else {
-                        if full {
-                            // More may wait behind a full batch.
-                            continue;
+                    break;
+                };
+                match job {
+                    Drained::Post { wr, on_fail } => {
+                        // next_batch appends posts to the batch itself.
+                        batch.wrs.push(wr);
+                        batch.meta.push(on_fail);
+                    }
+                    Drained::Skip(wr_id) => {
+                        self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
+                    }
+                    Drained::Fail(news, reposts) => {
+                        for p in news {
+                            self.complete_pending(p, WcStatus::WrFlushErr, 5);
                         }
-                        break;
-                    };
-                    match job {
-                        Drained::Post { wr, agent, on_fail } => {
-                            // next_batch appends posts to the batch itself.
-                            batch.wrs.push(wr);
-                            batch.meta.push((agent, on_fail));
-                        }
-                        Drained::Skip(wr_id) => {
-                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
-                        }
-                        Drained::Fail(news, reposts) => {
-                            for p in news {
-                                self.complete_pending(p, WcStatus::WrFlushErr, 5);
-                            }
-                            for wr_id in reposts {
-                                self.soft_completion(
-                                    ring.qp,
-                                    wr_id,
-                                    WcStatus::WrFlushErr,
-                                    5,
-                                    false,
-                                );
-                            }
+                        for wr_id in reposts {
+                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);
                         }
                     }
                 }
             }
-            if !ring.end_drain(seen) {
-                return;
-            }
         }
+        ring.end_drain(seen)
     }
 
     /// Post the chain in `batch` (each work request has its send queue entry) and empty it.
@@ -775,9 +793,6 @@ impl PortShared {
             let (n, refused) = self.hca.post_sends(qp, &batch.wrs[start..]);
             let n = n.min(total - start);
             self.cells.posted.fetch_add(n as u64, Ordering::Relaxed);
-            for (agent, _) in &batch.meta[start..start + n] {
-                bump(&agent.cells.posted);
-            }
             start += n;
             match refused {
                 Some(e) if start < total => {
@@ -785,8 +800,9 @@ impl PortShared {
                     tracing::debug!(qp = ?qp, "post refused: {e}");
                     let (status, vendor) = match e {
                         driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
-                        _ => (batch.meta[start].1, 0),
+                        _ => (batch.meta[start], 0),
                     };
+                    self.unpost(qp, batch.wrs[start].wr_id);
                     self.soft_completion(qp, batch.wrs[start].wr_id, status, vendor, true);
                     start += 1;
                 }
@@ -798,7 +814,8 @@ impl PortShared {
                     tracing::error!(qp = ?qp, "post_sends posted nothing and refused nothing");
                     for i in start..total {
                         bump(&self.cells.post_failures);
-                        let (wr_id, on_fail) = (batch.wrs[i].wr_id, batch.meta[i].1);
+                        let (wr_id, on_fail) = (batch.wrs[i].wr_id, batch.meta[i]);
+                        self.unpost(qp, wr_id);
                         self.soft_completion(qp, wr_id, on_fail, 0, true);
                     }
                     start = total;
@@ -808,6 +825,26 @@ impl PortShared {
         }
         batch.wrs.clear();
         batch.meta.clear();
+    }
+
+    /// The device refused the work request `wr_id` (of a send in a slot of `qp`): take back
+    /// the `posted` its agent was counted when it was collected for the chain.
+    fn unpost(&self, qp: SpecialQp, wr_id: u64) {
+        let Some(WrId::Send {
+            index, generation, ..
+        }) = WrId::decode(wr_id)
+        else {
+            return;
+        };
+        let Some(slot) = self.ring(qp).and_then(|r| r.slots.get(index as usize)) else {
+            return;
+        };
+        if let Some(d) = lock(&slot.data)
+            .as_ref()
+            .filter(|d| d.generation == generation)
+        {
+            d.p.agent.cells.posted.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// A completion for `wr_id` made in software, handled by the next progress pass like a

@@ -22,7 +22,7 @@ use mad_wire::{class, vendor};
 
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
-use crate::counters::{DropReason, bump};
+use crate::counters::{DropReason, bump, solo};
 use crate::event::{Event, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
@@ -102,6 +102,7 @@ impl PortShared {
                 self.on_wc(st, wc, None);
             }
             st.wcs = wcs;
+            self.repost_recvs(st);
             work += n;
             if n < self.config.poll_batch || work >= PASS_BUDGET {
                 break;
@@ -378,16 +379,16 @@ impl PortShared {
         if let Some(t) = st.last_tid[qpi(r.qp)].get_mut(r.index as usize) {
             *t = data.tid;
         }
-        let agent = Arc::clone(&data.p.agent);
+        let agent = &data.p.agent;
         if data.p.fc_counted {
-            self.fc_release(&agent);
+            self.fc_release(agent);
         }
         if status == WcStatus::RespTimeoutErr {
             bump(&self.cells.timeouts);
             bump(&agent.cells.timeouts);
         }
-        self.cells.completed(status);
-        agent.cells.completed(status);
+        self.solo_cells.completed_solo(st, status);
+        agent.solo_cells.completed_solo(st, status);
         let completion = SendCompletion {
             agent: agent.id,
             id: data.p.id,
@@ -399,11 +400,10 @@ impl PortShared {
             header: data.p.header,
         };
         agent.deliver(Event::Send(completion), self);
-        // The lease goes back here: the slot is DONE, so no work request of it is on the QP.
-        let request = data.request;
-        drop(data);
+        // The slot (and its send buffer) goes back here: it is DONE, so no work request of it
+        // is on the QP.
         if slot.state.recycle(r.generation).is_some() {
-            ring.release(r.index, request);
+            ring.release(r.index, data.request);
         } else {
             tracing::error!(
                 index = r.index,
@@ -411,6 +411,8 @@ impl PortShared {
             );
         }
         agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+        // The send's MAD and its hold on the agent go last, outside every lock.
+        drop(data);
     }
 
     fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
@@ -531,6 +533,42 @@ impl PortShared {
         work
     }
 
+    /// Give the receive buffers of the last poll batch back to the device, one batch (one
+    /// doorbell record update) per QP. A QP that went into error meanwhile keeps them; a dead
+    /// device's refusal releases them (it no longer touches them); any other refusal keeps
+    /// the buffer, counted.
+    fn repost_recvs(&self, st: &mut ProgressState) {
+        for q in 0..st.reposts.len() {
+            if st.reposts[q].is_empty() {
+                continue;
+            }
+            let indexes = std::mem::take(&mut st.reposts[q]);
+            if let Some(rr) = st.recv[q].as_mut() {
+                if st.qp_in_error[q] {
+                    for _ in &indexes {
+                        bump(&self.cells.recv_repost_failures);
+                    }
+                } else {
+                    for (index, e) in rr.post_batch(&*self.hca, &indexes) {
+                        if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
+                            rr.release(index);
+                        } else {
+                            bump(&self.cells.recv_repost_failures);
+                            tracing::debug!(
+                                port = self.port_num,
+                                qp = q,
+                                "receive buffer kept: {e}"
+                            );
+                        }
+                    }
+                }
+            }
+            let mut indexes = indexes;
+            indexes.clear();
+            st.reposts[q] = indexes;
+        }
+    }
+
     fn on_recv_wc(&self, st: &mut ProgressState, qp: SpecialQp, index: u32, wc: &WorkCompletion) {
         let fatal = self.is_fatal();
         let copied = {
@@ -553,31 +591,27 @@ impl PortShared {
                 }
                 None
             };
-            // The buffer goes back to the device at once (the MAD is copied out). If the
-            // device is dead it is released instead: its completion says the device is done
-            // with it, and a dead device takes no buffer back. A QP in error keeps it.
+            // The buffer goes back to the device with the others of this poll batch (the MAD
+            // is copied out; see `repost_recvs`). If the device is dead it is released
+            // instead: its completion says the device is done with it, and a dead device takes
+            // no buffer back. A QP in error keeps it.
             if fatal {
                 rr.release(index);
             } else if st.qp_in_error[qpi(qp)] {
                 bump(&self.cells.recv_repost_failures);
-            } else if let Err(e) = rr.post(&*self.hca, index) {
-                if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {
-                    rr.release(index);
-                } else {
-                    bump(&self.cells.recv_repost_failures);
-                    tracing::debug!(port = self.port_num, qp = ?qp, "receive buffer kept: {e}");
-                }
+            } else {
+                st.reposts[qpi(qp)].push(index);
             }
             copied
         };
         match copied {
             None => {}
             Some(None) => {
-                bump(&self.cells.received);
+                solo(st, &self.solo_cells.received);
                 self.cells.dropped(DropReason::BadLength);
             }
             Some(Some(c)) => {
-                bump(&self.cells.received);
+                solo(st, &self.solo_cells.received);
                 let addr = RecvAddr::from_wc(wc, c.grh.as_ref());
                 self.on_mad(st, qp, &c.mad, c.len, addr);
             }
@@ -661,8 +695,8 @@ impl PortShared {
             self.agents_read()
                 .lookup(hdr.class_version(), hdr.mgmt_class(), hdr.method(), oui);
         if let Some(a) = agent {
-            bump(&self.cells.unsolicited);
-            bump(&a.cells.unsolicited);
+            solo(st, &self.solo_cells.unsolicited);
+            solo(st, &a.solo_cells.unsolicited);
             a.deliver(
                 Event::Recv(Box::new(RecvMad {
                     agent: a.id,
@@ -762,8 +796,8 @@ impl PortShared {
             agent.cells.dropped(reason);
             return;
         }
-        bump(&self.cells.responses);
-        bump(&agent.cells.responses);
+        solo(st, &self.solo_cells.responses);
+        solo(st, &agent.solo_cells.responses);
         agent.deliver(
             Event::Recv(Box::new(RecvMad {
                 agent: agent.id,

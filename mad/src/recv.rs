@@ -1,5 +1,6 @@
-//! Receive buffers of one special QP: leased once when the port opens, posted, and reposted as
-//! soon as the MAD is copied out, so no DMA memory is allocated per receive. A buffer whose
+//! Receive buffers of one special QP: leased once when the port opens, posted, and reposted
+//! (as one batch per poll) once the MAD is copied out, so no DMA memory is allocated per
+//! receive. A buffer whose
 //! completion carried an error is reposted too; if the device refuses it (a QP in error) it is
 //! kept, not lost, and counted. Owned by the progress loop.
 
@@ -24,6 +25,9 @@ pub(crate) struct RecvRing {
     /// Buffers posted, and buffers held (posted or not).
     posted: usize,
     held: usize,
+    /// Scratch for [`RecvRing::post_batch`]: the work requests and their buffers.
+    wrs: Vec<RecvWr>,
+    which: Vec<u32>,
 }
 
 /// A MAD copied out of a receive buffer.
@@ -48,6 +52,8 @@ impl RecvRing {
             held: bufs.len(),
             bufs,
             posted: 0,
+            wrs: Vec::new(),
+            which: Vec::new(),
         })
     }
 
@@ -77,6 +83,77 @@ impl RecvRing {
         b.posted = true;
         self.posted += 1;
         Ok(())
+    }
+
+    /// Post the buffers `indexes` as one batch (one doorbell record update); a buffer already
+    /// posted is left as it is. Returns the buffers refused, each with why (they stay unposted
+    /// and kept); the others of the batch are posted all the same.
+    pub(crate) fn post_batch(
+        &mut self,
+        hca: &dyn HcaPort,
+        indexes: &[u32],
+    ) -> Vec<(u32, PostError)> {
+        let qp = self.qp;
+        let mut refused = Vec::new();
+        let (mut wrs, mut which) = (
+            std::mem::take(&mut self.wrs),
+            std::mem::take(&mut self.which),
+        );
+        wrs.clear();
+        which.clear();
+        for &index in indexes {
+            match self.bufs.get(index as usize) {
+                Some(Buf { posted: true, .. }) => {}
+                Some(Buf {
+                    lease: Some(lease),
+                    posted: false,
+                }) => {
+                    wrs.push(RecvWr {
+                        wr_id: WrId::Recv { qp, index }.encode(),
+                        sge: Sge {
+                            iova: lease.iova(),
+                            len: RECV_BUF_LEN as u32,
+                        },
+                    });
+                    which.push(index);
+                }
+                Some(_) => refused.push((
+                    index,
+                    PostError::Invalid(format!("receive buffer {index} was released")),
+                )),
+                None => refused.push((
+                    index,
+                    PostError::Invalid(format!("no receive buffer {index}")),
+                )),
+            }
+        }
+        let mut start = 0;
+        while start < wrs.len() {
+            let (n, err) = hca.post_recvs(qp, &wrs[start..]);
+            let n = n.min(wrs.len() - start);
+            for &index in &which[start..start + n] {
+                self.bufs[index as usize].posted = true;
+                self.posted += 1;
+            }
+            start += n;
+            match err {
+                Some(e) if start < wrs.len() => {
+                    refused.push((which[start], e));
+                    start += 1;
+                }
+                _ if n == 0 => {
+                    // A port that posts nothing and names no reason: do not spin on it.
+                    for &index in &which[start..] {
+                        refused.push((index, PostError::Invalid("the port posted nothing".into())));
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+        self.wrs = wrs;
+        self.which = which;
+        refused
     }
 
     /// Post every buffer not posted; returns how many the device refused (with the first

@@ -25,6 +25,7 @@ use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN};
 
 use crate::agent::AgentInner;
+use crate::counters::bump;
 use crate::event::SendId;
 use crate::slot_state::SlotState;
 use crate::tid::{TidLayout, WrId};
@@ -177,12 +178,9 @@ pub(crate) enum Job {
 
 /// What the drainer does with the head of the queue.
 pub(crate) enum Drained {
-    /// Post it (a send queue entry is taken for it).
-    Post {
-        wr: SendWr,
-        agent: Arc<AgentInner>,
-        on_fail: WcStatus,
-    },
+    /// Post it (a send queue entry is taken for it, and its agent's `posted` counted: a
+    /// refused post takes the count back).
+    Post { wr: SendWr, on_fail: WcStatus },
     /// A retry canceled while it waited: complete it in software (no entry was taken).
     Skip(u64),
     /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
@@ -216,12 +214,12 @@ impl Queues {
 /// Work requests a drainer posts behind one doorbell at most.
 pub(crate) const POST_BATCH: usize = 32;
 
-/// What a drainer collected to post as one chain: the work requests, and for each its agent
-/// (counted at the post) and the status its completion gets if the device refuses it. Only
-/// the drainer (who holds the posting flag) uses it; the vectors keep their room.
+/// What a drainer collected to post as one chain: the work requests, and for each the status
+/// its completion gets if the device refuses it. Only the drainer (who holds the posting flag)
+/// uses it; the vectors keep their room.
 pub(crate) struct PostBatch {
     pub(crate) wrs: Vec<SendWr>,
-    pub(crate) meta: Vec<(Arc<AgentInner>, WcStatus)>,
+    pub(crate) meta: Vec<WcStatus>,
 }
 
 /// The send side of one special QP.
@@ -304,23 +302,39 @@ impl SendRing {
     /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
     /// for a slot or an entry (for the overflow counter).
     pub(crate) fn enqueue(&self, job: Job) -> bool {
-        let waits = {
-            let mut q = self.lock_queue();
-            let waits = !q.is_empty()
-                || self.credits.load(Ordering::SeqCst) == 0
-                || (matches!(job, Job::New(_)) && self.free.len() == 0);
-            let seq = q.next_seq;
-            q.next_seq += 1;
-            if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
-                q.requests.push_back((seq, job));
-            } else {
-                q.others.push_back((seq, job));
-            }
-            waits
-        };
-        self.queued.fetch_add(1, Ordering::SeqCst);
+        let waits = self.push_locked(&mut self.lock_queue(), job);
         self.kick();
         waits
+    }
+
+    /// `enqueue` with the queue lock held, without the kick (for the drainer's own job, which
+    /// it collects under the same lock).
+    fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
+        let waits = !q.is_empty()
+            || self.credits.load(Ordering::SeqCst) == 0
+            || (matches!(job, Job::New(_)) && self.free.len() == 0);
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
+            q.requests.push_back((seq, job));
+        } else {
+            q.others.push_back((seq, job));
+        }
+        self.queued_add(1);
+        waits
+    }
+
+    /// Change the queued count; only under the queue lock, which orders its writers (a load
+    /// and a store, no locked instruction; readers load it without the lock).
+    fn queued_add(&self, n: usize) {
+        self.queued
+            .store(self.queued.load(Ordering::Relaxed) + n, Ordering::SeqCst);
+    }
+
+    /// The other way (same rule).
+    fn queued_sub(&self, n: usize) {
+        self.queued
+            .store(self.queued.load(Ordering::Relaxed) - n, Ordering::SeqCst);
     }
 
     /// Remove the new sends matching `pred` from the queue; the caller holds the queue lock
@@ -337,7 +351,7 @@ impl SendRing {
                 if matches!(&list[i].1, Job::New(p) if pred(p)) {
                     if let Some((_, Job::New(p))) = list.remove(i) {
                         out.push(p);
-                        self.queued.fetch_sub(1, Ordering::SeqCst);
+                        self.queued_sub(1);
                     }
                 } else {
                     i += 1;
@@ -378,21 +392,29 @@ impl SendRing {
     }
 
     /// With the posting flag held: the jobs that can go now, under one queue lock (see
-    /// [`SendRing::next_locked`]). Work requests to post are appended to `batch` (until it
-    /// holds [`POST_BATCH`]); returns at the first job that is not a post (the caller handles
-    /// it and calls again), or `None` when nothing more can go now or the batch is full.
-    pub(crate) fn next_batch(&self, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
+    /// [`SendRing::next_locked`]), after queueing `incoming` (the drainer's own job) under that
+    /// lock. Work requests to post are appended to `batch` (until it holds [`POST_BATCH`]);
+    /// returns at the first job that is not a post (the caller handles it and calls again), or
+    /// `None` when nothing more can go now or the batch is full; and whether `incoming` had to
+    /// wait (as [`SendRing::enqueue`] says).
+    pub(crate) fn next_batch(
+        &self,
+        dead: bool,
+        batch: &mut PostBatch,
+        incoming: Option<Job>,
+    ) -> (Option<Drained>, bool) {
         let mut q = self.lock_queue();
+        let waited = incoming.is_some_and(|job| self.push_locked(&mut q, job));
         while batch.wrs.len() < POST_BATCH {
-            match self.next_locked(&mut q, dead)? {
-                Drained::Post { wr, agent, on_fail } => {
+            match self.next_locked(&mut q, dead) {
+                Some(Drained::Post { wr, on_fail }) => {
                     batch.wrs.push(wr);
-                    batch.meta.push((agent, on_fail));
+                    batch.meta.push(on_fail);
                 }
-                other => return Some(other),
+                other => return (other, waited),
             }
         }
-        None
+        (None, waited)
     }
 
     /// With the posting flag and the queue lock held: the oldest queued job that can go now (a
@@ -415,8 +437,7 @@ impl SendRing {
                     } => reposts.push(self.wr_id(index, generation)),
                 }
             }
-            self.queued
-                .fetch_sub(news.len() + reposts.len(), Ordering::SeqCst);
+            self.queued_sub(news.len() + reposts.len());
             return Some(Drained::Fail(news, reposts));
         }
         let req_seq = q.requests.front().map(|(s, _)| *s);
@@ -472,10 +493,9 @@ impl SendRing {
                         let post = lock(&slot.data)
                             .as_ref()
                             .filter(|d| d.generation == generation)
-                            .map(|d| Drained::Post {
-                                wr: d.wr,
-                                agent: Arc::clone(&d.p.agent),
-                                on_fail,
+                            .map(|d| {
+                                bump(&d.p.agent.cells.posted);
+                                Drained::Post { wr: d.wr, on_fail }
                             });
                         post.unwrap_or_else(|| {
                             self.give_credit();
@@ -484,7 +504,7 @@ impl SendRing {
                     }
                 }
             };
-            self.queued.fetch_sub(1, Ordering::SeqCst);
+            self.queued_sub(1);
             return Some(out);
         }
         None
@@ -524,9 +544,9 @@ impl SendRing {
             },
             dest: p.dest,
         };
-        let agent = Arc::clone(&p.agent);
+        bump(&p.agent.cells.posted);
         slot.send_id.store(p.id.0, Ordering::Release);
-        slot.owner.store(agent.id.0, Ordering::Release);
+        slot.owner.store(p.agent.id.0, Ordering::Release);
         if request {
             self.requests_held.fetch_add(1, Ordering::SeqCst);
         }
@@ -545,7 +565,6 @@ impl SendRing {
         }
         Drained::Post {
             wr,
-            agent,
             on_fail: WcStatus::LocQpOpErr,
         }
     }

@@ -5,7 +5,7 @@
 //! and the port's events.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -45,7 +45,14 @@ pub struct Mlx5Port {
     /// A bad CQE found while completions were being returned: reported by the next poll.
     pending_error: Mutex<Option<String>>,
     pkeys: Mutex<Vec<u16>>,
+    /// The last P_Key found in `pkeys` and its index ([`PKEY_HIT_VALID`] | index << 16 | P_Key),
+    /// or 0: every GSI receive looks its P_Key up, nearly always the same one. Written only
+    /// under the `pkeys` lock, so a refresh (which clears it) never meets an older hit.
+    pkey_hit: AtomicU64,
 }
+
+/// Marks [`Mlx5Port::pkey_hit`] as holding a P_Key and its index.
+const PKEY_HIT_VALID: u64 = 1 << 32;
 
 /// Where the device writes a port's CQEs and which one software reads next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +87,7 @@ impl Mlx5Port {
             flushed: Mutex::new(VecDeque::new()),
             pending_error: Mutex::new(None),
             pkeys: Mutex::new(Vec::new()),
+            pkey_hit: AtomicU64::new(0),
         }
     }
 
@@ -128,19 +136,33 @@ impl Mlx5Port {
                 }
             }
         }
-        *lock(&self.pkeys) = table;
+        {
+            let mut pkeys = lock(&self.pkeys);
+            *pkeys = table;
+            self.pkey_hit.store(0, Ordering::Release);
+        }
         self.shared.pkey_stale.store(false, Ordering::Release);
     }
 
     fn pkey_index(&self, pkey: u16) -> u16 {
-        smp::find_pkey(&lock(&self.pkeys), pkey).unwrap_or_else(|| {
-            tracing::debug!(
-                port = self.port_num,
-                pkey,
-                "P_Key not in the table; index 0"
+        let hit = self.pkey_hit.load(Ordering::Acquire);
+        if hit & PKEY_HIT_VALID != 0 && hit as u16 == pkey {
+            return (hit >> 16) as u16;
+        }
+        let pkeys = lock(&self.pkeys);
+        if let Some(index) = smp::find_pkey(&pkeys, pkey) {
+            self.pkey_hit.store(
+                PKEY_HIT_VALID | u64::from(index) << 16 | u64::from(pkey),
+                Ordering::Release,
             );
-            0
-        })
+            return index;
+        }
+        tracing::debug!(
+            port = self.port_num,
+            pkey,
+            "P_Key not in the table; index 0"
+        );
+        0
     }
 
     /// SubnGet through MAD_IFC (M_Key and B_Key ignored, as the kernel's queries do).
@@ -209,6 +231,10 @@ impl Mlx5Port {
     }
 
     fn fatal_post(&self) -> Option<PostError> {
+        // One load on the posting path; the reason is built only for a dead device.
+        if !self.dev.is_fatal() {
+            return None;
+        }
         self.dev.fatal_reason().map(PostError::DeviceFatal)
     }
 
@@ -406,6 +432,30 @@ impl HcaPort for Mlx5Port {
             return Err(e);
         }
         q.post_recv(wr)
+    }
+
+    fn post_recvs(&self, qp: SpecialQp, wrs: &[RecvWr]) -> (usize, Option<PostError>) {
+        if wrs.is_empty() {
+            return (0, None);
+        }
+        if let Some(e) = self.fatal_post() {
+            return (0, Some(e));
+        }
+        let mut g = lock(&self.qps[qp_index(qp)]);
+        let Some(q) = g.as_mut() else {
+            return (
+                0,
+                Some(PostError::NotReady(format!(
+                    "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
+                    self.port_num
+                ))),
+            );
+        };
+        // Checked again under the QP lock: a fatal error may have flushed the QP meanwhile.
+        if let Some(e) = self.fatal_post() {
+            return (0, Some(e));
+        }
+        q.post_recvs(wrs)
     }
 
     fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError> {

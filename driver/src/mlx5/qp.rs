@@ -469,6 +469,37 @@ impl Qp {
 
     /// Post one receive: the data segment, then `to_device`, then the doorbell record.
     pub(crate) fn post_recv(&mut self, wr: &RecvWr) -> Result<(), PostError> {
+        let (_, err) = self.post_recvs(std::slice::from_ref(wr));
+        err.map_or(Ok(()), Err)
+    }
+
+    /// Post `wrs` in order: their data segments, then `to_device`, then one doorbell record
+    /// update for all. The work requests up to the first one refused are posted; returns how
+    /// many, and why the next was refused.
+    pub(crate) fn post_recvs(&mut self, wrs: &[RecvWr]) -> (usize, Option<PostError>) {
+        let mut posted = 0;
+        let mut refused = None;
+        for wr in wrs {
+            match self.write_recv(wr) {
+                Ok(()) => posted += 1,
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        if posted > 0 {
+            barrier::to_device();
+            let _ = self
+                .db
+                .write(RCV_DBR * 4, &QpDbRecord::counter_bytes(self.rq_head));
+        }
+        (posted, refused)
+    }
+
+    /// Write the data segment of `wr` at the head of the receive ring and account it (no
+    /// doorbell record update).
+    fn write_recv(&mut self, wr: &RecvWr) -> Result<(), PostError> {
         match self.state {
             SwState::Rts | SwState::SqError => {}
             _ => self.ready()?,
@@ -501,10 +532,6 @@ impl Qp {
             wr_id: wr.wr_id,
             len: wr.sge.len,
         });
-        barrier::to_device();
-        let _ = self
-            .db
-            .write(RCV_DBR * 4, &QpDbRecord::counter_bytes(self.rq_head));
         Ok(())
     }
 
@@ -887,6 +914,32 @@ mod tests {
         let wc = q.complete_send(4, &f).unwrap();
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         assert_eq!(q.state, SwState::SqError);
+    }
+
+    #[test]
+    fn a_batch_of_receives_is_posted_up_to_the_first_refused_behind_one_doorbell_record() {
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        let wrs = [recv(296, 0), recv(296, 1), recv(39, 2), recv(296, 3)];
+        let (n, err) = q.post_recvs(&wrs);
+        assert_eq!(n, 2, "the two before the short buffer");
+        assert!(matches!(err, Some(PostError::Invalid(_))), "{err:?}");
+        assert_eq!(
+            q.db.read_u32_be(0).unwrap(),
+            2,
+            "RQ head in the doorbell record"
+        );
+        let (n, err) = q.post_recvs(&wrs[3..]);
+        assert_eq!((n, err), (1, None));
+        assert_eq!(q.db.read_u32_be(0).unwrap(), 3);
+        let mut seg = [0u8; 16];
+        q.buf.read(2 * 16, &mut seg).unwrap();
+        let d = DataSeg::decode(&seg).unwrap();
+        assert_eq!(
+            d.addr, 0x7000_3000,
+            "the fourth buffer in the third ring slot"
+        );
+        assert_eq!(q.post_recvs(&[]), (0, None));
+        assert_eq!(q.outstanding(), 3);
     }
 
     #[test]
