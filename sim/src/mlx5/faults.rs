@@ -61,6 +61,14 @@ pub(crate) struct FaultState {
 }
 
 impl FaultState {
+    /// Whether any fault delays CQEs (a CQE delay for all CQs or one, a late send
+    /// completion): if none does, a CQE goes on at once unless its CQ holds some back.
+    pub(crate) fn delays_cqes(&self) -> bool {
+        !self.cqe_delay.is_zero()
+            || !self.cq_delay.is_empty()
+            || !self.send_completion_delay.is_empty()
+    }
+
     /// If a fault is armed for the next WQE of `qpn`'s `queue`, counts the WQE and returns the
     /// fault when it is the one that fails.
     pub(crate) fn take_wqe(&mut self, qpn: u32, queue: WqeQueue) -> Option<WqeFault> {

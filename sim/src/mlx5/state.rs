@@ -327,6 +327,17 @@ impl State {
     /// ([`super::Mlx5Faults::send_completion_delay`]), or that has late ones pending, goes
     /// behind them (a work queue always completes in order); anything else goes on at once.
     pub(crate) fn complete(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        // Nearly always: no delay in force and nothing held back, so nothing to order behind
+        // (what the general path below would conclude after its look-ups).
+        if !self.faults.delays_cqes()
+            && self
+                .cqs
+                .get(&cqn)
+                .is_some_and(|cq| cq.late.is_empty() && cq.delayed.is_empty())
+        {
+            self.write_cqe(cqn, cqe, solicited);
+            return;
+        }
         if matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
             let delay = self.faults.send_completion_delay.get(&cqe.qpn).copied();
             let pending = self.cqs.get(&cqn).and_then(|cq| {
