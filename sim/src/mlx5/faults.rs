@@ -71,7 +71,18 @@ impl FaultState {
 
     /// If a fault is armed for the next WQE of `qpn`'s `queue`, counts the WQE and returns the
     /// fault when it is the one that fails.
+    #[inline]
     pub(crate) fn take_wqe(&mut self, qpn: u32, queue: WqeQueue) -> Option<WqeFault> {
+        if self.wqe.is_empty() {
+            None
+        } else {
+            self.take_armed_wqe(qpn, queue)
+        }
+    }
+
+    /// [`FaultState::take_wqe`] when some WQE fault is armed.
+    #[cold]
+    fn take_armed_wqe(&mut self, qpn: u32, queue: WqeQueue) -> Option<WqeFault> {
         let i = self
             .wqe
             .iter()

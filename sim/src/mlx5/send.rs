@@ -271,7 +271,9 @@ impl State {
         }
         // A gather list shorter than a MAD leaves the rest zero (a reused buffer holds the
         // last packet's bytes there).
-        mad[len..].fill(0);
+        if len < MAD_LEN {
+            mad[len..].fill(0);
+        }
         let view = &self.ports[usize::from(qp.port.max(1) - 1)];
         let snap = &view.snapshot;
         let lmc_mask = (1u16 << snap.lmc.min(7)) - 1;
