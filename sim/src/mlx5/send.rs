@@ -162,17 +162,16 @@ impl State {
         // the same page, both come in one read (the device fetches ahead as far as the
         // doorbell record allows; what it fetched past the WQE is not used).
         let page = firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE;
+        let at = qp.sq_bb_addr(start);
         let ahead = pending >= 2
-            && match (qp.sq_bb_addr(start), qp.sq_bb_addr(start.wrapping_add(1))) {
+            && match (at, qp.sq_bb_addr(start.wrapping_add(1))) {
                 (Some(a), Some(b)) => {
                     b == a + SEND_WQE_BB as u64 && a % page + 2 * SEND_WQE_BB as u64 <= page
                 }
                 _ => false,
             };
         let first = if ahead { 2 * SEND_WQE_BB } else { SEND_WQE_BB };
-        let first_read = qp
-            .sq_bb_addr(start)
-            .is_some_and(|a| self.iommu.read(a, &mut wqe[..first]).is_ok());
+        let first_read = at.is_some_and(|a| self.iommu.read(a, &mut wqe[..first]).is_ok());
         if !first_read {
             self.counters.snap.dma_errors += 1;
             return (

@@ -157,8 +157,9 @@ pub(crate) struct State {
     /// `Inner::with_at`); `None`: read the clock.
     pub op_now: Option<Duration>,
     /// Where a send or receive WQE is read to: kept, so that each WQE does not zero a fresh
-    /// buffer ([`WQE_SCRATCH`] bytes once grown; what a WQE did not overwrite is never read).
-    pub wqe_scratch: Vec<u8>,
+    /// buffer (what a WQE did not overwrite is never read). `None` only while lent out or
+    /// before the first WQE.
+    pub wqe_scratch: Option<Box<[u8; WQE_SCRATCH]>>,
 }
 
 /// Bytes of [`State::wqe_scratch`]: the largest WQE the device reads (a send WQE of 16
@@ -166,17 +167,19 @@ pub(crate) struct State {
 pub(crate) const WQE_SCRATCH: usize = 1024;
 
 impl State {
-    /// The WQE scratch buffer, [`WQE_SCRATCH`] bytes, taken out of the state for one WQE
-    /// (give it back with [`State::put_scratch`]).
-    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
-        let mut b = std::mem::take(&mut self.wqe_scratch);
-        b.resize(WQE_SCRATCH, 0);
-        b
+    /// The WQE scratch buffer, taken out of the state for one WQE (give it back with
+    /// [`State::put_scratch`]).
+    #[inline]
+    pub(crate) fn take_scratch(&mut self) -> Box<[u8; WQE_SCRATCH]> {
+        self.wqe_scratch
+            .take()
+            .unwrap_or_else(|| Box::new([0; WQE_SCRATCH]))
     }
 
     /// Gives back the buffer [`State::take_scratch`] lent.
-    pub(crate) fn put_scratch(&mut self, buf: Vec<u8>) {
-        self.wqe_scratch = buf;
+    #[inline]
+    pub(crate) fn put_scratch(&mut self, buf: Box<[u8; WQE_SCRATCH]>) {
+        self.wqe_scratch = Some(buf);
     }
 }
 
@@ -227,7 +230,7 @@ impl State {
             fx: Effects::default(),
             mad_pool: Vec::new(),
             op_now: None,
-            wqe_scratch: Vec::new(),
+            wqe_scratch: None,
         }
     }
 
