@@ -187,7 +187,7 @@ impl State {
         if capacity < RECV_LEN {
             return Err((CqeSyndrome::LOCAL_LENGTH_ERR, vendor_syndrome::LENGTH));
         }
-        let grh = pkt.grh.map(|g| {
+        let grh = pkt.grh.as_deref().map(|g| {
             Grh {
                 ip_version: IP_VERSION,
                 traffic_class: g.traffic_class,

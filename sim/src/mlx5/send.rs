@@ -286,13 +286,13 @@ impl State {
             let mut sgid = [0u8; 16];
             sgid[..8].copy_from_slice(&snap.subnet_prefix.to_be_bytes());
             sgid[8..].copy_from_slice(&snap.port_guid.to_be_bytes());
-            PacketGrh {
+            Box::new(PacketGrh {
                 sgid,
                 dgid: av.rgid,
                 traffic_class: av.tclass,
                 flow_label: av.flow_label,
                 hop_limit: av.hop_limit,
-            }
+            })
         });
         let src_qp = match qp.st {
             QpServiceType::QP0 => 0,
