@@ -5,7 +5,11 @@
 //! n), no allocation; a sorted vector rather than a tree, because every device access
 //! translates and mappings change rarely); unmap takes the write lock, so once it returns no
 //! device access to that memory is still running, just as an IOTLB flush guarantees on
-//! hardware.
+//! hardware. Before the search, the translation tries the mapping that last served the same
+//! 2 MiB IOVA frame (a DMA pool maps 2 MiB arenas, each aligned to its size, and a device
+//! goes back to the same few queues and buffers); that is only a hint where to look in the
+//! live table, read under the same lock, so it can never translate through a mapping that is
+//! gone.
 
 use std::fmt;
 use std::io;
@@ -88,6 +92,11 @@ impl fmt::Display for Fault {
 
 impl std::error::Error for Fault {}
 
+/// Translation hints a [`SimIommu`] keeps, one per IOVA frame modulo this.
+const HINT_SLOTS: usize = 8;
+/// log2 of the IOVA frame a hint covers: 2 MiB, a DMA pool's arena.
+const HINT_FRAME_SHIFT: u32 = 21;
+
 /// Limits and IOVA ranges of a [`SimIommu`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimIommuConfig {
@@ -143,8 +152,29 @@ impl Mappings {
     /// The mapping with the greatest start at or below `iova`.
     #[inline]
     fn at_or_below(&self, iova: u64) -> Option<&(u64, Mapping)> {
+        self.index_at_or_below(iova).map(|i| &self.by_iova[i])
+    }
+
+    /// The index in `by_iova` of [`Mappings::at_or_below`].
+    #[inline]
+    fn index_at_or_below(&self, iova: u64) -> Option<usize> {
         let i = self.by_iova.partition_point(|&(start, _)| start <= iova);
-        i.checked_sub(1).map(|i| &self.by_iova[i])
+        i.checked_sub(1)
+    }
+
+    /// The live mapping that contains `iova`, with its index: the one at index `hint` when it
+    /// does, else found by binary search. Mappings never overlap, so at most one contains
+    /// `iova` and the hint cannot change the answer, only how fast it is found.
+    #[inline]
+    fn containing(&self, iova: u64, hint: usize) -> Option<(usize, &(u64, Mapping))> {
+        if let Some(e @ &(start, ref m)) = self.by_iova.get(hint) {
+            if iova >= start && iova - start < m.len {
+                return Some((hint, e));
+            }
+        }
+        let i = self.index_at_or_below(iova)?;
+        let e @ &(start, ref m) = &self.by_iova[i];
+        (iova - start < m.len).then_some((i, e))
     }
 }
 
@@ -157,6 +187,10 @@ impl Mappings {
 pub struct SimIommu {
     config: SimIommuConfig,
     maps: RwLock<Mappings>,
+    /// Per 2 MiB IOVA frame (modulo [`HINT_SLOTS`]), the index in the mapping table of the
+    /// last successful translation there: where the next one looks first. Any value is safe
+    /// (see [`Mappings::containing`]).
+    hints: [AtomicUsize; HINT_SLOTS],
     bus_master: AtomicBool,
     fault_count: AtomicUsize,
     blocked: AtomicUsize,
@@ -180,6 +214,7 @@ impl SimIommu {
         SimIommu {
             config,
             maps: RwLock::new(Mappings::default()),
+            hints: [const { AtomicUsize::new(0) }; HINT_SLOTS],
             bus_master: AtomicBool::new(true),
             fault_count: AtomicUsize::new(0),
             blocked: AtomicUsize::new(0),
@@ -377,12 +412,11 @@ impl SimIommu {
             self.blocked.fetch_add(1, Ordering::Relaxed);
             return Err(fault(FaultReason::BusMasterOff));
         }
-        let found = maps
-            .at_or_below(iova)
-            .filter(|&&(start, ref m)| iova - start < m.len);
-        let result = match found {
+        let slot = &self.hints[(iova >> HINT_FRAME_SHIFT) as usize % HINT_SLOTS];
+        let hint = slot.load(Ordering::Relaxed);
+        let result = match maps.containing(iova, hint) {
             None => Err(FaultReason::NotMapped),
-            Some(&(start, ref m)) => {
+            Some((i, &(start, ref m))) => {
                 let off = iova - start;
                 let allowed = match kind {
                     AccessKind::Read => m.access.device_reads(),
@@ -393,6 +427,9 @@ impl SimIommu {
                 } else if !allowed {
                     Err(FaultReason::Permission)
                 } else {
+                    if i != hint {
+                        slot.store(i, Ordering::Relaxed);
+                    }
                     // `off < m.len`, so the pointer stays inside the mapped host memory.
                     Ok(m.host.0.wrapping_add(off as usize))
                 }

@@ -217,6 +217,39 @@ fn access_after_unmap_is_not_mapped() {
 }
 
 #[test]
+fn a_translation_always_uses_the_mapping_live_now_whatever_it_used_before() {
+    // The IOMMU remembers where the last translation in an IOVA frame was found. Unmapping
+    // and remapping around it (here all in one frame) must never let an access reach a
+    // mapping that is gone, the wrong host page, or the old permission.
+    let s = setup();
+    s.iommu.write_u8(0x10000, 0xa0).unwrap();
+    s.iommu.write_u8(0x11000, 0x11).unwrap();
+    // Unmapping the lower neighbour moves 0x11000's mapping down in the table.
+    s.iommu.unmap(0x10000, PAGE).unwrap();
+    assert_eq!(s.iommu.read_u8(0x11000).unwrap(), 0x11);
+    s.iommu.write_u8(0x11001, 0x12).unwrap();
+    assert_eq!(host_byte(&s.mem, PAGE + 1), 0x12);
+    // Unmapped: not mapped, though it was just translated.
+    s.iommu.unmap(0x11000, PAGE).unwrap();
+    assert_eq!(
+        s.iommu.read_u8(0x11000).unwrap_err().reason,
+        FaultReason::NotMapped
+    );
+    // Remapped at the same IOVA onto another host page, device-read-only: the new page and
+    // the new permission apply.
+    // SAFETY: page 0 of `mem` outlives the mapping (the IOMMU is dropped first).
+    unsafe { s.iommu.map(s.mem.as_ptr(), PAGE, 0x11000, Access::Read) }.unwrap();
+    assert_eq!(s.iommu.read_u8(0x11000).unwrap(), 0xa0);
+    assert_eq!(
+        s.iommu.write_u8(0x11000, 1).unwrap_err().reason,
+        FaultReason::Permission
+    );
+    assert_eq!(host_byte(&s.mem, PAGE), 0x11, "the old page is not written");
+    assert_eq!(host_byte(&s.mem, 0), 0xa0, "nor the new one");
+    assert_eq!(s.iommu.fault_count(), 2);
+}
+
+#[test]
 fn take_faults_empties_the_log_but_not_the_count() {
     let s = setup();
     let _ = s.iommu.read_u8(0x1);

@@ -36,8 +36,10 @@ pub struct Packet {
     pub qkey: u32,
     /// P_Key (BTH).
     pub pkey: u16,
-    /// GRH, if present.
-    pub grh: Option<PacketGrh>,
+    /// GRH, if present. Boxed: few packets carry one, and the packet stays small (one word
+    /// here instead of 44 bytes) as it is moved from the send queue through the network and
+    /// the scheduler to the receiving device.
+    pub grh: Option<Box<PacketGrh>>,
     /// The MAD.
     pub mad: Box<[u8; 256]>,
 }

@@ -53,7 +53,20 @@ impl<T> SideTable<T> {
 
     /// The entry of `port`, created with `make` if there is none. Panics if `port` is not a
     /// port of the fabric the table was made for.
+    #[inline]
     pub fn get_or_insert_with(&mut self, port: PortId, make: impl FnOnce() -> T) -> &mut T {
+        // An existing entry (the per-packet case: counters) is one index look-up; only a
+        // port of this fabric can have one, the index being as long as the fabric.
+        let i = match self.slot(port) {
+            Some(i) => i,
+            None => self.insert_with(port, make),
+        };
+        &mut self.items[i].1
+    }
+
+    /// Stores `make()` for `port`, which has no entry; returns its slot.
+    #[cold]
+    fn insert_with(&mut self, port: PortId, make: impl FnOnce() -> T) -> usize {
         assert!(
             port.index() < self.ports,
             "port {port:?} is not in a fabric of {} ports",
@@ -62,13 +75,10 @@ impl<T> SideTable<T> {
         if self.index.is_empty() {
             self.index = vec![EMPTY; self.ports];
         }
-        let slot = &mut self.index[port.index()];
-        if *slot == EMPTY {
-            *slot = u32::try_from(self.items.len()).expect("fewer than 2^32 entries");
-            self.items.push((port, make()));
-        }
-        let i = *slot as usize;
-        &mut self.items[i].1
+        let i = self.items.len();
+        self.index[port.index()] = u32::try_from(i).expect("fewer than 2^32 entries");
+        self.items.push((port, make()));
+        i
     }
 
     /// How many ports have an entry.

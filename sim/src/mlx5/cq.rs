@@ -141,6 +141,7 @@ impl Cq {
     }
 
     /// Writes `cqe` with the ownership bit of its pass.
+    #[inline]
     pub(crate) fn post(&mut self, iommu: &SimIommu, mut cqe: Cqe, solicited: bool) -> Posted {
         if self.error {
             return Posted::InError;

@@ -61,9 +61,28 @@ pub(crate) struct FaultState {
 }
 
 impl FaultState {
+    /// Whether any fault delays CQEs (a CQE delay for all CQs or one, a late send
+    /// completion): if none does, a CQE goes on at once unless its CQ holds some back.
+    pub(crate) fn delays_cqes(&self) -> bool {
+        !self.cqe_delay.is_zero()
+            || !self.cq_delay.is_empty()
+            || !self.send_completion_delay.is_empty()
+    }
+
     /// If a fault is armed for the next WQE of `qpn`'s `queue`, counts the WQE and returns the
     /// fault when it is the one that fails.
+    #[inline]
     pub(crate) fn take_wqe(&mut self, qpn: u32, queue: WqeQueue) -> Option<WqeFault> {
+        if self.wqe.is_empty() {
+            None
+        } else {
+            self.take_armed_wqe(qpn, queue)
+        }
+    }
+
+    /// [`FaultState::take_wqe`] when some WQE fault is armed.
+    #[cold]
+    fn take_armed_wqe(&mut self, qpn: u32, queue: WqeQueue) -> Option<WqeFault> {
         let i = self
             .wqe
             .iter()

@@ -172,27 +172,22 @@ impl State {
             self.counters.snap.dma_errors += 1;
             return Err(prot);
         }
-        let mut segs = [(0u64, 0usize); MAX_RECV_WQE / DATA_SEG_LEN];
+        // Every data segment is checked (and the capacity summed) before anything is written;
+        // the write below walks the same segments again rather than keeping a zeroed array
+        // of them for each packet.
         let mut nsegs = 0;
         let mut capacity = 0usize;
-        for chunk in raw[..stride].chunks_exact(DATA_SEG_LEN) {
-            let Ok(s) = DataSeg::decode(chunk) else {
-                break;
-            };
-            if s.is_terminator() {
-                break;
-            }
+        for s in data_segs(&raw[..stride]) {
             if s.lkey != special_keys::RESD_LKEY || !qp.rlky {
                 return Err(prot);
             }
-            segs[nsegs] = (s.addr, s.byte_count as usize);
             nsegs += 1;
             capacity += s.byte_count as usize;
         }
         if capacity < RECV_LEN {
             return Err((CqeSyndrome::LOCAL_LENGTH_ERR, vendor_syndrome::LENGTH));
         }
-        let grh = pkt.grh.map(|g| {
+        let grh = pkt.grh.as_deref().map(|g| {
             Grh {
                 ip_version: IP_VERSION,
                 traffic_class: g.traffic_class,
@@ -208,7 +203,8 @@ impl State {
         // The message as the scatter list sees it: GRH area, then MAD.
         let mut at = 0usize;
         let mut ok = true;
-        for &(addr, len) in &segs[..nsegs] {
+        for seg in data_segs(&raw[..stride]).take(nsegs) {
+            let (addr, len) = (seg.addr, seg.byte_count as usize);
             let end = (at + len).min(RECV_LEN);
             let mut pos = at;
             while pos < end {
@@ -240,4 +236,11 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// The data segments of a receive WQE, up to the first that does not decode or ends the list.
+fn data_segs(wqe: &[u8]) -> impl Iterator<Item = DataSeg> + '_ {
+    wqe.chunks_exact(DATA_SEG_LEN)
+        .map_while(|chunk| DataSeg::decode(chunk).ok())
+        .take_while(|s| !s.is_terminator())
 }

@@ -162,17 +162,16 @@ impl State {
         // the same page, both come in one read (the device fetches ahead as far as the
         // doorbell record allows; what it fetched past the WQE is not used).
         let page = firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE;
+        let at = qp.sq_bb_addr(start);
         let ahead = pending >= 2
-            && match (qp.sq_bb_addr(start), qp.sq_bb_addr(start.wrapping_add(1))) {
+            && match (at, qp.sq_bb_addr(start.wrapping_add(1))) {
                 (Some(a), Some(b)) => {
                     b == a + SEND_WQE_BB as u64 && a % page + 2 * SEND_WQE_BB as u64 <= page
                 }
                 _ => false,
             };
         let first = if ahead { 2 * SEND_WQE_BB } else { SEND_WQE_BB };
-        let first_read = qp
-            .sq_bb_addr(start)
-            .is_some_and(|a| self.iommu.read(a, &mut wqe[..first]).is_ok());
+        let first_read = at.is_some_and(|a| self.iommu.read(a, &mut wqe[..first]).is_ok());
         if !first_read {
             self.counters.snap.dma_errors += 1;
             return (
@@ -271,7 +270,9 @@ impl State {
         }
         // A gather list shorter than a MAD leaves the rest zero (a reused buffer holds the
         // last packet's bytes there).
-        mad[len..].fill(0);
+        if len < MAD_LEN {
+            mad[len..].fill(0);
+        }
         let view = &self.ports[usize::from(qp.port.max(1) - 1)];
         let snap = &view.snapshot;
         let lmc_mask = (1u16 << snap.lmc.min(7)) - 1;
@@ -285,13 +286,13 @@ impl State {
             let mut sgid = [0u8; 16];
             sgid[..8].copy_from_slice(&snap.subnet_prefix.to_be_bytes());
             sgid[8..].copy_from_slice(&snap.port_guid.to_be_bytes());
-            PacketGrh {
+            Box::new(PacketGrh {
                 sgid,
                 dgid: av.rgid,
                 traffic_class: av.tclass,
                 flow_label: av.flow_label,
                 hop_limit: av.hop_limit,
-            }
+            })
         });
         let src_qp = match qp.st {
             QpServiceType::QP0 => 0,

@@ -157,8 +157,9 @@ pub(crate) struct State {
     /// `Inner::with_at`); `None`: read the clock.
     pub op_now: Option<Duration>,
     /// Where a send or receive WQE is read to: kept, so that each WQE does not zero a fresh
-    /// buffer ([`WQE_SCRATCH`] bytes once grown; what a WQE did not overwrite is never read).
-    pub wqe_scratch: Vec<u8>,
+    /// buffer (what a WQE did not overwrite is never read). `None` only while lent out or
+    /// before the first WQE.
+    pub wqe_scratch: Option<Box<[u8; WQE_SCRATCH]>>,
 }
 
 /// Bytes of [`State::wqe_scratch`]: the largest WQE the device reads (a send WQE of 16
@@ -166,17 +167,19 @@ pub(crate) struct State {
 pub(crate) const WQE_SCRATCH: usize = 1024;
 
 impl State {
-    /// The WQE scratch buffer, [`WQE_SCRATCH`] bytes, taken out of the state for one WQE
-    /// (give it back with [`State::put_scratch`]).
-    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
-        let mut b = std::mem::take(&mut self.wqe_scratch);
-        b.resize(WQE_SCRATCH, 0);
-        b
+    /// The WQE scratch buffer, taken out of the state for one WQE (give it back with
+    /// [`State::put_scratch`]).
+    #[inline]
+    pub(crate) fn take_scratch(&mut self) -> Box<[u8; WQE_SCRATCH]> {
+        self.wqe_scratch
+            .take()
+            .unwrap_or_else(|| Box::new([0; WQE_SCRATCH]))
     }
 
     /// Gives back the buffer [`State::take_scratch`] lent.
-    pub(crate) fn put_scratch(&mut self, buf: Vec<u8>) {
-        self.wqe_scratch = buf;
+    #[inline]
+    pub(crate) fn put_scratch(&mut self, buf: Box<[u8; WQE_SCRATCH]>) {
+        self.wqe_scratch = Some(buf);
     }
 }
 
@@ -227,7 +230,7 @@ impl State {
             fx: Effects::default(),
             mad_pool: Vec::new(),
             op_now: None,
-            wqe_scratch: Vec::new(),
+            wqe_scratch: None,
         }
     }
 
@@ -327,6 +330,17 @@ impl State {
     /// ([`super::Mlx5Faults::send_completion_delay`]), or that has late ones pending, goes
     /// behind them (a work queue always completes in order); anything else goes on at once.
     pub(crate) fn complete(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        // Nearly always: no delay in force and nothing held back, so nothing to order behind
+        // (what the general path below would conclude after its look-ups).
+        if !self.faults.delays_cqes()
+            && self
+                .cqs
+                .get(&cqn)
+                .is_some_and(|cq| cq.late.is_empty() && cq.delayed.is_empty())
+        {
+            self.write_cqe(cqn, cqe, solicited);
+            return;
+        }
         if matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
             let delay = self.faults.send_completion_delay.get(&cqe.qpn).copied();
             let pending = self.cqs.get(&cqn).and_then(|cq| {

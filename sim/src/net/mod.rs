@@ -181,6 +181,7 @@ impl Shared {
 
     /// [`run`](Self::run) at `now`, a time read from the clock by the caller. The network's
     /// time never goes back (another thread may have run it at a later time meanwhile).
+    #[inline]
     pub(crate) fn run_at<R>(&self, now: Duration, f: impl FnOnce(&mut NetState) -> R) -> R {
         let mut st = self.lock();
         st.now = st.now.max(now);

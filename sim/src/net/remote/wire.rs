@@ -394,13 +394,13 @@ fn get_packet(body: &[u8], what: &'static str) -> Result<Packet, WireError> {
             });
         }
         let hop_limit = r.u8()?;
-        Some(PacketGrh {
+        Some(Box::new(PacketGrh {
             sgid,
             dgid,
             traffic_class,
             flow_label,
             hop_limit,
-        })
+        }))
     } else {
         None
     };
@@ -781,12 +781,14 @@ mod tests {
             dst_qp: 0x00ab_cdef,
             qkey: 0x8001_0000,
             pkey: 0x7fff,
-            grh: grh.then_some(PacketGrh {
-                sgid: [1; 16],
-                dgid: [2; 16],
-                traffic_class: 9,
-                flow_label: 0xf_ffff,
-                hop_limit: 64,
+            grh: grh.then(|| {
+                Box::new(PacketGrh {
+                    sgid: [1; 16],
+                    dgid: [2; 16],
+                    traffic_class: 9,
+                    flow_label: 0xf_ffff,
+                    hop_limit: 64,
+                })
             }),
             mad,
         }
