@@ -82,6 +82,19 @@ impl RecvMad {
         // A 256-byte buffer always holds the 24-byte header.
         Mad::new_checked(&self.mad[..]).expect("a MAD buffer holds a header")
     }
+    /// A MAD the stack received (or handles as received), not yet matched to an agent: its
+    /// `agent` is filled in by whoever delivers it. A copy of `mad`: the hot receive path
+    /// reads the device's buffer straight into the box instead (`RecvRing::copy_out`).
+    pub(crate) fn received(mad: &[u8; MAD_LEN], len: usize, addr: RecvAddr) -> Box<RecvMad> {
+        Box::new(RecvMad {
+            agent: AgentId(0),
+            mad: *mad,
+            len,
+            addr,
+            response_to: None,
+            rmpp: None,
+        })
+    }
 }
 
 /// The one completion of an accepted send.

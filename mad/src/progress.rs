@@ -23,7 +23,7 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{Event, RecvMad, SendCompletion, SendRef};
+use crate::event::{AgentId, Event, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
@@ -579,7 +579,16 @@ impl PortShared {
                 return self.bad_completion(wc, "receive buffer not posted");
             }
             let copied = if wc.status == WcStatus::Success {
-                Some(rr.copy_out(index, wc.byte_len, wc.grh))
+                Some(rr.copy_out(index, wc.byte_len, wc.grh, |grh, len| {
+                    Box::new(RecvMad {
+                        agent: AgentId(0),
+                        mad: [0; MAD_LEN],
+                        len,
+                        addr: RecvAddr::from_wc(wc, grh),
+                        response_to: None,
+                        rmpp: None,
+                    })
+                }))
             } else {
                 if !(fatal && wc.status == WcStatus::WrFlushErr) {
                     bump(&self.cells.recv_errors);
@@ -610,42 +619,30 @@ impl PortShared {
                 solo(st, &self.solo_cells.received);
                 self.cells.dropped(DropReason::BadLength);
             }
-            Some(Some(c)) => {
+            Some(Some(recv)) => {
                 solo(st, &self.solo_cells.received);
-                let addr = RecvAddr::from_wc(wc, c.grh.as_ref());
-                self.on_mad(st, qp, &c.mad, c.len, addr);
+                self.on_mad(st, qp, recv);
             }
         }
     }
 
-    /// A MAD arrived (copied out of its buffer): validate it, give the port's own agent first
-    /// refusal, then match it to a send (responses) or dispatch it (requests).
-    fn on_mad(
-        &self,
-        st: &mut ProgressState,
-        qp: SpecialQp,
-        mad: &[u8; MAD_LEN],
-        len: usize,
-        addr: RecvAddr,
-    ) {
-        if let Err(reason) = recv_rules::validate(qp, &mad[..len]) {
+    /// A MAD arrived (copied out of its buffer into the box its event will own): validate
+    /// it, give the port's own agent first refusal, then match it to a send (responses) or
+    /// dispatch it (requests).
+    fn on_mad(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: Box<RecvMad>) {
+        let len = recv.len;
+        if let Err(reason) = recv_rules::validate(qp, &recv.mad[..len]) {
             self.cells.dropped(reason);
             return;
         }
-        // Directed-route SMPs pass the SMI receive rules first (crate::smi).
-        let smi_mad;
-        let mad = if mad[1] == class::SUBN_DIRECTED_ROUTE {
-            let Some(m) = self.smi_incoming(mad) else {
-                return;
-            };
-            smi_mad = m;
-            &smi_mad
-        } else {
-            mad
-        };
+        // Directed-route SMPs pass the SMI receive rules first (crate::smi), in place.
+        if recv.mad[1] == class::SUBN_DIRECTED_ROUTE && !self.smi_incoming(&mut recv.mad) {
+            return;
+        }
+        let mad = &recv.mad;
         let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
         let mut local_failed = false;
-        match recv_rules::local_agent(&hdr, addr.slid) {
+        match recv_rules::local_agent(&hdr, recv.addr.slid) {
             LocalAgent::Consume => {
                 bump(&self.cells.local_consumed);
                 return;
@@ -659,7 +656,7 @@ impl PortShared {
                     Ok(answer) => {
                         if let Some(reply) = recv_rules::firmware_answer(mad, answer) {
                             bump(&self.cells.local_replies);
-                            self.send_internal(qp, &reply, addr.reply_dest());
+                            self.send_internal(qp, &reply, recv.addr.reply_dest());
                             return;
                         }
                         tracing::warn!(
@@ -679,11 +676,11 @@ impl PortShared {
             LocalAgent::Pass => {}
         }
         // RMPP segments, ACKs, STOPs and ABORTs (crate::rmpp).
-        if self.rmpp_receive(st, qp, mad, len, &addr) {
+        if self.rmpp_receive(st, qp, mad, len, &recv.addr) {
             return;
         }
         if hdr.is_response() {
-            self.on_response(st, qp, mad, len, addr, None);
+            self.on_response(st, qp, recv);
             return;
         }
         let oui = if class::is_vendor_range2(hdr.mgmt_class()) {
@@ -697,23 +694,14 @@ impl PortShared {
         if let Some(a) = agent {
             solo(st, &self.solo_cells.unsolicited);
             solo(st, &a.solo_cells.unsolicited);
-            a.deliver(
-                Event::Recv(Box::new(RecvMad {
-                    agent: a.id,
-                    mad: *mad,
-                    len,
-                    addr,
-                    response_to: None,
-                    rmpp: None,
-                })),
-                self,
-            );
+            recv.agent = a.id;
+            a.deliver(Event::Recv(recv), self);
             return;
         }
         match recv_rules::unmatched_response(mad).filter(|_| !local_failed) {
             Some(reply) => {
                 bump(&self.cells.unmatched_replies);
-                self.send_internal(qp, &reply, addr.reply_dest());
+                self.send_internal(qp, &reply, recv.addr.reply_dest());
             }
             None => self.cells.dropped(DropReason::NoAgent),
         }
@@ -721,18 +709,17 @@ impl PortShared {
 
     /// A response: find its send from the TID's upper half, check TID, class and address
     /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
-    /// `rmpp`: the whole message when RMPP reassembled it (`mad` is its first segment).
+    /// `recv.rmpp` holds the whole message when RMPP reassembled it (`recv.mad` is then its
+    /// first segment); the box becomes the event as it is.
     pub(crate) fn on_response(
         &self,
         st: &mut ProgressState,
         qp: SpecialQp,
-        mad: &[u8; MAD_LEN],
-        len: usize,
-        addr: RecvAddr,
-        rmpp: Option<Vec<u8>>,
+        mut recv: Box<RecvMad>,
     ) {
-        let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        let hdr = Mad::new_checked(&recv.mad[..]).expect("a full MAD holds a header");
         let tid = hdr.tid();
+        let mgmt_class = hdr.mgmt_class();
         let Some(ring) = self.ring(qp) else { return };
         let Some(t) = ring.layout.decode(tid, ring.slot_count()) else {
             self.cells.dropped(DropReason::UnknownTid);
@@ -759,10 +746,10 @@ impl PortShared {
             match d.as_ref() {
                 Some(d) if d.generation == generation && d.tid == tid => {
                     let sent_response = d.p.is_response;
-                    let reason = if d.p.class() != hdr.mgmt_class() {
+                    let reason = if d.p.class() != mgmt_class {
                         Some(DropReason::WrongClass)
-                    } else if hdr.mgmt_class() != class::SUBN_DIRECTED_ROUTE
-                        && !same_address(sent_response, &d.p.dest, true, &addr, &st.local)
+                    } else if mgmt_class != class::SUBN_DIRECTED_ROUTE
+                        && !same_address(sent_response, &d.p.dest, true, &recv.addr, &st.local)
                     {
                         Some(DropReason::WrongAddress)
                     } else if d.p.timeout_ms == 0 {
@@ -798,17 +785,9 @@ impl PortShared {
         }
         solo(st, &self.solo_cells.responses);
         solo(st, &agent.solo_cells.responses);
-        agent.deliver(
-            Event::Recv(Box::new(RecvMad {
-                agent: agent.id,
-                mad: *mad,
-                len,
-                addr,
-                response_to: Some(SendRef { id, context }),
-                rmpp,
-            })),
-            self,
-        );
+        recv.agent = agent.id;
+        recv.response_to = Some(SendRef { id, context });
+        agent.deliver(Event::Recv(recv), self);
         let r = SlotRef {
             qp,
             index: t.index,

@@ -486,8 +486,9 @@ impl PortShared {
                     message,
                 } => {
                     if let Some(st) = st.as_deref_mut() {
-                        let len = message.len();
-                        self.on_response(st, SpecialQp::Gsi, &first, len, addr, Some(message));
+                        let mut recv = RecvMad::received(&first, message.len(), addr);
+                        recv.rmpp = Some(message);
+                        self.on_response(st, SpecialQp::Gsi, recv);
                     }
                 }
             }
