@@ -23,7 +23,7 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{AgentId, Event, RecvMad, SendCompletion, SendRef};
+use crate::event::{AgentId, Event, PushRefused, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
@@ -55,6 +55,28 @@ fn timer_slot(key: u32) -> (SpecialQp, u32) {
 
 fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
+}
+
+/// An event the progress loop made for `agent`, held until the pass queues its events
+/// together ([`PortShared::flush_events`]).
+pub(crate) struct Staged {
+    agent: Arc<AgentInner>,
+    ev: Option<Event>,
+    /// A send's completion: the agent's `outstanding` drops once it is queued (deregistration
+    /// waits for that count, so it never closes the queue on a staged completion).
+    done: bool,
+    refused: Option<PushRefused>,
+}
+
+/// Hold `ev` for `agent` until the pass queues its events (`done`: it is the completion of one
+/// of the agent's sends, still counted in its `outstanding`).
+pub(crate) fn stage(st: &mut ProgressState, agent: Arc<AgentInner>, ev: Event, done: bool) {
+    st.staged.push(Staged {
+        agent,
+        ev: Some(ev),
+        done,
+        refused: None,
+    });
 }
 
 /// Holds posting while a batch of completions is handled (see `PortShared::hold_posts`);
@@ -134,6 +156,8 @@ impl PortShared {
             }
         }
         work += rearm.len();
+        // RMPP reads its segments' completions from its own queue next.
+        self.flush_events(st);
         // Local completions of directed-route SMPs (crate::smi); RMPP segment completions
         // and timers (crate::rmpp).
         work += self.smi_pass(st) + self.rmpp_pass(st);
@@ -156,6 +180,7 @@ impl PortShared {
         if self.is_fatal() {
             work += self.flush_everything(st);
         }
+        self.flush_events(st);
         for ring in self.rings.iter().flatten() {
             self.drain(ring);
         }
@@ -164,6 +189,60 @@ impl PortShared {
             self.notify_all();
         }
         work
+    }
+
+    /// Queue the staged events in the order they were made: one lock per run of events for
+    /// one queue, one wake after it. Each event still passes its agent's closed flag under the
+    /// queue lock, which deregistration takes to set it (so no event reaches an agent after
+    /// its deregistration returned), and the receive limit. A completion's send leaves its
+    /// agent's `outstanding` count only after its event was queued (or refused), as
+    /// `AgentInner::deliver` and the decrement after it did one by one.
+    pub(crate) fn flush_events(&self, st: &mut ProgressState) {
+        if st.staged.is_empty() {
+            return;
+        }
+        let mut staged = std::mem::take(&mut st.staged);
+        let mut start = 0;
+        while start < staged.len() {
+            let queue = staged[start].agent.events.clone();
+            let same = |s: &Staged| match (&s.agent.events, &queue) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            let end = start
+                + staged[start..]
+                    .iter()
+                    .position(|s| !same(s))
+                    .unwrap_or(staged.len() - start);
+            if let Some(q) = queue {
+                let mut queued = false;
+                {
+                    let mut g = q.lock();
+                    for s in &mut staged[start..end] {
+                        if let Some(ev) = s.ev.take() {
+                            match q.push_locked(&mut g, ev, &s.agent.closed) {
+                                Ok(()) => queued = true,
+                                Err(r) => s.refused = Some(r),
+                            }
+                        }
+                    }
+                }
+                if queued {
+                    q.wake();
+                }
+            }
+            start = end;
+        }
+        for s in staged.drain(..) {
+            if let Some(r) = s.refused {
+                s.agent.refused(r, self);
+            }
+            if s.done {
+                s.agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        st.staged = staged;
     }
 
     /// The vendor_err of a WR_FLUSH_ERR the stack reports: 5 once the device is dead (as the
@@ -175,6 +254,8 @@ impl PortShared {
     /// Take the device's events: a fatal error or removal marks the port dead and tells every
     /// agent once; address changes refresh what the address check needs.
     fn device_events(&self, st: &mut ProgressState) -> usize {
+        // A fatal event is told after the events of the work done before it.
+        self.flush_events(st);
         let events = self.hca.events();
         let n = events.len();
         let mut refresh = false;
@@ -399,9 +480,7 @@ impl PortShared {
             tid: data.tid,
             header: data.p.header,
         };
-        agent.deliver(Event::Send(completion), self);
-        // The slot (and its send buffer) goes back here: it is DONE, so no work request of it
-        // is on the QP.
+        // The slot goes back here: it is DONE, so no work request of it is on the QP.
         if slot.state.recycle(r.generation).is_some() {
             ring.release(r.index, data.request);
         } else {
@@ -410,9 +489,11 @@ impl PortShared {
                 "recycling a slot that was not DONE (stack bug)"
             );
         }
-        agent.outstanding.fetch_sub(1, Ordering::SeqCst);
-        // The send's MAD and its hold on the agent go last, outside every lock.
-        drop(data);
+        // The completion is queued (and the send leaves `outstanding`) with the pass's other
+        // events; the send's MAD and its lease go at the end of this function, outside every
+        // lock.
+        let agent = data.p.agent;
+        stage(st, agent, Event::Send(completion), true);
     }
 
     fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
@@ -695,7 +776,7 @@ impl PortShared {
             solo(st, &self.solo_cells.unsolicited);
             solo(st, &a.solo_cells.unsolicited);
             recv.agent = a.id;
-            a.deliver(Event::Recv(recv), self);
+            stage(st, a, Event::Recv(recv), false);
             return;
         }
         match recv_rules::unmatched_response(mad).filter(|_| !local_failed) {
@@ -787,15 +868,17 @@ impl PortShared {
         solo(st, &agent.solo_cells.responses);
         recv.agent = agent.id;
         recv.response_to = Some(SendRef { id, context });
-        agent.deliver(Event::Recv(recv), self);
         let r = SlotRef {
             qp,
             index: t.index,
             generation,
         };
         if outcome == RespOutcome::Done {
+            // Staged before the send's completion, which `finish` stages: told in that order.
+            stage(st, agent, Event::Recv(recv), false);
             self.finish(st, r, WcStatus::Success, 0);
         } else {
+            stage(st, Arc::clone(&agent), Event::Recv(recv), false);
             bump(&self.cells.early_responses);
             // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
             let counted = lock(&slot.data)

@@ -360,7 +360,12 @@ impl PortShared {
                     }
                 }
                 LocalOutcome::Consumed => {}
-                LocalOutcome::Incoming(m) => self.smi_local_incoming(st, &m, addr),
+                LocalOutcome::Incoming(m) => {
+                    self.smi_local_incoming(st, &m, addr);
+                    // What that staged (a response matched, a request delivered) is queued
+                    // before the local send's own completion below.
+                    self.flush_events(st);
+                }
             }
             if let Some(s) = item.send {
                 self.cells.completed(WcStatus::Success);
@@ -405,6 +410,6 @@ impl PortShared {
         bump(&self.cells.unsolicited);
         bump(&a.cells.unsolicited);
         recv.agent = a.id;
-        a.deliver(Event::Recv(recv), self);
+        crate::progress::stage(st, a, Event::Recv(recv), false);
     }
 }
