@@ -451,11 +451,16 @@ impl PortShared {
         let Some(slot) = ring.slots.get(r.index as usize) else {
             return;
         };
-        let data = lock(&slot.data).take();
-        let Some(data) = data.filter(|d| d.generation == r.generation) else {
+        // Checked in place rather than through Option::filter, which moves the whole record
+        // (the send, its work request) once more.
+        let Some(data) = lock(&slot.data).take() else {
             tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
             return;
         };
+        if data.generation != r.generation {
+            tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
+            return;
+        }
         st.timers.disarm(timer_key(r.qp, r.index));
         if let Some(t) = st.last_tid[qpi(r.qp)].get_mut(r.index as usize) {
             *t = data.tid;
