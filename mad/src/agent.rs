@@ -210,13 +210,18 @@ impl AgentInner {
             return;
         };
         if let Err(refused) = q.push(ev, &self.closed) {
-            let reason = match refused {
-                crate::event::PushRefused::Closed => crate::counters::DropReason::AgentClosed,
-                crate::event::PushRefused::Full => crate::counters::DropReason::QueueFull,
-            };
-            self.cells.dropped(reason);
-            port.cells.dropped(reason);
+            self.refused(refused, port);
         }
+    }
+
+    /// Count an event its queue refused (the agent closed, or its queue full).
+    pub(crate) fn refused(&self, refused: crate::event::PushRefused, port: &PortShared) {
+        let reason = match refused {
+            crate::event::PushRefused::Closed => crate::counters::DropReason::AgentClosed,
+            crate::event::PushRefused::Full => crate::counters::DropReason::QueueFull,
+        };
+        self.cells.dropped(reason);
+        port.cells.dropped(reason);
     }
 }
 

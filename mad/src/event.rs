@@ -82,6 +82,19 @@ impl RecvMad {
         // A 256-byte buffer always holds the 24-byte header.
         Mad::new_checked(&self.mad[..]).expect("a MAD buffer holds a header")
     }
+    /// A MAD the stack received (or handles as received), not yet matched to an agent: its
+    /// `agent` is filled in by whoever delivers it. A copy of `mad`: the hot receive path
+    /// reads the device's buffer straight into the box instead (`RecvRing::copy_out`).
+    pub(crate) fn received(mad: &[u8; MAD_LEN], len: usize, addr: RecvAddr) -> Box<RecvMad> {
+        Box::new(RecvMad {
+            agent: AgentId(0),
+            mad: *mad,
+            len,
+            addr,
+            response_to: None,
+            rmpp: None,
+        })
+    }
 }
 
 /// The one completion of an accepted send.
@@ -193,7 +206,8 @@ impl EventQueue {
         Arc::new(EventQueue::new())
     }
 
-    /// Call `f` (without any lock of the stack held) each time events are added.
+    /// Call `f` (without any lock of the stack held) each time events are added: once per
+    /// push, or once per run of events a progress pass queues together.
     pub fn set_notify(&self, f: Option<Notify>) {
         let has = f.is_some();
         *self.notify.lock().unwrap_or_else(PoisonError::into_inner) = f;
@@ -235,17 +249,34 @@ impl EventQueue {
     /// Add `ev` unless `closed` (checked under the queue lock, which deregistration takes to
     /// set it) or over the limit. Returns whether it was queued.
     pub(crate) fn push(&self, ev: Event, closed: &AtomicBool) -> Result<(), PushRefused> {
-        {
-            let mut q = self.lock();
-            if closed.load(Ordering::Acquire) {
-                return Err(PushRefused::Closed);
-            }
-            if matches!(ev, Event::Recv(_)) && q.len() >= self.recv_limit {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return Err(PushRefused::Full);
-            }
-            q.push_back(ev);
+        self.push_locked(&mut self.lock(), ev, closed)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// [`EventQueue::push`]'s checks and queueing, under the lock `q` the caller took (of this
+    /// queue): several events then take the lock once. The caller calls [`EventQueue::wake`]
+    /// after letting the lock go if any was queued.
+    pub(crate) fn push_locked(
+        &self,
+        q: &mut VecDeque<Event>,
+        ev: Event,
+        closed: &AtomicBool,
+    ) -> Result<(), PushRefused> {
+        if closed.load(Ordering::Acquire) {
+            return Err(PushRefused::Closed);
         }
+        if matches!(ev, Event::Recv(_)) && q.len() >= self.recv_limit {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err(PushRefused::Full);
+        }
+        q.push_back(ev);
+        Ok(())
+    }
+
+    /// Tell the waiters and the notify hook that events were added (without the queue lock
+    /// held).
+    pub(crate) fn wake(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.cv.notify_all();
         }
@@ -259,7 +290,6 @@ impl EventQueue {
                 f();
             }
         }
-        Ok(())
     }
 
     /// Wait up to `timeout` (wall time) for the queue to be non-empty.

@@ -105,6 +105,10 @@ pub(crate) struct ProgressState {
     pub(crate) qp_in_error: [bool; 2],
     /// Receive buffers completed in the current poll batch, to repost together (per QP).
     pub(crate) reposts: [Vec<u32>; 2],
+    /// Events of this pass's receives and finished sends, queued together (one queue lock per
+    /// run of events for one queue) before the pass lets anyone see its work: see
+    /// `PortShared::flush_events`.
+    pub(crate) staged: Vec<crate::progress::Staged>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -290,6 +294,7 @@ impl Port {
                 fatal_handled: false,
                 qp_in_error: [false; 2],
                 reposts: [Vec::new(), Vec::new()],
+                staged: Vec::new(),
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),

@@ -23,7 +23,7 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{Event, RecvMad, SendCompletion, SendRef};
+use crate::event::{AgentId, Event, PushRefused, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
@@ -55,6 +55,28 @@ fn timer_slot(key: u32) -> (SpecialQp, u32) {
 
 fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
+}
+
+/// An event the progress loop made for `agent`, held until the pass queues its events
+/// together ([`PortShared::flush_events`]).
+pub(crate) struct Staged {
+    agent: Arc<AgentInner>,
+    ev: Option<Event>,
+    /// A send's completion: the agent's `outstanding` drops once it is queued (deregistration
+    /// waits for that count, so it never closes the queue on a staged completion).
+    done: bool,
+    refused: Option<PushRefused>,
+}
+
+/// Hold `ev` for `agent` until the pass queues its events (`done`: it is the completion of one
+/// of the agent's sends, still counted in its `outstanding`).
+pub(crate) fn stage(st: &mut ProgressState, agent: Arc<AgentInner>, ev: Event, done: bool) {
+    st.staged.push(Staged {
+        agent,
+        ev: Some(ev),
+        done,
+        refused: None,
+    });
 }
 
 /// Holds posting while a batch of completions is handled (see `PortShared::hold_posts`);
@@ -134,6 +156,8 @@ impl PortShared {
             }
         }
         work += rearm.len();
+        // RMPP reads its segments' completions from its own queue next.
+        self.flush_events(st);
         // Local completions of directed-route SMPs (crate::smi); RMPP segment completions
         // and timers (crate::rmpp).
         work += self.smi_pass(st) + self.rmpp_pass(st);
@@ -156,6 +180,7 @@ impl PortShared {
         if self.is_fatal() {
             work += self.flush_everything(st);
         }
+        self.flush_events(st);
         for ring in self.rings.iter().flatten() {
             self.drain(ring);
         }
@@ -164,6 +189,60 @@ impl PortShared {
             self.notify_all();
         }
         work
+    }
+
+    /// Queue the staged events in the order they were made: one lock per run of events for
+    /// one queue, one wake after it. Each event still passes its agent's closed flag under the
+    /// queue lock, which deregistration takes to set it (so no event reaches an agent after
+    /// its deregistration returned), and the receive limit. A completion's send leaves its
+    /// agent's `outstanding` count only after its event was queued (or refused), as
+    /// `AgentInner::deliver` and the decrement after it did one by one.
+    pub(crate) fn flush_events(&self, st: &mut ProgressState) {
+        if st.staged.is_empty() {
+            return;
+        }
+        let mut staged = std::mem::take(&mut st.staged);
+        let mut start = 0;
+        while start < staged.len() {
+            let queue = staged[start].agent.events.clone();
+            let same = |s: &Staged| match (&s.agent.events, &queue) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            let end = start
+                + staged[start..]
+                    .iter()
+                    .position(|s| !same(s))
+                    .unwrap_or(staged.len() - start);
+            if let Some(q) = queue {
+                let mut queued = false;
+                {
+                    let mut g = q.lock();
+                    for s in &mut staged[start..end] {
+                        if let Some(ev) = s.ev.take() {
+                            match q.push_locked(&mut g, ev, &s.agent.closed) {
+                                Ok(()) => queued = true,
+                                Err(r) => s.refused = Some(r),
+                            }
+                        }
+                    }
+                }
+                if queued {
+                    q.wake();
+                }
+            }
+            start = end;
+        }
+        for s in staged.drain(..) {
+            if let Some(r) = s.refused {
+                s.agent.refused(r, self);
+            }
+            if s.done {
+                s.agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        st.staged = staged;
     }
 
     /// The vendor_err of a WR_FLUSH_ERR the stack reports: 5 once the device is dead (as the
@@ -175,6 +254,8 @@ impl PortShared {
     /// Take the device's events: a fatal error or removal marks the port dead and tells every
     /// agent once; address changes refresh what the address check needs.
     fn device_events(&self, st: &mut ProgressState) -> usize {
+        // A fatal event is told after the events of the work done before it.
+        self.flush_events(st);
         let events = self.hca.events();
         let n = events.len();
         let mut refresh = false;
@@ -370,11 +451,16 @@ impl PortShared {
         let Some(slot) = ring.slots.get(r.index as usize) else {
             return;
         };
-        let data = lock(&slot.data).take();
-        let Some(data) = data.filter(|d| d.generation == r.generation) else {
+        // Checked in place rather than through Option::filter, which moves the whole record
+        // (the send, its work request) once more.
+        let Some(data) = lock(&slot.data).take() else {
             tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
             return;
         };
+        if data.generation != r.generation {
+            tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
+            return;
+        }
         st.timers.disarm(timer_key(r.qp, r.index));
         if let Some(t) = st.last_tid[qpi(r.qp)].get_mut(r.index as usize) {
             *t = data.tid;
@@ -399,9 +485,7 @@ impl PortShared {
             tid: data.tid,
             header: data.p.header,
         };
-        agent.deliver(Event::Send(completion), self);
-        // The slot (and its send buffer) goes back here: it is DONE, so no work request of it
-        // is on the QP.
+        // The slot goes back here: it is DONE, so no work request of it is on the QP.
         if slot.state.recycle(r.generation).is_some() {
             ring.release(r.index, data.request);
         } else {
@@ -410,9 +494,11 @@ impl PortShared {
                 "recycling a slot that was not DONE (stack bug)"
             );
         }
-        agent.outstanding.fetch_sub(1, Ordering::SeqCst);
-        // The send's MAD and its hold on the agent go last, outside every lock.
-        drop(data);
+        // The completion is queued (and the send leaves `outstanding`) with the pass's other
+        // events; the send's MAD and its lease go at the end of this function, outside every
+        // lock.
+        let agent = data.p.agent;
+        stage(st, agent, Event::Send(completion), true);
     }
 
     fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
@@ -579,7 +665,16 @@ impl PortShared {
                 return self.bad_completion(wc, "receive buffer not posted");
             }
             let copied = if wc.status == WcStatus::Success {
-                Some(rr.copy_out(index, wc.byte_len, wc.grh))
+                Some(rr.copy_out(index, wc.byte_len, wc.grh, |grh, len| {
+                    Box::new(RecvMad {
+                        agent: AgentId(0),
+                        mad: [0; MAD_LEN],
+                        len,
+                        addr: RecvAddr::from_wc(wc, grh),
+                        response_to: None,
+                        rmpp: None,
+                    })
+                }))
             } else {
                 if !(fatal && wc.status == WcStatus::WrFlushErr) {
                     bump(&self.cells.recv_errors);
@@ -610,42 +705,30 @@ impl PortShared {
                 solo(st, &self.solo_cells.received);
                 self.cells.dropped(DropReason::BadLength);
             }
-            Some(Some(c)) => {
+            Some(Some(recv)) => {
                 solo(st, &self.solo_cells.received);
-                let addr = RecvAddr::from_wc(wc, c.grh.as_ref());
-                self.on_mad(st, qp, &c.mad, c.len, addr);
+                self.on_mad(st, qp, recv);
             }
         }
     }
 
-    /// A MAD arrived (copied out of its buffer): validate it, give the port's own agent first
-    /// refusal, then match it to a send (responses) or dispatch it (requests).
-    fn on_mad(
-        &self,
-        st: &mut ProgressState,
-        qp: SpecialQp,
-        mad: &[u8; MAD_LEN],
-        len: usize,
-        addr: RecvAddr,
-    ) {
-        if let Err(reason) = recv_rules::validate(qp, &mad[..len]) {
+    /// A MAD arrived (copied out of its buffer into the box its event will own): validate
+    /// it, give the port's own agent first refusal, then match it to a send (responses) or
+    /// dispatch it (requests).
+    fn on_mad(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: Box<RecvMad>) {
+        let len = recv.len;
+        if let Err(reason) = recv_rules::validate(qp, &recv.mad[..len]) {
             self.cells.dropped(reason);
             return;
         }
-        // Directed-route SMPs pass the SMI receive rules first (crate::smi).
-        let smi_mad;
-        let mad = if mad[1] == class::SUBN_DIRECTED_ROUTE {
-            let Some(m) = self.smi_incoming(mad) else {
-                return;
-            };
-            smi_mad = m;
-            &smi_mad
-        } else {
-            mad
-        };
+        // Directed-route SMPs pass the SMI receive rules first (crate::smi), in place.
+        if recv.mad[1] == class::SUBN_DIRECTED_ROUTE && !self.smi_incoming(&mut recv.mad) {
+            return;
+        }
+        let mad = &recv.mad;
         let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
         let mut local_failed = false;
-        match recv_rules::local_agent(&hdr, addr.slid) {
+        match recv_rules::local_agent(&hdr, recv.addr.slid) {
             LocalAgent::Consume => {
                 bump(&self.cells.local_consumed);
                 return;
@@ -659,7 +742,7 @@ impl PortShared {
                     Ok(answer) => {
                         if let Some(reply) = recv_rules::firmware_answer(mad, answer) {
                             bump(&self.cells.local_replies);
-                            self.send_internal(qp, &reply, addr.reply_dest());
+                            self.send_internal(qp, &reply, recv.addr.reply_dest());
                             return;
                         }
                         tracing::warn!(
@@ -679,11 +762,11 @@ impl PortShared {
             LocalAgent::Pass => {}
         }
         // RMPP segments, ACKs, STOPs and ABORTs (crate::rmpp).
-        if self.rmpp_receive(st, qp, mad, len, &addr) {
+        if self.rmpp_receive(st, qp, mad, len, &recv.addr) {
             return;
         }
         if hdr.is_response() {
-            self.on_response(st, qp, mad, len, addr, None);
+            self.on_response(st, qp, recv);
             return;
         }
         let oui = if class::is_vendor_range2(hdr.mgmt_class()) {
@@ -697,23 +780,14 @@ impl PortShared {
         if let Some(a) = agent {
             solo(st, &self.solo_cells.unsolicited);
             solo(st, &a.solo_cells.unsolicited);
-            a.deliver(
-                Event::Recv(Box::new(RecvMad {
-                    agent: a.id,
-                    mad: *mad,
-                    len,
-                    addr,
-                    response_to: None,
-                    rmpp: None,
-                })),
-                self,
-            );
+            recv.agent = a.id;
+            stage(st, a, Event::Recv(recv), false);
             return;
         }
         match recv_rules::unmatched_response(mad).filter(|_| !local_failed) {
             Some(reply) => {
                 bump(&self.cells.unmatched_replies);
-                self.send_internal(qp, &reply, addr.reply_dest());
+                self.send_internal(qp, &reply, recv.addr.reply_dest());
             }
             None => self.cells.dropped(DropReason::NoAgent),
         }
@@ -721,18 +795,17 @@ impl PortShared {
 
     /// A response: find its send from the TID's upper half, check TID, class and address
     /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
-    /// `rmpp`: the whole message when RMPP reassembled it (`mad` is its first segment).
+    /// `recv.rmpp` holds the whole message when RMPP reassembled it (`recv.mad` is then its
+    /// first segment); the box becomes the event as it is.
     pub(crate) fn on_response(
         &self,
         st: &mut ProgressState,
         qp: SpecialQp,
-        mad: &[u8; MAD_LEN],
-        len: usize,
-        addr: RecvAddr,
-        rmpp: Option<Vec<u8>>,
+        mut recv: Box<RecvMad>,
     ) {
-        let hdr = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
+        let hdr = Mad::new_checked(&recv.mad[..]).expect("a full MAD holds a header");
         let tid = hdr.tid();
+        let mgmt_class = hdr.mgmt_class();
         let Some(ring) = self.ring(qp) else { return };
         let Some(t) = ring.layout.decode(tid, ring.slot_count()) else {
             self.cells.dropped(DropReason::UnknownTid);
@@ -759,10 +832,10 @@ impl PortShared {
             match d.as_ref() {
                 Some(d) if d.generation == generation && d.tid == tid => {
                     let sent_response = d.p.is_response;
-                    let reason = if d.p.class() != hdr.mgmt_class() {
+                    let reason = if d.p.class() != mgmt_class {
                         Some(DropReason::WrongClass)
-                    } else if hdr.mgmt_class() != class::SUBN_DIRECTED_ROUTE
-                        && !same_address(sent_response, &d.p.dest, true, &addr, &st.local)
+                    } else if mgmt_class != class::SUBN_DIRECTED_ROUTE
+                        && !same_address(sent_response, &d.p.dest, true, &recv.addr, &st.local)
                     {
                         Some(DropReason::WrongAddress)
                     } else if d.p.timeout_ms == 0 {
@@ -798,25 +871,19 @@ impl PortShared {
         }
         solo(st, &self.solo_cells.responses);
         solo(st, &agent.solo_cells.responses);
-        agent.deliver(
-            Event::Recv(Box::new(RecvMad {
-                agent: agent.id,
-                mad: *mad,
-                len,
-                addr,
-                response_to: Some(SendRef { id, context }),
-                rmpp,
-            })),
-            self,
-        );
+        recv.agent = agent.id;
+        recv.response_to = Some(SendRef { id, context });
         let r = SlotRef {
             qp,
             index: t.index,
             generation,
         };
         if outcome == RespOutcome::Done {
+            // Staged before the send's completion, which `finish` stages: told in that order.
+            stage(st, agent, Event::Recv(recv), false);
             self.finish(st, r, WcStatus::Success, 0);
         } else {
+            stage(st, Arc::clone(&agent), Event::Recv(recv), false);
             bump(&self.cells.early_responses);
             // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
             let counted = lock(&slot.data)

@@ -8,6 +8,7 @@ use dma::{Access, DmaLease, DmaPool};
 use driver::verbs::{GRH_LEN, HcaPort, PostError, RecvWr, Sge, SpecialQp};
 use mad_wire::header::MAD_LEN;
 
+use crate::event::RecvMad;
 use crate::tid::WrId;
 
 /// Bytes of one receive buffer: the GRH area and one MAD.
@@ -28,13 +29,6 @@ pub(crate) struct RecvRing {
     /// Scratch for [`RecvRing::post_batch`]: the work requests and their buffers.
     wrs: Vec<RecvWr>,
     which: Vec<u32>,
-}
-
-/// A MAD copied out of a receive buffer.
-pub(crate) struct Copied {
-    pub(crate) grh: Option<[u8; GRH_LEN as usize]>,
-    pub(crate) mad: [u8; MAD_LEN],
-    pub(crate) len: usize,
 }
 
 impl RecvRing {
@@ -185,24 +179,32 @@ impl RecvRing {
         }
     }
 
-    /// Copy the MAD (and the GRH if `grh`) out of buffer `index`, whose completion reported
-    /// `byte_len` bytes (GRH area included). `None` if the length is impossible.
-    pub(crate) fn copy_out(&self, index: u32, byte_len: u32, grh: bool) -> Option<Copied> {
+    /// Copy the MAD out of buffer `index`, whose completion reported `byte_len` bytes (GRH
+    /// area included), straight into the box the event will own: `make` is given the GRH (if
+    /// `grh`) and the MAD's length and returns the box (its MAD zeroed), and the device's bytes
+    /// are then read into it, once. `None` if the length is impossible.
+    pub(crate) fn copy_out(
+        &self,
+        index: u32,
+        byte_len: u32,
+        grh: bool,
+        make: impl FnOnce(Option<&[u8; GRH_LEN as usize]>, usize) -> Box<RecvMad>,
+    ) -> Option<Box<RecvMad>> {
         let lease = self.bufs.get(index as usize)?.lease.as_ref()?;
         let len = (byte_len as usize).checked_sub(GRH_LEN as usize)?;
         if !(mad_wire::HEADER_LEN..=MAD_LEN).contains(&len) {
             return None;
         }
-        let mut mad = [0u8; MAD_LEN];
-        lease.read(GRH_LEN as usize, &mut mad[..len]).ok()?;
-        let grh = if grh {
+        let g = if grh {
             let mut g = [0u8; GRH_LEN as usize];
             lease.read(0, &mut g).ok()?;
             Some(g)
         } else {
             None
         };
-        Some(Copied { grh, mad, len })
+        let mut recv = make(g.as_ref(), len);
+        lease.read(GRH_LEN as usize, &mut recv.mad[..len]).ok()?;
+        Some(recv)
     }
 
     /// Release buffer `index`'s lease (the device can no longer write it: it was returned and

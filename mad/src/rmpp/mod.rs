@@ -448,6 +448,11 @@ impl PortShared {
     /// Do what the table's handlers decided, without its lock. `st` is there when called from
     /// the progress loop (needed to match a reassembled response).
     fn rmpp_run(&self, mut st: Option<&mut ProgressState>, actions: Vec<Action>) {
+        // What RMPP tells its agents goes straight to their queues: the events the pass staged
+        // before it go first, so that each agent sees them in the order they happened.
+        if let Some(st) = st.as_deref_mut() {
+            self.flush_events(st);
+        }
         for a in actions {
             match a {
                 Action::Segment {
@@ -486,8 +491,9 @@ impl PortShared {
                     message,
                 } => {
                     if let Some(st) = st.as_deref_mut() {
-                        let len = message.len();
-                        self.on_response(st, SpecialQp::Gsi, &first, len, addr, Some(message));
+                        let mut recv = RecvMad::received(&first, message.len(), addr);
+                        recv.rmpp = Some(message);
+                        self.on_response(st, SpecialQp::Gsi, recv);
                     }
                 }
             }

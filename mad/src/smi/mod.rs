@@ -283,20 +283,20 @@ impl PortShared {
         Ok(id)
     }
 
-    /// `on_mad`'s hook for directed-route SMPs from the wire: the receive rules on a copy.
-    /// `None`: discarded (counted).
-    pub(crate) fn smi_incoming(&self, mad: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
-        let mut m = *mad;
+    /// `on_mad`'s hook for directed-route SMPs from the wire: the receive rules, applied in
+    /// place to the received copy (which the event will own). `false`: discarded (counted),
+    /// and `mad` is then of no further use.
+    pub(crate) fn smi_incoming(&self, mad: &mut [u8; MAD_LEN]) -> bool {
         // A channel adapter: the port count only matters to a switch's rules.
-        match rules::incoming(&mut m, false, self.port_num, self.port_num) {
+        match rules::incoming(mad, false, self.port_num, self.port_num) {
             Ok(()) => {
                 bump(&self.smi.cells.received);
-                Some(m)
+                true
             }
             Err(reason) => {
                 bump(&self.smi.cells.recv_discards[reason.index()]);
                 tracing::debug!(port = self.port_num, %reason, "received directed-route SMP discarded");
-                None
+                false
             }
         }
     }
@@ -360,7 +360,12 @@ impl PortShared {
                     }
                 }
                 LocalOutcome::Consumed => {}
-                LocalOutcome::Incoming(m) => self.smi_local_incoming(st, &m, addr),
+                LocalOutcome::Incoming(m) => {
+                    self.smi_local_incoming(st, &m, addr);
+                    // What that staged (a response matched, a request delivered) is queued
+                    // before the local send's own completion below.
+                    self.flush_events(st);
+                }
             }
             if let Some(s) = item.send {
                 self.cells.completed(WcStatus::Success);
@@ -388,9 +393,10 @@ impl PortShared {
     /// to response matching, a request to the agent registered for it (or nowhere: the kernel
     /// drops it without an answer).
     fn smi_local_incoming(&self, st: &mut ProgressState, m: &[u8; MAD_LEN], addr: RecvAddr) {
+        let mut recv = RecvMad::received(m, MAD_LEN, addr);
         let hdr = Mad::new_checked(&m[..]).expect("a full MAD holds a header");
         if hdr.is_response() {
-            self.on_response(st, SpecialQp::Smi, m, MAD_LEN, addr, None);
+            self.on_response(st, SpecialQp::Smi, recv);
             return;
         }
         let agent =
@@ -403,16 +409,7 @@ impl PortShared {
         bump(&self.smi.cells.local_passed);
         bump(&self.cells.unsolicited);
         bump(&a.cells.unsolicited);
-        a.deliver(
-            Event::Recv(Box::new(RecvMad {
-                agent: a.id,
-                mad: *m,
-                len: MAD_LEN,
-                addr,
-                response_to: None,
-                rmpp: None,
-            })),
-            self,
-        );
+        recv.agent = a.id;
+        crate::progress::stage(st, a, Event::Recv(recv), false);
     }
 }
