@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use driver::verbs::UdDest;
-use driver::verbs::{Hca, HcaOptions, SpecialQp};
+use driver::verbs::{HcaOptions, SpecialQp};
 use hca_tests::mad_fabric::{SWITCH1, attach_with, dr_smp, example};
 use hca_tests::mad_rig::{ANSWERED, GET, MadRig, SEND, answer_of, mad};
 use mad::wire::{attr_id, method};
@@ -56,13 +56,17 @@ fn sends(rig: &MadRig, a: &Agent, n: u64) {
     }
 }
 
-/// `n` round trips with `outstanding` requests in flight.
-fn round_trips(rig: &MadRig, req: &Agent, responder: &Agent, outstanding: u64, n: u64) {
-    let dest = rig.to_self(SpecialQp::Gsi);
-    let send = |t: u64| {
-        req.send(SendRequest::new(mad(ANSWERED, GET, t as u32), dest).timeout_ms(1000))
-            .expect("request");
-    };
+/// `n` round trips of `req` with `outstanding` requests in flight: `send(t)` sends request
+/// `t`, `serve` runs after each progress pass (a responder agent's turn, if any); every
+/// request must complete with Success (answered).
+fn round_trips(
+    rig: &MadRig,
+    req: &Agent,
+    outstanding: u64,
+    n: u64,
+    send: &dyn Fn(u64),
+    serve: &dyn Fn(),
+) {
     let (mut sent, mut done) = (0u64, 0u64);
     while sent < outstanding.min(n) {
         send(sent);
@@ -70,16 +74,10 @@ fn round_trips(rig: &MadRig, req: &Agent, responder: &Agent, outstanding: u64, n
     }
     while done < n {
         // Returns as soon as something was done; otherwise lets (virtual) time pass so that
-        // the looped-back packets arrive.
+        // the packets arrive.
         rig.port
             .progress_until(rig.port.deadline_after(Duration::from_millis(1)));
-        while let Some(e) = responder.try_event() {
-            if let Event::Recv(r) = e {
-                responder
-                    .send(SendRequest::new(answer_of(&r), r.addr.reply_dest()))
-                    .expect("answer");
-            }
-        }
+        serve();
         while let Some(e) = req.try_event() {
             if let Event::Send(c) = e {
                 assert_eq!(c.status, WcStatus::Success, "{c:?}");
@@ -91,6 +89,23 @@ fn round_trips(rig: &MadRig, req: &Agent, responder: &Agent, outstanding: u64, n
             }
         }
     }
+}
+
+/// The group `name`: `run(outstanding, n)` for 1, 16 and 128 outstanding.
+fn bench_windows(c: &mut Criterion, name: &str, run: &dyn Fn(u64, u64)) {
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(1));
+    g.measurement_time(Duration::from_secs(5));
+    for outstanding in [1u64, 16, 128] {
+        g.bench_function(format!("{outstanding}_outstanding"), |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                run(outstanding, iters);
+                t.elapsed()
+            });
+        });
+    }
+    g.finish();
 }
 
 fn bench_sends(c: &mut Criterion) {
@@ -113,55 +128,28 @@ fn bench_round_trips(c: &mut Criterion) {
     let rig = rig();
     let responder = rig.listener(ANSWERED);
     let req = rig.requester();
-    let mut g = c.benchmark_group("mad_round_trips");
-    g.throughput(Throughput::Elements(1));
-    g.measurement_time(Duration::from_secs(5));
-    for outstanding in [1u64, 16, 128] {
-        g.bench_function(format!("{outstanding}_outstanding"), |b| {
-            b.iter_custom(|iters| {
-                let t = Instant::now();
-                round_trips(&rig, &req, &responder, outstanding, iters);
-                t.elapsed()
-            });
-        });
-    }
-    g.finish();
-    req.deregister();
-    responder.deregister();
-    let _ = rig.hca.accounting();
-}
-
-/// `n` directed-route NodeInfo Gets to Switch1 with `outstanding` in flight; each must come
-/// back answered.
-fn sma_round_trips(rig: &MadRig, req: &Agent, outstanding: u64, n: u64) {
-    let template = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0);
+    let dest = rig.to_self(SpecialQp::Gsi);
     let send = |t: u64| {
-        let mut m = template.clone();
-        m[12..16].copy_from_slice(&(t as u32).to_be_bytes());
-        req.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
+        req.send(SendRequest::new(mad(ANSWERED, GET, t as u32), dest).timeout_ms(1000))
             .expect("request");
     };
-    let (mut sent, mut done) = (0u64, 0u64);
-    while sent < outstanding.min(n) {
-        send(sent);
-        sent += 1;
-    }
-    while done < n {
-        rig.port
-            .progress_until(rig.port.deadline_after(Duration::from_millis(1)));
-        while let Some(e) = req.try_event() {
-            if let Event::Send(c) = e {
-                assert_eq!(c.status, WcStatus::Success, "{c:?}");
-                done += 1;
-                if sent < n {
-                    send(sent);
-                    sent += 1;
-                }
+    let serve = || {
+        while let Some(e) = responder.try_event() {
+            if let Event::Recv(r) = e {
+                responder
+                    .send(SendRequest::new(answer_of(&r), r.addr.reply_dest()))
+                    .expect("answer");
             }
         }
-    }
+    };
+    bench_windows(c, "mad_round_trips", &|outstanding, n| {
+        round_trips(&rig, &req, outstanding, n, &send, &serve);
+    });
+    req.deregister();
+    responder.deregister();
 }
 
+/// Directed-route NodeInfo Gets to Switch1, answered by its SMA in the simulated fabric.
 fn bench_sma_round_trips(c: &mut Criterion) {
     let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
     let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Virtual)));
@@ -174,19 +162,16 @@ fn bench_sma_round_trips(c: &mut Criterion) {
         },
     );
     let req = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
-    let mut g = c.benchmark_group("mad_round_trips_sma");
-    g.throughput(Throughput::Elements(1));
-    g.measurement_time(Duration::from_secs(5));
-    for outstanding in [1u64, 16, 128] {
-        g.bench_function(format!("{outstanding}_outstanding"), |b| {
-            b.iter_custom(|iters| {
-                let t = Instant::now();
-                sma_round_trips(&rig, &req, outstanding, iters);
-                t.elapsed()
-            });
-        });
-    }
-    g.finish();
+    let template = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0);
+    let send = |t: u64| {
+        let mut m = template.clone();
+        m[12..16].copy_from_slice(&(t as u32).to_be_bytes());
+        req.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
+            .expect("request");
+    };
+    bench_windows(c, "mad_round_trips_sma", &|outstanding, n| {
+        round_trips(&rig, &req, outstanding, n, &send, &|| {});
+    });
     req.deregister();
 }
 

@@ -238,6 +238,30 @@ impl Mlx5Port {
         self.dev.fatal_reason().map(PostError::DeviceFatal)
     }
 
+    /// Run `post` on `qp` under its lock, unless the device is dead (checked before the lock
+    /// and again under it: a fatal error may have flushed the QP meanwhile) or the QP does not
+    /// exist.
+    fn on_live_qp<R>(
+        &self,
+        qp: SpecialQp,
+        post: impl FnOnce(&mut Qp) -> Result<R, PostError>,
+    ) -> Result<R, PostError> {
+        if let Some(e) = self.fatal_post() {
+            return Err(e);
+        }
+        let mut g = lock(&self.qps[qp_index(qp)]);
+        let Some(q) = g.as_mut() else {
+            return Err(PostError::NotReady(format!(
+                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
+                self.port_num
+            )));
+        };
+        if let Some(e) = self.fatal_post() {
+            return Err(e);
+        }
+        post(q)
+    }
+
     /// Return queued software completions, then (fatal) flush every QP in software.
     fn flush_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let mut n = 0;
@@ -397,65 +421,20 @@ impl HcaPort for Mlx5Port {
         if wrs.is_empty() {
             return (0, None);
         }
-        if let Some(e) = self.fatal_post() {
-            return (0, Some(e));
-        }
-        let mut g = lock(&self.qps[qp_index(qp)]);
-        let Some(q) = g.as_mut() else {
-            return (
-                0,
-                Some(PostError::NotReady(format!(
-                    "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
-                    self.port_num
-                ))),
-            );
-        };
-        // Checked again under the QP lock: a fatal error may have flushed the QP meanwhile.
-        if let Some(e) = self.fatal_post() {
-            return (0, Some(e));
-        }
-        q.post_sends(&self.dev.bar, wrs)
+        self.on_live_qp(qp, |q| Ok(q.post_sends(&self.dev.bar, wrs)))
+            .unwrap_or_else(|e| (0, Some(e)))
     }
 
     fn post_recv(&self, qp: SpecialQp, wr: &RecvWr) -> Result<(), PostError> {
-        if let Some(e) = self.fatal_post() {
-            return Err(e);
-        }
-        let mut g = lock(&self.qps[qp_index(qp)]);
-        let Some(q) = g.as_mut() else {
-            return Err(PostError::NotReady(format!(
-                "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
-                self.port_num
-            )));
-        };
-        if let Some(e) = self.fatal_post() {
-            return Err(e);
-        }
-        q.post_recv(wr)
+        self.on_live_qp(qp, |q| q.post_recv(wr))
     }
 
     fn post_recvs(&self, qp: SpecialQp, wrs: &[RecvWr]) -> (usize, Option<PostError>) {
         if wrs.is_empty() {
             return (0, None);
         }
-        if let Some(e) = self.fatal_post() {
-            return (0, Some(e));
-        }
-        let mut g = lock(&self.qps[qp_index(qp)]);
-        let Some(q) = g.as_mut() else {
-            return (
-                0,
-                Some(PostError::NotReady(format!(
-                    "port {} has no {qp:?} QP (the function has no SMI, or the HCA is closing)",
-                    self.port_num
-                ))),
-            );
-        };
-        // Checked again under the QP lock: a fatal error may have flushed the QP meanwhile.
-        if let Some(e) = self.fatal_post() {
-            return (0, Some(e));
-        }
-        q.post_recvs(wrs)
+        self.on_live_qp(qp, |q| Ok(q.post_recvs(wrs)))
+            .unwrap_or_else(|e| (0, Some(e)))
     }
 
     fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError> {
