@@ -206,8 +206,10 @@ impl EventQueue {
         Arc::new(EventQueue::new())
     }
 
-    /// Call `f` (without any lock of the stack held) each time events are added: once per
-    /// push, or once per run of events a progress pass queues together.
+    /// Call `f` each time events are added: once per push, or once per run of events a
+    /// progress pass queues together. It runs without the queue's lock but possibly inside
+    /// the port's progress loop (on the thread that drives it), so it must be short and must
+    /// not deregister an agent or wait for the port: that would wait for the pass it is in.
     pub fn set_notify(&self, f: Option<Notify>) {
         let has = f.is_some();
         *self.notify.lock().unwrap_or_else(PoisonError::into_inner) = f;

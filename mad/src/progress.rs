@@ -23,7 +23,7 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{AgentId, Event, PushRefused, RecvMad, SendCompletion, SendRef};
+use crate::event::{AgentId, Event, EventQueue, PushRefused, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
@@ -196,12 +196,16 @@ impl PortShared {
     /// queue lock, which deregistration takes to set it (so no event reaches an agent after
     /// its deregistration returned), and the receive limit. A completion's send leaves its
     /// agent's `outstanding` count only after its event was queued (or refused), as
-    /// `AgentInner::deliver` and the decrement after it did one by one.
+    /// `AgentInner::deliver` and the decrement after it did one by one. The queues are woken
+    /// (which runs their `set_notify` hooks, user code) only once every event is queued and
+    /// counted: a hook that panics cannot lose another agent's event or leave its
+    /// `outstanding` count, which deregistration waits on, behind.
     pub(crate) fn flush_events(&self, st: &mut ProgressState) {
         if st.staged.is_empty() {
             return;
         }
         let mut staged = std::mem::take(&mut st.staged);
+        let mut to_wake: Vec<Arc<EventQueue>> = Vec::new();
         let mut start = 0;
         while start < staged.len() {
             let queue = staged[start].agent.events.clone();
@@ -229,7 +233,7 @@ impl PortShared {
                     }
                 }
                 if queued {
-                    q.wake();
+                    to_wake.push(q);
                 }
             }
             start = end;
@@ -243,6 +247,9 @@ impl PortShared {
             }
         }
         st.staged = staged;
+        for q in to_wake {
+            q.wake();
+        }
     }
 
     /// The vendor_err of a WR_FLUSH_ERR the stack reports: 5 once the device is dead (as the

@@ -1439,3 +1439,47 @@ fn progress_then_sleep_does_the_work_or_sleeps_to_the_deadline_without_the_loop(
     a.deregister();
     r.assert_clean();
 }
+
+#[test]
+fn a_notify_hook_that_panics_loses_no_other_agents_completion() {
+    // Run where a hang (the bug this guards against: a deregistration, or an agent's drop,
+    // waiting forever for a completion the panic lost) fails the test instead of stalling it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        hook_panic_scenario();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the scenario failed"),
+        Err(e) => panic!("the scenario hung ({e})"),
+    }
+}
+
+fn hook_panic_scenario() {
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let b = r.perf_agent();
+    a.events()
+        .set_notify(Some(Arc::new(|| panic!("the user's hook panics"))));
+    let ida = a.send(SendRequest::new(get(1), gsi(2))).unwrap();
+    let idb = b.send(SendRequest::new(get(2), gsi(2))).unwrap();
+    // Both CQEs come back in one pass: A's event is queued first, then B's, then A's hook runs.
+    r.fake.execute(SpecialQp::Gsi, 2);
+    let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.port.progress()));
+    assert!(
+        pass.is_err(),
+        "the hook's panic reaches the thread that ran the pass"
+    );
+    // B's completion is queued and counted although A's hook panicked before B's wake, so
+    // B's deregistration (which waits for B's sends to be counted out) returns.
+    let eb = r.collect(&b, Duration::from_millis(10));
+    assert_eq!(completions(&eb).get(&idb), Some(&(WcStatus::Success, 0, 0)));
+    b.deregister();
+    a.events().set_notify(None);
+    let ea = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ea).get(&ida), Some(&(WcStatus::Success, 0, 0)));
+    a.deregister();
+    r.assert_clean();
+}

@@ -494,6 +494,9 @@ impl PortShared {
                         let mut recv = RecvMad::received(&first, message.len(), addr);
                         recv.rmpp = Some(message);
                         self.on_response(st, SpecialQp::Gsi, recv);
+                        // Queued now: a later action of this list delivers directly and must
+                        // not overtake the response and its send's completion.
+                        self.flush_events(st);
                     }
                 }
             }
