@@ -119,6 +119,9 @@ impl Mlx5Port {
     /// Read the P_Key table through MAD_IFC into the cache (best effort: an empty cache maps
     /// every P_Key to index 0).
     pub(crate) fn refresh_pkeys(&self) {
+        // Cleared before the read: a P_Key change event during it sets the flag again, and
+        // the table is read once more, instead of the change being lost.
+        self.shared.pkey_stale.store(false, Ordering::Release);
         let entries = self.dev.pkey_table_len() as usize;
         let blocks = entries.div_ceil(smp::PKEYS_PER_BLOCK).max(1);
         let mut table = Vec::with_capacity(entries);
@@ -141,7 +144,6 @@ impl Mlx5Port {
             *pkeys = table;
             self.pkey_hit.store(0, Ordering::Release);
         }
-        self.shared.pkey_stale.store(false, Ordering::Release);
     }
 
     fn pkey_index(&self, pkey: u16) -> u16 {
