@@ -163,6 +163,8 @@ impl Inner {
     /// run, not once per CQE and timestamp).
     pub(crate) fn with_at<R>(&self, now: Duration, f: impl FnOnce(&mut State) -> R) -> R {
         self.with(|st| {
+            let now = now.max(st.time_mark.get());
+            st.time_mark.set(now);
             st.op_now = Some(now);
             let r = f(st);
             st.op_now = None;

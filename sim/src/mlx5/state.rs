@@ -156,6 +156,11 @@ pub(crate) struct State {
     /// The time of the operation under way, read once for all its steps (see
     /// `Inner::with_at`); `None`: read the clock.
     pub op_now: Option<Duration>,
+    /// The latest time a step of this device used. An operation reads the clock before it
+    /// takes the device lock, so another thread's step may have used a later time meanwhile:
+    /// the operation's time is raised to this mark, and the device's times (CQE timestamps,
+    /// delay deadlines) never go back.
+    pub time_mark: std::cell::Cell<Duration>,
     /// Where a send or receive WQE is read to: kept, so that each WQE does not zero a fresh
     /// buffer (what a WQE did not overwrite is never read). `None` only while lent out or
     /// before the first WQE.
@@ -230,13 +235,19 @@ impl State {
             fx: Effects::default(),
             mad_pool: Vec::new(),
             op_now: None,
+            time_mark: std::cell::Cell::new(Duration::ZERO),
             wqe_scratch: None,
         }
     }
 
     /// Simulated time.
     pub(crate) fn now(&self) -> Duration {
-        self.op_now.unwrap_or_else(|| self.sched.now())
+        if let Some(t) = self.op_now {
+            return t;
+        }
+        let t = self.sched.now().max(self.time_mark.get());
+        self.time_mark.set(t);
+        t
     }
 
     /// The free-running timer CQEs carry (nanoseconds).
