@@ -119,7 +119,7 @@ impl<const N: usize> Cells<N> {
     /// Only by the holder of the progress lock (see [`solo`]).
     fn add_solo(&self, i: usize) {
         if let Some(c) = self.0.get(i) {
-            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            add_unlocked(c);
         }
     }
 
@@ -271,6 +271,11 @@ pub(crate) fn bump(c: &AtomicU64) {
 /// progress lock, the only writer of that set: a load and a store lose no count then, and cost
 /// no locked instruction.
 pub(crate) fn solo(_st: &ProgressState, c: &AtomicU64) {
+    add_unlocked(c);
+}
+
+/// One more in a cell with a single writer: a load and a store, no locked instruction.
+fn add_unlocked(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 

@@ -86,14 +86,20 @@ struct Queue {
 }
 
 impl Queue {
-    /// When the next event falls due.
-    fn next_at(&self) -> Option<Duration> {
+    /// The next event's time, and whether it is `fifo`'s front (else `heap`'s).
+    fn front(&self) -> Option<(Duration, bool)> {
         let h = self.heap.peek().map(|Reverse(e)| e.key());
         let f = self.fifo.front().map(Entry::key);
         match (h, f) {
-            (Some(h), Some(f)) => Some(h.min(f).0),
-            (h, f) => h.or(f).map(|k| k.0),
+            (Some(h), Some(f)) => Some(if f < h { (f.0, true) } else { (h.0, false) }),
+            (Some(h), None) => Some((h.0, false)),
+            (None, f) => f.map(|f| (f.0, true)),
         }
+    }
+
+    /// When the next event falls due.
+    fn next_at(&self) -> Option<Duration> {
+        self.front().map(|(at, _)| at)
     }
 
     /// Adds an event; returns true if it is now the earliest.
@@ -115,21 +121,11 @@ impl Queue {
 
     /// Takes the earliest event if it is due at `now`.
     fn pop_due(&mut self, now: Duration) -> Option<Task> {
-        let h = self.heap.peek().map(|Reverse(e)| e.key());
-        let f = self.fifo.front().map(Entry::key);
-        let from_fifo = match (h, f) {
-            (Some(h), Some(f)) => f < h,
-            (None, Some(_)) => true,
-            (_, None) => false,
-        };
-        if from_fifo {
-            if f.is_some_and(|(at, _)| at <= now) {
-                return self.fifo.pop_front().map(|e| e.task);
-            }
-        } else if h.is_some_and(|(at, _)| at <= now) {
-            return self.heap.pop().map(|Reverse(e)| e.task);
+        match self.front()? {
+            (at, _) if at > now => None,
+            (_, true) => self.fifo.pop_front().map(|e| e.task),
+            (_, false) => self.heap.pop().map(|Reverse(e)| e.task),
         }
-        None
     }
 
     fn len(&self) -> usize {

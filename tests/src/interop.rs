@@ -62,6 +62,19 @@ pub fn need_program(program: &str, package: &str) -> Option<PathBuf> {
     p
 }
 
+/// [`need_program`] for each of `programs`, each looked for in the Debian package that ships
+/// it (opensm, ibsim-utils, else infiniband-diags).
+pub fn need_programs<const N: usize>(programs: [&str; N]) -> [Option<PathBuf>; N] {
+    programs.map(|p| {
+        let package = match p {
+            "opensm" => "opensm",
+            "ibsim" => "ibsim-utils",
+            _ => "infiniband-diags",
+        };
+        need_program(p, package)
+    })
+}
+
 /// The `libibumad.so` cargo built with the tests (`target/<profile>/deps/`).
 pub fn built_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");

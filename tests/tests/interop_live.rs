@@ -313,14 +313,8 @@ fn ibsim_world(case: &Case, work: &WorkDir, sm_lid: &str, path: &str) -> Option<
 }
 
 fn live_sm(case: &Case, work: &WorkDir) {
-    let programs = ["opensm", "sminfo", "saquery", "ibnetdiscover", "smpquery"].map(|p| {
-        let pkg = if p == "opensm" {
-            "opensm"
-        } else {
-            "infiniband-diags"
-        };
-        interop::need_program(p, pkg)
-    });
+    let programs =
+        interop::need_programs(["opensm", "sminfo", "saquery", "ibnetdiscover", "smpquery"]);
     let [
         Some(opensm),
         Some(sminfo_p),
@@ -595,14 +589,7 @@ fn ok_at(served: &Served, node: &str, program: &Path, args: &[&str]) -> String {
 
 #[test]
 fn traps_from_a_switch_drive_a_live_opensm_that_does_not_sweep() {
-    let programs = ["opensm", "saquery", "smpquery", "ibportstate"].map(|p| {
-        let pkg = if p == "opensm" {
-            "opensm"
-        } else {
-            "infiniband-diags"
-        };
-        interop::need_program(p, pkg)
-    });
+    let programs = interop::need_programs(["opensm", "saquery", "smpquery", "ibportstate"]);
     let [
         Some(opensm),
         Some(saquery),
