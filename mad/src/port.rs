@@ -914,7 +914,8 @@ impl PortShared {
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
     /// queue, retries back onto the QP.
     pub(crate) fn fc_drain(&self, agent: &Arc<AgentInner>) {
-        let mut queued = Vec::new();
+        // Which QPs got work (indexed by `qpi`): drained once each after the agent's lock.
+        let mut queued = [false; 2];
         {
             let mut fc = lock(&agent.fc);
             while fc.may_release() {
@@ -928,7 +929,7 @@ impl PortShared {
                             if ring.enqueue(Job::New(p)) {
                                 bump(&self.cells.overflowed);
                             }
-                            queued.push(agent.qp);
+                            queued[qpi(agent.qp)] = true;
                         }
                     }
                     Some(Backlogged::Retry {
@@ -957,17 +958,18 @@ impl PortShared {
                             }) {
                                 bump(&self.cells.overflowed);
                             }
-                            queued.push(qp);
+                            queued[qpi(qp)] = true;
                         }
                     }
                     None => break,
                 }
             }
         }
-        queued.dedup();
-        for qp in queued {
-            if let Some(ring) = self.ring(qp) {
-                self.drain(ring);
+        for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
+            if queued[qpi(qp)] {
+                if let Some(ring) = self.ring(qp) {
+                    self.drain(ring);
+                }
             }
         }
     }
