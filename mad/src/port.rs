@@ -801,10 +801,19 @@ impl PortShared {
             start += n;
             match refused {
                 Some(e) if start < total => {
-                    bump(&self.cells.post_failures);
+                    // A send queue in SQE is no failure of the post: it counts as the flush
+                    // (and the repost) it stands for.
+                    if !matches!(e, driver::verbs::PostError::SendQueueError(_)) {
+                        bump(&self.cells.post_failures);
+                    }
                     tracing::debug!(qp = ?qp, "post refused: {e}");
                     let (status, vendor) = match e {
                         driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
+                        // The send queue stopped at an error completion the progress loop has
+                        // not handled yet (this sender raced it). The hardware would flush this
+                        // work request: so does this completion, which the loop handles after
+                        // that error, once its recovery marked the send for one repost.
+                        driver::verbs::PostError::SendQueueError(_) => (WcStatus::WrFlushErr, 0),
                         _ => (batch.meta[start], 0),
                     };
                     self.unpost(qp, batch.wrs[start].wr_id);

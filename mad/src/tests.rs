@@ -512,6 +512,35 @@ fn path9_error_cqe_recovers_the_qp_and_reposts_the_flushed_once() {
 }
 
 #[test]
+fn path9_a_send_the_device_refuses_before_the_error_is_handled_is_flushed_and_reposted() {
+    let r = rig();
+    r.fake.set_auto(false);
+    r.fake.refuse_posts_in_sqe(true);
+    let a = r.perf_agent();
+    let first = a.send(SendRequest::new(get(0), gsi(5))).unwrap();
+    r.fake.fail_next_send(SpecialQp::Gsi, WcStatus::LocLenErr);
+    // The first send fails on the wire: the send queue is in SQE, its error CQE not polled.
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.fake.set_auto(true);
+    // Posted in that window (another thread's send racing the progress loop): refused.
+    let second = a.send(SendRequest::new(get(1), gsi(5))).unwrap();
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 0);
+    let ev = r.collect(&a, Duration::from_millis(20));
+    let c = completions(&ev);
+    assert_eq!(c[&first], (WcStatus::LocLenErr, 0x51, 0));
+    assert_eq!(
+        c[&second].0,
+        WcStatus::Success,
+        "flushed like a work request the hardware took in SQE, reposted after recovery"
+    );
+    let k = r.port.counters();
+    assert_eq!((k.qp_recoveries, k.flush_reposts), (1, 1));
+    assert_eq!(r.fake.sent().len(), 1, "the second reached the wire once");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
 fn path10_a_flush_not_marked_for_retry_is_reported() {
     let r = rig();
     r.fake.set_auto(false);
