@@ -277,6 +277,46 @@ fn pooled_leases_grow_arenas_and_large_leases_get_their_own_mapping() {
 }
 
 #[test]
+fn freed_small_blocks_are_reused_and_never_keep_an_arena_or_a_large_lease_out() {
+    let iommu = Arc::new(SimIommu::new());
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 64 << 10,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    // A MAD buffer dropped and leased again comes back at the same IOVA, with the new data.
+    let first = pool.lease_copy(&[0xaa; 256], 64, Access::Read).unwrap();
+    let iova = first.iova();
+    drop(first);
+    let again = pool.lease_copy(&[0x55; 256], 64, Access::Read).unwrap();
+    assert_eq!(again.iova(), iova);
+    assert_eq!(iommu.read_u32_be(iova + 252).unwrap(), 0x5555_5555);
+    // Another access kind never gets it (its arena has other permissions).
+    let rw = pool.lease(256, 64, Access::ReadWrite).unwrap();
+    assert_ne!(rw.iova(), iova);
+    drop((again, rw));
+    // Fill a whole arena with 64-byte blocks and drop them all: they are kept for reuse, yet a
+    // lease of the whole arena still fits in it (no new arena, no own mapping).
+    let small: Vec<DmaLease> = (0..1024)
+        .map(|_| pool.lease(64, 64, Access::Write).unwrap())
+        .collect();
+    assert_eq!(pool.accounting().arenas, 3);
+    drop(small);
+    let whole = pool.lease(64 << 10, 64, Access::Write).unwrap();
+    assert_eq!(pool.accounting().arenas, 3);
+    assert_eq!(iommu.live_mappings(), 3);
+    drop(whole);
+    drop(pool.lease(256, 64, Access::Read).unwrap());
+    // Every lease is back: a trim unmaps every arena, kept blocks included.
+    assert_eq!(pool.trim(), 3);
+    assert_eq!(pool.accounting(), Accounting::default());
+    assert_eq!(iommu.live_mappings(), 0);
+}
+
+#[test]
 fn memlock_too_low_fails_cleanly_in_both_modes() {
     for mode in MODES {
         let iommu = Arc::new(SimIommu::with_config(SimIommuConfig {

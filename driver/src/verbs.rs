@@ -298,9 +298,14 @@ pub enum PostError {
     /// The work queue is full; post again after completions retire work requests.
     #[error("the work queue is full")]
     QueueFull,
-    /// The QP is not in a state that accepts this post (e.g. send queue in error).
+    /// The QP is not in a state that accepts this post (in error, or being closed).
     #[error("the QP is not ready: {0}")]
     NotReady(String),
+    /// The send queue is in error (SQE) after a work request completed in error, and the
+    /// error completion has not been handled yet: a send posted now would be flushed by the
+    /// hardware. Treat it as flushed; once the send queue is recovered, post it again.
+    #[error("the send queue is in error until it is recovered: {0}")]
+    SendQueueError(String),
     /// The device is in a fatal state or gone.
     #[error("the device is in a fatal state: {0}")]
     DeviceFatal(String),

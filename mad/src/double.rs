@@ -85,6 +85,8 @@ struct Dev {
     sq: [VecDeque<SendWr>; 2],
     /// Send queue in SQE: what it holds (and what is posted) is flushed.
     sqe: [bool; 2],
+    /// Refuse sends while in SQE, as the mlx5 driver does until the error CQE is handled.
+    refuse_in_sqe: bool,
     rq: [VecDeque<RecvWr>; 2],
     cq: VecDeque<WorkCompletion>,
     fatal: bool,
@@ -141,6 +143,7 @@ impl FakePort {
                 auto: true,
                 sq: [VecDeque::new(), VecDeque::new()],
                 sqe: [false; 2],
+                refuse_in_sqe: false,
                 rq: [VecDeque::new(), VecDeque::new()],
                 cq: VecDeque::new(),
                 fatal: false,
@@ -182,6 +185,13 @@ impl FakePort {
 
     pub(crate) fn fail_next_send(&self, qp: SpecialQp, status: WcStatus) {
         lock(&self.dev).fail_next[qpi(qp)] = Some(status);
+    }
+
+    /// Refuse sends with `SendQueueError` while a send queue is in SQE (the mlx5 driver's
+    /// behaviour between polling an error CQE and its recovery) instead of accepting them to
+    /// be flushed (the hardware's).
+    pub(crate) fn refuse_posts_in_sqe(&self, on: bool) {
+        lock(&self.dev).refuse_in_sqe = on;
     }
 
     pub(crate) fn drop_next_packets(&self, n: usize) {
@@ -431,6 +441,9 @@ impl HcaPort for FakePort {
             return Err(PostError::DeviceFatal("test: fatal".into()));
         }
         let i = qpi(qp);
+        if d.refuse_in_sqe && d.sqe[i] {
+            return Err(PostError::SendQueueError("test: SQE".into()));
+        }
         if d.sq[i].len() >= d.send_depth as usize {
             return Err(PostError::QueueFull);
         }

@@ -162,6 +162,8 @@ pub struct EventQueue {
     has_notify: AtomicBool,
     /// Threads blocked in `wait_nonempty` (a condvar wake costs a system call: only then).
     waiters: AtomicUsize,
+    /// Panics of the notify hook, caught.
+    hook_panics: AtomicU64,
 }
 
 impl fmt::Debug for EventQueue {
@@ -198,6 +200,7 @@ impl EventQueue {
             notify: Mutex::new(None),
             has_notify: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
+            hook_panics: AtomicU64::new(0),
         }
     }
 
@@ -210,6 +213,9 @@ impl EventQueue {
     /// progress pass queues together. It runs without the queue's lock but possibly inside
     /// the port's progress loop (on the thread that drives it), so it must be short and must
     /// not deregister an agent or wait for the port: that would wait for the pass it is in.
+    /// A panic in `f` is caught where `f` is called (counted in
+    /// [`EventQueue::hook_panics`] and logged): it does not reach the thread that queued the
+    /// events, and no event or completion is lost to it.
     pub fn set_notify(&self, f: Option<Notify>) {
         let has = f.is_some();
         *self.notify.lock().unwrap_or_else(PoisonError::into_inner) = f;
@@ -289,9 +295,22 @@ impl EventQueue {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
             if let Some(f) = f {
-                f();
+                // The hook runs where the stack is in the middle of delivering: other agents'
+                // events and the counts deregistration waits on may come after this wake. A
+                // panic must not unwind through that; it is reported and counted instead
+                // (the panic message itself goes to the process's panic hook, stderr by
+                // default).
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f())).is_err() {
+                    self.hook_panics.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!("an event queue's notify hook panicked; the panic was caught");
+                }
             }
         }
+    }
+
+    /// How many times the notify hook panicked (each panic was caught).
+    pub fn hook_panics(&self) -> u64 {
+        self.hook_panics.load(Ordering::Relaxed)
     }
 
     /// Wait up to `timeout` (wall time) for the queue to be non-empty.

@@ -365,7 +365,7 @@ impl Port {
                 w > 0
             },
             Some(deadline),
-            &|d| s.park(d),
+            &|d, ready| s.park_unless(d, ready),
         );
         work
     }
@@ -575,16 +575,25 @@ impl PortShared {
 
     /// Wait (wall time) up to `d` for the progress loop to do something.
     pub(crate) fn park(&self, d: Duration) {
+        self.park_unless(d, &mut || false);
+    }
+
+    /// Wait (wall time) up to `d` for the progress loop to do something, unless `ready`
+    /// (the caller's condition, looked at once more after this thread counted itself parked)
+    /// already holds. A notifier that read the parked count as 0 did so before this thread
+    /// counted itself (both sequentially consistent), so what it announced is seen by
+    /// `ready`; one that read it later bumps the sequence this thread waits on. `ready` runs
+    /// under the notify lock: it must take no lock.
+    pub(crate) fn park_unless(&self, d: Duration, ready: &mut dyn FnMut() -> bool) {
         let (m, cv) = &self.notify;
         let g = lock(m);
         let seen = *g;
-        // Counted before waiting under the lock that `notify_all` takes after reading the
-        // count: a notifier that sees 0 ran before this thread parked, and the caller looks
-        // at its condition again after at most `d`.
         self.parked.fetch_add(1, Ordering::SeqCst);
-        let _unused = cv
-            .wait_timeout_while(g, d, |n| *n == seen)
-            .unwrap_or_else(PoisonError::into_inner);
+        if !ready() {
+            let _unused = cv
+                .wait_timeout_while(g, d, |n| *n == seen)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
         self.parked.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -598,7 +607,7 @@ impl PortShared {
         &self,
         done: &mut dyn FnMut(usize) -> bool,
         deadline: Option<Duration>,
-        park: &dyn Fn(Duration),
+        park: &dyn Fn(Duration, &mut dyn FnMut() -> bool),
     ) -> bool {
         let mut work = 0;
         loop {
@@ -618,7 +627,7 @@ impl PortShared {
                         self.sleep_in_device(&st, deadline);
                     }
                 }
-                None => park(self.config.max_sleep),
+                None => park(self.config.max_sleep, &mut || done(work)),
             }
         }
     }
@@ -670,7 +679,8 @@ impl PortShared {
         if let Some(e) = queue.try_pop() {
             return Some(e);
         }
-        self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d| {
+        // The queue's own wait looks at the condition under the queue's lock.
+        self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d, _| {
             queue.wait_nonempty(d);
         });
         queue.try_pop()
@@ -801,10 +811,19 @@ impl PortShared {
             start += n;
             match refused {
                 Some(e) if start < total => {
-                    bump(&self.cells.post_failures);
+                    // A send queue in SQE is no failure of the post: it counts as the flush
+                    // (and the repost) it stands for.
+                    if !matches!(e, driver::verbs::PostError::SendQueueError(_)) {
+                        bump(&self.cells.post_failures);
+                    }
                     tracing::debug!(qp = ?qp, "post refused: {e}");
                     let (status, vendor) = match e {
                         driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
+                        // The send queue stopped at an error completion the progress loop has
+                        // not handled yet (this sender raced it). The hardware would flush this
+                        // work request: so does this completion, which the loop handles after
+                        // that error, once its recovery marked the send for one repost.
+                        driver::verbs::PostError::SendQueueError(_) => (WcStatus::WrFlushErr, 0),
                         _ => (batch.meta[start], 0),
                     };
                     self.unpost(qp, batch.wrs[start].wr_id);
@@ -914,7 +933,8 @@ impl PortShared {
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
     /// queue, retries back onto the QP.
     pub(crate) fn fc_drain(&self, agent: &Arc<AgentInner>) {
-        let mut queued = Vec::new();
+        // Which QPs got work (indexed by `qpi`): drained once each after the agent's lock.
+        let mut queued = [false; 2];
         {
             let mut fc = lock(&agent.fc);
             while fc.may_release() {
@@ -928,7 +948,7 @@ impl PortShared {
                             if ring.enqueue(Job::New(p)) {
                                 bump(&self.cells.overflowed);
                             }
-                            queued.push(agent.qp);
+                            queued[qpi(agent.qp)] = true;
                         }
                     }
                     Some(Backlogged::Retry {
@@ -957,17 +977,18 @@ impl PortShared {
                             }) {
                                 bump(&self.cells.overflowed);
                             }
-                            queued.push(qp);
+                            queued[qpi(qp)] = true;
                         }
                     }
                     None => break,
                 }
             }
         }
-        queued.dedup();
-        for qp in queued {
-            if let Some(ring) = self.ring(qp) {
-                self.drain(ring);
+        for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
+            if queued[qpi(qp)] {
+                if let Some(ring) = self.ring(qp) {
+                    self.drain(ring);
+                }
             }
         }
     }
@@ -1150,7 +1171,7 @@ impl PortShared {
             self.drive_until(
                 &mut |_| agent.outstanding.load(Ordering::SeqCst) == 0,
                 Some(step_end),
-                &|d| self.park(d),
+                &|d, ready| self.park_unless(d, ready),
             );
         }
         if let Some(q) = agent.events.as_ref() {
@@ -1222,7 +1243,7 @@ impl Drop for PortShared {
                 internal.outstanding.load(Ordering::SeqCst) == 0 && self.rmpp.outstanding() == 0
             },
             Some(deadline),
-            &|d| std::thread::sleep(d),
+            &|d, _| std::thread::sleep(d),
         );
         let _ = self.progress_nonblocking();
         let dead = self.is_fatal();

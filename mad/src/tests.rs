@@ -512,6 +512,35 @@ fn path9_error_cqe_recovers_the_qp_and_reposts_the_flushed_once() {
 }
 
 #[test]
+fn path9_a_send_the_device_refuses_before_the_error_is_handled_is_flushed_and_reposted() {
+    let r = rig();
+    r.fake.set_auto(false);
+    r.fake.refuse_posts_in_sqe(true);
+    let a = r.perf_agent();
+    let first = a.send(SendRequest::new(get(0), gsi(5))).unwrap();
+    r.fake.fail_next_send(SpecialQp::Gsi, WcStatus::LocLenErr);
+    // The first send fails on the wire: the send queue is in SQE, its error CQE not polled.
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.fake.set_auto(true);
+    // Posted in that window (another thread's send racing the progress loop): refused.
+    let second = a.send(SendRequest::new(get(1), gsi(5))).unwrap();
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 0);
+    let ev = r.collect(&a, Duration::from_millis(20));
+    let c = completions(&ev);
+    assert_eq!(c[&first], (WcStatus::LocLenErr, 0x51, 0));
+    assert_eq!(
+        c[&second].0,
+        WcStatus::Success,
+        "flushed like a work request the hardware took in SQE, reposted after recovery"
+    );
+    let k = r.port.counters();
+    assert_eq!((k.qp_recoveries, k.flush_reposts), (1, 1));
+    assert_eq!(r.fake.sent().len(), 1, "the second reached the wire once");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
 fn path10_a_flush_not_marked_for_retry_is_reported() {
     let r = rig();
     r.fake.set_auto(false);
@@ -1469,9 +1498,10 @@ fn hook_panic_scenario() {
     r.fake.execute(SpecialQp::Gsi, 2);
     let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.port.progress()));
     assert!(
-        pass.is_err(),
-        "the hook's panic reaches the thread that ran the pass"
+        pass.is_ok(),
+        "the hook's panic is caught where the hook runs"
     );
+    assert_eq!(a.events().hook_panics(), 1);
     // B's completion is queued and counted although A's hook panicked before B's wake, so
     // B's deregistration (which waits for B's sends to be counted out) returns.
     let eb = r.collect(&b, Duration::from_millis(10));
@@ -1482,4 +1512,39 @@ fn hook_panic_scenario() {
     assert_eq!(completions(&ea).get(&ida), Some(&(WcStatus::Success, 0, 0)));
     a.deregister();
     r.assert_clean();
+}
+
+#[test]
+fn a_notify_hook_that_panics_on_completions_made_outside_the_loop_loses_none() {
+    // Cancels of sends still queued complete at once, in the caller's thread, one after the
+    // other; deregistration waits for each. A hook panicking at the first must not lose the
+    // rest (the scenario runs in its own thread so that a hang fails the test).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = rig_with(4, 64, PortConfig::default());
+        r.fake.set_auto(false);
+        let a = r.perf_agent();
+        let ids: Vec<SendId> = (0..12)
+            .map(|t| a.send(SendRequest::new(get(t), gsi(5))).unwrap())
+            .collect();
+        assert!(r.port.census().gsi.queued > 0, "some wait for a slot");
+        a.events()
+            .set_notify(Some(Arc::new(|| panic!("the user's hook panics"))));
+        // Deregistration cancels them all: those still queued complete in this thread.
+        let events = Arc::clone(a.events());
+        r.fake.set_auto(true);
+        a.deregister();
+        let mut ev = Vec::new();
+        events.drain_into(&mut ev);
+        let c = completions(&ev);
+        assert_eq!(c.len(), ids.len(), "one completion each: {ev:?}");
+        assert!(events.hook_panics() > 0);
+        r.assert_clean();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the scenario failed"),
+        Err(e) => panic!("the scenario hung ({e})"),
+    }
 }

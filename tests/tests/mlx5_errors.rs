@@ -68,13 +68,14 @@ fn every_send_syndrome_decodes_to_its_wc_status_and_the_queue_recovers() {
         assert_eq!(wc.status.code(), status, "syndrome {synd:#04x}");
         assert_eq!(wc.status.name(), name);
         assert_eq!(wc.vendor_err, u32::from(vendor), "vendor syndrome kept");
-        // The send queue stopped; posting is refused until it is recovered.
+        // The send queue stopped; posting is refused until it is recovered, as a send the
+        // hardware would flush.
         assert!(matches!(
             p.post_send(
                 SpecialQp::Gsi,
                 &send_wr(99, &buf, to_self(lid, SpecialQp::Gsi))
             ),
-            Err(PostError::NotReady(_))
+            Err(PostError::SendQueueError(_))
         ));
         p.recover_send_queue(SpecialQp::Gsi).unwrap();
     }

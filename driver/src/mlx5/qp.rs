@@ -371,7 +371,7 @@ impl Qp {
     fn ready(&self) -> Result<(), PostError> {
         match self.state {
             SwState::Rts => Ok(()),
-            SwState::SqError => Err(PostError::NotReady(format!(
+            SwState::SqError => Err(PostError::SendQueueError(format!(
                 "the send queue of {:?} QP {:#x} is in error; recover it first",
                 self.kind, self.qpn
             ))),
@@ -874,7 +874,7 @@ mod tests {
         assert_eq!(q.state, SwState::SqError);
         assert!(matches!(
             q.post_send(&bar, &wr(0, None)),
-            Err(PostError::NotReady(_))
+            Err(PostError::SendQueueError(_))
         ));
         // The hardware flushes the rest.
         let f = CqeKind::SendErr {
