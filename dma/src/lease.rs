@@ -89,65 +89,6 @@ struct Arena {
 struct PoolState {
     /// Slots stay put so that leases can name their arena by index; `None` after a trim.
     arenas: Vec<Option<Arena>>,
-    /// Freed blocks of the smallest orders, by access and order, as (arena, unit): still
-    /// allocated in their arena's buddy, handed out again before the buddy is asked. A MAD
-    /// buffer is leased and dropped per send; the buddy would split and merge the same
-    /// blocks each time. Given back to the buddies when an allocation finds no room and
-    /// before a trim, so they neither keep an arena mapped nor fragment a larger request.
-    spare: [[Vec<(u32, u32)>; SPARE_ORDERS]; 3],
-}
-
-/// Orders kept in [`PoolState::spare`]: blocks of 64, 128 and 256 bytes.
-const SPARE_ORDERS: usize = 3;
-
-/// At most this many spare blocks per access and order.
-const SPARE_CAP: usize = 1024;
-
-fn access_index(access: Access) -> usize {
-    match access {
-        Access::Read => 0,
-        Access::Write => 1,
-        Access::ReadWrite => 2,
-    }
-}
-
-impl PoolState {
-    /// A spare block of `order` in an arena of `access`.
-    fn take_spare(&mut self, access: Access, order: u8) -> Option<(u32, u32)> {
-        self.spare[access_index(access)]
-            .get_mut(order as usize)?
-            .pop()
-    }
-
-    /// Keep a freed block for reuse; false when it must go back to its buddy.
-    fn keep_spare(&mut self, access: Access, arena: u32, unit: u32, order: u8) -> bool {
-        match self.spare[access_index(access)].get_mut(order as usize) {
-            Some(list) if list.len() < SPARE_CAP => {
-                list.push((arena, unit));
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Give every spare block back to its arena's buddy; returns how many there were.
-    fn return_spares(&mut self) -> usize {
-        let mut n = 0;
-        for (order, list) in self.spare.iter_mut().flat_map(|by_order| {
-            by_order
-                .iter_mut()
-                .enumerate()
-                .map(|(order, list)| (order as u8, list))
-        }) {
-            for (arena, unit) in list.drain(..) {
-                n += 1;
-                if let Some(a) = self.arenas.get_mut(arena as usize).and_then(Option::as_mut) {
-                    a.buddy.free(unit, order);
-                }
-            }
-        }
-        n
-    }
 }
 
 struct PoolInner {
@@ -206,10 +147,7 @@ impl DmaPool {
                 mapper,
                 config,
                 iova,
-                state: Mutex::new(PoolState {
-                    arenas: Vec::new(),
-                    spare: Default::default(),
-                }),
+                state: Mutex::new(PoolState { arenas: Vec::new() }),
                 leases_out: AtomicUsize::new(0),
                 lease_bytes: AtomicU64::new(0),
                 unmap_failures: AtomicUsize::new(0),
@@ -315,7 +253,6 @@ impl DmaPool {
     pub fn trim(&self) -> usize {
         let idle: Vec<Arena> = {
             let mut state = self.inner.lock_state();
-            state.return_spares();
             state
                 .arenas
                 .iter_mut()
@@ -367,23 +304,10 @@ impl PoolInner {
     ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
         let order = Buddy::order_for(block);
         let mut state = self.lock_state();
-        let alloc = |state: &mut PoolState| {
-            state.arenas.iter_mut().enumerate().find_map(|(i, slot)| {
-                let arena = slot.as_mut().filter(|a| a.access == access)?;
-                arena.buddy.alloc(order).map(|unit| (i, unit))
-            })
-        };
-        let found = match state.take_spare(access, order) {
-            Some((arena, unit)) => Some((arena as usize, unit)),
-            None => alloc(&mut state).or_else(|| {
-                // Spare blocks may be what keeps a larger block from forming.
-                if state.return_spares() > 0 {
-                    alloc(&mut state)
-                } else {
-                    None
-                }
-            }),
-        };
+        let found = state.arenas.iter_mut().enumerate().find_map(|(i, slot)| {
+            let arena = slot.as_mut().filter(|a| a.access == access)?;
+            arena.buddy.alloc(order).map(|unit| (i, unit))
+        });
         let (index, unit) = if let Some(found) = found {
             found
         } else {
@@ -696,19 +620,17 @@ impl Drop for DmaLease {
         match &mut self.backing {
             Backing::Arena { arena, unit, order } => {
                 let mut state = pool.lock_state();
-                let live = state
+                if let Some(a) = state
                     .arenas
-                    .get(*arena as usize)
-                    .is_some_and(Option::is_some);
-                if !live {
+                    .get_mut(*arena as usize)
+                    .and_then(Option::as_mut)
+                {
+                    a.buddy.free(*unit, *order);
+                } else {
                     tracing::error!(
                         iova = self.iova,
                         "DMA lease dropped after its arena was released (pool bug)"
                     );
-                } else if !state.keep_spare(self.access, *arena, *unit, *order) {
-                    if let Some(a) = state.arenas[*arena as usize].as_mut() {
-                        a.buddy.free(*unit, *order);
-                    }
                 }
             }
             Backing::Own { mem } => {
