@@ -76,14 +76,22 @@ impl Buddy {
     }
 
     /// Allocate a block of `order`; returns its first unit.
+    #[inline]
     pub(crate) fn alloc(&mut self, order: u8) -> Option<u32> {
+        if order <= self.max_order {
+            if let Some(unit) = self.quick.get_mut(usize::from(order)).and_then(Vec::pop) {
+                self.quick_units -= 1 << order;
+                self.used_units += 1 << order;
+                return Some(unit);
+            }
+        }
+        self.alloc_listed(order)
+    }
+
+    /// [`alloc`](Self::alloc) when the quick list of `order` is empty.
+    fn alloc_listed(&mut self, order: u8) -> Option<u32> {
         if order > self.max_order {
             return None;
-        }
-        if let Some(unit) = self.quick.get_mut(usize::from(order)).and_then(Vec::pop) {
-            self.quick_units -= 1 << order;
-            self.used_units += 1 << order;
-            return Some(unit);
         }
         let block = match self.take(order) {
             Some(b) => b,
@@ -115,6 +123,7 @@ impl Buddy {
 
     /// Free the block at `unit` of `order`: onto its quick list if it is small and there is
     /// room, else merged with free buddies.
+    #[inline]
     pub(crate) fn free(&mut self, unit: u32, order: u8) {
         debug_assert_eq!(self.free_order[unit as usize], NOT_FREE, "double free");
         debug_assert!(
