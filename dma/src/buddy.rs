@@ -3,12 +3,22 @@
 //! The arena is device-visible memory, so nothing of the allocator lives in it (a device write
 //! must never corrupt our free lists). Free blocks of each order sit on an intrusive doubly
 //! linked list kept in side arrays, so allocation, free and coalescing are O(orders).
+//!
+//! Small blocks freed are kept aside uncoalesced (a quick list per order, bounded) and handed
+//! out again first: a pool that leases and returns a MAD buffer per packet would otherwise
+//! split a large block on every allocation and merge it back on every free. The quick lists
+//! are given back to the buddy lists (coalescing as usual) whenever an allocation finds no
+//! block, so they never make an allocation fail that would have succeeded.
 
 /// Smallest block handed out, in bytes (a CQE, a WQE basic block).
 pub(crate) const MIN_BLOCK: usize = 64;
 
 const NIL: u32 = u32::MAX;
-const NOT_FREE: u8 = u8::MAX;
+/// `free_order` of a unit that does not start a free block (0, so the side array starts
+/// zeroed and a new arena needs no pass over it).
+const NOT_FREE: u8 = 0;
+/// Orders whose freed blocks go to a quick list (up to 4 KiB).
+const QUICK_ORDERS: usize = 7;
 
 /// Buddy bookkeeping for an arena of `MIN_BLOCK << max_order` bytes. Block positions are in
 /// units of `MIN_BLOCK`.
@@ -18,12 +28,20 @@ pub(crate) struct Buddy {
     heads: Vec<u32>,
     /// Bit `k` set when order `k` has a free block.
     nonempty: u64,
+    /// Links of the free lists; meaningful only for the first unit of a free block (written
+    /// when the block is put on its list), so they start zeroed, not NIL.
     next: Vec<u32>,
     prev: Vec<u32>,
-    /// For the first unit of a free block: its order; otherwise NOT_FREE.
+    /// For the first unit of a free block: its order plus one; otherwise NOT_FREE.
     free_order: Vec<u8>,
-    /// Units handed out (for the idle check).
+    /// Units handed out (for the idle check); blocks on the quick lists are not counted.
     used_units: usize,
+    /// Freed blocks of small orders, not yet merged back: taken first by `alloc`.
+    quick: [Vec<u32>; QUICK_ORDERS],
+    /// Units on the quick lists.
+    quick_units: usize,
+    /// Most units the quick lists may hold (an eighth of the arena).
+    quick_max: usize,
 }
 
 impl Buddy {
@@ -35,10 +53,13 @@ impl Buddy {
             max_order,
             heads: vec![NIL; max_order as usize + 1],
             nonempty: 0,
-            next: vec![NIL; units],
-            prev: vec![NIL; units],
+            next: vec![0; units],
+            prev: vec![0; units],
             free_order: vec![NOT_FREE; units],
             used_units: 0,
+            quick: Default::default(),
+            quick_units: 0,
+            quick_max: units / 8,
         };
         b.push(0, max_order);
         b
@@ -55,10 +76,37 @@ impl Buddy {
     }
 
     /// Allocate a block of `order`; returns its first unit.
+    #[inline]
     pub(crate) fn alloc(&mut self, order: u8) -> Option<u32> {
+        if order <= self.max_order {
+            if let Some(unit) = self.quick.get_mut(usize::from(order)).and_then(Vec::pop) {
+                self.quick_units -= 1 << order;
+                self.used_units += 1 << order;
+                return Some(unit);
+            }
+        }
+        self.alloc_listed(order)
+    }
+
+    /// [`alloc`](Self::alloc) when the quick list of `order` is empty.
+    fn alloc_listed(&mut self, order: u8) -> Option<u32> {
         if order > self.max_order {
             return None;
         }
+        let block = match self.take(order) {
+            Some(b) => b,
+            None if self.quick_units > 0 => {
+                self.drain_quick();
+                self.take(order)?
+            }
+            None => return None,
+        };
+        self.used_units += 1 << order;
+        Some(block)
+    }
+
+    /// A block of `order` from the buddy lists, splitting a larger one if need be.
+    fn take(&mut self, order: u8) -> Option<u32> {
         let candidates = self.nonempty & !((1u64 << order) - 1);
         if candidates == 0 {
             return None;
@@ -70,19 +118,49 @@ impl Buddy {
             j -= 1;
             self.push(block + (1 << j), j);
         }
-        self.used_units += 1 << order;
         Some(block)
     }
 
-    /// Free the block at `unit` of `order`, merging it with free buddies.
+    /// Free the block at `unit` of `order`: onto its quick list if it is small and there is
+    /// room, else merged with free buddies.
+    #[inline]
     pub(crate) fn free(&mut self, unit: u32, order: u8) {
         debug_assert_eq!(self.free_order[unit as usize], NOT_FREE, "double free");
+        debug_assert!(
+            self.quick
+                .get(usize::from(order))
+                .is_none_or(|q| !q.contains(&unit)),
+            "double free"
+        );
         self.used_units -= 1 << order;
+        if let Some(q) = self.quick.get_mut(usize::from(order)) {
+            if self.quick_units + (1 << order) <= self.quick_max {
+                q.push(unit);
+                self.quick_units += 1 << order;
+                return;
+            }
+        }
+        self.merge(unit, order);
+    }
+
+    /// Puts every quick-list block back on the buddy lists, coalescing.
+    fn drain_quick(&mut self) {
+        for order in 0..QUICK_ORDERS {
+            while let Some(unit) = self.quick[order].pop() {
+                self.merge(unit, order as u8);
+            }
+        }
+        self.quick_units = 0;
+    }
+
+    /// Returns the block at `unit` of `order` to the buddy lists, merging it with free
+    /// buddies.
+    fn merge(&mut self, unit: u32, order: u8) {
         let mut unit = unit;
         let mut order = order;
         while order < self.max_order {
             let buddy = unit ^ (1 << order);
-            if self.free_order[buddy as usize] != order {
+            if self.free_order[buddy as usize] != order + 1 {
                 break;
             }
             self.remove(buddy, order);
@@ -100,7 +178,7 @@ impl Buddy {
             self.prev[head as usize] = unit;
         }
         self.heads[order as usize] = unit;
-        self.free_order[unit as usize] = order;
+        self.free_order[unit as usize] = order + 1;
         self.nonempty |= 1 << order;
     }
 
@@ -173,5 +251,39 @@ mod tests {
             b.free(u, 0);
         }
         assert_eq!(b.alloc(3), Some(0));
+    }
+
+    #[test]
+    fn a_freed_small_block_is_reused_first_and_never_blocks_a_large_allocation() {
+        let mut b = Buddy::new(6); // 64 units: the quick lists hold up to 8
+        let a = b.alloc(2).unwrap();
+        let c = b.alloc(2).unwrap();
+        b.free(a, 2);
+        assert_eq!(b.alloc(2), Some(a), "the block just freed comes back first");
+        b.free(a, 2);
+        b.free(c, 2);
+        assert!(b.is_idle(), "blocks on a quick list are not in use");
+        assert_eq!(b.quick_units, 8);
+        // The whole arena: only possible once the quick lists are merged back.
+        assert_eq!(b.alloc(6), Some(0));
+        assert_eq!(b.quick_units, 0);
+        assert!(b.alloc(0).is_none());
+        b.free(0, 6);
+        assert!(b.is_idle());
+    }
+
+    #[test]
+    fn quick_lists_stay_within_an_eighth_of_the_arena() {
+        let mut b = Buddy::new(6);
+        let blocks: Vec<u32> = (0..16).map(|_| b.alloc(2).unwrap()).collect();
+        assert!(b.alloc(0).is_none(), "16 blocks of 4 units fill 64");
+        for u in blocks {
+            b.free(u, 2);
+            assert!(b.quick_units <= b.quick_max);
+        }
+        assert_eq!(b.quick_units, 8);
+        assert!(b.is_idle());
+        // The 14 blocks past the quick lists coalesced: half the arena is one block again.
+        assert!(b.nonempty & (1 << 5) != 0);
     }
 }

@@ -308,24 +308,9 @@ impl PoolInner {
             let arena = slot.as_mut().filter(|a| a.access == access)?;
             arena.buddy.alloc(order).map(|unit| (i, unit))
         });
-        let (index, unit) = if let Some(found) = found {
-            found
-        } else {
-            let arena = self.new_arena(access)?;
-            let index = if let Some(free_slot) = state.arenas.iter().position(Option::is_none) {
-                state.arenas[free_slot] = Some(arena);
-                free_slot
-            } else {
-                state.arenas.push(Some(arena));
-                state.arenas.len() - 1
-            };
-            let unit = state.arenas[index]
-                .as_mut()
-                .and_then(|a| a.buddy.alloc(order))
-                .ok_or_else(|| {
-                    DmaError::Invalid(format!("a block of {block} bytes does not fit an arena"))
-                })?;
-            (index, unit)
+        let (index, unit) = match found {
+            Some(found) => found,
+            None => self.grow(&mut state, order, block, access)?,
         };
         let offset = unit as usize * MIN_BLOCK;
         let Some(arena) = state.arenas[index].as_ref() else {
@@ -352,6 +337,34 @@ impl PoolInner {
                 order,
             },
         ))
+    }
+
+    /// Adds an arena for `access` and allocates a block of `order` (`block` bytes) in it:
+    /// what a lease does when no arena has room (rare, so kept off the lease's path).
+    #[cold]
+    #[inline(never)]
+    fn grow(
+        &self,
+        state: &mut PoolState,
+        order: u8,
+        block: usize,
+        access: Access,
+    ) -> Result<(usize, u32), DmaError> {
+        let arena = self.new_arena(access)?;
+        let index = if let Some(free_slot) = state.arenas.iter().position(Option::is_none) {
+            state.arenas[free_slot] = Some(arena);
+            free_slot
+        } else {
+            state.arenas.push(Some(arena));
+            state.arenas.len() - 1
+        };
+        let unit = state.arenas[index]
+            .as_mut()
+            .and_then(|a| a.buddy.alloc(order))
+            .ok_or_else(|| {
+                DmaError::Invalid(format!("a block of {block} bytes does not fit an arena"))
+            })?;
+        Ok((index, unit))
     }
 
     /// Get, place and map a new arena (under the state lock: growth is rare).
@@ -397,6 +410,8 @@ impl PoolInner {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn lease_own(
         &self,
         len: usize,

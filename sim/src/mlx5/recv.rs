@@ -3,6 +3,7 @@
 //! VL15 only for QP0, Q_Key, P_Key), into the next posted receive WQE: the 40-byte GRH area
 //! (written only when the packet has a GRH), then the MAD, and a responder CQE.
 
+use dma::SimIommu;
 use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, RespCqe};
 use firmware_cmds::mlx5::grh::{GRH_LEN, Grh, IP_VERSION, NEXT_HEADER_IBA};
 use firmware_cmds::mlx5::qpc::QpServiceType;
@@ -11,8 +12,10 @@ use firmware_cmds::mlx5::wqe::{DATA_SEG_LEN, DataSeg};
 
 use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
+use super::counters::Counters;
 use super::counters::DropReason;
 use super::faults::WqeQueue;
+use super::qp::Qp;
 use super::state::{State, WQE_SCRATCH, pkey_match};
 use crate::packet::Packet;
 
@@ -46,8 +49,18 @@ impl State {
             n => Some(n),
         }
         .ok_or(DropReason::NoQp)?;
-        let view = &self.ports[p];
-        let qp = self.qps.get(&qpn).ok_or(DropReason::NoQp)?;
+        // The QP is looked up once; the state's other parts are borrowed apart from it.
+        let State {
+            qps,
+            iommu,
+            counters,
+            ports,
+            faults,
+            wqe_scratch,
+            ..
+        } = self;
+        let view = &ports[p];
+        let qp = qps.get_mut(&qpn).ok_or(DropReason::NoQp)?;
         if qp.port != port || (qp.st == QpServiceType::UD && pkt.dst_qp < 2) {
             return Err(DropReason::NoQp);
         }
@@ -80,8 +93,8 @@ impl State {
         // flush may have moved the consumer past it).
         let cached = u32::from(qp.rq_pc_seen.wrapping_sub(index));
         let pc = if cached == 0 || cached > n {
-            let Some(pc) = qp.rq_producer(&self.iommu) else {
-                self.counters.snap.dma_errors += 1;
+            let Some(pc) = qp.rq_producer(iommu) else {
+                counters.snap.dma_errors += 1;
                 return Err(DropReason::NoRecvWqe);
             };
             pc
@@ -92,25 +105,32 @@ impl State {
         if pending == 0 {
             return Err(DropReason::NoRecvWqe);
         }
-        if let Some(q) = self.qps.get_mut(&qpn) {
-            q.rq_pc_seen = pc;
-        }
-        self.counters.snap.packets_received += 1;
+        qp.rq_pc_seen = pc;
+        counters.snap.packets_received += 1;
         let result = if pending > n {
             Err((CqeSyndrome::LOCAL_QP_OP_ERR, vendor_syndrome::BAD_WQE))
-        } else if let Some(f) = self.faults.take_wqe(qpn, WqeQueue::Recv) {
+        } else if let Some(f) = faults.take_wqe(qpn, WqeQueue::Recv) {
             Err((f.syndrome, f.vendor_err))
         } else {
-            self.scatter(qpn, index, pkt)
+            let mut raw = wqe_scratch
+                .take()
+                .unwrap_or_else(|| Box::new([0; WQE_SCRATCH]));
+            let r = scatter(iommu, counters, qp, index, pkt, &mut raw[..MAX_RECV_WQE]);
+            *wqe_scratch = Some(raw);
+            r
         };
-        let qp = self.qps.get_mut(&qpn).expect("looked up above");
         qp.rq_cc = index.wrapping_add(1);
         qp.recvs += 1;
-        self.counters.snap.recv_wqes += 1;
+        counters.snap.recv_wqes += 1;
         let cqn = qp.cqn_rcv;
         match result {
             Ok(()) => {
-                let qp = &self.qps[&qpn];
+                let imm_inval_pkey = if qp.st == QpServiceType::QP1 {
+                    u32::from(pkt.pkey)
+                } else {
+                    0
+                };
+                let srqn = qp.user_index & 0x00ff_ffff;
                 let cqe = Cqe {
                     opcode: CqeOpcode::RESP_SEND,
                     format: 0,
@@ -125,12 +145,8 @@ impl State {
                         l3_hdr: if pkt.grh.is_some() { CQE_L3_GRH } else { 0 },
                         slid: pkt.slid,
                         ml_path: (pkt.dlid & lmc_mask) as u8,
-                        imm_inval_pkey: if qp.st == QpServiceType::QP1 {
-                            u32::from(pkt.pkey)
-                        } else {
-                            0
-                        },
-                        srqn: qp.user_index & 0x00ff_ffff,
+                        imm_inval_pkey,
+                        srqn,
                         timestamp: self.timestamp(),
                         drop_count: 0,
                     }),
@@ -138,104 +154,97 @@ impl State {
                 self.complete(cqn, cqe, false);
             }
             Err((syndrome, vendor)) => {
-                let cqe = State::error_cqe(&self.qps[&qpn], false, syndrome, vendor, index, 0);
+                let cqe = State::error_cqe(qp, false, syndrome, vendor, index, 0);
                 self.complete(cqn, cqe, true);
                 self.qp_to_err(qpn);
             }
         }
         Ok(())
     }
+}
 
-    /// Writes the GRH area and the MAD into receive WQE `index` of `qpn`.
-    fn scatter(&mut self, qpn: u32, index: u16, pkt: &Packet) -> Result<(), (CqeSyndrome, u8)> {
-        let mut raw = self.take_scratch();
-        let r = self.scatter_with(qpn, index, pkt, &mut raw[..MAX_RECV_WQE]);
-        self.put_scratch(raw);
-        r
+/// Writes the GRH area and the MAD of `pkt` into receive WQE `index` of `qp`, reading the
+/// WQE into `raw`.
+fn scatter(
+    iommu: &SimIommu,
+    counters: &mut Counters,
+    qp: &Qp,
+    index: u16,
+    pkt: &Packet,
+    raw: &mut [u8],
+) -> Result<(), (CqeSyndrome, u8)> {
+    let stride = (1usize << qp.rq_stride_shift).min(MAX_RECV_WQE);
+    let read = qp
+        .rq_wqe_addr(index)
+        .is_some_and(|a| buffer::read(iommu, a, &mut raw[..stride]));
+    let prot = (CqeSyndrome::LOCAL_PROT_ERR, vendor_syndrome::PROTECTION);
+    if !read {
+        counters.snap.dma_errors += 1;
+        return Err(prot);
     }
-
-    /// [`scatter`](Self::scatter), reading the WQE into `raw`.
-    fn scatter_with(
-        &mut self,
-        qpn: u32,
-        index: u16,
-        pkt: &Packet,
-        raw: &mut [u8],
-    ) -> Result<(), (CqeSyndrome, u8)> {
-        let qp = &self.qps[&qpn];
-        let stride = (1usize << qp.rq_stride_shift).min(MAX_RECV_WQE);
-        let read = qp
-            .rq_wqe_addr(index)
-            .is_some_and(|a| buffer::read(&self.iommu, a, &mut raw[..stride]));
-        let prot = (CqeSyndrome::LOCAL_PROT_ERR, vendor_syndrome::PROTECTION);
-        if !read {
-            self.counters.snap.dma_errors += 1;
+    // Every data segment is checked (and the capacity summed) before anything is written;
+    // the write below walks the same segments again rather than keeping a zeroed array of
+    // them for each packet.
+    let mut nsegs = 0;
+    let mut capacity = 0usize;
+    for s in data_segs(&raw[..stride]) {
+        if s.lkey != special_keys::RESD_LKEY || !qp.rlky {
             return Err(prot);
         }
-        // Every data segment is checked (and the capacity summed) before anything is written;
-        // the write below walks the same segments again rather than keeping a zeroed array
-        // of them for each packet.
-        let mut nsegs = 0;
-        let mut capacity = 0usize;
-        for s in data_segs(&raw[..stride]) {
-            if s.lkey != special_keys::RESD_LKEY || !qp.rlky {
-                return Err(prot);
-            }
-            nsegs += 1;
-            capacity += s.byte_count as usize;
+        nsegs += 1;
+        capacity += s.byte_count as usize;
+    }
+    if capacity < RECV_LEN {
+        return Err((CqeSyndrome::LOCAL_LENGTH_ERR, vendor_syndrome::LENGTH));
+    }
+    let grh = pkt.grh.as_deref().map(|g| {
+        Grh {
+            ip_version: IP_VERSION,
+            traffic_class: g.traffic_class,
+            flow_label: g.flow_label,
+            payload_len: GRH_PAYLOAD_LEN,
+            next_header: NEXT_HEADER_IBA,
+            hop_limit: g.hop_limit,
+            sgid: g.sgid,
+            dgid: g.dgid,
         }
-        if capacity < RECV_LEN {
-            return Err((CqeSyndrome::LOCAL_LENGTH_ERR, vendor_syndrome::LENGTH));
-        }
-        let grh = pkt.grh.as_deref().map(|g| {
-            Grh {
-                ip_version: IP_VERSION,
-                traffic_class: g.traffic_class,
-                flow_label: g.flow_label,
-                payload_len: GRH_PAYLOAD_LEN,
-                next_header: NEXT_HEADER_IBA,
-                hop_limit: g.hop_limit,
-                sgid: g.sgid,
-                dgid: g.dgid,
-            }
-            .encode()
-        });
-        // The message as the scatter list sees it: GRH area, then MAD.
-        let mut at = 0usize;
-        let mut ok = true;
-        for seg in data_segs(&raw[..stride]).take(nsegs) {
-            let (addr, len) = (seg.addr, seg.byte_count as usize);
-            let end = (at + len).min(RECV_LEN);
-            let mut pos = at;
-            while pos < end {
-                let (src, take): (&[u8], usize) = if pos < GRH_LEN {
-                    let n = (GRH_LEN - pos).min(end - pos);
-                    match &grh {
-                        Some(g) => (&g[pos..pos + n], n),
-                        // Without a GRH the area is skipped, not written.
-                        None => (&[][..], n),
-                    }
-                } else {
-                    let m = pos - GRH_LEN;
-                    let n = end - pos;
-                    (&pkt.mad[m..m + n], n)
-                };
-                if !src.is_empty() {
-                    ok &= buffer::write(&self.iommu, addr + (pos - at) as u64, src);
+        .encode()
+    });
+    // The message as the scatter list sees it: GRH area, then MAD.
+    let mut at = 0usize;
+    let mut ok = true;
+    for seg in data_segs(&raw[..stride]).take(nsegs) {
+        let (addr, len) = (seg.addr, seg.byte_count as usize);
+        let end = (at + len).min(RECV_LEN);
+        let mut pos = at;
+        while pos < end {
+            let (src, take): (&[u8], usize) = if pos < GRH_LEN {
+                let n = (GRH_LEN - pos).min(end - pos);
+                match &grh {
+                    Some(g) => (&g[pos..pos + n], n),
+                    // Without a GRH the area is skipped, not written.
+                    None => (&[][..], n),
                 }
-                pos += take;
+            } else {
+                let m = pos - GRH_LEN;
+                let n = end - pos;
+                (&pkt.mad[m..m + n], n)
+            };
+            if !src.is_empty() {
+                ok &= buffer::write(iommu, addr + (pos - at) as u64, src);
             }
-            at += len;
-            if at >= RECV_LEN || !ok {
-                break;
-            }
+            pos += take;
         }
-        if !ok {
-            self.counters.snap.dma_errors += 1;
-            return Err(prot);
+        at += len;
+        if at >= RECV_LEN || !ok {
+            break;
         }
-        Ok(())
     }
+    if !ok {
+        counters.snap.dma_errors += 1;
+        return Err(prot);
+    }
+    Ok(())
 }
 
 /// The data segments of a receive WQE, up to the first that does not decode or ends the list.

@@ -4,6 +4,7 @@
 //! becomes a packet (SLID from the port's LID and the path bits, VL15 for QP0, source QP 0,
 //! 1 or the DETH override, Q_Key and P_Key from the QP where the WQE defers to it).
 
+use dma::SimIommu;
 use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ReqCqe};
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
@@ -14,9 +15,11 @@ use firmware_cmds::mlx5::wqe::{
 
 use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
+use super::counters::Counters;
 use super::counters::DropReason;
 use super::faults::WqeQueue;
-use super::state::{State, WQE_SCRATCH};
+use super::qp::Qp;
+use super::state::{PortView, State, WQE_SCRATCH};
 use crate::packet::{Packet, PacketGrh};
 
 /// Largest send WQE, in bytes.
@@ -60,7 +63,25 @@ impl State {
 
     /// Runs the next send WQE of `qpn`.
     pub(crate) fn next_send(&mut self, qpn: u32) -> SendStep {
-        let Some(qp) = self.qps.get(&qpn) else {
+        let mut wqe = self.take_scratch();
+        let step = self.next_send_with(qpn, &mut wqe[..MAX_WQE]);
+        self.put_scratch(wqe);
+        step
+    }
+
+    /// [`next_send`](Self::next_send), reading the WQE into `wqe`. The QP is looked up once:
+    /// the WQE is read and turned into a packet with the state's other parts borrowed apart.
+    fn next_send_with(&mut self, qpn: u32, wqe: &mut [u8]) -> SendStep {
+        let State {
+            qps,
+            iommu,
+            counters,
+            ports,
+            mad_pool,
+            faults,
+            ..
+        } = self;
+        let Some(qp) = qps.get_mut(&qpn) else {
             return SendStep::Idle;
         };
         match qp.state {
@@ -72,8 +93,8 @@ impl State {
             // Before RTS the device does not look at the send queue.
             _ => return SendStep::Idle,
         }
-        let (Some(bbs), Some(pc)) = (qp.sq_bbs(), qp.sq_producer(&self.iommu)) else {
-            self.counters.snap.dma_errors += 1;
+        let (Some(bbs), Some(pc)) = (qp.sq_bbs(), qp.sq_producer(iommu)) else {
+            counters.snap.dma_errors += 1;
             return SendStep::Idle;
         };
         let start = qp.sq_cc;
@@ -85,21 +106,23 @@ impl State {
             // A doorbell record beyond the ring: the WQE there is not one the driver posted.
             (Err(qp_op_err()), 1, 0, true)
         } else {
-            let mut wqe = self.take_scratch();
-            let r = self.read_send_wqe(qpn, start, pending, &mut wqe[..MAX_WQE]);
-            self.put_scratch(wqe);
-            r
+            let mut cx = SendCx {
+                iommu,
+                counters,
+                ports,
+                mad_pool,
+            };
+            cx.read_send_wqe(qp, start, pending, wqe)
         };
-        let injected = self.faults.take_wqe(qpn, WqeQueue::Send);
+        let injected = faults.take_wqe(qpn, WqeQueue::Send);
         let result = match injected {
             Some(f) => Err(SendError(f.syndrome, f.vendor_err)),
             None => result,
         };
-        let qp = self.qps.get_mut(&qpn).expect("looked up above");
         qp.sq_cc = start.wrapping_add(nbb as u16);
         qp.sends += 1;
         let more = pc != qp.sq_cc;
-        self.counters.snap.send_wqes += 1;
+        counters.snap.send_wqes += 1;
         let cqn = qp.cqn_snd;
         match result {
             Ok(packet) => {
@@ -141,22 +164,34 @@ impl State {
             }
         }
     }
+}
 
-    /// Reads and runs the WQE at basic block `start`: its result (a packet, or none for a
-    /// NOP), the basic blocks it spans, its opcode and whether it asks for a CQE.
+/// What reading a send WQE and building its packet use of the state, borrowed apart from
+/// the QP being served.
+struct SendCx<'a> {
+    iommu: &'a SimIommu,
+    counters: &'a mut Counters,
+    ports: &'a [PortView],
+    #[allow(clippy::vec_box)]
+    mad_pool: &'a mut Vec<Box<[u8; MAD_LEN]>>,
+}
+
+impl SendCx<'_> {
+    /// Reads and runs the WQE of `qp` at basic block `start`: its result (a packet, or none
+    /// for a NOP), the basic blocks it spans, its opcode and whether it asks for a CQE.
     #[allow(clippy::type_complexity)]
     fn read_send_wqe(
         &mut self,
-        qpn: u32,
+        qp: &Qp,
         start: u16,
         pending: u32,
         wqe: &mut [u8],
     ) -> (Result<Option<(u8, Packet)>, SendError>, u32, u8, bool) {
-        let qp = &self.qps[&qpn];
+        let iommu = self.iommu;
         // The control segment first: its DS count says how many basic blocks follow.
         let read_bb = |i: u16, dst: &mut [u8]| {
             qp.sq_bb_addr(start.wrapping_add(i))
-                .is_some_and(|a| self.iommu.read(a, dst).is_ok())
+                .is_some_and(|a| iommu.read(a, dst).is_ok())
         };
         // A UD send is two basic blocks: when the second is posted and follows the first in
         // the same page, both come in one read (the device fetches ahead as far as the
@@ -171,7 +206,7 @@ impl State {
                 _ => false,
             };
         let first = if ahead { 2 * SEND_WQE_BB } else { SEND_WQE_BB };
-        let first_read = at.is_some_and(|a| self.iommu.read(a, &mut wqe[..first]).is_ok());
+        let first_read = at.is_some_and(|a| iommu.read(a, &mut wqe[..first]).is_ok());
         if !first_read {
             self.counters.snap.dma_errors += 1;
             return (
@@ -209,23 +244,22 @@ impl State {
                 );
             }
         }
-        if ctrl.qpn != qpn {
+        if ctrl.qpn != qp.qpn {
             return (Err(qp_op_err()), nbb, opcode, true);
         }
         let result = match ctrl.opcode {
             WqeOpcode::NOP => Ok(None),
             WqeOpcode::SEND | WqeOpcode::SEND_IMM => self
-                .build_packet(qpn, &wqe[..nbb as usize * SEND_WQE_BB])
+                .build_packet(qp, &wqe[..nbb as usize * SEND_WQE_BB])
                 .map(Some),
             _ => Err(qp_op_err()),
         };
         (result, nbb, opcode, signaled)
     }
 
-    /// The packet of a UD-style send WQE.
-    fn build_packet(&mut self, qpn: u32, wqe: &[u8]) -> Result<(u8, Packet), SendError> {
+    /// The packet of a UD-style send WQE of `qp`.
+    fn build_packet(&mut self, qp: &Qp, wqe: &[u8]) -> Result<(u8, Packet), SendError> {
         let (_, av, gather) = UdSendWqe::parse_in_place(wqe).map_err(|_| qp_op_err())?;
-        let qp = &self.qps[&qpn];
         let mut mad = self
             .mad_pool
             .pop()
@@ -247,7 +281,7 @@ impl State {
                             vendor_syndrome::LENGTH,
                         ));
                     }
-                    if !buffer::read(&self.iommu, d.addr, &mut mad[len..len + n]) {
+                    if !buffer::read(self.iommu, d.addr, &mut mad[len..len + n]) {
                         self.counters.snap.dma_errors += 1;
                         return Err(SendError(
                             CqeSyndrome::LOCAL_PROT_ERR,

@@ -342,15 +342,18 @@ impl State {
     /// behind them (a work queue always completes in order); anything else goes on at once.
     pub(crate) fn complete(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
         // Nearly always: no delay in force and nothing held back, so nothing to order behind
-        // (what the general path below would conclude after its look-ups).
-        if !self.faults.delays_cqes()
-            && self
-                .cqs
-                .get(&cqn)
-                .is_some_and(|cq| cq.late.is_empty() && cq.delayed.is_empty())
-        {
-            self.write_cqe(cqn, cqe, solicited);
-            return;
+        // (what the general path below would conclude after its look-ups). The CQ is looked
+        // up once for the check and the write.
+        if !self.faults.delays_cqes() {
+            if let Some(cq) = self.cqs.get_mut(&cqn) {
+                if cq.late.is_empty() && cq.delayed.is_empty() {
+                    let (is_error, is_flush) = cqe_kind(&cqe);
+                    let eqn = cq.eqn;
+                    let posted = cq.post(&self.iommu, cqe, solicited || is_error);
+                    self.posted(cqn, eqn, posted, is_error, is_flush);
+                    return;
+                }
+            }
         }
         if matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
             let delay = self.faults.send_completion_delay.get(&cqe.qpn).copied();
@@ -438,15 +441,22 @@ impl State {
     }
 
     fn write_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
-        let is_error = matches!(cqe.body, CqeBody::Error(_));
-        let is_flush =
-            matches!(&cqe.body, CqeBody::Error(e) if e.syndrome == CqeSyndrome::WR_FLUSHED_ERR);
+        let (is_error, is_flush) = cqe_kind(&cqe);
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             self.counters.snap.cqes_lost += 1;
             return;
         };
         let eqn = cq.eqn;
-        match cq.post(&self.iommu, cqe, solicited || is_error) {
+        let posted = cq.post(&self.iommu, cqe, solicited || is_error);
+        self.posted(cqn, eqn, posted, is_error, is_flush);
+    }
+
+    /// Counts a CQE posted to `cqn` (whose EQ is `eqn`) and does what follows: the
+    /// completion event of an armed CQ, or the CQ error event of an overrun or access
+    /// violation.
+    #[inline]
+    fn posted(&mut self, cqn: u32, eqn: u8, posted: cq::Posted, is_error: bool, is_flush: bool) {
+        match posted {
             cq::Posted::Written(fire) => {
                 let c = &mut self.counters.snap;
                 c.cqes += 1;
@@ -634,6 +644,14 @@ impl State {
                 self.err_rqs.remove(&qpn);
             }
         }
+    }
+}
+
+/// Whether a CQE reports an error, and whether that error is a flush.
+fn cqe_kind(cqe: &Cqe) -> (bool, bool) {
+    match &cqe.body {
+        CqeBody::Error(e) => (true, e.syndrome == CqeSyndrome::WR_FLUSHED_ERR),
+        _ => (false, false),
     }
 }
 
