@@ -17,6 +17,20 @@ fn pool(mode: LeaseMode) -> (Arc<SimIommu>, DmaPool) {
     (iommu, pool)
 }
 
+/// A pooled-mode pool of 64 KiB arenas on its own simulated IOMMU.
+fn pooled_64k() -> (Arc<SimIommu>, DmaPool) {
+    let iommu = Arc::new(SimIommu::new());
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 64 << 10,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    (iommu, pool)
+}
+
 #[test]
 fn accounting_returns_to_zero_after_drop_in_both_modes() {
     for mode in MODES {
@@ -240,15 +254,7 @@ fn strict_leases_fault_just_past_their_mapping() {
 
 #[test]
 fn pooled_leases_grow_arenas_and_large_leases_get_their_own_mapping() {
-    let iommu = Arc::new(SimIommu::new());
-    let pool = DmaPool::with_config(
-        iommu.clone(),
-        PoolConfig {
-            arena_size: 64 << 10,
-            ..PoolConfig::new(LeaseMode::Pooled)
-        },
-    )
-    .unwrap();
+    let (iommu, pool) = pooled_64k();
     // 16 KiB blocks: 4 per arena, so 5 leases need 2 arenas.
     let mut leases: Vec<DmaLease> = (0..5)
         .map(|_| pool.lease(16 << 10, 64, Access::ReadWrite).unwrap())
@@ -278,15 +284,7 @@ fn pooled_leases_grow_arenas_and_large_leases_get_their_own_mapping() {
 
 #[test]
 fn freed_small_blocks_are_reused_and_never_keep_an_arena_or_a_large_lease_out() {
-    let iommu = Arc::new(SimIommu::new());
-    let pool = DmaPool::with_config(
-        iommu.clone(),
-        PoolConfig {
-            arena_size: 64 << 10,
-            ..PoolConfig::new(LeaseMode::Pooled)
-        },
-    )
-    .unwrap();
+    let (iommu, pool) = pooled_64k();
     // A MAD buffer dropped and leased again comes back at the same IOVA, with the new data.
     let first = pool.lease_copy(&[0xaa; 256], 64, Access::Read).unwrap();
     let iova = first.iova();
