@@ -278,25 +278,15 @@ impl Inner {
     }
 
     /// Runs the send queue of `qpn` at `now`, one WQE per lock, transmitting outside the lock.
-    ///
-    /// The port's link is read once per run, not once per packet: a link attached or
-    /// detached by another thread meanwhile takes effect from the next doorbell, as if the
-    /// change had come after this one (the two race, and either order is one hardware could
-    /// show).
     fn run_send_queue(&self, qpn: u32, now: Duration) {
-        let mut link: Option<(u8, Option<Arc<dyn PortLink>>)> = None;
         loop {
             match self.with_at(now, |st| st.next_send(qpn)) {
                 SendStep::Idle => return,
                 SendStep::Completed => {}
                 SendStep::Packet(port, packet, more) => {
                     // Counted (sent, or dropped for want of a link) by `next_send`.
-                    let to = match &link {
-                        Some((p, l)) if *p == port => l,
-                        _ => &link.insert((port, self.link(port))).1,
-                    };
-                    if let Some(to) = to {
-                        to.transmit_at(packet, now);
+                    if let Some(link) = self.link(port) {
+                        link.transmit_at(packet, now);
                     }
                     if !more {
                         return;
