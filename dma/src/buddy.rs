@@ -17,6 +17,9 @@ const NIL: u32 = u32::MAX;
 /// `free_order` of a unit that does not start a free block (0, so the side array starts
 /// zeroed and a new arena needs no pass over it).
 const NOT_FREE: u8 = 0;
+/// `free_order` of the first unit of a block on a quick list: never an order plus one (orders
+/// stay below 32), so merging never takes it, and a second free of it is caught.
+const QUICK: u8 = u8::MAX;
 /// Orders whose freed blocks go to a quick list (up to 4 KiB).
 const QUICK_ORDERS: usize = 7;
 
@@ -32,7 +35,8 @@ pub(crate) struct Buddy {
     /// when the block is put on its list), so they start zeroed, not NIL.
     next: Vec<u32>,
     prev: Vec<u32>,
-    /// For the first unit of a free block: its order plus one; otherwise NOT_FREE.
+    /// For the first unit of a free block: its order plus one; of a block on a quick list:
+    /// QUICK; otherwise NOT_FREE.
     free_order: Vec<u8>,
     /// Units handed out (for the idle check); blocks on the quick lists are not counted.
     used_units: usize,
@@ -80,6 +84,7 @@ impl Buddy {
     pub(crate) fn alloc(&mut self, order: u8) -> Option<u32> {
         if order <= self.max_order {
             if let Some(unit) = self.quick.get_mut(usize::from(order)).and_then(Vec::pop) {
+                self.free_order[unit as usize] = NOT_FREE;
                 self.quick_units -= 1 << order;
                 self.used_units += 1 << order;
                 return Some(unit);
@@ -126,16 +131,11 @@ impl Buddy {
     #[inline]
     pub(crate) fn free(&mut self, unit: u32, order: u8) {
         debug_assert_eq!(self.free_order[unit as usize], NOT_FREE, "double free");
-        debug_assert!(
-            self.quick
-                .get(usize::from(order))
-                .is_none_or(|q| !q.contains(&unit)),
-            "double free"
-        );
         self.used_units -= 1 << order;
         if let Some(q) = self.quick.get_mut(usize::from(order)) {
             if self.quick_units + (1 << order) <= self.quick_max {
                 q.push(unit);
+                self.free_order[unit as usize] = QUICK;
                 self.quick_units += 1 << order;
                 return;
             }
@@ -147,6 +147,7 @@ impl Buddy {
     fn drain_quick(&mut self) {
         for order in 0..QUICK_ORDERS {
             while let Some(unit) = self.quick[order].pop() {
+                self.free_order[unit as usize] = NOT_FREE;
                 self.merge(unit, order as u8);
             }
         }
@@ -202,6 +203,35 @@ impl Buddy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "double free")]
+    fn freeing_a_block_twice_is_caught_while_it_waits_on_a_quick_list() {
+        let mut b = Buddy::new(6);
+        let u = b.alloc(0).unwrap();
+        b.free(u, 0);
+        b.free(u, 0);
+    }
+
+    #[test]
+    fn quick_listed_blocks_come_back_last_freed_first_and_merge_when_room_runs_out() {
+        let mut b = Buddy::new(4);
+        let (u, v) = (b.alloc(0).unwrap(), b.alloc(0).unwrap());
+        assert_eq!(u ^ v, 1, "buddies");
+        // Both wait on the quick list, unmerged: the last freed comes back first.
+        b.free(v, 0);
+        b.free(u, 0);
+        assert_eq!(b.alloc(0), Some(u));
+        assert_eq!(b.alloc(0), Some(v));
+        b.free(u, 0);
+        b.free(v, 0);
+        // The whole arena in one block: the quick lists are merged back first.
+        assert_eq!(b.alloc(4), Some(0));
+        assert!(!b.is_idle());
+        b.free(0, 4);
+        assert!(b.is_idle());
+    }
 
     #[test]
     fn order_for_rounds_up_to_powers_of_two_from_min_block() {
