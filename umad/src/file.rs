@@ -21,7 +21,9 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use mad::wire::header::is_response;
+use mad::wire::class::is_rmpp_capable;
+use mad::wire::header::{MAD_LEN, is_response};
+use mad::wire::rmpp::{Rmpp, flags as rmpp_flags};
 use mad::{
     Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, SendRequest,
     SpecialQp, WcStatus,
@@ -56,7 +58,12 @@ enum Slot {
     Free,
     /// Being registered (the MAD layer is asked without the file's lock).
     Reserved,
-    Active(Arc<Agent>),
+    Active {
+        agent: Arc<Agent>,
+        /// The MAD layer does RMPP for it (an RMPP version without `UMAD_USER_RMPP`): a send
+        /// with the RMPP Active flag may be longer than one MAD.
+        rmpp: bool,
+    },
 }
 
 struct Sent {
@@ -145,7 +152,7 @@ impl UmadFile {
         lock(&self.state)
             .slots
             .iter()
-            .filter(|s| matches!(s, Slot::Active(_)))
+            .filter(|s| matches!(s, Slot::Active { .. }))
             .count()
     }
 
@@ -219,7 +226,10 @@ impl UmadFile {
             return Err(UmadError::NotAPort { fd: self.fd });
         }
         st.by_agent.insert(agent.id(), id as u32);
-        st.slots[id] = Slot::Active(Arc::new(agent));
+        st.slots[id] = Slot::Active {
+            agent: Arc::new(agent),
+            rmpp: rmpp != 0,
+        };
         debug("umad_register", || {
             format!(
                 "fd {} registered agent {id} qp {} class {:#x} version {}",
@@ -241,7 +251,7 @@ impl UmadFile {
                 return Err(UmadError::UnregisterUnknownAgent { id });
             }
             let a = match std::mem::replace(&mut st.slots[id as usize], Slot::Free) {
-                Slot::Active(a) => a,
+                Slot::Active { agent, .. } => agent,
                 other => {
                     st.slots[id as usize] = other;
                     return Err(UmadError::UnregisterUnknownAgent { id });
@@ -252,6 +262,52 @@ impl UmadFile {
             a
         };
         deregister(agent);
+        Ok(())
+    }
+
+    /// The checks the kernel's `ib_umad_write` makes on the header and the MAD's first 36
+    /// bytes (`head`: the header, then those bytes) before it copies the rest of a write
+    /// whose MAD is `mad_len` bytes long: an agent ID in range (else EINVAL) and registered
+    /// (else EIO), and a length the send may have: one MAD, or any length for an RMPP-active
+    /// send of an agent the MAD layer does RMPP for (else EINVAL). `umad_send` reads the
+    /// caller's `mad_len` bytes only once these pass.
+    pub fn check_write(
+        &self,
+        head: &[u8; HDR_LEN + MIN_WRITE_MAD],
+        mad_len: usize,
+    ) -> Result<(), UmadError> {
+        let hdr = IbUserMad::from_bytes(head[..HDR_LEN].try_into().expect("header length"));
+        if mad_len < MIN_WRITE_MAD {
+            return Err(UmadError::ShortWrite {
+                len: HDR_LEN + mad_len,
+                hdr: HDR_LEN,
+            });
+        }
+        if hdr.agent_id as usize >= MAX_AGENTS {
+            return Err(UmadError::AgentRange {
+                id: hdr.agent_id.into(),
+            });
+        }
+        let kernel_rmpp = {
+            let st = lock(&self.state);
+            if let Some(reason) = st.dead.clone() {
+                return Err(UmadError::Dead { reason });
+            }
+            let Slot::Active { rmpp, .. } = &st.slots[hdr.agent_id as usize] else {
+                return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
+            };
+            *rmpp
+        };
+        let mad = Rmpp::new_checked(&head[HDR_LEN..]).expect("36 bytes: an RMPP header");
+        let rmpp_active = kernel_rmpp
+            && is_rmpp_capable(mad.header().mgmt_class())
+            && mad.flags() & rmpp_flags::ACTIVE != 0;
+        if !rmpp_active && mad_len > MAD_LEN {
+            return Err(UmadError::Send(mad::MadError::MadTooLarge {
+                len: mad_len,
+                max: MAD_LEN,
+            }));
+        }
         Ok(())
     }
 
@@ -284,7 +340,7 @@ impl UmadFile {
             if let Some(reason) = st.dead.clone() {
                 return Err(UmadError::Dead { reason });
             }
-            let Slot::Active(agent) = &st.slots[hdr.agent_id as usize] else {
+            let Slot::Active { agent, .. } = &st.slots[hdr.agent_id as usize] else {
                 return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
             };
             let agent = Arc::clone(agent);
@@ -420,7 +476,7 @@ impl UmadFile {
                 .slots
                 .iter_mut()
                 .filter_map(|s| match std::mem::replace(s, Slot::Free) {
-                    Slot::Active(a) => Some(a),
+                    Slot::Active { agent, .. } => Some(agent),
                     _ => None,
                 })
                 .collect();

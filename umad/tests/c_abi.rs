@@ -222,6 +222,26 @@ fn thirty_two_agents_per_fd_and_the_kernels_errnos() {
 }
 
 #[test]
+fn an_overlong_send_is_refused_before_the_mad_past_its_header_is_read() {
+    // The buffer ends at an inaccessible page: reading the 4096 bytes claimed would fault.
+    let Some(v) = run("overlong", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // libibumad: -EIO, errno from write(2); the kernel's EINVAL for the size.
+            ("overlong", "-5 errno_overlong=22"),
+            ("one_over", "-5 errno_one_over=22"),
+            // The agent is checked first (EIO), as ib_umad_write does.
+            ("overlong_no_agent", "-5 errno_no_agent=5"),
+            ("fits", "0"),
+            ("answer", "0 status=0 tid_low=00000be7"),
+        ],
+    );
+}
+
+#[test]
 fn register2_and_register_oui_follow_libibumad() {
     let Some(v) = run("register2", "sim") else {
         return;

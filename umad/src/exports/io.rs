@@ -9,10 +9,11 @@
 //! `extern "C-unwind"` (a plain `extern "C"` function aborts when an unwind crosses it).
 
 use std::ffi::{c_int, c_void};
+use std::ptr::addr_of_mut;
 
 use std::time::Duration;
 
-use crate::abi::{HDR_LEN, IbUserMad};
+use crate::abi::{HDR_LEN, IbUserMad, MIN_WRITE_MAD};
 use crate::context::global;
 use crate::error::UmadError;
 use crate::exports::{guard, hdr_len, set_errno};
@@ -105,8 +106,13 @@ fn wait_steps(
 /// a short or over-long MAD or a duplicate TID, EIO for an unregistered agent or a dead
 /// device, EBADF for an fd this library did not open).
 ///
+/// As the kernel's `write`, it reads the header and the MAD's first 36 bytes first, and the
+/// rest only once the length passed the checks those allow ([`UmadFile::check_write`]): a
+/// `length` longer than one MAD (outside RMPP) is refused without reading past it.
+///
 /// # Safety
-/// `umad` points to `umad_size() + length` bytes.
+/// `umad` points to `umad_size() + length` bytes (at least the header and 36 bytes of MAD
+/// for a `length` the checks refuse); no alignment is asked of it.
 pub unsafe extern "C" fn umad_send(
     fd: c_int,
     agentid: c_int,
@@ -117,28 +123,39 @@ pub unsafe extern "C" fn umad_send(
 ) -> c_int {
     guard(-libc::EIO, || {
         set_errno(0);
-        if umad.is_null() || length < 0 {
+        let Ok(mad_len) = usize::try_from(length) else {
+            set_errno(libc::EINVAL);
+            return -libc::EIO;
+        };
+        if umad.is_null() {
             set_errno(libc::EINVAL);
             return -libc::EIO;
         }
         let h = umad.cast::<IbUserMad>();
-        // SAFETY: the caller's buffer starts with the header; libibumad writes these three
-        // fields there too.
+        // SAFETY: the caller's buffer starts with a header (umad_size() bytes, which hold
+        // these three fields in either ABI); libibumad writes them there too. Unaligned
+        // writes: the caller's buffer may have any alignment.
         unsafe {
-            (*h).timeout_ms = timeout_ms as u32;
-            (*h).retries = retries as u32;
-            (*h).agent_id = agentid as u32;
+            addr_of_mut!((*h).timeout_ms).write_unaligned(timeout_ms as u32);
+            addr_of_mut!((*h).retries).write_unaligned(retries as u32);
+            addr_of_mut!((*h).agent_id).write_unaligned(agentid as u32);
         }
-        let len = hdr_len() + length as usize;
-        // SAFETY: the caller's buffer holds umad_size() + length bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(umad.cast::<u8>(), len) };
+        let len = hdr_len() + mad_len;
         let r = global()
             .ok_or(UmadError::NotAPort { fd })
             .and_then(|c| c.file(fd))
             .and_then(|f| {
-                if hdr_len() != HDR_LEN {
+                if hdr_len() != HDR_LEN || mad_len < MIN_WRITE_MAD {
                     return Err(UmadError::ShortWrite { len, hdr: HDR_LEN });
                 }
+                // SAFETY: mad_len >= 36, so the umad_size() + length bytes the caller vouches
+                // for include the header and the MAD's first 36 bytes; read unaligned.
+                let head: [u8; HDR_LEN + MIN_WRITE_MAD] =
+                    unsafe { std::ptr::read_unaligned(umad.cast()) };
+                f.check_write(&head, mad_len)?;
+                // SAFETY: the length passed the kernel's checks; the caller's buffer holds
+                // umad_size() + length bytes, read as bytes (no alignment needed).
+                let bytes = unsafe { std::slice::from_raw_parts(umad.cast::<u8>(), len) };
                 f.write(bytes)
             });
         match r {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <endian.h>
@@ -471,6 +472,39 @@ static int mode_strings(void)
 	return 0;
 }
 
+/* umad_send with a length longer than the buffer, which ends at an inaccessible page: the
+ * kernel reads the header and the MAD's first 36 bytes, refuses the length (EINVAL) and
+ * never reads the rest. A length that fits is sent from the same buffer. */
+static int mode_overlong(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *mem = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED || mprotect(mem + pg, pg, PROT_NONE))
+		return 4;
+	void *u = mem + pg - (umad_size() + MAD);
+	perf_get(u, 0x0be7);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	errno = 0;
+	int r = umad_send(fd, agent, u, 4096, 1000, 0);
+	printf("overlong=%d errno_overlong=%d\n", r, errno);
+	errno = 0;
+	r = umad_send(fd, agent, u, MAD + 1, 1000, 0);
+	printf("one_over=%d errno_one_over=%d\n", r, errno);
+	errno = 0;
+	r = umad_send(fd, 9, u, 4096, 1000, 0);
+	printf("overlong_no_agent=%d errno_no_agent=%d\n", r, errno);
+	printf("fits=%d\n", umad_send(fd, agent, u, MAD, 1000, 0));
+	int len;
+	r = recv_one(fd, u, MAD, 2000, &len);
+	printf("answer=%d status=%d tid_low=%08" PRIx64 "\n", r, umad_status(u),
+	       tid_of(u) & 0xffffffff);
+	umad_close_port(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -495,6 +529,8 @@ int main(int argc, char **argv)
 		return mode_cancel();
 	if (!strcmp(m, "leftover"))
 		return mode_leftover();
+	if (!strcmp(m, "overlong"))
+		return mode_overlong();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
