@@ -360,17 +360,46 @@ impl Context {
     }
 
     /// `umad_open_port` after resolution: a new umad file on `port`.
+    ///
+    /// Files whose fd the user closed themselves (a plain `close`, as libibumad's own
+    /// `umad_close_port` does) are found here, their number naming something else now (often
+    /// the new file): they are closed as the kernel closes a released file (agents
+    /// unregistered), without touching the number.
     pub fn open_file(&self, port: &Arc<CaPort>) -> Result<Arc<UmadFile>, UmadError> {
         if let Some(reason) = port.removed() {
             return Err(UmadError::Dead { reason });
         }
         let f = UmadFile::open(Arc::clone(port))?;
         port.add_file(&f);
-        lock(&self.files).insert(f.fd(), Arc::clone(&f));
+        let stale: Vec<Arc<UmadFile>> = {
+            let mut files = lock(&self.files);
+            let mut stale = Vec::new();
+            files.retain(|_, g| {
+                let live = g.owns_fd();
+                if !live {
+                    stale.push(Arc::clone(g));
+                }
+                live
+            });
+            stale.extend(files.insert(f.fd(), Arc::clone(&f)));
+            stale
+        };
+        for g in stale {
+            debug("umad_open_port", || {
+                format!(
+                    "fd {} was closed by the program: releasing its file",
+                    g.fd()
+                )
+            });
+            g.close_fd();
+            g.close();
+        }
         Ok(f)
     }
 
-    /// The umad file behind `fd`.
+    /// The umad file behind `fd`. Not checked against a `close` the user made themselves
+    /// (that costs a system call per MAD): [`Context::open_file`] and
+    /// [`Context::close_file`] are where a stale entry could do harm, and they check.
     pub fn file(&self, fd: RawFd) -> Result<Arc<UmadFile>, UmadError> {
         lock(&self.files)
             .get(&fd)
@@ -378,12 +407,16 @@ impl Context {
             .ok_or(UmadError::NotAPort { fd })
     }
 
-    /// `umad_close_port`: unregister the file's agents, drop its queue, close its fd.
+    /// `umad_close_port`: unregister the file's agents, drop its queue, close its fd. An fd
+    /// the user already closed themselves is not closed again (its number may name another
+    /// file of the program now): only the file is released. `NotAPort` for a number this
+    /// library never handed out.
     pub fn close_file(&self, fd: RawFd) -> Result<(), UmadError> {
         let f = lock(&self.files)
             .remove(&fd)
             .ok_or(UmadError::NotAPort { fd })?;
         f.close();
+        f.close_fd();
         Ok(())
     }
 
@@ -417,6 +450,7 @@ impl Context {
         let files: Vec<Arc<UmadFile>> = lock(&self.files).drain().map(|(_, f)| f).collect();
         for f in files {
             f.close();
+            f.close_fd();
         }
         if let Some(i) = lock(&self.issm).take() {
             i.shutdown();

@@ -132,6 +132,19 @@ impl UmadFile {
         self.fd
     }
 
+    /// Whether [`UmadFile::fd`] still names this file's socket: the user may have closed it
+    /// (libibumad's `umad_close_port` is a plain `close`) and got the number back for
+    /// something else.
+    pub fn owns_fd(&self) -> bool {
+        lock(&self.state).queue.owns_fd()
+    }
+
+    /// Close the user's fd if it still names this file's socket; returns whether it did.
+    /// A number that names something else now is left alone.
+    pub fn close_fd(&self) -> bool {
+        lock(&self.state).queue.close_user()
+    }
+
     /// The port it is open on.
     pub fn port(&self) -> &Arc<CaPort> {
         &self.port
@@ -465,7 +478,8 @@ impl UmadFile {
     }
 
     /// `close(2)`: unregister every agent (each returns when its sends are finished), drop
-    /// what is queued. The fd itself is closed when the last handle goes.
+    /// what is queued. The fd itself is closed by [`UmadFile::close_fd`], or when the last
+    /// handle goes, and only if it still names this file's socket.
     pub fn close(&self) {
         let agents: Vec<Arc<Agent>> = {
             let mut st = lock(&self.state);

@@ -242,6 +242,33 @@ fn an_overlong_send_is_refused_before_the_mad_past_its_header_is_read() {
 }
 
 #[test]
+fn a_umad_fd_the_program_closed_itself_is_never_closed_again_by_the_library() {
+    let Some(v) = run("reclose", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("first_reg", "0"),
+            ("same_number", "1"),
+            // The new file's fd works: it was not closed along with the old file.
+            ("fd2_open", "1"),
+            ("reregister", "0 errno_reregister=0"),
+            ("send", "0"),
+            ("sys_poll", "1 revents_in=1"),
+            ("recv", "1 status=0"),
+            ("other_differs", "1"),
+            ("close_port", "0"),
+            ("fd2_closed", "1"),
+            ("other_open", "1"),
+            ("unrelated_same_number", "1"),
+            ("close_unrelated", "0"),
+            ("unrelated_open", "1"),
+        ],
+    );
+}
+
+#[test]
 fn register2_and_register_oui_follow_libibumad() {
     let Some(v) = run("register2", "sim") else {
         return;

@@ -47,7 +47,8 @@ pub unsafe extern "C" fn umad_open_port(ca_name: *const c_char, portnum: c_int) 
 }
 
 /// `umad_close_port`: unregister the fd's agents and close it; 0. An fd this library did not
-/// open is simply closed, as libibumad's `close(fd)` would.
+/// open is simply closed, as libibumad's `close(fd)` would; the number of a umad fd the
+/// program already closed itself is left alone (it names another file of the program now).
 pub extern "C" fn umad_close_port(fd: c_int) -> c_int {
     guard(0, || {
         let ours = global().is_some_and(|c| c.close_file(fd).is_ok());

@@ -505,6 +505,50 @@ static int mode_overlong(void)
 	return 0;
 }
 
+/* The program closes a umad fd itself (libibumad's umad_close_port is a plain close) and
+ * the number comes back: from umad_open_port, or from an unrelated open(2). */
+static int mode_reclose(void)
+{
+	long mask[16 / sizeof(long)] = {1 << 1};
+	int fd = open_port();
+	printf("first_reg=%d\n", umad_register(fd, 0x21, 1, 0, mask));
+	close(fd);
+	int fd2 = umad_open_port(NULL, 0);
+	printf("same_number=%d\n", fd2 == fd);
+	printf("fd2_open=%d\n", fcntl(fd2, F_GETFD) >= 0);
+	/* The closed file's agent is gone, as the kernel releases it on close. */
+	errno = 0;
+	int r = umad_register(fd2, 0x21, 1, 0, mask);
+	printf("reregister=%d errno_reregister=%d\n", r, errno);
+	int agent = umad_register(fd2, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	perf_get(u, 0x5e1);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	printf("send=%d\n", umad_send(fd2, agent, u, MAD, 1000, 0));
+	struct pollfd p = {.fd = fd2, .events = POLLIN};
+	int n = poll(&p, 1, 2000);
+	printf("sys_poll=%d revents_in=%d\n", n, (p.revents & POLLIN) != 0);
+	int len;
+	r = recv_one(fd2, u, MAD, 0, &len);
+	printf("recv=%d status=%d\n", r, umad_status(u));
+	int other = open("/dev/null", O_RDONLY);
+	printf("other_differs=%d\n", other != fd2);
+	printf("close_port=%d\n", umad_close_port(fd2));
+	printf("fd2_closed=%d\n", fcntl(fd2, F_GETFD) < 0 && errno == EBADF);
+	printf("other_open=%d\n", fcntl(other, F_GETFD) >= 0);
+	close(other);
+	/* A closed umad fd's number taken by an unrelated file: umad_close_port of that
+	 * number leaves the file open. */
+	int fd3 = umad_open_port(NULL, 0);
+	close(fd3);
+	int unrelated = open("/dev/null", O_RDONLY);
+	printf("unrelated_same_number=%d\n", unrelated == fd3);
+	printf("close_unrelated=%d\n", umad_close_port(unrelated));
+	printf("unrelated_open=%d\n", fcntl(unrelated, F_GETFD) >= 0);
+	close(unrelated);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -531,6 +575,8 @@ int main(int argc, char **argv)
 		return mode_leftover();
 	if (!strcmp(m, "overlong"))
 		return mode_overlong();
+	if (!strcmp(m, "reclose"))
+		return mode_reclose();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
