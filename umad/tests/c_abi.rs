@@ -325,6 +325,14 @@ fn a_response_left_queued_by_a_blocking_reader_makes_the_fd_readable() {
 }
 
 #[test]
+fn a_response_left_queued_makes_the_fd_readable_while_another_fd_has_a_reader_waiting() {
+    let Some(v) = run("leftover_other", "sim") else {
+        return;
+    };
+    check(&v, &[("readable", "5/5"), ("second", "5/5")]);
+}
+
+#[test]
 fn a_reader_blocked_in_umad_recv_can_be_cancelled_as_opensm_stops_its_receiver() {
     let Some(v) = run("cancel", "sim") else {
         return;

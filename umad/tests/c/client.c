@@ -549,6 +549,53 @@ static int mode_reclose(void)
 	return 0;
 }
 
+/* As mode_leftover, while another thread waits in umad_recv on a second fd of the same
+ * port: the response left queued on the first fd must still make it readable. */
+static int other_fd;
+static void *other_reader(void *arg)
+{
+	(void)arg;
+	void *u = alloc_umad();
+	int len = MAD;
+	umad_recv(other_fd, u, &len, -1);
+	return NULL;
+}
+
+static int mode_leftover_other(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	other_fd = umad_open_port(NULL, 0);
+	umad_register(other_fd, 0x21, 1, 0, NULL);
+	pthread_t t;
+	pthread_create(&t, NULL, other_reader, NULL);
+	usleep(100000);
+	void *u = alloc_umad();
+	int rounds = 5, readable = 0, second = 0;
+	for (int i = 0; i < rounds; i++) {
+		for (int k = 0; k < 2; k++) {
+			perf_get(u, 0x100 * i + k);
+			umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+			umad_send(fd, agent, u, MAD, 1000, 0);
+		}
+		int len;
+		if (recv_one(fd, u, MAD, -1, &len) < 0)
+			return 5;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 1000) == 1 && (p.revents & POLLIN))
+			readable++;
+		if (recv_one(fd, u, MAD, 0, &len) >= 0)
+			second++;
+	}
+	printf("readable=%d/%d\n", readable, rounds);
+	printf("second=%d/%d\n", second, rounds);
+	pthread_cancel(t);
+	pthread_join(t, NULL);
+	umad_close_port(other_fd);
+	umad_close_port(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -577,6 +624,8 @@ int main(int argc, char **argv)
 		return mode_overlong();
 	if (!strcmp(m, "reclose"))
 		return mode_reclose();
+	if (!strcmp(m, "leftover_other"))
+		return mode_leftover_other();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
