@@ -527,6 +527,10 @@ pub fn global() -> Option<&'static Arc<Context>> {
 /// issm files. The HCAs stay up: other threads of the program may still be using them, and
 /// the process is going away.
 extern "C" fn at_exit() {
+    crate::exports::uncancellable(at_exit_inner);
+}
+
+fn at_exit_inner() {
     if let Some(Ok(c)) = GLOBAL.get() {
         if let Some(i) = c.issm_if_open() {
             i.shutdown();

@@ -344,6 +344,26 @@ fn a_reader_blocked_in_umad_recv_can_be_cancelled_as_opensm_stops_its_receiver()
 }
 
 #[test]
+fn a_cancel_pending_in_an_entry_point_acts_after_it_returns_and_never_aborts() {
+    let Some(v) = run("cancel_pending", "sim") else {
+        return;
+    };
+    for what in [
+        "send",
+        "recv0",
+        "register",
+        "unregister",
+        "get_port",
+        "get_ca",
+        "cas_names",
+        "open_close",
+        "dump",
+    ] {
+        assert_eq!(value(&v, what), "returned 1 canceled 1", "{what}: {v:?}");
+    }
+}
+
+#[test]
 fn holding_the_issm_file_sets_is_sm() {
     let Some(v) = run("issm", "sim") else {
         return;

@@ -19,35 +19,14 @@ use crate::error::UmadError;
 use crate::exports::{guard, hdr_len, set_errno};
 use crate::file::UmadFile;
 
-unsafe extern "C" {
-    /// pthread's cancel state switch (not a cancellation point).
-    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
-}
-
 unsafe extern "C-unwind" {
     /// pthread's explicit cancellation point; may unwind (a pending cancel).
     fn pthread_testcancel();
 }
 
-/// glibc's `PTHREAD_CANCEL_DISABLE`.
-const PTHREAD_CANCEL_DISABLE: c_int = 1;
-
 /// Longest stretch a waiting caller spends in the library between two cancellation points
 /// (how long a `pthread_cancel` of a thread waiting in `umad_recv` may take to act).
 const SLICE: Duration = Duration::from_millis(5);
-
-/// Runs `f` with cancellation disabled: the driver, the simulator and the MAD layer make
-/// system calls that are cancellation points (eventfd reads and writes, sleeps), and a
-/// cancel acted on there would unwind through frames holding locks.
-fn uncancellable<T>(f: impl FnOnce() -> T) -> T {
-    let mut old: c_int = 0;
-    // SAFETY: plain pthread call on this thread, with a live int for the old state.
-    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &raw mut old) };
-    let r = f();
-    // SAFETY: as above; restoring the state found.
-    unsafe { pthread_setcancelstate(old, std::ptr::null_mut()) };
-    r
-}
 
 /// Acts on a pending cancel of this thread. Call only from a frame with nothing alive that
 /// needs dropping: the unwind passes through it.
@@ -74,24 +53,23 @@ fn wait_steps(
 ) -> c_int {
     let mut deadline: Option<Duration> = None;
     loop {
-        let r = uncancellable(|| {
-            guard(Step::Done(-libc::EIO), || {
-                let r = global()
-                    .ok_or(UmadError::NotAPort { fd })
-                    .and_then(|c| c.file(fd))
-                    .and_then(|f| {
-                        let now = f.port().mad.now();
-                        let end = *deadline.get_or_insert_with(|| {
-                            u64::try_from(timeout_ms).map_or(Duration::MAX, |ms| {
-                                now.saturating_add(Duration::from_millis(ms))
-                            })
-                        });
-                        step(&f, end.min(now.saturating_add(SLICE)), now >= end)
+        // guard: cancellation disabled inside, acted on below between steps.
+        let r = guard(Step::Done(-libc::EIO), || {
+            let r = global()
+                .ok_or(UmadError::NotAPort { fd })
+                .and_then(|c| c.file(fd))
+                .and_then(|f| {
+                    let now = f.port().mad.now();
+                    let end = *deadline.get_or_insert_with(|| {
+                        u64::try_from(timeout_ms).map_or(Duration::MAX, |ms| {
+                            now.saturating_add(Duration::from_millis(ms))
+                        })
                     });
-                r.unwrap_or_else(|e| {
-                    set_errno(e.errno());
-                    Step::Done(-e.errno())
-                })
+                    step(&f, end.min(now.saturating_add(SLICE)), now >= end)
+                });
+            r.unwrap_or_else(|e| {
+                set_errno(e.errno());
+                Step::Done(-e.errno())
             })
         });
         if let Step::Done(n) = r {

@@ -596,6 +596,72 @@ static int mode_leftover_other(void)
 	return 0;
 }
 
+/* A cancel pending when an entry point is called (OpenSM's threads are cancelled at any
+ * time): the library must return normally, the cancel acting at the caller's next
+ * cancellation point, never abort the process. */
+static int pc_fd, pc_agent, pc_lid;
+static const char *pc_what;
+static volatile int pc_returned;
+static void *pending_cancel(void *arg)
+{
+	(void)arg;
+	int old;
+	void *u = alloc_umad();
+	perf_get(u, 0xca);
+	umad_set_addr(u, pc_lid, 1, 0, 0x80010000);
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+	pthread_cancel(pthread_self());
+	pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
+	const char *w = pc_what;
+	int len = MAD;
+	umad_port_t port;
+	umad_ca_t ca;
+	char names[4][UMAD_CA_NAME_LEN];
+	if (!strcmp(w, "send"))
+		umad_send(pc_fd, pc_agent, u, MAD, 1000, 0);
+	else if (!strcmp(w, "recv0"))
+		umad_recv(pc_fd, u, &len, 0);
+	else if (!strcmp(w, "register"))
+		umad_register(pc_fd, 0x21, 1, 0, NULL);
+	else if (!strcmp(w, "unregister"))
+		umad_unregister(pc_fd, pc_agent);
+	else if (!strcmp(w, "get_port") && !umad_get_port(NULL, 0, &port))
+		umad_release_port(&port);
+	else if (!strcmp(w, "get_ca") && !umad_get_ca(NULL, &ca))
+		umad_release_ca(&ca);
+	else if (!strcmp(w, "cas_names"))
+		umad_get_cas_names(names, 4);
+	else if (!strcmp(w, "open_close"))
+		umad_close_port(umad_open_port(NULL, 0));
+	else if (!strcmp(w, "dump"))
+		umad_dump(u);
+	pc_returned = 1;
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_pending(void)
+{
+	static const char *what[] = {"send", "recv0", "register", "unregister", "get_port",
+				     "get_ca", "cas_names", "open_close", "dump"};
+	pc_fd = open_port();
+	pc_lid = my_lid();
+	for (unsigned i = 0; i < sizeof(what) / sizeof(what[0]); i++) {
+		pc_agent = umad_register(pc_fd, PERF, 1, 0, NULL);
+		pc_what = what[i];
+		pc_returned = 0;
+		pthread_t t;
+		void *ret = NULL;
+		pthread_create(&t, NULL, pending_cancel, NULL);
+		pthread_join(t, &ret);
+		printf("%s=returned %d canceled %d\n", what[i], pc_returned,
+		       ret == PTHREAD_CANCELED);
+		umad_unregister(pc_fd, pc_agent);
+	}
+	umad_close_port(pc_fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -626,6 +692,8 @@ int main(int argc, char **argv)
 		return mode_reclose();
 	if (!strcmp(m, "leftover_other"))
 		return mode_leftover_other();
+	if (!strcmp(m, "cancel_pending"))
+		return mode_cancel_pending();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
