@@ -8,6 +8,7 @@
 //! leaked.
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -39,8 +40,19 @@ pub static DEBUG: AtomicI32 = AtomicI32::new(0);
 /// Print a libibumad-style warning (`ibwarn: [pid] func: msg`) when debugging is on.
 pub(crate) fn debug(func: &str, msg: impl FnOnce() -> String) {
     if DEBUG.load(Ordering::Relaxed) > 0 {
-        eprintln!("ibwarn: [{}] {func}: {}", std::process::id(), msg());
+        say(format_args!(
+            "ibwarn: [{}] {func}: {}",
+            std::process::id(),
+            msg()
+        ));
     }
+}
+
+/// Write a line to stderr, ignoring a failed write (a closed or broken stderr must not
+/// change what a call returns, nor panic as `eprintln!` does: libibumad's `fprintf` ignores
+/// it too).
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// One port of a CA, with its MAD-layer port.
@@ -514,7 +526,7 @@ pub fn global() -> Option<&'static Arc<Context>> {
                     Ok(Arc::new(c))
                 }
                 Err(e) => {
-                    eprintln!("libibumad (hca): {e}");
+                    say(format_args!("libibumad (hca): {e}"));
                     Err(e.to_string())
                 }
             }
@@ -538,7 +550,9 @@ fn at_exit_inner() {
     }
     for (path, result) in embed::persist_states() {
         if let Err(e) = result {
-            eprintln!("libibumad (hca): saving the simulated fabric to {path}: {e}");
+            say(format_args!(
+                "libibumad (hca): saving the simulated fabric to {path}: {e}"
+            ));
         }
     }
 }

@@ -364,6 +364,22 @@ fn a_cancel_pending_in_an_entry_point_acts_after_it_returns_and_never_aborts() {
 }
 
 #[test]
+fn a_broken_stderr_changes_nothing_the_calls_return() {
+    let Some(v) = run("broken_stderr", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("dump_survived", "1"),
+            ("open_debug", "1"),
+            ("send_unregistered", "-5 errno_send=5"),
+            ("close", "0"),
+        ],
+    );
+}
+
+#[test]
 fn holding_the_issm_file_sets_is_sm() {
     let Some(v) = run("issm", "sim") else {
         return;

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use crate::abi::{IbMadAddr, IbUserMad};
-use crate::context::DEBUG;
+use crate::context::{DEBUG, say};
 use crate::exports::uncancellable;
 use crate::strings;
 
@@ -19,7 +19,10 @@ pub extern "C" fn umad_debug(level: c_int) -> c_int {
 }
 
 fn ibwarn(func: &str, msg: &str) {
-    eprintln!("ibwarn: [{}] {func}: {msg}", std::process::id());
+    say(format_args!(
+        "ibwarn: [{}] {func}: {msg}",
+        std::process::id()
+    ));
 }
 
 /// `umad_addr_dump`: the address on stderr, in libibumad's words.

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_long};
 use std::sync::atomic::Ordering;
 
 use crate::abi::{OPENIB_OUI, UmadRegAttr};
-use crate::context::{debug, global};
+use crate::context::{debug, global, say};
 use crate::error::UmadError;
 use crate::exports::{NEW_API, guard, opt_str, set_errno};
 use crate::file::Registration;
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn umad_get_issm_path(
         let p = match c.issm().and_then(|i| i.path_for(&port)) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("libibumad (hca): {e}");
+                say(format_args!("libibumad (hca): {e}"));
                 return -libc::EIO;
             }
         };

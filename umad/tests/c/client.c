@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -662,6 +663,29 @@ static int mode_cancel_pending(void)
 	return 0;
 }
 
+/* stderr is a pipe nobody reads any more (EPIPE, SIGPIPE ignored): the library's warnings
+ * (umad_debug, umad_dump) fail to write, which must change nothing. */
+static int mode_broken_stderr(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	int p[2];
+	if (pipe(p))
+		return 4;
+	close(p[0]);
+	dup2(p[1], 2);
+	void *u = alloc_umad();
+	umad_dump(u);
+	printf("dump_survived=1\n");
+	umad_debug(1);
+	int fd = umad_open_port(NULL, 0);
+	printf("open_debug=%d\n", fd >= 0);
+	errno = 0;
+	int r = umad_send(fd, 9, u, MAD, 0, 0);
+	printf("send_unregistered=%d errno_send=%d\n", r, errno);
+	printf("close=%d\n", umad_close_port(fd));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -694,6 +718,8 @@ int main(int argc, char **argv)
 		return mode_leftover_other();
 	if (!strcmp(m, "cancel_pending"))
 		return mode_cancel_pending();
+	if (!strcmp(m, "broken_stderr"))
+		return mode_broken_stderr();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
