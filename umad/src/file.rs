@@ -196,28 +196,40 @@ impl UmadFile {
             id
         };
         let release = |st: &mut State| st.slots[id] = Slot::Free;
+        let class = (r.class != 0).then(|| ClassRegistration {
+            class: r.class,
+            version: r.version,
+            methods: MethodMask::from_words(r.methods),
+            oui: mad::wire::class::is_vendor_range2(r.class).then_some(r.oui),
+        });
         // With user RMPP the kernel leaves RMPP to the user: the MAD layer sees a plain
-        // agent.
+        // agent. ib_register_mad_agent still checks the registration with the RMPP version
+        // given (0 or 1, an RMPP-capable class), and refuses user RMPP without a class.
         let rmpp = if r.flags & USER_RMPP != 0 {
+            let checked = if class.is_none() {
+                Err(mad::MadError::InvalidRegistration {
+                    reason: "UMAD_USER_RMPP needs a management class".into(),
+                })
+            } else {
+                mad::registry::validate(class.as_ref(), qp, r.rmpp_version)
+            };
+            if let Err(e) = checked {
+                release(&mut lock(&self.state));
+                return Err(UmadError::Registration(e));
+            }
             0
         } else {
             r.rmpp_version
         };
-        let spec = if r.class == 0 {
-            AgentSpec::responses_only(qp)
-        } else {
-            AgentSpec {
+        let spec = match class {
+            None => AgentSpec::responses_only(qp),
+            Some(class) => AgentSpec {
                 qp,
-                class: Some(ClassRegistration {
-                    class: r.class,
-                    version: r.version,
-                    methods: MethodMask::from_words(r.methods),
-                    oui: mad::wire::class::is_vendor_range2(r.class).then_some(r.oui),
-                }),
+                class: Some(class),
                 responses: true,
                 rmpp_version: rmpp,
                 events: None,
-            }
+            },
         }
         .with_rmpp(rmpp)
         .with_events(Arc::clone(&self.events));

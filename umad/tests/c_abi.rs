@@ -288,6 +288,26 @@ fn register2_and_register_oui_follow_libibumad() {
 }
 
 #[test]
+fn user_rmpp_registrations_are_checked_as_the_kernel_checks_them() {
+    let Some(v) = run("user_rmpp", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // PerfMgt is not RMPP-capable: EINVAL, nothing written to the ID, flags cleared
+            // as libibumad clears them after an EINVAL.
+            ("perf_rmpp1", "22 id=99 flags_after=0"),
+            ("no_class", "22 id=99"),
+            ("sa_rmpp5", "22 id=99"),
+            // No agent ID was used up by the refusals.
+            ("sa_rmpp1", "0 id=0"),
+            ("perf_rmpp0", "0 id=1"),
+        ],
+    );
+}
+
+#[test]
 fn the_fd_polls_readable_while_something_is_queued() {
     let Some(v) = run("poll", "sim") else {
         return;

@@ -686,6 +686,35 @@ static int mode_broken_stderr(void)
 	return 0;
 }
 
+/* UMAD_USER_RMPP registrations are checked as ib_register_mad_agent checks them, with the
+ * RMPP version given: 0 or 1, an RMPP-capable class, and a class at all. */
+static int mode_user_rmpp(void)
+{
+	int fd = open_port();
+	uint32_t id = 99;
+	struct umad_reg_attr a = {.mgmt_class = PERF, .mgmt_class_version = 1,
+				  .flags = UMAD_USER_RMPP, .rmpp_version = 1};
+	int r = umad_register2(fd, &a, &id);
+	printf("perf_rmpp1=%d id=%u flags_after=%u\n", r, id, a.flags);
+	struct umad_reg_attr b = {.mgmt_class = 0, .flags = UMAD_USER_RMPP};
+	r = umad_register2(fd, &b, &id);
+	printf("no_class=%d id=%u\n", r, id);
+	struct umad_reg_attr c = {.mgmt_class = 0x03, .mgmt_class_version = 2,
+				  .flags = UMAD_USER_RMPP, .rmpp_version = 5};
+	r = umad_register2(fd, &c, &id);
+	printf("sa_rmpp5=%d id=%u\n", r, id);
+	struct umad_reg_attr d = {.mgmt_class = 0x03, .mgmt_class_version = 2,
+				  .flags = UMAD_USER_RMPP, .rmpp_version = 1};
+	r = umad_register2(fd, &d, &id);
+	printf("sa_rmpp1=%d id=%u\n", r, id);
+	struct umad_reg_attr e = {.mgmt_class = PERF, .mgmt_class_version = 1,
+				  .flags = UMAD_USER_RMPP};
+	r = umad_register2(fd, &e, &id);
+	printf("perf_rmpp0=%d id=%u\n", r, id);
+	umad_close_port(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -720,6 +749,8 @@ int main(int argc, char **argv)
 		return mode_cancel_pending();
 	if (!strcmp(m, "broken_stderr"))
 		return mode_broken_stderr();
+	if (!strcmp(m, "user_rmpp"))
+		return mode_user_rmpp();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
