@@ -308,6 +308,24 @@ fn user_rmpp_registrations_are_checked_as_the_kernel_checks_them() {
 }
 
 #[test]
+fn umad_register_picks_the_qp_on_the_class_int_as_libibumad_does() {
+    let Some(v) = run("class_int", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // QP1 (the int is not 0x01 or 0x81) for class byte 0x01 or 0x81: EINVAL.
+            ("class_0x101", "-1 errno_0x101=22"),
+            ("class_0x181", "-1 errno_0x181=22"),
+            // QP1 for class byte 0x04: a PerfMgt agent.
+            ("class_0x104", "0"),
+            ("class_0x01", "1"),
+        ],
+    );
+}
+
+#[test]
 fn the_fd_polls_readable_while_something_is_queued() {
     let Some(v) = run("poll", "sim") else {
         return;

@@ -126,7 +126,10 @@ unsafe fn method_mask(mask: *const c_long) -> [u64; 2] {
     ]
 }
 
-fn qpn_of(class: u8) -> u32 {
+/// libibumad's QP choice, made on the class as the caller passed it (an `int` for
+/// `umad_register`): QP0 for exactly 0x01 and 0x81, QP1 for anything else. The kernel then
+/// sees the class truncated to a byte, so 0x101 asks for class 0x01 on QP1 (refused).
+fn qpn_of(class: c_int) -> u32 {
     u32::from(!matches!(class, 0x01 | 0x81))
 }
 
@@ -145,7 +148,7 @@ pub unsafe extern "C" fn umad_register(
     guard(-libc::EPERM, || {
         let class = mgmt_class as u8;
         let r = Registration {
-            qpn: qpn_of(class),
+            qpn: qpn_of(mgmt_class),
             class,
             version: mgmt_version as u8,
             // SAFETY: the caller's mask, NULL or 16 bytes.
@@ -230,7 +233,7 @@ pub unsafe extern "C" fn umad_register2(
             return libc::EINVAL;
         }
         let r = Registration {
-            qpn: qpn_of(a.mgmt_class),
+            qpn: qpn_of(c_int::from(a.mgmt_class)),
             class: a.mgmt_class,
             version: a.mgmt_class_version,
             methods: a.method_mask,

@@ -715,6 +715,23 @@ static int mode_user_rmpp(void)
 	return 0;
 }
 
+/* umad_register takes the class as an int and picks the QP on it before the kernel sees
+ * the byte: 0x101 is class 0x01 on QP1, which the kernel refuses. */
+static int mode_class_int(void)
+{
+	int fd = open_port();
+	errno = 0;
+	int r = umad_register(fd, 0x101, 1, 0, NULL);
+	printf("class_0x101=%d errno_0x101=%d\n", r, errno);
+	errno = 0;
+	r = umad_register(fd, 0x181, 1, 0, NULL);
+	printf("class_0x181=%d errno_0x181=%d\n", r, errno);
+	printf("class_0x104=%d\n", umad_register(fd, 0x104, 1, 0, NULL));
+	printf("class_0x01=%d\n", umad_register(fd, 0x01, 1, 0, NULL));
+	umad_close_port(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -751,6 +768,8 @@ int main(int argc, char **argv)
 		return mode_broken_stderr();
 	if (!strcmp(m, "user_rmpp"))
 		return mode_user_rmpp();
+	if (!strcmp(m, "class_int"))
+		return mode_class_int();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
