@@ -326,6 +326,21 @@ fn umad_register_picks_the_qp_on_the_class_int_as_libibumad_does() {
 }
 
 #[test]
+fn umad_recv_with_a_negative_length_is_einval_at_once_and_writes_nothing() {
+    let Some(v) = run("recv_negative", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("empty", "-22 errno_empty=22 len_empty=-5 at_once=1"),
+            ("queued", "-22 errno_queued=22 len_queued=-1"),
+            ("then", "0 len=256"),
+        ],
+    );
+}
+
+#[test]
 fn the_fd_polls_readable_while_something_is_queued() {
     let Some(v) = run("poll", "sim") else {
         return;

@@ -151,7 +151,8 @@ pub unsafe extern "C" fn umad_send(
 /// reads it. Returns the agent ID with `*length` = the MAD's length; or -errno:
 /// -ETIMEDOUT after the timeout, -EAGAIN when nothing is queued, -ENOSPC (with `*length` =
 /// the length needed) for a message longer than the buffer, -EINVAL for a buffer shorter
-/// than one MAD, -EIO once the device is gone.
+/// than one MAD (or at once, `*length` untouched, for a negative `*length`), -EIO once the
+/// device is gone.
 ///
 /// The waiting thread runs the port's progress loop itself ([`crate::drive`]); a cancel of
 /// it (OpenSM stops its receiver thread with `pthread_cancel`) is acted on between steps of
@@ -170,9 +171,15 @@ pub unsafe extern "C-unwind" fn umad_recv(
         return -libc::EINVAL;
     }
     set_errno(0);
-    // SAFETY: the caller's int.
-    let want = unsafe { *length };
-    let len = hdr_len() + usize::try_from(want).unwrap_or(0);
+    // SAFETY: the caller's int, read unaligned (no alignment is asked of it).
+    let want = unsafe { length.read_unaligned() };
+    // The kernel's read refuses a count below the header's size at once; nothing is
+    // written back.
+    let Ok(want) = usize::try_from(want) else {
+        set_errno(libc::EINVAL);
+        return -libc::EINVAL;
+    };
+    let len = hdr_len() + want;
     wait_steps(fd, timeout_ms, &mut |f, until, last| {
         // SAFETY: the caller's buffer holds umad_size() + *length bytes.
         let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };

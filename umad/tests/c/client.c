@@ -732,6 +732,34 @@ static int mode_class_int(void)
 	return 0;
 }
 
+/* umad_recv with a negative *length: EINVAL at once (the kernel's read refuses a count
+ * below the header's size), *length untouched, the queued MAD still there. */
+static int mode_recv_negative(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	int len = -5;
+	errno = 0;
+	long t0 = now_ms();
+	int r = umad_recv(fd, u, &len, 1000);
+	printf("empty=%d errno_empty=%d len_empty=%d at_once=%d\n", r, errno, len,
+	       now_ms() - t0 < 500);
+	perf_get(u, 0x4e9);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	umad_send(fd, agent, u, MAD, 1000, 0);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	poll(&p, 1, 2000);
+	len = -1;
+	errno = 0;
+	r = umad_recv(fd, u, &len, -1);
+	printf("queued=%d errno_queued=%d len_queued=%d\n", r, errno, len);
+	r = recv_one(fd, u, MAD, 0, &len);
+	printf("then=%d len=%d\n", r, len);
+	umad_close_port(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -770,6 +798,8 @@ int main(int argc, char **argv)
 		return mode_user_rmpp();
 	if (!strcmp(m, "class_int"))
 		return mode_class_int();
+	if (!strcmp(m, "recv_negative"))
+		return mode_recv_negative();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
