@@ -489,3 +489,27 @@ fn the_header_helpers_write_what_debians_write() {
     assert!(debian.contains("size=56"), "{debian}");
     assert_eq!(ours, debian);
 }
+
+#[test]
+fn the_header_helpers_work_on_a_buffer_at_an_odd_address_as_debians_do() {
+    let Some((debian, ours)) = both("helpers_odd") else {
+        return;
+    };
+    assert!(debian.contains("get_pkey=0"), "{debian}");
+    assert_eq!(ours, debian);
+}
+
+#[test]
+fn send_and_recv_work_on_a_buffer_at_an_odd_address() {
+    let Some(v) = run("io_odd", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("get_pkey", "0"),
+            ("send", "0"),
+            ("recv", "0 len=256 status=0 tid_low=000000dd"),
+        ],
+    );
+}

@@ -9,7 +9,7 @@
 //! `extern "C-unwind"` (a plain `extern "C"` function aborts when an unwind crosses it).
 
 use std::ffi::{c_int, c_void};
-use std::ptr::addr_of_mut;
+use std::ptr::{addr_of, addr_of_mut};
 
 use std::time::Duration;
 
@@ -159,7 +159,7 @@ pub unsafe extern "C" fn umad_send(
 /// at most [`SLICE`], with nothing of the library's alive.
 ///
 /// # Safety
-/// `umad` points to `umad_size() + *length` bytes; `length` to an int.
+/// `umad` points to `umad_size() + *length` bytes, at any alignment; `length` to an int.
 pub unsafe extern "C-unwind" fn umad_recv(
     fd: c_int,
     umad: *mut c_void,
@@ -185,11 +185,13 @@ pub unsafe extern "C-unwind" fn umad_recv(
         let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };
         match f.recv_wait(buf, until, timeout_ms != 0) {
             Ok(n) => {
-                // SAFETY: the caller's int.
-                unsafe { *length = n.saturating_sub(hdr_len()) as c_int };
-                // SAFETY: the header was just written at the start of the buffer.
+                // SAFETY: the caller's int, written unaligned.
+                unsafe { length.write_unaligned(n.saturating_sub(hdr_len()) as c_int) };
+                let h = umad.cast::<IbUserMad>();
+                // SAFETY: the header was just written at the start of the caller's buffer;
+                // read unaligned (the buffer may sit at any address).
                 Ok(Step::Done(unsafe {
-                    (*umad.cast::<IbUserMad>()).agent_id as c_int
+                    addr_of!((*h).agent_id).read_unaligned() as c_int
                 }))
             }
             Err(UmadError::Again) if !last => Ok(Step::More),
@@ -201,10 +203,14 @@ pub unsafe extern "C-unwind" fn umad_recv(
                 // libibumad reports the header's length (less the header): after ENOSPC
                 // that is what the message needs.
                 if len >= 20 {
-                    // SAFETY: at least the header's first 20 bytes are the caller's.
-                    let l = unsafe { (*umad.cast::<IbUserMad>()).length };
-                    // SAFETY: the caller's int.
-                    unsafe { *length = (l as c_int).wrapping_sub(hdr_len() as c_int) };
+                    let h = umad.cast::<IbUserMad>();
+                    // SAFETY: at least the header's first 20 bytes are the caller's (they
+                    // hold `length`); read unaligned.
+                    let l = unsafe { addr_of!((*h).length).read_unaligned() };
+                    // SAFETY: the caller's int, written unaligned.
+                    unsafe {
+                        length.write_unaligned((l as c_int).wrapping_sub(hdr_len() as c_int));
+                    }
                 }
                 Err(e)
             }

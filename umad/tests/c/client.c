@@ -425,10 +425,11 @@ static int mode_issm(void)
 
 /* The helpers only touch the caller's buffer: their bytes can be compared with
  * Debian's library, before any port is opened (then both use the 56-byte header). */
-static int mode_helpers(void)
+/* The header helpers on `buf`; mode_helpers_odd passes a buffer at an odd address: C
+ * callers may (the helpers take a void *), and libibumad's work on any address on x86. */
+static int helpers(uint8_t *buf)
 {
-	uint8_t buf[512];
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, 0xee, 512);
 	printf("size=%zu\n", umad_size());
 	printf("mad_offset=%td\n", (uint8_t *)umad_get_mad(buf) - buf);
 	umad_set_addr(buf, 0x1234, 1, 5, 0x80010000);
@@ -451,6 +452,39 @@ static int mode_helpers(void)
 		printf("c%d=%02x\n", i, buf[i]);
 	printf("debug=%d\n", umad_debug(-1));
 	printf("debug_set=%d\n", umad_debug(0));
+	return 0;
+}
+
+static int mode_helpers(void)
+{
+	static uint64_t buf[512 / 8];
+	return helpers((uint8_t *)buf);
+}
+
+static int mode_helpers_odd(void)
+{
+	static uint64_t buf[520 / 8];
+	return helpers((uint8_t *)buf + 1);
+}
+
+/* umad_send and umad_recv with a buffer at an odd address. */
+static int mode_io_odd(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	uint8_t *mem = calloc(1, umad_size() + MAD + 8);
+	void *u = mem + 3;
+	perf_get(u, 0x0dd);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	umad_set_grh(u, NULL);
+	umad_set_pkey(u, 0);
+	printf("get_pkey=%d\n", umad_get_pkey(u));
+	printf("send=%d\n", umad_send(fd, agent, u, MAD, 1000, 0));
+	int len;
+	int r = recv_one(fd, u, MAD, 2000, &len);
+	printf("recv=%d len=%d status=%d tid_low=%08" PRIx64 "\n", r, len, umad_status(u),
+	       tid_of(u) & 0xffffffff);
+	umad_close_port(fd);
 	return 0;
 }
 
@@ -800,6 +834,10 @@ int main(int argc, char **argv)
 		return mode_class_int();
 	if (!strcmp(m, "recv_negative"))
 		return mode_recv_negative();
+	if (!strcmp(m, "helpers_odd"))
+		return mode_helpers_odd();
+	if (!strcmp(m, "io_odd"))
+		return mode_io_odd();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
