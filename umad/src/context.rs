@@ -8,6 +8,7 @@
 //! leaked.
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -39,8 +40,19 @@ pub static DEBUG: AtomicI32 = AtomicI32::new(0);
 /// Print a libibumad-style warning (`ibwarn: [pid] func: msg`) when debugging is on.
 pub(crate) fn debug(func: &str, msg: impl FnOnce() -> String) {
     if DEBUG.load(Ordering::Relaxed) > 0 {
-        eprintln!("ibwarn: [{}] {func}: {}", std::process::id(), msg());
+        say(format_args!(
+            "ibwarn: [{}] {func}: {}",
+            std::process::id(),
+            msg()
+        ));
     }
+}
+
+/// Write a line to stderr, ignoring a failed write (a closed or broken stderr must not
+/// change what a call returns, nor panic as `eprintln!` does: libibumad's `fprintf` ignores
+/// it too).
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// One port of a CA, with its MAD-layer port.
@@ -360,17 +372,46 @@ impl Context {
     }
 
     /// `umad_open_port` after resolution: a new umad file on `port`.
+    ///
+    /// Files whose fd the user closed themselves (a plain `close`, as libibumad's own
+    /// `umad_close_port` does) are found here, their number naming something else now (often
+    /// the new file): they are closed as the kernel closes a released file (agents
+    /// unregistered), without touching the number.
     pub fn open_file(&self, port: &Arc<CaPort>) -> Result<Arc<UmadFile>, UmadError> {
         if let Some(reason) = port.removed() {
             return Err(UmadError::Dead { reason });
         }
         let f = UmadFile::open(Arc::clone(port))?;
         port.add_file(&f);
-        lock(&self.files).insert(f.fd(), Arc::clone(&f));
+        let stale: Vec<Arc<UmadFile>> = {
+            let mut files = lock(&self.files);
+            let mut stale = Vec::new();
+            files.retain(|_, g| {
+                let live = g.owns_fd();
+                if !live {
+                    stale.push(Arc::clone(g));
+                }
+                live
+            });
+            stale.extend(files.insert(f.fd(), Arc::clone(&f)));
+            stale
+        };
+        for g in stale {
+            debug("umad_open_port", || {
+                format!(
+                    "fd {} was closed by the program: releasing its file",
+                    g.fd()
+                )
+            });
+            g.close_fd();
+            g.close();
+        }
         Ok(f)
     }
 
-    /// The umad file behind `fd`.
+    /// The umad file behind `fd`. Not checked against a `close` the user made themselves
+    /// (that costs a system call per MAD): [`Context::open_file`] and
+    /// [`Context::close_file`] are where a stale entry could do harm, and they check.
     pub fn file(&self, fd: RawFd) -> Result<Arc<UmadFile>, UmadError> {
         lock(&self.files)
             .get(&fd)
@@ -378,12 +419,16 @@ impl Context {
             .ok_or(UmadError::NotAPort { fd })
     }
 
-    /// `umad_close_port`: unregister the file's agents, drop its queue, close its fd.
+    /// `umad_close_port`: unregister the file's agents, drop its queue, close its fd. An fd
+    /// the user already closed themselves is not closed again (its number may name another
+    /// file of the program now): only the file is released. `NotAPort` for a number this
+    /// library never handed out.
     pub fn close_file(&self, fd: RawFd) -> Result<(), UmadError> {
         let f = lock(&self.files)
             .remove(&fd)
             .ok_or(UmadError::NotAPort { fd })?;
         f.close();
+        f.close_fd();
         Ok(())
     }
 
@@ -417,6 +462,7 @@ impl Context {
         let files: Vec<Arc<UmadFile>> = lock(&self.files).drain().map(|(_, f)| f).collect();
         for f in files {
             f.close();
+            f.close_fd();
         }
         if let Some(i) = lock(&self.issm).take() {
             i.shutdown();
@@ -480,7 +526,7 @@ pub fn global() -> Option<&'static Arc<Context>> {
                     Ok(Arc::new(c))
                 }
                 Err(e) => {
-                    eprintln!("libibumad (hca): {e}");
+                    say(format_args!("libibumad (hca): {e}"));
                     Err(e.to_string())
                 }
             }
@@ -493,6 +539,10 @@ pub fn global() -> Option<&'static Arc<Context>> {
 /// issm files. The HCAs stay up: other threads of the program may still be using them, and
 /// the process is going away.
 extern "C" fn at_exit() {
+    crate::exports::uncancellable(at_exit_inner);
+}
+
+fn at_exit_inner() {
     if let Some(Ok(c)) = GLOBAL.get() {
         if let Some(i) = c.issm_if_open() {
             i.shutdown();
@@ -500,7 +550,9 @@ extern "C" fn at_exit() {
     }
     for (path, result) in embed::persist_states() {
         if let Err(e) = result {
-            eprintln!("libibumad (hca): saving the simulated fabric to {path}: {e}");
+            say(format_args!(
+                "libibumad (hca): saving the simulated fabric to {path}: {e}"
+            ));
         }
     }
 }

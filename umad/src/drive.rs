@@ -100,8 +100,11 @@ pub struct Fallback {
 impl Fallback {
     /// Start the fallback thread of `port`.
     ///
-    /// Each time it drives the loop it first calls `show`, which makes the fds of packets
-    /// that waiting callers left queued readable (see [`crate::queue::ReadQueue::release`]).
+    /// Every time it looks (at least every [`IDLE`] while callers wait, every [`SLICE`] while
+    /// it drives the loop) it calls `show`, which makes the fds of packets that returning
+    /// callers left queued readable (see [`crate::queue::ReadQueue::release`]). It does so
+    /// while callers wait too: a caller blocked on one file must not keep the leftovers of
+    /// another file unshown (`show` leaves alone a file a caller waits on).
     pub fn spawn(
         port: mad::Port,
         drive: Arc<Drive>,
@@ -112,10 +115,10 @@ impl Fallback {
             .name(format!("umad-port{}", port.port_num()))
             .spawn(move || {
                 while !d.stop.load(Ordering::SeqCst) {
+                    show();
                     if d.callers_active(port.now()) {
                         d.sleep(IDLE);
                     } else {
-                        show();
                         port.progress_then_sleep(port.now() + SLICE);
                     }
                 }

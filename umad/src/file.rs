@@ -21,7 +21,9 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use mad::wire::header::is_response;
+use mad::wire::class::is_rmpp_capable;
+use mad::wire::header::{MAD_LEN, is_response};
+use mad::wire::rmpp::{Rmpp, flags as rmpp_flags};
 use mad::{
     Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, SendRequest,
     SpecialQp, WcStatus,
@@ -56,7 +58,12 @@ enum Slot {
     Free,
     /// Being registered (the MAD layer is asked without the file's lock).
     Reserved,
-    Active(Arc<Agent>),
+    Active {
+        agent: Arc<Agent>,
+        /// The MAD layer does RMPP for it (an RMPP version without `UMAD_USER_RMPP`): a send
+        /// with the RMPP Active flag may be longer than one MAD.
+        rmpp: bool,
+    },
 }
 
 struct Sent {
@@ -125,6 +132,19 @@ impl UmadFile {
         self.fd
     }
 
+    /// Whether [`UmadFile::fd`] still names this file's socket: the user may have closed it
+    /// (libibumad's `umad_close_port` is a plain `close`) and got the number back for
+    /// something else.
+    pub fn owns_fd(&self) -> bool {
+        lock(&self.state).queue.owns_fd()
+    }
+
+    /// Close the user's fd if it still names this file's socket; returns whether it did.
+    /// A number that names something else now is left alone.
+    pub fn close_fd(&self) -> bool {
+        lock(&self.state).queue.close_user()
+    }
+
     /// The port it is open on.
     pub fn port(&self) -> &Arc<CaPort> {
         &self.port
@@ -145,7 +165,7 @@ impl UmadFile {
         lock(&self.state)
             .slots
             .iter()
-            .filter(|s| matches!(s, Slot::Active(_)))
+            .filter(|s| matches!(s, Slot::Active { .. }))
             .count()
     }
 
@@ -176,28 +196,40 @@ impl UmadFile {
             id
         };
         let release = |st: &mut State| st.slots[id] = Slot::Free;
+        let class = (r.class != 0).then(|| ClassRegistration {
+            class: r.class,
+            version: r.version,
+            methods: MethodMask::from_words(r.methods),
+            oui: mad::wire::class::is_vendor_range2(r.class).then_some(r.oui),
+        });
         // With user RMPP the kernel leaves RMPP to the user: the MAD layer sees a plain
-        // agent.
+        // agent. ib_register_mad_agent still checks the registration with the RMPP version
+        // given (0 or 1, an RMPP-capable class), and refuses user RMPP without a class.
         let rmpp = if r.flags & USER_RMPP != 0 {
+            let checked = if class.is_none() {
+                Err(mad::MadError::InvalidRegistration {
+                    reason: "UMAD_USER_RMPP needs a management class".into(),
+                })
+            } else {
+                mad::registry::validate(class.as_ref(), qp, r.rmpp_version)
+            };
+            if let Err(e) = checked {
+                release(&mut lock(&self.state));
+                return Err(UmadError::Registration(e));
+            }
             0
         } else {
             r.rmpp_version
         };
-        let spec = if r.class == 0 {
-            AgentSpec::responses_only(qp)
-        } else {
-            AgentSpec {
+        let spec = match class {
+            None => AgentSpec::responses_only(qp),
+            Some(class) => AgentSpec {
                 qp,
-                class: Some(ClassRegistration {
-                    class: r.class,
-                    version: r.version,
-                    methods: MethodMask::from_words(r.methods),
-                    oui: mad::wire::class::is_vendor_range2(r.class).then_some(r.oui),
-                }),
+                class: Some(class),
                 responses: true,
                 rmpp_version: rmpp,
                 events: None,
-            }
+            },
         }
         .with_rmpp(rmpp)
         .with_events(Arc::clone(&self.events));
@@ -219,7 +251,10 @@ impl UmadFile {
             return Err(UmadError::NotAPort { fd: self.fd });
         }
         st.by_agent.insert(agent.id(), id as u32);
-        st.slots[id] = Slot::Active(Arc::new(agent));
+        st.slots[id] = Slot::Active {
+            agent: Arc::new(agent),
+            rmpp: rmpp != 0,
+        };
         debug("umad_register", || {
             format!(
                 "fd {} registered agent {id} qp {} class {:#x} version {}",
@@ -241,7 +276,7 @@ impl UmadFile {
                 return Err(UmadError::UnregisterUnknownAgent { id });
             }
             let a = match std::mem::replace(&mut st.slots[id as usize], Slot::Free) {
-                Slot::Active(a) => a,
+                Slot::Active { agent, .. } => agent,
                 other => {
                     st.slots[id as usize] = other;
                     return Err(UmadError::UnregisterUnknownAgent { id });
@@ -252,6 +287,52 @@ impl UmadFile {
             a
         };
         deregister(agent);
+        Ok(())
+    }
+
+    /// The checks the kernel's `ib_umad_write` makes on the header and the MAD's first 36
+    /// bytes (`head`: the header, then those bytes) before it copies the rest of a write
+    /// whose MAD is `mad_len` bytes long: an agent ID in range (else EINVAL) and registered
+    /// (else EIO), and a length the send may have: one MAD, or any length for an RMPP-active
+    /// send of an agent the MAD layer does RMPP for (else EINVAL). `umad_send` reads the
+    /// caller's `mad_len` bytes only once these pass.
+    pub fn check_write(
+        &self,
+        head: &[u8; HDR_LEN + MIN_WRITE_MAD],
+        mad_len: usize,
+    ) -> Result<(), UmadError> {
+        let hdr = IbUserMad::from_bytes(head[..HDR_LEN].try_into().expect("header length"));
+        if mad_len < MIN_WRITE_MAD {
+            return Err(UmadError::ShortWrite {
+                len: HDR_LEN + mad_len,
+                hdr: HDR_LEN,
+            });
+        }
+        if hdr.agent_id as usize >= MAX_AGENTS {
+            return Err(UmadError::AgentRange {
+                id: hdr.agent_id.into(),
+            });
+        }
+        let kernel_rmpp = {
+            let st = lock(&self.state);
+            if let Some(reason) = st.dead.clone() {
+                return Err(UmadError::Dead { reason });
+            }
+            let Slot::Active { rmpp, .. } = &st.slots[hdr.agent_id as usize] else {
+                return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
+            };
+            *rmpp
+        };
+        let mad = Rmpp::new_checked(&head[HDR_LEN..]).expect("36 bytes: an RMPP header");
+        let rmpp_active = kernel_rmpp
+            && is_rmpp_capable(mad.header().mgmt_class())
+            && mad.flags() & rmpp_flags::ACTIVE != 0;
+        if !rmpp_active && mad_len > MAD_LEN {
+            return Err(UmadError::Send(mad::MadError::MadTooLarge {
+                len: mad_len,
+                max: MAD_LEN,
+            }));
+        }
         Ok(())
     }
 
@@ -284,7 +365,7 @@ impl UmadFile {
             if let Some(reason) = st.dead.clone() {
                 return Err(UmadError::Dead { reason });
             }
-            let Slot::Active(agent) = &st.slots[hdr.agent_id as usize] else {
+            let Slot::Active { agent, .. } = &st.slots[hdr.agent_id as usize] else {
                 return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
             };
             let agent = Arc::clone(agent);
@@ -409,7 +490,8 @@ impl UmadFile {
     }
 
     /// `close(2)`: unregister every agent (each returns when its sends are finished), drop
-    /// what is queued. The fd itself is closed when the last handle goes.
+    /// what is queued. The fd itself is closed by [`UmadFile::close_fd`], or when the last
+    /// handle goes, and only if it still names this file's socket.
     pub fn close(&self) {
         let agents: Vec<Arc<Agent>> = {
             let mut st = lock(&self.state);
@@ -420,7 +502,7 @@ impl UmadFile {
                 .slots
                 .iter_mut()
                 .filter_map(|s| match std::mem::replace(s, Slot::Free) {
-                    Slot::Active(a) => Some(a),
+                    Slot::Active { agent, .. } => Some(agent),
                     _ => None,
                 })
                 .collect();

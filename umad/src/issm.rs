@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
-use crate::context::{CaPort, debug, lock};
+use crate::context::{CaPort, debug, lock, say};
 use crate::error::UmadError;
 
 const DIR_PREFIX: &str = "hca-umad-";
@@ -184,7 +184,10 @@ impl Issm {
                     port.num
                 )
             }),
-            Err(e) => eprintln!("libibumad (hca): setting IsSM of port {}: {e}", port.num),
+            Err(e) => say(format_args!(
+                "libibumad (hca): setting IsSM of port {}: {e}",
+                port.num
+            )),
         }
     }
 

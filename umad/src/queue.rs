@@ -9,6 +9,12 @@
 //! kernel's umad does. The fd is only for `poll`: reads and writes go through `umad_recv`
 //! and `umad_send`.
 //!
+//! The user owns the number handed out and may `close(2)` it themselves (libibumad's own
+//! `umad_close_port` is just that), after which the number can name anything. So the library
+//! keeps a duplicate of the user's end for its own reads and writes of it, records the
+//! socket's identity (device and inode), and closes the user's number only while it still
+//! names that socket ([`ReadQueue::owns_fd`], [`ReadQueue::close_user`]).
+//!
 //! While a thread waits for the queue in this library ([`ReadQueue::hold`]), the byte is not
 //! written: that thread takes what arrives at once, and two system calls per MAD (raise,
 //! then lower) would double the cost of a round trip. When the last such thread stops
@@ -17,7 +23,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use crate::abi::{IbUserMad, MAD_HDR_LEN};
 use crate::error::UmadError;
@@ -84,7 +90,14 @@ pub struct ReadQueue {
     received: usize,
     limit: usize,
     dropped: u64,
-    user: OwnedFd,
+    /// The number handed to the user; closed by us only while it names our socket.
+    user: RawFd,
+    /// The user's number was closed by us or found to name something else.
+    user_released: bool,
+    /// Our own descriptor of the user's end (a dup): the one we read and write it through.
+    mine: OwnedFd,
+    /// `st_dev` and `st_ino` of the user's end.
+    ident: (u64, u64),
     inner: Option<OwnedFd>,
     raised: bool,
     held: usize,
@@ -114,12 +127,29 @@ impl ReadQueue {
         // The library's end must not leak into programs the user executes.
         // SAFETY: plain fcntl on a descriptor we own.
         unsafe { libc::fcntl(inner.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        // SAFETY: duplicates a descriptor we own into the lowest free number, close-on-exec.
+        let dup = unsafe { libc::fcntl(user.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(UmadError::Os {
+                what: "duplicating the user's end of a umad fd",
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: fcntl returned a new descriptor that nobody else owns.
+        let mine = unsafe { OwnedFd::from_raw_fd(dup) };
+        let ident = identity(mine.as_raw_fd()).map_err(|source| UmadError::Os {
+            what: "fstat of a umad fd",
+            source,
+        })?;
         Ok(ReadQueue {
             packets: VecDeque::new(),
             received: 0,
             limit,
             dropped: 0,
-            user,
+            user: user.into_raw_fd(),
+            user_released: false,
+            mine,
+            ident,
             inner: Some(inner),
             raised: false,
             held: 0,
@@ -128,7 +158,26 @@ impl ReadQueue {
 
     /// The fd the user polls.
     pub fn fd(&self) -> RawFd {
-        self.user.as_raw_fd()
+        self.user
+    }
+
+    /// Whether the user's number still names our socket (the user has not closed it, or
+    /// closed it and got the number back for something else).
+    pub fn owns_fd(&self) -> bool {
+        !self.user_released && identity(self.user).is_ok_and(|id| id == self.ident)
+    }
+
+    /// Close the user's number if it still names our socket (returns whether it did);
+    /// otherwise leave it alone, it is someone else's now. Either way it is not ours after.
+    pub fn close_user(&mut self) -> bool {
+        let ours = self.owns_fd();
+        self.user_released = true;
+        if ours {
+            // SAFETY: the number names the socket we made and handed out (checked just
+            // above): closing it closes nothing of anybody else's.
+            unsafe { libc::close(self.user) };
+        }
+        ours
     }
 
     /// Packets queued.
@@ -198,7 +247,8 @@ impl ReadQueue {
 
     /// The thread of a [`ReadQueue::hold`] stopped waiting. With `show`, the fd follows the
     /// queue again now; without, packets left queued are shown by a later
-    /// [`ReadQueue::show`] (the thread is expected back soon: a second packet delivered in
+    /// [`ReadQueue::show`], which the port's fallback thread makes within about
+    /// [`crate::drive::IDLE`] whatever callers wait on other files (the thread is expected back soon: a second packet delivered in
     /// the same pass as the first would otherwise cost a raise and a lower while it sits
     /// there, and it is no different from a response not yet taken off the completion
     /// queue).
@@ -244,7 +294,7 @@ impl ReadQueue {
             // SAFETY: reads into a live local buffer of the length given, from our descriptor.
             let n = unsafe {
                 libc::recv(
-                    self.user.as_raw_fd(),
+                    self.mine.as_raw_fd(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
                     libc::MSG_DONTWAIT,
@@ -267,7 +317,7 @@ impl ReadQueue {
         // SAFETY: sends one byte from a live buffer on a descriptor we own.
         unsafe {
             libc::send(
-                self.user.as_raw_fd(),
+                self.mine.as_raw_fd(),
                 [0u8].as_ptr().cast(),
                 1,
                 libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
@@ -275,6 +325,25 @@ impl ReadQueue {
         };
         drop(inner);
     }
+}
+
+impl Drop for ReadQueue {
+    fn drop(&mut self) {
+        self.close_user();
+    }
+}
+
+/// `st_dev` and `st_ino` of what `fd` names.
+fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a struct stat into the live buffer given; any number is safe to
+    // ask about (EBADF for a closed one).
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded and filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// Whether `fd` reports `events` right now (`poll` with timeout 0).
@@ -365,6 +434,38 @@ mod tests {
         q.pop().unwrap();
         assert_eq!(poll_now(q.fd()) & libc::POLLIN, 0, "empty: not readable");
         assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn a_number_the_user_closed_and_reused_is_neither_owned_nor_closed() {
+        let q = ReadQueue::new(10).unwrap();
+        let n = q.fd();
+        assert!(q.owns_fd());
+        let other = std::fs::File::open("/dev/null").unwrap();
+        // The user closes the umad fd and the number comes back naming another file.
+        // SAFETY: dup2 onto the queue's user number (closing it, as the user would).
+        assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), n) }, n);
+        assert!(!q.owns_fd());
+        drop(q);
+        // SAFETY: fcntl on a number: only asks whether it is open.
+        assert!(unsafe { libc::fcntl(n, libc::F_GETFD) } >= 0, "left open");
+        // SAFETY: n is the dup2 made above, owned by this test.
+        unsafe { libc::close(n) };
+    }
+
+    #[test]
+    fn the_users_number_is_closed_while_it_names_the_queues_socket() {
+        let mut q = ReadQueue::new(10).unwrap();
+        let n = q.fd();
+        let socket = identity(n).unwrap();
+        q.push(recv(256, 1), false);
+        assert!(q.close_user());
+        assert!(!q.owns_fd());
+        // Another thread of the test may take the number at once: it must not name the
+        // queue's socket any more (which the queue's own dup keeps alive).
+        assert_ne!(identity(n).ok(), Some(socket), "closed");
+        assert!(!q.close_user(), "closed once");
+        assert_eq!(q.pop().unwrap().data[0], 1, "the queue itself still works");
     }
 
     #[test]

@@ -222,6 +222,53 @@ fn thirty_two_agents_per_fd_and_the_kernels_errnos() {
 }
 
 #[test]
+fn an_overlong_send_is_refused_before_the_mad_past_its_header_is_read() {
+    // The buffer ends at an inaccessible page: reading the 4096 bytes claimed would fault.
+    let Some(v) = run("overlong", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // libibumad: -EIO, errno from write(2); the kernel's EINVAL for the size.
+            ("overlong", "-5 errno_overlong=22"),
+            ("one_over", "-5 errno_one_over=22"),
+            // The agent is checked first (EIO), as ib_umad_write does.
+            ("overlong_no_agent", "-5 errno_no_agent=5"),
+            ("fits", "0"),
+            ("answer", "0 status=0 tid_low=00000be7"),
+        ],
+    );
+}
+
+#[test]
+fn a_umad_fd_the_program_closed_itself_is_never_closed_again_by_the_library() {
+    let Some(v) = run("reclose", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("first_reg", "0"),
+            ("same_number", "1"),
+            // The new file's fd works: it was not closed along with the old file.
+            ("fd2_open", "1"),
+            ("reregister", "0 errno_reregister=0"),
+            ("send", "0"),
+            ("sys_poll", "1 revents_in=1"),
+            ("recv", "1 status=0"),
+            ("other_differs", "1"),
+            ("close_port", "0"),
+            ("fd2_closed", "1"),
+            ("other_open", "1"),
+            ("unrelated_same_number", "1"),
+            ("close_unrelated", "0"),
+            ("unrelated_open", "1"),
+        ],
+    );
+}
+
+#[test]
 fn register2_and_register_oui_follow_libibumad() {
     let Some(v) = run("register2", "sim") else {
         return;
@@ -236,6 +283,59 @@ fn register2_and_register_oui_follow_libibumad() {
             ("oui_bad_class", "-22"),
             ("oui_ok", "1"),
             ("null_attr", "22"),
+        ],
+    );
+}
+
+#[test]
+fn user_rmpp_registrations_are_checked_as_the_kernel_checks_them() {
+    let Some(v) = run("user_rmpp", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // PerfMgt is not RMPP-capable: EINVAL, nothing written to the ID, flags cleared
+            // as libibumad clears them after an EINVAL.
+            ("perf_rmpp1", "22 id=99 flags_after=0"),
+            ("no_class", "22 id=99"),
+            ("sa_rmpp5", "22 id=99"),
+            // No agent ID was used up by the refusals.
+            ("sa_rmpp1", "0 id=0"),
+            ("perf_rmpp0", "0 id=1"),
+        ],
+    );
+}
+
+#[test]
+fn umad_register_picks_the_qp_on_the_class_int_as_libibumad_does() {
+    let Some(v) = run("class_int", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // QP1 (the int is not 0x01 or 0x81) for class byte 0x01 or 0x81: EINVAL.
+            ("class_0x101", "-1 errno_0x101=22"),
+            ("class_0x181", "-1 errno_0x181=22"),
+            // QP1 for class byte 0x04: a PerfMgt agent.
+            ("class_0x104", "0"),
+            ("class_0x01", "1"),
+        ],
+    );
+}
+
+#[test]
+fn umad_recv_with_a_negative_length_is_einval_at_once_and_writes_nothing() {
+    let Some(v) = run("recv_negative", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("empty", "-22 errno_empty=22 len_empty=-5 at_once=1"),
+            ("queued", "-22 errno_queued=22 len_queued=-1"),
+            ("then", "0 len=256"),
         ],
     );
 }
@@ -278,6 +378,14 @@ fn a_response_left_queued_by_a_blocking_reader_makes_the_fd_readable() {
 }
 
 #[test]
+fn a_response_left_queued_makes_the_fd_readable_while_another_fd_has_a_reader_waiting() {
+    let Some(v) = run("leftover_other", "sim") else {
+        return;
+    };
+    check(&v, &[("readable", "5/5"), ("second", "5/5")]);
+}
+
+#[test]
 fn a_reader_blocked_in_umad_recv_can_be_cancelled_as_opensm_stops_its_receiver() {
     let Some(v) = run("cancel", "sim") else {
         return;
@@ -285,6 +393,42 @@ fn a_reader_blocked_in_umad_recv_can_be_cancelled_as_opensm_stops_its_receiver()
     check(
         &v,
         &[("cancel", "0"), ("joined", "1 canceled=1"), ("close", "0")],
+    );
+}
+
+#[test]
+fn a_cancel_pending_in_an_entry_point_acts_after_it_returns_and_never_aborts() {
+    let Some(v) = run("cancel_pending", "sim") else {
+        return;
+    };
+    for what in [
+        "send",
+        "recv0",
+        "register",
+        "unregister",
+        "get_port",
+        "get_ca",
+        "cas_names",
+        "open_close",
+        "dump",
+    ] {
+        assert_eq!(value(&v, what), "returned 1 canceled 1", "{what}: {v:?}");
+    }
+}
+
+#[test]
+fn a_broken_stderr_changes_nothing_the_calls_return() {
+    let Some(v) = run("broken_stderr", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("dump_survived", "1"),
+            ("open_debug", "1"),
+            ("send_unregistered", "-5 errno_send=5"),
+            ("close", "0"),
+        ],
     );
 }
 
@@ -344,4 +488,28 @@ fn the_header_helpers_write_what_debians_write() {
     };
     assert!(debian.contains("size=56"), "{debian}");
     assert_eq!(ours, debian);
+}
+
+#[test]
+fn the_header_helpers_work_on_a_buffer_at_an_odd_address_as_debians_do() {
+    let Some((debian, ours)) = both("helpers_odd") else {
+        return;
+    };
+    assert!(debian.contains("get_pkey=0"), "{debian}");
+    assert_eq!(ours, debian);
+}
+
+#[test]
+fn send_and_recv_work_on_a_buffer_at_an_odd_address() {
+    let Some(v) = run("io_odd", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("get_pkey", "0"),
+            ("send", "0"),
+            ("recv", "0 len=256 status=0 tid_low=000000dd"),
+        ],
+    );
 }

@@ -240,3 +240,63 @@ fn capability_mask_changes_reach_the_fabric_port() {
     assert_eq!(port.set_is_sm(false).unwrap(), before);
     r.ctx.close().unwrap();
 }
+
+/// The header and first 36 bytes of a MAD of `class` from `agent`, RMPP Active or not.
+fn write_head(agent: u32, class: u8, rmpp_active: bool) -> [u8; HDR_LEN + 36] {
+    let mut b = [0u8; HDR_LEN + 36];
+    b[..HDR_LEN].copy_from_slice(
+        &IbUserMad {
+            agent_id: agent,
+            ..IbUserMad::default()
+        }
+        .to_bytes(),
+    );
+    let m = &mut b[HDR_LEN..];
+    (m[0], m[1], m[2], m[3]) = (1, class, 2, 0x01);
+    if rmpp_active {
+        (m[24], m[25], m[26]) = (1, 1, 0x07);
+    }
+    b
+}
+
+#[test]
+fn a_write_may_exceed_one_mad_only_as_an_rmpp_active_send_of_a_kernel_rmpp_agent() {
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let reg = |rmpp_version, flags| {
+        f.register(&Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [0, 0],
+            oui: 0,
+            rmpp_version,
+            flags,
+        })
+        .unwrap()
+    };
+    let plain = reg(0, 0);
+    let rmpp = reg(1, 0);
+    let user_rmpp = reg(1, ibumad::abi::USER_RMPP);
+    let einval = |r: Result<(), UmadError>| r.unwrap_err().errno() == libc::EINVAL;
+    assert!(f.check_write(&write_head(rmpp, 0x03, true), 4000).is_ok());
+    assert!(f.check_write(&write_head(rmpp, 0x03, false), 256).is_ok());
+    assert!(einval(f.check_write(&write_head(rmpp, 0x03, false), 257)));
+    assert!(einval(f.check_write(&write_head(plain, 0x03, true), 257)));
+    assert!(
+        einval(f.check_write(&write_head(user_rmpp, 0x03, true), 257)),
+        "with user RMPP the kernel sends one MAD at a time"
+    );
+    assert!(einval(f.check_write(&write_head(rmpp, 0x03, true), 35)));
+    assert!(einval(f.check_write(&write_head(40, 0x03, true), 256)));
+    assert_eq!(
+        f.check_write(&write_head(7, 0x03, false), 4000)
+            .unwrap_err()
+            .errno(),
+        libc::EIO,
+        "an unregistered agent is EIO before the length is looked at"
+    );
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}

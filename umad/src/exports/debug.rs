@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use crate::abi::{IbMadAddr, IbUserMad};
-use crate::context::DEBUG;
+use crate::context::{DEBUG, say};
+use crate::exports::uncancellable;
 use crate::strings;
 
 /// `umad_debug`: set the level (when `level` >= 0) and return it.
@@ -18,7 +19,10 @@ pub extern "C" fn umad_debug(level: c_int) -> c_int {
 }
 
 fn ibwarn(func: &str, msg: &str) {
-    eprintln!("ibwarn: [{}] {func}: {msg}", std::process::id());
+    say(format_args!(
+        "ibwarn: [{}] {func}: {msg}",
+        std::process::id()
+    ));
 }
 
 /// `umad_addr_dump`: the address on stderr, in libibumad's words.
@@ -29,8 +33,13 @@ pub unsafe extern "C" fn umad_addr_dump(addr: *mut IbMadAddr) {
     if addr.is_null() {
         return;
     }
-    // SAFETY: the caller's address.
+    // SAFETY: the caller's address, read unaligned.
     let a = unsafe { std::ptr::read_unaligned(addr) };
+    // The write to stderr is a cancellation point: defer a pending cancel past it.
+    uncancellable(|| addr_dump(&a));
+}
+
+fn addr_dump(a: &IbMadAddr) {
     let mut gid = String::with_capacity(32);
     for b in a.gid {
         let _ = write!(gid, "{b:02x}");
@@ -62,17 +71,19 @@ pub unsafe extern "C" fn umad_dump(umad: *mut c_void) {
     if umad.is_null() {
         return;
     }
-    // SAFETY: the caller's header.
+    // SAFETY: the caller's header, read unaligned.
     let h = unsafe { std::ptr::read_unaligned(umad.cast::<IbUserMad>()) };
-    ibwarn(
-        "umad_dump",
-        &format!(
-            "agent id {} status {:x} timeout {}",
-            h.agent_id as i32, h.status, h.timeout_ms as i32
-        ),
-    );
-    // SAFETY: the address inside the caller's header.
-    unsafe { umad_addr_dump(&raw mut (*umad.cast::<IbUserMad>()).addr) };
+    // The writes to stderr are cancellation points: defer a pending cancel past them.
+    uncancellable(|| {
+        ibwarn(
+            "umad_dump",
+            &format!(
+                "agent id {} status {:x} timeout {}",
+                h.agent_id as i32, h.status, h.timeout_ms as i32
+            ),
+        );
+        addr_dump(&h.addr);
+    });
 }
 
 /// `umad_class_str`.

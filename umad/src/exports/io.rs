@@ -9,44 +9,24 @@
 //! `extern "C-unwind"` (a plain `extern "C"` function aborts when an unwind crosses it).
 
 use std::ffi::{c_int, c_void};
+use std::ptr::{addr_of, addr_of_mut};
 
 use std::time::Duration;
 
-use crate::abi::{HDR_LEN, IbUserMad};
+use crate::abi::{HDR_LEN, IbUserMad, MIN_WRITE_MAD};
 use crate::context::global;
 use crate::error::UmadError;
 use crate::exports::{guard, hdr_len, set_errno};
 use crate::file::UmadFile;
-
-unsafe extern "C" {
-    /// pthread's cancel state switch (not a cancellation point).
-    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
-}
 
 unsafe extern "C-unwind" {
     /// pthread's explicit cancellation point; may unwind (a pending cancel).
     fn pthread_testcancel();
 }
 
-/// glibc's `PTHREAD_CANCEL_DISABLE`.
-const PTHREAD_CANCEL_DISABLE: c_int = 1;
-
 /// Longest stretch a waiting caller spends in the library between two cancellation points
 /// (how long a `pthread_cancel` of a thread waiting in `umad_recv` may take to act).
 const SLICE: Duration = Duration::from_millis(5);
-
-/// Runs `f` with cancellation disabled: the driver, the simulator and the MAD layer make
-/// system calls that are cancellation points (eventfd reads and writes, sleeps), and a
-/// cancel acted on there would unwind through frames holding locks.
-fn uncancellable<T>(f: impl FnOnce() -> T) -> T {
-    let mut old: c_int = 0;
-    // SAFETY: plain pthread call on this thread, with a live int for the old state.
-    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &raw mut old) };
-    let r = f();
-    // SAFETY: as above; restoring the state found.
-    unsafe { pthread_setcancelstate(old, std::ptr::null_mut()) };
-    r
-}
 
 /// Acts on a pending cancel of this thread. Call only from a frame with nothing alive that
 /// needs dropping: the unwind passes through it.
@@ -73,24 +53,23 @@ fn wait_steps(
 ) -> c_int {
     let mut deadline: Option<Duration> = None;
     loop {
-        let r = uncancellable(|| {
-            guard(Step::Done(-libc::EIO), || {
-                let r = global()
-                    .ok_or(UmadError::NotAPort { fd })
-                    .and_then(|c| c.file(fd))
-                    .and_then(|f| {
-                        let now = f.port().mad.now();
-                        let end = *deadline.get_or_insert_with(|| {
-                            u64::try_from(timeout_ms).map_or(Duration::MAX, |ms| {
-                                now.saturating_add(Duration::from_millis(ms))
-                            })
-                        });
-                        step(&f, end.min(now.saturating_add(SLICE)), now >= end)
+        // guard: cancellation disabled inside, acted on below between steps.
+        let r = guard(Step::Done(-libc::EIO), || {
+            let r = global()
+                .ok_or(UmadError::NotAPort { fd })
+                .and_then(|c| c.file(fd))
+                .and_then(|f| {
+                    let now = f.port().mad.now();
+                    let end = *deadline.get_or_insert_with(|| {
+                        u64::try_from(timeout_ms).map_or(Duration::MAX, |ms| {
+                            now.saturating_add(Duration::from_millis(ms))
+                        })
                     });
-                r.unwrap_or_else(|e| {
-                    set_errno(e.errno());
-                    Step::Done(-e.errno())
-                })
+                    step(&f, end.min(now.saturating_add(SLICE)), now >= end)
+                });
+            r.unwrap_or_else(|e| {
+                set_errno(e.errno());
+                Step::Done(-e.errno())
             })
         });
         if let Step::Done(n) = r {
@@ -105,8 +84,13 @@ fn wait_steps(
 /// a short or over-long MAD or a duplicate TID, EIO for an unregistered agent or a dead
 /// device, EBADF for an fd this library did not open).
 ///
+/// As the kernel's `write`, it reads the header and the MAD's first 36 bytes first, and the
+/// rest only once the length passed the checks those allow ([`UmadFile::check_write`]): a
+/// `length` longer than one MAD (outside RMPP) is refused without reading past it.
+///
 /// # Safety
-/// `umad` points to `umad_size() + length` bytes.
+/// `umad` points to `umad_size() + length` bytes (at least the header and 36 bytes of MAD
+/// for a `length` the checks refuse); no alignment is asked of it.
 pub unsafe extern "C" fn umad_send(
     fd: c_int,
     agentid: c_int,
@@ -117,28 +101,39 @@ pub unsafe extern "C" fn umad_send(
 ) -> c_int {
     guard(-libc::EIO, || {
         set_errno(0);
-        if umad.is_null() || length < 0 {
+        let Ok(mad_len) = usize::try_from(length) else {
+            set_errno(libc::EINVAL);
+            return -libc::EIO;
+        };
+        if umad.is_null() {
             set_errno(libc::EINVAL);
             return -libc::EIO;
         }
         let h = umad.cast::<IbUserMad>();
-        // SAFETY: the caller's buffer starts with the header; libibumad writes these three
-        // fields there too.
+        // SAFETY: the caller's buffer starts with a header (umad_size() bytes, which hold
+        // these three fields in either ABI); libibumad writes them there too. Unaligned
+        // writes: the caller's buffer may have any alignment.
         unsafe {
-            (*h).timeout_ms = timeout_ms as u32;
-            (*h).retries = retries as u32;
-            (*h).agent_id = agentid as u32;
+            addr_of_mut!((*h).timeout_ms).write_unaligned(timeout_ms as u32);
+            addr_of_mut!((*h).retries).write_unaligned(retries as u32);
+            addr_of_mut!((*h).agent_id).write_unaligned(agentid as u32);
         }
-        let len = hdr_len() + length as usize;
-        // SAFETY: the caller's buffer holds umad_size() + length bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(umad.cast::<u8>(), len) };
+        let len = hdr_len() + mad_len;
         let r = global()
             .ok_or(UmadError::NotAPort { fd })
             .and_then(|c| c.file(fd))
             .and_then(|f| {
-                if hdr_len() != HDR_LEN {
+                if hdr_len() != HDR_LEN || mad_len < MIN_WRITE_MAD {
                     return Err(UmadError::ShortWrite { len, hdr: HDR_LEN });
                 }
+                // SAFETY: mad_len >= 36, so the umad_size() + length bytes the caller vouches
+                // for include the header and the MAD's first 36 bytes; read unaligned.
+                let head: [u8; HDR_LEN + MIN_WRITE_MAD] =
+                    unsafe { std::ptr::read_unaligned(umad.cast()) };
+                f.check_write(&head, mad_len)?;
+                // SAFETY: the length passed the kernel's checks; the caller's buffer holds
+                // umad_size() + length bytes, read as bytes (no alignment needed).
+                let bytes = unsafe { std::slice::from_raw_parts(umad.cast::<u8>(), len) };
                 f.write(bytes)
             });
         match r {
@@ -156,14 +151,15 @@ pub unsafe extern "C" fn umad_send(
 /// reads it. Returns the agent ID with `*length` = the MAD's length; or -errno:
 /// -ETIMEDOUT after the timeout, -EAGAIN when nothing is queued, -ENOSPC (with `*length` =
 /// the length needed) for a message longer than the buffer, -EINVAL for a buffer shorter
-/// than one MAD, -EIO once the device is gone.
+/// than one MAD (or at once, `*length` untouched, for a negative `*length`), -EIO once the
+/// device is gone.
 ///
 /// The waiting thread runs the port's progress loop itself ([`crate::drive`]); a cancel of
 /// it (OpenSM stops its receiver thread with `pthread_cancel`) is acted on between steps of
 /// at most [`SLICE`], with nothing of the library's alive.
 ///
 /// # Safety
-/// `umad` points to `umad_size() + *length` bytes; `length` to an int.
+/// `umad` points to `umad_size() + *length` bytes, at any alignment; `length` to an int.
 pub unsafe extern "C-unwind" fn umad_recv(
     fd: c_int,
     umad: *mut c_void,
@@ -175,19 +171,27 @@ pub unsafe extern "C-unwind" fn umad_recv(
         return -libc::EINVAL;
     }
     set_errno(0);
-    // SAFETY: the caller's int.
-    let want = unsafe { *length };
-    let len = hdr_len() + usize::try_from(want).unwrap_or(0);
+    // SAFETY: the caller's int, read unaligned (no alignment is asked of it).
+    let want = unsafe { length.read_unaligned() };
+    // The kernel's read refuses a count below the header's size at once; nothing is
+    // written back.
+    let Ok(want) = usize::try_from(want) else {
+        set_errno(libc::EINVAL);
+        return -libc::EINVAL;
+    };
+    let len = hdr_len() + want;
     wait_steps(fd, timeout_ms, &mut |f, until, last| {
         // SAFETY: the caller's buffer holds umad_size() + *length bytes.
         let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };
         match f.recv_wait(buf, until, timeout_ms != 0) {
             Ok(n) => {
-                // SAFETY: the caller's int.
-                unsafe { *length = n.saturating_sub(hdr_len()) as c_int };
-                // SAFETY: the header was just written at the start of the buffer.
+                // SAFETY: the caller's int, written unaligned.
+                unsafe { length.write_unaligned(n.saturating_sub(hdr_len()) as c_int) };
+                let h = umad.cast::<IbUserMad>();
+                // SAFETY: the header was just written at the start of the caller's buffer;
+                // read unaligned (the buffer may sit at any address).
                 Ok(Step::Done(unsafe {
-                    (*umad.cast::<IbUserMad>()).agent_id as c_int
+                    addr_of!((*h).agent_id).read_unaligned() as c_int
                 }))
             }
             Err(UmadError::Again) if !last => Ok(Step::More),
@@ -199,10 +203,14 @@ pub unsafe extern "C-unwind" fn umad_recv(
                 // libibumad reports the header's length (less the header): after ENOSPC
                 // that is what the message needs.
                 if len >= 20 {
-                    // SAFETY: at least the header's first 20 bytes are the caller's.
-                    let l = unsafe { (*umad.cast::<IbUserMad>()).length };
-                    // SAFETY: the caller's int.
-                    unsafe { *length = (l as c_int).wrapping_sub(hdr_len() as c_int) };
+                    let h = umad.cast::<IbUserMad>();
+                    // SAFETY: at least the header's first 20 bytes are the caller's (they
+                    // hold `length`); read unaligned.
+                    let l = unsafe { addr_of!((*h).length).read_unaligned() };
+                    // SAFETY: the caller's int, written unaligned.
+                    unsafe {
+                        length.write_unaligned((l as c_int).wrapping_sub(hdr_len() as c_int));
+                    }
                 }
                 Err(e)
             }

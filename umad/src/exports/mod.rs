@@ -1,7 +1,9 @@
 //! The C functions of `<infiniband/umad.h>`, with libibumad's contracts: return values,
 //! `errno`, what is written where. Each one is a thin layer over [`crate::context`] and
 //! [`crate::file`]; the Rust side never panics across the boundary (a panic is caught and
-//! becomes EIO).
+//! becomes EIO), and never acts on a `pthread_cancel` inside (cancellation is deferred to
+//! the caller's next cancellation point, see [`uncancellable`]; `umad_recv` and
+//! `umad_poll` act on it between the steps of their wait).
 //!
 //! They are exported under their C names with rdma-core's symbol versions by
 //! `src/symbols.rs` and `libibumad.map`.
@@ -37,11 +39,38 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Runs `f`, turning a panic into `on_panic` (and errno EIO).
+unsafe extern "C" {
+    /// pthread's cancel state switch (not a cancellation point).
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE`.
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Runs `f` with cancellation disabled, then restores the state found. The driver, the
+/// simulator, the MAD layer and stderr make system calls that are cancellation points
+/// (eventfd reads and writes, sleeps, writes), and a cancel acted on there would unwind
+/// through frames holding locks, and through `catch_unwind`, which glibc's forced unwind
+/// must not meet ("FATAL: exception not rethrown"). A cancel pending meanwhile is acted on
+/// at the caller's next cancellation point (libibumad's own are its read, write and poll).
+pub(crate) fn uncancellable<T>(f: impl FnOnce() -> T) -> T {
+    let mut old: c_int = 0;
+    // SAFETY: plain pthread call on this thread, with a live int for the old state.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &raw mut old) };
+    let r = f();
+    // SAFETY: as above; restoring the state found.
+    unsafe { pthread_setcancelstate(old, std::ptr::null_mut()) };
+    r
+}
+
+/// Runs `f` with cancellation deferred ([`uncancellable`]), turning a panic into
+/// `on_panic` (and errno EIO).
 pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        set_errno(libc::EIO);
-        on_panic
+    uncancellable(|| {
+        catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+            set_errno(libc::EIO);
+            on_panic
+        })
     })
 }
 

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_long};
 use std::sync::atomic::Ordering;
 
 use crate::abi::{OPENIB_OUI, UmadRegAttr};
-use crate::context::{debug, global};
+use crate::context::{debug, global, say};
 use crate::error::UmadError;
 use crate::exports::{NEW_API, guard, opt_str, set_errno};
 use crate::file::Registration;
@@ -47,7 +47,8 @@ pub unsafe extern "C" fn umad_open_port(ca_name: *const c_char, portnum: c_int) 
 }
 
 /// `umad_close_port`: unregister the fd's agents and close it; 0. An fd this library did not
-/// open is simply closed, as libibumad's `close(fd)` would.
+/// open is simply closed, as libibumad's `close(fd)` would; the number of a umad fd the
+/// program already closed itself is left alone (it names another file of the program now).
 pub extern "C" fn umad_close_port(fd: c_int) -> c_int {
     guard(0, || {
         let ours = global().is_some_and(|c| c.close_file(fd).is_ok());
@@ -86,7 +87,7 @@ pub unsafe extern "C" fn umad_get_issm_path(
         let p = match c.issm().and_then(|i| i.path_for(&port)) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("libibumad (hca): {e}");
+                say(format_args!("libibumad (hca): {e}"));
                 return -libc::EIO;
             }
         };
@@ -125,7 +126,10 @@ unsafe fn method_mask(mask: *const c_long) -> [u64; 2] {
     ]
 }
 
-fn qpn_of(class: u8) -> u32 {
+/// libibumad's QP choice, made on the class as the caller passed it (an `int` for
+/// `umad_register`): QP0 for exactly 0x01 and 0x81, QP1 for anything else. The kernel then
+/// sees the class truncated to a byte, so 0x101 asks for class 0x01 on QP1 (refused).
+fn qpn_of(class: c_int) -> u32 {
     u32::from(!matches!(class, 0x01 | 0x81))
 }
 
@@ -144,7 +148,7 @@ pub unsafe extern "C" fn umad_register(
     guard(-libc::EPERM, || {
         let class = mgmt_class as u8;
         let r = Registration {
-            qpn: qpn_of(class),
+            qpn: qpn_of(mgmt_class),
             class,
             version: mgmt_version as u8,
             // SAFETY: the caller's mask, NULL or 16 bytes.
@@ -229,7 +233,7 @@ pub unsafe extern "C" fn umad_register2(
             return libc::EINVAL;
         }
         let r = Registration {
-            qpn: qpn_of(a.mgmt_class),
+            qpn: qpn_of(c_int::from(a.mgmt_class)),
             class: a.mgmt_class,
             version: a.mgmt_class_version,
             methods: a.method_mask,

@@ -7,10 +7,12 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <endian.h>
@@ -423,10 +425,11 @@ static int mode_issm(void)
 
 /* The helpers only touch the caller's buffer: their bytes can be compared with
  * Debian's library, before any port is opened (then both use the 56-byte header). */
-static int mode_helpers(void)
+/* The header helpers on `buf`; mode_helpers_odd passes a buffer at an odd address: C
+ * callers may (the helpers take a void *), and libibumad's work on any address on x86. */
+static int helpers(uint8_t *buf)
 {
-	uint8_t buf[512];
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, 0xee, 512);
 	printf("size=%zu\n", umad_size());
 	printf("mad_offset=%td\n", (uint8_t *)umad_get_mad(buf) - buf);
 	umad_set_addr(buf, 0x1234, 1, 5, 0x80010000);
@@ -452,6 +455,39 @@ static int mode_helpers(void)
 	return 0;
 }
 
+static int mode_helpers(void)
+{
+	static uint64_t buf[512 / 8];
+	return helpers((uint8_t *)buf);
+}
+
+static int mode_helpers_odd(void)
+{
+	static uint64_t buf[520 / 8];
+	return helpers((uint8_t *)buf + 1);
+}
+
+/* umad_send and umad_recv with a buffer at an odd address. */
+static int mode_io_odd(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	uint8_t *mem = calloc(1, umad_size() + MAD + 8);
+	void *u = mem + 3;
+	perf_get(u, 0x0dd);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	umad_set_grh(u, NULL);
+	umad_set_pkey(u, 0);
+	printf("get_pkey=%d\n", umad_get_pkey(u));
+	printf("send=%d\n", umad_send(fd, agent, u, MAD, 1000, 0));
+	int len;
+	int r = recv_one(fd, u, MAD, 2000, &len);
+	printf("recv=%d len=%d status=%d tid_low=%08" PRIx64 "\n", r, len, umad_status(u),
+	       tid_of(u) & 0xffffffff);
+	umad_close_port(fd);
+	return 0;
+}
+
 static int mode_strings(void)
 {
 	for (int c = 0; c < 256; c++) {
@@ -468,6 +504,293 @@ static int mode_strings(void)
 		if ((s & 0xff) == 0)
 			printf("sa%d=%s\n", s, umad_sa_mad_status_str(htons(s)));
 	}
+	return 0;
+}
+
+/* umad_send with a length longer than the buffer, which ends at an inaccessible page: the
+ * kernel reads the header and the MAD's first 36 bytes, refuses the length (EINVAL) and
+ * never reads the rest. A length that fits is sent from the same buffer. */
+static int mode_overlong(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *mem = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED || mprotect(mem + pg, pg, PROT_NONE))
+		return 4;
+	void *u = mem + pg - (umad_size() + MAD);
+	perf_get(u, 0x0be7);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	errno = 0;
+	int r = umad_send(fd, agent, u, 4096, 1000, 0);
+	printf("overlong=%d errno_overlong=%d\n", r, errno);
+	errno = 0;
+	r = umad_send(fd, agent, u, MAD + 1, 1000, 0);
+	printf("one_over=%d errno_one_over=%d\n", r, errno);
+	errno = 0;
+	r = umad_send(fd, 9, u, 4096, 1000, 0);
+	printf("overlong_no_agent=%d errno_no_agent=%d\n", r, errno);
+	printf("fits=%d\n", umad_send(fd, agent, u, MAD, 1000, 0));
+	int len;
+	r = recv_one(fd, u, MAD, 2000, &len);
+	printf("answer=%d status=%d tid_low=%08" PRIx64 "\n", r, umad_status(u),
+	       tid_of(u) & 0xffffffff);
+	umad_close_port(fd);
+	return 0;
+}
+
+/* The program closes a umad fd itself (libibumad's umad_close_port is a plain close) and
+ * the number comes back: from umad_open_port, or from an unrelated open(2). */
+static int mode_reclose(void)
+{
+	long mask[16 / sizeof(long)] = {1 << 1};
+	int fd = open_port();
+	printf("first_reg=%d\n", umad_register(fd, 0x21, 1, 0, mask));
+	close(fd);
+	int fd2 = umad_open_port(NULL, 0);
+	printf("same_number=%d\n", fd2 == fd);
+	printf("fd2_open=%d\n", fcntl(fd2, F_GETFD) >= 0);
+	/* The closed file's agent is gone, as the kernel releases it on close. */
+	errno = 0;
+	int r = umad_register(fd2, 0x21, 1, 0, mask);
+	printf("reregister=%d errno_reregister=%d\n", r, errno);
+	int agent = umad_register(fd2, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	perf_get(u, 0x5e1);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	printf("send=%d\n", umad_send(fd2, agent, u, MAD, 1000, 0));
+	struct pollfd p = {.fd = fd2, .events = POLLIN};
+	int n = poll(&p, 1, 2000);
+	printf("sys_poll=%d revents_in=%d\n", n, (p.revents & POLLIN) != 0);
+	int len;
+	r = recv_one(fd2, u, MAD, 0, &len);
+	printf("recv=%d status=%d\n", r, umad_status(u));
+	int other = open("/dev/null", O_RDONLY);
+	printf("other_differs=%d\n", other != fd2);
+	printf("close_port=%d\n", umad_close_port(fd2));
+	printf("fd2_closed=%d\n", fcntl(fd2, F_GETFD) < 0 && errno == EBADF);
+	printf("other_open=%d\n", fcntl(other, F_GETFD) >= 0);
+	close(other);
+	/* A closed umad fd's number taken by an unrelated file: umad_close_port of that
+	 * number leaves the file open. */
+	int fd3 = umad_open_port(NULL, 0);
+	close(fd3);
+	int unrelated = open("/dev/null", O_RDONLY);
+	printf("unrelated_same_number=%d\n", unrelated == fd3);
+	printf("close_unrelated=%d\n", umad_close_port(unrelated));
+	printf("unrelated_open=%d\n", fcntl(unrelated, F_GETFD) >= 0);
+	close(unrelated);
+	return 0;
+}
+
+/* As mode_leftover, while another thread waits in umad_recv on a second fd of the same
+ * port: the response left queued on the first fd must still make it readable. */
+static int other_fd;
+static void *other_reader(void *arg)
+{
+	(void)arg;
+	void *u = alloc_umad();
+	int len = MAD;
+	umad_recv(other_fd, u, &len, -1);
+	return NULL;
+}
+
+static int mode_leftover_other(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	other_fd = umad_open_port(NULL, 0);
+	umad_register(other_fd, 0x21, 1, 0, NULL);
+	pthread_t t;
+	pthread_create(&t, NULL, other_reader, NULL);
+	usleep(100000);
+	void *u = alloc_umad();
+	int rounds = 5, readable = 0, second = 0;
+	for (int i = 0; i < rounds; i++) {
+		for (int k = 0; k < 2; k++) {
+			perf_get(u, 0x100 * i + k);
+			umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+			umad_send(fd, agent, u, MAD, 1000, 0);
+		}
+		int len;
+		if (recv_one(fd, u, MAD, -1, &len) < 0)
+			return 5;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 1000) == 1 && (p.revents & POLLIN))
+			readable++;
+		if (recv_one(fd, u, MAD, 0, &len) >= 0)
+			second++;
+	}
+	printf("readable=%d/%d\n", readable, rounds);
+	printf("second=%d/%d\n", second, rounds);
+	pthread_cancel(t);
+	pthread_join(t, NULL);
+	umad_close_port(other_fd);
+	umad_close_port(fd);
+	return 0;
+}
+
+/* A cancel pending when an entry point is called (OpenSM's threads are cancelled at any
+ * time): the library must return normally, the cancel acting at the caller's next
+ * cancellation point, never abort the process. */
+static int pc_fd, pc_agent, pc_lid;
+static const char *pc_what;
+static volatile int pc_returned;
+static void *pending_cancel(void *arg)
+{
+	(void)arg;
+	int old;
+	void *u = alloc_umad();
+	perf_get(u, 0xca);
+	umad_set_addr(u, pc_lid, 1, 0, 0x80010000);
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+	pthread_cancel(pthread_self());
+	pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
+	const char *w = pc_what;
+	int len = MAD;
+	umad_port_t port;
+	umad_ca_t ca;
+	char names[4][UMAD_CA_NAME_LEN];
+	if (!strcmp(w, "send"))
+		umad_send(pc_fd, pc_agent, u, MAD, 1000, 0);
+	else if (!strcmp(w, "recv0"))
+		umad_recv(pc_fd, u, &len, 0);
+	else if (!strcmp(w, "register"))
+		umad_register(pc_fd, 0x21, 1, 0, NULL);
+	else if (!strcmp(w, "unregister"))
+		umad_unregister(pc_fd, pc_agent);
+	else if (!strcmp(w, "get_port") && !umad_get_port(NULL, 0, &port))
+		umad_release_port(&port);
+	else if (!strcmp(w, "get_ca") && !umad_get_ca(NULL, &ca))
+		umad_release_ca(&ca);
+	else if (!strcmp(w, "cas_names"))
+		umad_get_cas_names(names, 4);
+	else if (!strcmp(w, "open_close"))
+		umad_close_port(umad_open_port(NULL, 0));
+	else if (!strcmp(w, "dump"))
+		umad_dump(u);
+	pc_returned = 1;
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_pending(void)
+{
+	static const char *what[] = {"send", "recv0", "register", "unregister", "get_port",
+				     "get_ca", "cas_names", "open_close", "dump"};
+	pc_fd = open_port();
+	pc_lid = my_lid();
+	for (unsigned i = 0; i < sizeof(what) / sizeof(what[0]); i++) {
+		pc_agent = umad_register(pc_fd, PERF, 1, 0, NULL);
+		pc_what = what[i];
+		pc_returned = 0;
+		pthread_t t;
+		void *ret = NULL;
+		pthread_create(&t, NULL, pending_cancel, NULL);
+		pthread_join(t, &ret);
+		printf("%s=returned %d canceled %d\n", what[i], pc_returned,
+		       ret == PTHREAD_CANCELED);
+		umad_unregister(pc_fd, pc_agent);
+	}
+	umad_close_port(pc_fd);
+	return 0;
+}
+
+/* stderr is a pipe nobody reads any more (EPIPE, SIGPIPE ignored): the library's warnings
+ * (umad_debug, umad_dump) fail to write, which must change nothing. */
+static int mode_broken_stderr(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	int p[2];
+	if (pipe(p))
+		return 4;
+	close(p[0]);
+	dup2(p[1], 2);
+	void *u = alloc_umad();
+	umad_dump(u);
+	printf("dump_survived=1\n");
+	umad_debug(1);
+	int fd = umad_open_port(NULL, 0);
+	printf("open_debug=%d\n", fd >= 0);
+	errno = 0;
+	int r = umad_send(fd, 9, u, MAD, 0, 0);
+	printf("send_unregistered=%d errno_send=%d\n", r, errno);
+	printf("close=%d\n", umad_close_port(fd));
+	return 0;
+}
+
+/* UMAD_USER_RMPP registrations are checked as ib_register_mad_agent checks them, with the
+ * RMPP version given: 0 or 1, an RMPP-capable class, and a class at all. */
+static int mode_user_rmpp(void)
+{
+	int fd = open_port();
+	uint32_t id = 99;
+	struct umad_reg_attr a = {.mgmt_class = PERF, .mgmt_class_version = 1,
+				  .flags = UMAD_USER_RMPP, .rmpp_version = 1};
+	int r = umad_register2(fd, &a, &id);
+	printf("perf_rmpp1=%d id=%u flags_after=%u\n", r, id, a.flags);
+	struct umad_reg_attr b = {.mgmt_class = 0, .flags = UMAD_USER_RMPP};
+	r = umad_register2(fd, &b, &id);
+	printf("no_class=%d id=%u\n", r, id);
+	struct umad_reg_attr c = {.mgmt_class = 0x03, .mgmt_class_version = 2,
+				  .flags = UMAD_USER_RMPP, .rmpp_version = 5};
+	r = umad_register2(fd, &c, &id);
+	printf("sa_rmpp5=%d id=%u\n", r, id);
+	struct umad_reg_attr d = {.mgmt_class = 0x03, .mgmt_class_version = 2,
+				  .flags = UMAD_USER_RMPP, .rmpp_version = 1};
+	r = umad_register2(fd, &d, &id);
+	printf("sa_rmpp1=%d id=%u\n", r, id);
+	struct umad_reg_attr e = {.mgmt_class = PERF, .mgmt_class_version = 1,
+				  .flags = UMAD_USER_RMPP};
+	r = umad_register2(fd, &e, &id);
+	printf("perf_rmpp0=%d id=%u\n", r, id);
+	umad_close_port(fd);
+	return 0;
+}
+
+/* umad_register takes the class as an int and picks the QP on it before the kernel sees
+ * the byte: 0x101 is class 0x01 on QP1, which the kernel refuses. */
+static int mode_class_int(void)
+{
+	int fd = open_port();
+	errno = 0;
+	int r = umad_register(fd, 0x101, 1, 0, NULL);
+	printf("class_0x101=%d errno_0x101=%d\n", r, errno);
+	errno = 0;
+	r = umad_register(fd, 0x181, 1, 0, NULL);
+	printf("class_0x181=%d errno_0x181=%d\n", r, errno);
+	printf("class_0x104=%d\n", umad_register(fd, 0x104, 1, 0, NULL));
+	printf("class_0x01=%d\n", umad_register(fd, 0x01, 1, 0, NULL));
+	umad_close_port(fd);
+	return 0;
+}
+
+/* umad_recv with a negative *length: EINVAL at once (the kernel's read refuses a count
+ * below the header's size), *length untouched, the queued MAD still there. */
+static int mode_recv_negative(void)
+{
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	int len = -5;
+	errno = 0;
+	long t0 = now_ms();
+	int r = umad_recv(fd, u, &len, 1000);
+	printf("empty=%d errno_empty=%d len_empty=%d at_once=%d\n", r, errno, len,
+	       now_ms() - t0 < 500);
+	perf_get(u, 0x4e9);
+	umad_set_addr(u, my_lid(), 1, 0, 0x80010000);
+	umad_send(fd, agent, u, MAD, 1000, 0);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	poll(&p, 1, 2000);
+	len = -1;
+	errno = 0;
+	r = umad_recv(fd, u, &len, -1);
+	printf("queued=%d errno_queued=%d len_queued=%d\n", r, errno, len);
+	r = recv_one(fd, u, MAD, 0, &len);
+	printf("then=%d len=%d\n", r, len);
+	umad_close_port(fd);
 	return 0;
 }
 
@@ -495,6 +818,26 @@ int main(int argc, char **argv)
 		return mode_cancel();
 	if (!strcmp(m, "leftover"))
 		return mode_leftover();
+	if (!strcmp(m, "overlong"))
+		return mode_overlong();
+	if (!strcmp(m, "reclose"))
+		return mode_reclose();
+	if (!strcmp(m, "leftover_other"))
+		return mode_leftover_other();
+	if (!strcmp(m, "cancel_pending"))
+		return mode_cancel_pending();
+	if (!strcmp(m, "broken_stderr"))
+		return mode_broken_stderr();
+	if (!strcmp(m, "user_rmpp"))
+		return mode_user_rmpp();
+	if (!strcmp(m, "class_int"))
+		return mode_class_int();
+	if (!strcmp(m, "recv_negative"))
+		return mode_recv_negative();
+	if (!strcmp(m, "helpers_odd"))
+		return mode_helpers_odd();
+	if (!strcmp(m, "io_odd"))
+		return mode_io_odd();
 	if (!strcmp(m, "issm"))
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
