@@ -74,17 +74,7 @@ impl PortLink for Tap {
     }
 
     fn port_info(&self) -> PortSnapshot {
-        PortSnapshot {
-            state: 4,
-            phys_state: 5,
-            lid: self.lid,
-            sm_lid: 1,
-            port_guid: 0x0002_c903_0000_0002,
-            node_guid: 0x0002_c903_0000_0001,
-            subnet_prefix: 0xfe80_0000_0000_0000,
-            pkey_table_len: 128,
-            ..PortSnapshot::default()
-        }
+        mlx5rig::active_port(self.lid)
     }
 
     fn modify_capability_mask(&self, _set: u32, _clear: u32) -> u32 {

@@ -895,18 +895,23 @@ impl PortLink for Loopback {
     }
 
     fn port_info(&self) -> PortSnapshot {
-        PortSnapshot {
-            state: 4,
-            phys_state: 5,
-            lid: self.lid,
-            lmc: 0,
-            sm_lid: 1,
-            port_guid: 0x0002_c903_0000_0002,
-            node_guid: 0x0002_c903_0000_0001,
-            subnet_prefix: 0xfe80_0000_0000_0000,
-            pkey_table_len: 128,
-            ..PortSnapshot::default()
-        }
+        active_port(self.lid)
+    }
+}
+
+/// An active port at `lid` (LMC 0, SM at LID 1), as a test link reports it.
+pub fn active_port(lid: u16) -> PortSnapshot {
+    PortSnapshot {
+        state: 4,
+        phys_state: 5,
+        lid,
+        lmc: 0,
+        sm_lid: 1,
+        port_guid: 0x0002_c903_0000_0002,
+        node_guid: 0x0002_c903_0000_0001,
+        subnet_prefix: 0xfe80_0000_0000_0000,
+        pkey_table_len: 128,
+        ..PortSnapshot::default()
     }
 }
 
