@@ -13,8 +13,11 @@
 //!   each window's end, and the whole message is delivered once, as one receive (with
 //!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
 //!   response through the port's response matching (it finishes the request it answers). A
-//!   transfer that stalls for 40 s is aborted (ABORT, status T2L); a completed one is
-//!   remembered for 10 s to acknowledge late duplicates.
+//!   transfer not complete 40 s after its first segment is aborted (ABORT, status T2L): the
+//!   deadline is set once, at segment 1, and not moved by later segments (the kernel's
+//!   `start_rmpp` arms its timeout work once too), so a transfer still moving after 40 s is
+//!   aborted as well as a stalled one. A completed one is remembered for 10 s to acknowledge
+//!   late duplicates.
 //! - **Agents without RMPP** get segments as they come (the kernel's user RMPP): requests by
 //!   registration, and response segments that match no waiting send delivered to the agent
 //!   whose send the TID names.
@@ -47,8 +50,9 @@ use receiver::{MAX_SEGMENTS, Receiver, RecvStep};
 use segment::Layout;
 use sender::{Reply, Sender, Step, Wait};
 
-/// How long a reassembly may wait for its next segment before it is aborted with T2L (the
-/// kernel's 40 s "until we can find the packet lifetimes").
+/// How long after its first segment a reassembly must be complete, or be aborted with T2L
+/// (the kernel's 40 s "until we can find the packet lifetimes", counted from segment 1 and
+/// never extended).
 pub const REASSEMBLY_TIMEOUT: Duration = Duration::from_secs(40);
 /// How long a completed reassembly is kept to acknowledge duplicates (the kernel's 10 s).
 pub const CLEANUP_DELAY: Duration = Duration::from_secs(10);
