@@ -77,7 +77,8 @@ pub struct RmppCounters {
     pub acks_received: u64,
     /// Transfers sent that ended with the receiver's STOP or ABORT.
     pub remote_aborts: u64,
-    /// Transfers received whole and delivered.
+    /// Transfers received whole: delivered, or dropped (counted as a late response) when the
+    /// request they answer ended while they came in.
     pub transfers_received: u64,
     /// DATA segments taken into a reassembly (duplicates and late copies included).
     pub segments_received: u64,
@@ -652,7 +653,17 @@ impl PortShared {
                     .find(|x| x.tid == tid && !x.is_response && x.mgmt_class == mgmt_class)
                     .map(|x| Arc::clone(&x.agent))
             };
-            let Some(agent) = agent else { return false };
+            // The transfer may have ended (answered, timed out, canceled) while its response's
+            // reassembly goes on or is kept to acknowledge late copies: the segment goes there,
+            // as the kernel's `continue_rmpp` finds its `rmpp_recv` by the segment alone.
+            let agent = match agent {
+                Some(a) => a,
+                None if active => match self.rmpp_recv_agent(mad, addr) {
+                    Some(a) => a,
+                    None => return false,
+                },
+                None => return false,
+            };
             if active {
                 self.rmpp_active(st, &agent, mad, addr, &mut actions);
             } else {
@@ -708,6 +719,16 @@ impl PortShared {
         self.rmpp_active(st, &agent, mad, addr, &mut actions);
         self.rmpp_run(Some(st), actions);
         true
+    }
+
+    /// The agent of the reassembly `mad` (a segment from `addr`) belongs to, if there is one.
+    fn rmpp_recv_agent(&self, mad: &[u8; MAD_LEN], addr: &RecvAddr) -> Option<Arc<AgentInner>> {
+        let t = lock(&self.rmpp.table);
+        let r = t.recvs.iter().find(|r| {
+            let key = Key::of(r.key.agent, mad, addr);
+            r.key == key
+        })?;
+        Some(Arc::clone(&r.agent))
     }
 
     /// The agent that sent the request `tid` names, and whether that send still waits: the
@@ -1016,7 +1037,9 @@ impl PortShared {
     ) {
         let mut t = lock(&self.rmpp.table);
         let Some(i) = Self::rmpp_find_send(&t, st, agent, first, &addr) else {
-            self.cells.dropped(crate::counters::DropReason::UnknownTid);
+            // A reassembly of a response starts only while its request's transfer is there:
+            // the request ended (timed out, canceled) while its response was coming in.
+            self.cells.dropped(crate::counters::DropReason::Late);
             return;
         };
         let x = &mut t.sends[i];

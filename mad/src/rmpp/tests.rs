@@ -636,3 +636,108 @@ fn an_rmpp_agent_sends_a_single_mad_of_a_class_without_rmpp_and_active_there_is_
     client.deregister();
     r.assert_clean();
 }
+
+/// A client sending a GetMulti of one segment with RMPP (so its TID is RMPP's), and a peer
+/// that acknowledges it and, on our double-sided ACK, answers with `segs` of a 3-segment
+/// GetMultiResp (kept in the returned cell to send more later). Our ACKs (SegmentNumber, window)
+/// are logged.
+#[allow(clippy::type_complexity)]
+fn rmpp_request(
+    segs: &'static [u32],
+    timeout_ms: u32,
+) -> (
+    Rig,
+    crate::Agent,
+    crate::SendId,
+    Arc<Mutex<Vec<u8>>>,
+    Arc<Mutex<Vec<(u32, u32)>>>,
+) {
+    let r = Rig::new();
+    let response = Arc::new(Mutex::new(Vec::new()));
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let (resp2, acks2) = (response.clone(), acks.clone());
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        match (f.0, f.3) {
+            (rmpp_type::DATA, 1) => vec![from_peer(control(&out.mad, rmpp_type::ACK, 0, 1, 1))],
+            (rmpp_type::ACK, 0) => {
+                let msg = sa_message(method::GET_MULTI_RESP, tid_of(&out.mad), 500, true, 8);
+                resp2.lock().unwrap().clone_from(&msg);
+                segments_of(&msg, segs).into_iter().map(from_peer).collect()
+            }
+            (rmpp_type::ACK, _) => {
+                acks2.lock().unwrap().push((f.3, f.4));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_MULTI, 0x42, 20, true, 1), to_peer())
+                .timeout_ms(timeout_ms),
+        )
+        .unwrap();
+    (r, client, id, response, acks)
+}
+
+#[test]
+fn a_late_copy_of_a_response_to_an_rmpp_request_is_acknowledged_again_not_delivered_again() {
+    let (r, client, id, response, acks) = rmpp_request(&[1, 2, 3], 1000);
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(matches!(&ev[0], Event::Recv(m) if m.response_to.map(|s| s.id) == Some(id)));
+    assert!(matches!(&ev[1], Event::Send(c) if c.id == id && c.status == WcStatus::Success));
+    assert_eq!(*acks.lock().unwrap(), vec![(1, 9), (3, 9)]);
+    let before = r.port.rmpp_counters();
+    // Our last ACK was lost: the peer sends segment 3 again, after its send is gone.
+    let msg = response.lock().unwrap().clone();
+    r.fake.inject(from_peer(segments_of(&msg, &[3])[0]));
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert!(ev.is_empty(), "nothing delivered twice: {ev:?}");
+    let after = r.port.rmpp_counters();
+    assert_eq!(after.acks_sent, before.acks_sent + 1, "acknowledged again");
+    assert_eq!(acks.lock().unwrap().last(), Some(&(3, 9)));
+    assert_eq!(after.transfers_received, before.transfers_received);
+    // The completed reassembly is forgotten after 10 s: a copy then is the ring's to drop.
+    r.collect(&client, Duration::from_secs(11));
+    r.fake.inject(from_peer(segments_of(&msg, &[3])[0]));
+    assert!(r.collect(&client, Duration::from_millis(10)).is_empty());
+    assert_eq!(r.port.rmpp_counters().acks_sent, after.acks_sent);
+    assert_eq!(r.port.rmpp_counters().reassembly_timeouts, 0);
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_response_whose_request_timed_out_meanwhile_is_still_acknowledged_then_dropped() {
+    // Only segment 1 comes at first; the request times out (50 ms) before the rest.
+    let (r, client, id, response, acks) = rmpp_request(&[1], 50);
+    let c = completions(&r.collect(&client, Duration::from_millis(200)));
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    let late = r.port.counters().drops.get(crate::DropReason::Late);
+    let msg = response.lock().unwrap().clone();
+    for seg in segments_of(&msg, &[2, 3]) {
+        r.fake.inject(from_peer(seg));
+    }
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert!(ev.is_empty(), "the request has ended: {ev:?}");
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![(1, 9), (3, 9)],
+        "reassembled and acknowledged to the end"
+    );
+    assert_eq!(
+        r.port.counters().drops.get(crate::DropReason::Late),
+        late + 1,
+        "the finished message dropped as a late response"
+    );
+    // No T2L abort later: the reassembly completed.
+    r.collect(&client, Duration::from_secs(45));
+    let k = r.port.rmpp_counters();
+    assert_eq!((k.reassembly_timeouts, k.aborts_sent), (0, 0));
+    client.deregister();
+    r.assert_clean();
+}
