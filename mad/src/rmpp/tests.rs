@@ -741,3 +741,145 @@ fn a_response_whose_request_timed_out_meanwhile_is_still_acknowledged_then_dropp
     client.deregister();
     r.assert_clean();
 }
+
+/// Our SA agent, registered with RMPP for GetMulti requests (which the peer sends in segments).
+fn sa_getmulti(r: &Rig) -> crate::Agent {
+    r.agent(AgentSpec::class(class::SUBN_ADM, 2, MethodMask::of(&[method::GET_MULTI])).with_rmpp(1))
+}
+
+/// Segments `nums` of a GetMulti from the peer with `data_len` bytes of data and `tid`.
+fn getmulti(tid: u64, data_len: usize, nums: &[u32]) -> (Vec<u8>, Vec<[u8; MAD_LEN]>) {
+    let msg = sa_message(method::GET_MULTI, tid, data_len, true, 5);
+    let segs = segments_of(&msg, nums);
+    (msg, segs)
+}
+
+/// The STOPs and ABORTs sent to the peer, as (type, status).
+fn refusals(r: &Rig) -> Vec<(u8, u8)> {
+    sent_rmpp(&r.fake.sent())
+        .iter()
+        .filter(|s| s.0 == rmpp_type::STOP || s.0 == rmpp_type::ABORT)
+        .map(|s| (s.0, s.2))
+        .collect()
+}
+
+#[test]
+fn a_flood_of_first_segments_is_bounded_refused_with_stop_and_then_forgotten() {
+    let r = Rig::new();
+    let sa = sa_getmulti(&r);
+    let limits = r.port.rmpp_limits();
+    assert_eq!(
+        (limits.max_reassemblies, limits.max_segments_held),
+        (64, super::MAX_SEGMENTS as usize),
+        "the receive queue's depth (the double's 64) and one longest message"
+    );
+    // 5000 transfers of 3 segments each, of which only the first segment ever comes.
+    for batch in 0..5000u64 / 25 {
+        for tid in batch * 25..(batch + 1) * 25 {
+            r.fake
+                .inject(from_peer(getmulti(0x1_0000 + tid, 450, &[1]).1[0]));
+        }
+        assert!(r.collect(&sa, Duration::from_millis(1)).is_empty());
+    }
+    assert_eq!(r.fake.dropped_no_rq(), 0, "every segment reached RMPP");
+    let c = r.port.rmpp_census();
+    assert_eq!((c.reassemblies, c.segments_held), (64, 64), "bounded");
+    let k = r.port.rmpp_counters();
+    assert_eq!(k.transfers_refused, 5000 - 64);
+    assert_eq!(k.segments_received, 64);
+    let stops = refusals(&r);
+    assert_eq!(stops.len(), 5000 - 64);
+    assert!(
+        stops
+            .iter()
+            .all(|&s| s == (rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED)),
+        "STOP with status 1 (resources exhausted)"
+    );
+    // The 64 time out 40 s after their first segment (ABORT T2L) and are forgotten.
+    r.collect(&sa, Duration::from_secs(41));
+    let k = r.port.rmpp_counters();
+    assert_eq!(k.reassembly_timeouts, 64);
+    let c = r.port.rmpp_census();
+    assert_eq!((c.reassemblies, c.segments_held), (0, 0));
+    // A transfer now is taken and delivered whole, once.
+    let (msg, segs) = getmulti(0xF00D, 450, &[1, 2, 3]);
+    for s in segs {
+        r.fake.inject(from_peer(s));
+    }
+    let ev = r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let Event::Recv(q) = &ev[0] else { panic!() };
+    assert_eq!(q.message()[56..], msg[56..]);
+    assert_eq!(r.port.rmpp_counters().transfers_refused, 5000 - 64);
+    assert_eq!(r.port.rmpp_census().segments_held, 0);
+    r.collect(&sa, Duration::from_secs(11));
+    assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
+    sa.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn segments_beyond_the_ports_limit_stop_the_transfer_that_brings_them() {
+    let r = Rig::new();
+    let sa = sa_getmulti(&r);
+    r.port.set_rmpp_limits(super::RmppLimits {
+        max_reassemblies: 64,
+        max_segments_held: 3,
+    });
+    let (msg_a, seg_a) = getmulti(0xA, 450, &[1, 2, 3]);
+    let (_, seg_b) = getmulti(0xB, 450, &[1, 2, 3]);
+    // A1, B1, A2: 3 held. B2 would be the 4th: B is stopped and forgotten.
+    for s in [seg_a[0], seg_b[0], seg_a[1], seg_b[1]] {
+        r.fake.inject(from_peer(s));
+    }
+    assert!(r.collect(&sa, Duration::from_millis(10)).is_empty());
+    assert_eq!(
+        refusals(&r),
+        vec![(rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED)]
+    );
+    let c = r.port.rmpp_census();
+    assert_eq!((c.reassemblies, c.segments_held), (1, 2), "A only");
+    // A finishes and is delivered; B's last segment finds no transfer.
+    r.fake.inject(from_peer(seg_a[2]));
+    r.fake.inject(from_peer(seg_b[2]));
+    let ev = r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let Event::Recv(q) = &ev[0] else { panic!() };
+    assert_eq!(q.message()[56..], msg_a[56..]);
+    let k = r.port.rmpp_counters();
+    assert_eq!((k.transfers_refused, k.transfers_received), (1, 1));
+    assert_eq!(r.port.rmpp_census().segments_held, 0);
+    sa.deregister();
+    assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
+    r.assert_clean();
+}
+
+#[test]
+fn at_the_limit_a_completed_reassembly_makes_room_and_open_ones_do_not() {
+    let r = Rig::new();
+    let sa = sa_getmulti(&r);
+    r.port.set_rmpp_limits(super::RmppLimits {
+        max_reassemblies: 2,
+        max_segments_held: 64,
+    });
+    // One complete single-segment message (kept 10 s) and one open transfer.
+    r.fake.inject(from_peer(getmulti(1, 10, &[1]).1[0]));
+    r.fake.inject(from_peer(getmulti(2, 450, &[1]).1[0]));
+    assert_eq!(r.collect(&sa, Duration::from_millis(10)).len(), 1);
+    // A third takes the completed one's place.
+    r.fake.inject(from_peer(getmulti(3, 450, &[1]).1[0]));
+    r.collect(&sa, Duration::from_millis(10));
+    assert!(refusals(&r).is_empty());
+    assert_eq!(r.port.rmpp_census().reassemblies, 2);
+    // A fourth finds both open: refused.
+    r.fake.inject(from_peer(getmulti(4, 450, &[1]).1[0]));
+    r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(
+        refusals(&r),
+        vec![(rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED)]
+    );
+    assert_eq!(r.port.rmpp_counters().transfers_refused, 1);
+    sa.deregister();
+    assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
+    r.assert_clean();
+}
