@@ -149,10 +149,11 @@ pub enum MadError {
         source: DriverError,
     },
 
-    /// A send of a non-RMPP class from an agent registered with an RMPP version.
+    /// A send with the RMPP Active flag set, of a class without RMPP, from an agent registered
+    /// with an RMPP version.
     #[error(
-        "class {class:#04x} is not RMPP-capable but the agent was registered with an RMPP \
-         version; register the agent with rmpp_version 0 for this class"
+        "class {class:#04x} is not RMPP-capable but the MAD has the RMPP Active flag set \
+         (byte 26, bit 0); clear it to send a single MAD"
     )]
     RmppClass {
         /// The MAD's class.

@@ -13,8 +13,13 @@
 //!   each window's end, and the whole message is delivered once, as one receive (with
 //!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
 //!   response through the port's response matching (it finishes the request it answers). A
-//!   transfer that stalls for 40 s is aborted (ABORT, status T2L); a completed one is
-//!   remembered for 10 s to acknowledge late duplicates.
+//!   transfer not complete 40 s after its first segment is aborted (ABORT, status T2L): the
+//!   deadline is set once, at segment 1, and not moved by later segments (the kernel's
+//!   `start_rmpp` arms its timeout work once too), so a transfer still moving after 40 s is
+//!   aborted as well as a stalled one. A completed one is remembered for 10 s to acknowledge
+//!   late duplicates. How many reassemblies a port holds, and how many segments in all, is
+//!   bounded ([`RmppLimits`]; the kernel sets no bound): past the bound a new transfer is
+//!   refused with STOP (resources exhausted), as one longer than [`MAX_SEGMENTS`] is.
 //! - **Agents without RMPP** get segments as they come (the kernel's user RMPP): requests by
 //!   registration, and response segments that match no waiting send delivered to the agent
 //!   whose send the TID names.
@@ -25,6 +30,7 @@ pub mod sender;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,8 +53,9 @@ use receiver::{MAX_SEGMENTS, Receiver, RecvStep};
 use segment::Layout;
 use sender::{Reply, Sender, Step, Wait};
 
-/// How long a reassembly may wait for its next segment before it is aborted with T2L (the
-/// kernel's 40 s "until we can find the packet lifetimes").
+/// How long after its first segment a reassembly must be complete, or be aborted with T2L
+/// (the kernel's 40 s "until we can find the packet lifetimes", counted from segment 1 and
+/// never extended).
 pub const REASSEMBLY_TIMEOUT: Duration = Duration::from_secs(40);
 /// How long a completed reassembly is kept to acknowledge duplicates (the kernel's 10 s).
 pub const CLEANUP_DELAY: Duration = Duration::from_secs(10);
@@ -73,7 +80,8 @@ pub struct RmppCounters {
     pub acks_received: u64,
     /// Transfers sent that ended with the receiver's STOP or ABORT.
     pub remote_aborts: u64,
-    /// Transfers received whole and delivered.
+    /// Transfers received whole: delivered, or dropped (counted as a late response) when the
+    /// request they answer ended while they came in.
     pub transfers_received: u64,
     /// DATA segments taken into a reassembly (duplicates and late copies included).
     pub segments_received: u64,
@@ -85,6 +93,9 @@ pub struct RmppCounters {
     pub aborts_sent: u64,
     /// Reassemblies aborted after [`REASSEMBLY_TIMEOUT`] (ABORT with T2L).
     pub reassembly_timeouts: u64,
+    /// Transfers refused or stopped with STOP (resources exhausted): longer than
+    /// [`MAX_SEGMENTS`], or beyond the port's [`RmppLimits`].
+    pub transfers_refused: u64,
     /// Segments of agents without RMPP delivered as they came.
     pub raw_delivered: u64,
 }
@@ -102,6 +113,7 @@ struct Cells {
     acks_sent: AtomicU64,
     aborts_sent: AtomicU64,
     reassembly_timeouts: AtomicU64,
+    transfers_refused: AtomicU64,
     raw_delivered: AtomicU64,
 }
 
@@ -120,6 +132,7 @@ impl Cells {
             acks_sent: g(&self.acks_sent),
             aborts_sent: g(&self.aborts_sent),
             reassembly_timeouts: g(&self.reassembly_timeouts),
+            transfers_refused: g(&self.transfers_refused),
             raw_delivered: g(&self.raw_delivered),
         }
     }
@@ -163,10 +176,11 @@ impl Transfer {
     }
 }
 
-/// What identifies a transfer being received (`find_rmpp_recv`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What identifies a transfer being received (`find_rmpp_recv`). The kernel keeps a list per
+/// agent; one table per port keyed without the agent is the same, since a segment with a given
+/// key reaches one agent only (a request by registration, a response by its TID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Key {
-    agent: AgentId,
     tid: u64,
     src_qp: u32,
     slid: u16,
@@ -176,10 +190,9 @@ struct Key {
 }
 
 impl Key {
-    fn of(agent: AgentId, mad: &[u8; MAD_LEN], addr: &RecvAddr) -> Key {
+    fn of(mad: &[u8; MAD_LEN], addr: &RecvAddr) -> Key {
         let h = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
         Key {
-            agent,
             tid: h.tid(),
             src_qp: addr.src_qp,
             slid: addr.slid,
@@ -193,7 +206,6 @@ impl Key {
 /// One transfer being received.
 struct Reassembly {
     agent: Arc<AgentInner>,
-    key: Key,
     receiver: Receiver,
     /// The first segment (its header makes the ABORT of a timeout) and where it came from.
     first: Box<[u8; MAD_LEN]>,
@@ -202,10 +214,101 @@ struct Reassembly {
     deadline: Duration,
 }
 
-#[derive(Default)]
+/// How much a port's peers may make it hold in reassemblies. The kernel sets no bound; ours
+/// is stricter because the memory is this process's and any node of the subnet can send
+/// First segments with new TIDs, each of which would otherwise open a reassembly kept for
+/// [`REASSEMBLY_TIMEOUT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RmppLimits {
+    /// Reassemblies at once, open or completed (kept [`CLEANUP_DELAY`] for late copies).
+    /// Default: the QP1 receive queue's depth, one per receive buffer (the kernel's 512 by
+    /// default, far more than the transfers a node has under way). At the limit a completed
+    /// one is forgotten early to make room; if none is, a new transfer is refused.
+    pub max_reassemblies: usize,
+    /// Segments held by all open reassemblies together. Default: [`MAX_SEGMENTS`], so that
+    /// one message of the most segments a reassembly takes still fits (about 64 MiB of
+    /// 256-byte segments), and all of them together no more.
+    pub max_segments_held: usize,
+}
+
+impl RmppLimits {
+    /// The defaults for a port whose QP1 receive queue holds `recv_depth` buffers.
+    pub fn for_recv_depth(recv_depth: u32) -> RmppLimits {
+        RmppLimits {
+            max_reassemblies: recv_depth.max(1) as usize,
+            max_segments_held: MAX_SEGMENTS as usize,
+        }
+    }
+}
+
+/// What RMPP on a port holds now ([`Port::rmpp_census`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RmppCensus {
+    /// Transfers being sent (or waiting for their segment's completion).
+    pub transfers: usize,
+    /// Reassemblies, open or completed and kept for late copies.
+    pub reassemblies: usize,
+    /// Segments the open reassemblies hold.
+    pub segments_held: usize,
+}
+
 struct Table {
     sends: Vec<Transfer>,
-    recvs: Vec<Reassembly>,
+    recvs: HashMap<Key, Reassembly>,
+    /// Segments held by all of `recvs`.
+    held: usize,
+    limits: RmppLimits,
+}
+
+impl Table {
+    fn new(limits: RmppLimits) -> Table {
+        Table {
+            sends: Vec::new(),
+            recvs: HashMap::new(),
+            held: 0,
+            limits,
+        }
+    }
+
+    /// Forget reassembly `key`, and the segments it holds.
+    fn remove_recv(&mut self, key: &Key) -> Option<Reassembly> {
+        let r = self.recvs.remove(key)?;
+        self.held -= r.receiver.held();
+        Some(r)
+    }
+
+    /// Forget the reassemblies `keep` refuses, and the segments they hold.
+    fn retain_recvs(&mut self, mut keep: impl FnMut(&Reassembly) -> bool) {
+        let mut freed = 0;
+        self.recvs.retain(|_, r| {
+            let k = keep(r);
+            if !k {
+                freed += r.receiver.held();
+            }
+            k
+        });
+        self.held -= freed;
+    }
+
+    /// Whether a new reassembly of one segment fits, after forgetting the completed
+    /// reassembly due soonest if the table is full.
+    fn room_for_one(&mut self) -> bool {
+        if self.recvs.len() >= self.limits.max_reassemblies {
+            let oldest = self
+                .recvs
+                .iter()
+                .filter(|(_, r)| r.receiver.complete)
+                .min_by_key(|(_, r)| r.deadline)
+                .map(|(k, _)| *k);
+            match oldest {
+                Some(k) => {
+                    self.remove_recv(&k);
+                }
+                None => return false,
+            }
+        }
+        self.held < self.limits.max_segments_held
+    }
 }
 
 /// What to do once the table's lock is released.
@@ -264,7 +367,7 @@ impl Rmpp {
                 Some(events),
                 0,
             )),
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(Table::new(RmppLimits::for_recv_depth(recv_depth))),
             cells: Cells::default(),
             next_tid: AtomicU32::new(1),
             window: (recv_depth >> 3).max(1),
@@ -280,7 +383,7 @@ impl Rmpp {
     pub(crate) fn next_deadline(&self) -> Option<Duration> {
         let t = lock(&self.table);
         let sends = t.sends.iter().filter_map(|x| x.deadline);
-        let recvs = t.recvs.iter().map(|r| r.deadline);
+        let recvs = t.recvs.values().map(|r| r.deadline);
         sends.chain(recvs).min()
     }
 
@@ -296,6 +399,26 @@ impl Port {
     /// What RMPP on this port has done: transfers, segments, ACKs, aborts.
     pub fn rmpp_counters(&self) -> RmppCounters {
         self.shared.rmpp.cells.snapshot()
+    }
+
+    /// What RMPP on this port holds now: transfers, reassemblies, segments.
+    pub fn rmpp_census(&self) -> RmppCensus {
+        let t = lock(&self.shared.rmpp.table);
+        RmppCensus {
+            transfers: t.sends.len(),
+            reassemblies: t.recvs.len(),
+            segments_held: t.held,
+        }
+    }
+
+    /// The bounds on what this port's peers can make it hold in reassemblies.
+    pub fn rmpp_limits(&self) -> RmppLimits {
+        lock(&self.shared.rmpp.table).limits
+    }
+
+    /// Change those bounds; reassemblies already beyond them are left to finish.
+    pub fn set_rmpp_limits(&self, limits: RmppLimits) {
+        lock(&self.shared.rmpp.table).limits = limits;
     }
 }
 
@@ -343,12 +466,14 @@ impl PortShared {
         if agent.rmpp_version == 0 {
             return Ok(None);
         }
+        // Without the Active flag it is a single MAD, whatever its class (a PerfMgt Get from
+        // an SA client); Active on a class without RMPP is a mistake the caller must hear of.
+        if rmpp_flags(mad) & flags::ACTIVE == 0 {
+            return Ok(None);
+        }
         let mgmt_class = mad[1];
         if !class::is_rmpp_capable(mgmt_class) {
             return Err(MadError::RmppClass { class: mgmt_class });
-        }
-        if rmpp_flags(mad) & flags::ACTIVE == 0 {
-            return Ok(None);
         }
         let need = class::data_offset(mgmt_class);
         let layout = Layout::new(mgmt_class, mad.len()).ok_or(MadError::RmppTooShort {
@@ -594,7 +719,7 @@ impl PortShared {
             t.sends
                 .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
             let mut expired = Vec::new();
-            t.recvs.retain(|r| {
+            t.retain_recvs(|r| {
                 if r.deadline > now {
                     return true;
                 }
@@ -646,7 +771,17 @@ impl PortShared {
                     .find(|x| x.tid == tid && !x.is_response && x.mgmt_class == mgmt_class)
                     .map(|x| Arc::clone(&x.agent))
             };
-            let Some(agent) = agent else { return false };
+            // The transfer may have ended (answered, timed out, canceled) while its response's
+            // reassembly goes on or is kept to acknowledge late copies: the segment goes there,
+            // as the kernel's `continue_rmpp` finds its `rmpp_recv` by the segment alone.
+            let agent = match agent {
+                Some(a) => a,
+                None if active => match self.rmpp_recv_agent(mad, addr) {
+                    Some(a) => a,
+                    None => return false,
+                },
+                None => return false,
+            };
             if active {
                 self.rmpp_active(st, &agent, mad, addr, &mut actions);
             } else {
@@ -702,6 +837,14 @@ impl PortShared {
         self.rmpp_active(st, &agent, mad, addr, &mut actions);
         self.rmpp_run(Some(st), actions);
         true
+    }
+
+    /// The agent of the reassembly `mad` (a segment from `addr`) belongs to, if there is one.
+    fn rmpp_recv_agent(&self, mad: &[u8; MAD_LEN], addr: &RecvAddr) -> Option<Arc<AgentInner>> {
+        let t = lock(&self.rmpp.table);
+        t.recvs
+            .get(&Key::of(mad, addr))
+            .map(|r| Arc::clone(&r.agent))
     }
 
     /// The agent that sent the request `tid` names, and whether that send still waits: the
@@ -902,23 +1045,40 @@ impl PortShared {
             bump(&self.rmpp.cells.segments_dropped);
             return self.rmpp_nack(mad, addr, rmpp_status::BAD_SEG, actions);
         }
-        let key = Key::of(agent.id, mad, addr);
+        let key = Key::of(mad, addr);
         let now = self.hca.now();
-        let mut t = lock(&self.rmpp.table);
-        let pos = t.recvs.iter().position(|r| r.key == key);
-        let (i, step) = match pos {
-            Some(i) => (i, t.recvs[i].receiver.on_segment(seg, mad)),
+        let mut guard = lock(&self.rmpp.table);
+        let t = &mut *guard;
+        let mut step = match t.recvs.get_mut(&key) {
+            Some(r) if r.agent.id != agent.id => {
+                // Another agent's (one that registered for the class after it started).
+                bump(&self.rmpp.cells.segments_dropped);
+                return;
+            }
+            Some(r) => {
+                let before = r.receiver.held();
+                let step = r.receiver.on_segment(seg, mad);
+                t.held = t.held + r.receiver.held() - before;
+                step
+            }
             None if seg == 1 => {
+                if !t.room_for_one() {
+                    // The port's limits: refused as a transfer too long is (`RecvStep::Stop`).
+                    return self.rmpp_refuse(mad, addr, actions);
+                }
                 let (receiver, step) = Receiver::start(mad[1], mad, self.rmpp.window, MAX_SEGMENTS);
-                t.recvs.push(Reassembly {
-                    agent: Arc::clone(agent),
+                t.held += receiver.held();
+                t.recvs.insert(
                     key,
-                    receiver,
-                    first: Box::new(*mad),
-                    addr: *addr,
-                    deadline: now + REASSEMBLY_TIMEOUT,
-                });
-                (t.recvs.len() - 1, step)
+                    Reassembly {
+                        agent: Arc::clone(agent),
+                        receiver,
+                        first: Box::new(*mad),
+                        addr: *addr,
+                        deadline: now + REASSEMBLY_TIMEOUT,
+                    },
+                );
+                step
             }
             None => {
                 bump(&self.rmpp.cells.segments_dropped);
@@ -926,8 +1086,13 @@ impl PortShared {
             }
         };
         bump(&self.rmpp.cells.segments_received);
-        let ack = |t: &mut Table, actions: &mut Vec<Action>| {
-            let (acked, window) = t.recvs[i].receiver.ack_fields();
+        if matches!(step, RecvStep::Nothing | RecvStep::Ack) && t.held > t.limits.max_segments_held
+        {
+            step = RecvStep::Stop;
+        }
+        let re = t.recvs.get_mut(&key).expect("looked up or inserted above");
+        let ack = |re: &mut Reassembly, actions: &mut Vec<Action>| {
+            let (acked, window) = re.receiver.ack_fields();
             bump(&self.rmpp.cells.acks_sent);
             actions.push(Action::Control {
                 mad: control(mad, rmpp_type::ACK, 0, acked, window),
@@ -937,28 +1102,25 @@ impl PortShared {
         match step {
             RecvStep::Nothing => {}
             RecvStep::Dropped => bump(&self.rmpp.cells.segments_dropped),
-            RecvStep::Ack => ack(&mut t, actions),
+            RecvStep::Ack => ack(re, actions),
             RecvStep::Stop => {
-                bump(&self.rmpp.cells.aborts_sent);
-                actions.push(Action::Control {
-                    mad: control(mad, rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED, 0, 0),
-                    dest: addr.reply_dest(),
-                });
-                t.recvs.swap_remove(i);
+                t.remove_recv(&key);
+                self.rmpp_refuse(mad, addr, actions);
             }
             RecvStep::Complete => {
-                ack(&mut t, actions);
+                ack(re, actions);
                 bump(&self.rmpp.cells.transfers_received);
-                let re = &mut t.recvs[i];
                 re.deadline = now + CLEANUP_DELAY;
+                let before = re.receiver.held();
                 let message = re.receiver.take_message();
                 let first_addr = re.addr;
+                t.held -= before;
                 let mut first = Box::new([0u8; MAD_LEN]);
                 let copied = message.len().min(MAD_LEN);
                 first[..copied].copy_from_slice(&message[..copied]);
                 let h = Mad::new_checked(&first[..]).expect("a full MAD holds a header");
                 let (response, tid) = (h.is_response(), h.tid());
-                drop(t);
+                drop(guard);
                 if !response {
                     actions.push(Action::Deliver {
                         agent: Arc::clone(agent),
@@ -994,6 +1156,17 @@ impl PortShared {
         }
     }
 
+    /// Tell the sender of `mad` to stop its transfer (STOP, resources exhausted): too long for
+    /// a reassembly, or beyond the port's [`RmppLimits`].
+    fn rmpp_refuse(&self, mad: &[u8; MAD_LEN], addr: &RecvAddr, actions: &mut Vec<Action>) {
+        bump(&self.rmpp.cells.transfers_refused);
+        bump(&self.rmpp.cells.aborts_sent);
+        actions.push(Action::Control {
+            mad: control(mad, rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED, 0, 0),
+            dest: addr.reply_dest(),
+        });
+    }
+
     /// The response (`mad`, or the reassembled `message`) to a request `agent` sent with
     /// RMPP: delivered, and the transfer done (`ib_mad_complete_recv`).
     #[allow(clippy::too_many_arguments)]
@@ -1010,7 +1183,9 @@ impl PortShared {
     ) {
         let mut t = lock(&self.rmpp.table);
         let Some(i) = Self::rmpp_find_send(&t, st, agent, first, &addr) else {
-            self.cells.dropped(crate::counters::DropReason::UnknownTid);
+            // A reassembly of a response starts only while its request's transfer is there:
+            // the request ended (timed out, canceled) while its response was coming in.
+            self.cells.dropped(crate::counters::DropReason::Late);
             return;
         };
         let x = &mut t.sends[i];
@@ -1096,7 +1271,7 @@ impl PortShared {
             }
             t.sends
                 .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
-            t.recvs.retain(|r| r.agent.id != agent.id);
+            t.retain_recvs(|r| r.agent.id != agent.id);
         }
         self.rmpp_run(None, actions);
     }
@@ -1114,6 +1289,7 @@ impl PortShared {
             t.sends
                 .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
             t.recvs.clear();
+            t.held = 0;
         }
         let n = actions.len();
         self.rmpp_run(None, actions);

@@ -10,7 +10,8 @@
 //!   that reaches the window's end the window moves by `window` and is acknowledged; when it
 //!   reaches the segment flagged Last the message is complete.
 //! - A message longer than [`MAX_SEGMENTS`] segments is refused (the receiver's resources are
-//!   exhausted: STOP), so a sender cannot make the stack hold unbounded memory.
+//!   exhausted: STOP). That bounds one reassembly only: how many a port holds, and their
+//!   segments together, is bounded by the port's [`super::RmppLimits`].
 
 use std::collections::BTreeMap;
 

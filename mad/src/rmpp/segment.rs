@@ -69,8 +69,17 @@ impl Layout {
     }
 
     /// Segment `seg` (1-based) of `message` into `out`: the header with the RMPP fields of a
-    /// DATA segment (Active, First, Last, SegmentNumber, PayloadLength; RRespTime and the
-    /// other header fields as the message has them), then its slice of the data.
+    /// DATA segment (Active, First, Last, SegmentNumber, PayloadLength, RMPPStatus 0;
+    /// RRespTime and the other header fields as the message has them), then its slice of the
+    /// data.
+    ///
+    /// RMPPStatus is the stack's, not the client's: a DATA segment with a status other than 0
+    /// is refused by the receiver (BAD_STATUS), and the kernel never takes it from the client
+    /// (`ib_create_send_mad` starts from a zeroed header). RRespTime is the client's: the
+    /// kernel's `send_next_seg` sets the flags with `ib_set_rmpp_flags`, which keeps the upper
+    /// five bits of byte 26 as its client (an `ib_mad_agent`, as an [`crate::Agent`] is) wrote
+    /// them. (On the umad path it is 0 because `ib_umad_write` copies only the 24-byte common
+    /// header over that zeroed RMPP header; that is for a umad layer to do.)
     pub fn segment(&self, message: &[u8], seg: u32, out: &mut [u8; MAD_LEN]) {
         out.fill(0);
         out[..self.hdr_len].copy_from_slice(&message[..self.hdr_len]);
@@ -81,6 +90,7 @@ impl Layout {
         }
         let mut r = Rmpp::new_checked(&mut out[..]).expect("a MAD holds an RMPP header");
         r.set_rmpp_type(rmpp_type::DATA);
+        r.set_rmpp_status(0);
         let mut f = flags::ACTIVE;
         if seg == 1 {
             f |= flags::FIRST;
@@ -162,7 +172,11 @@ mod tests {
         let mut msg = vec![0u8; 56 + 450];
         msg[0] = 1;
         msg[1] = class::SUBN_ADM;
-        msg[26] = 0x1F << 3 | flags::ACTIVE; // RRespTime 0x1F kept
+        // RRespTime 0x1F is the client's and kept on every segment (`send_next_seg` keeps the
+        // upper five bits of byte 26); a stray RMPPStatus is not (a receiver refuses DATA with
+        // a status: BAD_STATUS), so every segment carries 0.
+        msg[26] = 0x1F << 3 | flags::ACTIVE;
+        msg[27] = mad_wire::rmpp::rmpp_status::RESOURCES_EXHAUSTED;
         for (i, b) in msg[56..].iter_mut().enumerate() {
             *b = (i % 251) as u8 + 1;
         }
@@ -171,15 +185,18 @@ mod tests {
         l.segment(&msg, 1, &mut out);
         assert_eq!(out[25], rmpp_type::DATA);
         assert_eq!(out[26], 0x1F << 3 | flags::ACTIVE | flags::FIRST);
+        assert_eq!(out[27], 0, "RMPPStatus 0");
         assert_eq!(&out[28..32], &1u32.to_be_bytes());
         assert_eq!(&out[32..36], &510u32.to_be_bytes());
         assert_eq!(&out[56..], &msg[56..256]);
         l.segment(&msg, 2, &mut out);
         assert_eq!(out[26], 0x1F << 3 | flags::ACTIVE);
+        assert_eq!(out[27], 0, "RMPPStatus 0");
         assert_eq!(&out[32..36], &0u32.to_be_bytes());
         assert_eq!(&out[56..], &msg[256..456]);
         l.segment(&msg, 3, &mut out);
         assert_eq!(out[26], 0x1F << 3 | flags::ACTIVE | flags::LAST);
+        assert_eq!(out[27], 0, "RMPPStatus 0");
         assert_eq!(&out[28..32], &3u32.to_be_bytes());
         assert_eq!(&out[32..36], &70u32.to_be_bytes());
         assert_eq!(&out[56..106], &msg[456..506]);

@@ -605,3 +605,281 @@ fn a_request_arriving_in_segments_is_delivered_whole_to_the_registered_agent() {
     sa.deregister();
     r.assert_clean();
 }
+
+#[test]
+fn an_rmpp_agent_sends_a_single_mad_of_a_class_without_rmpp_and_active_there_is_refused() {
+    let r = Rig::new();
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    // A PerfMgt Get (PortCounters): byte 26 is reserved there, zero.
+    let mut get = vec![0u8; MAD_LEN];
+    get[..4].copy_from_slice(&[1, class::PERF_MGMT, 1, method::GET]);
+    get[8..16].copy_from_slice(&0x77u64.to_be_bytes());
+    get[16..18].copy_from_slice(&0x0012u16.to_be_bytes());
+    let id = client
+        .send(SendRequest::new(get.clone(), to_peer()).timeout_ms(100))
+        .expect("a single MAD of a class without RMPP");
+    let c = completions(&r.collect(&client, Duration::from_millis(300)));
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 1, "one MAD on the wire");
+    assert_eq!(sent[0].mad[1..4], get[1..4]);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    assert_eq!(r.port.rmpp_counters().transfers_sent, 0, "not a transfer");
+    // The Active flag on such a class is the caller's mistake.
+    get[26] = flags::ACTIVE;
+    assert!(matches!(
+        client.send(SendRequest::new(get, to_peer())),
+        Err(crate::MadError::RmppClass {
+            class: class::PERF_MGMT
+        })
+    ));
+    client.deregister();
+    r.assert_clean();
+}
+
+/// A client sending a GetMulti of one segment with RMPP (so its TID is RMPP's), and a peer
+/// that acknowledges it and, on our double-sided ACK, answers with `segs` of a 3-segment
+/// GetMultiResp (kept in the returned cell to send more later). Our ACKs (SegmentNumber, window)
+/// are logged.
+#[allow(clippy::type_complexity)]
+fn rmpp_request(
+    segs: &'static [u32],
+    timeout_ms: u32,
+) -> (
+    Rig,
+    crate::Agent,
+    crate::SendId,
+    Arc<Mutex<Vec<u8>>>,
+    Arc<Mutex<Vec<(u32, u32)>>>,
+) {
+    let r = Rig::new();
+    let response = Arc::new(Mutex::new(Vec::new()));
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let (resp2, acks2) = (response.clone(), acks.clone());
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        match (f.0, f.3) {
+            (rmpp_type::DATA, 1) => vec![from_peer(control(&out.mad, rmpp_type::ACK, 0, 1, 1))],
+            (rmpp_type::ACK, 0) => {
+                let msg = sa_message(method::GET_MULTI_RESP, tid_of(&out.mad), 500, true, 8);
+                resp2.lock().unwrap().clone_from(&msg);
+                segments_of(&msg, segs).into_iter().map(from_peer).collect()
+            }
+            (rmpp_type::ACK, _) => {
+                acks2.lock().unwrap().push((f.3, f.4));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_MULTI, 0x42, 20, true, 1), to_peer())
+                .timeout_ms(timeout_ms),
+        )
+        .unwrap();
+    (r, client, id, response, acks)
+}
+
+#[test]
+fn a_late_copy_of_a_response_to_an_rmpp_request_is_acknowledged_again_not_delivered_again() {
+    let (r, client, id, response, acks) = rmpp_request(&[1, 2, 3], 1000);
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(matches!(&ev[0], Event::Recv(m) if m.response_to.map(|s| s.id) == Some(id)));
+    assert!(matches!(&ev[1], Event::Send(c) if c.id == id && c.status == WcStatus::Success));
+    assert_eq!(*acks.lock().unwrap(), vec![(1, 9), (3, 9)]);
+    let before = r.port.rmpp_counters();
+    // Our last ACK was lost: the peer sends segment 3 again, after its send is gone.
+    let msg = response.lock().unwrap().clone();
+    r.fake.inject(from_peer(segments_of(&msg, &[3])[0]));
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert!(ev.is_empty(), "nothing delivered twice: {ev:?}");
+    let after = r.port.rmpp_counters();
+    assert_eq!(after.acks_sent, before.acks_sent + 1, "acknowledged again");
+    assert_eq!(acks.lock().unwrap().last(), Some(&(3, 9)));
+    assert_eq!(after.transfers_received, before.transfers_received);
+    // The completed reassembly is forgotten after 10 s: a copy then is the ring's to drop.
+    r.collect(&client, Duration::from_secs(11));
+    r.fake.inject(from_peer(segments_of(&msg, &[3])[0]));
+    assert!(r.collect(&client, Duration::from_millis(10)).is_empty());
+    assert_eq!(r.port.rmpp_counters().acks_sent, after.acks_sent);
+    assert_eq!(r.port.rmpp_counters().reassembly_timeouts, 0);
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_response_whose_request_timed_out_meanwhile_is_still_acknowledged_then_dropped() {
+    // Only segment 1 comes at first; the request times out (50 ms) before the rest.
+    let (r, client, id, response, acks) = rmpp_request(&[1], 50);
+    let c = completions(&r.collect(&client, Duration::from_millis(200)));
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    let late = r.port.counters().drops.get(crate::DropReason::Late);
+    let msg = response.lock().unwrap().clone();
+    for seg in segments_of(&msg, &[2, 3]) {
+        r.fake.inject(from_peer(seg));
+    }
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert!(ev.is_empty(), "the request has ended: {ev:?}");
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![(1, 9), (3, 9)],
+        "reassembled and acknowledged to the end"
+    );
+    assert_eq!(
+        r.port.counters().drops.get(crate::DropReason::Late),
+        late + 1,
+        "the finished message dropped as a late response"
+    );
+    // No T2L abort later: the reassembly completed.
+    r.collect(&client, Duration::from_secs(45));
+    let k = r.port.rmpp_counters();
+    assert_eq!((k.reassembly_timeouts, k.aborts_sent), (0, 0));
+    client.deregister();
+    r.assert_clean();
+}
+
+/// Our SA agent, registered with RMPP for GetMulti requests (which the peer sends in segments).
+fn sa_getmulti(r: &Rig) -> crate::Agent {
+    r.agent(AgentSpec::class(class::SUBN_ADM, 2, MethodMask::of(&[method::GET_MULTI])).with_rmpp(1))
+}
+
+/// Segments `nums` of a GetMulti from the peer with `data_len` bytes of data and `tid`.
+fn getmulti(tid: u64, data_len: usize, nums: &[u32]) -> (Vec<u8>, Vec<[u8; MAD_LEN]>) {
+    let msg = sa_message(method::GET_MULTI, tid, data_len, true, 5);
+    let segs = segments_of(&msg, nums);
+    (msg, segs)
+}
+
+/// The STOPs and ABORTs sent to the peer, as (type, status).
+fn refusals(r: &Rig) -> Vec<(u8, u8)> {
+    sent_rmpp(&r.fake.sent())
+        .iter()
+        .filter(|s| s.0 == rmpp_type::STOP || s.0 == rmpp_type::ABORT)
+        .map(|s| (s.0, s.2))
+        .collect()
+}
+
+#[test]
+fn a_flood_of_first_segments_is_bounded_refused_with_stop_and_then_forgotten() {
+    let r = Rig::new();
+    let sa = sa_getmulti(&r);
+    let limits = r.port.rmpp_limits();
+    assert_eq!(
+        (limits.max_reassemblies, limits.max_segments_held),
+        (64, super::MAX_SEGMENTS as usize),
+        "the receive queue's depth (the double's 64) and one longest message"
+    );
+    // 5000 transfers of 3 segments each, of which only the first segment ever comes.
+    for batch in 0..5000u64 / 25 {
+        for tid in batch * 25..(batch + 1) * 25 {
+            r.fake
+                .inject(from_peer(getmulti(0x1_0000 + tid, 450, &[1]).1[0]));
+        }
+        assert!(r.collect(&sa, Duration::from_millis(1)).is_empty());
+    }
+    assert_eq!(r.fake.dropped_no_rq(), 0, "every segment reached RMPP");
+    let c = r.port.rmpp_census();
+    assert_eq!((c.reassemblies, c.segments_held), (64, 64), "bounded");
+    let k = r.port.rmpp_counters();
+    assert_eq!(k.transfers_refused, 5000 - 64);
+    assert_eq!(k.segments_received, 64);
+    let stops = refusals(&r);
+    assert_eq!(stops.len(), 5000 - 64);
+    assert!(
+        stops
+            .iter()
+            .all(|&s| s == (rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED)),
+        "STOP with status 1 (resources exhausted)"
+    );
+    // The 64 time out 40 s after their first segment (ABORT T2L) and are forgotten.
+    r.collect(&sa, Duration::from_secs(41));
+    let k = r.port.rmpp_counters();
+    assert_eq!(k.reassembly_timeouts, 64);
+    let c = r.port.rmpp_census();
+    assert_eq!((c.reassemblies, c.segments_held), (0, 0));
+    // A transfer now is taken and delivered whole, once.
+    let (msg, segs) = getmulti(0xF00D, 450, &[1, 2, 3]);
+    for s in segs {
+        r.fake.inject(from_peer(s));
+    }
+    let ev = r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let Event::Recv(q) = &ev[0] else { panic!() };
+    assert_eq!(q.message()[56..], msg[56..]);
+    assert_eq!(r.port.rmpp_counters().transfers_refused, 5000 - 64);
+    assert_eq!(r.port.rmpp_census().segments_held, 0);
+    r.collect(&sa, Duration::from_secs(11));
+    assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
+    sa.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn segments_beyond_the_ports_limit_stop_the_transfer_that_brings_them() {
+    let r = Rig::new();
+    let sa = sa_getmulti(&r);
+    r.port.set_rmpp_limits(super::RmppLimits {
+        max_reassemblies: 64,
+        max_segments_held: 3,
+    });
+    let (msg_a, seg_a) = getmulti(0xA, 450, &[1, 2, 3]);
+    let (_, seg_b) = getmulti(0xB, 450, &[1, 2, 3]);
+    // A1, B1, A2: 3 held. B2 would be the 4th: B is stopped and forgotten.
+    for s in [seg_a[0], seg_b[0], seg_a[1], seg_b[1]] {
+        r.fake.inject(from_peer(s));
+    }
+    assert!(r.collect(&sa, Duration::from_millis(10)).is_empty());
+    assert_eq!(
+        refusals(&r),
+        vec![(rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED)]
+    );
+    let c = r.port.rmpp_census();
+    assert_eq!((c.reassemblies, c.segments_held), (1, 2), "A only");
+    // A finishes and is delivered; B's last segment finds no transfer.
+    r.fake.inject(from_peer(seg_a[2]));
+    r.fake.inject(from_peer(seg_b[2]));
+    let ev = r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let Event::Recv(q) = &ev[0] else { panic!() };
+    assert_eq!(q.message()[56..], msg_a[56..]);
+    let k = r.port.rmpp_counters();
+    assert_eq!((k.transfers_refused, k.transfers_received), (1, 1));
+    assert_eq!(r.port.rmpp_census().segments_held, 0);
+    sa.deregister();
+    assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
+    r.assert_clean();
+}
+
+#[test]
+fn at_the_limit_a_completed_reassembly_makes_room_and_open_ones_do_not() {
+    let r = Rig::new();
+    let sa = sa_getmulti(&r);
+    r.port.set_rmpp_limits(super::RmppLimits {
+        max_reassemblies: 2,
+        max_segments_held: 64,
+    });
+    // One complete single-segment message (kept 10 s) and one open transfer.
+    r.fake.inject(from_peer(getmulti(1, 10, &[1]).1[0]));
+    r.fake.inject(from_peer(getmulti(2, 450, &[1]).1[0]));
+    assert_eq!(r.collect(&sa, Duration::from_millis(10)).len(), 1);
+    // A third takes the completed one's place.
+    r.fake.inject(from_peer(getmulti(3, 450, &[1]).1[0]));
+    r.collect(&sa, Duration::from_millis(10));
+    assert!(refusals(&r).is_empty());
+    assert_eq!(r.port.rmpp_census().reassemblies, 2);
+    // A fourth finds both open: refused.
+    r.fake.inject(from_peer(getmulti(4, 450, &[1]).1[0]));
+    r.collect(&sa, Duration::from_millis(10));
+    assert_eq!(
+        refusals(&r),
+        vec![(rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED)]
+    );
+    assert_eq!(r.port.rmpp_counters().transfers_refused, 1);
+    sa.deregister();
+    assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
+    r.assert_clean();
+}
