@@ -480,6 +480,15 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     if enabled {
         note("DISABLE_HCA", dev.exec(&DisableHca::default()).map(drop));
     }
+    // Commands other threads still run get a bounded time to complete; no new one is posted.
+    let left = dev.close_commands(cmd::CLOSE_DRAIN);
+    if left > 0 {
+        tracing::warn!(
+            commands = left,
+            "closing with firmware commands of other threads still in flight; they end with \
+             `closed`"
+        );
+    }
     dev.lock_health().stop();
 
     // Quiesce, then release what the device could still have reached.
