@@ -131,6 +131,20 @@ pub(crate) struct Dev {
     stage: Mutex<Stage>,
 }
 
+/// True when a command that failed with `err` may nevertheless have taken effect in the
+/// firmware: anything but a clean failure status from the firmware, a command never sent
+/// (closed, aborted in the fatal state: the device is then quiesced), or a request refused
+/// before posting is counted as unknown. Memory it handed over must then stay leased until
+/// the quiesce.
+pub(crate) fn outcome_unknown(err: &DriverError) -> bool {
+    !matches!(
+        err,
+        DriverError::CommandFailed { .. }
+            | DriverError::CommandAborted { .. }
+            | DriverError::Closed
+    )
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -218,6 +232,27 @@ impl Dev {
     /// Keep `lease` until the device is quiesced: the device may still write it.
     pub(crate) fn bury(&self, lease: DmaLease) {
         lock(&self.graveyard).push(lease);
+    }
+
+    /// After a command that handed `leases` to the firmware failed with `err`: release them
+    /// when the firmware cleanly refused the command (or it was never sent, or the device is
+    /// already quiesced), bury them otherwise (timeout, bad token or output chain, an output
+    /// that does not decode), since the firmware may already be using them.
+    pub(crate) fn release_or_bury(
+        &self,
+        err: &DriverError,
+        leases: impl IntoIterator<Item = DmaLease>,
+    ) {
+        if outcome_unknown(err) {
+            let mut grave = lock(&self.graveyard);
+            let before = grave.len();
+            grave.extend(leases);
+            tracing::warn!(
+                leases = grave.len() - before,
+                "keeping the memory of a command whose outcome is unknown until the device is \
+                 quiesced: {err}"
+            );
+        }
     }
 
     /// Release what `bury` kept; only once bus mastering is off.
@@ -538,6 +573,52 @@ impl Dev {
             EqeEvent::Other { event, .. } => {
                 tracing::debug!(event = %event, "async event ignored");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firmware_cmds::mlx5::Opcode;
+    use firmware_cmds::mlx5::cmd::{CmdStatus, DeliveryStatus};
+
+    #[test]
+    fn only_a_clean_refusal_or_an_unsent_command_releases_what_it_handed_over() {
+        let op = Opcode::CREATE_CQ;
+        let known = [
+            DriverError::CommandFailed {
+                opcode: op,
+                op_mod: 0,
+                status: CmdStatus::BAD_PARAM_ERR,
+                syndrome: 1,
+            },
+            DriverError::CommandAborted {
+                opcode: op,
+                reason: "fatal".into(),
+            },
+            DriverError::Closed,
+        ];
+        for e in &known {
+            assert!(!outcome_unknown(e), "{e}");
+        }
+        let unknown = [
+            DriverError::CommandTimeout { opcode: op, ms: 1 },
+            DriverError::BadDeviceValue {
+                what: "command queue entry",
+                detail: "token".into(),
+            },
+            DriverError::CommandDelivery {
+                opcode: op,
+                status: DeliveryStatus::TOKEN_ERR,
+            },
+            DriverError::Layout(firmware_cmds::Error::Invalid {
+                what: "output",
+                reason: "short",
+            }),
+        ];
+        for e in &unknown {
+            assert!(outcome_unknown(e), "{e}");
         }
     }
 }
