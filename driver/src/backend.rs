@@ -182,9 +182,12 @@ pub trait DeviceBackendExt: DeviceBackend {
         self.config_write(offset, &value.to_le_bytes())
     }
 
-    /// Turn PCI bus mastering (the device's permission to DMA) on or off.
+    /// Turn PCI bus mastering (the device's permission to DMA) on or off. A command register
+    /// that reads all-ones means the function is gone (removed, or its link down or in
+    /// reset): nothing is written back, and [`DriverError::DeviceFatal`] says so. A gone
+    /// function issues no DMA, so turning mastering off is then already true.
     fn set_bus_master(&self, on: bool) -> Result<(), DriverError> {
-        let cmd = self.config_read16(PCI_COMMAND)?;
+        let cmd = self.command_register()?;
         let new = if on {
             cmd | PCI_COMMAND_MASTER
         } else {
@@ -196,10 +199,68 @@ pub trait DeviceBackendExt: DeviceBackend {
         Ok(())
     }
 
-    /// True when bus mastering is on.
+    /// True when bus mastering is on ([`DriverError::DeviceFatal`] when the function is gone).
     fn bus_master(&self) -> Result<bool, DriverError> {
-        Ok(self.config_read16(PCI_COMMAND)? & PCI_COMMAND_MASTER != 0)
+        Ok(self.command_register()? & PCI_COMMAND_MASTER != 0)
+    }
+
+    /// The PCI command register, refused when it reads all-ones (no function answers).
+    fn command_register(&self) -> Result<u16, DriverError> {
+        let cmd = self.config_read16(PCI_COMMAND)?;
+        if cmd == u16::MAX {
+            return Err(DriverError::DeviceFatal {
+                reason: format!(
+                    "the PCI command register of {} reads all-ones: the function is gone \
+                     (surprise removal, link down or reset in progress)",
+                    self.describe()
+                ),
+            });
+        }
+        Ok(cmd)
     }
 }
 
 impl<T: DeviceBackend + ?Sized> DeviceBackendExt for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emulated::EmulatedBackend;
+    use crate::mlx5::testutil::Recorder;
+    use std::sync::Arc;
+
+    #[test]
+    fn an_all_ones_command_register_is_reported_as_a_gone_device_and_not_written() {
+        let model = Arc::new(Recorder {
+            config_all_ones: true,
+            ..Recorder::default()
+        });
+        let backend = EmulatedBackend::new(model.clone(), "test");
+        for on in [false, true] {
+            let err = backend.set_bus_master(on).unwrap_err();
+            assert!(
+                matches!(&err, DriverError::DeviceFatal { reason } if reason.contains("all-ones")),
+                "{err:?}"
+            );
+        }
+        assert!(matches!(
+            backend.bus_master(),
+            Err(DriverError::DeviceFatal { .. })
+        ));
+        assert!(
+            model.config_writes.lock().unwrap().is_empty(),
+            "nothing is written back to a function that reads all-ones"
+        );
+    }
+
+    #[test]
+    fn bus_mastering_flips_only_its_bit() {
+        let model = Arc::new(Recorder::default());
+        let backend = EmulatedBackend::new(model.clone(), "test");
+        backend.set_bus_master(true).unwrap();
+        assert_eq!(
+            *model.config_writes.lock().unwrap(),
+            vec![(PCI_COMMAND, PCI_COMMAND_MASTER.to_le_bytes().to_vec())]
+        );
+    }
+}

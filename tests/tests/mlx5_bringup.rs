@@ -87,3 +87,39 @@ fn firmware_that_never_finishes_booting_times_out_after_fw_pre_init() {
     assert!(waited < Duration::from_secs(121), "{waited:?}");
     assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
 }
+
+/// A CREATE whose completion never comes (the firmware took the queue and hung on the
+/// answer): bring-up fails with the command's timeout, and the queue's buffer and doorbell
+/// record stay mapped until the device is quiesced. The firmware reads them once more at
+/// TEARDOWN_HCA; memory released before would fault in the IOMMU (strict leases).
+#[test]
+fn a_create_that_times_out_keeps_its_memory_until_the_quiesce() {
+    use firmware_cmds::mlx5::Opcode;
+    for op in [Opcode::CREATE_EQ, Opcode::CREATE_CQ, Opcode::CREATE_QP] {
+        let sim = SimHca::new();
+        sim.model.faults().withhold_completion(op.0);
+        let err = sim
+            .open(HcaOptions {
+                lease_mode: dma::LeaseMode::Strict,
+                ..HcaOptions::default()
+            })
+            .err()
+            .unwrap_or_else(|| panic!("{op}: bring-up succeeded"));
+        assert!(
+            matches!(&err, DriverError::CommandTimeout { opcode, .. } if *opcode == op),
+            "{op}: {err}"
+        );
+        let mapper = sim.backend.dma_mapper();
+        assert_eq!(
+            mapper.fault_count(),
+            0,
+            "{op}: the firmware read released memory: {:?}",
+            sim.model.counters()
+        );
+        assert_eq!(sim.model.counters().dma_errors, 0, "{op}");
+        assert_eq!(mapper.live_mappings(), 0, "{op}: mappings left after close");
+        assert_eq!(sim.model.pages_held(), 0, "{op}");
+        let r = sim.model.resources();
+        assert_eq!((r.eqs, r.cqs, r.qps), (0, 0, 0), "{op}: {r:?}");
+    }
+}

@@ -353,3 +353,54 @@ fn a_receive_longer_than_its_buffer_is_refused() {
         "297 bytes for a 296-byte buffer",
     );
 }
+
+/// Closing the HCA while another thread has firmware commands in flight: the other thread's
+/// commands end with a result or [`DriverError::Closed`] (never a panic, never a command sent
+/// after the queue memory is gone), and everything is released.
+#[test]
+fn closing_while_another_thread_runs_commands_ends_them_with_closed() {
+    for round in 0..20 {
+        let sim = SimHca::new();
+        let hca = sim.open_strict();
+        let (running, started) = std::sync::mpsc::channel();
+        let worker = {
+            let hca = hca.clone();
+            std::thread::spawn(move || {
+                let mut ok = 0u32;
+                loop {
+                    match hca.command(&QuerySpecialContexts) {
+                        Ok(_) => {
+                            if ok == 0 {
+                                let _ = running.send(());
+                            }
+                            ok += 1;
+                        }
+                        Err(DriverError::Closed) => return ok,
+                        // Commands that reach the firmware after TEARDOWN_HCA are refused by
+                        // it; that is a result too.
+                        Err(DriverError::CommandFailed { .. }) => {}
+                        Err(e) => panic!("round {round}: unexpected error {e:?}"),
+                    }
+                }
+            })
+        };
+        // Close only once the worker's commands run; rounds vary the overlap.
+        started
+            .recv()
+            .unwrap_or_else(|_| panic!("round {round}: no command of the worker completed"));
+        let p = port(&hca, 1);
+        p.wait(p.now() + Duration::from_micros(50 * round));
+        hca.close()
+            .unwrap_or_else(|e| panic!("round {round}: close: {e}"));
+        let ok = worker
+            .join()
+            .unwrap_or_else(|_| panic!("round {round}: the commanding thread panicked"));
+        assert!(
+            matches!(hca.command(&QuerySpecialContexts), Err(DriverError::Closed)),
+            "round {round}: a command after close"
+        );
+        assert!(ok > 0, "round {round}");
+        drop(p);
+        sim.assert_clean(&hca);
+    }
+}

@@ -3,7 +3,8 @@
 //!
 //! 1. wait for `initializing` to clear (FW_PRE_INIT, 120 s, polled every 2 ms);
 //! 2. bus mastering on, command queue set up, timeouts read from the init segment;
-//! 3. wait for `initializing` again (FW_INIT, 2 s or `cmd_q_init_to`); health polling starts;
+//! 3. wait for `initializing` again (FW_INIT, 2 s or `cmd_q_init_to`, at most 120 s; the
+//!    command timeout from `cmd_exec_to`, at most 300 s); health polling starts;
 //! 4. ENABLE_HCA; QUERY_ISSI / SET_ISSI (1 when offered, else 0);
 //! 5. QUERY_PAGES boot → MANAGE_PAGES GIVE;
 //! 6. ACCESS_REG HOST_ENDIANNESS (physical functions);
@@ -98,6 +99,39 @@ fn wait_fw_init(dev: &Dev, timeout: Duration, what: &str) -> Result<(), DriverEr
         }
         backend.wait(now.saturating_add(step).min(deadline));
     }
+}
+
+/// Longest wait for `initializing` after the command queue is set up: FW_PRE_INIT's 120 s.
+/// Health polling starts only after this wait, so a longer one would hang bring-up on a
+/// firmware that never clears the bit.
+const FW_INIT_CEILING: Duration = Duration::from_secs(120);
+
+/// Longest command timeout accepted from the init segment: five times the kernel's 60 s
+/// default. The register's hour unit allows about 120 years.
+const CMD_TIMEOUT_CEILING: Duration = Duration::from_secs(300);
+
+/// The FW_INIT wait and the command timeout (None: keep the default) from the init segment's
+/// `cmd_exec_to` and `cmd_q_init_to`, clamped to [`FW_INIT_CEILING`] and
+/// [`CMD_TIMEOUT_CEILING`] (logged when a clamp applies).
+fn iseg_timeouts(exec_to: u32, q_init_to: u32) -> (Duration, Option<Duration>) {
+    let (fw_init_ms, cmd_ms) = timeouts::from_iseg(exec_to, q_init_to);
+    let clamp = |what: &str, ms: u64, ceiling: Duration| {
+        let d = Duration::from_millis(ms);
+        if d > ceiling {
+            tracing::warn!(
+                asked_ms = ms,
+                used_ms = super::wait::ms(ceiling),
+                "the init segment's {what} timeout is beyond the driver's ceiling; clamped"
+            );
+            ceiling
+        } else {
+            d
+        }
+    };
+    let fw_init =
+        clamp("FW_INIT (cmd_q_init_to)", fw_init_ms, FW_INIT_CEILING).max(Duration::from_millis(1));
+    let cmd = (cmd_ms > 0).then(|| clamp("command (cmd_exec_to)", cmd_ms, CMD_TIMEOUT_CEILING));
+    (fw_init, cmd)
 }
 
 fn random_owner_id() -> [u32; 4] {
@@ -197,17 +231,13 @@ fn bring_up_steps(dev: &Arc<Dev>, ports: &mut Vec<Arc<Mlx5Port>>) -> Result<(), 
         cmd::init(&mut st, &dev.bar, &dev.pool)?;
         let exec_to = dev.bar.read32(init_seg::off::CMD_EXEC_TO as u64);
         let q_init_to = dev.bar.read32(init_seg::off::CMD_Q_INIT_TO as u64);
-        let (fw_init_ms, cmd_ms) = timeouts::from_iseg(exec_to, q_init_to);
-        if cmd_ms > 0 {
-            st.timeout = Duration::from_millis(cmd_ms);
+        let (fw_init, cmd) = iseg_timeouts(exec_to, q_init_to);
+        if let Some(cmd) = cmd {
+            st.timeout = cmd;
         }
         drop(st);
         dev.stage().cmd_up = true;
-        wait_fw_init(
-            dev,
-            Duration::from_millis(fw_init_ms.max(1)),
-            "initializing",
-        )?;
+        wait_fw_init(dev, fw_init, "initializing")?;
     }
     dev.lock_health().start(dev.backend.now());
 
@@ -480,6 +510,15 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     if enabled {
         note("DISABLE_HCA", dev.exec(&DisableHca::default()).map(drop));
     }
+    // Commands other threads still run get a bounded time to complete; no new one is posted.
+    let left = dev.close_commands(cmd::CLOSE_DRAIN);
+    if left > 0 {
+        tracing::warn!(
+            commands = left,
+            "closing with firmware commands of other threads still in flight; they end with \
+             `closed`"
+        );
+    }
     dev.lock_health().stop();
 
     // Quiesce, then release what the device could still have reached.
@@ -520,6 +559,40 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use firmware_cmds::mlx5::timeouts::iseg_timeout_reg;
+
+    #[test]
+    fn init_segment_timeouts_are_clamped_to_their_ceilings() {
+        const HOURS: u8 = 3;
+        const SECONDS: u8 = 1;
+        // The largest value in hours: about 120 years for both.
+        let huge = iseg_timeout_reg(0x000f_ffff, HOURS);
+        assert_eq!(
+            iseg_timeouts(huge, huge),
+            (Duration::from_secs(120), Some(Duration::from_secs(300)))
+        );
+        // Values under the ceilings are kept as given.
+        assert_eq!(
+            iseg_timeouts(iseg_timeout_reg(90, SECONDS), iseg_timeout_reg(10, SECONDS)),
+            (Duration::from_secs(10), Some(Duration::from_secs(90)))
+        );
+        // Exactly at the ceilings: unchanged.
+        assert_eq!(
+            iseg_timeouts(iseg_timeout_reg(5, 2), iseg_timeout_reg(2, 2)),
+            (Duration::from_secs(120), Some(Duration::from_secs(300)))
+        );
+        // cmd_q_init_to zero: the defaults (FW_INIT 2 s, commands 60 s).
+        assert_eq!(
+            iseg_timeouts(huge, 0),
+            (Duration::from_secs(2), Some(Duration::from_secs(60)))
+        );
+        // A zero command timeout keeps the default; a zero FW_INIT still waits a little.
+        assert_eq!(
+            iseg_timeouts(0, iseg_timeout_reg(0, SECONDS)),
+            (Duration::from_millis(1), None)
+        );
+    }
 
     #[test]
     fn owner_ids_are_random() {

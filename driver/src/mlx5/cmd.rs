@@ -38,6 +38,10 @@ const MAX_POLL_PAUSE: Duration = Duration::from_millis(1);
 /// Extra time the kernel allows over the command timeout in polling mode (`poll_timeout`).
 const POLL_GRACE: Duration = Duration::from_secs(1);
 
+/// Longest wait at close for commands other threads have in flight to complete, before the
+/// queue memory is released under them (they then end with [`DriverError::Closed`]).
+pub(crate) const CLOSE_DRAIN: Duration = Duration::from_secs(2);
+
 /// How completions are noticed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CmdMode {
@@ -85,6 +89,11 @@ pub(crate) struct CmdState {
     pub(crate) mode: CmdMode,
     /// Command timeout (`cmd_exec_to`, default 60 s).
     pub(crate) timeout: Duration,
+    /// The interface is closing or closed: no command may be posted any more.
+    closed: bool,
+    /// Changes each time the slots are set up or released, so that a slot number taken before
+    /// is never used on a queue it did not come from.
+    generation: u64,
 }
 
 /// Counters of the command queue.
@@ -114,7 +123,41 @@ impl CmdState {
             token: 0,
             mode: CmdMode::Polling,
             timeout: firmware_cmds::mlx5::timeouts::Timeout::Cmd.default_duration(),
+            closed: false,
+            generation: 0,
         }
+    }
+
+    /// The current generation of the slots (see [`CmdState::owns`]).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// True when `slot`, taken in `generation`, still belongs to this queue: the queue was
+    /// neither released nor set up again since.
+    pub(crate) fn owns(&self, slot: usize, generation: u64) -> bool {
+        generation == self.generation && slot < self.slots.len()
+    }
+
+    /// Refuse every new command from now on (close): commands already posted may finish.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// True once [`CmdState::close`] ran.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Ordinary slots holding a command the device has not given back or its caller has not
+    /// collected yet (lost slots excluded).
+    pub(crate) fn in_flight(&self) -> usize {
+        let n = self.page_slot();
+        self.slots
+            .iter()
+            .take(n)
+            .filter(|s| matches!(s, Slot::Busy(_) | Slot::Reserved))
+            .count()
     }
 
     /// Number of slots (0 before `init`).
@@ -161,6 +204,8 @@ impl CmdState {
         self.slots.clear();
         self.page = None;
         self.mode = CmdMode::Polling;
+        self.closed = true;
+        self.generation = self.generation.wrapping_add(1);
     }
 
     /// Leases held: the queue page and every slot's mailboxes.
@@ -220,6 +265,8 @@ pub(crate) fn init(state: &mut CmdState, bar: &Mmio, pool: &DmaPool) -> Result<(
     state.stride = stride;
     state.slots = (0..slots).map(|_| Slot::Free).collect();
     state.mode = CmdMode::Polling;
+    state.closed = false;
+    state.generation = state.generation.wrapping_add(1);
     tracing::debug!(slots, stride, iova, "command queue set up");
     Ok(())
 }
@@ -280,6 +327,9 @@ pub(crate) fn post(
 
     let raw =
         CmdEntry::new_request(in_inline, inlen, in_ptr, outlen32, out_ptr, token).encode_sealed();
+    if state.closed || slot >= state.slots.len() {
+        return Err(DriverError::Closed);
+    }
     let off = state.entry_offset(slot);
     let page = state.page.as_ref().ok_or(DriverError::Closed)?;
     page.write(off, &raw)?;
@@ -400,18 +450,23 @@ pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
 }
 
 /// True when the command in `slot` has been given back by the device.
+/// False when the slot no longer exists (the queue was released).
 pub(crate) fn is_done(state: &CmdState, slot: usize) -> bool {
-    matches!(&state.slots[slot], Slot::Busy(f) if f.done)
+    matches!(state.slots.get(slot), Some(Slot::Busy(f)) if f.done)
 }
 
 /// True when `slot` holds a command (done or not).
 #[cfg(test)]
 pub(crate) fn is_busy(state: &CmdState, slot: usize) -> bool {
-    matches!(&state.slots[slot], Slot::Busy(_) | Slot::Reserved)
+    matches!(state.slots.get(slot), Some(Slot::Busy(_) | Slot::Reserved))
 }
 
 /// Reserve a free ordinary slot (never the page slot).
+/// None as well once the queue is closed.
 pub(crate) fn reserve(state: &mut CmdState) -> Option<usize> {
+    if state.closed {
+        return None;
+    }
     let n = state.page_slot();
     let slot = (0..n).find(|&i| matches!(state.slots[i], Slot::Free))?;
     state.slots[slot] = Slot::Reserved;
@@ -421,7 +476,7 @@ pub(crate) fn reserve(state: &mut CmdState) -> Option<usize> {
 /// Reserve the page slot.
 pub(crate) fn reserve_page_slot(state: &mut CmdState) -> Option<usize> {
     let slot = state.page_slot();
-    if state.slots.is_empty() || !matches!(state.slots[slot], Slot::Free) {
+    if state.closed || !matches!(state.slots.get(slot), Some(Slot::Free)) {
         return None;
     }
     state.slots[slot] = Slot::Reserved;
@@ -430,16 +485,20 @@ pub(crate) fn reserve_page_slot(state: &mut CmdState) -> Option<usize> {
 
 /// Give back a reserved slot that was not posted.
 pub(crate) fn unreserve(state: &mut CmdState, slot: usize) {
-    if matches!(state.slots[slot], Slot::Reserved) {
-        state.slots[slot] = Slot::Free;
+    if let Some(s @ Slot::Reserved) = state.slots.get_mut(slot) {
+        *s = Slot::Free;
     }
 }
 
 /// Mark the command in `slot` lost: the device may still write its mailboxes, so they stay
-/// leased until the device is quiesced.
+/// leased until the device is quiesced. Nothing to do when the queue was released (its
+/// mailboxes went with it, after the quiesce).
 pub(crate) fn lose(state: &mut CmdState, slot: usize) {
-    let s = std::mem::replace(&mut state.slots[slot], Slot::Free);
-    state.slots[slot] = match s {
+    let Some(entry) = state.slots.get_mut(slot) else {
+        return;
+    };
+    let s = std::mem::replace(entry, Slot::Free);
+    *entry = match s {
         Slot::Busy(f) | Slot::Lost(f) => Slot::Lost(f),
         Slot::Free | Slot::Reserved => Slot::Free,
     };
@@ -447,11 +506,12 @@ pub(crate) fn lose(state: &mut CmdState, slot: usize) {
 
 /// Take the output of the completed command in `slot` and free the slot. Checks the entry's
 /// delivery status and token and every output block; the output's own status is left to the
-/// caller (see [`check_status`]).
+/// caller (see [`check_status`]). [`DriverError::Closed`] when the queue was released.
 pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, DriverError> {
-    let s = std::mem::replace(&mut state.slots[slot], Slot::Free);
+    let entry = state.slots.get_mut(slot).ok_or(DriverError::Closed)?;
+    let s = std::mem::replace(entry, Slot::Free);
     let Slot::Busy(f) = s else {
-        state.slots[slot] = s;
+        *entry = s;
         return Err(DriverError::BadDeviceValue {
             what: "command queue state",
             detail: format!("slot {slot} has no completed command"),
@@ -536,6 +596,9 @@ impl Dev {
     pub(crate) fn exec_raw(&self, input: &[u8], outlen: usize) -> Result<Vec<u8>, DriverError> {
         let header = InHeader::decode(input)?;
         let op = header.opcode;
+        if self.is_closed() {
+            return Err(DriverError::Closed);
+        }
         if let Some(reason) = self.fatal_reason() {
             self.lock_stats().cmd.faked += 1;
             return fake_result(op, outlen, &reason);
@@ -546,10 +609,10 @@ impl Dev {
         let mut backoff = Backoff::new(MAX_POLL_PAUSE);
 
         // A free ordinary slot (all may be busy with other threads' commands).
-        let slot = loop {
+        let (slot, generation) = loop {
             {
                 let mut st = self.lock_cmd();
-                if st.slot_count() == 0 {
+                if st.is_closed() || st.slot_count() == 0 {
                     return Err(DriverError::Closed);
                 }
                 if let Some(slot) = reserve(&mut st) {
@@ -558,7 +621,7 @@ impl Dev {
                         unreserve(&mut st, slot);
                         return Err(e);
                     }
-                    break slot;
+                    break (slot, st.generation());
                 }
                 if st.lost_slots() >= st.page_slot() {
                     return Err(DriverError::DeviceTimeout {
@@ -571,6 +634,9 @@ impl Dev {
                 }
             }
             self.progress();
+            if self.is_closed() {
+                return Err(DriverError::Closed);
+            }
             if let Some(reason) = self.fatal_reason() {
                 self.lock_stats().cmd.faked += 1;
                 return fake_result(op, outlen, &reason);
@@ -591,6 +657,11 @@ impl Dev {
             self.progress();
             {
                 let mut st = self.lock_cmd();
+                if !st.owns(slot, generation) {
+                    // The HCA was closed under this command: its memory went with the queue,
+                    // after the device was quiesced.
+                    return Err(DriverError::Closed);
+                }
                 if is_done(&st, slot) {
                     let out = finish(&mut st, slot);
                     drop(st);
@@ -603,8 +674,13 @@ impl Dev {
                 // The device is quiesced (bus mastering off) before the state says fatal, so
                 // the mailboxes can be given back now.
                 let mut st = self.lock_cmd();
-                lose(&mut st, slot);
+                if st.owns(slot, generation) {
+                    lose(&mut st, slot);
+                }
                 drop(st);
+                if self.is_closed() {
+                    return Err(DriverError::Closed);
+                }
                 self.lock_stats().cmd.faked += 1;
                 return fake_result(op, outlen, &reason);
             }
@@ -616,6 +692,9 @@ impl Dev {
             };
             if now.saturating_sub(posted) >= limit {
                 let mut st = self.lock_cmd();
+                if !st.owns(slot, generation) {
+                    return Err(DriverError::Closed);
+                }
                 lose(&mut st, slot);
                 drop(st);
                 self.lock_stats().cmd.timeouts += 1;
@@ -626,6 +705,26 @@ impl Dev {
                 });
             }
             backoff.pause(self.backend.as_ref(), posted.saturating_add(limit));
+        }
+    }
+}
+
+impl Dev {
+    /// Close the command interface (teardown, before the quiesce): refuse new commands with
+    /// [`DriverError::Closed`], then give commands other threads have in flight up to `limit`
+    /// of device time to complete. Returns how many are still in flight; those end with
+    /// [`DriverError::Closed`] once the queue is released.
+    pub(crate) fn close_commands(&self, limit: Duration) -> usize {
+        self.lock_cmd().close();
+        let deadline = self.backend.now().saturating_add(limit);
+        let mut backoff = Backoff::new(MAX_POLL_PAUSE);
+        loop {
+            self.progress();
+            let left = self.lock_cmd().in_flight();
+            if left == 0 || self.is_fatal() || self.backend.now() >= deadline {
+                return left;
+            }
+            backoff.pause(self.backend.as_ref(), deadline);
         }
     }
 }
@@ -832,6 +931,33 @@ mod tests {
             matches!(err, DriverError::CommandAborted { opcode, .. } if opcode == Opcode::CREATE_QP)
         );
         assert!(fake_result(Opcode::MAD_IFC, 0x110, "gone").is_err());
+    }
+
+    #[test]
+    fn a_slot_from_a_released_queue_is_refused_not_indexed() {
+        let (_iommu, pool) = pool();
+        let mut st = state(&pool);
+        let bar = dummy_bar();
+        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
+        let slot = reserve(&mut st).unwrap();
+        post(&mut st, slot, &input, 16, &pool, &bar, Duration::ZERO).unwrap();
+        let generation = st.generation();
+        assert!(st.owns(slot, generation));
+        assert_eq!(st.in_flight(), 1);
+        st.close();
+        assert_eq!(reserve(&mut st), None, "a closed queue takes no command");
+        assert_eq!(reserve_page_slot(&mut st), None);
+        st.free();
+        assert!(!st.owns(slot, generation));
+        assert!(!is_done(&st, slot));
+        assert!(matches!(finish(&mut st, slot), Err(DriverError::Closed)));
+        lose(&mut st, slot);
+        unreserve(&mut st, slot);
+        assert!(matches!(
+            post(&mut st, slot, &input, 16, &pool, &bar, Duration::ZERO),
+            Err(DriverError::Closed)
+        ));
+        assert_eq!(st.leases(), 0);
     }
 
     #[test]

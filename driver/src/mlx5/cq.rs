@@ -137,7 +137,13 @@ impl Cq {
             pas: pas_of(&buf),
         };
         barrier::to_device();
-        let out = dev.exec(&create)?;
+        let out = match dev.exec(&create) {
+            Ok(out) => out,
+            Err(e) => {
+                dev.release_or_bury(&e, [buf, db]);
+                return Err(e);
+            }
+        };
         tracing::debug!(cqn = out.cqn, nent, "CQ created");
         Ok(Cq {
             buf,

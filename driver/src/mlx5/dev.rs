@@ -131,6 +131,73 @@ pub(crate) struct Dev {
     stage: Mutex<Stage>,
 }
 
+/// True when a command that failed with `err` may nevertheless have taken effect in the
+/// firmware: anything but a clean failure status from the firmware, a command never sent
+/// (closed, aborted in the fatal state: the device is then quiesced), or a request refused
+/// before posting is counted as unknown. Memory it handed over must then stay leased until
+/// the quiesce.
+pub(crate) fn outcome_unknown(err: &DriverError) -> bool {
+    !matches!(
+        err,
+        DriverError::CommandFailed { .. }
+            | DriverError::CommandAborted { .. }
+            | DriverError::Closed
+    )
+}
+
+/// The init-segment areas the driver reads or writes (name, offset, bytes): each must be
+/// inside BAR0, and inside its mapped areas when VFIO maps it sparsely.
+const INIT_SEG_AREAS: [(&str, usize, usize); 10] = {
+    use firmware_cmds::mlx5::health::HEALTH_BUFFER_LEN;
+    use firmware_cmds::mlx5::init_seg::off;
+    [
+        ("fw_rev", off::FW_REV, 4),
+        ("cmdif_rev_fw_sub", off::CMDIF_REV_FW_SUB, 4),
+        ("cmdq_addr_h", off::CMDQ_ADDR_H, 4),
+        ("cmdq_addr_l_sz", off::CMDQ_ADDR_L_SZ, 4),
+        ("cmd_dbell", off::CMD_DBELL, 4),
+        ("initializing", off::INITIALIZING, 4),
+        ("health buffer", off::HEALTH, HEALTH_BUFFER_LEN),
+        ("cmd_exec_to", off::CMD_EXEC_TO, 4),
+        ("cmd_q_init_to", off::CMD_Q_INIT_TO, 4),
+        ("health_counter", off::HEALTH_COUNTER, 4),
+    ]
+};
+
+/// Refuse a BAR0 that does not hold every init-segment area the driver touches (too small,
+/// or a sparse mapping that leaves some out), so that no register access can assert.
+pub(crate) fn check_init_segment(bar: &Mmio) -> Result<(), DriverError> {
+    let missing: Vec<String> = INIT_SEG_AREAS
+        .iter()
+        .filter(|&&(_, off, len)| {
+            // Every 32-bit word of the area must be reachable.
+            (0..len)
+                .step_by(4)
+                .any(|i| !bar.in_bounds((off + i) as u64, 4))
+        })
+        .map(|&(name, off, len)| format!("{name} at {off:#x}..{:#x}", off + len))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let areas = bar.areas().map_or_else(String::new, |a| {
+        let list: Vec<String> = a
+            .iter()
+            .map(|m| format!("{:#x}..{:#x}", m.offset, m.offset.saturating_add(m.size)))
+            .collect();
+        format!(" of which only {} is mapped", list.join(", "))
+    });
+    Err(DriverError::RegionNotMappable {
+        index: crate::backend::region::BAR0,
+        reason: format!(
+            "BAR0 is {:#x} bytes{areas}, which leaves out init-segment registers the driver \
+             needs ({}); this is not an mlx5 function, or its BAR is mapped wrongly",
+            bar.len(),
+            missing.join(", ")
+        ),
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -142,6 +209,7 @@ impl Dev {
         options: HcaOptions,
     ) -> Result<Self, DriverError> {
         let bar = backend.map_region(crate::backend::region::BAR0)?;
+        check_init_segment(&bar)?;
         let mapper = backend.dma_mapper();
         let iova = Arc::new(Mutex::new(IovaAllocator::new(&mapper.iova_ranges())));
         let cfg = PoolConfig::new(options.lease_mode);
@@ -218,6 +286,27 @@ impl Dev {
     /// Keep `lease` until the device is quiesced: the device may still write it.
     pub(crate) fn bury(&self, lease: DmaLease) {
         lock(&self.graveyard).push(lease);
+    }
+
+    /// After a command that handed `leases` to the firmware failed with `err`: release them
+    /// when the firmware cleanly refused the command (or it was never sent, or the device is
+    /// already quiesced), bury them otherwise (timeout, bad token or output chain, an output
+    /// that does not decode), since the firmware may already be using them.
+    pub(crate) fn release_or_bury(
+        &self,
+        err: &DriverError,
+        leases: impl IntoIterator<Item = DmaLease>,
+    ) {
+        if outcome_unknown(err) {
+            let mut grave = lock(&self.graveyard);
+            let before = grave.len();
+            grave.extend(leases);
+            tracing::warn!(
+                leases = grave.len() - before,
+                "keeping the memory of a command whose outcome is unknown until the device is \
+                 quiesced: {err}"
+            );
+        }
     }
 
     /// Release what `bury` kept; only once bus mastering is off.
@@ -538,6 +627,121 @@ impl Dev {
             EqeEvent::Other { event, .. } => {
                 tracing::debug!(event = %event, "async event ignored");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firmware_cmds::mlx5::Opcode;
+    use firmware_cmds::mlx5::cmd::{CmdStatus, DeliveryStatus};
+
+    use crate::backend::MmapArea;
+    use crate::emulated::EmulatedBackend;
+    use crate::mlx5::testutil::Recorder;
+    use crate::mmio::Mmio;
+
+    fn open_with_bar0(len: u64) -> Result<Dev, DriverError> {
+        let model = Arc::new(Recorder {
+            bar0_len: Some(len),
+            ..Recorder::default()
+        });
+        let backend = Arc::new(EmulatedBackend::new(model, "test"));
+        Dev::new(backend, HcaOptions::default())
+    }
+
+    #[test]
+    fn opening_an_hca_whose_bar0_is_too_small_fails_without_a_panic() {
+        let model = Arc::new(Recorder {
+            bar0_len: Some(0x100),
+            ..Recorder::default()
+        });
+        let backend = Arc::new(EmulatedBackend::new(model, "test"));
+        let err = crate::mlx5::Mlx5Hca::open(backend, HcaOptions::default())
+            .err()
+            .expect("no bring-up on a 256-byte BAR0");
+        assert!(
+            matches!(err, DriverError::RegionNotMappable { index: 0, .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_bar0_too_small_for_the_init_segment_is_a_typed_error() {
+        for len in [0x100, 0x1000, 0x1010] {
+            let err = open_with_bar0(len)
+                .err()
+                .expect("a BAR0 that small is refused");
+            match &err {
+                DriverError::RegionNotMappable { index: 0, reason } => {
+                    assert!(reason.contains(&format!("{len:#x}")), "{reason}");
+                }
+                other => panic!("{len:#x}: {other:?}"),
+            }
+        }
+        // Exactly the registers the driver touches fit.
+        assert!(open_with_bar0(0x1014).is_ok());
+    }
+
+    #[test]
+    fn a_sparse_bar0_without_its_first_page_is_a_typed_error() {
+        let len = 0x4000usize;
+        let map = memmap2::MmapMut::map_anon(len).unwrap();
+        let base = std::ptr::NonNull::new(map.as_ptr().cast_mut()).unwrap();
+        let areas: Arc<[MmapArea]> = Arc::new([MmapArea {
+            offset: 0x1000,
+            size: 0x3000,
+        }]);
+        // SAFETY: the area lies inside the anonymous mapping, which the Arc keeps alive;
+        // nothing makes references into it.
+        let bar = unsafe { Mmio::mapped_sparse(base, len as u64, areas, Arc::new(map)) };
+        let err = check_init_segment(&bar).unwrap_err();
+        match &err {
+            DriverError::RegionNotMappable { index: 0, reason } => {
+                assert!(reason.contains("0x1fc"), "{reason}");
+                assert!(reason.contains("mapped"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_clean_refusal_or_an_unsent_command_releases_what_it_handed_over() {
+        let op = Opcode::CREATE_CQ;
+        let known = [
+            DriverError::CommandFailed {
+                opcode: op,
+                op_mod: 0,
+                status: CmdStatus::BAD_PARAM_ERR,
+                syndrome: 1,
+            },
+            DriverError::CommandAborted {
+                opcode: op,
+                reason: "fatal".into(),
+            },
+            DriverError::Closed,
+        ];
+        for e in &known {
+            assert!(!outcome_unknown(e), "{e}");
+        }
+        let unknown = [
+            DriverError::CommandTimeout { opcode: op, ms: 1 },
+            DriverError::BadDeviceValue {
+                what: "command queue entry",
+                detail: "token".into(),
+            },
+            DriverError::CommandDelivery {
+                opcode: op,
+                status: DeliveryStatus::TOKEN_ERR,
+            },
+            DriverError::Layout(firmware_cmds::Error::Invalid {
+                what: "output",
+                reason: "short",
+            }),
+        ];
+        for e in &unknown {
+            assert!(outcome_unknown(e), "{e}");
         }
     }
 }

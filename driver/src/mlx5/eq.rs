@@ -127,7 +127,13 @@ impl Eq {
             create = create.with_event(t.0);
         }
         barrier::to_device();
-        let out = dev.exec(&create)?;
+        let out = match dev.exec(&create) {
+            Ok(out) => out,
+            Err(e) => {
+                dev.release_or_bury(&e, [buf]);
+                return Err(e);
+            }
+        };
         let eq = Eq {
             buf,
             nent,

@@ -27,7 +27,7 @@ mod port;
 mod qp;
 mod smp;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 mod uar;
 mod wait;
 

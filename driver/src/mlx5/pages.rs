@@ -191,8 +191,12 @@ impl Dev {
                 Ok(())
             }
             Err(e) => {
-                if matches!(e, DriverError::CommandTimeout { .. }) {
+                if super::dev::outcome_unknown(&e) {
                     // The firmware may have taken them: keep them until the device is quiesced.
+                    tracing::warn!(
+                        pages = leases.len(),
+                        "keeping pages of a GIVE whose outcome is unknown until the quiesce: {e}"
+                    );
                     self.lock_pages().limbo.extend(leases);
                 }
                 Err(e)
@@ -253,6 +257,15 @@ fn page_op_done(
                 "pages given on request"
             );
             pages.accept(leases);
+        }
+        (PageOp::Give(leases), Err(e)) if super::dev::outcome_unknown(&e) => {
+            // A bad token, delivery or output chain: the firmware may have taken them.
+            tracing::warn!(
+                pages = leases.len(),
+                "GIVE on request ended with an unknown outcome ({e}); pages kept until the \
+                 quiesce"
+            );
+            pages.limbo.extend(leases);
         }
         (PageOp::Give(leases), Err(e)) => {
             // The firmware refused them: they were never its.

@@ -251,12 +251,18 @@ impl Qp {
             ..Qpc::default()
         };
         barrier::to_device();
-        let out = dev.exec(&CreateQp {
+        let out = match dev.exec(&CreateQp {
             ctx,
             opt_param_mask: 0,
             input_qpn: 0,
             pas: pas_of(&buf),
-        })?;
+        }) {
+            Ok(out) => out,
+            Err(e) => {
+                dev.release_or_bury(&e, [buf, db]);
+                return Err(e);
+            }
+        };
         let qp = Qp {
             kind: p.kind,
             qpn: out.qpn,

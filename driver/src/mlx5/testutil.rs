@@ -15,6 +15,12 @@ use crate::mmio::Mmio;
 #[derive(Default)]
 pub(crate) struct Recorder {
     pub(crate) writes: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// When set, the model offers a mappable BAR0 of this many bytes.
+    pub(crate) bar0_len: Option<u64>,
+    /// Config-space reads return all-ones (a removed or resetting function).
+    pub(crate) config_all_ones: bool,
+    /// Config-space writes seen (offset, bytes).
+    pub(crate) config_writes: Mutex<Vec<(u64, Vec<u8>)>>,
 }
 
 impl Recorder {
@@ -31,7 +37,18 @@ impl DeviceModel for Recorder {
         }
     }
     fn regions(&self) -> Vec<RegionInfo> {
-        Vec::new()
+        self.bar0_len
+            .map(|size| RegionInfo {
+                index: crate::backend::region::BAR0,
+                size,
+                read: true,
+                write: true,
+                mmap: true,
+                msix_mappable: false,
+                sparse: None,
+            })
+            .into_iter()
+            .collect()
     }
     fn mmio_read(&self, _: u8, _: u64, d: &mut [u8]) {
         d.fill(0);
@@ -40,9 +57,14 @@ impl DeviceModel for Recorder {
         self.writes.lock().unwrap().push((offset, d.to_vec()));
     }
     fn config_read(&self, _: u64, d: &mut [u8]) {
-        d.fill(0);
+        d.fill(if self.config_all_ones { 0xff } else { 0 });
     }
-    fn config_write(&self, _: u64, _: &[u8]) {}
+    fn config_write(&self, offset: u64, d: &[u8]) {
+        self.config_writes
+            .lock()
+            .unwrap()
+            .push((offset, d.to_vec()));
+    }
     fn irq_info(&self, index: IrqIndex) -> IrqInfo {
         IrqInfo {
             index,

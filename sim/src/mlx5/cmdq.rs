@@ -228,6 +228,15 @@ impl State {
 
     /// Runs a command whose delivery was good and completes it (or hands MAD_IFC out).
     fn run(&mut self, ctx: SlotCtx, input: &[u8]) -> Vec<MadWork> {
+        if self.faults.withhold == Some(ctx.opcode) {
+            self.faults.withhold = None;
+            // The command takes effect, but the entry stays the device's (slot busy).
+            let _ = exec::execute(self, input, ctx.outlen);
+            self.faults
+                .withheld_memory
+                .extend(exec::memory_named(input));
+            return Vec::new();
+        }
         match exec::execute(self, input, ctx.outlen) {
             Exec::Out(out) => {
                 self.finish(&ctx, Ok(out));

@@ -14,6 +14,7 @@
 //! | [`Mlx5Faults::page_request`] | a PAGE_REQUEST event now |
 //! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
+//! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA |
 //! | [`Mlx5Faults::request_release`] | the VFIO REQ interrupt (the host wants the device back) |
 
 use std::sync::atomic::Ordering;
@@ -58,6 +59,11 @@ pub(crate) struct FaultState {
     pub hold_initializing: bool,
     /// Per QP: how long after a send executes its completion is generated.
     pub send_completion_delay: IdMap<Duration>,
+    /// Opcode of the next command whose completion is withheld.
+    pub withhold: Option<u16>,
+    /// DMA addresses named by commands whose completion was withheld: the firmware still
+    /// uses them, and reads them once more at TEARDOWN_HCA.
+    pub withheld_memory: Vec<u64>,
 }
 
 impl FaultState {
@@ -224,6 +230,15 @@ impl Mlx5Faults<'_> {
     /// Keeps the `initializing` bit set (firmware that never finishes booting).
     pub fn hold_initializing(&self, hold: bool) {
         self.inner.with(|st| st.faults.hold_initializing = hold);
+    }
+
+    /// The next command with `opcode` runs (takes effect) but its entry is never given back,
+    /// so the driver times it out. The firmware keeps the memory the command named (queue
+    /// buffer and doorbell record of a CREATE_CQ/EQ/QP, the pages of a MANAGE_PAGES GIVE) and
+    /// reads it again at TEARDOWN_HCA: memory the driver released meanwhile shows up as an
+    /// IOMMU fault.
+    pub fn withhold_completion(&self, opcode: u16) {
+        self.inner.with(|st| st.faults.withhold = Some(opcode));
     }
 
     /// Raises the REQ interrupt: the host asks for the device back (vfio-pci's device

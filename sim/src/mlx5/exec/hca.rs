@@ -75,6 +75,13 @@ pub(super) fn teardown_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     if c.profile == TeardownProfile::PrepareFastTeardown && !st.caps_cur.fast_teardown() {
         return Err(bad_param(synd::BAD_CODE));
     }
+    // A command whose completion was withheld still had its memory until now.
+    for addr in std::mem::take(&mut st.faults.withheld_memory) {
+        let mut b = [0u8; 8];
+        if !crate::mlx5::buffer::read(&st.iommu, addr, &mut b) {
+            st.counters.snap.dma_errors += 1;
+        }
+    }
     // Both profiles close everything: whatever the driver left open is gone with the HCA.
     st.drop_resources();
     st.phase = Phase::TornDown;

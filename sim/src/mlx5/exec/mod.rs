@@ -198,6 +198,33 @@ pub(crate) fn execute(st: &mut State, input: &[u8], outlen: u32) -> Exec {
     handler(st, input, outlen)
 }
 
+/// The host memory a command hands to the firmware: the queue buffer pages and doorbell
+/// record of CREATE_CQ, CREATE_EQ and CREATE_QP, the pages of MANAGE_PAGES GIVE.
+pub(crate) fn memory_named(input: &[u8]) -> Vec<u64> {
+    use firmware_cmds::mlx5::ops::Command;
+    use firmware_cmds::mlx5::ops::cq::CreateCq;
+    use firmware_cmds::mlx5::ops::eq::CreateEq;
+    use firmware_cmds::mlx5::ops::pages::{ManagePages, PagesOp};
+    use firmware_cmds::mlx5::ops::qp::CreateQp;
+    let Ok(h) = InHeader::decode(input) else {
+        return Vec::new();
+    };
+    match h.opcode {
+        Opcode::CREATE_CQ => CreateCq::decode(input)
+            .map(|c| [c.pas, vec![c.ctx.dbr_addr]].concat())
+            .unwrap_or_default(),
+        Opcode::CREATE_EQ => CreateEq::decode(input).map(|c| c.pas).unwrap_or_default(),
+        Opcode::CREATE_QP => CreateQp::decode(input)
+            .map(|c| [c.pas, vec![c.ctx.dbr_addr]].concat())
+            .unwrap_or_default(),
+        Opcode::MANAGE_PAGES => match ManagePages::decode(input).map(|m| m.op) {
+            Ok(PagesOp::Give(pas)) => pas,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
 type Handler = fn(&mut State, &[u8], u32) -> Exec;
 
 pub(super) fn done(r: Result<Vec<u8>, Failure>) -> Exec {
