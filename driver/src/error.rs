@@ -246,6 +246,20 @@ pub enum DriverError {
         path: PathBuf,
     },
 
+    /// `hca bind` of a function whose driver is serving something (see
+    /// [`crate::sysfs::Sysfs::bind_hazards`]).
+    #[error(
+        "refusing to take {address} off its driver: {}. Check the address with `hca list`; \
+         if you really mean this function, stop what uses it first or pass --force",
+        hazards.join("; ")
+    )]
+    BindRefused {
+        /// The function.
+        address: PciAddress,
+        /// What the unbind would take down, one phrase each.
+        hazards: Vec<String>,
+    },
+
     /// The PCI ID is not an HCA function this driver knows.
     #[error(
         "{vendor:04x}:{device:04x} is not an HCA this driver knows: `hca list` shows the \

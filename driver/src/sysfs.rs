@@ -171,6 +171,22 @@ fn read_trimmed(path: &Path) -> Result<Option<String>, DriverError> {
     }
 }
 
+/// The entry names of directory `path`, sorted (empty when it does not exist).
+fn dir_names(path: &Path) -> Result<Vec<String>, DriverError> {
+    let entries = match fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(format!("listing {}", path.display()), e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_err(format!("listing {}", path.display()), e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
 fn invalid(path: &Path, what: String) -> DriverError {
     io_err(
         format!("reading {}", path.display()),
@@ -367,6 +383,48 @@ impl Sysfs {
             .into_iter()
             .filter(|m| m.name != me)
             .collect())
+    }
+
+    /// What taking `address` off its driver would take down, one phrase each (empty: nothing
+    /// known). `hca bind` refuses when this is not empty, because one mistyped address run as
+    /// root would otherwise unbind a boot disk or the NIC of the ssh session:
+    /// - a function that is not in the HCA table ([`pci::lookup`]);
+    /// - a network interface of it (`net/IF`) that is up (IFF_UP in `flags`, or `operstate`
+    ///   `up`);
+    /// - an RDMA device of it (`infiniband/NAME`): the kernel's RDMA stack and its users.
+    ///
+    /// A function already on vfio-pci has nothing to take down.
+    pub fn bind_hazards(&self, address: PciAddress) -> Result<Vec<String>, DriverError> {
+        let f = self.function(address)?;
+        let dir = self.device_dir(address);
+        let driver = f.driver.as_deref();
+        if driver.is_some_and(is_vfio_driver) {
+            return Ok(Vec::new());
+        }
+        let mut hazards = Vec::new();
+        if f.known.is_none() {
+            hazards.push(format!(
+                "it is not an HCA this driver knows ({:04x}:{:04x}, driver {})",
+                f.id.vendor,
+                f.id.device,
+                driver.unwrap_or("none")
+            ));
+        }
+        for name in dir_names(&dir.join("net"))? {
+            let ifdir = dir.join("net").join(&name);
+            let flags = read_trimmed(&ifdir.join("flags"))?
+                .and_then(|t| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+            let oper = read_trimmed(&ifdir.join("operstate"))?;
+            if flags.is_some_and(|f| f & 1 != 0) || oper.as_deref() == Some("up") {
+                hazards.push(format!("its network interface {name} is up"));
+            }
+        }
+        for name in dir_names(&dir.join("infiniband"))? {
+            hazards.push(format!(
+                "its RDMA device {name} is registered (the kernel's RDMA stack and its users)"
+            ));
+        }
+        Ok(hazards)
     }
 
     fn write(&self, path: &Path, value: &str) -> Result<(), DriverError> {
@@ -1084,6 +1142,54 @@ mod tests {
             fake.kernel.writes().last().unwrap(),
             &w("bus/pci/drivers_probe", "0000:05:00.0")
         );
+    }
+
+    #[test]
+    fn bind_hazards_name_non_hcas_interfaces_that_are_up_and_rdma_devices() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), Some(3), 0);
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        fake.add(
+            "0000:03:00.1",
+            0x15b3,
+            0x1017,
+            Some("vfio-pci"),
+            Some(18),
+            0,
+        );
+        let sysfs = fake.sysfs();
+        let nic = fake.root().join("bus/pci/devices/0000:00:19.0/net/eno1");
+        fs::create_dir_all(&nic).unwrap();
+        fs::write(nic.join("flags"), "0x1003\n").unwrap();
+        fs::write(nic.join("operstate"), "up\n").unwrap();
+        assert_eq!(
+            sysfs.bind_hazards(a("0000:00:19.0")).unwrap(),
+            [
+                "it is not an HCA this driver knows (8086:15b8, driver e1000e)",
+                "its network interface eno1 is up"
+            ]
+        );
+        // An HCA with no interface up and no RDMA device is fine to take.
+        let hca = fake.root().join("bus/pci/devices/0000:03:00.0");
+        fs::create_dir_all(hca.join("net/ib0")).unwrap();
+        fs::write(hca.join("net/ib0/flags"), "0x1002\n").unwrap();
+        fs::write(hca.join("net/ib0/operstate"), "down\n").unwrap();
+        assert!(sysfs.bind_hazards(a("0000:03:00.0")).unwrap().is_empty());
+        fs::create_dir_all(hca.join("infiniband/mlx5_0")).unwrap();
+        assert_eq!(
+            sysfs.bind_hazards(a("0000:03:00.0")).unwrap(),
+            ["its RDMA device mlx5_0 is registered (the kernel's RDMA stack and its users)"]
+        );
+        // Already on vfio-pci: nothing to take down.
+        assert!(sysfs.bind_hazards(a("0000:03:00.1")).unwrap().is_empty());
+        assert!(fake.kernel.writes().is_empty());
     }
 
     #[test]

@@ -301,6 +301,68 @@ fn bind_writes_sysfs_and_reports_a_probe_that_did_not_take() {
 }
 
 #[test]
+fn bind_refuses_a_non_hca_or_a_busy_hca_unless_forced() {
+    let t = tree();
+    add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 3);
+    let nic = t.path().join("bus/pci/devices/0000:00:19.0/net/eno1");
+    fs::create_dir_all(&nic).unwrap();
+    fs::write(nic.join("flags"), "0x1003\n").unwrap();
+    fs::write(nic.join("operstate"), "up\n").unwrap();
+    let o = hca(t.path(), &["bind", "00:19.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing to take 0000:00:19.0 off its driver"),
+        "{err}"
+    );
+    assert!(
+        err.contains("not an HCA this driver knows (8086:15b8"),
+        "{err}"
+    );
+    assert!(err.contains("network interface eno1 is up"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    let override_of = |bdf: &str| {
+        fs::read_to_string(
+            t.path()
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join("driver_override"),
+        )
+        .unwrap()
+    };
+    assert_eq!(override_of("0000:00:19.0"), "(null)\n");
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap(),
+        ""
+    );
+
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    fs::create_dir_all(
+        t.path()
+            .join("bus/pci/devices/0000:03:00.0/infiniband/mlx5_0"),
+    )
+    .unwrap();
+    let o = hca(t.path(), &["bind", "03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("RDMA device mlx5_0"), "{}", stderr(&o));
+    assert_eq!(override_of("0000:03:00.0"), "(null)\n");
+    // --force goes ahead (the fake tree has no kernel, so the probe does not take).
+    let o = hca(t.path(), &["bind", "--force", "03:00.0"]);
+    assert!(!stderr(&o).contains("refusing"), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap(),
+        "0000:03:00.0"
+    );
+}
+
+#[test]
 fn bind_of_a_bound_function_reports_its_group_and_blockers() {
     let t = tree();
     add(
