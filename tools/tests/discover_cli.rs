@@ -3,6 +3,7 @@
 //! its shape), failures reported on standard error, errors that say what to do, and the
 //! bench's report.
 
+use std::fs;
 use std::process::{Command, Output};
 
 use sim::fabric::{Fabric, generator};
@@ -137,6 +138,36 @@ fn output_goes_to_a_file() {
     assert_eq!(out, "");
     let f = Fabric::parse_file(&path).unwrap();
     assert_eq!(f.node_count(), 7);
+}
+
+#[test]
+fn a_failed_run_leaves_the_output_file_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("net2");
+    let p = path.to_str().unwrap();
+    let tmp = dir.path().join("net2.tmp");
+    fs::write(&path, "keep me\n").unwrap();
+    for args in [
+        vec![
+            "discover",
+            "--device",
+            "sim:topology=/nonexistent/x",
+            "-o",
+            p,
+        ],
+        vec!["sim", "gen", "fat-tree:leaves=2", "-o", p],
+    ] {
+        let o = hca(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "keep me\n", "{args:?}");
+        assert!(!tmp.exists(), "{args:?} left {}", tmp.display());
+    }
+    // A walk may write over the very topology it reads.
+    ok(&["sim", "gen", SPEC, "-o", p]);
+    let device = format!("sim:clock=virtual,topology={p},node=host-1");
+    ok(&["discover", "--device", &device, "-o", p]);
+    assert_eq!(Fabric::parse_file(&path).unwrap().node_count(), 7);
+    assert!(!tmp.exists());
 }
 
 #[test]
