@@ -246,6 +246,32 @@ pub enum DriverError {
         path: PathBuf,
     },
 
+    /// A driver name that cannot be one (empty, a path, `..`, a NUL).
+    #[error(
+        "{name:?} is not a driver name: {reason} (give the name as `ls /sys/bus/pci/drivers` \
+         shows it, e.g. mlx5_core)"
+    )]
+    BadDriverName {
+        /// The name as given or recorded.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// The driver to give a function to is not registered with the PCI bus.
+    #[error(
+        "driver {name} is not loaded ({} is missing): load it with `modprobe {name}`, or check \
+         the name in `ls {}`",
+        path.display(),
+        path.parent().map_or_else(String::new, |p| p.display().to_string())
+    )]
+    DriverNotLoaded {
+        /// The driver name.
+        name: String,
+        /// The sysfs directory that was expected.
+        path: PathBuf,
+    },
+
     /// `hca bind` of a function whose driver is serving something (see
     /// [`crate::sysfs::Sysfs::bind_hazards`]).
     #[error(

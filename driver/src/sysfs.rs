@@ -525,6 +525,38 @@ impl Sysfs {
         Ok(())
     }
 
+    /// Check that `name` can be a driver name (not empty, no `/`, not `.` or `..`, no NUL:
+    /// anything else would make the path leave `bus/pci/drivers`) and that the driver is
+    /// registered, before anything is written.
+    fn require_driver(&self, name: &str) -> Result<PathBuf, DriverError> {
+        let reason = if name.is_empty() {
+            Some("it is empty")
+        } else if name.contains('/') {
+            Some("it contains `/`")
+        } else if name == "." || name == ".." {
+            Some("it is a directory reference")
+        } else if name.contains('\0') {
+            Some("it contains a NUL byte")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(DriverError::BadDriverName {
+                name: name.to_string(),
+                reason,
+            });
+        }
+        let path = self.root.join("bus/pci/drivers").join(name);
+        if path.is_dir() {
+            Ok(path)
+        } else {
+            Err(DriverError::DriverNotLoaded {
+                name: name.to_string(),
+                path,
+            })
+        }
+    }
+
     /// Take `address` off vfio-pci and give it to `restore` (see the module doc for the exact
     /// writes). A function that is not on vfio-pci is left alone (`was_vfio: false`), except
     /// that a leftover `vfio-pci` override is cleared.
@@ -537,6 +569,9 @@ impl Sysfs {
         restore: &Restore,
     ) -> Result<Unbinding, DriverError> {
         let dir = self.require(address)?;
+        if let Restore::Driver(name) = restore {
+            self.require_driver(name)?;
+        }
         let current = self.driver(address)?;
         if !current.as_deref().is_some_and(is_vfio_driver) {
             if read_trimmed(&dir.join("driver_override"))?.as_deref() == Some(VFIO_PCI) {
@@ -1129,18 +1164,38 @@ mod tests {
     }
 
     #[test]
-    fn unbind_to_a_driver_that_is_not_loaded_falls_back_to_probe() {
+    fn unbind_to_a_driver_that_is_not_loaded_or_not_a_name_writes_nothing() {
         let fake = FakeSysfs::new();
         fake.add("0000:05:00.0", 0x15b3, 0x1003, Some("vfio-pci"), Some(5), 0);
         fake.remove_driver("mlx4_core");
-        let err = fake
-            .sysfs()
-            .unbind_vfio(a("0000:05:00.0"), &Restore::Driver("mlx4_core".into()))
-            .unwrap_err();
-        assert!(matches!(err, DriverError::BindFailed { .. }), "{err}");
+        let sysfs = fake.sysfs();
+        let unbind = |name: &str| {
+            sysfs
+                .unbind_vfio(a("0000:05:00.0"), &Restore::Driver(name.into()))
+                .unwrap_err()
+        };
+        let err = unbind("mlx4_core");
+        assert!(
+            matches!(&err, DriverError::DriverNotLoaded { name, .. } if name == "mlx4_core"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("driver mlx4_core is not loaded"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("modprobe mlx4_core"), "{err}");
+        for bad in ["", "/tmp/x", "../../devices", "..", "mlx5\0core"] {
+            let err = unbind(bad);
+            assert!(
+                matches!(&err, DriverError::BadDriverName { name, .. } if name == bad),
+                "{bad:?}: {err:?}"
+            );
+        }
+        assert!(fake.kernel.writes().is_empty());
         assert_eq!(
-            fake.kernel.writes().last().unwrap(),
-            &w("bus/pci/drivers_probe", "0000:05:00.0")
+            sysfs.driver(a("0000:05:00.0")).unwrap().as_deref(),
+            Some("vfio-pci")
         );
     }
 

@@ -419,6 +419,51 @@ fn unbind_of_a_function_not_on_vfio_does_nothing() {
 }
 
 #[test]
+fn unbind_checks_the_driver_name_before_writing() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("vfio-pci"),
+        17,
+    );
+    let outside = t.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("bind"), "").unwrap();
+    let outside = outside.to_str().unwrap().to_string();
+    for (to, says) in [
+        ("mlx5_cor", "driver mlx5_cor is not loaded"),
+        ("", "is not a driver name: it is empty"),
+        (outside.as_str(), "is not a driver name: it contains `/`"),
+    ] {
+        let o = hca(t.path(), &["unbind", "0000:03:00.0", "--to", to]);
+        assert_eq!(o.status.code(), Some(1), "--to {to:?}");
+        assert!(stderr(&o).contains(says), "--to {to:?}: {}", stderr(&o));
+    }
+    // The same for a name read back from the bind record.
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    fs::write(t.path().join("state/0000:03:00.0.driver"), "mlx4_core\n").unwrap();
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("modprobe mlx4_core"), "{}", stderr(&o));
+    let dev = t.path().join("bus/pci/devices/0000:03:00.0");
+    assert_eq!(
+        fs::read_to_string(dev.join("driver_override")).unwrap(),
+        "(null)\n"
+    );
+    assert_eq!(
+        fs::read_to_string(t.path().join("outside/bind")).unwrap(),
+        ""
+    );
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers/vfio-pci/unbind")).unwrap(),
+        ""
+    );
+}
+
+#[test]
 fn help_teaches_with_examples() {
     let t = tree();
     let o = hca(t.path(), &["--help"]);
