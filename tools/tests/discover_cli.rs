@@ -229,6 +229,19 @@ fn errors_say_what_to_do() {
 }
 
 #[test]
+fn too_many_retries_are_refused_not_a_panic() {
+    for cmd in ["discover", "bench"] {
+        let o = hca(&[cmd, "--device", DEVICE, "--retries", "4294967295"]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("retries") && stderr(&o).contains("give 0 to 100"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn help_has_examples() {
     for cmd in ["discover", "bench"] {
         let text = ok(&[cmd, "--help"]);

@@ -247,6 +247,7 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
             why: format!("{} sends in flight: give 1 to 1024", cfg.window),
         });
     }
+    crate::discover::engine::check_retries(cfg.retries)?;
     if cfg.stop == Stop::Count(0) {
         return Err(EngineError::BadSetting {
             what: "count",
@@ -284,8 +285,9 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
     let device_start = port.now();
     let mut sent: u64 = 0;
     let mut tid: u32 = 0;
-    let stall = Duration::from_millis(u64::from(cfg.timeout_ms) * u64::from(cfg.retries + 1))
-        + Duration::from_secs(10);
+    let stall =
+        Duration::from_millis(u64::from(cfg.timeout_ms).saturating_mul(u64::from(cfg.retries) + 1))
+            + Duration::from_secs(10);
     let mut last_event = port.now();
     let result = loop {
         let more = match cfg.stop {

@@ -62,7 +62,7 @@ pub struct Args {
     /// Response timeout of each attempt, in ms.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub timeout: u32,
-    /// Retries after a timeout.
+    /// Retries after a timeout (0 to 100).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub retries: u32,
 }

@@ -71,7 +71,7 @@ pub struct Args {
     /// Response timeout of each attempt, in ms.
     #[arg(long, value_name = "MS", default_value_t = discover::engine::DEFAULT_TIMEOUT_MS)]
     pub timeout: u32,
-    /// Retries after a timeout.
+    /// Retries after a timeout (0 to 100).
     #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_RETRIES)]
     pub retries: u32,
     /// Longest directed route to follow, in hops (1-63).
