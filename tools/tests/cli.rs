@@ -463,6 +463,39 @@ fn unbind_checks_the_driver_name_before_writing() {
     );
 }
 
+/// Run `hca args` with standard output (and with `both`, standard error too) going to a
+/// socket whose reader is already gone, as `hca ... | true` ends up.
+fn hca_to_a_closed_reader(args: &[&str], both: bool) -> Output {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(ours);
+    let fd = std::os::fd::OwnedFd::from(theirs);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hca"));
+    cmd.args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(fd.try_clone().unwrap());
+    if both {
+        cmd.stderr(fd);
+    } else {
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    cmd.output().expect("run hca")
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_hca_with_sigpipe_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt as _;
+    for (args, both) in [
+        (&["info", "sim"][..], false),
+        (&["decode", "status", "0x03"][..], false),
+        (&["decode", "cqe", "00"][..], true),
+    ] {
+        let o = hca_to_a_closed_reader(args, both);
+        assert_eq!(o.status.signal(), Some(13), "{args:?}: {:?}", o.status);
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn help_teaches_with_examples() {
     let t = tree();
