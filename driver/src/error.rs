@@ -272,6 +272,27 @@ pub enum DriverError {
         path: PathBuf,
     },
 
+    /// A bind that failed after its first write, and whose undoing failed too: the function
+    /// may be left without a driver, and the commands say how to give it back.
+    #[error(
+        "binding {address} to vfio-pci failed ({failure}), and undoing it failed too \
+         ({rollback}); it is left with {}. To give it back, run as root:\n  {}",
+        match driver { Some(d) => format!("driver {d}"), None => "no driver".to_string() },
+        commands.join("\n  ")
+    )]
+    BindLeftHalfway {
+        /// The function.
+        address: PciAddress,
+        /// What made the bind fail.
+        failure: Box<DriverError>,
+        /// What made the undo fail.
+        rollback: Box<DriverError>,
+        /// Its driver now.
+        driver: Option<String>,
+        /// The shell commands still needed, in order.
+        commands: Vec<String>,
+    },
+
     /// `hca bind` of a function whose driver is serving something (see
     /// [`crate::sysfs::Sysfs::bind_hazards`]).
     #[error(

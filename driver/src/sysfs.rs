@@ -171,6 +171,16 @@ fn read_trimmed(path: &Path) -> Result<Option<String>, DriverError> {
     }
 }
 
+/// The shell command that writes `value` to `path`, for a user to finish a restore by hand.
+fn shell_write(path: &Path, value: &str) -> String {
+    let value = value.trim_end();
+    if value.is_empty() {
+        format!("echo > {}", path.display())
+    } else {
+        format!("echo {value} > {}", path.display())
+    }
+}
+
 /// The entry names of directory `path`, sorted (empty when it does not exist).
 fn dir_names(path: &Path) -> Result<Vec<String>, DriverError> {
     let entries = match fs::read_dir(path) {
@@ -447,8 +457,10 @@ impl Sysfs {
     /// driver it had so that [`Sysfs::unbind_vfio`] can give it back.
     ///
     /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, or it
-    /// is already on vfio-pci. When the probe does not end with vfio-pci bound, the override
-    /// is cleared and the previous driver rebound before the error is returned.
+    /// is already on vfio-pci. When anything after the first write fails (a write, or the
+    /// probe not ending with vfio-pci bound), the override is cleared and the previous driver
+    /// rebound before that error is returned; when that undoing fails too, the error is
+    /// [`DriverError::BindLeftHalfway`] with the commands still needed.
     pub fn bind_vfio(&self, address: PciAddress) -> Result<Binding, DriverError> {
         let dir = self.require(address)?;
         let vfio_dir = self.root.join("bus/pci/drivers").join(VFIO_PCI);
@@ -469,31 +481,100 @@ impl Sysfs {
             });
         }
         let bdf = address.to_string();
+        // From here on every failure is undone: the override cleared and the previous driver
+        // bound again, or, when that fails too, the commands that would do it are returned.
         self.write(&dir.join("driver_override"), VFIO_PCI)?;
-        if current.is_some() {
-            self.write(&dir.join("driver/unbind"), &bdf)?;
-        }
-        self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
-        let now = self.driver(address)?;
-        if now.as_deref().is_some_and(is_vfio_driver) {
-            info!(%address, previous = ?current, group, "bound to vfio-pci");
-            return Ok(Binding {
+        let probed = (|| {
+            if current.is_some() {
+                self.write(&dir.join("driver/unbind"), &bdf)?;
+            }
+            self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
+            self.driver(address)
+        })();
+        let failure = match probed {
+            Ok(now) if now.as_deref().is_some_and(is_vfio_driver) => {
+                info!(%address, previous = ?current, group, "bound to vfio-pci");
+                return Ok(Binding {
+                    address,
+                    previous_driver: current,
+                    already_bound: false,
+                    iommu_group: group,
+                });
+            }
+            Ok(now) => DriverError::BindFailed {
                 address,
-                previous_driver: current,
-                already_bound: false,
-                iommu_group: group,
-            });
+                expected: Some(VFIO_PCI.to_string()),
+                actual: now,
+            },
+            Err(e) => e,
+        };
+        warn!(%address, error = %failure, "binding to vfio-pci failed; undoing it");
+        Err(self.undo_bind(address, &dir, current.as_deref(), failure))
+    }
+
+    /// Give `address` back to `previous` after a bind that failed with `failure`: clear the
+    /// override, unbind whatever driver it has now if that is not `previous`, bind
+    /// `previous`. Returns `failure` when that worked, else [`DriverError::BindLeftHalfway`]
+    /// with the commands still needed.
+    fn undo_bind(
+        &self,
+        address: PciAddress,
+        dir: &Path,
+        previous: Option<&str>,
+        failure: DriverError,
+    ) -> DriverError {
+        let bdf = address.to_string();
+        // An unreadable link is taken as "some other driver": unbinding is then attempted.
+        let now = self.driver(address).unwrap_or_else(|_| Some(String::new()));
+        let mut steps = vec![(dir.join("driver_override"), "\n".to_string())];
+        if now.is_some() && now.as_deref() != previous {
+            steps.push((dir.join("driver/unbind"), bdf.clone()));
         }
-        warn!(%address, now = ?now, "vfio-pci did not take the function; restoring");
-        let restore = current.clone().map_or(Restore::Unbound, Restore::Driver);
-        if let Err(e) = self.unbind_inner(address, &dir, now.is_some(), &restore) {
-            warn!(%address, error = %e, "restoring the previous driver failed too");
+        if let Some(prev) = previous
+            && now.as_deref() != Some(prev)
+        {
+            steps.push((
+                self.root.join("bus/pci/drivers").join(prev).join("bind"),
+                bdf.clone(),
+            ));
         }
-        Err(DriverError::BindFailed {
-            address,
-            expected: Some(VFIO_PCI.to_string()),
-            actual: now,
-        })
+        let mut undone = Ok(());
+        for (i, (path, value)) in steps.iter().enumerate() {
+            if let Err(e) = self.write(path, value) {
+                let commands = steps[i..].iter().map(|(p, v)| shell_write(p, v));
+                undone = Err((e, commands.collect::<Vec<_>>()));
+                break;
+            }
+        }
+        let after = self.driver(address).ok().flatten();
+        if undone.is_ok() && after.as_deref() != previous {
+            // The writes went through but the previous driver did not take it back (or
+            // another one did): only that bind (or unbind) is left to retry.
+            let command = match previous {
+                Some(prev) => shell_write(
+                    &self.root.join("bus/pci/drivers").join(prev).join("bind"),
+                    &bdf,
+                ),
+                None => shell_write(&dir.join("driver/unbind"), &bdf),
+            };
+            let rollback = DriverError::BindFailed {
+                address,
+                expected: previous.map(str::to_string),
+                actual: after.clone(),
+            };
+            undone = Err((rollback, vec![command]));
+        }
+        if let Err((rollback, commands)) = undone {
+            return DriverError::BindLeftHalfway {
+                address,
+                failure: Box::new(failure),
+                rollback: Box::new(rollback),
+                driver: after,
+                commands,
+            };
+        }
+        info!(%address, driver = ?previous, "undid the failed bind");
+        failure
     }
 
     fn unbind_inner(
@@ -632,6 +713,9 @@ pub(crate) mod fake {
         pub native: Mutex<HashMap<String, String>>,
         /// Drivers whose probe fails (the function stays unbound).
         pub refuse: Mutex<Vec<String>>,
+        /// Attribute paths (relative to the root) whose writes fail with EIO, after being
+        /// logged.
+        pub fail: Mutex<Vec<String>>,
     }
 
     impl FakeKernel {
@@ -659,6 +743,9 @@ pub(crate) mod fake {
                 .lock()
                 .unwrap()
                 .push((rel.clone(), value.to_string()));
+            if self.fail.lock().unwrap().contains(&rel) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
             let parts: Vec<&str> = rel.split('/').collect();
             match parts.as_slice() {
                 ["bus", "pci", "devices", bdf, "driver_override"] => {
@@ -722,6 +809,7 @@ pub(crate) mod fake {
                     log: Mutex::new(Vec::new()),
                     native: Mutex::new(HashMap::new()),
                     refuse: Mutex::new(Vec::new()),
+                    fail: Mutex::new(Vec::new()),
                 }),
             }
         }
@@ -1056,6 +1144,109 @@ mod tests {
             fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
             Some("mlx5_core")
         );
+    }
+
+    /// A CX-5 PF on mlx5_core whose writes at `fail` fail, and the bind's error.
+    fn bind_with_failing(fail: &[&str], refuse_vfio: bool) -> (FakeSysfs, DriverError) {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        fake.kernel
+            .fail
+            .lock()
+            .unwrap()
+            .extend(fail.iter().map(|s| (*s).to_string()));
+        if refuse_vfio {
+            fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        }
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        (fake, err)
+    }
+
+    fn override_of(fake: &FakeSysfs, bdf: &str) -> String {
+        fs::read_to_string(
+            fake.root()
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join("driver_override"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bind_that_fails_partway_is_undone() {
+        // The probe write fails: the function has no driver and the override is set.
+        let (fake, err) = bind_with_failing(&["bus/pci/drivers_probe"], false);
+        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains("drivers_probe"), "{err}");
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers_probe", "0000:03:00.0"),
+                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
+                w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
+            ]
+        );
+        assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("mlx5_core")
+        );
+
+        // The unbind write fails: the old driver still has it; only the override is undone.
+        let (fake, err) = bind_with_failing(&["bus/pci/devices/0000:03:00.0/driver/unbind"], false);
+        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert_eq!(fake.kernel.writes().len(), 3);
+        assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("mlx5_core")
+        );
+    }
+
+    #[test]
+    fn a_bind_whose_undo_fails_says_what_to_run() {
+        let bind_back = "bus/pci/drivers/mlx5_core/bind";
+        for refuse_vfio in [false, true] {
+            let fail: &[&str] = if refuse_vfio {
+                &[bind_back]
+            } else {
+                &["bus/pci/drivers_probe", bind_back]
+            };
+            let (fake, err) = bind_with_failing(fail, refuse_vfio);
+            let DriverError::BindLeftHalfway {
+                failure,
+                driver,
+                commands,
+                ..
+            } = &err
+            else {
+                panic!("{err:?}");
+            };
+            if refuse_vfio {
+                assert!(matches!(**failure, DriverError::BindFailed { .. }), "{err}");
+            } else {
+                assert!(matches!(**failure, DriverError::Io { .. }), "{err}");
+            }
+            assert_eq!(driver, &None);
+            let cmd = format!(
+                "echo 0000:03:00.0 > {}",
+                fake.root().join(bind_back).display()
+            );
+            assert_eq!(commands, std::slice::from_ref(&cmd));
+            let msg = err.to_string();
+            assert!(msg.contains("it is left with no driver"), "{msg}");
+            assert!(msg.ends_with(&format!("run as root:\n  {cmd}")), "{msg}");
+            assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
+        }
     }
 
     #[test]
