@@ -242,6 +242,51 @@ fn too_many_retries_are_refused_not_a_panic() {
 }
 
 #[test]
+fn a_bench_that_cannot_complete_says_why_and_fails() {
+    // Refused before anything is sent.
+    for (args, says) in [
+        (vec!["--timeout", "0"], "timeout: 0 ms"),
+        (
+            vec!["--path", "9"],
+            "the first hop 9 is not the port the SMPs leave by (1)",
+        ),
+    ] {
+        let mut all = vec!["bench", "--device", DEVICE, "--count", "3"];
+        all.extend(args);
+        let o = hca(&all);
+        assert_eq!(o.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{all:?}");
+    }
+    // A route through a leaf port with nothing behind it: every send times out.
+    let o = hca(&[
+        "bench",
+        "--device",
+        DEVICE,
+        "--count",
+        "3",
+        "--window",
+        "1",
+        "--timeout",
+        "10",
+        "--path",
+        "1,30",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let report = stdout(&o);
+    assert!(report.contains("3 timed out"), "{report}");
+    assert!(
+        report.contains("first failure   no response within 10 ms"),
+        "{report}"
+    );
+    assert!(
+        stderr(&o).contains("no round trip completed out of 3 sends: no response within 10 ms"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn help_has_examples() {
     for cmd in ["discover", "bench"] {
         let text = ok(&[cmd, "--help"]);
