@@ -246,6 +246,24 @@ pub enum DriverError {
         path: PathBuf,
     },
 
+    /// A physical function with SR-IOV virtual functions enabled: vfio-pci refuses it
+    /// (-EBUSY), but only after its driver was unbound, which takes the VFs (and the VMs
+    /// using them) down.
+    #[error(
+        "{address} has {numvfs} SR-IOV virtual functions enabled, and vfio-pci does not take a \
+         PF with VFs (taking it off its driver would also take the VFs and any VM using them \
+         down): disable the VFs first: echo 0 > {}",
+        path.display()
+    )]
+    SriovEnabled {
+        /// The physical function.
+        address: PciAddress,
+        /// VFs enabled.
+        numvfs: u32,
+        /// Its `sriov_numvfs` attribute.
+        path: PathBuf,
+    },
+
     /// A driver name that cannot be one (empty, a path, `..`, a NUL).
     #[error(
         "{name:?} is not a driver name: {reason} (give the name as `ls /sys/bus/pci/drivers` \

@@ -456,8 +456,9 @@ impl Sysfs {
     /// Bind `address` to vfio-pci (see the module doc for the exact writes), and say which
     /// driver it had so that [`Sysfs::unbind_vfio`] can give it back.
     ///
-    /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, or it
-    /// is already on vfio-pci. When anything after the first write fails (a write, or the
+    /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, it is
+    /// already on vfio-pci, or it is a PF with SR-IOV VFs enabled (`sriov_numvfs` above 0,
+    /// which vfio-pci refuses only after the PF's driver, and with it the VFs, is gone). When anything after the first write fails (a write, or the
     /// probe not ending with vfio-pci bound), the override is cleared and the previous driver
     /// rebound before that error is returned; when that undoing fails too, the error is
     /// [`DriverError::BindLeftHalfway`] with the commands still needed.
@@ -479,6 +480,19 @@ impl Sysfs {
                 already_bound: true,
                 iommu_group: group,
             });
+        }
+        let numvfs_path = dir.join("sriov_numvfs");
+        if let Some(text) = read_trimmed(&numvfs_path)? {
+            let numvfs: u32 = text
+                .parse()
+                .map_err(|_| invalid(&numvfs_path, format!("`{text}` is not a number")))?;
+            if numvfs > 0 {
+                return Err(DriverError::SriovEnabled {
+                    address,
+                    numvfs,
+                    path: numvfs_path,
+                });
+            }
         }
         let bdf = address.to_string();
         // From here on every failure is undone: the override cleared and the previous driver
@@ -1110,6 +1124,38 @@ mod tests {
         let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
         assert!(err.to_string().contains("modprobe vfio-pci"), "{err}");
         assert!(fake.kernel.writes().is_empty());
+    }
+
+    #[test]
+    fn bind_of_a_pf_with_vfs_enabled_writes_nothing() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        let numvfs = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.0/sriov_numvfs");
+        fs::write(&numvfs, "4\n").unwrap();
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(
+            matches!(err, DriverError::SriovEnabled { numvfs: 4, .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().ends_with(&format!(
+                "disable the VFs first: echo 0 > {}",
+                numvfs.display()
+            )),
+            "{err}"
+        );
+        assert!(fake.kernel.writes().is_empty());
+        fs::write(&numvfs, "0\n").unwrap();
+        assert!(fake.sysfs().bind_vfio(a("0000:03:00.0")).is_ok());
     }
 
     #[test]

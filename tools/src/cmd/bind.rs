@@ -21,6 +21,10 @@ would take those down, and a mistyped address could be a boot disk or the NIC of
 session. The error says what it found. Bring the interface down or unload the RDMA driver
 (`modprobe -r mlx5_ib`) first, or pass --force if you mean it.
 
+A physical function with SR-IOV VFs enabled is refused before anything is written (vfio-pci
+would refuse it only after its driver, and with it the VFs and their VMs, is gone): disable
+the VFs first with `echo 0 > /sys/bus/pci/devices/BDF/sriov_numvfs`.
+
 Needs: the vfio-pci module (`modprobe vfio-pci`) and the IOMMU on (intel_iommu=on on Intel).
 To use the device without root afterwards: `sudo chown $USER /dev/vfio/GROUP`.
 
