@@ -287,6 +287,15 @@ fn a_bench_that_cannot_complete_says_why_and_fails() {
 }
 
 #[test]
+fn help_gives_the_default_window_per_device_kind() {
+    let help = ok(&["discover", "--help"]);
+    assert!(
+        help.contains("[default: 4 on vfio: devices, 32 on the simulator]"),
+        "{help}"
+    );
+}
+
+#[test]
 fn help_has_examples() {
     for cmd in ["discover", "bench"] {
         let text = ok(&[cmd, "--help"]);

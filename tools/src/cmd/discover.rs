@@ -63,11 +63,12 @@ pub struct Args {
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// SMPs in flight at once. libibnetdisc keeps 2 and OpenSM 4: VL15 has no flow control,
-    /// so a switch may drop SMPs that come faster than its SMA answers; if the summary shows
-    /// retries on a real fabric, lower it.
-    #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_WINDOW)]
-    pub window: usize,
+    /// SMPs in flight at once [default: 4 on vfio: devices, 32 on the simulator].
+    /// libibnetdisc keeps 2 and OpenSM 4: VL15 has no flow control, so a switch may drop SMPs
+    /// that come faster than its SMA answers; if the summary shows retries on a real fabric,
+    /// lower it.
+    #[arg(long, value_name = "N")]
+    pub window: Option<usize>,
     /// Response timeout of each attempt, in ms.
     #[arg(long, value_name = "MS", default_value_t = discover::engine::DEFAULT_TIMEOUT_MS)]
     pub timeout: u32,
@@ -120,7 +121,9 @@ impl ProgressLine {
 /// Walk and print.
 pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let cfg = Config {
-        window: args.window,
+        window: args
+            .window
+            .unwrap_or_else(|| discover::engine::default_window(&args.device)),
         timeout_ms: args.timeout,
         retries: args.retries,
         max_hops: args.max_hops,

@@ -42,6 +42,19 @@ pub const LIBIBNETDISC_WINDOW: usize = 2;
 /// Our default window: enough SMPs in flight to keep the device and the MAD layer busy
 /// (see the README's bench figures), well under the MAD layer's 128 solicited SMPs per agent.
 pub const DEFAULT_WINDOW: usize = 32;
+/// The default window on hardware: OpenSM's 4 (`max_wire_smps`). VL15 has no flow control, so
+/// a real switch drops SMPs that come faster than its SMA answers them; the simulator's do not.
+pub const DEFAULT_WINDOW_VFIO: usize = 4;
+
+/// The default window for `device`: [`DEFAULT_WINDOW_VFIO`] for a `vfio:` device (a real
+/// fabric), [`DEFAULT_WINDOW`] for the simulator.
+pub fn default_window(device: &str) -> usize {
+    if device.starts_with("vfio:") {
+        DEFAULT_WINDOW_VFIO
+    } else {
+        DEFAULT_WINDOW
+    }
+}
 /// libibnetdisc's response timeout (`DEFAULT_TIMEOUT`), in ms.
 pub const DEFAULT_TIMEOUT_MS: u32 = 1000;
 /// libibnetdisc's retries (`DEFAULT_RETRIES`).
@@ -676,6 +689,14 @@ mod tests {
         assert!(!mlnx_ext_port_info_supported(0x2c9, 0x1bd3));
         assert!(!mlnx_ext_port_info_supported(0, 0));
         assert!(!mlnx_ext_port_info_supported(0x2c9, 0x101c));
+    }
+
+    #[test]
+    fn the_default_window_is_opensms_on_hardware_and_wider_on_the_simulator() {
+        assert_eq!(default_window("vfio:0000:03:00.0"), 4);
+        assert_eq!(default_window("vfio:03:00.0"), 4);
+        assert_eq!(default_window("sim"), 32);
+        assert_eq!(default_window("sim:fabric=fat-tree:leaves=2"), 32);
     }
 
     #[test]
