@@ -8,6 +8,7 @@ mod cmd;
 mod error;
 mod state;
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -107,9 +108,11 @@ fn init_logging() {
     let filter = EnvFilter::try_from_env("HCA_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("warn"));
+    // Colour only for a terminal: in a log file or a pipe the escape codes are noise.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

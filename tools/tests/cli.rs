@@ -502,6 +502,22 @@ fn a_reader_that_goes_away_ends_hca_with_sigpipe_not_a_panic() {
 }
 
 #[test]
+fn log_lines_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let t = tree();
+    fs::create_dir_all(t.path().join("bus/pci/devices/not-a-bdf")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["list", "--sysfs-root"])
+        .arg(t.path())
+        .env("HCA_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("skipping a sysfs entry"), "{err}");
+    assert!(!err.contains('\x1b'), "{err:?}");
+}
+
+#[test]
 fn help_teaches_with_examples() {
     let t = tree();
     let o = hca(t.path(), &["--help"]);
