@@ -246,6 +246,85 @@ pub enum DriverError {
         path: PathBuf,
     },
 
+    /// A physical function with SR-IOV virtual functions enabled: vfio-pci refuses it
+    /// (-EBUSY), but only after its driver was unbound, which takes the VFs (and the VMs
+    /// using them) down.
+    #[error(
+        "{address} has {numvfs} SR-IOV virtual functions enabled, and vfio-pci does not take a \
+         PF with VFs (taking it off its driver would also take the VFs and any VM using them \
+         down): disable the VFs first: echo 0 > {}",
+        path.display()
+    )]
+    SriovEnabled {
+        /// The physical function.
+        address: PciAddress,
+        /// VFs enabled.
+        numvfs: u32,
+        /// Its `sriov_numvfs` attribute.
+        path: PathBuf,
+    },
+
+    /// A driver name that cannot be one (empty, a path, `..`, a NUL).
+    #[error(
+        "{name:?} is not a driver name: {reason} (give the name as `ls /sys/bus/pci/drivers` \
+         shows it, e.g. mlx5_core)"
+    )]
+    BadDriverName {
+        /// The name as given or recorded.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// The driver to give a function to is not registered with the PCI bus.
+    #[error(
+        "driver {name} is not loaded ({} is missing): load it with `modprobe {name}`, or check \
+         the name in `ls {}`",
+        path.display(),
+        path.parent().map_or_else(String::new, |p| p.display().to_string())
+    )]
+    DriverNotLoaded {
+        /// The driver name.
+        name: String,
+        /// The sysfs directory that was expected.
+        path: PathBuf,
+    },
+
+    /// A bind that failed after its first write, and whose undoing failed too: the function
+    /// may be left without a driver, and the commands say how to give it back.
+    #[error(
+        "binding {address} to vfio-pci failed ({failure}), and undoing it failed too \
+         ({rollback}); it is left with {}. To give it back, run as root:\n  {}",
+        match driver { Some(d) => format!("driver {d}"), None => "no driver".to_string() },
+        commands.join("\n  ")
+    )]
+    BindLeftHalfway {
+        /// The function.
+        address: PciAddress,
+        /// What made the bind fail.
+        failure: Box<DriverError>,
+        /// What made the undo fail.
+        rollback: Box<DriverError>,
+        /// Its driver now.
+        driver: Option<String>,
+        /// The shell commands still needed, in order.
+        commands: Vec<String>,
+    },
+
+    /// `hca bind` of a function whose driver is serving something (see
+    /// [`crate::sysfs::Sysfs::bind_hazards`]).
+    #[error(
+        "refusing to take {address} off its driver: {}. Check the address with `hca list`; \
+         if you really mean this function, stop what uses it first or pass --force",
+        hazards.join("; ")
+    )]
+    BindRefused {
+        /// The function.
+        address: PciAddress,
+        /// What the unbind would take down, one phrase each.
+        hazards: Vec<String>,
+    },
+
     /// The PCI ID is not an HCA function this driver knows.
     #[error(
         "{vendor:04x}:{device:04x} is not an HCA this driver knows: `hca list` shows the \

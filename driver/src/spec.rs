@@ -77,6 +77,15 @@ fn parse_sim_params(given: &str, text: &str) -> Result<Vec<(String, String)>, Dr
                 format!("sim parameter `{key}` has an empty value"),
             ));
         }
+        // Last-one-wins would hide a typo'd or pasted-twice setting: refuse it.
+        if let Some((_, first)) = params.iter().find(|(k, _)| k == key) {
+            return Err(bad(
+                given,
+                format!(
+                    "sim parameter `{key}` is given twice (`{key}={first}` and `{key}={value}`); keep one"
+                ),
+            ));
+        }
         params.push((key.to_string(), value.to_string()));
     }
     Ok(params)
@@ -226,6 +235,10 @@ mod tests {
             ("sim:=x", "has an empty key"),
             ("sim:a b=x", "key `a b` has the character ` `"),
             ("sim:node=", "sim parameter `node` has an empty value"),
+            (
+                "sim:fw=1.2.3,fw=9.9.9",
+                "sim parameter `fw` is given twice (`fw=1.2.3` and `fw=9.9.9`); keep one",
+            ),
         ];
         for (text, want) in cases {
             let err = DeviceSpec::parse(text).unwrap_err();

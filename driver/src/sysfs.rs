@@ -171,6 +171,32 @@ fn read_trimmed(path: &Path) -> Result<Option<String>, DriverError> {
     }
 }
 
+/// The shell command that writes `value` to `path`, for a user to finish a restore by hand.
+fn shell_write(path: &Path, value: &str) -> String {
+    let value = value.trim_end();
+    if value.is_empty() {
+        format!("echo > {}", path.display())
+    } else {
+        format!("echo {value} > {}", path.display())
+    }
+}
+
+/// The entry names of directory `path`, sorted (empty when it does not exist).
+fn dir_names(path: &Path) -> Result<Vec<String>, DriverError> {
+    let entries = match fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(format!("listing {}", path.display()), e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_err(format!("listing {}", path.display()), e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
 fn invalid(path: &Path, what: String) -> DriverError {
     io_err(
         format!("reading {}", path.display()),
@@ -369,6 +395,48 @@ impl Sysfs {
             .collect())
     }
 
+    /// What taking `address` off its driver would take down, one phrase each (empty: nothing
+    /// known). `hca bind` refuses when this is not empty, because one mistyped address run as
+    /// root would otherwise unbind a boot disk or the NIC of the ssh session:
+    /// - a function that is not in the HCA table ([`pci::lookup`]);
+    /// - a network interface of it (`net/IF`) that is up (IFF_UP in `flags`, or `operstate`
+    ///   `up`);
+    /// - an RDMA device of it (`infiniband/NAME`): the kernel's RDMA stack and its users.
+    ///
+    /// A function already on vfio-pci has nothing to take down.
+    pub fn bind_hazards(&self, address: PciAddress) -> Result<Vec<String>, DriverError> {
+        let f = self.function(address)?;
+        let dir = self.device_dir(address);
+        let driver = f.driver.as_deref();
+        if driver.is_some_and(is_vfio_driver) {
+            return Ok(Vec::new());
+        }
+        let mut hazards = Vec::new();
+        if f.known.is_none() {
+            hazards.push(format!(
+                "it is not an HCA this driver knows ({:04x}:{:04x}, driver {})",
+                f.id.vendor,
+                f.id.device,
+                driver.unwrap_or("none")
+            ));
+        }
+        for name in dir_names(&dir.join("net"))? {
+            let ifdir = dir.join("net").join(&name);
+            let flags = read_trimmed(&ifdir.join("flags"))?
+                .and_then(|t| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+            let oper = read_trimmed(&ifdir.join("operstate"))?;
+            if flags.is_some_and(|f| f & 1 != 0) || oper.as_deref() == Some("up") {
+                hazards.push(format!("its network interface {name} is up"));
+            }
+        }
+        for name in dir_names(&dir.join("infiniband"))? {
+            hazards.push(format!(
+                "its RDMA device {name} is registered (the kernel's RDMA stack and its users)"
+            ));
+        }
+        Ok(hazards)
+    }
+
     fn write(&self, path: &Path, value: &str) -> Result<(), DriverError> {
         debug!(path = %self.rel(path), value = value.trim_end(), "sysfs write");
         self.writer.write(path, value).map_err(|e| {
@@ -388,9 +456,12 @@ impl Sysfs {
     /// Bind `address` to vfio-pci (see the module doc for the exact writes), and say which
     /// driver it had so that [`Sysfs::unbind_vfio`] can give it back.
     ///
-    /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, or it
-    /// is already on vfio-pci. When the probe does not end with vfio-pci bound, the override
-    /// is cleared and the previous driver rebound before the error is returned.
+    /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, it is
+    /// already on vfio-pci, or it is a PF with SR-IOV VFs enabled (`sriov_numvfs` above 0,
+    /// which vfio-pci refuses only after the PF's driver, and with it the VFs, is gone). When anything after the first write fails (a write, or the
+    /// probe not ending with vfio-pci bound), the override is cleared and the previous driver
+    /// rebound before that error is returned; when that undoing fails too, the error is
+    /// [`DriverError::BindLeftHalfway`] with the commands still needed.
     pub fn bind_vfio(&self, address: PciAddress) -> Result<Binding, DriverError> {
         let dir = self.require(address)?;
         let vfio_dir = self.root.join("bus/pci/drivers").join(VFIO_PCI);
@@ -410,32 +481,114 @@ impl Sysfs {
                 iommu_group: group,
             });
         }
+        let numvfs_path = dir.join("sriov_numvfs");
+        if let Some(text) = read_trimmed(&numvfs_path)? {
+            let numvfs: u32 = text
+                .parse()
+                .map_err(|_| invalid(&numvfs_path, format!("`{text}` is not a number")))?;
+            if numvfs > 0 {
+                return Err(DriverError::SriovEnabled {
+                    address,
+                    numvfs,
+                    path: numvfs_path,
+                });
+            }
+        }
         let bdf = address.to_string();
+        // From here on every failure is undone: the override cleared and the previous driver
+        // bound again, or, when that fails too, the commands that would do it are returned.
         self.write(&dir.join("driver_override"), VFIO_PCI)?;
-        if current.is_some() {
-            self.write(&dir.join("driver/unbind"), &bdf)?;
-        }
-        self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
-        let now = self.driver(address)?;
-        if now.as_deref().is_some_and(is_vfio_driver) {
-            info!(%address, previous = ?current, group, "bound to vfio-pci");
-            return Ok(Binding {
+        let probed = (|| {
+            if current.is_some() {
+                self.write(&dir.join("driver/unbind"), &bdf)?;
+            }
+            self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
+            self.driver(address)
+        })();
+        let failure = match probed {
+            Ok(now) if now.as_deref().is_some_and(is_vfio_driver) => {
+                info!(%address, previous = ?current, group, "bound to vfio-pci");
+                return Ok(Binding {
+                    address,
+                    previous_driver: current,
+                    already_bound: false,
+                    iommu_group: group,
+                });
+            }
+            Ok(now) => DriverError::BindFailed {
                 address,
-                previous_driver: current,
-                already_bound: false,
-                iommu_group: group,
-            });
+                expected: Some(VFIO_PCI.to_string()),
+                actual: now,
+            },
+            Err(e) => e,
+        };
+        warn!(%address, error = %failure, "binding to vfio-pci failed; undoing it");
+        Err(self.undo_bind(address, &dir, current.as_deref(), failure))
+    }
+
+    /// Give `address` back to `previous` after a bind that failed with `failure`: clear the
+    /// override, unbind whatever driver it has now if that is not `previous`, bind
+    /// `previous`. Returns `failure` when that worked, else [`DriverError::BindLeftHalfway`]
+    /// with the commands still needed.
+    fn undo_bind(
+        &self,
+        address: PciAddress,
+        dir: &Path,
+        previous: Option<&str>,
+        failure: DriverError,
+    ) -> DriverError {
+        let bdf = address.to_string();
+        // An unreadable link is taken as "some other driver": unbinding is then attempted.
+        let now = self.driver(address).unwrap_or_else(|_| Some(String::new()));
+        let mut steps = vec![(dir.join("driver_override"), "\n".to_string())];
+        if now.is_some() && now.as_deref() != previous {
+            steps.push((dir.join("driver/unbind"), bdf.clone()));
         }
-        warn!(%address, now = ?now, "vfio-pci did not take the function; restoring");
-        let restore = current.clone().map_or(Restore::Unbound, Restore::Driver);
-        if let Err(e) = self.unbind_inner(address, &dir, now.is_some(), &restore) {
-            warn!(%address, error = %e, "restoring the previous driver failed too");
+        if let Some(prev) = previous
+            && now.as_deref() != Some(prev)
+        {
+            steps.push((
+                self.root.join("bus/pci/drivers").join(prev).join("bind"),
+                bdf.clone(),
+            ));
         }
-        Err(DriverError::BindFailed {
-            address,
-            expected: Some(VFIO_PCI.to_string()),
-            actual: now,
-        })
+        let mut undone = Ok(());
+        for (i, (path, value)) in steps.iter().enumerate() {
+            if let Err(e) = self.write(path, value) {
+                let commands = steps[i..].iter().map(|(p, v)| shell_write(p, v));
+                undone = Err((e, commands.collect::<Vec<_>>()));
+                break;
+            }
+        }
+        let after = self.driver(address).ok().flatten();
+        if undone.is_ok() && after.as_deref() != previous {
+            // The writes went through but the previous driver did not take it back (or
+            // another one did): only that bind (or unbind) is left to retry.
+            let command = match previous {
+                Some(prev) => shell_write(
+                    &self.root.join("bus/pci/drivers").join(prev).join("bind"),
+                    &bdf,
+                ),
+                None => shell_write(&dir.join("driver/unbind"), &bdf),
+            };
+            let rollback = DriverError::BindFailed {
+                address,
+                expected: previous.map(str::to_string),
+                actual: after.clone(),
+            };
+            undone = Err((rollback, vec![command]));
+        }
+        if let Err((rollback, commands)) = undone {
+            return DriverError::BindLeftHalfway {
+                address,
+                failure: Box::new(failure),
+                rollback: Box::new(rollback),
+                driver: after,
+                commands,
+            };
+        }
+        info!(%address, driver = ?previous, "undid the failed bind");
+        failure
     }
 
     fn unbind_inner(
@@ -467,6 +620,38 @@ impl Sysfs {
         Ok(())
     }
 
+    /// Check that `name` can be a driver name (not empty, no `/`, not `.` or `..`, no NUL:
+    /// anything else would make the path leave `bus/pci/drivers`) and that the driver is
+    /// registered, before anything is written.
+    fn require_driver(&self, name: &str) -> Result<PathBuf, DriverError> {
+        let reason = if name.is_empty() {
+            Some("it is empty")
+        } else if name.contains('/') {
+            Some("it contains `/`")
+        } else if name == "." || name == ".." {
+            Some("it is a directory reference")
+        } else if name.contains('\0') {
+            Some("it contains a NUL byte")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(DriverError::BadDriverName {
+                name: name.to_string(),
+                reason,
+            });
+        }
+        let path = self.root.join("bus/pci/drivers").join(name);
+        if path.is_dir() {
+            Ok(path)
+        } else {
+            Err(DriverError::DriverNotLoaded {
+                name: name.to_string(),
+                path,
+            })
+        }
+    }
+
     /// Take `address` off vfio-pci and give it to `restore` (see the module doc for the exact
     /// writes). A function that is not on vfio-pci is left alone (`was_vfio: false`), except
     /// that a leftover `vfio-pci` override is cleared.
@@ -479,6 +664,9 @@ impl Sysfs {
         restore: &Restore,
     ) -> Result<Unbinding, DriverError> {
         let dir = self.require(address)?;
+        if let Restore::Driver(name) = restore {
+            self.require_driver(name)?;
+        }
         let current = self.driver(address)?;
         if !current.as_deref().is_some_and(is_vfio_driver) {
             if read_trimmed(&dir.join("driver_override"))?.as_deref() == Some(VFIO_PCI) {
@@ -539,6 +727,9 @@ pub(crate) mod fake {
         pub native: Mutex<HashMap<String, String>>,
         /// Drivers whose probe fails (the function stays unbound).
         pub refuse: Mutex<Vec<String>>,
+        /// Attribute paths (relative to the root) whose writes fail with EIO, after being
+        /// logged.
+        pub fail: Mutex<Vec<String>>,
     }
 
     impl FakeKernel {
@@ -566,6 +757,9 @@ pub(crate) mod fake {
                 .lock()
                 .unwrap()
                 .push((rel.clone(), value.to_string()));
+            if self.fail.lock().unwrap().contains(&rel) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
             let parts: Vec<&str> = rel.split('/').collect();
             match parts.as_slice() {
                 ["bus", "pci", "devices", bdf, "driver_override"] => {
@@ -629,6 +823,7 @@ pub(crate) mod fake {
                     log: Mutex::new(Vec::new()),
                     native: Mutex::new(HashMap::new()),
                     refuse: Mutex::new(Vec::new()),
+                    fail: Mutex::new(Vec::new()),
                 }),
             }
         }
@@ -932,6 +1127,38 @@ mod tests {
     }
 
     #[test]
+    fn bind_of_a_pf_with_vfs_enabled_writes_nothing() {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        let numvfs = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.0/sriov_numvfs");
+        fs::write(&numvfs, "4\n").unwrap();
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(
+            matches!(err, DriverError::SriovEnabled { numvfs: 4, .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().ends_with(&format!(
+                "disable the VFs first: echo 0 > {}",
+                numvfs.display()
+            )),
+            "{err}"
+        );
+        assert!(fake.kernel.writes().is_empty());
+        fs::write(&numvfs, "0\n").unwrap();
+        assert!(fake.sysfs().bind_vfio(a("0000:03:00.0")).is_ok());
+    }
+
+    #[test]
     fn failed_bind_restores_the_previous_driver() {
         let fake = FakeSysfs::new();
         fake.add(
@@ -963,6 +1190,109 @@ mod tests {
             fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
             Some("mlx5_core")
         );
+    }
+
+    /// A CX-5 PF on mlx5_core whose writes at `fail` fail, and the bind's error.
+    fn bind_with_failing(fail: &[&str], refuse_vfio: bool) -> (FakeSysfs, DriverError) {
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        fake.kernel
+            .fail
+            .lock()
+            .unwrap()
+            .extend(fail.iter().map(|s| (*s).to_string()));
+        if refuse_vfio {
+            fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        }
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        (fake, err)
+    }
+
+    fn override_of(fake: &FakeSysfs, bdf: &str) -> String {
+        fs::read_to_string(
+            fake.root()
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join("driver_override"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bind_that_fails_partway_is_undone() {
+        // The probe write fails: the function has no driver and the override is set.
+        let (fake, err) = bind_with_failing(&["bus/pci/drivers_probe"], false);
+        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains("drivers_probe"), "{err}");
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers_probe", "0000:03:00.0"),
+                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
+                w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
+            ]
+        );
+        assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("mlx5_core")
+        );
+
+        // The unbind write fails: the old driver still has it; only the override is undone.
+        let (fake, err) = bind_with_failing(&["bus/pci/devices/0000:03:00.0/driver/unbind"], false);
+        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert_eq!(fake.kernel.writes().len(), 3);
+        assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("mlx5_core")
+        );
+    }
+
+    #[test]
+    fn a_bind_whose_undo_fails_says_what_to_run() {
+        let bind_back = "bus/pci/drivers/mlx5_core/bind";
+        for refuse_vfio in [false, true] {
+            let fail: &[&str] = if refuse_vfio {
+                &[bind_back]
+            } else {
+                &["bus/pci/drivers_probe", bind_back]
+            };
+            let (fake, err) = bind_with_failing(fail, refuse_vfio);
+            let DriverError::BindLeftHalfway {
+                failure,
+                driver,
+                commands,
+                ..
+            } = &err
+            else {
+                panic!("{err:?}");
+            };
+            if refuse_vfio {
+                assert!(matches!(**failure, DriverError::BindFailed { .. }), "{err}");
+            } else {
+                assert!(matches!(**failure, DriverError::Io { .. }), "{err}");
+            }
+            assert_eq!(driver, &None);
+            let cmd = format!(
+                "echo 0000:03:00.0 > {}",
+                fake.root().join(bind_back).display()
+            );
+            assert_eq!(commands, std::slice::from_ref(&cmd));
+            let msg = err.to_string();
+            assert!(msg.contains("it is left with no driver"), "{msg}");
+            assert!(msg.ends_with(&format!("run as root:\n  {cmd}")), "{msg}");
+            assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
+        }
     }
 
     #[test]
@@ -1071,19 +1401,87 @@ mod tests {
     }
 
     #[test]
-    fn unbind_to_a_driver_that_is_not_loaded_falls_back_to_probe() {
+    fn unbind_to_a_driver_that_is_not_loaded_or_not_a_name_writes_nothing() {
         let fake = FakeSysfs::new();
         fake.add("0000:05:00.0", 0x15b3, 0x1003, Some("vfio-pci"), Some(5), 0);
         fake.remove_driver("mlx4_core");
-        let err = fake
-            .sysfs()
-            .unbind_vfio(a("0000:05:00.0"), &Restore::Driver("mlx4_core".into()))
-            .unwrap_err();
-        assert!(matches!(err, DriverError::BindFailed { .. }), "{err}");
-        assert_eq!(
-            fake.kernel.writes().last().unwrap(),
-            &w("bus/pci/drivers_probe", "0000:05:00.0")
+        let sysfs = fake.sysfs();
+        let unbind = |name: &str| {
+            sysfs
+                .unbind_vfio(a("0000:05:00.0"), &Restore::Driver(name.into()))
+                .unwrap_err()
+        };
+        let err = unbind("mlx4_core");
+        assert!(
+            matches!(&err, DriverError::DriverNotLoaded { name, .. } if name == "mlx4_core"),
+            "{err:?}"
         );
+        assert!(
+            err.to_string()
+                .starts_with("driver mlx4_core is not loaded"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("modprobe mlx4_core"), "{err}");
+        for bad in ["", "/tmp/x", "../../devices", "..", "mlx5\0core"] {
+            let err = unbind(bad);
+            assert!(
+                matches!(&err, DriverError::BadDriverName { name, .. } if name == bad),
+                "{bad:?}: {err:?}"
+            );
+        }
+        assert!(fake.kernel.writes().is_empty());
+        assert_eq!(
+            sysfs.driver(a("0000:05:00.0")).unwrap().as_deref(),
+            Some("vfio-pci")
+        );
+    }
+
+    #[test]
+    fn bind_hazards_name_non_hcas_interfaces_that_are_up_and_rdma_devices() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), Some(3), 0);
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("mlx5_core"),
+            Some(17),
+            0,
+        );
+        fake.add(
+            "0000:03:00.1",
+            0x15b3,
+            0x1017,
+            Some("vfio-pci"),
+            Some(18),
+            0,
+        );
+        let sysfs = fake.sysfs();
+        let nic = fake.root().join("bus/pci/devices/0000:00:19.0/net/eno1");
+        fs::create_dir_all(&nic).unwrap();
+        fs::write(nic.join("flags"), "0x1003\n").unwrap();
+        fs::write(nic.join("operstate"), "up\n").unwrap();
+        assert_eq!(
+            sysfs.bind_hazards(a("0000:00:19.0")).unwrap(),
+            [
+                "it is not an HCA this driver knows (8086:15b8, driver e1000e)",
+                "its network interface eno1 is up"
+            ]
+        );
+        // An HCA with no interface up and no RDMA device is fine to take.
+        let hca = fake.root().join("bus/pci/devices/0000:03:00.0");
+        fs::create_dir_all(hca.join("net/ib0")).unwrap();
+        fs::write(hca.join("net/ib0/flags"), "0x1002\n").unwrap();
+        fs::write(hca.join("net/ib0/operstate"), "down\n").unwrap();
+        assert!(sysfs.bind_hazards(a("0000:03:00.0")).unwrap().is_empty());
+        fs::create_dir_all(hca.join("infiniband/mlx5_0")).unwrap();
+        assert_eq!(
+            sysfs.bind_hazards(a("0000:03:00.0")).unwrap(),
+            ["its RDMA device mlx5_0 is registered (the kernel's RDMA stack and its users)"]
+        );
+        // Already on vfio-pci: nothing to take down.
+        assert!(sysfs.bind_hazards(a("0000:03:00.1")).unwrap().is_empty());
+        assert!(fake.kernel.writes().is_empty());
     }
 
     #[test]

@@ -80,6 +80,14 @@ pub enum EngineError {
         /// What happened to the query.
         why: String,
     },
+    /// A bench in which no send got its response.
+    #[error("no round trip completed out of {sent} sends: {why}")]
+    NoRoundTrip {
+        /// Sends made.
+        sent: u64,
+        /// The first failure.
+        why: String,
+    },
     /// Writing the output failed.
     #[error("writing the output: {0}")]
     Write(#[from] std::io::Error),

@@ -8,6 +8,7 @@ mod cmd;
 mod error;
 mod state;
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -107,13 +108,33 @@ fn init_logging() {
     let filter = EnvFilter::try_from_env("HCA_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("warn"));
+    // Colour only for a terminal: in a log file or a pipe the escape codes are noise.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
+/// Die quietly of SIGPIPE when the reader of our output goes away, as Unix tools do.
+///
+/// The Rust runtime ignores SIGPIPE, so a write to a closed pipe (`hca info sim | true`,
+/// `hca bench 2>&1 | head -4`) becomes an error that `println!` turns into a panic, and the
+/// panic's own message then fails on the closed stderr. The default action covers every
+/// print at once, where routing each through `writeln!` and treating `BrokenPipe` as success
+/// would have to be done, and kept done, at every print. It changes nothing else: the
+/// simulator's sockets write with MSG_NOSIGNAL, and children of `hca run` get the default
+/// disposition from `Command` anyway.
+fn restore_sigpipe() {
+    // SAFETY: `signal` with SIG_DFL installs no handler of ours; called first in main, before
+    // any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     init_logging();
     embed::install();

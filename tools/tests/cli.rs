@@ -294,10 +294,77 @@ fn bind_writes_sysfs_and_reports_a_probe_that_did_not_take() {
     );
     let probe = fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap();
     assert_eq!(probe, "0000:03:00.0");
-    // The roll-back rebinds the previous driver.
+    // The roll-back clears the override (a newline; the plain file keeps the rest of the
+    // earlier, longer write); the link still names mlx5_core, so nothing is rebound.
+    let ovr = t
+        .path()
+        .join("bus/pci/devices/0000:03:00.0/driver_override");
+    assert!(fs::read_to_string(ovr).unwrap().starts_with('\n'));
     let bind = fs::read_to_string(t.path().join("bus/pci/drivers/mlx5_core/bind")).unwrap();
-    assert_eq!(bind, "0000:03:00.0");
+    assert_eq!(bind, "");
     assert!(!t.path().join("state/0000:03:00.0.driver").exists());
+}
+
+#[test]
+fn bind_refuses_a_non_hca_or_a_busy_hca_unless_forced() {
+    let t = tree();
+    add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 3);
+    let nic = t.path().join("bus/pci/devices/0000:00:19.0/net/eno1");
+    fs::create_dir_all(&nic).unwrap();
+    fs::write(nic.join("flags"), "0x1003\n").unwrap();
+    fs::write(nic.join("operstate"), "up\n").unwrap();
+    let o = hca(t.path(), &["bind", "00:19.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing to take 0000:00:19.0 off its driver"),
+        "{err}"
+    );
+    assert!(
+        err.contains("not an HCA this driver knows (8086:15b8"),
+        "{err}"
+    );
+    assert!(err.contains("network interface eno1 is up"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    let override_of = |bdf: &str| {
+        fs::read_to_string(
+            t.path()
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join("driver_override"),
+        )
+        .unwrap()
+    };
+    assert_eq!(override_of("0000:00:19.0"), "(null)\n");
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap(),
+        ""
+    );
+
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("mlx5_core"),
+        17,
+    );
+    fs::create_dir_all(
+        t.path()
+            .join("bus/pci/devices/0000:03:00.0/infiniband/mlx5_0"),
+    )
+    .unwrap();
+    let o = hca(t.path(), &["bind", "03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("RDMA device mlx5_0"), "{}", stderr(&o));
+    assert_eq!(override_of("0000:03:00.0"), "(null)\n");
+    // --force goes ahead (the fake tree has no kernel, so the probe does not take).
+    let o = hca(t.path(), &["bind", "--force", "03:00.0"]);
+    assert!(!stderr(&o).contains("refusing"), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap(),
+        "0000:03:00.0"
+    );
 }
 
 #[test]
@@ -354,6 +421,100 @@ fn unbind_of_a_function_not_on_vfio_does_nothing() {
         fs::read_to_string(t.path().join("bus/pci/drivers_probe")).unwrap(),
         ""
     );
+}
+
+#[test]
+fn unbind_checks_the_driver_name_before_writing() {
+    let t = tree();
+    add(
+        t.path(),
+        "0000:03:00.0",
+        0x15b3,
+        0x1017,
+        Some("vfio-pci"),
+        17,
+    );
+    let outside = t.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("bind"), "").unwrap();
+    let outside = outside.to_str().unwrap().to_string();
+    for (to, says) in [
+        ("mlx5_cor", "driver mlx5_cor is not loaded"),
+        ("", "is not a driver name: it is empty"),
+        (outside.as_str(), "is not a driver name: it contains `/`"),
+    ] {
+        let o = hca(t.path(), &["unbind", "0000:03:00.0", "--to", to]);
+        assert_eq!(o.status.code(), Some(1), "--to {to:?}");
+        assert!(stderr(&o).contains(says), "--to {to:?}: {}", stderr(&o));
+    }
+    // The same for a name read back from the bind record.
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    fs::write(t.path().join("state/0000:03:00.0.driver"), "mlx4_core\n").unwrap();
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("modprobe mlx4_core"), "{}", stderr(&o));
+    let dev = t.path().join("bus/pci/devices/0000:03:00.0");
+    assert_eq!(
+        fs::read_to_string(dev.join("driver_override")).unwrap(),
+        "(null)\n"
+    );
+    assert_eq!(
+        fs::read_to_string(t.path().join("outside/bind")).unwrap(),
+        ""
+    );
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers/vfio-pci/unbind")).unwrap(),
+        ""
+    );
+}
+
+/// Run `hca args` with standard output (and with `both`, standard error too) going to a
+/// socket whose reader is already gone, as `hca ... | true` ends up.
+fn hca_to_a_closed_reader(args: &[&str], both: bool) -> Output {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(ours);
+    let fd = std::os::fd::OwnedFd::from(theirs);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hca"));
+    cmd.args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(fd.try_clone().unwrap());
+    if both {
+        cmd.stderr(fd);
+    } else {
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    cmd.output().expect("run hca")
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_hca_with_sigpipe_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt as _;
+    for (args, both) in [
+        (&["info", "sim"][..], false),
+        (&["decode", "status", "0x03"][..], false),
+        (&["decode", "cqe", "00"][..], true),
+    ] {
+        let o = hca_to_a_closed_reader(args, both);
+        assert_eq!(o.status.signal(), Some(13), "{args:?}: {:?}", o.status);
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn log_lines_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let t = tree();
+    fs::create_dir_all(t.path().join("bus/pci/devices/not-a-bdf")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["list", "--sysfs-root"])
+        .arg(t.path())
+        .env("HCA_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("skipping a sysfs entry"), "{err}");
+    assert!(!err.contains('\x1b'), "{err:?}");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! its shape), failures reported on standard error, errors that say what to do, and the
 //! bench's report.
 
+use std::fs;
 use std::process::{Command, Output};
 
 use sim::fabric::{Fabric, generator};
@@ -140,6 +141,36 @@ fn output_goes_to_a_file() {
 }
 
 #[test]
+fn a_failed_run_leaves_the_output_file_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("net2");
+    let p = path.to_str().unwrap();
+    let tmp = dir.path().join("net2.tmp");
+    fs::write(&path, "keep me\n").unwrap();
+    for args in [
+        vec![
+            "discover",
+            "--device",
+            "sim:topology=/nonexistent/x",
+            "-o",
+            p,
+        ],
+        vec!["sim", "gen", "fat-tree:leaves=2", "-o", p],
+    ] {
+        let o = hca(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "keep me\n", "{args:?}");
+        assert!(!tmp.exists(), "{args:?} left {}", tmp.display());
+    }
+    // A walk may write over the very topology it reads.
+    ok(&["sim", "gen", SPEC, "-o", p]);
+    let device = format!("sim:clock=virtual,topology={p},node=host-1");
+    ok(&["discover", "--device", &device, "-o", p]);
+    assert_eq!(Fabric::parse_file(&path).unwrap().node_count(), 7);
+    assert!(!tmp.exists());
+}
+
+#[test]
 fn the_default_device_is_a_simulated_fat_tree() {
     let text = ok(&["discover", "--stats"]);
     let f = Fabric::parse_str("default", &text).unwrap();
@@ -195,6 +226,73 @@ fn errors_say_what_to_do() {
     let o = hca(&["discover", "--json", "--dot"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn too_many_retries_are_refused_not_a_panic() {
+    for cmd in ["discover", "bench"] {
+        let o = hca(&[cmd, "--device", DEVICE, "--retries", "4294967295"]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("retries") && stderr(&o).contains("give 0 to 100"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn a_bench_that_cannot_complete_says_why_and_fails() {
+    // Refused before anything is sent.
+    for (args, says) in [
+        (vec!["--timeout", "0"], "timeout: 0 ms"),
+        (
+            vec!["--path", "9"],
+            "the first hop 9 is not the port the SMPs leave by (1)",
+        ),
+    ] {
+        let mut all = vec!["bench", "--device", DEVICE, "--count", "3"];
+        all.extend(args);
+        let o = hca(&all);
+        assert_eq!(o.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{all:?}");
+    }
+    // A route through a leaf port with nothing behind it: every send times out.
+    let o = hca(&[
+        "bench",
+        "--device",
+        DEVICE,
+        "--count",
+        "3",
+        "--window",
+        "1",
+        "--timeout",
+        "10",
+        "--path",
+        "1,30",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let report = stdout(&o);
+    assert!(report.contains("3 timed out"), "{report}");
+    assert!(
+        report.contains("first failure   no response within 10 ms"),
+        "{report}"
+    );
+    assert!(
+        stderr(&o).contains("no round trip completed out of 3 sends: no response within 10 ms"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn help_gives_the_default_window_per_device_kind() {
+    let help = ok(&["discover", "--help"]);
+    assert!(
+        help.contains("[default: 4 on vfio: devices, 32 on the simulator]"),
+        "{help}"
+    );
 }
 
 #[test]

@@ -174,6 +174,9 @@ pub struct Report {
     pub device_latency: Latency,
     /// Most sends in flight at once.
     pub max_in_flight: usize,
+    /// What went wrong first with a send that did not end in a round trip (a send the MAD
+    /// layer refused, a completion error, a timeout), for a report that shows no round trips.
+    pub first_failure: Option<String>,
 }
 
 impl Report {
@@ -221,6 +224,9 @@ impl Report {
         for (k, v) in rows {
             writeln!(out, "  {k:<16}{v}")?;
         }
+        if let Some(f) = &self.first_failure {
+            writeln!(out, "  {:<16}{f}", "first failure")?;
+        }
         Ok(())
     }
 }
@@ -245,6 +251,28 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
         return Err(EngineError::BadSetting {
             what: "window",
             why: format!("{} sends in flight: give 1 to 1024", cfg.window),
+        });
+    }
+    crate::discover::engine::check_retries(cfg.retries)?;
+    if cfg.timeout_ms == 0 {
+        // A 0 ms timeout drops every response as no longer expected.
+        return Err(EngineError::BadSetting {
+            what: "timeout",
+            why: "0 ms: give the time to wait for each response".into(),
+        });
+    }
+    if let Some(&first) = cfg.path.first()
+        && first != port.port_num()
+    {
+        // A CA's SMA drops a directed-route SMP whose first hop is not the port it left by.
+        return Err(EngineError::BadSetting {
+            what: "path",
+            why: format!(
+                "the first hop {first} is not the port the SMPs leave by ({}): start the path \
+                 with {} or pick the port with --port {first}",
+                port.port_num(),
+                port.port_num()
+            ),
         });
     }
     if cfg.stop == Stop::Count(0) {
@@ -276,6 +304,7 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
         wall_latency: Latency::default(),
         device_latency: Latency::default(),
         max_in_flight: 0,
+        first_failure: None,
     };
     let mut wall_lat = Vec::new();
     let mut dev_lat = Vec::new();
@@ -284,8 +313,9 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
     let device_start = port.now();
     let mut sent: u64 = 0;
     let mut tid: u32 = 0;
-    let stall = Duration::from_millis(u64::from(cfg.timeout_ms) * u64::from(cfg.retries + 1))
-        + Duration::from_secs(10);
+    let stall =
+        Duration::from_millis(u64::from(cfg.timeout_ms).saturating_mul(u64::from(cfg.retries) + 1))
+            + Duration::from_secs(10);
     let mut last_event = port.now();
     let result = loop {
         let more = match cfg.stop {
@@ -318,8 +348,11 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
                     sent += 1;
                 }
                 Err(MadError::DeviceFatal { .. }) => break,
-                Err(_) => {
+                Err(e) => {
                     report.failed += 1;
+                    report
+                        .first_failure
+                        .get_or_insert_with(|| format!("the MAD layer refused a send: {e}"));
                     sent += 1;
                 }
             }
@@ -368,8 +401,18 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
                     {
                         if c.status == WcStatus::RespTimeoutErr {
                             report.timeouts += 1;
+                            report.first_failure.get_or_insert_with(|| {
+                                format!(
+                                    "no response within {} ms ({} retries): is the route right \
+                                     and does every hop exist?",
+                                    cfg.timeout_ms, c.retries
+                                )
+                            });
                         } else {
                             report.failed += 1;
+                            report.first_failure.get_or_insert_with(|| {
+                                format!("a send completed with status {:?}", c.status)
+                            });
                         }
                     }
                 }

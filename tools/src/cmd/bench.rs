@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use hca_tools::EngineError;
 use hca_tools::bench::{self, Attr, Config, Stop};
 use hca_tools::session::{DEFAULT_DEVICE, Session};
 
@@ -21,7 +22,11 @@ simulated time, in which a round trip with no simulated delay takes none.
 
 The default device is the simulator's generated fat tree (see `hca discover --help`), and the
 default route, 1, reaches the leaf switch of the HCA's host; --path 0 asks the HCA's own SMA
-(answered without the wire, as the kernel answers SMPs for the local port).
+(answered without the wire, as the kernel answers SMPs for the local port). The first hop of
+--path is the port the SMPs leave by, so it must be --port; --timeout must be above 0.
+
+When a send does not end in a round trip, the report's `first failure` line says why; when
+none did, hca bench exits with status 1.
 
 Examples:
   hca bench
@@ -62,7 +67,7 @@ pub struct Args {
     /// Response timeout of each attempt, in ms.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub timeout: u32,
-    /// Retries after a timeout.
+    /// Retries after a timeout (0 to 100).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub retries: u32,
 }
@@ -116,6 +121,15 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let report = result?;
     closed?;
     report.write(&args.device, &mut std::io::stdout().lock())?;
+    if report.round_trips == 0 {
+        return Err(EngineError::NoRoundTrip {
+            sent: report.timeouts + report.failed,
+            why: report
+                .first_failure
+                .unwrap_or_else(|| "nothing was sent".to_string()),
+        }
+        .into());
+    }
     Ok(())
 }
 

@@ -1,12 +1,12 @@
 //! `hca discover`: walk the fabric from a port of an HCA and print it as ibnetdiscover does
 //! (or as JSON, or as a Graphviz graph).
 
-use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
 use hca_tools::discover::{self, Config, Progress, Topology, dot, ibnetdiscover, json};
+use hca_tools::output_file::ReplaceFile;
 use hca_tools::session::{DEFAULT_DEVICE, Session};
 use mad::wire::attr::node_info::NodeType;
 
@@ -18,7 +18,8 @@ Walks the fabric from one port of an HCA with directed-route SMPs, as ibnetdisco
 (NodeInfo, NodeDescription, PortInfo of every switch port, SwitchInfo), several SMPs in flight
 at once, and prints what it found.
 
-Output (to standard output, or to --output FILE):
+Output (to standard output, or to --output FILE, which is replaced only when the walk and the
+write succeed: it is written as FILE.tmp and renamed):
   default   ibnetdiscover's topology format: switches, then CAs, each with its linked ports;
             readable by ibsim, by `hca sim`/sim:topology=, and by scripts written for
             ibnetdiscover (the date in the header is UTC)
@@ -62,15 +63,16 @@ pub struct Args {
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// SMPs in flight at once. libibnetdisc keeps 2 and OpenSM 4: VL15 has no flow control,
-    /// so a switch may drop SMPs that come faster than its SMA answers; if the summary shows
-    /// retries on a real fabric, lower it.
-    #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_WINDOW)]
-    pub window: usize,
+    /// SMPs in flight at once [default: 4 on vfio: devices, 32 on the simulator].
+    /// libibnetdisc keeps 2 and OpenSM 4: VL15 has no flow control, so a switch may drop SMPs
+    /// that come faster than its SMA answers; if the summary shows retries on a real fabric,
+    /// lower it.
+    #[arg(long, value_name = "N")]
+    pub window: Option<usize>,
     /// Response timeout of each attempt, in ms.
     #[arg(long, value_name = "MS", default_value_t = discover::engine::DEFAULT_TIMEOUT_MS)]
     pub timeout: u32,
-    /// Retries after a timeout.
+    /// Retries after a timeout (0 to 100).
     #[arg(long, value_name = "N", default_value_t = discover::engine::DEFAULT_RETRIES)]
     pub retries: u32,
     /// Longest directed route to follow, in hops (1-63).
@@ -119,18 +121,27 @@ impl ProgressLine {
 /// Walk and print.
 pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let cfg = Config {
-        window: args.window,
+        window: args
+            .window
+            .unwrap_or_else(|| discover::engine::default_window(&args.device)),
         timeout_ms: args.timeout,
         retries: args.retries,
         max_hops: args.max_hops,
         mlnx_ext_port_info: !args.no_mlnx_epi,
     };
-    // Open the output first: a bad path should not cost a walk.
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(p) => Box::new(BufWriter::new(
-            File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
-        )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
+    // once complete (FILE may be the topology this walk reads).
+    let mut file = match &args.output {
+        Some(p) => Some(
+            ReplaceFile::create(p)
+                .map_err(|e| format!("cannot create {}.tmp: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let mut stdout = BufWriter::new(std::io::stdout().lock());
+    let out: &mut dyn Write = match &mut file {
+        Some(f) => f,
+        None => &mut stdout,
     };
     let options = driver::OpenOptions {
         sysfs: ctx.sysfs.clone(),
@@ -149,13 +160,17 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let t = found?;
     closed?;
     if args.json {
-        json::write(&t, &mut out)?;
+        json::write(&t, out)?;
     } else if args.dot {
-        dot::write(&t, &mut out)?;
+        dot::write(&t, out)?;
     } else {
-        ibnetdiscover::write(&t, SystemTime::now(), &mut out)?;
+        ibnetdiscover::write(&t, SystemTime::now(), out)?;
     }
     out.flush()?;
+    if let (Some(f), Some(p)) = (file, &args.output) {
+        f.commit()
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
     report_failures(&t);
     if terminal || args.stats {
         summary(&t);

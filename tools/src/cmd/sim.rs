@@ -1,12 +1,12 @@
 //! `hca sim ...`: tools for the simulated fabric (`hca sim gen` writes topology files,
 //! `hca sim serve` serves one fabric to several programs).
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use embed::serve::{ExitSignals, ServeOptions, Serving};
+use hca_tools::output_file::ReplaceFile;
 use sim::fabric::generator;
 
 use super::CmdResult;
@@ -14,7 +14,9 @@ use super::CmdResult;
 /// Long help of `hca sim gen`.
 pub const GEN_HELP: &str = "\
 Writes a topology file in the ibnetdiscover/ibsim format for a regular fabric, to standard
-output or to --output. The simulator (sim:topology=FILE), ibsim and our parser all read it.
+output or to --output (written as FILE.tmp and renamed over FILE only when complete, so a
+refused spec leaves FILE as it was). The simulator (sim:topology=FILE), ibsim and our
+parser all read it.
 
 Shapes (numbers are decimal):
   fat-tree:leaves=L,hosts=H,spines=S[,links=K,leaf-ports=P,spine-ports=Q]
@@ -167,10 +169,11 @@ fn generate(args: &GenArgs) -> CmdResult {
         out.flush()?;
         return Ok(());
     };
-    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut out = BufWriter::new(file);
+    // FILE.tmp, renamed over FILE only when complete: a refused spec leaves FILE as it was.
+    let mut out = ReplaceFile::create(path)
+        .map_err(|e| format!("cannot create {}.tmp: {e}", path.display()))?;
     let fabric = generator::generate_text(&args.spec, &mut out)?;
-    out.flush()
+    out.commit()
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!(
         "wrote {}: {} nodes, {} links",

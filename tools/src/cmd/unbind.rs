@@ -12,6 +12,9 @@ vfio-pci and binds it to the driver `hca bind` recorded (or, with no record, let
 choose). The unbind waits while a program still has the device open: vfio-pci asks that
 program to let go through its REQ interrupt.
 
+The driver to give it to (--to, or the recorded one) must be loaded: when
+/sys/bus/pci/drivers/NAME is missing, unbind writes nothing and says `modprobe NAME`.
+
 Examples:
   sudo hca unbind 0000:03:00.0
   sudo hca unbind 0000:03:00.0 --to mlx5_core
@@ -24,7 +27,8 @@ pub struct Args {
     #[arg(value_name = "BDF")]
     pub address: String,
 
-    /// Bind it to this driver instead of the recorded one.
+    /// Bind it to this driver instead of the recorded one (a loaded driver's name, as in
+    /// /sys/bus/pci/drivers).
     #[arg(long, value_name = "DRIVER", conflicts_with = "leave_unbound")]
     pub to: Option<String>,
 

@@ -42,10 +42,26 @@ pub const LIBIBNETDISC_WINDOW: usize = 2;
 /// Our default window: enough SMPs in flight to keep the device and the MAD layer busy
 /// (see the README's bench figures), well under the MAD layer's 128 solicited SMPs per agent.
 pub const DEFAULT_WINDOW: usize = 32;
+/// The default window on hardware: OpenSM's 4 (`max_wire_smps`). VL15 has no flow control, so
+/// a real switch drops SMPs that come faster than its SMA answers them; the simulator's do not.
+pub const DEFAULT_WINDOW_VFIO: usize = 4;
+
+/// The default window for `device`: [`DEFAULT_WINDOW_VFIO`] for a `vfio:` device (a real
+/// fabric), [`DEFAULT_WINDOW`] for the simulator.
+pub fn default_window(device: &str) -> usize {
+    if device.starts_with("vfio:") {
+        DEFAULT_WINDOW_VFIO
+    } else {
+        DEFAULT_WINDOW
+    }
+}
 /// libibnetdisc's response timeout (`DEFAULT_TIMEOUT`), in ms.
 pub const DEFAULT_TIMEOUT_MS: u32 = 1000;
 /// libibnetdisc's retries (`DEFAULT_RETRIES`).
 pub const DEFAULT_RETRIES: u32 = 3;
+/// The most retries after a timeout that discover and bench accept: with the longest sane
+/// timeout, more would only hide a dead node for hours.
+pub const MAX_RETRIES: u32 = 100;
 /// Mellanox ExtendedPortInfo's LinkSpeedActive byte (libibmad `IB_MLNX_EXT_PORT_LINK_SPEED_ACTIVE_F`,
 /// bits 120..128) and its FDR10 bit.
 const EPI_SPEED_ACTIVE: usize = 15;
@@ -81,6 +97,17 @@ impl Default for Config {
     }
 }
 
+/// Refuse more than [`MAX_RETRIES`] retries.
+pub(crate) fn check_retries(retries: u32) -> Result<(), EngineError> {
+    if retries > MAX_RETRIES {
+        return Err(EngineError::BadSetting {
+            what: "retries",
+            why: format!("{retries}: give 0 to {MAX_RETRIES}"),
+        });
+    }
+    Ok(())
+}
+
 impl Config {
     fn check(&self) -> Result<(), EngineError> {
         if !(1..=1024).contains(&self.window) {
@@ -101,7 +128,7 @@ impl Config {
                 why: "0 ms: give the time to wait for each response".into(),
             });
         }
-        Ok(())
+        check_retries(self.retries)
     }
 }
 
@@ -272,8 +299,9 @@ impl Engine<'_> {
     /// How long nothing may happen while sends are outstanding: every attempt's timeout, and
     /// a margin for the device.
     fn stall_limit(&self) -> Duration {
-        Duration::from_millis(u64::from(self.cfg.timeout_ms) * u64::from(self.cfg.retries + 1))
-            + Duration::from_secs(10)
+        Duration::from_millis(
+            u64::from(self.cfg.timeout_ms).saturating_mul(u64::from(self.cfg.retries) + 1),
+        ) + Duration::from_secs(10)
     }
 
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) -> Result<(), EngineError> {
@@ -664,6 +692,14 @@ mod tests {
     }
 
     #[test]
+    fn the_default_window_is_opensms_on_hardware_and_wider_on_the_simulator() {
+        assert_eq!(default_window("vfio:0000:03:00.0"), 4);
+        assert_eq!(default_window("vfio:03:00.0"), 4);
+        assert_eq!(default_window("sim"), 32);
+        assert_eq!(default_window("sim:fabric=fat-tree:leaves=2"), 32);
+    }
+
+    #[test]
     fn settings_out_of_range_are_refused() {
         let bad = [
             Config {
@@ -678,6 +714,14 @@ mod tests {
                 timeout_ms: 0,
                 ..Config::default()
             },
+            Config {
+                retries: MAX_RETRIES + 1,
+                ..Config::default()
+            },
+            Config {
+                retries: u32::MAX,
+                ..Config::default()
+            },
         ];
         for c in bad {
             assert!(
@@ -686,5 +730,10 @@ mod tests {
             );
         }
         assert!(Config::default().check().is_ok());
+        let most = Config {
+            retries: MAX_RETRIES,
+            ..Config::default()
+        };
+        assert!(most.check().is_ok());
     }
 }
