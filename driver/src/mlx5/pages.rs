@@ -28,6 +28,13 @@ use super::wait::{Backoff, ms};
 /// Most pages one request may ask for (1 GiB): a larger number is treated as a device error.
 pub const MAX_PAGES_PER_REQUEST: u32 = 1 << 18;
 
+/// Page requests kept waiting for the page slot: as many as the async EQ holds at once
+/// (`NUM_ASYNC_EQE` plus the spare EQEs, 512 entries). A firmware that asks faster than one
+/// MANAGE_PAGES at a time can answer (or whose page slot is stuck) has further requests
+/// refused: counted in [`PageStats::refused`] and logged, never queued without bound. The
+/// kernel queues a work item per request instead; its allocator is the bound there.
+pub const MAX_PENDING_PAGE_REQUESTS: usize = 512;
+
 /// Pages asked back per TAKE at teardown (`optimal_reclaimed_pages`: what 12 mailbox blocks
 /// hold).
 pub(crate) const RECLAIM_BATCH: u32 = ((16 + 12 * 512 - 16) / PAS_ENTRY) as u32;
@@ -65,6 +72,11 @@ pub struct PageStats {
     pub cant_give: u64,
     /// Returned addresses that were not ours.
     pub bad_returns: u64,
+    /// Page requests refused because [`MAX_PENDING_PAGE_REQUESTS`] were already waiting.
+    pub refused: u64,
+    /// MANAGE_PAGES on the page slot that did not complete within the command timeout
+    /// (the device is then fatal).
+    pub timeouts: u64,
 }
 
 /// The firmware's pages and the page-request machinery.
@@ -74,7 +86,8 @@ pub(crate) struct FwPages {
     /// Pages of a GIVE whose outcome is unknown (timed out): kept until the device is quiesced.
     limbo: Vec<DmaLease>,
     pending: VecDeque<PageRequest>,
-    in_flight: Option<(PageRequest, PageOp)>,
+    /// The MANAGE_PAGES on the page slot, and when it was posted (device time).
+    in_flight: Option<(PageRequest, PageOp, Duration)>,
     pub(crate) stats: PageStats,
 }
 
@@ -87,16 +100,39 @@ impl FwPages {
     /// Leases held (pages given, in flight and in limbo).
     pub(crate) fn leases(&self) -> usize {
         let flying = match &self.in_flight {
-            Some((_, PageOp::Give(v))) => v.len(),
+            Some((_, PageOp::Give(v), _)) => v.len(),
             _ => 0,
         };
         self.given.len() + self.limbo.len() + flying
     }
 
-    /// Queue a page request from an EQE.
+    /// Queue a page request from an EQE; refused (counted, logged) when
+    /// [`MAX_PENDING_PAGE_REQUESTS`] already wait.
     pub(crate) fn request(&mut self, req: PageRequest) {
         self.stats.requests += 1;
+        if self.pending.len() >= MAX_PENDING_PAGE_REQUESTS {
+            self.stats.refused += 1;
+            tracing::warn!(
+                ?req,
+                waiting = self.pending.len(),
+                "page request refused: {MAX_PENDING_PAGE_REQUESTS} already wait for the page slot"
+            );
+            return;
+        }
         self.pending.push_back(req);
+    }
+
+    /// The MANAGE_PAGES on the page slot timed out: its GIVE pages (if any) may be the
+    /// firmware's now, so they wait in limbo for the quiesce; the requests still waiting are
+    /// dropped (the device is about to be declared fatal).
+    fn op_timed_out(&mut self) -> Option<PageRequest> {
+        let (req, op, _) = self.in_flight.take()?;
+        self.stats.timeouts += 1;
+        if let PageOp::Give(leases) = op {
+            self.limbo.extend(leases);
+        }
+        self.pending.clear();
+        Some(req)
     }
 
     /// Record pages the firmware accepted.
@@ -133,7 +169,7 @@ impl FwPages {
         self.given.clear();
         self.limbo.clear();
         self.pending.clear();
-        if let Some((_, PageOp::Give(v))) = self.in_flight.take() {
+        if let Some((_, PageOp::Give(v), _)) = self.in_flight.take() {
             self.stats.dropped_after_quiesce += v.len() as u64;
         }
     }
@@ -206,14 +242,42 @@ impl Dev {
 
     /// Serve page requests on the page slot: finish the one in flight when the device gave
     /// the slot back, then start the next. Called from the progress loop; never blocks.
+    ///
+    /// A MANAGE_PAGES the device has not given back within the command timeout loses the
+    /// page slot for good (the firmware may still write its mailboxes, and its GIVE pages
+    /// may be the firmware's): the pages go to limbo and the device is declared fatal, which
+    /// quiesces it before anything is released, as the kernel's teardown after a command
+    /// timeout would.
     pub(crate) fn service_page_requests(&self) {
         let mut pages = self.lock_pages();
-        if pages.in_flight.is_some() {
-            let done = {
+        if let Some((_, _, posted_at)) = pages.in_flight {
+            let (done, timeout) = {
                 let st = self.lock_cmd();
-                st.slot_count() > 0 && cmd::is_done(&st, st.page_slot())
+                (
+                    st.slot_count() > 0 && cmd::is_done(&st, st.page_slot()),
+                    st.timeout,
+                )
             };
             if !done {
+                if self.backend.now().saturating_sub(posted_at) < timeout {
+                    return;
+                }
+                {
+                    let mut st = self.lock_cmd();
+                    let slot = st.page_slot();
+                    cmd::lose(&mut st, slot);
+                }
+                let req = pages.op_timed_out();
+                drop(pages);
+                self.lock_stats().cmd.timeouts += 1;
+                self.enter_fatal(
+                    &format!(
+                        "MANAGE_PAGES for page request {req:?} timed out after {} ms on the \
+                         page slot",
+                        ms(timeout)
+                    ),
+                    false,
+                );
                 return;
             }
             let result = {
@@ -221,7 +285,7 @@ impl Dev {
                 let slot = st.page_slot();
                 cmd::finish(&mut st, slot)
             };
-            let Some((req, op)) = pages.in_flight.take() else {
+            let Some((req, op, _)) = pages.in_flight.take() else {
                 return;
             };
             page_op_done(&mut pages, req, op, result);
@@ -231,7 +295,9 @@ impl Dev {
                 return;
             };
             match self.start_page_op(&mut pages, req) {
-                Ok(()) => {}
+                Ok(true) => {}
+                // The slot is not free (requeued): try again on a later pass.
+                Ok(false) => return,
                 Err(e) => tracing::error!("page request {req:?} not served: {e}"),
             }
         }
@@ -298,7 +364,9 @@ fn page_op_done(
 }
 
 impl Dev {
-    fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<(), DriverError> {
+    /// Post the MANAGE_PAGES answering `req` on the page slot. False when the slot is not
+    /// free: `req` is put back first in line.
+    fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<bool, DriverError> {
         let (op, input_op) = match req.num_pages.cmp(&0) {
             std::cmp::Ordering::Greater => {
                 match check_count("page request EQE", req.num_pages)
@@ -322,7 +390,7 @@ impl Dev {
                 let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
                 (PageOp::Take(n), PagesOp::Take(n))
             }
-            std::cmp::Ordering::Equal => return Ok(()),
+            std::cmp::Ordering::Equal => return Ok(true),
         };
         let m = ManagePages {
             op: input_op,
@@ -336,7 +404,7 @@ impl Dev {
             drop(st);
             // The slot is still busy with a command that was lost; try again later.
             pages.pending.push_front(req);
-            return Ok(());
+            return Ok(false);
         };
         let now = self.backend.now();
         if let Err(e) = cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now) {
@@ -344,8 +412,8 @@ impl Dev {
             return Err(e);
         }
         drop(st);
-        pages.in_flight = Some((req, op));
-        Ok(())
+        pages.in_flight = Some((req, op, now));
+        Ok(true)
     }
 
     /// Take every page back (`mlx5_reclaim_startup_pages`): TAKE in batches until none is
