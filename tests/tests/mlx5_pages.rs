@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use driver::mlx5::MAX_PENDING_PAGE_REQUESTS;
-use driver::verbs::{DeviceEvent, Hca, HcaPort};
+use driver::verbs::{DeviceEvent, Hca, HcaOptions, HcaPort};
 use driver::{DeviceBackend, DriverError};
 use firmware_cmds::mlx5::Opcode;
 use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
@@ -94,4 +94,78 @@ fn a_page_command_that_never_completes_makes_the_device_fatal_at_the_command_tim
     assert_eq!(a.firmware_pages, 0, "{a:?}");
     assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
     assert_eq!(sim.faults(), 0, "no IOMMU fault");
+}
+
+/// Serve page events until `done` holds or a second of device time passes.
+fn serve_until(p: &dyn HcaPort, done: impl Fn() -> bool) {
+    let end = p.now() + Duration::from_secs(1);
+    while !done() && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    assert!(done(), "page requests not served within a second");
+}
+
+/// Pages the firmware asks for on behalf of other functions (two VFs here) are recorded
+/// with their function and taken back from each at close, TAKE naming that function (the
+/// kernel's per-function `page_root_xa`); a request that would go past
+/// `max_firmware_pages` is answered CAN'T GIVE and counted; accounting ends at zero.
+#[test]
+fn pages_given_for_other_functions_are_reclaimed_per_function_and_capped() {
+    let sim = SimHca::new();
+    // Room for the function's own pages and 24 more.
+    let own = {
+        let probe = sim.open_strict();
+        let n = sim.model.pages_held();
+        probe.close().unwrap();
+        sim.assert_clean(&probe);
+        n
+    };
+    let hca = sim
+        .open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            max_firmware_pages: own as usize + 24,
+            ..HcaOptions::default()
+        })
+        .expect("bring-up");
+    let p = port(&hca, 1);
+    assert!(sim.model.faults().page_request_for(3, false, 8));
+    assert!(sim.model.faults().page_request_for(7, false, 12));
+    serve_until(p.as_ref(), || sim.model.pages_held() == own + 20);
+    assert_eq!(sim.model.pages_held_for(3, false), 8);
+    assert_eq!(sim.model.pages_held_for(7, false), 12);
+    assert_eq!(sim.model.pages_held_for(0, false), own);
+
+    // 20 of the 24 given: 5 more would pass the cap.
+    assert!(sim.model.faults().page_request_for(3, false, 5));
+    serve_until(p.as_ref(), || hca.stats().pages.cant_give == 1);
+    let s = hca.stats();
+    assert_eq!(s.pages.over_limit, 1);
+    assert_eq!(s.pages.given, own + 20, "nothing given past the cap");
+    assert_eq!(sim.model.pages_held_for(3, false), 8);
+    // 4 still fit.
+    assert!(sim.model.faults().page_request_for(7, false, 4));
+    serve_until(p.as_ref(), || sim.model.pages_held_for(7, false) == 16);
+    assert_eq!(hca.stats().pages.over_limit, 1);
+
+    drop(p);
+    hca.close().unwrap();
+    assert_eq!(
+        sim.model.pages_held_for(3, false),
+        0,
+        "VF 3's pages reclaimed"
+    );
+    assert_eq!(
+        sim.model.pages_held_for(7, false),
+        0,
+        "VF 7's pages reclaimed"
+    );
+    let s = hca.stats();
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
+    assert_eq!(s.pages.dropped_after_quiesce, 0);
+    assert_eq!(s.pages.bad_returns, 0);
+    sim.assert_clean(&hca);
 }

@@ -225,7 +225,7 @@ impl Dev {
             mad_pool,
             options,
             cmd: Mutex::new(CmdState::new()),
-            pages: Mutex::new(FwPages::default()),
+            pages: Mutex::new(FwPages::with_limit(options.max_firmware_pages)),
             eqs: Mutex::new(EqSet::default()),
             eq_backlog: AtomicBool::new(false),
             health: Mutex::new(Health::default()),
