@@ -584,7 +584,10 @@ impl Device for Mlx5 {
             return false;
         }
         self.inner.config.reset();
-        self.inner.with(State::power_on);
+        self.inner.with(|st| {
+            st.power_on();
+            st.counters.snap.function_resets += 1;
+        });
         for d in &self.inner.port_dirty {
             d.store(true, Ordering::SeqCst);
         }
