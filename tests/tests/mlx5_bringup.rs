@@ -260,3 +260,47 @@ fn a_function_left_needing_a_reset_it_does_not_offer_is_refused_at_the_next_brin
     assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
     assert_eq!(sim.faults(), 0);
 }
+
+/// A page request's MANAGE_PAGES still on the page slot at close (a CAN'T GIVE whose
+/// completion is withheld, not yet timed out; every page comes back): the page slot is lost
+/// with it, so close resets the function too.
+#[test]
+fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
+    use firmware_cmds::mlx5::Opcode;
+    let sim = SimHca::new();
+    let own = {
+        let probe = sim.open_strict();
+        let n = sim.model.pages_held();
+        probe.close().unwrap();
+        n
+    };
+    // No room for a single page more: the request is answered CAN'T GIVE.
+    let hca = sim
+        .open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            max_firmware_pages: own as usize,
+            ..HcaOptions::default()
+        })
+        .unwrap();
+    let p = port(&hca, 1);
+    sim.model
+        .faults()
+        .withhold_completion(Opcode::MANAGE_PAGES.0);
+    assert!(sim.model.faults().page_request(4));
+    let end = p.now() + Duration::from_millis(100);
+    while hca.stats().pages.cant_give == 0 && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    assert_eq!(
+        hca.stats().pages.cant_give,
+        1,
+        "CAN'T GIVE posted on the page slot"
+    );
+    drop(p);
+    hca.close().unwrap();
+    let s = hca.stats();
+    assert_eq!(s.pages.returned, s.pages.given, "every page came back");
+    assert_eq!(sim.model.counters().function_resets, 1);
+    sim.assert_clean(&hca);
+}

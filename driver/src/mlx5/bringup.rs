@@ -575,6 +575,9 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     }
     {
         let mut pages = dev.lock_pages();
+        if pages.op_in_flight() {
+            left_behind.push("a MANAGE_PAGES on the page slot never completed".to_string());
+        }
         if pages.leases() > 0 {
             tracing::warn!(
                 pages = pages.held(),

@@ -160,6 +160,11 @@ impl FwPages {
         self.given.len()
     }
 
+    /// True while a MANAGE_PAGES answering a page request is on the page slot.
+    pub(crate) fn op_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
     /// Leases held (pages given, in flight and in limbo).
     pub(crate) fn leases(&self) -> usize {
         let flying = match &self.in_flight {
