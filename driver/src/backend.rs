@@ -132,6 +132,14 @@ pub trait DeviceBackend: Send + Sync {
     /// Reset the function if it supports a reset; `Ok(false)` when it has none.
     fn reset(&self) -> Result<bool, DriverError>;
 
+    /// Why the function must be reset before a driver brings it up again, if it must: a
+    /// session that ended leaving state in the device it could not undo records it with
+    /// [`DeviceBackend::mark_needs_reset`] when the reset itself was not available. Kept by
+    /// the backend, so it holds across sessions on the same backend object (a new VFIO open
+    /// of the device is reset by vfio-pci when the function supports it).
+    fn needs_reset(&self) -> Option<String>;
+    /// Record (`Some`) or clear (`None`) that the function needs a reset.
+    fn mark_needs_reset(&self, reason: Option<String>);
     /// Whether [`DeviceBackend::reset`] would reset, without resetting; `None` when the
     /// backend cannot tell.
     fn reset_supported(&self) -> Option<bool> {

@@ -90,6 +90,8 @@ pub fn provider() -> Option<Arc<dyn ModelProvider>> {
 pub struct EmulatedBackend {
     model: Arc<dyn DeviceModel>,
     describe: String,
+    /// See [`DeviceBackend::needs_reset`].
+    needs_reset: std::sync::Mutex<Option<String>>,
 }
 
 impl EmulatedBackend {
@@ -98,6 +100,7 @@ impl EmulatedBackend {
         EmulatedBackend {
             model,
             describe: describe.into(),
+            needs_reset: std::sync::Mutex::new(None),
         }
     }
 
@@ -190,6 +193,20 @@ impl DeviceBackend for EmulatedBackend {
 
     fn reset(&self) -> Result<bool, DriverError> {
         Ok(self.model.reset())
+    }
+
+    fn needs_reset(&self) -> Option<String> {
+        self.needs_reset
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn mark_needs_reset(&self, reason: Option<String>) {
+        *self
+            .needs_reset
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
     }
 
     fn dma_mapper(&self) -> Arc<dyn DmaMapper> {

@@ -440,6 +440,22 @@ pub enum DriverError {
         reason: String,
     },
 
+    /// The function still holds state of an earlier session that could not be undone (it
+    /// ended fatal, TEARDOWN_HCA failed, pages were not reclaimed or command slots were
+    /// lost), and the backend cannot reset it: bringing it up again would let the firmware
+    /// use memory the new session hands out for something else.
+    #[error(
+        "{device} needs a function reset before it is brought up again: {reason}; it offers \
+         no reset through this backend, so unbind it from vfio-pci and bind it again, or \
+         reset it (echo 1 > /sys/bus/pci/devices/<address>/reset), then open it anew"
+    )]
+    NeedsReset {
+        /// The device string.
+        device: String,
+        /// What the earlier session left behind.
+        reason: String,
+    },
+
     /// The HCA was closed.
     #[error("the HCA was closed; open it again to use it")]
     Closed,

@@ -426,16 +426,23 @@ pub struct HcaOptions {
     pub send_depth: u32,
     /// Receive queue depth of each special QP, in work requests (as above).
     pub recv_depth: u32,
+    /// Most 4 KiB pages of host memory given to the device's firmware at once (its own and
+    /// those it asks for on behalf of other functions). Startup pages beyond it fail the
+    /// bring-up; a run-time request beyond it is answered CAN'T GIVE, as the kernel answers
+    /// when its allocation fails. Default
+    /// [`DEFAULT_MAX_FIRMWARE_PAGES`](crate::mlx5::DEFAULT_MAX_FIRMWARE_PAGES) (4 GiB).
+    pub max_firmware_pages: usize,
 }
 
 impl Default for HcaOptions {
     /// Pooled leases, 128 sends and 256 receives per special QP (the kernel's MAD layer uses
-    /// 128 and 512).
+    /// 128 and 512), at most 4 GiB of firmware pages.
     fn default() -> Self {
         HcaOptions {
             lease_mode: LeaseMode::Pooled,
             send_depth: 128,
             recv_depth: 256,
+            max_firmware_pages: crate::mlx5::DEFAULT_MAX_FIRMWARE_PAGES,
         }
     }
 }

@@ -99,6 +99,7 @@ impl World {
                 },
                 send_depth: 32,
                 recv_depth: 64,
+                ..HcaOptions::default()
             },
             mad::PortConfig::default(),
         );

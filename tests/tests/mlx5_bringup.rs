@@ -123,3 +123,184 @@ fn a_create_that_times_out_keeps_its_memory_until_the_quiesce() {
         assert_eq!((r.eqs, r.cqs, r.qps), (0, 0, 0), "{op}: {r:?}");
     }
 }
+
+/// A session that ends with a lost command slot (the firmware took QUERY_SPECIAL_CONTEXTS and
+/// never gave its entry back): the firmware may still write that command's mailboxes, so
+/// close resets the function before the same backend is brought up again (a new session's
+/// IOVA allocator hands the same addresses out). A clean close does not reset.
+#[test]
+fn a_close_with_a_lost_command_slot_resets_the_function_and_the_reopen_works() {
+    use firmware_cmds::mlx5::Opcode;
+    use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
+    let sim = SimHca::new();
+    let resets = || sim.model.counters().function_resets;
+    let hca = sim.open_strict();
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+    assert_eq!(resets(), 0, "a clean close does not reset");
+
+    let hca = sim.open_strict();
+    sim.model
+        .faults()
+        .withhold_completion(Opcode::QUERY_SPECIAL_CONTEXTS.0);
+    assert!(matches!(
+        hca.command(&QuerySpecialContexts),
+        Err(DriverError::CommandTimeout { .. })
+    ));
+    hca.close().unwrap();
+    assert_eq!(resets(), 1, "the close reset the function");
+    sim.assert_clean(&hca);
+
+    let hca = sim.open_strict();
+    hca.command(&QuerySpecialContexts)
+        .expect("the reopened HCA works");
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+    assert_eq!(resets(), 1);
+}
+
+/// The simulated function behind a backend that offers no reset.
+struct NoReset(std::sync::Arc<driver::emulated::EmulatedBackend>);
+
+impl DeviceBackend for NoReset {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn pci_id(&self) -> driver::PciId {
+        self.0.pci_id()
+    }
+    fn region_info(&self, index: u32) -> Result<driver::RegionInfo, DriverError> {
+        self.0.region_info(index)
+    }
+    fn map_region(&self, index: u32) -> Result<driver::Mmio, DriverError> {
+        self.0.map_region(index)
+    }
+    fn config_read(&self, offset: u64, data: &mut [u8]) -> Result<(), DriverError> {
+        self.0.config_read(offset, data)
+    }
+    fn config_write(&self, offset: u64, data: &[u8]) -> Result<(), DriverError> {
+        self.0.config_write(offset, data)
+    }
+    fn irq_info(&self, index: driver::IrqIndex) -> Result<driver::IrqInfo, DriverError> {
+        self.0.irq_info(index)
+    }
+    fn set_irqs(
+        &self,
+        index: driver::IrqIndex,
+        start: u32,
+        fds: &[&driver::EventFd],
+    ) -> Result<(), DriverError> {
+        self.0.set_irqs(index, start, fds)
+    }
+    fn disable_irqs(&self, index: driver::IrqIndex) -> Result<(), DriverError> {
+        self.0.disable_irqs(index)
+    }
+    fn reset(&self) -> Result<bool, DriverError> {
+        Ok(false)
+    }
+    fn needs_reset(&self) -> Option<String> {
+        self.0.needs_reset()
+    }
+    fn mark_needs_reset(&self, reason: Option<String>) {
+        self.0.mark_needs_reset(reason);
+    }
+    fn dma_mapper(&self) -> std::sync::Arc<dyn dma::DmaMapper> {
+        self.0.dma_mapper()
+    }
+    fn now(&self) -> Duration {
+        self.0.now()
+    }
+    fn wait(&self, deadline: Duration) {
+        self.0.wait(deadline);
+    }
+}
+
+/// The same lost slot on a function the backend cannot reset: the next bring-up on that
+/// backend is refused with `NeedsReset`, which says what to do, and touches nothing.
+#[test]
+fn a_function_left_needing_a_reset_it_does_not_offer_is_refused_at_the_next_bring_up() {
+    use driver::mlx5::Mlx5Hca;
+    use firmware_cmds::mlx5::Opcode;
+    use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
+    let sim = SimHca::new();
+    let backend: std::sync::Arc<dyn DeviceBackend> =
+        std::sync::Arc::new(NoReset(sim.backend.clone()));
+    let hca = Mlx5Hca::open(backend.clone(), HcaOptions::default()).unwrap();
+    sim.model
+        .faults()
+        .withhold_completion(Opcode::QUERY_SPECIAL_CONTEXTS.0);
+    assert!(hca.command(&QuerySpecialContexts).is_err());
+    hca.close().unwrap();
+    let a = hca.accounting();
+    assert_eq!(
+        (a.driver_pool.leases_out, a.firmware_pages),
+        (0, 0),
+        "{a:?}"
+    );
+    assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
+    drop(hca);
+
+    let commands = sim.model.counters().commands.values().sum::<u64>();
+    let err = Mlx5Hca::open(backend.clone(), HcaOptions::default())
+        .err()
+        .expect("bring-up refused");
+    match &err {
+        DriverError::NeedsReset { reason, .. } => {
+            assert!(reason.contains("never completed"), "{reason}");
+        }
+        other => panic!("expected NeedsReset, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains("unbind") && msg.contains("reset"), "{msg}");
+    assert_eq!(
+        sim.model.counters().commands.values().sum::<u64>(),
+        commands,
+        "no command sent to the function"
+    );
+    assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
+    assert_eq!(sim.faults(), 0);
+}
+
+/// A page request's MANAGE_PAGES still on the page slot at close (a CAN'T GIVE whose
+/// completion is withheld, not yet timed out; every page comes back): the page slot is lost
+/// with it, so close resets the function too.
+#[test]
+fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
+    use firmware_cmds::mlx5::Opcode;
+    let sim = SimHca::new();
+    let own = {
+        let probe = sim.open_strict();
+        let n = sim.model.pages_held();
+        probe.close().unwrap();
+        n
+    };
+    // No room for a single page more: the request is answered CAN'T GIVE.
+    let hca = sim
+        .open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            max_firmware_pages: own as usize,
+            ..HcaOptions::default()
+        })
+        .unwrap();
+    let p = port(&hca, 1);
+    sim.model
+        .faults()
+        .withhold_completion(Opcode::MANAGE_PAGES.0);
+    assert!(sim.model.faults().page_request(4));
+    let end = p.now() + Duration::from_millis(100);
+    while hca.stats().pages.cant_give == 0 && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    assert_eq!(
+        hca.stats().pages.cant_give,
+        1,
+        "CAN'T GIVE posted on the page slot"
+    );
+    drop(p);
+    hca.close().unwrap();
+    let s = hca.stats();
+    assert_eq!(s.pages.returned, s.pages.given, "every page came back");
+    assert_eq!(sim.model.counters().function_resets, 1);
+    sim.assert_clean(&hca);
+}

@@ -404,3 +404,38 @@ fn closing_while_another_thread_runs_commands_ends_them_with_closed() {
         sim.assert_clean(&hca);
     }
 }
+
+/// A device that writes more EQEs at once than one drain pass takes: each pass takes at most
+/// the kernel's `MLX5_EQ_POLLING_BUDGET` (128) and the rest is left for the next, which the
+/// port's `wait` does not sleep through; every request is served in the end.
+#[test]
+fn a_burst_of_eqes_is_drained_a_budget_per_pass() {
+    const BURST: u32 = 300;
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let before = sim.model.pages_held();
+    let eqes = hca.stats().eqes;
+    for _ in 0..BURST {
+        assert!(sim.model.faults().page_request(1));
+    }
+    p.events();
+    assert_eq!(hca.stats().eqes - eqes, 128, "one pass took one budget");
+    assert_eq!(hca.stats().pages.requests, 128);
+    // The rest comes on later passes; a wait with EQEs left returns at once.
+    let start = p.now();
+    p.wait(start + Duration::from_secs(1));
+    assert_eq!(p.now(), start, "no sleep with EQEs left in the ring");
+    let end = p.now() + Duration::from_millis(500);
+    while sim.model.pages_held() != before + u64::from(BURST) && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    assert_eq!(sim.model.pages_held(), before + u64::from(BURST));
+    let s = hca.stats();
+    assert_eq!(s.pages.requests, u64::from(BURST));
+    assert_eq!(s.bad_eqes, 0);
+    drop(p);
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+}

@@ -35,7 +35,7 @@ use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
 use firmware_cmds::mlx5::ops::vport::QueryHcaVportContext;
 use firmware_cmds::mlx5::timeouts::{self, Timeout};
 
-use crate::backend::DeviceBackendExt;
+use crate::backend::{DeviceBackend, DeviceBackendExt};
 use crate::error::DriverError;
 use crate::pci::{self, FunctionKind};
 use crate::verbs::SpecialQp;
@@ -417,6 +417,49 @@ fn create_port(
     Ok(())
 }
 
+/// After a teardown that left state in the device (see `teardown`): reset the function
+/// through the backend, so that the firmware forgets this session's memory before a new
+/// session's IOVA allocator hands the same addresses out again; when the backend has no
+/// reset (or it fails), mark the backend so that the next bring-up is refused with
+/// [`DriverError::NeedsReset`]. Called after the quiesce and after every lease was released.
+fn reset_after_unclean_close(dev: &Dev, reason: &str) {
+    match dev.backend.reset() {
+        Ok(true) => {
+            tracing::warn!(
+                device = %dev.backend.describe(),
+                "function reset at close: {reason}"
+            );
+            dev.backend.mark_needs_reset(None);
+        }
+        Ok(false) => {
+            tracing::error!(
+                device = %dev.backend.describe(),
+                "the function needs a reset it does not offer: {reason}"
+            );
+            dev.backend.mark_needs_reset(Some(reason.to_string()));
+        }
+        Err(e) => {
+            tracing::error!(
+                device = %dev.backend.describe(),
+                "function reset at close failed ({e}): {reason}"
+            );
+            dev.backend
+                .mark_needs_reset(Some(format!("{reason}; the reset at close failed: {e}")));
+        }
+    }
+}
+
+/// Refuse to bring up a function an earlier session left needing a reset.
+pub(crate) fn check_no_reset_needed(backend: &dyn DeviceBackend) -> Result<(), DriverError> {
+    match backend.needs_reset() {
+        Some(reason) => Err(DriverError::NeedsReset {
+            device: backend.describe(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Undo everything that exists, in reverse order; returns the first error (the rest is still
 /// done). Every lease is released by the time it returns, after bus mastering is off.
 pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), DriverError> {
@@ -493,12 +536,15 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     if let Some(uar) = uar {
         note("DEALLOC_UAR", uar.free(dev));
     }
+    // What the device may still hold of this session after it: reasons to reset it.
+    let mut left_behind: Vec<String> = Vec::new();
     if initialized {
         if let Err(e) = dev.exec(&TeardownHca {
             profile: TeardownProfile::GracefulClose,
         }) {
             // The kernel skips the rest of its cleanup; we quiesce and release locally.
             dev.enter_fatal(&format!("TEARDOWN_HCA failed: {e}"), false);
+            left_behind.push(format!("TEARDOWN_HCA failed ({e})"));
             note("TEARDOWN_HCA", Err(e));
         }
     }
@@ -529,22 +575,53 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     }
     {
         let mut pages = dev.lock_pages();
+        if pages.op_in_flight() {
+            left_behind.push("a MANAGE_PAGES on the page slot never completed".to_string());
+        }
         if pages.leases() > 0 {
             tracing::warn!(
                 pages = pages.held(),
                 "releasing pages the firmware did not return (bus mastering is off)"
             );
+            left_behind.push(format!(
+                "{} firmware pages were not given back",
+                pages.leases()
+            ));
         }
         pages.drop_all_after_quiesce();
     }
-    dev.lock_cmd().free();
+    {
+        let mut st = dev.lock_cmd();
+        let lost = st.lost_slots() + st.in_flight();
+        if lost > 0 {
+            left_behind.push(format!(
+                "{lost} firmware commands never completed (their command slots were lost)"
+            ));
+        }
+        st.free();
+    }
     let buried = dev.empty_graveyard();
     if buried > 0 {
         tracing::warn!(buried, "released DMA kept after failed destroy commands");
+        left_behind.push(format!(
+            "{buried} buffers of commands with an unknown outcome were still the device's"
+        ));
     }
     dev.teardown_irqs();
     dev.mad_pool.trim();
     dev.pool.trim();
+    if dev.was_fatal() {
+        let reason = dev
+            .fatal_reason()
+            .unwrap_or_else(|| "fatal error".to_string());
+        left_behind.insert(
+            0,
+            format!("the session ended in the fatal state ({reason})"),
+        );
+    }
+    if !left_behind.is_empty() {
+        reset_after_unclean_close(dev, &left_behind.join("; "));
+    }
     dev.set_closed();
     match first {
         Some(e) if !fatal_before => Err(e),

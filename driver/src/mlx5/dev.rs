@@ -43,7 +43,8 @@ pub struct Mlx5Stats {
     pub pages: super::pages::PageStats,
     /// EQEs consumed.
     pub eqes: u64,
-    /// EQEs of a type the EQ was not created for, or naming an unknown queue.
+    /// EQEs of a type the EQ was not created for, naming an unknown queue, or that did not
+    /// decode.
     pub bad_eqes: u64,
     /// CQEs rejected (bad opcode, QPN, WQE counter or byte count).
     pub bad_cqes: u64,
@@ -115,6 +116,8 @@ pub(crate) struct Dev {
     cmd: Mutex<CmdState>,
     pages: Mutex<FwPages>,
     pub(crate) eqs: Mutex<EqSet>,
+    /// The last drain pass stopped at its budget with EQEs left: a waiter must not block.
+    eq_backlog: AtomicBool,
     health: Mutex<Health>,
     stats: Mutex<Mlx5Stats>,
     pub(crate) info: RwLock<DevInfo>,
@@ -222,8 +225,9 @@ impl Dev {
             mad_pool,
             options,
             cmd: Mutex::new(CmdState::new()),
-            pages: Mutex::new(FwPages::default()),
+            pages: Mutex::new(FwPages::with_limit(options.max_firmware_pages)),
             eqs: Mutex::new(EqSet::default()),
+            eq_backlog: AtomicBool::new(false),
             health: Mutex::new(Health::default()),
             stats: Mutex::new(Mlx5Stats::default()),
             info: RwLock::new(DevInfo::default()),
@@ -500,18 +504,30 @@ impl Dev {
         }
     }
 
-    /// Drain every EQ and act on what they say.
+    /// True when the last drain pass left EQEs for the next one: the caller should poll
+    /// again rather than wait for an interrupt (the EQ was armed with EQEs already there).
+    pub(crate) fn eq_backlog(&self) -> bool {
+        self.eq_backlog.load(Ordering::Acquire)
+    }
+
+    /// One drain pass over the EQs (at most [`super::eq::EQ_POLLING_BUDGET`] EQEs from each)
+    /// and act on what they say.
     fn drain_eqs(&self) {
         let Ok(mut eqs) = self.eqs.try_lock() else {
             return;
         };
         let mut found = Vec::new();
-        eqs.poll_all(&self.bar, &mut found);
+        let drained = eqs.poll_all(&self.bar, &mut found);
         drop(eqs);
-        if found.is_empty() {
+        self.eq_backlog.store(drained.more, Ordering::Release);
+        if found.is_empty() && drained.undecodable == 0 {
             return;
         }
-        self.lock_stats().eqes += found.len() as u64;
+        {
+            let mut stats = self.lock_stats();
+            stats.eqes += found.len() as u64 + drained.undecodable;
+            stats.bad_eqes += drained.undecodable;
+        }
         for (expected, eqe) in found {
             if !expected {
                 self.lock_stats().bad_eqes += 1;

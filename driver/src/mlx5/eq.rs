@@ -27,6 +27,23 @@ pub(crate) const NUM_ASYNC_EQE: u32 = 0x100;
 /// EQEs of the completion EQ before the spare ones.
 pub(crate) const NUM_COMP_EQE: u32 = 0x80;
 
+/// EQEs one drain pass takes from one EQ: the kernel's `MLX5_EQ_POLLING_BUDGET` (128, in
+/// `drivers/net/ethernet/mellanox/mlx5/core/eq.c`). A device that keeps writing EQEs cannot
+/// keep one `progress` caller draining for ever; what is left waits for the next pass. No
+/// larger than the spare EQEs, so the consumer index is written (at the end of the pass)
+/// before the device can reach an entry the pass has not consumed.
+pub(crate) const EQ_POLLING_BUDGET: u32 = 128;
+const _: () = assert!(EQ_POLLING_BUDGET <= NUM_SPARE_EQE);
+
+/// What one drain pass of an EQ (or of every EQ) left behind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Drained {
+    /// EQEs consumed that did not decode (dropped, to be counted as bad).
+    pub(crate) undecodable: u64,
+    /// The pass stopped at its budget with software-owned EQEs still in the ring.
+    pub(crate) more: bool,
+}
+
 /// The async events the driver asks for (`MLX5_ASYNC_EVENT_MASK` without the ones that need
 /// capabilities it does not use).
 pub(crate) const ASYNC_EVENTS: &[EventType] = &[
@@ -69,14 +86,19 @@ pub(crate) struct EqSet {
 }
 
 impl EqSet {
-    /// Drain every EQ; each EQE comes with whether its EQ was created for it.
-    pub(crate) fn poll_all(&mut self, bar: &Mmio, out: &mut Vec<(bool, Eqe)>) {
+    /// One drain pass over every EQ, at most [`EQ_POLLING_BUDGET`] EQEs from each; each EQE
+    /// comes with whether its EQ was created for it.
+    pub(crate) fn poll_all(&mut self, bar: &Mmio, out: &mut Vec<(bool, Eqe)>) -> Drained {
+        let mut all = Drained::default();
         for eq in [&mut self.cmd, &mut self.async_eq, &mut self.comp]
             .into_iter()
             .flatten()
         {
-            eq.poll(bar, out);
+            let d = eq.poll(bar, out, EQ_POLLING_BUDGET);
+            all.undecodable += d.undecodable;
+            all.more |= d.more;
         }
+        all
     }
 }
 
@@ -158,37 +180,49 @@ impl Eq {
         bar.write32(self.uar_base + db.offset() as u64, db.value());
     }
 
-    /// Take every EQE software owns, updating the consumer index at least every
-    /// `NUM_SPARE_EQE` entries, and re-arm.
-    pub(crate) fn poll(&mut self, bar: &Mmio, out: &mut Vec<(bool, Eqe)>) {
+    /// Whether the EQE at the consumer index is software's (`next_eqe_sw`); false when it
+    /// cannot be read.
+    fn next_owned(&self) -> bool {
+        let idx = (self.cons_index & (self.nent - 1)) as usize;
+        self.buf
+            .read_u8(idx * EQE_SIZE + eqe::off::OWNER)
+            .is_ok_and(|owner| eqe::sw_owned(owner, self.cons_index, self.nent))
+    }
+
+    /// Take up to `budget` EQEs software owns (no more than the spare EQEs, so the consumer
+    /// index written once at the end is never too late), then write the consumer index and
+    /// re-arm, as the kernel's `mlx5_eq_async_int` does: what is left stays for the next
+    /// pass, which the returned `more` asks for.
+    pub(crate) fn poll(&mut self, bar: &Mmio, out: &mut Vec<(bool, Eqe)>, budget: u32) -> Drained {
+        let budget = budget.min(NUM_SPARE_EQE);
         let mut taken = 0u32;
-        loop {
-            let idx = (self.cons_index & (self.nent - 1)) as usize;
-            let Ok(owner) = self.buf.read_u8(idx * EQE_SIZE + eqe::off::OWNER) else {
-                break;
-            };
-            if !eqe::sw_owned(owner, self.cons_index, self.nent) {
-                break;
-            }
+        let mut drained = Drained::default();
+        while taken < budget && self.next_owned() {
             barrier::from_device();
+            let idx = (self.cons_index & (self.nent - 1)) as usize;
             let mut raw = [0u8; EQE_SIZE];
             if self.buf.read(idx * EQE_SIZE, &mut raw).is_err() {
                 break;
             }
             self.cons_index = self.cons_index.wrapping_add(1);
             taken += 1;
-            if let Ok(e) = Eqe::decode(&raw) {
-                let expected = self.events.contains(&e.event_type)
-                    || (self.accepts_comp && e.event_type == EventType::COMP);
-                out.push((expected, e));
-            }
-            if taken % NUM_SPARE_EQE == 0 {
-                self.doorbell(bar, false);
+            match Eqe::decode(&raw) {
+                Ok(e) => {
+                    let expected = self.events.contains(&e.event_type)
+                        || (self.accepts_comp && e.event_type == EventType::COMP);
+                    out.push((expected, e));
+                }
+                Err(e) => {
+                    drained.undecodable += 1;
+                    tracing::warn!(eqn = self.eqn, "EQE that does not decode dropped: {e}");
+                }
             }
         }
         if taken > 0 {
             self.doorbell(bar, true);
         }
+        drained.more = taken == budget && self.next_owned();
+        drained
     }
 
     /// DESTROY_EQ. The buffer is released when the command succeeded (or was faked because
@@ -212,6 +246,117 @@ pub(crate) fn cmd_eq_wanted() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    use dma::{DmaPool, LeaseMode, SimIommu};
+    use firmware_cmds::mlx5::eqe::EqeEvent;
+
+    use crate::mlx5::testutil::recording_bar;
+
+    /// An async-sized EQ over a leased ring, every entry in its initial (hardware-owned)
+    /// state, as `create` leaves it.
+    fn ring(pool: &DmaPool) -> Eq {
+        let nent = eq_size(NUM_ASYNC_EQE);
+        let buf = pool
+            .lease(nent as usize * EQE_SIZE, 4096, Access::ReadWrite)
+            .unwrap();
+        for i in 0..nent as usize {
+            buf.write_u8(i * EQE_SIZE + eqe::off::OWNER, OWNER_INIT_VAL)
+                .unwrap();
+        }
+        Eq {
+            buf,
+            nent,
+            cons_index: 0,
+            eqn: 3,
+            uar_base: 0x1000,
+            events: ASYNC_EVENTS.to_vec(),
+            accepts_comp: false,
+        }
+    }
+
+    /// Write `n` page-request EQEs from entry `from` on, with the owner bit of pass 0, as
+    /// the device does.
+    fn device_writes(eq: &Eq, from: u32, n: u32) {
+        for i in from..from + n {
+            let e = Eqe::from_event(
+                &EqeEvent::PageRequest {
+                    ec_function: 0,
+                    function_id: 0,
+                    num_pages: 1,
+                },
+                0,
+            );
+            eq.buf.write(i as usize * EQE_SIZE, &e.encode()).unwrap();
+        }
+    }
+
+    fn armed_at(eq: &Eq, ci: u32) -> (u64, Vec<u8>) {
+        let db = EqDoorbell {
+            eqn: eq.eqn,
+            ci,
+            arm: true,
+        };
+        (
+            eq.uar_base + db.offset() as u64,
+            db.value().to_be_bytes().to_vec(),
+        )
+    }
+
+    #[test]
+    fn a_drain_pass_takes_at_most_the_budget_and_leaves_the_rest_for_the_next() {
+        let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Pooled).unwrap();
+        let (rec, bar) = recording_bar();
+        let mut eq = ring(&pool);
+        // More than two budgets at once, fewer than the ring holds.
+        let written = 2 * EQ_POLLING_BUDGET + 44;
+        device_writes(&eq, 0, written);
+
+        let mut out = Vec::new();
+        let d = eq.poll(&bar, &mut out, EQ_POLLING_BUDGET);
+        assert_eq!(out.len(), 128, "one pass takes MLX5_EQ_POLLING_BUDGET EQEs");
+        assert!(d.more, "and says EQEs are left");
+        assert_eq!(d.undecodable, 0);
+        assert!(out.iter().all(|(expected, _)| *expected));
+        assert_eq!(
+            rec.take(),
+            vec![armed_at(&eq, 128)],
+            "the consumer index of what was taken, written once and armed"
+        );
+
+        out.clear();
+        assert!(eq.poll(&bar, &mut out, EQ_POLLING_BUDGET).more);
+        assert_eq!(out.len(), 128);
+        assert_eq!(rec.take(), vec![armed_at(&eq, 256)]);
+
+        out.clear();
+        let d = eq.poll(&bar, &mut out, EQ_POLLING_BUDGET);
+        assert_eq!(out.len(), 44, "the rest");
+        assert!(!d.more, "nothing left");
+        assert_eq!(rec.take(), vec![armed_at(&eq, written)]);
+
+        // An empty pass writes no doorbell.
+        out.clear();
+        assert_eq!(
+            eq.poll(&bar, &mut out, EQ_POLLING_BUDGET),
+            Drained::default()
+        );
+        assert!(out.is_empty());
+        assert!(rec.take().is_empty());
+    }
+
+    #[test]
+    fn the_budget_never_exceeds_the_spare_entries() {
+        let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Pooled).unwrap();
+        let (rec, bar) = recording_bar();
+        let mut eq = ring(&pool);
+        device_writes(&eq, 0, 300);
+        let mut out = Vec::new();
+        let d = eq.poll(&bar, &mut out, u32::MAX);
+        assert_eq!(out.len(), NUM_SPARE_EQE as usize);
+        assert!(d.more);
+        assert_eq!(rec.take(), vec![armed_at(&eq, NUM_SPARE_EQE)]);
+    }
 
     #[test]
     fn sizes_include_the_spare_entries() {

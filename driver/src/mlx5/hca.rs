@@ -31,6 +31,7 @@ impl Mlx5Hca {
         backend: Arc<dyn DeviceBackend>,
         options: HcaOptions,
     ) -> Result<Arc<Mlx5Hca>, DriverError> {
+        bringup::check_no_reset_needed(backend.as_ref())?;
         let dev = Arc::new(Dev::new(backend, options)?);
         let ports = bringup::bring_up(&dev)?;
         let node_guid = ports.first().map_or(0, |p| p.node_guid());

@@ -35,6 +35,8 @@ pub use cmd::CmdStats;
 pub use dev::Mlx5Stats;
 pub use hca::Mlx5Hca;
 pub use health::{MAX_MISSES, REMOVAL_CHECK};
-pub use pages::{MAX_PAGES_PER_REQUEST, PageStats};
+pub use pages::{
+    DEFAULT_MAX_FIRMWARE_PAGES, MAX_PAGES_PER_REQUEST, MAX_PENDING_PAGE_REQUESTS, PageStats,
+};
 pub use port::{CqPosition, Mlx5Port};
 pub use qp::QP1_QKEY;

@@ -28,6 +28,18 @@ use super::wait::{Backoff, ms};
 /// Most pages one request may ask for (1 GiB): a larger number is treated as a device error.
 pub const MAX_PAGES_PER_REQUEST: u32 = 1 << 18;
 
+/// Page requests kept waiting for the page slot: as many as the async EQ holds at once
+/// (`NUM_ASYNC_EQE` plus the spare EQEs, 512 entries). A firmware that asks faster than one
+/// MANAGE_PAGES at a time can answer (or whose page slot is stuck) has further requests
+/// refused: counted in [`PageStats::refused`] and logged, never queued without bound. The
+/// kernel queues a work item per request instead; its allocator is the bound there.
+pub const MAX_PENDING_PAGE_REQUESTS: usize = 512;
+
+/// The default of [`crate::verbs::HcaOptions::max_firmware_pages`]: 2^20 pages (4 GiB),
+/// far above what a function's own firmware asks for (tens of MiB), room for the VFs of a
+/// PF, and a bound on the host memory a runaway firmware can take.
+pub const DEFAULT_MAX_FIRMWARE_PAGES: usize = 1 << 20;
+
 /// Pages asked back per TAKE at teardown (`optimal_reclaimed_pages`: what 12 mailbox blocks
 /// hold).
 pub(crate) const RECLAIM_BATCH: u32 = ((16 + 12 * 512 - 16) / PAS_ENTRY) as u32;
@@ -39,6 +51,25 @@ pub(crate) struct PageRequest {
     pub(crate) ec_function: bool,
     /// > 0: give; < 0: take back.
     pub(crate) num_pages: i32,
+}
+
+impl PageRequest {
+    fn function(self) -> Function {
+        Function {
+            id: self.function_id,
+            ec: self.ec_function,
+        }
+    }
+}
+
+/// The function pages are given for (the kernel's `function` key of `page_root_xa`:
+/// `func_id | ec_function << 16`): the function itself (0, false), or a VF of a PF, or the
+/// host PF of an embedded-CPU function. Pages are taken back from the function they were
+/// given for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Function {
+    pub(crate) id: u16,
+    pub(crate) ec: bool,
 }
 
 /// A MANAGE_PAGES in flight on the page slot.
@@ -63,62 +94,139 @@ pub struct PageStats {
     pub requests: u64,
     /// CAN'T GIVE answers sent.
     pub cant_give: u64,
-    /// Returned addresses that were not ours.
+    /// Returned addresses that were not ours (or not given for the function named).
     pub bad_returns: u64,
+    /// GIVE requests answered CAN'T GIVE because they would take the pages given past
+    /// [`crate::verbs::HcaOptions::max_firmware_pages`] (counted in `cant_give` as well).
+    pub over_limit: u64,
+    /// Page requests refused because [`MAX_PENDING_PAGE_REQUESTS`] were already waiting.
+    pub refused: u64,
+    /// MANAGE_PAGES on the page slot that did not complete within the command timeout
+    /// (the device is then fatal).
+    pub timeouts: u64,
 }
 
 /// The firmware's pages and the page-request machinery.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FwPages {
-    given: HashMap<u64, DmaLease>,
+    /// Pages the firmware holds, by address, with the function they were given for.
+    given: HashMap<u64, (Function, DmaLease)>,
+    /// Most pages given, in limbo and in flight at once.
+    limit: usize,
     /// Pages of a GIVE whose outcome is unknown (timed out): kept until the device is quiesced.
     limbo: Vec<DmaLease>,
     pending: VecDeque<PageRequest>,
-    in_flight: Option<(PageRequest, PageOp)>,
+    /// The MANAGE_PAGES on the page slot, and when it was posted (device time).
+    in_flight: Option<(PageRequest, PageOp, Duration)>,
     pub(crate) stats: PageStats,
 }
 
+impl Default for FwPages {
+    fn default() -> Self {
+        FwPages::with_limit(DEFAULT_MAX_FIRMWARE_PAGES)
+    }
+}
+
 impl FwPages {
+    /// No page given; at most `limit` pages ever held at once.
+    pub(crate) fn with_limit(limit: usize) -> Self {
+        FwPages {
+            given: HashMap::new(),
+            limit,
+            limbo: Vec::new(),
+            pending: VecDeque::new(),
+            in_flight: None,
+            stats: PageStats::default(),
+        }
+    }
+
+    /// Whether `n` more pages stay within the limit (pages given, in limbo and in flight
+    /// count: all are leased for the firmware).
+    fn room_for(&self, n: usize) -> bool {
+        self.leases().saturating_add(n) <= self.limit
+    }
+
+    /// The functions pages are held for, and how many each, in function order.
+    fn holders(&self) -> Vec<(Function, usize)> {
+        let mut m: std::collections::BTreeMap<Function, usize> = std::collections::BTreeMap::new();
+        for (f, _) in self.given.values() {
+            *m.entry(*f).or_default() += 1;
+        }
+        m.into_iter().collect()
+    }
+
     /// Pages the firmware holds.
     pub(crate) fn held(&self) -> usize {
         self.given.len()
     }
 
+    /// True while a MANAGE_PAGES answering a page request is on the page slot.
+    pub(crate) fn op_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
     /// Leases held (pages given, in flight and in limbo).
     pub(crate) fn leases(&self) -> usize {
         let flying = match &self.in_flight {
-            Some((_, PageOp::Give(v))) => v.len(),
+            Some((_, PageOp::Give(v), _)) => v.len(),
             _ => 0,
         };
         self.given.len() + self.limbo.len() + flying
     }
 
-    /// Queue a page request from an EQE.
+    /// Queue a page request from an EQE; refused (counted, logged) when
+    /// [`MAX_PENDING_PAGE_REQUESTS`] already wait.
     pub(crate) fn request(&mut self, req: PageRequest) {
         self.stats.requests += 1;
+        if self.pending.len() >= MAX_PENDING_PAGE_REQUESTS {
+            self.stats.refused += 1;
+            tracing::warn!(
+                ?req,
+                waiting = self.pending.len(),
+                "page request refused: {MAX_PENDING_PAGE_REQUESTS} already wait for the page slot"
+            );
+            return;
+        }
         self.pending.push_back(req);
     }
 
-    /// Record pages the firmware accepted.
-    fn accept(&mut self, leases: Vec<DmaLease>) {
+    /// The MANAGE_PAGES on the page slot timed out: its GIVE pages (if any) may be the
+    /// firmware's now, so they wait in limbo for the quiesce; the requests still waiting are
+    /// dropped (the device is about to be declared fatal).
+    fn op_timed_out(&mut self) -> Option<PageRequest> {
+        let (req, op, _) = self.in_flight.take()?;
+        self.stats.timeouts += 1;
+        if let PageOp::Give(leases) = op {
+            self.limbo.extend(leases);
+        }
+        self.pending.clear();
+        Some(req)
+    }
+
+    /// Record pages the firmware accepted for `f`.
+    fn accept(&mut self, f: Function, leases: Vec<DmaLease>) {
         self.stats.given += leases.len() as u64;
         for l in leases {
-            self.given.insert(l.iova(), l);
+            self.given.insert(l.iova(), (f, l));
         }
     }
 
-    /// Release the pages the firmware returned; addresses that are not ours are counted and
-    /// logged (the kernel's `free_4k` warning), never trusted.
-    fn returned(&mut self, pas: &[u64]) -> usize {
+    /// Release the pages the firmware returned for `f`; addresses that are not ours, or not
+    /// given for `f`, are counted and logged (the kernel's `free_4k` looks in the function's
+    /// own tree), never trusted.
+    fn returned(&mut self, f: Function, pas: &[u64]) -> usize {
         let mut n = 0;
         for pa in pas {
-            if self.given.remove(pa).is_some() {
+            if self.given.get(pa).is_some_and(|(g, _)| *g == f) {
+                self.given.remove(pa);
                 n += 1;
             } else {
                 self.stats.bad_returns += 1;
                 tracing::warn!(
                     addr = format_args!("{pa:#x}"),
-                    "firmware returned a page the driver never gave"
+                    function = f.id,
+                    ec = f.ec,
+                    "firmware returned a page the driver never gave that function"
                 );
             }
         }
@@ -133,7 +241,7 @@ impl FwPages {
         self.given.clear();
         self.limbo.clear();
         self.pending.clear();
-        if let Some((_, PageOp::Give(v))) = self.in_flight.take() {
+        if let Some((_, PageOp::Give(v), _)) = self.in_flight.take() {
             self.stats.dropped_after_quiesce += v.len() as u64;
         }
     }
@@ -178,6 +286,20 @@ impl Dev {
             return Ok(());
         }
         let n = check_count("QUERY_PAGES output", q.num_pages)?;
+        {
+            let pages = self.lock_pages();
+            if !pages.room_for(n as usize) {
+                return Err(DriverError::DeviceUnsupported {
+                    what: format!(
+                        "a firmware that asks for {n} {kind:?} pages with {} already given, \
+                         more than the {} allowed",
+                        pages.leases(),
+                        pages.limit
+                    ),
+                    hint: "raise HcaOptions::max_firmware_pages".into(),
+                });
+            }
+        }
         let leases = lease_pages(self, n)?;
         let give = ManagePages {
             op: PagesOp::Give(leases.iter().map(DmaLease::iova).collect()),
@@ -186,7 +308,11 @@ impl Dev {
         };
         match self.exec(&give) {
             Ok(_) => {
-                self.lock_pages().accept(leases);
+                let f = Function {
+                    id: q.function_id,
+                    ec: q.embedded_cpu_function,
+                };
+                self.lock_pages().accept(f, leases);
                 tracing::debug!(?kind, pages = n, "startup pages given");
                 Ok(())
             }
@@ -206,14 +332,42 @@ impl Dev {
 
     /// Serve page requests on the page slot: finish the one in flight when the device gave
     /// the slot back, then start the next. Called from the progress loop; never blocks.
+    ///
+    /// A MANAGE_PAGES the device has not given back within the command timeout loses the
+    /// page slot for good (the firmware may still write its mailboxes, and its GIVE pages
+    /// may be the firmware's): the pages go to limbo and the device is declared fatal, which
+    /// quiesces it before anything is released, as the kernel's teardown after a command
+    /// timeout would.
     pub(crate) fn service_page_requests(&self) {
         let mut pages = self.lock_pages();
-        if pages.in_flight.is_some() {
-            let done = {
+        if let Some((_, _, posted_at)) = pages.in_flight {
+            let (done, timeout) = {
                 let st = self.lock_cmd();
-                st.slot_count() > 0 && cmd::is_done(&st, st.page_slot())
+                (
+                    st.slot_count() > 0 && cmd::is_done(&st, st.page_slot()),
+                    st.timeout,
+                )
             };
             if !done {
+                if self.backend.now().saturating_sub(posted_at) < timeout {
+                    return;
+                }
+                {
+                    let mut st = self.lock_cmd();
+                    let slot = st.page_slot();
+                    cmd::lose(&mut st, slot);
+                }
+                let req = pages.op_timed_out();
+                drop(pages);
+                self.lock_stats().cmd.timeouts += 1;
+                self.enter_fatal(
+                    &format!(
+                        "MANAGE_PAGES for page request {req:?} timed out after {} ms on the \
+                         page slot",
+                        ms(timeout)
+                    ),
+                    false,
+                );
                 return;
             }
             let result = {
@@ -221,7 +375,7 @@ impl Dev {
                 let slot = st.page_slot();
                 cmd::finish(&mut st, slot)
             };
-            let Some((req, op)) = pages.in_flight.take() else {
+            let Some((req, op, _)) = pages.in_flight.take() else {
                 return;
             };
             page_op_done(&mut pages, req, op, result);
@@ -231,7 +385,9 @@ impl Dev {
                 return;
             };
             match self.start_page_op(&mut pages, req) {
-                Ok(()) => {}
+                Ok(true) => {}
+                // The slot is not free (requeued): try again on a later pass.
+                Ok(false) => return,
                 Err(e) => tracing::error!("page request {req:?} not served: {e}"),
             }
         }
@@ -256,7 +412,7 @@ fn page_op_done(
                 func = req.function_id,
                 "pages given on request"
             );
-            pages.accept(leases);
+            pages.accept(req.function(), leases);
         }
         (PageOp::Give(leases), Err(e)) if super::dev::outcome_unknown(&e) => {
             // A bad token, delivery or output chain: the firmware may have taken them.
@@ -276,7 +432,7 @@ fn page_op_done(
         }
         (PageOp::Take(n), Ok(out)) => match ManagePagesOut::decode(&out) {
             Ok(o) if o.pas.len() <= n as usize => {
-                let got = pages.returned(&o.pas);
+                let got = pages.returned(req.function(), &o.pas);
                 tracing::debug!(asked = n, got, "pages taken back on request");
             }
             Ok(o) => tracing::error!(
@@ -298,10 +454,27 @@ fn page_op_done(
 }
 
 impl Dev {
-    fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<(), DriverError> {
+    /// Post the MANAGE_PAGES answering `req` on the page slot. False when the slot is not
+    /// free: `req` is put back first in line.
+    fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<bool, DriverError> {
         let (op, input_op) = match req.num_pages.cmp(&0) {
             std::cmp::Ordering::Greater => {
                 match check_count("page request EQE", req.num_pages)
+                    .and_then(|n| {
+                        if pages.room_for(n as usize) {
+                            Ok(n)
+                        } else {
+                            pages.stats.over_limit += 1;
+                            Err(DriverError::DeviceUnsupported {
+                                what: format!(
+                                    "giving {n} more pages with {} given, past the {} allowed",
+                                    pages.leases(),
+                                    pages.limit
+                                ),
+                                hint: "raise HcaOptions::max_firmware_pages".into(),
+                            })
+                        }
+                    })
                     .and_then(|n| lease_pages(self, n))
                 {
                     Ok(leases) => {
@@ -322,7 +495,7 @@ impl Dev {
                 let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
                 (PageOp::Take(n), PagesOp::Take(n))
             }
-            std::cmp::Ordering::Equal => return Ok(()),
+            std::cmp::Ordering::Equal => return Ok(true),
         };
         let m = ManagePages {
             op: input_op,
@@ -336,7 +509,7 @@ impl Dev {
             drop(st);
             // The slot is still busy with a command that was lost; try again later.
             pages.pending.push_front(req);
-            return Ok(());
+            return Ok(false);
         };
         let now = self.backend.now();
         if let Err(e) = cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now) {
@@ -344,13 +517,15 @@ impl Dev {
             return Err(e);
         }
         drop(st);
-        pages.in_flight = Some((req, op));
-        Ok(())
+        pages.in_flight = Some((req, op, now));
+        Ok(true)
     }
 
-    /// Take every page back (`mlx5_reclaim_startup_pages`): TAKE in batches until none is
-    /// left, giving up when the firmware returns nothing for RECLAIM_PAGES (5 s). In a fatal
-    /// state nothing is sent: the device is quiesced, so the pages are simply released.
+    /// Take every page back (`mlx5_reclaim_startup_pages`): for each function pages were
+    /// given for, TAKE in batches naming that function until none of its pages is left,
+    /// giving up on it when the firmware returns nothing for RECLAIM_PAGES (5 s), as
+    /// `mlx5_reclaim_root_pages` does per function. In a fatal state nothing is sent: the
+    /// device is quiesced, so the pages are simply released.
     pub(crate) fn reclaim_all_pages(&self) -> Result<(), DriverError> {
         let timeout = Timeout::ReclaimPages.default_duration();
         // Let a page command in flight finish first (it may give pages).
@@ -363,21 +538,52 @@ impl Dev {
             }
             backoff.pause(self.backend.as_ref(), wait_end);
         }
-        let mut end = self.backend.now().saturating_add(timeout);
+        let mut first_err = None;
+        let mut given_up: Vec<Function> = Vec::new();
         loop {
             if self.fatal_reason().is_some() {
                 self.lock_pages().drop_all_after_quiesce();
                 return Ok(());
             }
-            let held = self.lock_pages().held();
+            let next = self
+                .lock_pages()
+                .holders()
+                .into_iter()
+                .find(|(f, _)| !given_up.contains(f));
+            let Some((f, _)) = next else {
+                return first_err.map_or(Ok(()), Err);
+            };
+            if let Err(e) = self.reclaim_function(f, timeout) {
+                tracing::warn!(function = f.id, ec = f.ec, "page reclaim: {e}");
+                given_up.push(f);
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+
+    /// TAKE the pages of `f` back until none is left; a timeout when the firmware returns
+    /// none for `timeout`.
+    fn reclaim_function(&self, f: Function, timeout: Duration) -> Result<(), DriverError> {
+        let mut backoff = Backoff::new(Duration::from_millis(1));
+        let mut end = self.backend.now().saturating_add(timeout);
+        loop {
+            if self.fatal_reason().is_some() {
+                return Ok(());
+            }
+            let held = self
+                .lock_pages()
+                .holders()
+                .into_iter()
+                .find_map(|(g, n)| (g == f).then_some(n))
+                .unwrap_or(0);
             if held == 0 {
                 return Ok(());
             }
-            let n = (held as u32).min(RECLAIM_BATCH);
+            let n = u32::try_from(held).unwrap_or(u32::MAX).min(RECLAIM_BATCH);
             let out = self.exec(&ManagePages {
                 op: PagesOp::Take(n),
-                function_id: 0,
-                embedded_cpu_function: false,
+                function_id: f.id,
+                embedded_cpu_function: f.ec,
             })?;
             if out.pas.len() > n as usize {
                 return Err(DriverError::BadDeviceValue {
@@ -385,15 +591,22 @@ impl Dev {
                     detail: format!("{} pages returned for {n} asked", out.pas.len()),
                 });
             }
-            let got = self.lock_pages().returned(&out.pas);
+            let got = self.lock_pages().returned(f, &out.pas);
             let now = self.backend.now();
             if got > 0 {
                 end = now.saturating_add(timeout);
             } else if now >= end {
-                let left = self.lock_pages().held();
-                tracing::warn!(left, "firmware did not return all pages; giving up");
+                tracing::warn!(
+                    left = held,
+                    function = f.id,
+                    "firmware did not return all pages; giving up"
+                );
                 return Err(DriverError::DeviceTimeout {
-                    what: format!("the firmware to return its last {left} pages"),
+                    what: format!(
+                        "the firmware to return the last {held} pages of function {:#x}{}",
+                        f.id,
+                        if f.ec { " (embedded CPU)" } else { "" }
+                    ),
                     ms: ms(timeout),
                 });
             } else {
@@ -423,11 +636,11 @@ mod tests {
         let iovas: Vec<u64> = v.iter().map(DmaLease::iova).collect();
         assert!(iovas.iter().all(|a| a % 4096 == 0), "4 KiB aligned");
         let mut p = FwPages::default();
-        p.accept(v);
+        p.accept(OWN, v);
         assert_eq!(p.held(), 4);
         assert_eq!(pool.accounting().leases_out, 4);
         // Two ours, one stranger.
-        assert_eq!(p.returned(&[iovas[1], 0xdead_0000, iovas[3]]), 2);
+        assert_eq!(p.returned(OWN, &[iovas[1], 0xdead_0000, iovas[3]]), 2);
         assert_eq!(p.stats.bad_returns, 1);
         assert_eq!(p.stats.returned, 2);
         assert_eq!(p.held(), 2);
@@ -435,6 +648,37 @@ mod tests {
         p.drop_all_after_quiesce();
         assert_eq!(p.stats.dropped_after_quiesce, 2);
         assert_eq!(pool.accounting().leases_out, 0);
+    }
+
+    const OWN: Function = Function { id: 0, ec: false };
+
+    #[test]
+    fn pages_come_back_only_from_the_function_they_were_given_for() {
+        let (pool, v) = leases(3);
+        let iovas: Vec<u64> = v.iter().map(DmaLease::iova).collect();
+        let vf = Function { id: 5, ec: false };
+        let mut p = FwPages::default();
+        let mut v = v.into_iter();
+        p.accept(OWN, v.by_ref().take(1).collect());
+        p.accept(vf, v.collect());
+        assert_eq!(p.holders(), vec![(OWN, 1), (vf, 2)]);
+        // The VF's page named in a TAKE for the function itself is not released.
+        assert_eq!(p.returned(OWN, &[iovas[1]]), 0);
+        assert_eq!(p.stats.bad_returns, 1);
+        assert_eq!(p.returned(vf, &[iovas[1], iovas[2]]), 2);
+        assert_eq!(p.holders(), vec![(OWN, 1)]);
+        assert_eq!(pool.accounting().leases_out, 1);
+    }
+
+    #[test]
+    fn the_limit_counts_every_page_leased_for_the_firmware() {
+        let (_pool, v) = leases(3);
+        let mut p = FwPages::with_limit(4);
+        assert!(p.room_for(4));
+        assert!(!p.room_for(5));
+        p.accept(OWN, v);
+        assert!(p.room_for(1));
+        assert!(!p.room_for(2));
     }
 
     #[test]

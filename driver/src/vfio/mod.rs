@@ -77,6 +77,8 @@ pub struct VfioBackend {
     iova_ranges: Vec<IovaRange>,
     routed: Mutex<irq::Routed>,
     opened: Instant,
+    /// See [`DeviceBackend::needs_reset`].
+    needs_reset: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for VfioBackend {
@@ -271,6 +273,7 @@ impl VfioBackend {
             iova_ranges,
             routed: Mutex::new(irq::Routed::default()),
             opened: Instant::now(),
+            needs_reset: Mutex::new(None),
         };
         let config = backend.config_region()?;
         if config.info.size < 0x40 || !config.info.read || !config.info.write {
@@ -650,6 +653,20 @@ impl DeviceBackend for VfioBackend {
 
     fn reset_supported(&self) -> Option<bool> {
         Some(self.device_flags & b::VFIO_DEVICE_FLAGS_RESET != 0)
+    }
+
+    fn needs_reset(&self) -> Option<String> {
+        self.needs_reset
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn mark_needs_reset(&self, reason: Option<String>) {
+        *self
+            .needs_reset
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
     }
 
     fn dma_mapper(&self) -> Arc<dyn DmaMapper> {

@@ -84,6 +84,8 @@ pub struct Mlx5Counters {
     pub uar_writes_ignored: u64,
     /// Device DMA the IOMMU refused (each is also an IOMMU fault: a driver bug).
     pub dma_errors: u64,
+    /// Function resets (FLR through the backend); the counters survive them.
+    pub function_resets: u64,
 }
 
 impl Mlx5Counters {

@@ -12,6 +12,7 @@
 //! | [`Mlx5Faults::fw_ver_unreachable`] | the health buffer's `fw_ver` reads all-ones |
 //! | [`Mlx5Faults::remove`] | every register and config read returns all-ones, writes are ignored, DMA stops |
 //! | [`Mlx5Faults::page_request`] | a PAGE_REQUEST event now |
+//! | [`Mlx5Faults::page_request_for`] | a PAGE_REQUEST event now for another function (VF) |
 //! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
 //! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA |
@@ -216,6 +217,15 @@ impl Mlx5Faults<'_> {
     /// back. False if no EQ takes page requests (QUERY_PAGES REGULAR still reports it).
     pub fn page_request(&self, num_pages: i32) -> bool {
         self.inner.with(|st| st.request_pages(num_pages))
+    }
+
+    /// Raises a PAGE_REQUEST event for another function (`function_id`, `ec_function`: a VF
+    /// of this PF, or the host PF of an ECPF), as a PF's firmware does for its VFs. The pages
+    /// given are held for that function and given back only by a TAKE naming it. False if
+    /// no EQ takes page requests.
+    pub fn page_request_for(&self, function_id: u16, ec_function: bool, num_pages: i32) -> bool {
+        self.inner
+            .with(|st| st.request_pages_for((function_id, ec_function), num_pages))
     }
 
     /// The `nth` (1-based) command started from now on a slot other than the last (the

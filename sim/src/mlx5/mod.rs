@@ -479,6 +479,13 @@ impl Mlx5 {
         self.inner.with(|st| st.pages.held())
     }
 
+    /// Pages the firmware holds for one function (`function_id`, `ec_function`), every
+    /// function's own pages included under (0, false).
+    pub fn pages_held_for(&self, function_id: u16, ec_function: bool) -> u64 {
+        self.inner
+            .with(|st| st.pages.held_by((function_id, ec_function)))
+    }
+
     /// The outstanding run-time page request (> 0 wanted, < 0 offered back).
     pub fn pages_requested(&self) -> i64 {
         self.inner.with(|st| st.pages.request)
@@ -577,7 +584,10 @@ impl Device for Mlx5 {
             return false;
         }
         self.inner.config.reset();
-        self.inner.with(State::power_on);
+        self.inner.with(|st| {
+            st.power_on();
+            st.counters.snap.function_resets += 1;
+        });
         for d in &self.inner.port_dirty {
             d.store(true, Ordering::SeqCst);
         }

@@ -1,6 +1,8 @@
 //! The firmware's host pages: what it asks for at boot, at INIT_HCA and at run time, the pages
 //! the driver gave it (each checked writable by writing a pattern into it through the IOMMU,
-//! as firmware uses its pages), and what it gives back on MANAGE_PAGES TAKE.
+//! as firmware uses its pages), and what it gives back on MANAGE_PAGES TAKE. Pages are held
+//! per function (`function_id`, `embedded_cpu_function`), as a PF holds pages for its VFs:
+//! a TAKE gives back only pages of the function it names.
 
 use std::collections::HashSet;
 
@@ -21,25 +23,41 @@ pub(crate) enum GiveProblem {
     NotWritable,
 }
 
+/// A function pages are given for: (`function_id`, `embedded_cpu_function`).
+pub(crate) type Function = (u16, bool);
+
+/// The function itself (the PF the driver runs on).
+pub(crate) const OWN: Function = (0, false);
+
 /// The pages the firmware holds and the demands it has made.
 #[derive(Debug, Default)]
 pub(crate) struct Pages {
-    held: Vec<u64>,
+    held: Vec<(Function, u64)>,
     set: HashSet<u64>,
-    /// Pages the firmware cannot give back now (its working set once initialized).
+    /// Pages of [`OWN`] the firmware cannot give back now (its working set once initialized).
     pub need: u64,
     /// Outstanding run-time request: > 0 pages wanted, < 0 pages offered back.
     pub request: i64,
 }
 
 impl Pages {
-    /// Pages held.
+    /// Pages held, for every function.
     pub(crate) fn held(&self) -> u64 {
         self.held.len() as u64
     }
 
-    /// Takes `pas`, after checking every page and writing the pattern into each.
-    pub(crate) fn give(&mut self, iommu: &SimIommu, pas: &[u64]) -> Result<(), GiveProblem> {
+    /// Pages held for `f`.
+    pub(crate) fn held_by(&self, f: Function) -> u64 {
+        self.held.iter().filter(|(g, _)| *g == f).count() as u64
+    }
+
+    /// Takes `pas` for `f`, after checking every page and writing the pattern into each.
+    pub(crate) fn give(
+        &mut self,
+        iommu: &SimIommu,
+        f: Function,
+        pas: &[u64],
+    ) -> Result<(), GiveProblem> {
         let mut seen = HashSet::with_capacity(pas.len());
         for &pa in pas {
             if pa % ADAPTER_PAGE_SIZE != 0 {
@@ -58,19 +76,28 @@ impl Pages {
             }
         }
         for &pa in pas {
-            self.held.push(pa);
+            self.held.push((f, pa));
             self.set.insert(pa);
         }
         Ok(())
     }
 
-    /// Gives back up to `max` pages beyond the working set, most recently given first.
-    pub(crate) fn take(&mut self, max: u64) -> Vec<u64> {
-        let spare = self.held().saturating_sub(self.need);
-        let n = spare.min(max) as usize;
-        let out: Vec<u64> = self.held.split_off(self.held.len() - n);
-        for pa in &out {
-            self.set.remove(pa);
+    /// Gives back up to `max` pages of `f` beyond the working set (of [`OWN`] only), most
+    /// recently given first.
+    pub(crate) fn take(&mut self, f: Function, max: u64) -> Vec<u64> {
+        let need = if f == OWN { self.need } else { 0 };
+        let spare = self.held_by(f).saturating_sub(need);
+        let mut n = spare.min(max);
+        let mut out = Vec::new();
+        let mut i = self.held.len();
+        while n > 0 && i > 0 {
+            i -= 1;
+            if self.held[i].0 == f {
+                let (_, pa) = self.held.remove(i);
+                self.set.remove(&pa);
+                out.push(pa);
+                n -= 1;
+            }
         }
         out
     }

@@ -15,12 +15,23 @@ use firmware_cmds::mlx5::ops::{Command, CommandOutput};
 
 use super::{Failure, decode_failure, encoded, synd};
 use crate::mlx5::cmdq::Unpark;
-use crate::mlx5::pages::GiveProblem;
+use crate::mlx5::pages::{Function, GiveProblem, OWN};
 use crate::mlx5::state::{Phase, State};
 
 type Out = Result<Vec<u8>, Failure>;
 
 impl State {
+    /// Raises a page request of `num_pages` (> 0 give, < 0 take) on behalf of another
+    /// function (a VF of this PF, or the host PF of an ECPF): only the EQE; the firmware's
+    /// own demand is not changed. Returns whether an EQ took the event.
+    pub(crate) fn request_pages_for(&mut self, f: Function, num_pages: i32) -> bool {
+        self.post_event(&EqeEvent::PageRequest {
+            ec_function: u16::from(f.1),
+            function_id: f.0,
+            num_pages,
+        })
+    }
+
     /// Raises a run-time page request of `num_pages` (> 0 give, < 0 take). Returns whether an
     /// EQ took the event.
     pub(crate) fn request_pages(&mut self, num_pages: i32) -> bool {
@@ -84,13 +95,13 @@ pub(super) fn query_pages(st: &mut State, input: &[u8], _: u32) -> Out {
 
 pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
     let c = ManagePages::decode(input).map_err(|e| decode_failure(&e))?;
-    if c.function_id != 0 || c.embedded_cpu_function {
-        return Err((CmdStatus::BAD_PARAM_ERR, synd::FUNCTION));
-    }
+    // Pages for other functions (VFs, the host PF of an ECPF) are held apart; only the
+    // function's own pages settle its requests.
+    let f: Function = (c.function_id, c.embedded_cpu_function);
     match c.op {
         PagesOp::Give(pas) => {
             let iommu = st.iommu.clone();
-            st.pages.give(&iommu, &pas).map_err(|p| {
+            st.pages.give(&iommu, f, &pas).map_err(|p| {
                 let s = match p {
                     GiveProblem::Misaligned => synd::PAGE_MISALIGNED,
                     GiveProblem::Duplicate => synd::PAGE_DUPLICATE,
@@ -101,13 +112,13 @@ pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
                 };
                 (CmdStatus::BAD_PARAM_ERR, s)
             })?;
-            if st.pages.request > 0 {
+            if f == OWN && st.pages.request > 0 {
                 st.settle(pas.len() as i64);
             }
             encoded(ManagePagesOut::default().encode())
         }
         PagesOp::CantGive => {
-            if st.pages.request > 0 {
+            if f == OWN && st.pages.request > 0 {
                 st.pages.need = st.pages.need.saturating_sub(st.pages.request as u64);
                 st.pages.request = 0;
                 if !st.cmd.parked.is_empty() {
@@ -119,8 +130,8 @@ pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
         PagesOp::Take(n) => {
             // No more pages than the output has room for.
             let room = (outlen as usize).saturating_sub(PAS_OFFSET) / PAS_ENTRY;
-            let pas = st.pages.take(u64::from(n).min(room as u64));
-            if st.pages.request < 0 {
+            let pas = st.pages.take(f, u64::from(n).min(room as u64));
+            if f == OWN && st.pages.request < 0 {
                 st.settle(pas.len() as i64);
             }
             encoded(ManagePagesOut { pas }.encode())

@@ -1,0 +1,171 @@
+//! Firmware page requests on the simulated ConnectX past bring-up: a MANAGE_PAGES the
+//! firmware never completes, and a firmware that asks faster than the page slot answers.
+
+use std::time::Duration;
+
+use driver::mlx5::MAX_PENDING_PAGE_REQUESTS;
+use driver::verbs::{DeviceEvent, Hca, HcaOptions, HcaPort};
+use driver::{DeviceBackend, DriverError};
+use firmware_cmds::mlx5::Opcode;
+use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
+use hca_tests::mlx5::{SimHca, port};
+
+/// The command timeout the simulated firmware reports (`cmd_exec_to`, the default 60 s).
+const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A page request whose MANAGE_PAGES GIVE is never given back: the page slot is lost at the
+/// command timeout and the device declared fatal (quiesced); the pages of the GIVE stay
+/// leased until then, requests that pile up meanwhile are bounded, and close returns every
+/// lease with no IOMMU fault.
+#[test]
+fn a_page_command_that_never_completes_makes_the_device_fatal_at_the_command_timeout() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let leases_before = hca.accounting().driver_pool.leases_out;
+    sim.model
+        .faults()
+        .withhold_completion(Opcode::MANAGE_PAGES.0);
+    assert!(sim.model.faults().page_request(4));
+    let start = p.now();
+    p.events();
+    assert_eq!(
+        hca.accounting().driver_pool.leases_out,
+        leases_before + 4 + 1,
+        "the 4 pages and the output mailbox of the GIVE on the page slot"
+    );
+
+    // The firmware keeps asking while the slot is stuck: requests wait up to the bound, the
+    // rest is refused. Raised in batches the async EQ holds, drained between.
+    let extra = MAX_PENDING_PAGE_REQUESTS as u64 + 40;
+    let mut raised = 0;
+    while raised < extra {
+        for _ in 0..100.min(extra - raised) {
+            assert!(sim.model.faults().page_request(1));
+            raised += 1;
+        }
+        for _ in 0..10 {
+            if hca.stats().pages.requests == 1 + raised {
+                break;
+            }
+            p.events();
+        }
+    }
+    let s = hca.stats();
+    assert_eq!(s.pages.requests, 1 + extra);
+    assert_eq!(s.pages.refused, 40, "beyond MAX_PENDING_PAGE_REQUESTS");
+
+    // Nothing happens before the command timeout; at it, the device is fatal.
+    let mut fatal = None;
+    while fatal.is_none() && p.now() < start + CMD_TIMEOUT + Duration::from_secs(2) {
+        fatal = p
+            .events()
+            .into_iter()
+            .find(|e| matches!(e, DeviceEvent::Fatal { .. }));
+        if fatal.is_none() {
+            assert!(
+                p.now() < start + CMD_TIMEOUT,
+                "no fatal event at the timeout"
+            );
+            p.wait(p.now() + Duration::from_millis(100));
+        }
+    }
+    let Some(DeviceEvent::Fatal { reason }) = fatal else {
+        panic!("no fatal event within the command timeout");
+    };
+    assert!(reason.contains("MANAGE_PAGES"), "{reason}");
+    assert!(p.now() >= start + CMD_TIMEOUT, "not before the timeout");
+    let s = hca.stats();
+    assert_eq!(s.pages.timeouts, 1);
+    assert_eq!(s.cmd.timeouts, 1);
+    assert!(
+        hca.accounting().driver_pool.leases_out >= leases_before + 4,
+        "the pages of the GIVE are kept until the quiesce"
+    );
+    assert!(matches!(
+        hca.command(&QuerySpecialContexts),
+        Err(DriverError::CommandAborted { .. })
+    ));
+    drop(p);
+    hca.close().unwrap();
+    let a = hca.accounting();
+    assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
+    assert_eq!(a.mad_pool.leases_out, 0, "{a:?}");
+    assert_eq!(a.firmware_pages, 0, "{a:?}");
+    assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
+    assert_eq!(sim.faults(), 0, "no IOMMU fault");
+}
+
+/// Serve page events until `done` holds or a second of device time passes.
+fn serve_until(p: &dyn HcaPort, done: impl Fn() -> bool) {
+    let end = p.now() + Duration::from_secs(1);
+    while !done() && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    assert!(done(), "page requests not served within a second");
+}
+
+/// Pages the firmware asks for on behalf of other functions (two VFs here) are recorded
+/// with their function and taken back from each at close, TAKE naming that function (the
+/// kernel's per-function `page_root_xa`); a request that would go past
+/// `max_firmware_pages` is answered CAN'T GIVE and counted; accounting ends at zero.
+#[test]
+fn pages_given_for_other_functions_are_reclaimed_per_function_and_capped() {
+    let sim = SimHca::new();
+    // Room for the function's own pages and 24 more.
+    let own = {
+        let probe = sim.open_strict();
+        let n = sim.model.pages_held();
+        probe.close().unwrap();
+        sim.assert_clean(&probe);
+        n
+    };
+    let hca = sim
+        .open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            max_firmware_pages: own as usize + 24,
+            ..HcaOptions::default()
+        })
+        .expect("bring-up");
+    let p = port(&hca, 1);
+    assert!(sim.model.faults().page_request_for(3, false, 8));
+    assert!(sim.model.faults().page_request_for(7, false, 12));
+    serve_until(p.as_ref(), || sim.model.pages_held() == own + 20);
+    assert_eq!(sim.model.pages_held_for(3, false), 8);
+    assert_eq!(sim.model.pages_held_for(7, false), 12);
+    assert_eq!(sim.model.pages_held_for(0, false), own);
+
+    // 20 of the 24 given: 5 more would pass the cap.
+    assert!(sim.model.faults().page_request_for(3, false, 5));
+    serve_until(p.as_ref(), || hca.stats().pages.cant_give == 1);
+    let s = hca.stats();
+    assert_eq!(s.pages.over_limit, 1);
+    assert_eq!(s.pages.given, own + 20, "nothing given past the cap");
+    assert_eq!(sim.model.pages_held_for(3, false), 8);
+    // 4 still fit.
+    assert!(sim.model.faults().page_request_for(7, false, 4));
+    serve_until(p.as_ref(), || sim.model.pages_held_for(7, false) == 16);
+    assert_eq!(hca.stats().pages.over_limit, 1);
+
+    drop(p);
+    hca.close().unwrap();
+    assert_eq!(
+        sim.model.pages_held_for(3, false),
+        0,
+        "VF 3's pages reclaimed"
+    );
+    assert_eq!(
+        sim.model.pages_held_for(7, false),
+        0,
+        "VF 7's pages reclaimed"
+    );
+    let s = hca.stats();
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
+    assert_eq!(s.pages.dropped_after_quiesce, 0);
+    assert_eq!(s.pages.bad_returns, 0);
+    sim.assert_clean(&hca);
+}
