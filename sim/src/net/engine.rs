@@ -262,8 +262,14 @@ impl NetState {
         }
         let dlid = pkt.dlid;
         if is_switch {
-            let port0 = self.fabric.port_id(node, 0);
-            if dlid == PERMISSIVE_LID || self.fabric.lid_owner(dlid) == port0 {
+            // The switch compares the DLID with its own LIDs (port 0's), not with a table of
+            // the subnet's: while an SM moves LIDs two ports may hold one.
+            let own = self
+                .fabric
+                .port_id(node, 0)
+                .map(|p0| self.fabric.port(p0))
+                .is_some_and(|p0| owns(p0.lid(), p0.lmc(), dlid));
+            if dlid == PERMISSIVE_LID || own {
                 return self.answer(node, q, pkt);
             }
             match self.switch_egress(node, dlid) {
