@@ -504,3 +504,46 @@ fn a_lid_another_port_still_holds_is_taken_and_routed_once_moved() {
         assert_eq!(f.lid_owner(5), None);
     });
 }
+
+/// A switch's management port is an end port: it takes only the DLIDs of its own LID/LMC
+/// range. An LFT entry of 0 for another LID leads the packet to port 0, which drops it and
+/// counts it (PortRcvErrors of port 0, `DropReason::WrongDlid`) instead of answering.
+#[test]
+fn a_switch_answers_only_its_own_lids_whatever_its_lft_says() {
+    let (net, d) = setup();
+    sweep::assign_lids_and_routes(&net, &d);
+    // Switch1's LFT: LID 7 (no one's) to port 0, LinearFDBTop 7.
+    let mut lft = sweep::LFT_SWITCH1.to_vec();
+    lft.push(0);
+    sweep::program_switch(&net, &d, sweep::SWITCH1, &lft);
+    let sw1_p0 = net.with_fabric(|f| f.port_id(f.node_by_name("Switch1").unwrap(), 0).unwrap());
+    let (errors, wrong) = (
+        net.counters(sw1_p0).rcv_errors,
+        net.drops().get(DropReason::WrongDlid),
+    );
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(method::GET, LID_HCA1, 7, attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty(),
+        "Switch1 does not answer LID 7"
+    );
+    assert_eq!(net.drops().get(DropReason::WrongDlid), wrong + 1);
+    assert_eq!(net.counters(sw1_p0).rcv_errors, errors + 1);
+    // Its own LID (LFT entry 0 too) is answered.
+    let resp = d.request(
+        &net,
+        lid_smp(
+            method::GET,
+            LID_HCA1,
+            LID_SWITCH1,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ),
+    );
+    assert_eq!(node_guid(&resp), 0x20_0000);
+    assert_eq!(resp.slid, LID_SWITCH1);
+    assert_eq!(net.drops().get(DropReason::WrongDlid), wrong + 1);
+}
