@@ -441,3 +441,109 @@ fn the_pma_counts_real_traffic_and_set_clears() {
         net.counters(hca1).xmit_packets
     );
 }
+
+/// The LIDs of Hca3 and Hca4 as the test moves them.
+fn path_info(net: &Network, d: &Device, path: &[u8]) -> u16 {
+    netutil::port_info(&netutil::dr_get(net, d, path, attr_id::sm::PORT_INFO, 0).1).lid
+}
+
+/// The NodeGUID of whoever answers a LID-routed NodeInfo Get to `dlid`.
+fn answers(net: &Network, d: &Device, dlid: u16) -> Option<u64> {
+    let got = d.exchange(
+        net,
+        lid_smp(
+            method::GET,
+            LID_HCA1,
+            dlid,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ),
+    );
+    assert!(got.len() <= 1, "at most one answer");
+    got.first().map(|(_, p)| node_guid(p))
+}
+
+/// A PortInfo Set may give a port a LID another port still holds: a real SMA knows only its
+/// own port (`qib_mad.c` `subn_set_portinfo` refuses only LID 0 and multicast LIDs), and ibsim
+/// (`sim_mad.c`) takes it and only logs "overwrite lid table entry". OpenSM's LID manager has
+/// several LID Sets in flight, so a port is routinely given a LID that another gives up later
+/// in the same sweep. While two ports hold a LID, a packet for it goes where the LFTs send it
+/// and the first port on its way holding that LID takes it.
+#[test]
+fn a_lid_another_port_still_holds_is_taken_and_routed_once_moved() {
+    // NodeGUIDs by ibsim's scheme (CAs from 0x100000, each taking ports + 1 GUIDs).
+    const HCA3_GUID: u64 = 0x10_0006;
+    const HCA4_GUID: u64 = 0x10_0009;
+    let (net, d) = setup();
+    sweep::assign_lids_and_routes(&net, &d);
+    assert_eq!(path_info(&net, &d, sweep::HCA3), sweep::LID_HCA3);
+    assert_eq!(path_info(&net, &d, sweep::HCA4), sweep::LID_HCA4);
+    assert_eq!(answers(&net, &d, 6), Some(HCA4_GUID));
+    // Hca3 takes LID 6, which Hca4 still holds: status 0 (update_port asserts it).
+    sweep::set_lid(&net, &d, sweep::HCA3, 0, 6);
+    assert_eq!(path_info(&net, &d, sweep::HCA3), 6);
+    assert_eq!(path_info(&net, &d, sweep::HCA4), 6);
+    // Both hold 6: the LFTs still lead 6 to Hca4, which takes it.
+    assert_eq!(answers(&net, &d, 6), Some(HCA4_GUID));
+    // Hca4 moves on to 7; the SM reprograms the LFTs for the new LIDs.
+    sweep::set_lid(&net, &d, sweep::HCA4, 0, 7);
+    assert_eq!(path_info(&net, &d, sweep::HCA4), 7);
+    // Switch1: 6 to Hca3 (port 2), 7 towards Switch2 (port 5); Switch2: 6 back to Switch1
+    // (port 5), 7 to Hca4 (port 2). LID 5 is no one's now.
+    sweep::program_switch(&net, &d, sweep::SWITCH1, &[0xFF, 1, 0, 3, 3, 0xFF, 2, 5]);
+    sweep::program_switch(&net, &d, sweep::SWITCH2, &[0xFF, 3, 3, 0, 1, 0xFF, 5, 2]);
+    assert_eq!(answers(&net, &d, 6), Some(HCA3_GUID));
+    assert_eq!(answers(&net, &d, 7), Some(HCA4_GUID));
+    assert_eq!(answers(&net, &d, 5), None);
+    // The index follows: each LID has its one holder again.
+    let (hca3, hca4) = (net.port("Hca3", 1).unwrap(), net.port("Hca4", 1).unwrap());
+    net.with_fabric(|f| {
+        assert_eq!(f.lid_owner(6), Some(hca3));
+        assert_eq!(f.lid_owner(7), Some(hca4));
+        assert_eq!(f.lid_owner(5), None);
+    });
+}
+
+/// A switch's management port is an end port: it takes only the DLIDs of its own LID/LMC
+/// range. An LFT entry of 0 for another LID leads the packet to port 0, which drops it and
+/// counts it (PortRcvErrors of port 0, `DropReason::WrongDlid`) instead of answering.
+#[test]
+fn a_switch_answers_only_its_own_lids_whatever_its_lft_says() {
+    let (net, d) = setup();
+    sweep::assign_lids_and_routes(&net, &d);
+    // Switch1's LFT: LID 7 (no one's) to port 0, LinearFDBTop 7.
+    let mut lft = sweep::LFT_SWITCH1.to_vec();
+    lft.push(0);
+    sweep::program_switch(&net, &d, sweep::SWITCH1, &lft);
+    let sw1_p0 = net.with_fabric(|f| f.port_id(f.node_by_name("Switch1").unwrap(), 0).unwrap());
+    let (errors, wrong) = (
+        net.counters(sw1_p0).rcv_errors,
+        net.drops().get(DropReason::WrongDlid),
+    );
+    assert!(
+        d.exchange(
+            &net,
+            lid_smp(method::GET, LID_HCA1, 7, attr_id::sm::NODE_INFO, 0, [0; 64])
+        )
+        .is_empty(),
+        "Switch1 does not answer LID 7"
+    );
+    assert_eq!(net.drops().get(DropReason::WrongDlid), wrong + 1);
+    assert_eq!(net.counters(sw1_p0).rcv_errors, errors + 1);
+    // Its own LID (LFT entry 0 too) is answered.
+    let resp = d.request(
+        &net,
+        lid_smp(
+            method::GET,
+            LID_HCA1,
+            LID_SWITCH1,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ),
+    );
+    assert_eq!(node_guid(&resp), 0x20_0000);
+    assert_eq!(resp.slid, LID_SWITCH1);
+    assert_eq!(net.drops().get(DropReason::WrongDlid), wrong + 1);
+}

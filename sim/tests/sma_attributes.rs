@@ -202,11 +202,15 @@ fn port_info_set_writes_and_checks_fields() {
         assert_eq!(f.lid_owner(0x24), None);
     });
     // Each bad field makes the whole Set fail and changes nothing.
-    let bad_fields: [(&str, Edit); 10] = [
+    let bad_fields: [(&str, Edit); 11] = [
         ("PortPhysicalState LinkUp in a Set", |p| {
             p.port_physical_state = mad_wire::attr::port_info::PhysPortState::LinkUp;
         }),
         ("multicast LID", |p| p.lid = 0xC000),
+        ("LMC range past the unicast LIDs", |p| {
+            p.lid = 0xBFFD;
+            p.lmc = 2;
+        }),
         ("LID 0", |p| p.lid = 0),
         ("SM LID 0", |p| p.master_sm_lid = 0),
         ("width beyond supported", |p| p.link_width_enabled = 0x20),
@@ -224,7 +228,8 @@ fn port_info_set_writes_and_checks_fields() {
         assert_eq!(s, BAD, "{what}");
         assert_eq!(port_info(&back).lid, 0x20, "{what}: nothing changed");
     }
-    // A LID inside another port's LMC range.
+    // A LID inside another port's LMC range is taken: an SMA knows only its own port
+    // (`qib_mad.c` refuses only LID 0 and multicast LIDs; ibsim takes it too).
     let (_, data) = dr_get(&net, &d, &[1, 3, 1], attr_id::sm::PORT_INFO, 1);
     let mut other = port_info(&data);
     other.port_state = mad_wire::attr::port_info::PortState::NoChange;
@@ -240,8 +245,14 @@ fn port_info_set_writes_and_checks_fields() {
             1,
             port_info_data(&other)
         )),
-        BAD
+        OK
     );
+    let hca2 = net.port("Hca2", 1).unwrap();
+    net.with_fabric(|f| {
+        assert_eq!(f.port(hca2).lid(), 0x22);
+        assert_eq!(f.lid_holders(0x22), vec![ca, hca2]);
+        assert_eq!(f.lid_holders(0x23), vec![ca]);
+    });
     // Width 0xFF means "all supported".
     let mut w = pi;
     w.link_width_enabled = 0xFF;

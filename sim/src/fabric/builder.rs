@@ -117,6 +117,7 @@ impl FabricBuilder {
                 by_guid: HashMap::new(),
                 by_port_guid: HashMap::new(),
                 lid_owner: vec![NONE; UNICAST_LID_END as usize],
+                lid_shared: HashMap::new(),
                 links: 0,
             },
             guids: GuidAllocator::default(),
@@ -507,5 +508,49 @@ mod tests {
             Err(Problem::LidOutOfRange { .. })
         ));
         f.set_lid(a1, 0xbfff, 0).unwrap();
+    }
+
+    /// An SMA's LID Set takes a LID another port holds; the index keeps every holder, names
+    /// the newest as owner, and falls back to the older one when the newest moves away.
+    #[test]
+    fn lid_index_keeps_every_holder_of_a_shared_lid() {
+        let mut b = FabricBuilder::new();
+        let a = b.add_node(&NodeSpec::new(NodeType::Ca, "a", 3)).unwrap();
+        let mut f = b.build().unwrap();
+        let [a1, a2, a3] = [1, 2, 3].map(|n| f.port_id(a, n).unwrap());
+        f.set_lid(a1, 4, 1).unwrap();
+        f.assign_lid(a2, 5, 0).unwrap();
+        f.assign_lid(a3, 5, 0).unwrap();
+        assert_eq!(f.lid_holders(5), vec![a1, a2, a3]);
+        assert_eq!(f.lid_owner(5), Some(a3));
+        assert_eq!(f.lid_owner(4), Some(a1));
+        // The strict form still refuses a LID held by another port.
+        assert!(matches!(
+            f.set_lid(a2, 4, 0),
+            Err(Problem::DuplicateLid { lid: 4, .. })
+        ));
+        assert!(matches!(
+            f.set_lid(a3, 5, 0),
+            Err(Problem::DuplicateLid { lid: 5, .. })
+        ));
+        // The newest holder leaves: the one before it owns the LID again.
+        f.assign_lid(a3, 9, 0).unwrap();
+        assert_eq!(f.lid_owner(5), Some(a2));
+        // A holder in the middle leaves.
+        f.assign_lid(a1, 0, 0).unwrap();
+        assert_eq!(f.lid_holders(5), vec![a2]);
+        assert_eq!(f.lid_owner(4), None);
+        f.assign_lid(a2, 0, 0).unwrap();
+        assert_eq!(f.lid_owner(5), None);
+        // The side table is empty again: equal to a fabric where only a3 ever had a LID.
+        let mut g = FabricBuilder::new();
+        let ga = g.add_node(&NodeSpec::new(NodeType::Ca, "a", 3)).unwrap();
+        let mut g = g.build().unwrap();
+        g.set_lid(g.port_id(ga, 3).unwrap(), 9, 0).unwrap();
+        assert!(f == g);
+        assert!(matches!(
+            f.assign_lid(a1, 0xbfff, 1),
+            Err(Problem::LidOutOfRange { .. })
+        ));
     }
 }

@@ -14,11 +14,13 @@
 //! * Every step of forwarding an SMP is an index operation, whatever the fabric's size. A
 //!   directed-route hop out of port `p` of node `n` is `port_id(n, p)` then `peer()` then
 //!   `port(q).node()`/`.num()` (the arrival port, for NodeInfo LocalPortNum and the return
-//!   path). A LID-routed hop is `switch(n).route(dlid)` then the same; delivery is
-//!   `lid_owner(dlid)` (a switch answers on port 0).
+//!   path). A LID-routed hop is `switch(n).route(dlid)` then the same; the packet is taken
+//!   by the first port on its way whose own LID range holds the DLID (a switch's is port
+//!   0's), as in hardware. `lid_owner(dlid)` names the port holding a LID for tools; an SM
+//!   moving LIDs may leave a LID with two holders for a while ([`Fabric::assign_lid`]).
 //! * The SMA's per-port state is [`Port::state`] (PortState, PhysState, M_Key, SM LID, ...)
-//!   and [`Port::enabled`]; change LIDs only through [`Fabric::set_lid`], which keeps
-//!   `lid_owner` in step. Cables never change; a link taken down is a state (PhysState
+//!   and [`Port::enabled`]; change LIDs only through [`Fabric::set_lid`] or
+//!   [`Fabric::assign_lid`], which keep `lid_owner` in step. Cables never change; a link taken down is a state (PhysState
 //!   Disabled or Polling, PortState Down), and forwarding should check it as ibsim does.
 //! * Switch state is [`SwitchState`]: SwitchInfo fields, and the LFT and MFT, which grow as the
 //!   SM programs them (48K LIDs at most, ibsim 0.12's LinearFDBCap).

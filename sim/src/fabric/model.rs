@@ -164,8 +164,12 @@ pub struct Fabric {
     pub(super) by_name: HashMap<Box<str>, NodeId>,
     pub(super) by_guid: HashMap<u64, NodeId>,
     pub(super) by_port_guid: HashMap<u64, PortId>,
-    /// `lid_owner[lid]` = the port answering to that unicast LID, or `NONE`.
+    /// `lid_owner[lid]` = the port that took that unicast LID last, or `NONE`.
     pub(super) lid_owner: Vec<u32>,
+    /// The other ports holding a LID held twice or more, the one that took it first first.
+    /// Rare (only while an SM moves LIDs), so kept apart; a LID has no entry when only
+    /// `lid_owner` holds it.
+    pub(super) lid_shared: HashMap<u16, Vec<u32>>,
     pub(super) links: usize,
 }
 
@@ -276,7 +280,11 @@ impl Fabric {
         (s != NONE).then(|| &mut self.switches[s as usize])
     }
 
-    /// The port answering to unicast `lid` (a switch answers on port 0): O(1).
+    /// The port holding unicast `lid` (a switch's LIDs are its port 0's): O(1). When an SM
+    /// has given the LID to several ports (see [`Fabric::assign_lid`]), the one that took it
+    /// last, as ibsim's LID table; when that one gives it up, the one that took it before.
+    /// Forwarding does not ask this: a packet goes where the LFTs send it and is taken by the
+    /// first port on its way holding its DLID.
     pub fn lid_owner(&self, lid: u16) -> Option<PortId> {
         match self.lid_owner.get(usize::from(lid)) {
             Some(&p) if p != NONE => Some(PortId(p)),
@@ -284,11 +292,53 @@ impl Fabric {
         }
     }
 
-    /// Gives port `id` base LID `lid` and LMC `lmc` (as a PortInfo Set does), keeping the LID
-    /// index in step. `lid` 0 unassigns. Fails, changing nothing, if the port cannot hold a LID
-    /// (a switch's external port, a CA's port 0), if the range leaves the unicast LIDs or if
-    /// another port holds part of it.
+    /// Every port holding unicast `lid`, the one that took it first first (so the last is
+    /// [`Fabric::lid_owner`]); more than one only while an SM moves LIDs.
+    pub fn lid_holders(&self, lid: u16) -> Vec<PortId> {
+        let mut v: Vec<PortId> = self
+            .lid_shared
+            .get(&lid)
+            .map(|s| s.iter().map(|&p| PortId(p)).collect())
+            .unwrap_or_default();
+        v.extend(self.lid_owner(lid));
+        v
+    }
+
+    /// Gives port `id` base LID `lid` and LMC `lmc` as a topology or state file does, keeping
+    /// the LID index in step. `lid` 0 unassigns. Fails, changing nothing, if the port cannot
+    /// hold a LID (a switch's external port, a CA's port 0), if the range leaves the unicast
+    /// LIDs or if another port holds part of it.
     pub fn set_lid(&mut self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
+        self.check_lid(id, lid, lmc)?;
+        let range = lid_range(lid, lmc).unwrap_or(0..0);
+        for l in range {
+            if let Some(&other) = self.lid_holders(l as u16).iter().find(|&&p| p != id) {
+                return Err(super::Problem::DuplicateLid {
+                    lid: l as u16,
+                    port: self.port_label(id),
+                    other: self.port_label(other),
+                });
+            }
+        }
+        self.move_lid(id, lid, lmc);
+        Ok(())
+    }
+
+    /// Gives port `id` base LID `lid` and LMC `lmc` as its SMA does on a PortInfo Set: an SMA
+    /// knows only its own port, so a LID another port still holds is taken too (qib's
+    /// `subn_set_portinfo` and ibsim's `sim_mad.c` do the same; an SM moving LIDs gives a
+    /// port a LID another gives up later in the same sweep). Both then hold it until one
+    /// moves; [`Fabric::lid_owner`] names the one that took it last. `lid` 0 unassigns.
+    /// Fails, changing nothing, if the port cannot hold a LID or the range leaves the unicast
+    /// LIDs.
+    pub fn assign_lid(&mut self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
+        self.check_lid(id, lid, lmc)?;
+        self.move_lid(id, lid, lmc);
+        Ok(())
+    }
+
+    /// Whether port `id` can hold `lid`/`lmc` at all.
+    fn check_lid(&self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
         let p = &self.ports[id.index()];
         let node = &self.nodes[p.node as usize];
         if (node.kind == NodeType::Switch) != (p.num == 0) {
@@ -297,33 +347,56 @@ impl Fabric {
                 why: "only CA and router ports and a switch's port 0 have LIDs",
             });
         }
-        let range = lid_range(lid, lmc).ok_or_else(|| super::Problem::LidOutOfRange {
-            lid: u64::from(lid),
-            lmc: u64::from(lmc),
-            port: self.port_label(id),
-        })?;
-        if let Some(other) = range
-            .clone()
-            .find(|&l| !matches!(self.lid_owner[l as usize], o if o == NONE || o == id.0))
-        {
-            let owner = self.lid_owner[other as usize];
-            return Err(super::Problem::DuplicateLid {
-                lid: other as u16,
+        if lid_range(lid, lmc).is_none() {
+            return Err(super::Problem::LidOutOfRange {
+                lid: u64::from(lid),
+                lmc: u64::from(lmc),
                 port: self.port_label(id),
-                other: self.port_label(PortId(owner)),
             });
         }
-        let old = lid_range(p.lid, p.lmc).unwrap_or(0..0);
-        for l in old {
-            self.lid_owner[l as usize] = NONE;
+        Ok(())
+    }
+
+    /// Moves port `id` from its LIDs to `lid`/`lmc` (checked), in the port and in the index.
+    fn move_lid(&mut self, id: PortId, lid: u16, lmc: u8) {
+        let p = &self.ports[id.index()];
+        for l in lid_range(p.lid, p.lmc).unwrap_or(0..0) {
+            self.unhold(l as u16, id.0);
         }
-        for l in range {
-            self.lid_owner[l as usize] = id.0;
+        for l in lid_range(lid, lmc).unwrap_or(0..0) {
+            self.hold(l as u16, id.0);
         }
         let p = &mut self.ports[id.index()];
         p.lid = lid;
         p.lmc = lmc;
-        Ok(())
+    }
+
+    /// Records that `port` took `lid` (now its newest holder).
+    fn hold(&mut self, lid: u16, port: u32) {
+        let slot = &mut self.lid_owner[usize::from(lid)];
+        if *slot != NONE && *slot != port {
+            self.lid_shared.entry(lid).or_default().push(*slot);
+        }
+        *slot = port;
+    }
+
+    /// Records that `port` gave up `lid`; the newest other holder, if any, takes its place.
+    fn unhold(&mut self, lid: u16, port: u32) {
+        let owner = self.lid_owner[usize::from(lid)];
+        let Some(shared) = self.lid_shared.get_mut(&lid) else {
+            if owner == port {
+                self.lid_owner[usize::from(lid)] = NONE;
+            }
+            return;
+        };
+        if owner == port {
+            self.lid_owner[usize::from(lid)] = shared.pop().unwrap_or(NONE);
+        } else {
+            shared.retain(|&p| p != port);
+        }
+        if shared.is_empty() {
+            self.lid_shared.remove(&lid);
+        }
     }
 
     /// `"name"[port]`, how messages name a port.

@@ -18,7 +18,8 @@ pub enum DropReason {
     NoRoute,
     /// A multicast DLID: multicast forwarding is not simulated.
     Multicast,
-    /// A CA received a packet for a LID that is not its own.
+    /// An end port received a packet for a LID that is not its own: a CA port, or a switch's
+    /// port 0 that the switch's LFT led another LID to. Counted in that port's PortRcvErrors.
     WrongDlid,
     /// VL15 carried something other than an SMP to QP0, or an SMP came on another VL or QP.
     Vl15Violation,

@@ -262,12 +262,24 @@ impl NetState {
         }
         let dlid = pkt.dlid;
         if is_switch {
+            // The switch compares the DLID with its own LIDs (port 0's), not with a table of
+            // the subnet's: while an SM moves LIDs two ports may hold one.
             let port0 = self.fabric.port_id(node, 0);
-            if dlid == PERMISSIVE_LID || self.fabric.lid_owner(dlid) == port0 {
+            let own = port0
+                .map(|p0| self.fabric.port(p0))
+                .is_some_and(|p0| owns(p0.lid(), p0.lmc(), dlid));
+            if dlid == PERMISSIVE_LID || own {
                 return self.answer(node, q, pkt);
             }
             match self.switch_egress(node, dlid) {
-                Ok(0) => self.answer(node, q, pkt),
+                // The LFT leads another LID to port 0, an end port that takes only its own
+                // LIDs: it drops the packet (counted as a CA port counts one).
+                Ok(0) => {
+                    if let Some(p0) = port0 {
+                        self.agents.counters_mut(p0).rcv_errors += 1;
+                    }
+                    self.dropped(DropReason::WrongDlid)
+                }
                 Ok(e) => self.egress(node, e, pkt),
                 Err(reason) => {
                     self.agents.counters_mut(q).rcv_switch_relay_errors += 1;

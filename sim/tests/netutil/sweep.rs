@@ -79,7 +79,8 @@ pub fn update_port(
     );
 }
 
-fn set_lid(net: &Network, sm: &Device, path: &[u8], port: u32, lid: u16) {
+/// Gives PortInfo `port` along `path` LID `lid` (SM LID Hca1's), asserting status 0.
+pub fn set_lid(net: &Network, sm: &Device, path: &[u8], port: u32, lid: u16) {
     update_port(net, sm, path, port, |pi| {
         pi.lid = lid;
         pi.master_sm_lid = LID_HCA1;
@@ -87,7 +88,9 @@ fn set_lid(net: &Network, sm: &Device, path: &[u8], port: u32, lid: u16) {
     });
 }
 
-fn program_switch(net: &Network, sm: &Device, path: &[u8], lft: &[u8]) {
+/// Writes LFT block 0 of the switch along `path` (LIDs 0 up to `lft.len() - 1`, the rest
+/// 0xFF), sets LinearFDBTop to the last of them, and clears PortStateChange.
+pub fn program_switch(net: &Network, sm: &Device, path: &[u8], lft: &[u8]) {
     let mut ports = [0xFFu8; 64];
     ports[..lft.len()].copy_from_slice(lft);
     let mut d = [0u8; 64];

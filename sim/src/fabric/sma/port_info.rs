@@ -8,7 +8,11 @@
 //! Set fail with 0x001C, changing nothing. Checks (after the kernel's `qib_mad.c`
 //! `subn_set_portinfo` and IBA 14.2.5.6):
 //! - LID and MasterSMLID (CA ports, switch port 0): unicast (1-0xBFFF), the LMC range inside
-//!   the unicast LIDs and held by no other port;
+//!   the unicast LIDs. A LID another port still holds is taken: an SMA knows only its own
+//!   port (`qib_mad.c` refuses only LID 0 and multicast LIDs; ibsim's `sim_mad.c` takes it and
+//!   logs "overwrite lid table entry"), and an SM moving LIDs with several Sets in flight
+//!   gives a port a LID another gives up later in the same sweep
+//!   ([`Fabric::assign_lid`](crate::fabric::Fabric::assign_lid));
 //! - LinkWidthEnabled: 0 no change, 0xFF all supported, else a subset of the supported widths;
 //!   LinkSpeedEnabled: 0 no change, 15 all supported, else a subset; LinkSpeedExtEnabled: 0 no
 //!   change, 30 none, 31 all supported, else a subset;
@@ -171,13 +175,9 @@ impl Sma<'_> {
         }
     }
 
-    /// Whether `lid`/`lmc` is a unicast range no port but `port` holds.
-    fn lid_range_free(&self, port: PortId, lid: u16, lmc: u8) -> bool {
-        let end = u32::from(lid) + (1u32 << lmc);
-        if lid == 0 || end > UNICAST_LID_END {
-            return false;
-        }
-        (u32::from(lid)..end).all(|l| self.fabric.lid_owner(l as u16).is_none_or(|o| o == port))
+    /// Whether `lid`/`lmc` is a range of unicast LIDs (whoever else holds them).
+    fn lid_range_ok(lid: u16, lmc: u8) -> bool {
+        lid != 0 && lmc <= 7 && u32::from(lid) + (1u32 << lmc) <= UNICAST_LID_END
     }
 
     /// Whether `port` may move to `target` (Armed or Active) now.
@@ -205,7 +205,7 @@ impl Sma<'_> {
         let d = *kind.defaults();
         let mgmt = kind != PortKind::SwitchExternal;
         if mgmt
-            && (!self.lid_range_free(pid, req.lid, req.lmc)
+            && (!Self::lid_range_ok(req.lid, req.lmc)
                 || req.master_sm_lid == 0
                 || u32::from(req.master_sm_lid) >= UNICAST_LID_END)
         {
@@ -273,7 +273,8 @@ impl Sma<'_> {
                 s.sm_lid = req.master_sm_lid;
                 s.sm_sl = req.master_sm_sl;
             }
-            if before != (req.lid, req.lmc) && self.fabric.set_lid(pid, req.lid, req.lmc).is_ok() {
+            if before != (req.lid, req.lmc) && self.fabric.assign_lid(pid, req.lid, req.lmc).is_ok()
+            {
                 self.effect(Effect::Port(pid, PortChange::Lid));
             }
             self.extra_mut(pid).subnet_timeout = req.subnet_timeout;
