@@ -265,6 +265,21 @@ fn has_is_sm(portinfo: &Run) -> bool {
     portinfo.stdout.lines().any(|l| l.trim() == "IsSM")
 }
 
+/// The PortInfo of `lid` once it shows IsSM, or the last one read after 10 s. The library sets
+/// the bit from its issm watcher thread a moment after the SM opens the file (README: "the
+/// bit follows open and close a moment later"), which a loaded machine can stretch past the
+/// SM's first sweep.
+fn portinfo_with_is_sm(served: &Served, at: &str, smpquery: &Path, lid: &str) -> Run {
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let portinfo = served.run(at, smpquery, &["portinfo", lid]).ok();
+        if has_is_sm(&portinfo) || Instant::now() >= deadline {
+            return portinfo;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// What the ibsim world answered, for comparison.
 struct Theirs {
     sminfo: Run,
@@ -354,7 +369,7 @@ fn live_sm(case: &Case, work: &WorkDir) {
         info.stdout
     );
     assert_eq!(state, "SMINFO_MASTER", "{}: {}", case.name, info.stdout);
-    let portinfo = served.run(at, &smpquery, &["portinfo", &lid]).ok();
+    let portinfo = portinfo_with_is_sm(&served, at, &smpquery, &lid);
     assert!(
         has_is_sm(&portinfo),
         "{}: IsSM on the SM's port:\n{}",
