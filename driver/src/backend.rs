@@ -272,3 +272,26 @@ mod tests {
         );
     }
 }
+
+/// Whether a function needs a reset before its next bring-up, and why: what a backend keeps
+/// for [`DeviceBackend::needs_reset`] and [`DeviceBackend::mark_needs_reset`].
+#[derive(Debug, Default)]
+pub struct ResetMark(std::sync::Mutex<Option<String>>);
+
+impl ResetMark {
+    /// The reason recorded, if any.
+    pub fn get(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Record (`Some`) or clear (`None`) the need.
+    pub fn set(&self, reason: Option<String>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
+    }
+}

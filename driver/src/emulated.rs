@@ -91,7 +91,7 @@ pub struct EmulatedBackend {
     model: Arc<dyn DeviceModel>,
     describe: String,
     /// See [`DeviceBackend::needs_reset`].
-    needs_reset: std::sync::Mutex<Option<String>>,
+    needs_reset: crate::backend::ResetMark,
 }
 
 impl EmulatedBackend {
@@ -100,7 +100,7 @@ impl EmulatedBackend {
         EmulatedBackend {
             model,
             describe: describe.into(),
-            needs_reset: std::sync::Mutex::new(None),
+            needs_reset: crate::backend::ResetMark::default(),
         }
     }
 
@@ -196,17 +196,11 @@ impl DeviceBackend for EmulatedBackend {
     }
 
     fn needs_reset(&self) -> Option<String> {
-        self.needs_reset
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.needs_reset.get()
     }
 
     fn mark_needs_reset(&self, reason: Option<String>) {
-        *self
-            .needs_reset
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
+        self.needs_reset.set(reason);
     }
 
     fn dma_mapper(&self) -> Arc<dyn DmaMapper> {

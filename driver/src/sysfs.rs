@@ -907,6 +907,31 @@ mod tests {
         (p.to_string(), v.to_string())
     }
 
+    /// A fake sysfs with a ConnectX-5 PF at 0000:03:00.0, alone in IOMMU group 17, bound to
+    /// `driver`.
+    fn cx5_on(driver: &str) -> FakeSysfs {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, Some(driver), Some(17), 0);
+        fake
+    }
+
+    /// What a bind of 0000:03:00.0 writes up to its probe.
+    fn bind_writes() -> Vec<(String, String)> {
+        vec![
+            w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
+            w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+            w("bus/pci/drivers_probe", "0000:03:00.0"),
+        ]
+    }
+
+    /// What gives 0000:03:00.0 back to mlx5_core after a bind that did not take.
+    fn give_back_writes() -> Vec<(String, String)> {
+        vec![
+            w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
+            w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
+        ]
+    }
+
     #[test]
     fn lists_hcas_with_driver_group_and_numa() {
         let fake = FakeSysfs::new();
@@ -1049,15 +1074,7 @@ mod tests {
 
     #[test]
     fn bind_writes_override_unbind_probe_in_that_order() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         let b = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap();
         assert_eq!(
             b,
@@ -1068,14 +1085,7 @@ mod tests {
                 iommu_group: 17,
             }
         );
-        assert_eq!(
-            fake.kernel.writes(),
-            vec![
-                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
-                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
-                w("bus/pci/drivers_probe", "0000:03:00.0"),
-            ]
-        );
+        assert_eq!(fake.kernel.writes(), bind_writes());
         assert_eq!(
             fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
             Some("vfio-pci")
@@ -1099,15 +1109,7 @@ mod tests {
 
     #[test]
     fn bind_when_already_bound_writes_nothing() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("vfio-pci"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("vfio-pci");
         let b = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap();
         assert!(b.already_bound);
         assert!(fake.kernel.writes().is_empty());
@@ -1128,15 +1130,7 @@ mod tests {
 
     #[test]
     fn bind_of_a_pf_with_vfs_enabled_writes_nothing() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         let numvfs = fake
             .root()
             .join("bus/pci/devices/0000:03:00.0/sriov_numvfs");
@@ -1160,15 +1154,7 @@ mod tests {
 
     #[test]
     fn failed_bind_restores_the_previous_driver() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
         let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
         assert!(
@@ -1178,13 +1164,7 @@ mod tests {
         assert!(err.to_string().contains("dmesg"));
         assert_eq!(
             fake.kernel.writes(),
-            vec![
-                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
-                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
-                w("bus/pci/drivers_probe", "0000:03:00.0"),
-                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
-                w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
-            ]
+            [bind_writes(), give_back_writes()].concat()
         );
         assert_eq!(
             fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
@@ -1194,15 +1174,7 @@ mod tests {
 
     /// A CX-5 PF on mlx5_core whose writes at `fail` fail, and the bind's error.
     fn bind_with_failing(fail: &[&str], refuse_vfio: bool) -> (FakeSysfs, DriverError) {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         fake.kernel
             .fail
             .lock()
@@ -1233,13 +1205,7 @@ mod tests {
         assert!(err.to_string().contains("drivers_probe"), "{err}");
         assert_eq!(
             fake.kernel.writes(),
-            vec![
-                w("bus/pci/devices/0000:03:00.0/driver_override", "vfio-pci"),
-                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
-                w("bus/pci/drivers_probe", "0000:03:00.0"),
-                w("bus/pci/devices/0000:03:00.0/driver_override", "\n"),
-                w("bus/pci/drivers/mlx5_core/bind", "0000:03:00.0"),
-            ]
+            [bind_writes(), give_back_writes()].concat()
         );
         assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
         assert_eq!(
@@ -1297,15 +1263,7 @@ mod tests {
 
     #[test]
     fn unbind_restores_the_recorded_driver() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         let sysfs = fake.sysfs();
         let b = sysfs.bind_vfio(a("0000:03:00.0")).unwrap();
         fake.kernel.log.lock().unwrap().clear();
@@ -1336,15 +1294,7 @@ mod tests {
 
     #[test]
     fn unbind_with_kernel_choice_probes_and_with_unbound_leaves_it() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("vfio-pci"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("vfio-pci");
         fake.kernel
             .native
             .lock()
@@ -1383,15 +1333,7 @@ mod tests {
 
     #[test]
     fn unbind_of_a_function_not_on_vfio_does_nothing() {
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         let u = fake
             .sysfs()
             .unbind_vfio(a("0000:03:00.0"), &Restore::KernelChoice)
@@ -1492,15 +1434,7 @@ mod tests {
                 Err(io::Error::from(io::ErrorKind::PermissionDenied))
             }
         }
-        let fake = FakeSysfs::new();
-        fake.add(
-            "0000:03:00.0",
-            0x15b3,
-            0x1017,
-            Some("mlx5_core"),
-            Some(17),
-            0,
-        );
+        let fake = cx5_on("mlx5_core");
         let sysfs = Sysfs::with_writer(fake.root(), Arc::new(Denied));
         let err = sysfs.bind_vfio(a("0000:03:00.0")).unwrap_err();
         assert!(matches!(err, DriverError::SysfsPermission { .. }), "{err}");

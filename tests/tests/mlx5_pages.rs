@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use driver::DriverError;
 use driver::mlx5::MAX_PENDING_PAGE_REQUESTS;
 use driver::verbs::{DeviceEvent, Hca, HcaOptions, HcaPort};
-use driver::{DeviceBackend, DriverError};
 use firmware_cmds::mlx5::Opcode;
 use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
 use hca_tests::mlx5::{SimHca, port};
@@ -88,12 +88,7 @@ fn a_page_command_that_never_completes_makes_the_device_fatal_at_the_command_tim
     ));
     drop(p);
     hca.close().unwrap();
-    let a = hca.accounting();
-    assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
-    assert_eq!(a.mad_pool.leases_out, 0, "{a:?}");
-    assert_eq!(a.firmware_pages, 0, "{a:?}");
-    assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
-    assert_eq!(sim.faults(), 0, "no IOMMU fault");
+    sim.assert_clean(&hca);
 }
 
 /// Serve page events until `done` holds or a second of device time passes.

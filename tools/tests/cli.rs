@@ -72,6 +72,11 @@ fn add(root: &Path, bdf: &str, vendor: u16, device: u16, driver: Option<&str>, g
     symlink(format!("../../../../bus/pci/devices/{bdf}"), g.join(bdf)).unwrap();
 }
 
+/// [`add`] for a ConnectX-5 PF (15b3:1017) bound to `driver` in IOMMU group `group`.
+fn add_cx5(root: &Path, bdf: &str, driver: &str, group: u32) {
+    add(root, bdf, 0x15b3, 0x1017, Some(driver), group);
+}
+
 #[test]
 fn list_with_no_hca_says_so_and_succeeds() {
     let t = tree();
@@ -88,14 +93,7 @@ fn list_with_no_hca_says_so_and_succeeds() {
 #[test]
 fn list_shows_a_table() {
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("mlx5_core"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
     add(t.path(), "0000:03:00.2", 0x15b3, 0x1018, None, 18);
     add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 3);
     let o = hca(t.path(), &["list"]);
@@ -216,14 +214,7 @@ fn info_of_sim_with_a_bad_parameter_lists_the_accepted_ones() {
 #[test]
 fn info_of_vfio_without_dev_vfio_says_to_load_the_module() {
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("vfio-pci"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
     let o = hca(t.path(), &["info", "vfio:03:00.0"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
@@ -234,14 +225,7 @@ fn info_of_vfio_without_dev_vfio_says_to_load_the_module() {
 #[test]
 fn info_of_an_unbound_function_says_to_bind_it() {
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("mlx5_core"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
     fs::create_dir_all(t.path().join("dev/vfio")).unwrap();
     fs::write(t.path().join("dev/vfio/vfio"), "").unwrap();
     let o = hca(t.path(), &["info", "vfio:0000:03:00.0"]);
@@ -277,14 +261,7 @@ fn bad_device_strings_show_the_accepted_forms() {
 fn bind_writes_sysfs_and_reports_a_probe_that_did_not_take() {
     // A fake tree has no kernel behind it: the writes land in files, the driver link stays.
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("mlx5_core"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
     let o = hca(t.path(), &["bind", "03:00.0"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
@@ -341,14 +318,7 @@ fn bind_refuses_a_non_hca_or_a_busy_hca_unless_forced() {
         ""
     );
 
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("mlx5_core"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
     fs::create_dir_all(
         t.path()
             .join("bus/pci/devices/0000:03:00.0/infiniband/mlx5_0"),
@@ -370,22 +340,8 @@ fn bind_refuses_a_non_hca_or_a_busy_hca_unless_forced() {
 #[test]
 fn bind_of_a_bound_function_reports_its_group_and_blockers() {
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("vfio-pci"),
-        17,
-    );
-    add(
-        t.path(),
-        "0000:03:00.1",
-        0x15b3,
-        0x1017,
-        Some("mlx5_core"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    add_cx5(t.path(), "0000:03:00.1", "mlx5_core", 17);
     let o = hca(t.path(), &["bind", "0000:03:00.0"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -402,14 +358,7 @@ fn bind_of_a_bound_function_reports_its_group_and_blockers() {
 #[test]
 fn unbind_of_a_function_not_on_vfio_does_nothing() {
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("mlx5_core"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
     let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
@@ -426,14 +375,7 @@ fn unbind_of_a_function_not_on_vfio_does_nothing() {
 #[test]
 fn unbind_checks_the_driver_name_before_writing() {
     let t = tree();
-    add(
-        t.path(),
-        "0000:03:00.0",
-        0x15b3,
-        0x1017,
-        Some("vfio-pci"),
-        17,
-    );
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
     let outside = t.path().join("outside");
     fs::create_dir_all(&outside).unwrap();
     fs::write(outside.join("bind"), "").unwrap();

@@ -78,7 +78,7 @@ pub struct VfioBackend {
     routed: Mutex<irq::Routed>,
     opened: Instant,
     /// See [`DeviceBackend::needs_reset`].
-    needs_reset: Mutex<Option<String>>,
+    needs_reset: crate::backend::ResetMark,
 }
 
 impl std::fmt::Debug for VfioBackend {
@@ -273,7 +273,7 @@ impl VfioBackend {
             iova_ranges,
             routed: Mutex::new(irq::Routed::default()),
             opened: Instant::now(),
-            needs_reset: Mutex::new(None),
+            needs_reset: crate::backend::ResetMark::default(),
         };
         let config = backend.config_region()?;
         if config.info.size < 0x40 || !config.info.read || !config.info.write {
@@ -656,17 +656,11 @@ impl DeviceBackend for VfioBackend {
     }
 
     fn needs_reset(&self) -> Option<String> {
-        self.needs_reset
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.needs_reset.get()
     }
 
     fn mark_needs_reset(&self, reason: Option<String>) {
-        *self
-            .needs_reset
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
+        self.needs_reset.set(reason);
     }
 
     fn dma_mapper(&self) -> Arc<dyn DmaMapper> {
