@@ -6,6 +6,7 @@ mod netutil;
 
 use std::time::Duration;
 
+use mad_wire::attr::notice::{Notice, NoticeRepr};
 use mad_wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState};
 use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad_wire::{attr_id, method, status};
@@ -14,7 +15,8 @@ use netutil::{
     Device, attach, dr_call, dr_get, dr_set, example, network, port_info, port_info_data,
 };
 use sim::link::PortChange;
-use sim::net::Network;
+use sim::net::{DropReason, Network};
+use sim::packet::Packet;
 
 const SW: &[u8] = &[1];
 const CA: &[u8] = &[1, 2];
@@ -129,7 +131,10 @@ fn down_bounces_the_link_and_disabled_holds_it() {
     assert_eq!(states(&net, &d, SW, 1), INIT);
     assert_eq!(states(&net, &d, &[], 1), INIT);
     // Disabled on Switch1 port 2: Hca3's end goes to Polling, the switch's to Disabled, and
-    // the switch counts a link down on its port and sets PortStateChange.
+    // the switch counts a link down on its port. It does not set its own PortStateChange: the
+    // change comes from a SubnSet to the switch itself (ibsim `sim_mad.c`: "the local
+    // portchange (if switch) is not changed according to the spec (p. 731) - no portchange
+    // on subnset"); the far end is a CA, so no switch sets it.
     let (_, si) = dr_get(&net, &d, SW, attr_id::sm::SWITCH_INFO, 0);
     let mut si = SwitchInfoRepr::parse(&SwitchInfo::new_checked(&si[..]).unwrap()).unwrap();
     si.port_state_change = true;
@@ -148,12 +153,7 @@ fn down_bounces_the_link_and_disabled_holds_it() {
         let s = f.port(hca3).state;
         assert_eq!((s.link_state as u8, s.phys_state as u8), POLLING);
     });
-    let (_, si) = dr_get(&net, &d, SW, attr_id::sm::SWITCH_INFO, 0);
-    assert!(
-        SwitchInfoRepr::parse(&SwitchInfo::new_checked(&si[..]).unwrap())
-            .unwrap()
-            .port_state_change
-    );
+    assert!(!port_state_change(&net, &d, SW));
     let sw2 = net.port("Switch1", 2).unwrap();
     assert_eq!(net.counters(sw2).link_downed, 1);
     // Hca3 is unreachable now.
@@ -175,6 +175,149 @@ fn down_bounces_the_link_and_disabled_holds_it() {
     assert_eq!(set_state(&net, &d, SW, 2, 0, 2), status::SUCCESS);
     assert_eq!(states(&net, &d, SW, 2), INIT);
     assert_eq!(states(&net, &d, CA, 1), INIT);
+}
+
+/// SwitchInfo:PortStateChange of the switch along `path`.
+fn port_state_change(net: &Network, d: &Device, path: &[u8]) -> bool {
+    let (st, si) = dr_get(net, d, path, attr_id::sm::SWITCH_INFO, 0);
+    assert_eq!(st, status::SUCCESS);
+    SwitchInfoRepr::parse(&SwitchInfo::new_checked(&si[..]).unwrap())
+        .unwrap()
+        .port_state_change
+}
+
+/// Whether `p` is a trap 128 (a switch's port went up or down): its SLID if so.
+fn trap_128_from(p: &Packet) -> Option<u16> {
+    let smp = netutil::smp_of(p);
+    let notice = Notice::new_checked(&smp.data[..]).ok()?;
+    (smp.method == method::TRAP
+        && smp.attr_id == attr_id::sm::NOTICE
+        && NoticeRepr::parse(&notice).ok()?.trap_number_or_device_id == 128)
+        .then_some(p.slid)
+}
+
+/// Like [`set_state`], also returning the LIDs of the switches whose trap 128 reached the
+/// SM's device with the response.
+fn set_state_traps(
+    net: &Network,
+    d: &Device,
+    path: &[u8],
+    port: u32,
+    state: u8,
+    phys: u8,
+) -> (u16, Vec<u16>) {
+    let (_, data) = dr_get(net, d, path, attr_id::sm::PORT_INFO, port);
+    let mut pi: PortInfoRepr = port_info(&data);
+    pi.port_state = PortState::from(state);
+    pi.port_physical_state = PhysPortState::from(phys);
+    let got = d.exchange(
+        net,
+        netutil::dr_smp(
+            method::SET,
+            path,
+            attr_id::sm::PORT_INFO,
+            port,
+            port_info_data(&pi),
+        ),
+    );
+    net.scheduler().run_due();
+    let mut status = None;
+    let mut traps = Vec::new();
+    for (_, p) in got.iter().chain(d.rec.take().iter()) {
+        match trap_128_from(p) {
+            Some(lid) => traps.push(lid),
+            None => status = Some(netutil::smp_of(p).status),
+        }
+    }
+    (status.expect("the Set is answered"), traps)
+}
+
+/// A PortInfo Set that bounces a link between two switches: the switch that was set neither
+/// sets its own PortStateChange nor sends trap 128 (IBA's SwitchInfo table: changes of
+/// PortState resulting from SubnSet do not change the bit; ibsim `sim_mad.c` `do_portinfo`:
+/// "the local portchange (if switch) is not changed according to the spec (p. 731) - no
+/// portchange on subnset", it sets the remote switch's). The switch at the far end does both.
+/// A cable pulled still makes both switches set it.
+#[test]
+fn a_subn_set_raises_port_state_change_only_at_the_far_switch() {
+    // Switch2 by the other cable (Switch1 port 5), which stays up throughout.
+    const SW2: &[u8] = &[1, 5];
+    let net = network(example("net.2sw2path4hca"));
+    let d = attach(&net, "Hca1", 1);
+    netutil::sweep::configure(&net, &d);
+    net.scheduler().run_due();
+    d.rec.take();
+    assert!(!port_state_change(&net, &d, SW));
+    assert!(!port_state_change(&net, &d, SW2));
+    // Switch1 port 3 (to Switch2 port 3) to Down: the link retrains, both ends Init.
+    assert_eq!(
+        set_state_traps(&net, &d, SW, 3, 1, 0),
+        (status::SUCCESS, vec![netutil::sweep::LID_SWITCH2]),
+        "only Switch2, the far end, traps"
+    );
+    assert_eq!(states(&net, &d, SW, 3), INIT);
+    assert_eq!(states(&net, &d, SW2, 3), INIT);
+    assert!(!port_state_change(&net, &d, SW), "Switch1 was set");
+    assert!(port_state_change(&net, &d, SW2), "Switch2 is the far end");
+    // Disabled and Polling again by SubnSet to Switch1: the same rule.
+    // Switch2's trap for the Disabled is lost: its LFT sends LID 1 out of port 3, now down.
+    clear_port_state_change(&net, &d, SW2);
+    let lost = net.drops().get(DropReason::LinkDown);
+    assert_eq!(
+        set_state_traps(&net, &d, SW, 3, 0, 3),
+        (status::SUCCESS, vec![])
+    );
+    assert_eq!(net.drops().get(DropReason::LinkDown), lost + 1);
+    assert_eq!(states(&net, &d, SW, 3), DISABLED);
+    assert!(!port_state_change(&net, &d, SW));
+    assert!(port_state_change(&net, &d, SW2));
+    clear_port_state_change(&net, &d, SW2);
+    assert_eq!(
+        set_state_traps(&net, &d, SW, 3, 0, 2),
+        (status::SUCCESS, vec![netutil::sweep::LID_SWITCH2])
+    );
+    assert!(!port_state_change(&net, &d, SW));
+    assert!(port_state_change(&net, &d, SW2));
+    // A cable pulled is no SubnSet: both switches set it.
+    clear_port_state_change(&net, &d, SW2);
+    let p3 = net.port("Switch1", 3).unwrap();
+    let traps = |d: &Device| {
+        net.scheduler().run_due();
+        let mut v: Vec<u16> = d
+            .rec
+            .take()
+            .iter()
+            .filter_map(|(_, p)| trap_128_from(p))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    net.set_link_down(p3, true);
+    // Switch2's trap is lost on its way out of port 3, now down.
+    assert_eq!(traps(&d), vec![netutil::sweep::LID_SWITCH1]);
+    net.set_link_down(p3, false);
+    assert_eq!(
+        traps(&d),
+        vec![netutil::sweep::LID_SWITCH1, netutil::sweep::LID_SWITCH2]
+    );
+    assert!(port_state_change(&net, &d, SW));
+    assert!(port_state_change(&net, &d, SW2));
+}
+
+/// Writes 1 to PortStateChange of the switch along `path`, which clears it.
+fn clear_port_state_change(net: &Network, d: &Device, path: &[u8]) {
+    let (_, si) = dr_get(net, d, path, attr_id::sm::SWITCH_INFO, 0);
+    let mut si = SwitchInfoRepr::parse(&SwitchInfo::new_checked(&si[..]).unwrap()).unwrap();
+    si.port_state_change = true;
+    let mut data = [0u8; 64];
+    si.emit(&mut SwitchInfo::new_checked(&mut data[..]).unwrap());
+    let (st, back) = dr_set(net, d, path, attr_id::sm::SWITCH_INFO, 0, data);
+    assert_eq!(st, status::SUCCESS);
+    assert!(
+        !SwitchInfoRepr::parse(&SwitchInfo::new_checked(&back[..]).unwrap())
+            .unwrap()
+            .port_state_change
+    );
 }
 
 /// Read-modify-write of Switch1's PortInfo port 0 with M_Key `using` on both SMPs.

@@ -602,14 +602,27 @@ fn ok_at(served: &Served, node: &str, program: &Path, args: &[&str]) -> String {
     served.run(node, program, args).ok().stdout
 }
 
+/// The output port `ibroute`'s dump `lft` gives for the decimal LID `lid`.
+fn route_port(lft: &str, lid: &str) -> u8 {
+    let lid: u16 = lid.parse().expect("a decimal LID");
+    let key = format!("0x{lid:04x} ");
+    lft.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no route to LID {lid} in\n{lft}"))
+}
+
 #[test]
 fn traps_from_a_switch_drive_a_live_opensm_that_does_not_sweep() {
-    let programs = interop::need_programs(["opensm", "saquery", "smpquery", "ibportstate"]);
+    let programs =
+        interop::need_programs(["opensm", "saquery", "smpquery", "ibportstate", "ibroute"]);
     let [
         Some(opensm),
         Some(saquery),
         Some(smpquery),
         Some(ibportstate),
+        Some(ibroute),
     ] = programs
     else {
         return;
@@ -638,50 +651,61 @@ fn traps_from_a_switch_drive_a_live_opensm_that_does_not_sweep() {
             .get("lid")
             .to_owned()
     };
-    // host-4 hangs off leaf-2's port 1; its port GUID is 0x100007 in the generated file.
-    let (leaf, host) = (lid_of("leaf-2"), lid_of("host-4"));
-    let gone = "Removed port with GUID:0x0000000000100007";
-    let back = "Discovered new port with GUID:0x0000000000100007";
+    // leaf-2's uplinks (generated file): port 4 to spine-1's port 2, port 5 to spine-2's port
+    // 2. The SM takes down the one leaf-2's route to the SM does not use, from the spine's
+    // side. A SubnSet leaves the set switch's own PortStateChange alone (IBA, as ibsim has
+    // it): the trap comes from leaf-2, whose port went down under it.
+    let (leaf, sm_lid) = (lid_of("leaf-2"), lid_of(case.sm_node));
+    let lft = ok_at(&served, at, &ibroute, &[&leaf]);
+    let (spine, leaf_port) = match route_port(&lft, &sm_lid) {
+        4 => ("spine-2", "5"),
+        5 => ("spine-1", "4"),
+        p => panic!("leaf-2 reaches the SM through port {p}:\n{lft}"),
+    };
+    let spine_lid = lid_of(spine);
     let traps = |log: &str| log.matches("num:128 (Link state change)").count();
     let sweeps = |log: &str| log.matches("SUBNET UP").count();
+    let link_state = |port: &str| {
+        let pi = ok_at(&served, at, &smpquery, &["portinfo", &leaf, port]);
+        pi.lines()
+            .find(|l| l.starts_with("LinkState:"))
+            .and_then(|l| l.rsplit('.').next())
+            .map_or_else(|| panic!("no LinkState in\n{pi}"), str::to_owned)
+    };
     assert_eq!(sweeps(&sm.log()), 1);
 
-    ok_at(&served, at, &ibportstate, &[&leaf, "1", "disable"]);
-    let log = sm.wait_log("trap 128 and the port dropped", |l| {
-        l.contains(gone) && sweeps(l) == 2
+    ok_at(&served, at, &ibportstate, &[&spine_lid, "2", "disable"]);
+    let log = sm.wait_log("trap 128 from leaf-2 and a sweep", |l| {
+        traps(l) == 1 && sweeps(l) == 2
     });
-    assert_eq!(traps(&log), 1, "{}", live::tail(&log, 20));
     assert!(
         log.contains(&format!("from LID:{leaf} ")),
-        "the trap's producer is leaf-2"
+        "the trap's producer is leaf-2: {}",
+        live::tail(&log, 20)
     );
+    assert!(
+        !log.contains(&format!("from LID:{spine_lid} ")),
+        "{spine}, which the SM set, does not trap: {}",
+        live::tail(&log, 20)
+    );
+    assert_eq!(link_state(leaf_port), "Down");
     let now = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
     assert_eq!(
         now.len(),
-        case.expected.nodes - 1,
-        "host-4 is gone from the SA"
+        case.expected.nodes,
+        "no node lost with one uplink"
     );
 
-    ok_at(&served, at, &ibportstate, &[&leaf, "1", "enable"]);
-    let log = sm.wait_log("trap 128 and the port back", |l| {
-        l.contains(back) && sweeps(l) == 3
+    ok_at(&served, at, &ibportstate, &[&spine_lid, "2", "enable"]);
+    let log = sm.wait_log("trap 128 for the link back and a sweep", |l| {
+        traps(l) == 2 && sweeps(l) == 3
     });
-    assert_eq!(traps(&log), 2, "{}", live::tail(&log, 20));
-    let pi = ok_at(&served, at, &smpquery, &["portinfo", &host]);
     assert!(
-        pi.contains("LinkState:.......................Active"),
-        "{pi}"
+        !log.contains(&format!("from LID:{spine_lid} ")),
+        "{spine} does not trap for the SM's own Set: {}",
+        live::tail(&log, 20)
     );
-    let again = sa_records(&ok_at(&served, at, &saquery, &["-N"]));
-    assert_eq!(again.len(), case.expected.nodes);
-    assert_eq!(
-        again
-            .iter()
-            .find(|n| is_node(n, "host-4"))
-            .map(|n| n.get("lid").to_owned()),
-        Some(host),
-        "host-4 is back at its LID"
-    );
+    assert_eq!(link_state(leaf_port), "Active");
 
     let (status, log) = sm.stop();
     assert!(status.success());

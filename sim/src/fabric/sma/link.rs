@@ -5,12 +5,18 @@
 //! end asked for in Down/Polling (or Down/Disabled when the SM disables it) and its peer in
 //! Down/Polling. A link comes back up only when neither end is Disabled and no fault holds it
 //! down. Every change of a port's PortState is recorded as an [`Effect`]; a switch whose port
-//! goes up or down also gets SwitchInfo:PortStateChange set. A switch's port 0 has no link:
-//! neither an SM nor a fault takes it down.
+//! goes up or down also gets SwitchInfo:PortStateChange set (and sends trap 128), unless the
+//! change comes from a SubnSet(PortInfo) to that switch: IBA's SwitchInfo table says changes
+//! of PortState resulting from SubnSet do not change the bit, and ibsim (`sim_mad.c`
+//! `do_portinfo`) sets it only on the far end's switch ("the local portchange (if switch) is
+//! not changed according to the spec (p. 731) - no portchange on subnset"). Otherwise an SM
+//! would hear of a change it made itself and escalate a light sweep to a heavy one. The
+//! switch at the far end of the link still sets it. A switch's port 0 has no link: neither an
+//! SM nor a fault takes it down.
 
 use super::defaults::PortKind;
 use super::{Effect, Sma, port_kind};
-use crate::fabric::model::{NodeType, PortId};
+use crate::fabric::model::{NodeId, NodeType, PortId};
 use crate::fabric::rate::ActiveRates;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::link::PortChange;
@@ -26,9 +32,25 @@ pub enum LinkEvent {
     Up,
 }
 
+/// What drives a change of port state; decides which switches set PortStateChange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// The link itself: a cable pulled or plugged back, a node losing power.
+    Link,
+    /// A SubnSet(PortInfo) to the SMA of this node: it sets no PortStateChange of its own
+    /// (see the module documentation); the far end's switch does.
+    SubnSet(NodeId),
+}
+
 impl Sma<'_> {
     /// Sets a port's PortState and PortPhysicalState, recording what changed.
-    pub(super) fn set_state(&mut self, port: PortId, link: LinkState, phys: PhysState) {
+    pub(super) fn set_state(
+        &mut self,
+        port: PortId,
+        link: LinkState,
+        phys: PhysState,
+        cause: Cause,
+    ) {
         let before = self.fabric.port(port).state;
         if before.link_state == link && before.phys_state == phys {
             return;
@@ -57,7 +79,10 @@ impl Sma<'_> {
             }
             let up_down = (before.link_state == LinkState::Down) != (link == LinkState::Down);
             let node = self.fabric.port(port).node();
-            if up_down && self.fabric.node(node).kind() == NodeType::Switch {
+            if up_down
+                && self.fabric.node(node).kind() == NodeType::Switch
+                && cause != Cause::SubnSet(node)
+            {
                 if let Some(sw) = self.fabric.switch_mut(node) {
                     sw.info.port_state_change = true;
                 }
@@ -69,6 +94,11 @@ impl Sma<'_> {
     /// Takes the link of `port` down: `port` to Down/Polling (Down/Disabled if `disable`), its
     /// peer to Down/Polling.
     pub fn link_down(&mut self, port: PortId, disable: bool) -> LinkEvent {
+        self.link_down_by(port, disable, Cause::Link)
+    }
+
+    /// [`Sma::link_down`], driven by `cause`.
+    pub(super) fn link_down_by(&mut self, port: PortId, disable: bool, cause: Cause) -> LinkEvent {
         if port_kind(self.fabric, port) == PortKind::SwitchPort0 {
             // No link to take down: port 0 stays Active/LinkUp at its 4x SDR rate.
             return LinkEvent::Unchanged;
@@ -79,13 +109,13 @@ impl Sma<'_> {
         } else {
             PhysState::Polling
         };
-        self.set_state(port, LinkState::Down, phys);
+        self.set_state(port, LinkState::Down, phys, cause);
         if let Some(peer) = self.fabric.peer(port) {
             let peer_phys = match self.fabric.port(peer).state.phys_state {
                 PhysState::Disabled => PhysState::Disabled,
                 _ => PhysState::Polling,
             };
-            self.set_state(peer, LinkState::Down, peer_phys);
+            self.set_state(peer, LinkState::Down, peer_phys, cause);
         }
         if was_up {
             LinkEvent::Down
@@ -98,6 +128,11 @@ impl Sma<'_> {
     /// common rate. A port without a cable stays down, unless it is looped back to itself (a
     /// standalone CA's port), which comes up alone.
     pub fn link_up(&mut self, port: PortId) -> LinkEvent {
+        self.link_up_by(port, Cause::Link)
+    }
+
+    /// [`Sma::link_up`], driven by `cause`.
+    fn link_up_by(&mut self, port: PortId, cause: Cause) -> LinkEvent {
         let me = self.fabric.port(port).state;
         if me.phys_state == PhysState::Disabled || self.agents.is_fault_down(self.fabric, port) {
             return LinkEvent::Unchanged;
@@ -113,7 +148,7 @@ impl Sma<'_> {
             let Ok(active) = ActiveRates::train(enabled, enabled) else {
                 return LinkEvent::Unchanged;
             };
-            self.set_state(port, LinkState::Init, PhysState::LinkUp);
+            self.set_state(port, LinkState::Init, PhysState::LinkUp, cause);
             self.fabric.port_mut(port).state.active = active;
             return LinkEvent::Up;
         };
@@ -127,7 +162,7 @@ impl Sma<'_> {
             return LinkEvent::Unchanged;
         };
         for p in [port, peer] {
-            self.set_state(p, LinkState::Init, PhysState::LinkUp);
+            self.set_state(p, LinkState::Init, PhysState::LinkUp, cause);
             self.fabric.port_mut(p).state.active = active;
         }
         LinkEvent::Up
@@ -136,8 +171,13 @@ impl Sma<'_> {
     /// Bounces the link of `port`: down, then up again if it can train (PortInfo Set of
     /// PortState Down, or PortPhysicalState Polling).
     pub fn retrain(&mut self, port: PortId) {
-        self.link_down(port, false);
-        self.link_up(port);
+        self.retrain_by(port, Cause::Link);
+    }
+
+    /// [`Sma::retrain`], driven by `cause`.
+    pub(super) fn retrain_by(&mut self, port: PortId, cause: Cause) {
+        self.link_down_by(port, false, cause);
+        self.link_up_by(port, cause);
     }
 
     /// Holds every link of `node` down (`down`), as a node losing power, or lets them come back

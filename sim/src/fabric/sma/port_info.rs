@@ -41,6 +41,7 @@ use mad_wire::status;
 use super::defaults::{
     LINK_SPEED_EXT_SUPPORTED, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind,
 };
+use super::link::Cause;
 use super::{Data, Effect, Sma, Status, port_kind};
 use crate::fabric::model::{NodeId, NodeType, PortId, UNICAST_LID_END};
 use crate::fabric::state::{LinkState, PhysState};
@@ -331,25 +332,27 @@ impl Sma<'_> {
         status::SUCCESS
     }
 
-    /// The state change of a checked PortInfo Set.
+    /// The state change of a checked PortInfo Set: a SubnSet, so the switch being set does
+    /// not set its own PortStateChange (see `link.rs`).
     fn apply_state(&mut self, pid: PortId, state: u8, phys: u8) {
         let cur = self.fabric.port(pid).state;
+        let cause = Cause::SubnSet(self.fabric.port(pid).node());
         match (state, phys) {
             (_, 3) => {
-                self.link_down(pid, true);
+                self.link_down_by(pid, true, cause);
             }
             (1 | 0, 2) => {
                 if cur.phys_state == PhysState::Disabled {
-                    self.set_state(pid, LinkState::Down, PhysState::Polling);
+                    self.set_state(pid, LinkState::Down, PhysState::Polling, cause);
                 }
-                self.retrain(pid);
+                self.retrain_by(pid, cause);
             }
-            (1, _) => self.retrain(pid),
+            (1, _) => self.retrain_by(pid, cause),
             (3, _) if cur.link_state != LinkState::Armed => {
-                self.set_state(pid, LinkState::Armed, PhysState::LinkUp);
+                self.set_state(pid, LinkState::Armed, PhysState::LinkUp, cause);
             }
             (4, _) if cur.link_state != LinkState::Active => {
-                self.set_state(pid, LinkState::Active, PhysState::LinkUp);
+                self.set_state(pid, LinkState::Active, PhysState::LinkUp, cause);
             }
             _ => {}
         }
