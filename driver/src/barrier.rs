@@ -13,7 +13,9 @@ compile_error!(
      udma_to_device / udma_from_device barriers (rdma-core util/udma_barrier.h) to barrier.rs"
 );
 
-use std::sync::atomic::{Ordering, compiler_fence, fence};
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::fence;
+use std::sync::atomic::{Ordering, compiler_fence};
 
 /// Before a store that makes the device read DMA memory (a doorbell record or an MMIO
 /// doorbell): every earlier write to DMA memory must be visible to the device first.
@@ -61,5 +63,7 @@ pub fn full() {
     unsafe {
         core::arch::asm!("dmb osh", options(nostack, preserves_flags));
     }
+    #[cfg(target_arch = "x86_64")]
     fence(Ordering::SeqCst);
+    compiler_fence(Ordering::SeqCst);
 }

@@ -591,31 +591,25 @@ impl Sysfs {
         failure
     }
 
+    /// Clear the override, unbind from vfio-pci, then bind to `driver` (its directory, checked
+    /// by [`Sysfs::require_driver`]) or, without one, as `restore` says.
     fn unbind_inner(
         &self,
         address: PciAddress,
         dir: &Path,
-        bound: bool,
+        driver: Option<&Path>,
         restore: &Restore,
     ) -> Result<(), DriverError> {
         let bdf = address.to_string();
         // A newline clears the override (the kernel strips it and stores nothing).
         self.write(&dir.join("driver_override"), "\n")?;
-        if bound {
-            self.write(&dir.join("driver/unbind"), &bdf)?;
-        }
-        match restore {
-            Restore::Driver(name) => {
-                let drv = self.root.join("bus/pci/drivers").join(name);
-                if drv.is_dir() {
-                    self.write(&drv.join("bind"), &bdf)?;
-                } else {
-                    warn!(%address, driver = %name, "the previous driver is not loaded; letting the kernel choose");
-                    self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
-                }
+        self.write(&dir.join("driver/unbind"), &bdf)?;
+        match (driver, restore) {
+            (Some(drv), _) => self.write(&drv.join("bind"), &bdf)?,
+            (None, Restore::KernelChoice) => {
+                self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
             }
-            Restore::KernelChoice => self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?,
-            Restore::Unbound => {}
+            (None, _) => {}
         }
         Ok(())
     }
@@ -664,9 +658,10 @@ impl Sysfs {
         restore: &Restore,
     ) -> Result<Unbinding, DriverError> {
         let dir = self.require(address)?;
-        if let Restore::Driver(name) = restore {
-            self.require_driver(name)?;
-        }
+        let driver = match restore {
+            Restore::Driver(name) => Some(self.require_driver(name)?),
+            _ => None,
+        };
         let current = self.driver(address)?;
         if !current.as_deref().is_some_and(is_vfio_driver) {
             if read_trimmed(&dir.join("driver_override"))?.as_deref() == Some(VFIO_PCI) {
@@ -678,7 +673,7 @@ impl Sysfs {
                 driver: current,
             });
         }
-        self.unbind_inner(address, &dir, true, restore)?;
+        self.unbind_inner(address, &dir, driver.as_deref(), restore)?;
         let now = self.driver(address)?;
         let expected = match restore {
             Restore::Driver(name) => Some(Some(name.clone())),

@@ -811,21 +811,22 @@ impl PortShared {
             start += n;
             match refused {
                 Some(e) if start < total => {
-                    // A send queue in SQE is no failure of the post: it counts as the flush
-                    // (and the repost) it stands for.
-                    if !matches!(e, driver::verbs::PostError::SendQueueError(_)) {
-                        bump(&self.cells.post_failures);
-                    }
                     tracing::debug!(qp = ?qp, "post refused: {e}");
-                    let (status, vendor) = match e {
-                        driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5),
+                    let (status, vendor, failed) = match e {
+                        driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5, true),
                         // The send queue stopped at an error completion the progress loop has
                         // not handled yet (this sender raced it). The hardware would flush this
                         // work request: so does this completion, which the loop handles after
-                        // that error, once its recovery marked the send for one repost.
-                        driver::verbs::PostError::SendQueueError(_) => (WcStatus::WrFlushErr, 0),
-                        _ => (batch.meta[start], 0),
+                        // that error, once its recovery marked the send for one repost. It is
+                        // no failure of the post: it counts as the flush (and the repost).
+                        driver::verbs::PostError::SendQueueError(_) => {
+                            (WcStatus::WrFlushErr, 0, false)
+                        }
+                        _ => (batch.meta[start], 0, true),
                     };
+                    if failed {
+                        bump(&self.cells.post_failures);
+                    }
                     self.unpost(qp, batch.wrs[start].wr_id);
                     self.soft_completion(qp, batch.wrs[start].wr_id, status, vendor, true);
                     start += 1;

@@ -638,9 +638,9 @@ impl PortShared {
             let indexes = std::mem::take(&mut st.reposts[q]);
             if let Some(rr) = st.recv[q].as_mut() {
                 if st.qp_in_error[q] {
-                    for _ in &indexes {
-                        bump(&self.cells.recv_repost_failures);
-                    }
+                    self.cells
+                        .recv_repost_failures
+                        .fetch_add(indexes.len() as u64, Ordering::Relaxed);
                 } else {
                     for (index, e) in rr.post_batch(&*self.hca, &indexes) {
                         if matches!(e, driver::verbs::PostError::DeviceFatal(_)) {

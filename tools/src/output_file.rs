@@ -34,19 +34,27 @@ impl ReplaceFile {
     }
 
     /// The temporary file's path.
-    pub fn tmp_path(&self) -> &Path {
+    #[cfg(test)]
+    fn tmp_path(&self) -> &Path {
         &self.tmp
     }
 
-    /// Flush the output and rename it over the destination.
+    /// Flush the output and rename it over the destination; on failure the temporary file is
+    /// removed and the destination left as it was.
     pub fn commit(mut self) -> io::Result<()> {
+        // Only `commit` (which takes `self`) and `Drop` take `out`.
         let Some(out) = self.out.take() else {
-            return Err(io::Error::other("the output was already committed"));
+            return Ok(());
         };
-        let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&self.tmp, &self.dest)
+        let done = out
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)
+            .and_then(|file| file.sync_all())
+            .and_then(|()| fs::rename(&self.tmp, &self.dest));
+        if done.is_err() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+        done
     }
 }
 

@@ -393,7 +393,9 @@ impl Context {
                 }
                 live
             });
-            stale.extend(files.insert(f.fd(), Arc::clone(&f)));
+            // An entry of the same number went with the `retain`: the number now names this
+            // file's socket, which no older entry owns.
+            files.insert(f.fd(), Arc::clone(&f));
             stale
         };
         for g in stale {

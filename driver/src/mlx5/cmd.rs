@@ -316,6 +316,9 @@ pub(crate) fn post(
     bar: &Mmio,
     now: Duration,
 ) -> Result<(), DriverError> {
+    if state.closed || slot >= state.slots.len() {
+        return Err(DriverError::Closed);
+    }
     let header = InHeader::decode(input)?;
     let token = state.next_token();
     let inlen = u32::try_from(input.len()).map_err(|_| DriverError::Layout(too_long("input")))?;
@@ -327,9 +330,6 @@ pub(crate) fn post(
 
     let raw =
         CmdEntry::new_request(in_inline, inlen, in_ptr, outlen32, out_ptr, token).encode_sealed();
-    if state.closed || slot >= state.slots.len() {
-        return Err(DriverError::Closed);
-    }
     let off = state.entry_offset(slot);
     let page = state.page.as_ref().ok_or(DriverError::Closed)?;
     page.write(off, &raw)?;

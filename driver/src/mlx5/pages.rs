@@ -113,7 +113,8 @@ pub(crate) struct FwPages {
     given: HashMap<u64, (Function, DmaLease)>,
     /// Most pages given, in limbo and in flight at once.
     limit: usize,
-    /// Pages of a GIVE whose outcome is unknown (timed out): kept until the device is quiesced.
+    /// Pages of a GIVE whose outcome is unknown (a timeout, a bad token, delivery or output
+    /// chain; see `outcome_unknown`): kept until the device is quiesced.
     limbo: Vec<DmaLease>,
     pending: VecDeque<PageRequest>,
     /// The MANAGE_PAGES on the page slot, and when it was posted (device time).
@@ -144,6 +145,27 @@ impl FwPages {
     /// count: all are leased for the firmware).
     fn room_for(&self, n: usize) -> bool {
         self.leases().saturating_add(n) <= self.limit
+    }
+
+    /// [`FwPages::room_for`] as an error naming `what` was asked (startup pages or a page
+    /// request), for the caller to return or answer CAN'T GIVE with.
+    fn check_room(&self, n: u32, what: &str) -> Result<(), DriverError> {
+        if self.room_for(n as usize) {
+            return Ok(());
+        }
+        Err(DriverError::DeviceUnsupported {
+            what: format!(
+                "{what} of {n} pages with {} already given, more than the {} allowed",
+                self.leases(),
+                self.limit
+            ),
+            hint: "raise HcaOptions::max_firmware_pages".into(),
+        })
+    }
+
+    /// Pages held for function `f`.
+    fn held_for(&self, f: Function) -> usize {
+        self.given.values().filter(|(g, _)| *g == f).count()
     }
 
     /// The functions pages are held for, and how many each, in function order.
@@ -286,20 +308,8 @@ impl Dev {
             return Ok(());
         }
         let n = check_count("QUERY_PAGES output", q.num_pages)?;
-        {
-            let pages = self.lock_pages();
-            if !pages.room_for(n as usize) {
-                return Err(DriverError::DeviceUnsupported {
-                    what: format!(
-                        "a firmware that asks for {n} {kind:?} pages with {} already given, \
-                         more than the {} allowed",
-                        pages.leases(),
-                        pages.limit
-                    ),
-                    hint: "raise HcaOptions::max_firmware_pages".into(),
-                });
-            }
-        }
+        self.lock_pages()
+            .check_room(n, &format!("a firmware request for {kind:?} startup pages"))?;
         let leases = lease_pages(self, n)?;
         let give = ManagePages {
             op: PagesOp::Give(leases.iter().map(DmaLease::iova).collect()),
@@ -461,19 +471,10 @@ impl Dev {
             std::cmp::Ordering::Greater => {
                 match check_count("page request EQE", req.num_pages)
                     .and_then(|n| {
-                        if pages.room_for(n as usize) {
-                            Ok(n)
-                        } else {
+                        pages.check_room(n, "a page request").inspect_err(|_| {
                             pages.stats.over_limit += 1;
-                            Err(DriverError::DeviceUnsupported {
-                                what: format!(
-                                    "giving {n} more pages with {} given, past the {} allowed",
-                                    pages.leases(),
-                                    pages.limit
-                                ),
-                                hint: "raise HcaOptions::max_firmware_pages".into(),
-                            })
-                        }
+                        })?;
+                        Ok(n)
                     })
                     .and_then(|n| lease_pages(self, n))
                 {
@@ -570,12 +571,7 @@ impl Dev {
             if self.fatal_reason().is_some() {
                 return Ok(());
             }
-            let held = self
-                .lock_pages()
-                .holders()
-                .into_iter()
-                .find_map(|(g, n)| (g == f).then_some(n))
-                .unwrap_or(0);
+            let held = self.lock_pages().held_for(f);
             if held == 0 {
                 return Ok(());
             }

@@ -233,10 +233,7 @@ impl Mlx5Port {
     }
 
     fn fatal_post(&self) -> Option<PostError> {
-        // One load on the posting path; the reason is built only for a dead device.
-        if !self.dev.is_fatal() {
-            return None;
-        }
+        // One load while the device is up; the reason is built only for a dead device.
         self.dev.fatal_reason().map(PostError::DeviceFatal)
     }
 

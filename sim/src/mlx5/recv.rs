@@ -33,12 +33,16 @@ const CQE_L3_GRH: u8 = 1;
 impl State {
     /// A packet arrived at `port`.
     pub(crate) fn receive(&mut self, port: u8, pkt: &Packet) {
-        if let Err(reason) = self.try_receive(port, pkt) {
+        let mut raw = self.take_scratch();
+        let r = self.try_receive(port, pkt, &mut raw[..MAX_RECV_WQE]);
+        self.put_scratch(raw);
+        if let Err(reason) = r {
             self.counters.drop_packet(reason);
         }
     }
 
-    fn try_receive(&mut self, port: u8, pkt: &Packet) -> Result<(), DropReason> {
+    /// `raw`: room for the receive WQE.
+    fn try_receive(&mut self, port: u8, pkt: &Packet, raw: &mut [u8]) -> Result<(), DropReason> {
         if port == 0 || port > self.cfg.ports {
             return Err(DropReason::NoQp);
         }
@@ -56,7 +60,6 @@ impl State {
             counters,
             ports,
             faults,
-            wqe_scratch,
             ..
         } = self;
         let view = &ports[p];
@@ -112,12 +115,7 @@ impl State {
         } else if let Some(f) = faults.take_wqe(qpn, WqeQueue::Recv) {
             Err((f.syndrome, f.vendor_err))
         } else {
-            let mut raw = wqe_scratch
-                .take()
-                .unwrap_or_else(|| Box::new([0; WQE_SCRATCH]));
-            let r = scatter(iommu, counters, qp, index, pkt, &mut raw[..MAX_RECV_WQE]);
-            *wqe_scratch = Some(raw);
-            r
+            scatter(iommu, counters, qp, index, pkt, raw)
         };
         qp.rq_cc = index.wrapping_add(1);
         qp.recvs += 1;

@@ -253,14 +253,7 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
             why: format!("{} sends in flight: give 1 to 1024", cfg.window),
         });
     }
-    crate::discover::engine::check_retries(cfg.retries)?;
-    if cfg.timeout_ms == 0 {
-        // A 0 ms timeout drops every response as no longer expected.
-        return Err(EngineError::BadSetting {
-            what: "timeout",
-            why: "0 ms: give the time to wait for each response".into(),
-        });
-    }
+    crate::discover::engine::check_attempts(cfg.timeout_ms, cfg.retries)?;
     if let Some(&first) = cfg.path.first()
         && first != port.port_num()
     {
@@ -313,9 +306,7 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
     let device_start = port.now();
     let mut sent: u64 = 0;
     let mut tid: u32 = 0;
-    let stall =
-        Duration::from_millis(u64::from(cfg.timeout_ms).saturating_mul(u64::from(cfg.retries) + 1))
-            + Duration::from_secs(10);
+    let stall = crate::discover::engine::stall_limit(cfg.timeout_ms, cfg.retries);
     let mut last_event = port.now();
     let result = loop {
         let more = match cfg.stop {

@@ -39,7 +39,7 @@ use crate::EngineError;
 
 /// libibnetdisc's SMPs on the wire (`DEFAULT_MAX_SMP_ON_WIRE`).
 pub const LIBIBNETDISC_WINDOW: usize = 2;
-/// Our default window: enough SMPs in flight to keep the device and the MAD layer busy
+/// The default window on the simulator: enough SMPs in flight to keep the device and the MAD layer busy
 /// (see the README's bench figures), well under the MAD layer's 128 solicited SMPs per agent.
 pub const DEFAULT_WINDOW: usize = 32;
 /// The default window on hardware: OpenSM's 4 (`max_wire_smps`). VL15 has no flow control, so
@@ -98,7 +98,15 @@ impl Default for Config {
 }
 
 /// Refuse more than [`MAX_RETRIES`] retries.
-pub(crate) fn check_retries(retries: u32) -> Result<(), EngineError> {
+/// The per-attempt timeout and the retries of each send, for discover and bench: a 0 ms timeout
+/// would drop every response as no longer expected.
+pub(crate) fn check_attempts(timeout_ms: u32, retries: u32) -> Result<(), EngineError> {
+    if timeout_ms == 0 {
+        return Err(EngineError::BadSetting {
+            what: "timeout",
+            why: "0 ms: give the time to wait for each response".into(),
+        });
+    }
     if retries > MAX_RETRIES {
         return Err(EngineError::BadSetting {
             what: "retries",
@@ -122,13 +130,7 @@ impl Config {
                 why: format!("{}: a directed route has 1 to 63 hops", self.max_hops),
             });
         }
-        if self.timeout_ms == 0 {
-            return Err(EngineError::BadSetting {
-                what: "timeout",
-                why: "0 ms: give the time to wait for each response".into(),
-            });
-        }
-        check_retries(self.retries)
+        check_attempts(self.timeout_ms, self.retries)
     }
 }
 
@@ -295,15 +297,14 @@ pub fn discover(
     Ok(topo)
 }
 
-impl Engine<'_> {
-    /// How long nothing may happen while sends are outstanding: every attempt's timeout, and
-    /// a margin for the device.
-    fn stall_limit(&self) -> Duration {
-        Duration::from_millis(
-            u64::from(self.cfg.timeout_ms).saturating_mul(u64::from(self.cfg.retries) + 1),
-        ) + Duration::from_secs(10)
-    }
+/// How long nothing may happen while sends are outstanding: every attempt's timeout, and a
+/// margin for the device.
+pub(crate) fn stall_limit(timeout_ms: u32, retries: u32) -> Duration {
+    Duration::from_millis(u64::from(timeout_ms).saturating_mul(u64::from(retries) + 1))
+        + Duration::from_secs(10)
+}
 
+impl Engine<'_> {
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) -> Result<(), EngineError> {
         let mut last_event = self.port.now();
         loop {
@@ -324,7 +325,7 @@ impl Engine<'_> {
                     return Err(EngineError::DeviceFatal { reason });
                 }
                 let waited = self.port.now().saturating_sub(last_event);
-                if waited > self.stall_limit() {
+                if waited > stall_limit(self.cfg.timeout_ms, self.cfg.retries) {
                     return Err(EngineError::Stalled {
                         outstanding: self.in_flight.len(),
                         waited,

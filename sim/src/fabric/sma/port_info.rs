@@ -43,7 +43,7 @@ use super::defaults::{
 };
 use super::link::Cause;
 use super::{Data, Effect, Sma, Status, port_kind};
-use crate::fabric::model::{NodeId, NodeType, PortId, UNICAST_LID_END};
+use crate::fabric::model::{NodeId, NodeType, PortId, UNICAST_LID_END, lid_range};
 use crate::fabric::state::{LinkState, PhysState};
 use crate::link::PortChange;
 
@@ -178,7 +178,7 @@ impl Sma<'_> {
 
     /// Whether `lid`/`lmc` is a range of unicast LIDs (whoever else holds them).
     fn lid_range_ok(lid: u16, lmc: u8) -> bool {
-        lid != 0 && lmc <= 7 && u32::from(lid) + (1u32 << lmc) <= UNICAST_LID_END
+        lid != 0 && lid_range(lid, lmc).is_some()
     }
 
     /// Whether `port` may move to `target` (Armed or Active) now.

@@ -198,6 +198,12 @@ pub(crate) fn execute(st: &mut State, input: &[u8], outlen: u32) -> Exec {
     handler(st, input, outlen)
 }
 
+/// A command's page list and its doorbell record's address, as one list.
+fn with_dbr(mut pas: Vec<u64>, dbr: u64) -> Vec<u64> {
+    pas.push(dbr);
+    pas
+}
+
 /// The host memory a command hands to the firmware: the queue buffer pages and doorbell
 /// record of CREATE_CQ, CREATE_EQ and CREATE_QP, the pages of MANAGE_PAGES GIVE.
 pub(crate) fn memory_named(input: &[u8]) -> Vec<u64> {
@@ -211,11 +217,11 @@ pub(crate) fn memory_named(input: &[u8]) -> Vec<u64> {
     };
     match h.opcode {
         Opcode::CREATE_CQ => CreateCq::decode(input)
-            .map(|c| [c.pas, vec![c.ctx.dbr_addr]].concat())
+            .map(|c| with_dbr(c.pas, c.ctx.dbr_addr))
             .unwrap_or_default(),
         Opcode::CREATE_EQ => CreateEq::decode(input).map(|c| c.pas).unwrap_or_default(),
         Opcode::CREATE_QP => CreateQp::decode(input)
-            .map(|c| [c.pas, vec![c.ctx.dbr_addr]].concat())
+            .map(|c| with_dbr(c.pas, c.ctx.dbr_addr))
             .unwrap_or_default(),
         Opcode::MANAGE_PAGES => match ManagePages::decode(input).map(|m| m.op) {
             Ok(PagesOp::Give(pas)) => pas,
