@@ -29,7 +29,9 @@ use mad::{
     SpecialQp, WcStatus,
 };
 
-use crate::abi::{HDR_LEN, IbUserMad, MAX_AGENTS, MAX_RECV_LIST, MIN_WRITE_MAD, USER_RMPP};
+use crate::abi::{
+    HDR_LEN, IbUserMad, MAD_HDR_LEN, MAX_AGENTS, MAX_RECV_LIST, MIN_WRITE_MAD, USER_RMPP,
+};
 use crate::context::{CaPort, debug, lock};
 use crate::error::UmadError;
 use crate::header::{Destination, DupKey, dest_of, is_duplicate, recv_header};
@@ -336,7 +338,9 @@ impl UmadFile {
         Ok(())
     }
 
-    /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken.
+    /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken. The
+    /// RMPP header of an RMPP-class MAD of an agent with the MAD layer's RMPP is sent as the
+    /// kernel sends it, not as written (see `kernel_rmpp_header`).
     pub fn write(&self, bytes: &[u8]) -> Result<usize, UmadError> {
         if bytes.len() < HDR_LEN + MIN_WRITE_MAD {
             return Err(UmadError::ShortWrite {
@@ -360,15 +364,16 @@ impl UmadFile {
             response: is_response(class, mad[3], attr_mod),
             dest: Destination::of(&hdr),
         };
-        let (agent, seq) = {
+        let (agent, seq, kernel_rmpp) = {
             let mut st = lock(&self.state);
             if let Some(reason) = st.dead.clone() {
                 return Err(UmadError::Dead { reason });
             }
-            let Slot::Active { agent, .. } = &st.slots[hdr.agent_id as usize] else {
+            let Slot::Active { agent, rmpp } = &st.slots[hdr.agent_id as usize] else {
                 return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
             };
             let agent = Arc::clone(agent);
+            let kernel_rmpp = *rmpp;
             if st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
                 return Err(UmadError::Duplicate {
                     what: if key.response { "response" } else { "request" },
@@ -379,9 +384,13 @@ impl UmadFile {
             let seq = st.next_seq;
             st.next_seq += 1;
             st.sends.insert(seq, Sent { key, hdr });
-            (agent, seq)
+            (agent, seq, kernel_rmpp)
         };
-        let req = SendRequest::new(mad.to_vec(), dest_of(&hdr, true))
+        let mut message = mad.to_vec();
+        if kernel_rmpp && is_rmpp_capable(class) {
+            kernel_rmpp_header(&mut message);
+        }
+        let req = SendRequest::new(message, dest_of(&hdr, true))
             .timeout_ms(hdr.timeout_ms)
             .retries(hdr.retries)
             .context(seq);
@@ -575,6 +584,22 @@ impl UmadFile {
                 }
             }
         }
+    }
+}
+
+/// The RMPP header (bytes 24 to 35) of a MAD of an RMPP-capable class sent by an agent the
+/// MAD layer does RMPP for, as the kernel's `ib_umad_write` leaves it: it copies only the
+/// 24-byte common header and the bytes from 36 on over a zeroed buffer, so none of the
+/// user's RMPP fields reach the wire. What `ib_create_send_mad` then puts there for an
+/// RMPP-active send (`alloc_send_rmpp_list`: RMPPVersion, DATA, Active) and `send_next_seg`
+/// per segment (First, Last, SegmentNumber, PayloadLength) the MAD layer writes; RRespTime and
+/// RMPPStatus stay 0. Without the Active flag the header goes out all zero.
+fn kernel_rmpp_header(mad: &mut [u8]) {
+    let active = Rmpp::new_checked(&mad[..]).is_ok_and(|r| r.flags() & rmpp_flags::ACTIVE != 0);
+    mad[MAD_HDR_LEN..MIN_WRITE_MAD].fill(0);
+    if active {
+        let mut r = Rmpp::new_checked(&mut mad[..]).expect("36 bytes: an RMPP header");
+        r.set_flags(rmpp_flags::ACTIVE);
     }
 }
 
