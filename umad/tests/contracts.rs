@@ -387,3 +387,33 @@ fn rmpp_headers_reach_the_wire_as_the_kernels_umad_write_leaves_them() {
     r.ctx.close_file(peer.fd()).unwrap();
     r.ctx.close().unwrap();
 }
+
+#[test]
+fn a_write_is_checked_once_in_the_kernels_order() {
+    // ib_umad_write: the length (ib_create_send_mad's EINVAL) is refused before the duplicate
+    // rule is looked at, on the Rust write path as on umad_send's.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = perf_agent(&f);
+    f.write(&perf_get(a, 0x77, 0x300, 60_000, 0)).unwrap();
+    assert_eq!(f.outstanding(), 1);
+    let mut long = perf_get(a, 0x77, 0x300, 60_000, 0);
+    long.resize(HDR_LEN + 300, 0);
+    match f.write(&long) {
+        Err(UmadError::Send(mad::MadError::MadTooLarge { len: 300, max: 256 })) => {}
+        other => panic!("an over-long duplicate is refused for its length: {other:?}"),
+    }
+    // The duplicate alone is refused as one, and nothing was added either time.
+    match f.write(&perf_get(a, 0x77, 0x300, 60_000, 0)) {
+        Err(e @ UmadError::Duplicate { .. }) => assert_eq!(e.errno(), libc::EINVAL),
+        other => panic!("a duplicate: {other:?}"),
+    }
+    assert_eq!(f.outstanding(), 1);
+    // An unregistered agent is EIO whatever the length or TID.
+    let mut stray = long.clone();
+    stray[..4].copy_from_slice(&9u32.to_ne_bytes());
+    assert_eq!(f.write(&stray).unwrap_err().errno(), libc::EIO);
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
