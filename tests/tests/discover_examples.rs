@@ -3,7 +3,7 @@
 //! every ibsim example and the 648-host fat tree. Each run ends with the HCA's leases,
 //! mappings and sends back at their baseline (`DiscoverRig::finish`).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use hca_tests::discover_rig::{
     DiscoverRig, assert_reproduces, assert_text_reproduces, example, first_ca,
@@ -147,4 +147,71 @@ fn mellanox_qdr_ports_get_their_extended_port_info_asked() {
     };
     assert_eq!(t2.stats.ext_port_info_unsupported, 0);
     assert_eq!(t.stats.smps, t2.stats.smps + 4);
+}
+
+/// What `hca discover` writes of `t` in each format, but the JSON's `stats` line (the run's
+/// own counts and times). The ibnetdiscover text is dated at the epoch.
+fn outputs(t: &Topology) -> [String; 3] {
+    let mut json = Vec::new();
+    hca_tools::discover::json::write(t, &mut json).expect("json");
+    let json = String::from_utf8(json)
+        .expect("UTF-8")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("\"stats\""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut text = Vec::new();
+    ibnetdiscover::write(t, SystemTime::UNIX_EPOCH, &mut text).expect("text");
+    let mut dot = Vec::new();
+    hca_tools::discover::dot::write(t, &mut dot).expect("dot");
+    [
+        json,
+        String::from_utf8(text).expect("UTF-8"),
+        String::from_utf8(dot).expect("UTF-8"),
+    ]
+}
+
+#[test]
+fn the_outputs_do_not_depend_on_the_order_answers_come_back_in() {
+    // A fat tree where every leaf and spine is reached by more than one route: with several
+    // SMPs in flight, which answer comes back first decides which route reaches a node first,
+    // and so the order nodes are found in. Here the answers are reordered by slowing one of
+    // host-1's leaf's uplinks (leaf-1 port 3 to spine-1, port 4 to spine-2) and by sending one
+    // SMP at a time; every run must write the same JSON, text and graph.
+    let spec = "fat-tree:leaves=4,hosts=2,spines=2";
+    let run = |window: usize, slow_port: Option<u8>| {
+        let fabric = generator::generate(spec).expect("generate");
+        let rig = DiscoverRig::new(fabric, "host-1");
+        if let Some(p) = slow_port {
+            let port = rig.net.port("leaf-1", p).expect("an uplink");
+            rig.net
+                .set_link_fault(port, sim::net::Fault::delay(Duration::from_millis(5)));
+        }
+        let t = rig.discover(&Config {
+            window,
+            ..Config::default()
+        });
+        assert!(t.failures.is_empty(), "{:?}", t.failures);
+        assert_reproduces(&t, &generator::generate(spec).expect("generate"));
+        rig.finish();
+        outputs(&t)
+    };
+    let reference = run(32, None);
+    for (window, slow) in [(1, None), (32, Some(3)), (32, Some(4)), (4, Some(3))] {
+        let got = run(window, slow);
+        for (i, what) in ["JSON", "ibnetdiscover text", "dot"].iter().enumerate() {
+            if let Some((line, (a, b))) = got[i]
+                .lines()
+                .zip(reference[i].lines())
+                .enumerate()
+                .find(|(_, (a, b))| a != b)
+            {
+                panic!(
+                    "{what} with window {window}, slow uplink {slow:?}, line {}:\n got  {a}\n want {b}",
+                    line + 1
+                );
+            }
+            assert_eq!(got[i], reference[i], "{what}: same lines, different length");
+        }
+    }
 }

@@ -29,7 +29,9 @@ use mad::{
     SpecialQp, WcStatus,
 };
 
-use crate::abi::{HDR_LEN, IbUserMad, MAX_AGENTS, MAX_RECV_LIST, MIN_WRITE_MAD, USER_RMPP};
+use crate::abi::{
+    HDR_LEN, IbUserMad, MAD_HDR_LEN, MAX_AGENTS, MAX_RECV_LIST, MIN_WRITE_MAD, USER_RMPP,
+};
 use crate::context::{CaPort, debug, lock};
 use crate::error::UmadError;
 use crate::header::{Destination, DupKey, dest_of, is_duplicate, recv_header};
@@ -292,83 +294,60 @@ impl UmadFile {
 
     /// The checks the kernel's `ib_umad_write` makes on the header and the MAD's first 36
     /// bytes (`head`: the header, then those bytes) before it copies the rest of a write
-    /// whose MAD is `mad_len` bytes long: an agent ID in range (else EINVAL) and registered
-    /// (else EIO), and a length the send may have: one MAD, or any length for an RMPP-active
-    /// send of an agent the MAD layer does RMPP for (else EINVAL). `umad_send` reads the
-    /// caller's `mad_len` bytes only once these pass.
+    /// whose MAD is `mad_len` bytes long, without sending: as [`UmadFile::write_parts`]
+    /// makes them, up to the duplicate rule.
     pub fn check_write(
         &self,
         head: &[u8; HDR_LEN + MIN_WRITE_MAD],
         mad_len: usize,
     ) -> Result<(), UmadError> {
-        let hdr = IbUserMad::from_bytes(head[..HDR_LEN].try_into().expect("header length"));
-        if mad_len < MIN_WRITE_MAD {
-            return Err(UmadError::ShortWrite {
-                len: HDR_LEN + mad_len,
-                hdr: HDR_LEN,
-            });
-        }
-        if hdr.agent_id as usize >= MAX_AGENTS {
-            return Err(UmadError::AgentRange {
-                id: hdr.agent_id.into(),
-            });
-        }
-        let kernel_rmpp = {
-            let st = lock(&self.state);
-            if let Some(reason) = st.dead.clone() {
-                return Err(UmadError::Dead { reason });
-            }
-            let Slot::Active { rmpp, .. } = &st.slots[hdr.agent_id as usize] else {
-                return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
-            };
-            *rmpp
-        };
-        let mad = Rmpp::new_checked(&head[HDR_LEN..]).expect("36 bytes: an RMPP header");
-        let rmpp_active = kernel_rmpp
-            && is_rmpp_capable(mad.header().mgmt_class())
-            && mad.flags() & rmpp_flags::ACTIVE != 0;
-        if !rmpp_active && mad_len > MAD_LEN {
-            return Err(UmadError::Send(mad::MadError::MadTooLarge {
-                len: mad_len,
-                max: MAD_LEN,
-            }));
-        }
-        Ok(())
+        let hdr = check_head(head, mad_len)?;
+        admit(&lock(&self.state), &hdr, head, mad_len).map(|_| ())
     }
 
-    /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken.
+    /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken. As
+    /// [`UmadFile::write_parts`] with the whole buffer at hand.
     pub fn write(&self, bytes: &[u8]) -> Result<usize, UmadError> {
-        if bytes.len() < HDR_LEN + MIN_WRITE_MAD {
+        let Some(head) = bytes.first_chunk::<{ HDR_LEN + MIN_WRITE_MAD }>() else {
             return Err(UmadError::ShortWrite {
                 len: bytes.len(),
                 hdr: HDR_LEN,
             });
-        }
-        let hdr = IbUserMad::from_bytes(bytes[..HDR_LEN].try_into().expect("length checked"));
-        if hdr.agent_id as usize >= MAX_AGENTS {
-            return Err(UmadError::AgentRange {
-                id: hdr.agent_id.into(),
-            });
-        }
-        let mad = &bytes[HDR_LEN..];
+        };
+        self.write_parts(head, bytes.len() - HDR_LEN, || &bytes[HDR_LEN..])
+    }
+
+    /// `write(2)` of a header and a `mad_len`-byte MAD of which only `head` (the header, then
+    /// the MAD's first 36 bytes) has been read; `rest` gives the whole MAD, and is called only
+    /// once every check passed (`umad_send` reads no more of the caller's buffer before).
+    ///
+    /// The kernel's checks, in its order, under the file's lock once: a MAD of at least 36
+    /// bytes (else EINVAL), an agent ID in range (EINVAL), the device alive (EIO), the agent
+    /// registered (EIO), a length the send may have, one MAD or any length for an RMPP-active
+    /// send of an agent the MAD layer does RMPP for (`ib_create_send_mad`, EINVAL), and no
+    /// outstanding duplicate (`is_duplicate`, EINVAL). The RMPP header of an RMPP-class MAD of
+    /// an agent with the MAD layer's RMPP is sent as the kernel sends it, not as written (see
+    /// `kernel_rmpp_header`). Returns the bytes taken, header included.
+    pub fn write_parts<'a>(
+        &self,
+        head: &[u8; HDR_LEN + MIN_WRITE_MAD],
+        mad_len: usize,
+        rest: impl FnOnce() -> &'a [u8],
+    ) -> Result<usize, UmadError> {
+        let hdr = check_head(head, mad_len)?;
+        let mad = &head[HDR_LEN..];
         let class = mad[1];
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
         let key = DupKey {
             slot: hdr.agent_id,
-            tid: u64::from_be_bytes(mad[8..16].try_into().expect("length checked")),
+            tid: u64::from_be_bytes(mad[8..16].try_into().expect("36 bytes")),
             class,
             response: is_response(class, mad[3], attr_mod),
             dest: Destination::of(&hdr),
         };
-        let (agent, seq) = {
+        let (agent, seq, kernel_rmpp) = {
             let mut st = lock(&self.state);
-            if let Some(reason) = st.dead.clone() {
-                return Err(UmadError::Dead { reason });
-            }
-            let Slot::Active { agent, .. } = &st.slots[hdr.agent_id as usize] else {
-                return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
-            };
-            let agent = Arc::clone(agent);
+            let (agent, kernel_rmpp) = admit(&st, &hdr, head, mad_len)?;
             if st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
                 return Err(UmadError::Duplicate {
                     what: if key.response { "response" } else { "request" },
@@ -379,14 +358,19 @@ impl UmadFile {
             let seq = st.next_seq;
             st.next_seq += 1;
             st.sends.insert(seq, Sent { key, hdr });
-            (agent, seq)
+            (agent, seq, kernel_rmpp)
         };
-        let req = SendRequest::new(mad.to_vec(), dest_of(&hdr, true))
+        let mut message = rest().to_vec();
+        debug_assert_eq!(message.len(), mad_len);
+        if kernel_rmpp && is_rmpp_capable(class) {
+            kernel_rmpp_header(&mut message);
+        }
+        let req = SendRequest::new(message, dest_of(&hdr, true))
             .timeout_ms(hdr.timeout_ms)
             .retries(hdr.retries)
             .context(seq);
         match agent.send(req) {
-            Ok(_) => Ok(bytes.len()),
+            Ok(_) => Ok(HDR_LEN + mad_len),
             Err(e) => {
                 lock(&self.state).sends.remove(&seq);
                 Err(UmadError::Send(e))
@@ -575,6 +559,71 @@ impl UmadFile {
                 }
             }
         }
+    }
+}
+
+/// The checks of a write that need no lock: a MAD of at least 36 bytes, an agent ID in
+/// range. Returns the header.
+fn check_head(
+    head: &[u8; HDR_LEN + MIN_WRITE_MAD],
+    mad_len: usize,
+) -> Result<IbUserMad, UmadError> {
+    if mad_len < MIN_WRITE_MAD {
+        return Err(UmadError::ShortWrite {
+            len: HDR_LEN + mad_len,
+            hdr: HDR_LEN,
+        });
+    }
+    let hdr = IbUserMad::from_bytes(head[..HDR_LEN].try_into().expect("header length"));
+    if hdr.agent_id as usize >= MAX_AGENTS {
+        return Err(UmadError::AgentRange {
+            id: hdr.agent_id.into(),
+        });
+    }
+    Ok(hdr)
+}
+
+/// The checks of a write made under the file's lock (`st`), but the duplicate rule: the
+/// device alive, the agent registered, and a length the send may have. Returns the agent and
+/// whether the MAD layer does RMPP for it.
+fn admit(
+    st: &State,
+    hdr: &IbUserMad,
+    head: &[u8; HDR_LEN + MIN_WRITE_MAD],
+    mad_len: usize,
+) -> Result<(Arc<Agent>, bool), UmadError> {
+    if let Some(reason) = st.dead.clone() {
+        return Err(UmadError::Dead { reason });
+    }
+    let Slot::Active { agent, rmpp } = &st.slots[hdr.agent_id as usize] else {
+        return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
+    };
+    let mad = Rmpp::new_checked(&head[HDR_LEN..]).expect("36 bytes: an RMPP header");
+    let rmpp_active = *rmpp
+        && is_rmpp_capable(mad.header().mgmt_class())
+        && mad.flags() & rmpp_flags::ACTIVE != 0;
+    if !rmpp_active && mad_len > MAD_LEN {
+        return Err(UmadError::Send(mad::MadError::MadTooLarge {
+            len: mad_len,
+            max: MAD_LEN,
+        }));
+    }
+    Ok((Arc::clone(agent), *rmpp))
+}
+
+/// The RMPP header (bytes 24 to 35) of a MAD of an RMPP-capable class sent by an agent the
+/// MAD layer does RMPP for, as the kernel's `ib_umad_write` leaves it: it copies only the
+/// 24-byte common header and the bytes from 36 on over a zeroed buffer, so none of the
+/// user's RMPP fields reach the wire. What `ib_create_send_mad` then puts there for an
+/// RMPP-active send (`alloc_send_rmpp_list`: RMPPVersion, DATA, Active) and `send_next_seg`
+/// per segment (First, Last, SegmentNumber, PayloadLength) the MAD layer writes; RRespTime and
+/// RMPPStatus stay 0. Without the Active flag the header goes out all zero.
+fn kernel_rmpp_header(mad: &mut [u8]) {
+    let active = Rmpp::new_checked(&mad[..]).is_ok_and(|r| r.flags() & rmpp_flags::ACTIVE != 0);
+    mad[MAD_HDR_LEN..MIN_WRITE_MAD].fill(0);
+    if active {
+        let mut r = Rmpp::new_checked(&mut mad[..]).expect("36 bytes: an RMPP header");
+        r.set_flags(rmpp_flags::ACTIVE);
     }
 }
 

@@ -300,3 +300,120 @@ fn a_write_may_exceed_one_mad_only_as_an_rmpp_active_send_of_a_kernel_rmpp_agent
     r.ctx.close_file(f.fd()).unwrap();
     r.ctx.close().unwrap();
 }
+
+/// An SA request from `agent` to LID 1 (the simulated HCA's own port), method `m`, `data_len`
+/// bytes of data after the SA header, and the user's bytes 24 to 35 (the RMPP header) as
+/// `rmpp_hdr`.
+fn sa_request(agent: u32, m: u8, tid: u64, data_len: usize, rmpp_hdr: [u8; 12]) -> Vec<u8> {
+    let mut h = IbUserMad {
+        agent_id: agent,
+        timeout_ms: 100,
+        retries: 0,
+        ..IbUserMad::default()
+    };
+    h.addr.lid = 1u16.to_be();
+    h.addr.qpn = 1u32.to_be();
+    h.addr.qkey = 0x8001_0000u32.to_be();
+    let mut b = h.to_bytes().to_vec();
+    let mut m_ = vec![0u8; 56 + data_len];
+    (m_[0], m_[1], m_[2], m_[3]) = (1, 0x03, 2, m);
+    m_[8..16].copy_from_slice(&tid.to_be_bytes());
+    m_[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+    m_[24..36].copy_from_slice(&rmpp_hdr);
+    for (i, x) in m_[56..].iter_mut().enumerate() {
+        *x = (i % 249) as u8 + 1;
+    }
+    b.extend_from_slice(&m_);
+    b
+}
+
+#[test]
+fn rmpp_headers_reach_the_wire_as_the_kernels_umad_write_leaves_them() {
+    // ib_umad_write copies only the common header (bytes 0-23) and the bytes from 36 on over
+    // the zeroed buffer ib_create_send_mad made; for an RMPP-active send
+    // alloc_send_rmpp_list writes RMPPVersion (the agent's), DATA and Active, and
+    // send_next_seg First/Last, SegmentNumber and PayloadLength. So the user's RRespTime,
+    // RMPPStatus and the rest of its RMPP header never reach the wire.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let client = r.ctx.open_file(&port).unwrap();
+    let peer = r.ctx.open_file(&port).unwrap();
+    let reg = |f: &UmadFile, methods: u64, rmpp_version| {
+        f.register(&Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [methods, 0],
+            oui: 0,
+            rmpp_version,
+            flags: 0,
+        })
+        .unwrap()
+    };
+    let a = reg(&client, 0, 1);
+    // The peer takes RMPP segments as they come (no RMPP of its own): Get and GetMulti.
+    reg(&peer, 1 << 0x01 | 1 << 0x14, 0);
+    // An RMPP-active GetMulti of 450 data bytes: 3 segments. The user's header has
+    // RRespTime 0x1F, a stray RMPPStatus, RMPPType 3 (STOP), RMPPVersion 7, a SegmentNumber
+    // and a PayloadLength.
+    let user_hdr = [7, 3, 0x1F << 3 | 0x01, 5, 0, 0, 0, 9, 0, 0, 0x12, 0x34];
+    client
+        .write(&sa_request(a, 0x14, 0x51, 450, user_hdr))
+        .unwrap();
+    let (_, seg) = read(&peer, Duration::from_secs(2)).expect("segment 1 at the peer");
+    assert_eq!((seg[1], seg[3]), (0x03, 0x14));
+    assert_eq!(
+        seg[24..36],
+        [1, 1, 0x03, 0, 0, 0, 0, 1, 0, 0, 0x01, 0xFE],
+        "RMPPVersion 1, DATA, Active|First with RRespTime 0, status 0, segment 1, \
+         PayloadLength 3 * 220 - 150 = 510"
+    );
+    // No ACK comes: the client's request returns as ETIMEDOUT.
+    let (h, _) = read(&client, Duration::from_secs(5)).expect("the timeout return");
+    assert_eq!(h.status, 110);
+    // Not RMPP-active: the RMPP header goes out all zero, whatever the user wrote there.
+    let user_hdr = [1, 1, 0x1F << 3, 5, 0, 0, 0, 9, 0, 0, 0x12, 0x34];
+    client
+        .write(&sa_request(a, 0x01, 0x52, 100, user_hdr))
+        .unwrap();
+    let (_, mad) = read(&peer, Duration::from_secs(2)).expect("the Get at the peer");
+    assert_eq!((mad[1], mad[3]), (0x03, 0x01));
+    assert_eq!(mad[24..36], [0; 12], "the kernel copies none of it");
+    assert_eq!(
+        mad[36..156],
+        sa_request(a, 0x01, 0x52, 100, user_hdr)[HDR_LEN + 36..]
+    );
+    r.ctx.close_file(client.fd()).unwrap();
+    r.ctx.close_file(peer.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
+fn a_write_is_checked_once_in_the_kernels_order() {
+    // ib_umad_write: the length (ib_create_send_mad's EINVAL) is refused before the duplicate
+    // rule is looked at, on the Rust write path as on umad_send's.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = perf_agent(&f);
+    f.write(&perf_get(a, 0x77, 0x300, 60_000, 0)).unwrap();
+    assert_eq!(f.outstanding(), 1);
+    let mut long = perf_get(a, 0x77, 0x300, 60_000, 0);
+    long.resize(HDR_LEN + 300, 0);
+    match f.write(&long) {
+        Err(UmadError::Send(mad::MadError::MadTooLarge { len: 300, max: 256 })) => {}
+        other => panic!("an over-long duplicate is refused for its length: {other:?}"),
+    }
+    // The duplicate alone is refused as one, and nothing was added either time.
+    match f.write(&perf_get(a, 0x77, 0x300, 60_000, 0)) {
+        Err(e @ UmadError::Duplicate { .. }) => assert_eq!(e.errno(), libc::EINVAL),
+        other => panic!("a duplicate: {other:?}"),
+    }
+    assert_eq!(f.outstanding(), 1);
+    // An unregistered agent is EIO whatever the length or TID.
+    let mut stray = long.clone();
+    stray[..4].copy_from_slice(&9u32.to_ne_bytes());
+    assert_eq!(f.write(&stray).unwrap_err().errno(), libc::EIO);
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}

@@ -30,7 +30,7 @@ pub mod sender;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -252,8 +252,23 @@ pub struct RmppCensus {
     pub segments_held: usize,
 }
 
+/// Take `x` out of the (TID, class) index.
+fn unindex(by_tid: &mut HashMap<(u64, u8), Vec<SendId>>, x: &Transfer) {
+    if let std::collections::hash_map::Entry::Occupied(mut e) = by_tid.entry((x.tid, x.mgmt_class))
+    {
+        e.get_mut().retain(|&i| i != x.id);
+        if e.get().is_empty() {
+            e.remove();
+        }
+    }
+}
+
 struct Table {
-    sends: Vec<Transfer>,
+    /// Transfers being sent, by send ID (the order they were accepted in).
+    sends: BTreeMap<SendId, Transfer>,
+    /// The IDs of `sends` by (TID, class): what an ACK, STOP, ABORT or response names, so
+    /// that finding its transfer does not walk them all.
+    by_tid: HashMap<(u64, u8), Vec<SendId>>,
     recvs: HashMap<Key, Reassembly>,
     /// Segments held by all of `recvs`.
     held: usize,
@@ -263,11 +278,49 @@ struct Table {
 impl Table {
     fn new(limits: RmppLimits) -> Table {
         Table {
-            sends: Vec::new(),
+            sends: BTreeMap::new(),
+            by_tid: HashMap::new(),
             recvs: HashMap::new(),
             held: 0,
             limits,
         }
+    }
+
+    /// Add transfer `x`.
+    fn add_send(&mut self, x: Transfer) {
+        self.by_tid
+            .entry((x.tid, x.mgmt_class))
+            .or_default()
+            .push(x.id);
+        self.sends.insert(x.id, x);
+    }
+
+    /// Forget transfer `id`.
+    fn remove_send(&mut self, id: SendId) -> Option<Transfer> {
+        let x = self.sends.remove(&id)?;
+        unindex(&mut self.by_tid, &x);
+        Some(x)
+    }
+
+    /// Forget the transfers `keep` refuses.
+    fn retain_sends(&mut self, mut keep: impl FnMut(&Transfer) -> bool) {
+        let by_tid = &mut self.by_tid;
+        self.sends.retain(|_, x| {
+            let k = keep(x);
+            if !k {
+                unindex(by_tid, x);
+            }
+            k
+        });
+    }
+
+    /// The transfers with TID `tid` of class `mgmt_class`.
+    fn sends_named(&self, tid: u64, mgmt_class: u8) -> impl Iterator<Item = &Transfer> {
+        self.by_tid
+            .get(&(tid, mgmt_class))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.sends.get(id))
     }
 
     /// Forget reassembly `key`, and the segments it holds.
@@ -382,7 +435,7 @@ impl Rmpp {
     /// The earliest timer.
     pub(crate) fn next_deadline(&self) -> Option<Duration> {
         let t = lock(&self.table);
-        let sends = t.sends.iter().filter_map(|x| x.deadline);
+        let sends = t.sends.values().filter_map(|x| x.deadline);
         let recvs = t.recvs.values().map(|r| r.deadline);
         sends.chain(recvs).min()
     }
@@ -409,6 +462,14 @@ impl Port {
             reassemblies: t.recvs.len(),
             segments_held: t.held,
         }
+    }
+
+    /// Entries of the (TID, class) index of transfers being sent: as many as transfers,
+    /// none left once they are all gone.
+    #[cfg(test)]
+    pub(crate) fn rmpp_index_len(&self) -> usize {
+        let t = lock(&self.shared.rmpp.table);
+        t.by_tid.values().map(Vec::len).sum()
     }
 
     /// The bounds on what this port's peers can make it hold in reassemblies.
@@ -525,7 +586,7 @@ impl PortShared {
         let mut actions = Vec::new();
         let step = x.sender.start();
         self.rmpp_step(&mut x, step, &mut actions);
-        lock(&self.rmpp.table).sends.push(x);
+        lock(&self.rmpp.table).add_send(x);
         self.rmpp_run(None, actions);
         Ok(Some(id))
     }
@@ -699,8 +760,8 @@ impl PortShared {
                 }
                 let Some(x) = t
                     .sends
-                    .iter_mut()
-                    .find(|x| x.id.0 == c.context && x.in_flight == Some(c.id))
+                    .get_mut(&SendId(c.context))
+                    .filter(|x| x.in_flight == Some(c.id))
                 else {
                     continue;
                 };
@@ -708,7 +769,7 @@ impl PortShared {
                 let step = x.sender.on_send_completion(c.status, c.vendor_err);
                 self.rmpp_step(x, step, &mut actions);
             }
-            for x in &mut t.sends {
+            for x in t.sends.values_mut() {
                 if x.deadline.is_some_and(|d| d <= now) {
                     x.deadline = None;
                     work += 1;
@@ -716,8 +777,7 @@ impl PortShared {
                     self.rmpp_step(x, step, &mut actions);
                 }
             }
-            t.sends
-                .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
             let mut expired = Vec::new();
             t.retain_recvs(|r| {
                 if r.deadline > now {
@@ -766,9 +826,8 @@ impl PortShared {
         if response && ((tid >> 32) as u32) & RING_QP1_BIT == 0 {
             let agent = {
                 let t = lock(&self.rmpp.table);
-                t.sends
-                    .iter()
-                    .find(|x| x.tid == tid && !x.is_response && x.mgmt_class == mgmt_class)
+                t.sends_named(tid, mgmt_class)
+                    .find(|x| !x.is_response)
                     .map(|x| Arc::clone(&x.agent))
             };
             // The transfer may have ended (answered, timed out, canceled) while its response's
@@ -932,7 +991,7 @@ impl PortShared {
         });
     }
 
-    /// The index of `agent`'s transfer that `mad` (an ACK, STOP, ABORT or response from
+    /// The ID of `agent`'s transfer that `mad` (an ACK, STOP, ABORT or response from
     /// `addr`) is about (`ib_find_send_mad`: TID, class, and address).
     fn rmpp_find_send(
         t: &Table,
@@ -940,14 +999,14 @@ impl PortShared {
         agent: &AgentInner,
         mad: &[u8; MAD_LEN],
         addr: &RecvAddr,
-    ) -> Option<usize> {
+    ) -> Option<SendId> {
         let h = Mad::new_checked(&mad[..]).expect("a full MAD holds a header");
-        t.sends.iter().position(|x| {
-            x.agent.id == agent.id
-                && x.tid == h.tid()
-                && x.mgmt_class == h.mgmt_class()
-                && same_address(x.is_response, &x.dest, h.is_response(), addr, &st.local)
-        })
+        t.sends_named(h.tid(), h.mgmt_class())
+            .find(|x| {
+                x.agent.id == agent.id
+                    && same_address(x.is_response, &x.dest, h.is_response(), addr, &st.local)
+            })
+            .map(|x| x.id)
     }
 
     /// The receiver stopped or aborted a transfer of `agent` (`abort_send`).
@@ -961,14 +1020,16 @@ impl PortShared {
         actions: &mut Vec<Action>,
     ) {
         let mut t = lock(&self.rmpp.table);
-        let Some(i) = Self::rmpp_find_send(&t, st, agent, mad, addr) else {
+        let Some(x) =
+            Self::rmpp_find_send(&t, st, agent, mad, addr).and_then(|id| t.sends.get_mut(&id))
+        else {
             return;
         };
-        let x = &mut t.sends[i];
+        let id = x.id;
         let step = x.sender.abort(status);
         self.rmpp_step(x, step, actions);
         if x.sender.done.is_some() && x.in_flight.is_none() {
-            t.sends.swap_remove(i);
+            t.remove_send(id);
         }
     }
 
@@ -988,7 +1049,9 @@ impl PortShared {
             view.rmpp_status(),
         );
         let mut t = lock(&self.rmpp.table);
-        let Some(i) = Self::rmpp_find_send(&t, st, agent, mad, addr) else {
+        let Some(x) =
+            Self::rmpp_find_send(&t, st, agent, mad, addr).and_then(|id| t.sends.get_mut(&id))
+        else {
             drop(t);
             // Unmatched (or the double-sided ACK of a transfer received: its window of 1
             // is the one every response starts with here). Bad ones are still refused.
@@ -1000,7 +1063,7 @@ impl PortShared {
             return;
         };
         bump(&self.rmpp.cells.acks_received);
-        let x = &mut t.sends[i];
+        let id = x.id;
         let (step, reply) = x.sender.on_ack(seg, newwin, status);
         self.rmpp_step(x, step, actions);
         match reply {
@@ -1018,7 +1081,7 @@ impl PortShared {
             Reply::Abort(s) => self.rmpp_nack(mad, addr, s, actions),
         }
         if x.sender.done.is_some() && x.in_flight.is_none() {
-            t.sends.swap_remove(i);
+            t.remove_send(id);
         }
     }
 
@@ -1182,13 +1245,15 @@ impl PortShared {
         actions: &mut Vec<Action>,
     ) {
         let mut t = lock(&self.rmpp.table);
-        let Some(i) = Self::rmpp_find_send(&t, st, agent, first, &addr) else {
+        let Some(x) =
+            Self::rmpp_find_send(&t, st, agent, first, &addr).and_then(|id| t.sends.get_mut(&id))
+        else {
             // A reassembly of a response starts only while its request's transfer is there:
             // the request ended (timed out, canceled) while its response was coming in.
             self.cells.dropped(crate::counters::DropReason::Late);
             return;
         };
-        let x = &mut t.sends[i];
+        let id = x.id;
         if x.sender.done.is_some() || x.tid != tid {
             self.cells.dropped(crate::counters::DropReason::Late);
             return;
@@ -1210,7 +1275,7 @@ impl PortShared {
         let step = x.sender.on_response();
         self.rmpp_step(x, step, actions);
         if x.in_flight.is_none() {
-            t.sends.swap_remove(i);
+            t.remove_send(id);
         }
     }
 
@@ -1223,15 +1288,14 @@ impl PortShared {
         let mut actions = Vec::new();
         let result = {
             let mut t = lock(&self.rmpp.table);
-            let i = t.sends.iter().position(|x| x.id == id)?;
-            let x = &mut t.sends[i];
+            let x = t.sends.get_mut(&id)?;
             if x.agent.id != agent.id || x.sender.done.is_some() {
                 return Some(Err(MadError::NotOutstanding(id)));
             }
             let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
             self.rmpp_step(x, step, &mut actions);
             if x.in_flight.is_none() {
-                t.sends.swap_remove(i);
+                t.remove_send(id);
             }
             Ok(())
         };
@@ -1247,7 +1311,7 @@ impl PortShared {
         timeout_ms: u32,
     ) -> Option<Result<(), MadError>> {
         let mut t = lock(&self.rmpp.table);
-        let x = t.sends.iter_mut().find(|x| x.id == id)?;
+        let x = t.sends.get_mut(&id)?;
         if x.agent.id != agent.id || x.sender.done.is_some() {
             return Some(Err(MadError::NotOutstanding(id)));
         }
@@ -1265,12 +1329,11 @@ impl PortShared {
         let mut actions = Vec::new();
         {
             let mut t = lock(&self.rmpp.table);
-            for x in t.sends.iter_mut().filter(|x| x.agent.id == agent.id) {
+            for x in t.sends.values_mut().filter(|x| x.agent.id == agent.id) {
                 let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
                 self.rmpp_step(x, step, &mut actions);
             }
-            t.sends
-                .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
             t.retain_recvs(|r| r.agent.id != agent.id);
         }
         self.rmpp_run(None, actions);
@@ -1282,12 +1345,11 @@ impl PortShared {
         let mut actions = Vec::new();
         {
             let mut t = lock(&self.rmpp.table);
-            for x in &mut t.sends {
+            for x in t.sends.values_mut() {
                 let step = x.sender.cancel(WcStatus::WrFlushErr, 5);
                 self.rmpp_step(x, step, &mut actions);
             }
-            t.sends
-                .retain(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
             t.recvs.clear();
             t.held = 0;
         }

@@ -79,7 +79,7 @@ impl Layout {
     /// kernel's `send_next_seg` sets the flags with `ib_set_rmpp_flags`, which keeps the upper
     /// five bits of byte 26 as its client (an `ib_mad_agent`, as an [`crate::Agent`] is) wrote
     /// them. (On the umad path it is 0 because `ib_umad_write` copies only the 24-byte common
-    /// header over that zeroed RMPP header; that is for a umad layer to do.)
+    /// header over that zeroed RMPP header; the umad library does the same in its `write`.)
     pub fn segment(&self, message: &[u8], seg: u32, out: &mut [u8; MAD_LEN]) {
         out.fill(0);
         out[..self.hdr_len].copy_from_slice(&message[..self.hdr_len]);

@@ -883,3 +883,72 @@ fn at_the_limit_a_completed_reassembly_makes_room_and_open_ones_do_not() {
     assert_eq!(r.port.rmpp_census(), super::RmppCensus::default());
     r.assert_clean();
 }
+
+#[test]
+fn transfers_sharing_a_tid_are_each_moved_by_their_own_acks() {
+    // Responses of one SA with the same TID and class to two peers, and a third with another
+    // TID, all in flight at once. Each peer acknowledges every segment it gets; an ACK must
+    // move only the transfer sent to the address it comes from (`ib_find_send_mad`), found
+    // through the (TID, class) index.
+    const OTHER: u16 = 10;
+    let r = Rig::new();
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        if f.0 != rmpp_type::DATA {
+            return Vec::new();
+        }
+        let ack = control(&out.mad, rmpp_type::ACK, 0, f.3, 5);
+        vec![Inbound::new(SpecialQp::Gsi, ack, out.dest.dlid)]
+    });
+    let sa = r.agent(
+        AgentSpec::class(class::SUBN_ADM, 2, MethodMask::of(&[method::GET_TABLE])).with_rmpp(1),
+    );
+    let to = |dlid| UdDest { dlid, ..to_peer() };
+    let resp = |tid, seed| sa_message(method::GET_TABLE_RESP, tid, 1000, true, seed);
+    let ids = [
+        sa.send(SendRequest::new(resp(0xAB, 1), to(PEER))).unwrap(),
+        sa.send(SendRequest::new(resp(0xAB, 2), to(OTHER))).unwrap(),
+        sa.send(SendRequest::new(resp(0xCD, 3), to(PEER))).unwrap(),
+    ];
+    assert_eq!(r.port.rmpp_index_len(), 3);
+    let ev = r.collect(&sa, Duration::from_millis(50));
+    let mut done: Vec<_> = completions(&ev).iter().map(|c| (c.id, c.status)).collect();
+    done.sort_by_key(|d| d.0);
+    assert_eq!(
+        done,
+        ids.iter()
+            .map(|&i| (i, WcStatus::Success))
+            .collect::<Vec<_>>(),
+        "{ev:?}"
+    );
+    // Every segment went once to the peer it was for: no ACK moved the wrong transfer (which
+    // would have skipped or repeated segments).
+    let sent = r.fake.sent();
+    for (dlid, tid, seed) in [(PEER, 0xAB, 1), (OTHER, 0xAB, 2), (PEER, 0xCD, 3)] {
+        let got: Vec<[u8; MAD_LEN]> = sent
+            .iter()
+            .filter(|o| {
+                o.dest.dlid == dlid && tid_of(&o.mad) == tid && rmpp_of(&o.mad).0 == rmpp_type::DATA
+            })
+            .map(|o| o.mad)
+            .collect();
+        assert_eq!(
+            got,
+            segments_of(&resp(tid, seed), &[1, 2, 3, 4, 5]),
+            "to {dlid} TID {tid:#x}"
+        );
+    }
+    let k = r.port.rmpp_counters();
+    assert_eq!(
+        (k.segments_sent, k.acks_received, k.segments_resent),
+        (15, 15, 0)
+    );
+    assert_eq!(r.port.rmpp_census().transfers, 0);
+    assert_eq!(
+        r.port.rmpp_index_len(),
+        0,
+        "the index empties with the table"
+    );
+    sa.deregister();
+    r.assert_clean();
+}

@@ -1,7 +1,8 @@
 //! A [`Topology`] as a Graphviz graph (`hca discover --dot | dot -Tsvg > fabric.svg`):
 //! switches as boxes, CAs as ellipses, routers as diamonds, one edge per link labelled with
 //! its rate and the port number at each end. Nodes are named by GUID and labelled with their
-//! description, GUID and LID; the local node is filled.
+//! description, GUID and LID; the local node is filled. Nodes and edges come in the order of
+//! [`Topology::nodes`], which does not depend on the order answers came back in.
 
 use std::io::Write;
 

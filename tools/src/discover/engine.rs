@@ -231,6 +231,20 @@ pub fn mlnx_ext_port_info_supported(vendor_id: u32, device_id: u16) -> bool {
     mellanox_switch || bull_switch || mellanox_hca || bull_hca
 }
 
+/// Whether the walk asks port `p` of `node` (whose PortInfo `pi` was just read) for its
+/// Mellanox ExtendedPortInfo before following it: a QDR link up with no extended speed, on a
+/// device libibnetdisc asks.
+pub(crate) fn wants_ext_port_info(cfg: &Config, node: &Node, p: u8, pi: &PortInfoRepr) -> bool {
+    cfg.mlnx_ext_port_info
+        && mlnx_ext_port_info_supported(node.vendor_id, node.device_id)
+        && pi.port_physical_state == PhysPortState::LinkUp
+        && pi.link_speed_active == SPEED_QDR
+        && node
+            .port(p)
+            .and_then(|x| x.active_rate(node.capability_mask_for(p)))
+            .is_some_and(|(_, _, ext)| ext == 0)
+}
+
 struct Engine<'a> {
     port: &'a Port,
     agent: Agent,
@@ -285,6 +299,7 @@ pub fn discover(
     // returns, so no lease outlives the call.
     agent.deregister();
     result?;
+    let mut topo = super::order::in_answer_independent_order(topo, cfg);
     topo.stats.wall = started.elapsed();
     topo.stats.device = port.now().saturating_sub(device_start);
     if topo.from.is_none() {
@@ -636,15 +651,7 @@ impl Engine<'_> {
     }
 
     fn wants_ext_port_info(&self, n: NodeIndex, p: u8, pi: &PortInfoRepr) -> bool {
-        let node = &self.topo.nodes[n];
-        self.cfg.mlnx_ext_port_info
-            && mlnx_ext_port_info_supported(node.vendor_id, node.device_id)
-            && pi.port_physical_state == PhysPortState::LinkUp
-            && pi.link_speed_active == SPEED_QDR
-            && node
-                .port(p)
-                .and_then(|x| x.active_rate(node.capability_mask_for(p)))
-                .is_some_and(|(_, _, ext)| ext == 0)
+        wants_ext_port_info(&self.cfg, &self.topo.nodes[n], p, pi)
     }
 
     /// Follow port `p` of node `n` (reached along `path`) to whatever is cabled to it, if its

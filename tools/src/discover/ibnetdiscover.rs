@@ -4,7 +4,9 @@
 //!
 //! The layout, byte for byte: the header (`# Topology file: generated on <ctime>` and
 //! `# Initiated from node <guid> port <guid>`), then every switch, then every CA, then every
-//! router, each kind in the reverse of discovery order (libibnetdisc prepends to its lists).
+//! router, each kind in the reverse of the order the walk finds them in (libibnetdisc
+//! prepends to its lists) when answers come back in the order asked, as ibsim returns them
+//! (the order [`Topology::nodes`] keeps, whatever order they really came back in).
 //! A node is a blank line, `vendid=`, `devid=`, `sysimgguid=` (when not 0), `switchguid=G(P)`
 //! or `caguid=`/`rtguid=`, the header line (`Switch\tN "S-<guid>"\t\t# "<desc>" base|enhanced
 //! port 0 lid L lmc M`, or `Ca\tN "H-<guid>"\t\t# "<desc>"`), and one line per linked port

@@ -7,7 +7,7 @@
 //!   "stats": {"nodes", "switches", "cas", "routers", "links", "smps", "responses",
 //!             "retries", "timeouts", "failures", "max_in_flight", "max_hops": numbers,
 //!             "wall_ms", "device_ms": numbers (ms, fractional)},
-//!   "nodes": [{                                      in discovery order
+//!   "nodes": [{                                      in the order below
 //!     "guid": GUID, "type": "switch" | "ca" | "router" | "unknown",
 //!     "name": "S-<guid>" | "H-<guid>" | "R-<guid>", "description": string,
 //!     "num_ports": N, "system_image_guid": GUID, "vendor_id": HEX, "device_id": HEX,
@@ -30,6 +30,15 @@
 //!                 "modifier": N, "node": GUID | null, "error": string}]
 //! }
 //! ```
+//!
+//! The output does not depend on the order answers came back in (only "stats", the run's own
+//! counts and times, does). Nodes come in the order a walk finds them when every answer comes
+//! back in the order it was asked (one SMP at a time, or ibsim): breadth-first from the local
+//! node (first), each node's ports in increasing number, a Mellanox QDR port followed after
+//! its ExtendedPortInfo; nodes that walk cannot reach come last. A node's "path" is the route
+//! that walk first reaches it by. "links" are ordered by their first end's node (in that
+//! order) and port, each link once with its lower end first; "failures" by path, attribute,
+//! modifier, node and error.
 //!
 //! GUID and HEX are strings (`"0x0002c90300a1b2c3"`): 64-bit numbers do not survive JSON
 //! readers that hold numbers as doubles.

@@ -7,6 +7,7 @@ pub mod dot;
 pub mod engine;
 pub mod ibnetdiscover;
 pub mod json;
+mod order;
 pub mod topology;
 
 pub use engine::{Config, Progress, discover};

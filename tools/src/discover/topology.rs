@@ -1,6 +1,7 @@
 //! What a discovery found: the nodes (with what their SMAs answered), their ports, the links
-//! between them, and what could not be learned. Nodes are kept in discovery order and
-//! addressed by index; a link is stored at both ends.
+//! between them, and what could not be learned. Nodes are kept in the order a walk whose
+//! answers all came back in the order asked finds them (`order.rs`: whatever order they
+//! really came back in) and addressed by index; a link is stored at both ends.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use mad::wire::attr::node_info::NodeType;
 use mad::wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState, cap_mask};
 
-/// Index of a node in [`Topology::nodes`] (discovery order).
+/// Index of a node in [`Topology::nodes`].
 pub type NodeIndex = usize;
 
 /// One end of a link: a node and one of its port numbers.
@@ -107,8 +108,9 @@ pub struct Node {
     pub revision: u32,
     /// NodeDescription as received (64 bytes, NUL-padded); `None` until it was read.
     pub description: Option<[u8; 64]>,
-    /// The directed route (egress port per hop) that first reached it; empty for the local
-    /// node.
+    /// The directed route (egress port per hop) by which a walk whose answers came back in
+    /// the order asked first reaches it (not always the route this walk used, when answers
+    /// came back out of order); empty for the local node.
     pub path: Vec<u8>,
     /// Hops from the local port along `path`.
     pub hops: u8,
@@ -253,7 +255,8 @@ pub struct Stats {
 /// A discovered fabric.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Topology {
-    /// Nodes in discovery order; the local node is first.
+    /// Nodes in the order an in-order walk finds them: breadth-first from the local port,
+    /// each node's ports in increasing number; the local node is first.
     pub nodes: Vec<Node>,
     /// The local node and the port discovery started from.
     pub from: Option<PortRef>,
@@ -324,6 +327,56 @@ impl Topology {
             }
         }
         out
+    }
+
+    /// The same topology with its nodes in `order` (every index once) and, where `paths`
+    /// (by old index) has one, that node's route replaced by it; every reference to a node
+    /// follows it. Failures are sorted by route, attribute, modifier, node and what happened,
+    /// so that their order does not depend on the order answers came back in either.
+    pub(crate) fn reordered(self, order: &[NodeIndex], paths: &[Option<Vec<u8>>]) -> Topology {
+        debug_assert_eq!(order.len(), self.nodes.len());
+        let mut new_index = vec![0; self.nodes.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_index[old] = new;
+        }
+        let moved = |r: PortRef| PortRef {
+            node: new_index[r.node],
+            port: r.port,
+        };
+        let mut old_nodes: Vec<Option<Node>> = self.nodes.into_iter().map(Some).collect();
+        let mut nodes = Vec::with_capacity(order.len());
+        for &old in order {
+            let mut n = old_nodes[old].take().expect("each node once");
+            if let Some(p) = paths.get(old).cloned().flatten() {
+                n.hops = u8::try_from(p.len()).unwrap_or(u8::MAX);
+                n.path = p;
+            }
+            for port in &mut n.ports {
+                port.remote = port.remote.map(moved);
+            }
+            nodes.push(n);
+        }
+        let mut failures = self.failures;
+        for f in &mut failures {
+            f.node = f.node.map(|n| new_index[n]);
+        }
+        failures.sort_by_cached_key(|f| {
+            (
+                f.path.clone(),
+                f.attr_id,
+                f.attr_mod,
+                f.node.map(|n| nodes[n].guid),
+                f.kind.to_string(),
+            )
+        });
+        let by_guid = nodes.iter().enumerate().map(|(i, n)| (n.guid, i)).collect();
+        Topology {
+            nodes,
+            from: self.from.map(moved),
+            failures,
+            stats: self.stats,
+            by_guid,
+        }
     }
 
     /// Nodes of `kind`.

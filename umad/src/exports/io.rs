@@ -85,8 +85,8 @@ fn wait_steps(
 /// device, EBADF for an fd this library did not open).
 ///
 /// As the kernel's `write`, it reads the header and the MAD's first 36 bytes first, and the
-/// rest only once the length passed the checks those allow ([`UmadFile::check_write`]): a
-/// `length` longer than one MAD (outside RMPP) is refused without reading past it.
+/// rest only once every check passed ([`UmadFile::write_parts`]): a `length` longer than
+/// one MAD (outside RMPP) is refused without reading past it.
 ///
 /// # Safety
 /// `umad` points to `umad_size() + length` bytes (at least the header and 36 bytes of MAD
@@ -130,11 +130,12 @@ pub unsafe extern "C" fn umad_send(
                 // for include the header and the MAD's first 36 bytes; read unaligned.
                 let head: [u8; HDR_LEN + MIN_WRITE_MAD] =
                     unsafe { std::ptr::read_unaligned(umad.cast()) };
-                f.check_write(&head, mad_len)?;
-                // SAFETY: the length passed the kernel's checks; the caller's buffer holds
-                // umad_size() + length bytes, read as bytes (no alignment needed).
-                let bytes = unsafe { std::slice::from_raw_parts(umad.cast::<u8>(), len) };
-                f.write(bytes)
+                f.write_parts(&head, mad_len, || {
+                    // SAFETY: called only once the length passed the kernel's checks; the
+                    // caller's buffer holds umad_size() + length bytes, read as bytes (no
+                    // alignment needed).
+                    unsafe { std::slice::from_raw_parts(umad.cast::<u8>().add(HDR_LEN), mad_len) }
+                })
             });
         match r {
             Ok(_) => 0,
