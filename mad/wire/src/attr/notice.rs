@@ -329,8 +329,8 @@ impl NoticeRepr {
         }
     }
 
-    /// Trap 256, "Bad M_Key, <M_Key> from <LIDADDR> attempted <METHOD> with <ATTRIBUTEID> and
-    /// <ATTRIBUTEMODIFIER>": generic, Security, producer the node type, issued by `issuer_lid`,
+    /// Trap 256, "Bad M_Key, `<M_Key>` from `<LIDADDR>` attempted `<METHOD>` with
+    /// `<ATTRIBUTEID>` and `<ATTRIBUTEMODIFIER>`": generic, Security, producer the node type, issued by `issuer_lid`,
     /// DataDetails as the kernel's SMAs lay it out (`qib_mad.c` `qib_bad_mkey`): for a
     /// directed-route SMP DRSLID, DRNotice, and the first HopCount bytes of its ReturnPath
     /// (at most 30, DRPathTruncated set when there were more).
