@@ -13,7 +13,7 @@ use mad_wire::attr::multicast_forwarding_table::{
 };
 use mad_wire::attr::node_description::{NodeDescription, NodeDescriptionRepr};
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
-use mad_wire::attr::notice::{Notice, NoticeRepr};
+use mad_wire::attr::notice::{BadMkey, BadMkeyRoute, Notice, NoticeRepr};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask};
@@ -448,6 +448,100 @@ fn trap_128_notice_is_laid_out_as_a_switch_sends_it() {
     let parsed = NoticeRepr::parse(&Notice::new_checked(&expected[..]).unwrap()).unwrap();
     assert_eq!(parsed, repr);
     assert_eq!(parsed.port_state_change_lid(), Some(7));
+}
+
+#[test]
+fn trap_144_notice_is_laid_out_as_ibsim_sends_it() {
+    // ibsim `encode_trap144` with libibmad's fields: IsGeneric 1, Type 4, producer = node
+    // type, TrapNumber 144, IssuerLID; NoticeDataTrap144LID at bit 96 of the Notice (byte 12),
+    // NoticeDataTrap144CapMask at bit 128 (byte 16).
+    let mut expected = [0u8; 64];
+    expected[..20].copy_from_slice(&[
+        0x84, // IsGeneric 1 / Type 4 (Informational)
+        0x00, 0x00, 0x01, // ProducerType: CA
+        0x00, 0x90, // TrapNumber 144
+        0x00, 0x05, // IssuerLID
+        0x00, 0x00, // NoticeToggle 0 / NoticeCount 0
+        0x00, 0x00, // DataDetails: reserved
+        0x00, 0x05, // LIDADDR
+        0x00, 0x00, // reserved, OtherLocalChanges 0
+        0x00, 0x50, 0xC0, 0x48, // CapabilityMask
+    ]);
+    let repr = NoticeRepr::capability_mask_change(1, 5, 0x0050_C048);
+    let mut out = [0xFFu8; 64];
+    repr.emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, expected);
+    assert_eq!(
+        NoticeRepr::parse(&Notice::new_checked(&expected[..]).unwrap()).unwrap(),
+        repr
+    );
+    assert_eq!(repr.port_state_change_lid(), None);
+}
+
+#[test]
+fn trap_256_notice_is_laid_out_as_the_kernel_sma_sends_it() {
+    // Kernel `struct ib_mad_notice_attr` ntc_256 (OpenSM's is the same): reserved 2, LIDADDR 2,
+    // DRSLID 2, Method 1, reserved 1, AttributeID 2, AttributeModifier 4, M_Key 8, reserved 1,
+    // DRNotice/DRPathTruncated/DRHopCount 1, DRNoticeReturnPath 30; at Notice byte 10 + n.
+    let lid_routed = BadMkey {
+        lid: 0x0102,
+        method: 0x02,
+        attr_id: 0x0015,
+        attr_mod: 0x0000_0003,
+        m_key: 0x1122_3344_5566_7788,
+        directed: None,
+    };
+    let mut expected = [0u8; 64];
+    expected[..34].copy_from_slice(&[
+        0x82, // IsGeneric 1 / Type 2 (Security)
+        0x00, 0x00, 0x02, // ProducerType: switch
+        0x01, 0x00, // TrapNumber 256
+        0x00, 0x09, // IssuerLID
+        0x00, 0x00, // NoticeToggle 0 / NoticeCount 0
+        0x00, 0x00, // reserved
+        0x01, 0x02, // LIDADDR
+        0x00, 0x00, // DRSLID
+        0x02, 0x00, // Method, reserved
+        0x00, 0x15, // AttributeID
+        0x00, 0x00, 0x00, 0x03, // AttributeModifier
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, // M_Key
+        0x00, // reserved
+        0x00, // not directed-route
+    ]);
+    let repr = NoticeRepr::bad_mkey(2, 9, &lid_routed);
+    let mut out = [0xFFu8; 64];
+    repr.emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, expected);
+
+    // Directed route, 3 hops: DRSLID, DRNotice | 3, the first 3 ReturnPath bytes.
+    let mut return_path = [0u8; 64];
+    return_path[..5].copy_from_slice(&[0, 1, 3, 1, 9]);
+    let directed = BadMkey {
+        directed: Some(BadMkeyRoute {
+            dr_slid: 0xFFFF,
+            hop_count: 3,
+            return_path,
+        }),
+        ..lid_routed
+    };
+    expected[14..16].copy_from_slice(&[0xFF, 0xFF]);
+    expected[33] = 0x83;
+    expected[34..37].copy_from_slice(&[0, 1, 3]);
+    NoticeRepr::bad_mkey(2, 9, &directed).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, expected);
+
+    // 40 hops: 30 bytes kept, DRPathTruncated, DRHopCount 30.
+    let long = BadMkey {
+        directed: Some(BadMkeyRoute {
+            dr_slid: 0xFFFF,
+            hop_count: 40,
+            return_path: [7; 64],
+        }),
+        ..lid_routed
+    };
+    NoticeRepr::bad_mkey(2, 9, &long).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out[33], 0x80 | 0x40 | 0x1E);
+    assert_eq!(out[34..64], [7u8; 30]);
 }
 
 #[test]

@@ -6,7 +6,9 @@ use std::time::Duration;
 use mad_wire::attr::port_info::cap_mask;
 
 use super::Shared;
+use super::engine::NetState;
 use crate::fabric::PortId;
+use crate::fabric::sma::Effect;
 use crate::link::{PortLink, PortSnapshot};
 use crate::packet::Packet;
 
@@ -47,11 +49,25 @@ impl PortLink for AttachedPort {
 
     fn modify_capability_mask(&self, set: u32, clear: u32) -> u32 {
         self.shared.run(|st| {
-            let s = &mut st.fabric.port_mut(self.port).state;
-            s.capability_mask = (s.capability_mask | set) & !clear;
-            s.capability_mask
+            let old = st.fabric.port(self.port).state.capability_mask;
+            set_capability_mask(st, self.port, (old | set) & !clear)
         })
     }
+}
+
+/// Gives `port` the CapabilityMask `mask` and returns it. A change makes the SMA send trap 144
+/// when the new mask announces notices or traps and capability-mask notices (ibsim's
+/// `set_issm`).
+fn set_capability_mask(st: &mut NetState, port: PortId, mask: u32) -> u32 {
+    let s = &mut st.fabric.port_mut(port).state;
+    let old = std::mem::replace(&mut s.capability_mask, mask);
+    if old != mask
+        && mask & (cap_mask::HAS_NOTICE | cap_mask::HAS_TRAP) != 0
+        && mask & cap_mask::HAS_CAP_MASK_NOTICE != 0
+    {
+        st.agents.effects.push(Effect::LocalChanges(port));
+    }
+    mask
 }
 
 impl Drop for AttachedPort {
@@ -59,7 +75,8 @@ impl Drop for AttachedPort {
         self.shared.run(|st| {
             if st.attached.get(&self.port).is_some_and(|a| a.id == self.id) {
                 st.attached.remove(&self.port);
-                st.fabric.port_mut(self.port).state.capability_mask &= !cap_mask::IS_SM;
+                let mask = st.fabric.port(self.port).state.capability_mask & !cap_mask::IS_SM;
+                set_capability_mask(st, self.port, mask);
             }
         });
     }

@@ -9,7 +9,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use mad_wire::attr::notice::{Notice, NoticeRepr};
+use mad_wire::attr::notice::{BadMkey, BadMkeyRoute, Notice, NoticeRepr};
 use mad_wire::attr::port_info::cap_mask;
 use mad_wire::smp::{Smp, SmpRepr, SmpRoute};
 use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
@@ -17,7 +17,7 @@ use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
 use super::drops::{DropCounts, DropReason};
 use super::fault::{Faults, Verdict};
 use super::smi::{self, DrAction};
-use crate::fabric::sma::{Agents, Effect, Reply, Sma};
+use crate::fabric::sma::{Agents, Effect, Reply, Silent, Sma};
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::idmap::IdKeyMap;
@@ -323,6 +323,10 @@ impl NetState {
         let qnum = self.fabric.port(q).num();
         match self.sma().process(node, qnum, &mut pkt.mad, false) {
             Reply::Respond => {}
+            Reply::Consumed(Silent::MkeyViolation) => {
+                self.trap_bad_mkey(node, q, pkt.slid, &pkt.mad);
+                return self.dropped(DropReason::NoTaker);
+            }
             Reply::Consumed(_) | Reply::PassUp => return self.dropped(DropReason::NoTaker),
         }
         let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
@@ -392,6 +396,12 @@ impl NetState {
         let (node, num) = (p.node(), p.num());
         let mut out = *mad;
         let reply = self.sma().process(node, num, &mut out, ignore_mkey);
+        if reply == Reply::Consumed(Silent::MkeyViolation) {
+            // MAD_IFC does not say where the SMP came from: LIDADDR is the port's own LID, as
+            // the kernel's SMAs (`qib_bad_mkey`) always write it.
+            let own = self.fabric.port(port).lid();
+            self.trap_bad_mkey(node, port, own, &out);
+        }
         self.flush_effects();
         (reply == Reply::Respond).then_some(out)
     }
@@ -417,7 +427,8 @@ impl NetState {
     }
 
     /// Reports what the agents did: port changes to attached devices, trap 128 from every
-    /// configured switch whose port went up or down.
+    /// configured switch whose port went up or down, trap 144 from every configured SMA
+    /// whose port's enabled rates or CapabilityMask changed.
     pub(crate) fn flush_effects(&mut self) {
         loop {
             let effects = self.agents.take_effects();
@@ -425,6 +436,7 @@ impl NetState {
                 return;
             }
             let mut switches: Vec<NodeId> = Vec::new();
+            let mut changed: Vec<PortId> = Vec::new();
             for e in effects {
                 match e {
                     Effect::Port(port, change) => {
@@ -441,25 +453,92 @@ impl NetState {
                             switches.push(node);
                         }
                     }
+                    Effect::LocalChanges(port) => {
+                        if !changed.contains(&port) {
+                            changed.push(port);
+                        }
+                    }
                 }
             }
             for node in switches {
                 self.trap_port_state_change(node);
             }
+            for port in changed {
+                self.trap_local_changes(port);
+            }
         }
     }
 
-    /// Trap 128 (IBA 14.3.3, `NoticeRepr::port_state_change`) from the SMA of switch `node` to
-    /// its master SM, if it knows its own LID and the SM's.
-    fn trap_port_state_change(&mut self, node: NodeId) {
-        let Some(p0) = self.fabric.port_id(node, 0) else {
+    /// Trap 144 (`NoticeRepr::capability_mask_change`, as ibsim's `encode_trap144`) from the
+    /// SMA whose management port is `port`: its LID and its CapabilityMask.
+    fn trap_local_changes(&mut self, port: PortId) {
+        let p = self.fabric.port(port);
+        let node_type = self.fabric.node(p.node()).kind() as u32;
+        let mask = p.state.capability_mask;
+        self.send_trap(port, |lid| {
+            NoticeRepr::capability_mask_change(node_type, lid, mask)
+        });
+    }
+
+    /// Trap 256 (IBA 14.2.4: an SMP failed the M_Key check) from the SMA of `node`, which the
+    /// SMP `mad` reached through `in_port`, sent from LID `requester`.
+    fn trap_bad_mkey(&mut self, node: NodeId, in_port: PortId, requester: u16, mad: &[u8; 256]) {
+        let n = self.fabric.node(node);
+        let node_type = n.kind() as u32;
+        let mgmt = if n.kind() == NodeType::Switch {
+            match self.fabric.port_id(node, 0) {
+                Some(p0) => p0,
+                None => return,
+            }
+        } else {
+            in_port
+        };
+        let Ok(smp) = Smp::new_checked(&mad[..]) else {
             return;
         };
-        let p = self.fabric.port(p0);
-        let (lid, sm_lid, sm_sl) = (p.lid(), p.state.sm_lid, p.state.sm_sl);
+        let directed = smp.is_directed_route().then(|| {
+            let mut return_path = [0u8; 64];
+            return_path.copy_from_slice(smp.return_path());
+            BadMkeyRoute {
+                dr_slid: smp.dr_slid(),
+                hop_count: smp.hop_count(),
+                return_path,
+            }
+        });
+        let header = smp.header();
+        let info = BadMkey {
+            lid: requester,
+            method: header.method(),
+            attr_id: header.attr_id(),
+            attr_mod: header.attr_mod(),
+            m_key: smp.m_key(),
+            directed,
+        };
+        self.send_trap(mgmt, |lid| NoticeRepr::bad_mkey(node_type, lid, &info));
+    }
+
+    /// Trap 128 (IBA 14.3.3, `NoticeRepr::port_state_change`) from the SMA of switch `node` to
+    /// its master SM.
+    fn trap_port_state_change(&mut self, node: NodeId) {
+        if let Some(p0) = self.fabric.port_id(node, 0) {
+            self.send_trap(p0, NoticeRepr::port_state_change);
+        }
+    }
+
+    /// Sends the notice `make` builds from the issuer's LID as a SubnTrap(Notice), LID-routed
+    /// from the SMA whose management port is `mgmt` (a switch's port 0, a CA's port) to its
+    /// master SM, if the port knows its own LID and the SM's and supports traps. A switch
+    /// routes it by its LFT; a CA sends it out of its port, or turns it round to its own host
+    /// when the SM is there (ibsim delivers such a trap to the SM client on that port).
+    fn send_trap(&mut self, mgmt: PortId, make: impl FnOnce(u16) -> NoticeRepr) {
+        let p = self.fabric.port(mgmt);
+        let node = p.node();
+        let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
+        let (lid, lmc, sm_lid, sm_sl) = (p.lid(), p.lmc(), p.state.sm_lid, p.state.sm_sl);
+        let to_self = owns(lid, lmc, sm_lid);
         if lid == 0
             || sm_lid == 0
-            || sm_lid == lid
+            || (is_switch && to_self)
             || p.state.capability_mask & cap_mask::HAS_TRAP == 0
         {
             return;
@@ -472,7 +551,7 @@ impl NetState {
             0,
             self.trap_tid,
         );
-        NoticeRepr::port_state_change(lid)
+        make(lid)
             .emit(&mut Notice::new_checked(&mut repr.data[..]).expect("64 bytes hold a Notice"));
         let mut mad = Box::new([0u8; 256]);
         repr.emit(&mut Smp::new_checked(&mut mad[..]).expect("256 bytes hold an SMP"));
@@ -488,6 +567,21 @@ impl NetState {
             grh: None,
             mad,
         };
+        if !is_switch {
+            if !to_self {
+                self.send(mgmt, pkt, Duration::ZERO);
+            } else if let Some(a) = self.attached.get(&mgmt) {
+                self.outputs.push(Output::Deliver {
+                    sink: a.sink.clone(),
+                    port: self.fabric.port(mgmt).num(),
+                    packet: pkt,
+                    at: self.now,
+                });
+            } else {
+                self.drops.count(DropReason::NoTaker);
+            }
+            return;
+        }
         match self.switch_egress(node, sm_lid) {
             Ok(e) if e != 0 => {
                 if let Some(out) = self.fabric.port_id(node, e) {

@@ -26,6 +26,10 @@
 //!   the device as [`PortSink::port_changed`].
 //! - VL15 carries SMPs only (to and from QP0); anything else on VL15, or an SMP elsewhere, is
 //!   dropped at the port it enters.
+//! - Traps: the SMAs send traps 128, 144 and 256 (see [`crate::fabric::sma`]) LID-routed to
+//!   their MasterSMLID, from a switch by its LFT, from a CA out of its port; a CA port whose
+//!   SM is its own host turns the trap round to its device, as ibsim hands such a trap to the
+//!   SM client on that port.
 //!
 //! # The delivery rule (re-entrancy)
 //!

@@ -75,6 +75,64 @@ pub mod trap {
     pub const BAD_PKEY_SWITCH_PORT: u16 = 259;
 }
 
+/// The directed-route part of a trap 256: present when the offending SMP was directed-route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BadMkeyRoute {
+    /// DrSLID of the SMP.
+    pub dr_slid: u16,
+    /// HopCount of the SMP (0-63).
+    pub hop_count: u8,
+    /// ReturnPath of the SMP as it reached the SMA (all 64 bytes; the notice keeps the first
+    /// `hop_count` of them, at most 30).
+    pub return_path: [u8; 64],
+}
+
+/// What a trap 256 (Bad M_Key) reports about the SMP that failed the M_Key check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BadMkey {
+    /// LIDADDR: the LID the SMP came from (the SLID of its packet).
+    pub lid: u16,
+    /// The SMP's method.
+    pub method: u8,
+    /// The SMP's AttributeID.
+    pub attr_id: u16,
+    /// The SMP's AttributeModifier.
+    pub attr_mod: u32,
+    /// The M_Key the SMP carried.
+    pub m_key: u64,
+    /// Its directed route, if it was directed-route (sets DRNotice).
+    pub directed: Option<BadMkeyRoute>,
+}
+
+/// DataDetails offsets of trap 144 (kernel `ntc_144`, OpenSM `ntc_144`; libibmad `fields.c`
+/// `IB_NOTICE_DATA_144_LID_F` at bit 96 and `IB_NOTICE_DATA_144_CAPMASK_F` at bit 128 of the
+/// Notice, i.e. DataDetails bytes 2 and 6).
+mod ntc_144 {
+    pub const LID: usize = 2;
+    pub const CAPABILITY_MASK: usize = 6;
+}
+
+/// DataDetails offsets of trap 256 (kernel `struct ib_mad_notice_attr` `ntc_256`, OpenSM
+/// `ntc_256`): LIDADDR 2, DRSLID 4, Method 6, AttributeID 8, AttributeModifier 10, M_Key 14,
+/// DRNotice (bit 7) / DRPathTruncated (bit 6) / DRHopCount (bits 5-0) 23, DRNoticeReturnPath 24
+/// (30 bytes).
+mod ntc_256 {
+    pub const LID: usize = 2;
+    pub const DR_SLID: usize = 4;
+    pub const METHOD: usize = 6;
+    pub const ATTR_ID: usize = 8;
+    pub const ATTR_MOD: usize = 10;
+    pub const M_KEY: usize = 14;
+    pub const DR_TRUNC_HOP: usize = 23;
+    pub const DR_RETURN_PATH: usize = 24;
+    /// Return-path bytes the notice has room for.
+    pub const DR_RETURN_PATH_LEN: usize = 30;
+    /// DRNotice: the SMP was directed-route.
+    pub const DR_NOTICE: u8 = 0x80;
+    /// DRPathTruncated: the return path did not fit.
+    pub const DR_TRUNCATED: u8 = 0x40;
+}
+
 mod field {
     /// IsGeneric (7) / Type (6–0).
     pub const GENERIC_TYPE: usize = 0;
@@ -247,6 +305,63 @@ impl NoticeRepr {
             notice_toggle: false,
             notice_count: 0,
             data_details,
+        }
+    }
+
+    /// Trap 144, "local changes" (CapabilityMask, enabled link widths or speeds), as ibsim's
+    /// SMA sends it (`sim_mad.c` `encode_trap144`): generic, Informational, producer the node
+    /// type ([`producer`]), issued by and about `lid`, DataDetails LIDADDR and the port's
+    /// `capability_mask`; OtherLocalChanges and the change flags stay 0, toggle and count 0.
+    pub fn capability_mask_change(node_type: u32, lid: u16, capability_mask: u32) -> Self {
+        let mut data_details = [0u8; DATA_DETAILS_LEN];
+        data_details[ntc_144::LID..ntc_144::LID + 2].copy_from_slice(&lid.to_be_bytes());
+        data_details[ntc_144::CAPABILITY_MASK..ntc_144::CAPABILITY_MASK + 4]
+            .copy_from_slice(&capability_mask.to_be_bytes());
+        Self {
+            is_generic: true,
+            notice_type: notice_type::INFO,
+            producer_type_or_vendor_id: node_type,
+            trap_number_or_device_id: trap::CAPABILITY_MASK_CHANGE,
+            issuer_lid: lid,
+            notice_toggle: false,
+            notice_count: 0,
+            data_details,
+        }
+    }
+
+    /// Trap 256, "Bad M_Key, `<M_Key>` from `<LIDADDR>` attempted `<METHOD>` with
+    /// `<ATTRIBUTEID>` and `<ATTRIBUTEMODIFIER>`": generic, Security, producer the node type, issued by `issuer_lid`,
+    /// DataDetails as the kernel's SMAs lay it out (`qib_mad.c` `qib_bad_mkey`): for a
+    /// directed-route SMP DRSLID, DRNotice, and the first HopCount bytes of its ReturnPath
+    /// (at most 30, DRPathTruncated set when there were more).
+    pub fn bad_mkey(node_type: u32, issuer_lid: u16, smp: &BadMkey) -> Self {
+        use ntc_256 as f;
+        let mut d = [0u8; DATA_DETAILS_LEN];
+        d[f::LID..f::LID + 2].copy_from_slice(&smp.lid.to_be_bytes());
+        d[f::METHOD] = smp.method;
+        d[f::ATTR_ID..f::ATTR_ID + 2].copy_from_slice(&smp.attr_id.to_be_bytes());
+        d[f::ATTR_MOD..f::ATTR_MOD + 4].copy_from_slice(&smp.attr_mod.to_be_bytes());
+        d[f::M_KEY..f::M_KEY + 8].copy_from_slice(&smp.m_key.to_be_bytes());
+        if let Some(dr) = smp.directed {
+            d[f::DR_SLID..f::DR_SLID + 2].copy_from_slice(&dr.dr_slid.to_be_bytes());
+            let hops = usize::from(dr.hop_count & 0x3F);
+            let kept = hops.min(f::DR_RETURN_PATH_LEN);
+            let mut flags = f::DR_NOTICE;
+            if hops > kept {
+                flags |= f::DR_TRUNCATED;
+            }
+            d[f::DR_TRUNC_HOP] = flags | kept as u8;
+            d[f::DR_RETURN_PATH..f::DR_RETURN_PATH + kept].copy_from_slice(&dr.return_path[..kept]);
+        }
+        Self {
+            is_generic: true,
+            notice_type: notice_type::SECURITY,
+            producer_type_or_vendor_id: node_type,
+            trap_number_or_device_id: trap::BAD_MKEY,
+            issuer_lid,
+            notice_toggle: false,
+            notice_count: 0,
+            data_details: d,
         }
     }
 

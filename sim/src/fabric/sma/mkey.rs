@@ -9,10 +9,11 @@
 //! | 1 | answered, PortInfo:M_Key reads 0 | dropped, violation |
 //! | 2, 3 | dropped, violation | dropped, violation |
 //!
-//! A violation increments M_KeyViolations (saturating) and, if M_KeyLeasePeriod is not 0,
-//! starts the lease: when it runs out without a valid Get, Set or TrapRepress in between, the
-//! protect bits fall back to 0 so that a new SM can take the port over. The rules follow the
-//! kernel's software SMA (`qib_mad.c` `check_mkey`).
+//! A violation increments M_KeyViolations (saturating), makes the network send trap 256 (Bad
+//! M_Key) to the SM, and, if M_KeyLeasePeriod is not 0, starts the lease: when it runs out
+//! without a valid Get, Set or TrapRepress in between, the protect bits fall back to 0 so that
+//! a new SM can take the port over. The rules follow the kernel's software SMA (`qib_mad.c`
+//! `check_mkey`, and `qib_bad_mkey` for the trap).
 
 use std::time::Duration;
 

@@ -19,7 +19,15 @@
 //! Status codes: 0x0004 class version other than 1, 0x0008 unknown method, 0x000C attribute
 //! not supported (or not with this method), 0x001C bad modifier or field. A Set that fails
 //! changes nothing and answers with the current value. A request failing the M_Key check gets
-//! no answer.
+//! no answer (the network sends trap 256 for it).
+//!
+//! Traps: the SMA records [`Effect`]s and the network sends the traps (`crate::net`): 128 when
+//! a switch port goes up or down (`link.rs`), 144 when a PortInfo Set changes a port's
+//! LinkWidthEnabled, LinkSpeedEnabled or LinkSpeedExtEnabled (ibsim's `do_portinfo`: at a
+//! switch only for a LID-routed Set, see `port_info.rs`) or the host changes a CA port's
+//! CapabilityMask, and 256 for an SMP that fails the M_Key check (`mkey.rs`). A trap goes from
+//! the node's management port (a switch's port 0, a CA's port) to its MasterSMLID, only if
+//! that port has a LID, an SM LID and IsTrapSupported.
 
 pub mod defaults;
 mod link;
@@ -76,6 +84,11 @@ pub enum Effect {
     Port(PortId, PortChange),
     /// A port of a switch went up or down: trap 128 to the SM, if the switch is configured.
     SwitchPortStateChange(NodeId),
+    /// A PortInfo Set changed a port's LinkWidthEnabled, LinkSpeedEnabled or
+    /// LinkSpeedExtEnabled, or the host changed a CA port's CapabilityMask: trap 144 to the
+    /// SM from the SMA whose management port (a switch's port 0, a CA's port) this is, if
+    /// the port is configured.
+    LocalChanges(PortId),
 }
 
 /// PortInfo fields a port keeps beyond [`PortState`](super::PortState), stored once the SM
@@ -307,8 +320,16 @@ impl Sma<'_> {
             attr_id::sm::NODE_DESCRIPTION => self.node_description(node, set, attr_mod, &mut data),
             attr_id::sm::NODE_INFO => self.node_info(node, in_port, set, attr_mod, &mut data),
             attr_id::sm::PORT_INFO => {
-                let hide = check == mkey::Check::HideKey;
-                self.port_info(node, in_port, set, attr_mod, &mut data, hide)
+                // ibsim sends trap 144 with the LID and SM LID of the port the SMP came in by
+                // (`sim_mad.c` `do_portinfo`, `send_trap(port, TRAP_144)`): a CA's port, or a
+                // switch's port 0 when the SMP was LID-routed to the switch. A directed-route
+                // SMP comes into a switch by an external port, which has no LID: no trap.
+                let access = port_info::Access {
+                    hide_mkey: check == mkey::Check::HideKey,
+                    notice_port: (!is_switch || mad[1] == class::SUBN_LID_ROUTED)
+                        .then_some(key_port),
+                };
+                self.port_info(node, in_port, set, attr_mod, &mut data, access)
             }
             attr_id::sm::SWITCH_INFO if is_switch => {
                 self.switch_info(node, set, attr_mod, &mut data)

@@ -23,6 +23,14 @@
 //! New enabled rates (LinkWidthEnabled and the speeds) take effect when the link next trains
 //! (after a Down, or when it comes back up); the active rates stay until then.
 //!
+//! Trap 144, as ibsim's `do_portinfo` sends it: a Set that writes an enabled width or speed as
+//! an explicit mask different from the enabled one (not 0, nor the "all supported" codes
+//! 0xFF, 15 and 31, nor 30, which ibsim ignores) makes the node's SMA send trap 144, from a
+//! CA's port, or from a switch's port 0 when the Set was LID-routed. ibsim takes the LID and
+//! SM LID of the port the SMP came in by, and a directed-route SMP comes into a switch by an
+//! external port, which has none; so a switch the SM sets by directed route (as OpenSM does
+//! in its sweeps) sends no trap 144.
+//!
 //! State changes are legal as the IBA link state machine allows them: Armed from Init (the
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
@@ -52,6 +60,16 @@ const BAD: Status = status::INVALID_ATTR_VALUE;
 /// The port bits of PortInfo's attribute modifier.
 const PORT_MASK: u32 = 0xff;
 
+/// What the SMP reaching PortInfo may see and cause, decided by its M_Key check and its route.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Access {
+    /// Report M_Key as 0 (protect level 1, wrong key, Get).
+    pub(super) hide_mkey: bool,
+    /// The management port a trap 144 for a Set changing an enabled rate comes from, if any
+    /// (see the module documentation).
+    pub(super) notice_port: Option<PortId>,
+}
+
 impl Sma<'_> {
     /// The PortInfo attribute handler.
     pub(super) fn port_info(
@@ -61,7 +79,7 @@ impl Sma<'_> {
         set: bool,
         attr_mod: u32,
         data: &mut Data,
-        hide_mkey: bool,
+        access: Access,
     ) -> Status {
         let n = self.fabric.node(node);
         let is_switch = n.kind() == NodeType::Switch;
@@ -90,11 +108,11 @@ impl Sma<'_> {
             if !is_switch && target != in_port {
                 st = BAD;
             } else {
-                st = self.set_port_info(pid, &req);
+                st = self.set_port_info(pid, &req, access.notice_port);
                 rereg = st == status::SUCCESS && req.client_reregister && !is_switch;
             }
         }
-        let mut repr = self.port_info_repr(pid, in_port, hide_mkey);
+        let mut repr = self.port_info_repr(pid, in_port, access.hide_mkey);
         // o14-12.2.1: the response to a Set echoes ClientReregister.
         repr.client_reregister = rereg;
         repr.emit(&mut PortInfo::new_checked(&mut data[..]).expect("64 bytes"));
@@ -200,8 +218,14 @@ impl Sma<'_> {
             .is_none_or(|q| self.fabric.port(q).state.link_state as u8 >= peer_min as u8)
     }
 
-    /// Checks a PortInfo Set whole, then applies it; see the module documentation.
-    fn set_port_info(&mut self, pid: PortId, req: &PortInfoRepr) -> Status {
+    /// Checks a PortInfo Set whole, then applies it; see the module documentation. A change
+    /// of an enabled rate records trap 144 from `notice_port`.
+    fn set_port_info(
+        &mut self,
+        pid: PortId,
+        req: &PortInfoRepr,
+        notice_port: Option<PortId>,
+    ) -> Status {
         let kind = port_kind(self.fabric, pid);
         let d = *kind.defaults();
         let mgmt = kind != PortKind::SwitchExternal;
@@ -261,6 +285,19 @@ impl Sma<'_> {
         {
             return BAD;
         }
+
+        // ibsim's trap 144 rule (`sim_mad.c` `do_portinfo`): a width or speed written as an
+        // explicit mask that differs from the enabled one. ibsim does not act on the "all
+        // supported" codes (0xFF, 15, 31) nor on "disable" (30), so they send no trap here
+        // either, though they change the enabled rates: OpenSM writes them in its sweeps
+        // (`force_link_width`, `force_link_speed`), and under ibsim it hears no trap for them.
+        let old = self.fabric.port(pid).enabled;
+        let explicit_change = |written: u8, specials: &[u8], current: u8| {
+            written != 0 && !specials.contains(&written) && written != current
+        };
+        let local_change = explicit_change(req.link_width_enabled, &[0xFF], old.width)
+            || explicit_change(req.link_speed_enabled, &[0xF], old.speed)
+            || explicit_change(req.link_speed_ext_enabled, &[0x1E, 0x1F], old.speed_ext);
 
         // Everything checked: apply.
         if mgmt {
@@ -328,6 +365,9 @@ impl Sma<'_> {
         }
         if kind != PortKind::SwitchPort0 {
             self.apply_state(pid, state, phys);
+        }
+        if let Some(port) = notice_port.filter(|_| local_change) {
+            self.effect(Effect::LocalChanges(port));
         }
         status::SUCCESS
     }

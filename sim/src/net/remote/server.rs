@@ -453,6 +453,11 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
         return;
     };
     let (tx, rx) = sync_channel(CLIENT_QUEUE);
+    // ATTACHED goes first in the queue, before the port is attached: from then on the network
+    // may deliver to the client at any time (an SM sweeping the fabric), and the client must
+    // read the answer to its ATTACH before any DELIVER. If the attach fails the queue is never
+    // written.
+    let _ = tx.send(ServerMsg::Attached { version: VERSION });
     let sink: Arc<dyn PortSink> = Arc::new(ClientSink {
         tx: tx.clone(),
         shared: shared.clone(),
@@ -467,22 +472,31 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
             return;
         }
     };
-    let writer = match stream.try_clone().map(|w| {
-        std::thread::Builder::new()
-            .name(format!("fabric-write-{id}"))
-            .spawn(move || write_loop(&w, &rx))
-    }) {
-        Ok(Ok(t)) => t,
-        Ok(Err(e)) | Err(e) => {
+    let w = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
             tracing::warn!("fabric server: connection {id}: no writer: {e}");
             refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
             return;
         }
     };
+    // Recorded before the writer starts, so that a client that has read ATTACHED is counted.
     shared.counters.attaches.fetch_add(1, Ordering::Relaxed);
     lock(&shared.attached).insert(id, (node.clone(), port));
+    let writer = match std::thread::Builder::new()
+        .name(format!("fabric-write-{id}"))
+        .spawn(move || write_loop(&w, &rx))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            lock(&shared.attached).remove(&id);
+            shared.counters.attaches.fetch_sub(1, Ordering::Relaxed);
+            tracing::warn!("fabric server: connection {id}: no writer: {e}");
+            refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
+            return;
+        }
+    };
     tracing::info!("fabric server: connection {id} attached at {node:?} port {port}");
-    let _ = tx.send(ServerMsg::Attached { version: VERSION });
     let _ = stream.set_read_timeout(None);
     let why = read_loop(shared, id, stream, &link, &tx);
     // Detach first (the network forgets the client and clears the IsSM it set), then let the
