@@ -222,14 +222,14 @@ impl FwPages {
         let (req, op, _) = self.in_flight.take()?;
         self.stats.timeouts += 1;
         if let PageOp::Give(leases) = op {
-            self.to_limbo(leases);
+            self.keep_in_limbo(leases);
         }
         self.pending.clear();
         Some(req)
     }
 
     /// Keep the pages of a GIVE whose outcome is unknown until the quiesce.
-    fn to_limbo(&mut self, leases: Vec<DmaLease>) {
+    fn keep_in_limbo(&mut self, leases: Vec<DmaLease>) {
         self.stats.unknown_outcome += leases.len() as u64;
         self.limbo.extend(leases);
     }
@@ -342,7 +342,7 @@ impl Dev {
                         pages = leases.len(),
                         "keeping pages of a GIVE whose outcome is unknown until the quiesce: {e}"
                     );
-                    self.lock_pages().to_limbo(leases);
+                    self.lock_pages().keep_in_limbo(leases);
                 }
                 Err(e)
             }
@@ -440,7 +440,7 @@ fn page_op_done(
                 "GIVE on request ended with an unknown outcome ({e}); pages kept until the \
                  quiesce"
             );
-            pages.to_limbo(leases);
+            pages.keep_in_limbo(leases);
         }
         (PageOp::Give(leases), Err(e)) => {
             // The firmware refused them: they were never its.
