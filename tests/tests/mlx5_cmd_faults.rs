@@ -66,6 +66,17 @@ fn bounded(name: &str, scenario: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// Run `case` for each of `cases`, every one even after one failed, and fail naming those
+/// that failed (their panic messages are printed as they happen).
+fn each<T: std::fmt::Debug + Copy>(cases: impl IntoIterator<Item = T>, case: impl Fn(T)) {
+    let failed: Vec<String> = cases
+        .into_iter()
+        .filter(|&c| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(c))).is_err())
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(failed.is_empty(), "failed cases: {}", failed.join(", "));
+}
+
 /// Whether the firmware keeps the command's mailboxes after the corrupt completion, so that
 /// the driver must too: every corruption but a clean entry with a bad delivery status.
 fn mailboxes_unsettled(how: CmdCorruption) -> bool {
@@ -194,14 +205,14 @@ fn failed_bring_up(op: Opcode, how: CmdCorruption) -> u64 {
 #[test]
 fn a_corrupt_completion_during_bring_up_fails_it_and_leaves_nothing_behind() {
     bounded("bring-up query", || {
-        for how in ALL {
+        each(ALL, |how| {
             let resets = failed_bring_up(Opcode::QUERY_HCA_CAP, how);
             assert_eq!(
                 resets,
                 u64::from(mailboxes_unsettled(how)),
                 "{how:?}: reset only when the firmware may still hold the mailboxes"
             );
-        }
+        });
     });
 }
 
@@ -212,12 +223,14 @@ fn a_corrupt_completion_during_bring_up_fails_it_and_leaves_nothing_behind() {
 #[test]
 fn a_create_whose_completion_is_corrupt_keeps_its_memory_until_the_quiesce() {
     bounded("bring-up create", || {
-        for op in [Opcode::CREATE_EQ, Opcode::CREATE_CQ, Opcode::CREATE_QP] {
-            for how in ENTRY_ONLY {
-                let resets = failed_bring_up(op, how);
-                assert_eq!(resets, 1, "{op} {how:?}: memory was left to the device");
-            }
-        }
+        let ops = [Opcode::CREATE_EQ, Opcode::CREATE_CQ, Opcode::CREATE_QP];
+        let cases = ops
+            .into_iter()
+            .flat_map(|op| ENTRY_ONLY.map(|how| (op, how)));
+        each(cases, |(op, how)| {
+            let resets = failed_bring_up(op, how);
+            assert_eq!(resets, 1, "{op} {how:?}: memory was left to the device");
+        });
     });
 }
 
@@ -230,7 +243,7 @@ fn a_corrupt_completion_of_a_query_on_an_open_hca_is_refused_and_the_hca_goes_on
     bounded("open query", || {
         let op = Opcode::QUERY_HCA_CAP;
         let q = QueryHcaCap::general(CapMode::Current);
-        for how in ALL {
+        each(ALL, |how| {
             let ctx = format!("{how:?}");
             let sim = SimHca::new();
             let hca = sim.open_strict();
@@ -273,7 +286,7 @@ fn a_corrupt_completion_of_a_query_on_an_open_hca_is_refused_and_the_hca_goes_on
                 kept as u64,
                 "{ctx}: reset exactly when memory was left to the device"
             );
-        }
+        });
     });
 }
 
@@ -285,10 +298,11 @@ fn a_corrupt_completion_of_a_query_on_an_open_hca_is_refused_and_the_hca_goes_on
 #[test]
 fn a_page_give_whose_completion_is_corrupt_keeps_its_pages_until_the_quiesce() {
     bounded("page give", || {
-        for how in [
+        let cases = [
             CmdCorruption::EntryToken,
             CmdCorruption::DeliveryStatus(DeliveryStatus::FW_ERR),
-        ] {
+        ];
+        each(cases, |how| {
             let ctx = format!("{how:?}");
             let sim = SimHca::new();
             let hca = sim.open_strict();
@@ -329,7 +343,7 @@ fn a_page_give_whose_completion_is_corrupt_keeps_its_pages_until_the_quiesce() {
             sim.assert_clean(&hca);
             assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
             assert_eq!(sim.model.counters().function_resets, 1, "{ctx}");
-        }
+        });
     });
 }
 
@@ -339,7 +353,7 @@ fn a_page_give_whose_completion_is_corrupt_keeps_its_pages_until_the_quiesce() {
 #[test]
 fn a_modify_whose_completion_is_corrupt_fails_the_recovery_and_the_hca_still_closes() {
     bounded("modify", || {
-        for how in ENTRY_ONLY {
+        each(ENTRY_ONLY, |how| {
             let ctx = format!("{how:?}");
             let sim = SimHca::new();
             let hca = sim.open_strict();
@@ -379,7 +393,7 @@ fn a_modify_whose_completion_is_corrupt_fails_the_recovery_and_the_hca_still_clo
             hca.close().unwrap();
             sim.assert_clean(&hca);
             assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
-        }
+        });
     });
 }
 
