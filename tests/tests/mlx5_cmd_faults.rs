@@ -26,14 +26,16 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(60);
 /// and a hang is what it catches, not slowness.
 const HANG_LIMIT: Duration = Duration::from_secs(300);
 
-/// Every corruption, with a delivery status the command did not deserve as one of them.
-const ALL: [CmdCorruption; 7] = [
+/// Every corruption, with delivery statuses the command did not deserve (a defined one and
+/// one no table names) among them.
+const ALL: [CmdCorruption; 8] = [
     CmdCorruption::EntryToken,
     CmdCorruption::OutputBlockNumber,
     CmdCorruption::OutputBlockToken,
     CmdCorruption::OutputNextOutside,
     CmdCorruption::OutputChainCut,
     CmdCorruption::DeliveryStatus(DeliveryStatus::FW_ERR),
+    CmdCorruption::DeliveryStatus(DeliveryStatus(0x7f)),
     CmdCorruption::OwnerStillSet,
 ];
 
@@ -248,7 +250,7 @@ fn a_corrupt_completion_of_a_query_on_an_open_hca_is_refused_and_the_hca_goes_on
             let sim = SimHca::new();
             let hca = sim.open_strict();
             let leases = hca.accounting().driver_pool.leases_out;
-            let corrupt = hca.stats().cmd.corrupt;
+            let before = hca.stats().cmd;
             sim.model.faults().corrupt_completion(op.0, how);
             let start = sim.backend.now();
             let err = hca.command(&q).expect_err(&ctx);
@@ -265,11 +267,15 @@ fn a_corrupt_completion_of_a_query_on_an_open_hca_is_refused_and_the_hca_goes_on
                 how,
                 CmdCorruption::DeliveryStatus(_) | CmdCorruption::OwnerStillSet
             );
-            assert_eq!(
-                hca.stats().cmd.corrupt,
-                corrupt + u64::from(!refused),
-                "{ctx}"
-            );
+            let after = hca.stats().cmd;
+            assert_eq!(after.corrupt, before.corrupt + u64::from(!refused), "{ctx}");
+            if how == CmdCorruption::OwnerStillSet {
+                // The command EQE came while the entry was still the device's.
+                assert!(
+                    after.spurious_events > before.spurious_events,
+                    "{ctx}: {after:?}"
+                );
+            }
             assert_eq!(
                 hca.lost_command_slots(),
                 usize::from(how == CmdCorruption::OwnerStillSet),
@@ -393,7 +399,60 @@ fn a_modify_whose_completion_is_corrupt_fails_the_recovery_and_the_hca_still_clo
             hca.close().unwrap();
             sim.assert_clean(&hca);
             assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
+            // SQERR2RTS names no memory; its input chain (the QP context) is kept after a
+            // corrupt entry, its slot lost after a timeout: either makes close reset.
+            assert_eq!(
+                sim.model.counters().function_resets,
+                u64::from(mailboxes_unsettled(how)),
+                "{ctx}"
+            );
         });
+    });
+}
+
+/// Stray command-completion EQEs (naming every slot, none busy) complete nothing: the driver
+/// counts each named slot as spurious, and the next command completes with its own output.
+#[test]
+fn a_stray_command_event_completes_nothing_and_is_counted() {
+    bounded("stray event", || {
+        let sim = SimHca::new();
+        let hca = sim.open_strict();
+        let p = port(&hca, 1);
+        let q = QueryHcaCap::general(CapMode::Current);
+        let want = hca.command(&q).unwrap();
+        let before = hca.stats().cmd;
+        assert!(sim.model.faults().command_event(u32::MAX));
+        serve_until(p.as_ref(), || {
+            hca.stats().cmd.spurious_events > before.spurious_events
+        });
+        let after = hca.stats().cmd;
+        assert_eq!(
+            after.spurious_events,
+            before.spurious_events + 32,
+            "{after:?}"
+        );
+        assert_eq!(
+            (
+                after.by_event,
+                after.polled,
+                after.event_fallback,
+                after.corrupt
+            ),
+            (
+                before.by_event,
+                before.polled,
+                before.event_fallback,
+                before.corrupt
+            ),
+            "nothing completed"
+        );
+        let got = hca.command(&q).unwrap();
+        assert_eq!(got.caps, want.caps, "the next command has its own output");
+        assert_eq!(hca.stats().cmd.by_event, before.by_event + 1);
+        drop(p);
+        hca.close().unwrap();
+        sim.assert_clean(&hca);
+        assert_eq!(sim.model.counters().function_resets, 0);
     });
 }
 

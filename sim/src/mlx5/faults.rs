@@ -21,6 +21,7 @@
 //! | … [`CmdCorruption::OutputNextOutside`], [`CmdCorruption::OutputChainCut`] | the same, with the first output block's `next` pointing at the command queue page or cut to 0 (only for an output of two blocks or more) |
 //! | … [`CmdCorruption::DeliveryStatus`] | the command takes effect, but its entry comes back with the chosen delivery status (a clean entry otherwise); the memory the command named stays the firmware's until TEARDOWN_HCA or DISABLE_HCA |
 //! | … [`CmdCorruption::OwnerStillSet`] | the command takes effect, the entry's output and status are written and the command-completion EQE is posted, but the ownership bit stays set (a timeout); the firmware keeps the command's mailboxes and named memory as with `withhold_completion` |
+//! | [`Mlx5Faults::command_event`] | a command-completion EQE naming slots the device has not completed anything on (a stray event) |
 //! | [`Mlx5Faults::request_release`] | the VFIO REQ interrupt (the host wants the device back) |
 
 use std::sync::atomic::Ordering;
@@ -310,6 +311,14 @@ impl Mlx5Faults<'_> {
     pub fn corrupt_completion(&self, opcode: u16, how: CmdCorruption) {
         self.inner
             .with(|st| st.faults.corrupt = Some((opcode, how)));
+    }
+
+    /// Posts a command-completion EQE whose `vector` names slots the device completed nothing
+    /// on (a stray or repeated event; bits beyond the queue may be set). False if no EQ takes
+    /// command events.
+    pub fn command_event(&self, vector: u32) -> bool {
+        self.inner
+            .with(|st| st.post_event(&EqeEvent::Command { vector }))
     }
 
     /// Raises the REQ interrupt: the host asks for the device back (vfio-pci's device
