@@ -15,12 +15,12 @@
 //! | [`Mlx5Faults::page_request_for`] | a PAGE_REQUEST event now for another function (VF) |
 //! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
-//! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA |
+//! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA (or DISABLE_HCA, whichever comes first) |
 //! | [`Mlx5Faults::corrupt_completion`] with [`CmdCorruption::EntryToken`] | the next command of an opcode takes effect and its entry is given back with a token other than the one the driver wrote; the firmware touches the command's mailboxes and the memory it named once more at TEARDOWN_HCA or DISABLE_HCA |
 //! | … [`CmdCorruption::OutputBlockNumber`], [`CmdCorruption::OutputBlockToken`] | the same, with the first output mailbox block carrying a wrong `block_num` or `token` (only for an output longer than the 16 inline bytes) |
 //! | … [`CmdCorruption::OutputNextOutside`], [`CmdCorruption::OutputChainCut`] | the same, with the first output block's `next` pointing at the command queue page or cut to 0 (only for an output of two blocks or more) |
 //! | … [`CmdCorruption::DeliveryStatus`] | the command takes effect, but its entry comes back with the chosen delivery status (a clean entry otherwise); the memory the command named stays the firmware's until TEARDOWN_HCA or DISABLE_HCA |
-//! | … [`CmdCorruption::OwnerStillSet`] | the command takes effect, the entry's output and status are written and the command-completion EQE is posted, but the ownership bit stays set (a timeout); the firmware keeps the command's mailboxes and named memory as with `withhold_completion` |
+//! | … [`CmdCorruption::OwnerStillSet`] | the command takes effect, the entry's output and status are written and the command-completion EQE is posted, but the ownership bit stays set and the slot busy (a timeout); the firmware touches the command's mailboxes and the memory it named once more at TEARDOWN_HCA or DISABLE_HCA |
 //! | [`Mlx5Faults::command_event`] | a command-completion EQE naming slots the device has not completed anything on (a stray event) |
 //! | [`Mlx5Faults::request_release`] | the VFIO REQ interrupt (the host wants the device back) |
 
@@ -297,8 +297,8 @@ impl Mlx5Faults<'_> {
     /// The next command with `opcode` runs (takes effect) but its entry is never given back,
     /// so the driver times it out. The firmware keeps the memory the command named (queue
     /// buffer and doorbell record of a CREATE_CQ/EQ/QP, the pages of a MANAGE_PAGES GIVE) and
-    /// reads it again at TEARDOWN_HCA: memory the driver released meanwhile shows up as an
-    /// IOMMU fault.
+    /// reads it again at TEARDOWN_HCA (or DISABLE_HCA, whichever comes first): memory the
+    /// driver released meanwhile shows up as an IOMMU fault.
     pub fn withhold_completion(&self, opcode: u16) {
         self.inner.with(|st| st.faults.withhold = Some(opcode));
     }
