@@ -169,7 +169,13 @@ impl CmdState {
             "refused a corrupt command completion ({what}: {detail}); its mailboxes are kept \
              until the device is quiesced"
         );
-        DriverError::BadDeviceValue { what, detail }
+        DriverError::BadDeviceValue {
+            what,
+            detail: format!(
+                "{detail}; the command's outcome is unknown, so its memory is kept until the \
+                 HCA is closed, and the close resets the function"
+            ),
+        }
     }
 
     /// The current generation of the slots (see [`CmdState::owns`]).
