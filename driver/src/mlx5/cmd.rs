@@ -160,7 +160,7 @@ impl CmdState {
 
     /// Refuse the completion of `f` as corrupt: its mailboxes are kept until the queue is
     /// freed (after the quiesce), since the device that wrote it may not be done with them.
-    fn refuse(&mut self, f: InFlight, what: &'static str, detail: String) -> DriverError {
+    fn refuse(&mut self, f: InFlight, what: &'static str, detail: &str) -> DriverError {
         self.corrupt += 1;
         self.kept.extend(f.in_box);
         self.kept.extend(f.out_box);
@@ -589,7 +589,7 @@ pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, Drive
             "{} came back with token {:#04x}, posted with {:#04x}",
             f.opcode, e.token, f.token
         );
-        return Err(state.refuse(f, "command queue entry", detail));
+        return Err(state.refuse(f, "command queue entry", &detail));
     }
     let out_box = f.out_box.as_ref();
     let first = out_box.map_or(0, DmaLease::iova);
@@ -608,7 +608,7 @@ pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, Drive
         Ok(out) => Ok(out),
         Err(err) => {
             let detail = format!("{}: {err}", f.opcode);
-            Err(state.refuse(f, "command output mailbox", detail))
+            Err(state.refuse(f, "command output mailbox", &detail))
         }
     }
 }
