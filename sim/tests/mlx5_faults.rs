@@ -394,3 +394,110 @@ fn firmware_that_never_boots_keeps_initializing_set_and_takes_no_command() {
         CmdStatus::BAD_RES_STATE_ERR
     );
 }
+
+/// `corrupt_completion`: the command runs (ALLOC_PD's PD exists), then exactly the part of
+/// its completion the corruption names is spoiled, the rest as a clean completion has it.
+/// QUERY_HCA_CAP's output spans eight mailbox blocks, so every corruption applies.
+#[test]
+fn a_corrupt_completion_spoils_exactly_what_it_names_after_the_command_ran() {
+    use firmware_cmds::mlx5::Opcode;
+    use firmware_cmds::mlx5::cmd::entry::CmdEntry;
+    use firmware_cmds::mlx5::cmd::mailbox::{BLOCK_SIZE, MailboxBlock};
+    use firmware_cmds::mlx5::cmd::status::DeliveryStatus;
+    use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
+    use sim::mlx5::CmdCorruption;
+
+    let q = QueryHcaCap::general(CapMode::Current);
+    let input = q.encode().unwrap();
+    let cases = [
+        CmdCorruption::EntryToken,
+        CmdCorruption::OutputBlockNumber,
+        CmdCorruption::OutputBlockToken,
+        CmdCorruption::OutputNextOutside,
+        CmdCorruption::OutputChainCut,
+        CmdCorruption::DeliveryStatus(DeliveryStatus(0x7f)),
+        CmdCorruption::OwnerStillSet,
+    ];
+    for how in cases {
+        let mut rig = Rig::new();
+        rig.up(false);
+        // The clean completion of the same command, for comparison.
+        let clean = rig.cmd_on(1, &input, q.out_len());
+        assert_eq!(clean.delivery, DeliveryStatus::OK);
+
+        rig.dev
+            .faults()
+            .corrupt_completion(Opcode::QUERY_HCA_CAP.0, how);
+        let p = rig.prepare(1, &input, q.out_len());
+        let posted = rig.post(1, &p);
+        rig.settle();
+        let raw = rig.mem.bytes(rig.cmdq + 64, 64);
+        let e = CmdEntry::decode(&raw).unwrap();
+        let block = MailboxBlock::decode(&rig.mem.bytes(p.out_addrs[0], BLOCK_SIZE)).unwrap();
+        let want_token = if how == CmdCorruption::EntryToken {
+            posted.token.wrapping_add(0x80)
+        } else {
+            posted.token
+        };
+        assert_eq!(e.token, want_token, "{how:?}: entry token");
+        assert_eq!(
+            e.hw_owned,
+            how == CmdCorruption::OwnerStillSet,
+            "{how:?}: ownership"
+        );
+        let want_status = match how {
+            CmdCorruption::DeliveryStatus(s) => s,
+            _ => DeliveryStatus::OK,
+        };
+        assert_eq!(e.delivery_status, want_status, "{how:?}");
+        assert_eq!(
+            e.out_inline[..],
+            clean.out[..16],
+            "{how:?}: inline output written"
+        );
+        assert_eq!(
+            block.data[..],
+            clean.out[16..16 + 512],
+            "{how:?}: first block's data written"
+        );
+        let (num, tok, next) = match how {
+            CmdCorruption::OutputBlockNumber => (1, posted.token, p.out_addrs[1]),
+            CmdCorruption::OutputBlockToken => (0, posted.token.wrapping_add(0x80), p.out_addrs[1]),
+            CmdCorruption::OutputNextOutside => (0, posted.token, rig.cmdq),
+            CmdCorruption::OutputChainCut => (0, posted.token, 0),
+            _ => (0, posted.token, p.out_addrs[1]),
+        };
+        assert_eq!(
+            (block.block_num, block.token, block.next),
+            (num, tok, next),
+            "{how:?}: first output block"
+        );
+        // The next command on the slot runs, unless the slot was left the device's.
+        let ignored = rig.dev.counters().cmd_doorbells_ignored;
+        let p = rig.prepare(1, &input, q.out_len());
+        let next = rig.post(1, &p);
+        rig.settle();
+        let stuck = how == CmdCorruption::OwnerStillSet;
+        assert_eq!(rig.completion(&next).is_none(), stuck, "{how:?}");
+        assert_eq!(
+            rig.dev.counters().cmd_doorbells_ignored,
+            ignored + u64::from(stuck),
+            "{how:?}"
+        );
+    }
+
+    // The command took effect although its completion is corrupt.
+    let mut rig = Rig::new();
+    rig.up(false);
+    let pds = rig.dev.resources().pds;
+    rig.dev
+        .faults()
+        .corrupt_completion(Opcode::ALLOC_PD.0, CmdCorruption::EntryToken);
+    let input = AllocPd.encode().unwrap();
+    let p = rig.prepare(1, &input, AllocPd.out_len());
+    let posted = rig.post(1, &p);
+    rig.settle();
+    let e = CmdEntry::decode(&rig.mem.bytes(rig.cmdq + 64, 64)).unwrap();
+    assert_ne!(e.token, posted.token);
+    assert_eq!(rig.dev.resources().pds, pds + 1, "the PD exists");
+}

@@ -598,6 +598,12 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
                 "{lost} firmware commands never completed (their command slots were lost)"
             ));
         }
+        let kept = st.kept_mailboxes();
+        if kept > 0 {
+            left_behind.push(format!(
+                "{kept} mailbox chains of corrupt command completions were still the device's"
+            ));
+        }
         st.free();
     }
     let buried = dev.empty_graveyard();

@@ -10,6 +10,15 @@
 //! names its slot, and falls back to polling it after [`EVENT_FALLBACK`] in case an event was
 //! lost. A command that times out keeps its slot and mailboxes out of use until the device is
 //! quiesced: the firmware may still write them.
+//!
+//! Nothing in a completed entry is trusted: the delivery status, the token (which must be the
+//! one posted) and every output mailbox block (inside our own chain, numbered in order,
+//! carrying the token) are checked. The kernel checks the delivery status, and signatures only
+//! with command checksums on (it turns them off, and so do we: `cmdif_checksum` 0), not tokens
+//! or block numbers. A completion with a wrong token or a corrupt output chain is not one the
+//! device can be trusted to be done with: its mailboxes are kept until the queue is freed
+//! after the quiesce, while the slot goes back into use (a device still busy with it leaves
+//! the next command there to time out, which then loses the slot).
 
 use std::time::Duration;
 
@@ -94,6 +103,12 @@ pub(crate) struct CmdState {
     /// Changes each time the slots are set up or released, so that a slot number taken before
     /// is never used on a queue it did not come from.
     generation: u64,
+    /// Mailboxes of completions refused as corrupt (a wrong token or output chain): the
+    /// device may not be done with them, so they are dropped only with the queue, after the
+    /// quiesce.
+    kept: Vec<DmaLease>,
+    /// Completions refused as corrupt so far.
+    corrupt: u64,
 }
 
 /// Counters of the command queue.
@@ -111,6 +126,9 @@ pub struct CmdStats {
     pub timeouts: u64,
     /// Commands answered by the driver because the device is in a fatal state.
     pub faked: u64,
+    /// Completions refused because the entry came back with another token or the output
+    /// mailbox chain was corrupt (their mailboxes are kept until the close).
+    pub corrupt: u64,
 }
 
 impl CmdState {
@@ -125,6 +143,38 @@ impl CmdState {
             timeout: firmware_cmds::mlx5::timeouts::Timeout::Cmd.default_duration(),
             closed: false,
             generation: 0,
+            kept: Vec::new(),
+            corrupt: 0,
+        }
+    }
+
+    /// Completions refused as corrupt so far (see [`CmdStats::corrupt`]).
+    pub(crate) fn corrupt_completions(&self) -> u64 {
+        self.corrupt
+    }
+
+    /// Mailbox chains of corrupt completions kept until the queue is freed.
+    pub(crate) fn kept_mailboxes(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Refuse the completion of `f` as corrupt: its mailboxes are kept until the queue is
+    /// freed (after the quiesce), since the device that wrote it may not be done with them.
+    fn refuse(&mut self, f: InFlight, what: &'static str, detail: &str) -> DriverError {
+        self.corrupt += 1;
+        self.kept.extend(f.in_box);
+        self.kept.extend(f.out_box);
+        tracing::error!(
+            opcode = %f.opcode,
+            "refused a corrupt command completion ({what}: {detail}); its mailboxes are kept \
+             until the device is quiesced"
+        );
+        DriverError::BadDeviceValue {
+            what,
+            detail: format!(
+                "{detail}; the command's outcome is unknown, so its memory is kept until the \
+                 HCA is closed, and the close resets the function"
+            ),
         }
     }
 
@@ -198,9 +248,11 @@ impl CmdState {
         }
     }
 
-    /// Drop the queue page and every slot (after the device is quiesced or disabled).
+    /// Drop the queue page, every slot and the kept mailboxes (after the device is quiesced or
+    /// disabled).
     pub(crate) fn free(&mut self) {
         self.release_all();
+        self.kept.clear();
         self.slots.clear();
         self.page = None;
         self.mode = CmdMode::Polling;
@@ -221,7 +273,7 @@ impl CmdState {
                 _ => 0,
             })
             .sum();
-        boxes + usize::from(self.page.is_some())
+        boxes + self.kept.len() + usize::from(self.page.is_some())
     }
 }
 
@@ -506,7 +558,10 @@ pub(crate) fn lose(state: &mut CmdState, slot: usize) {
 
 /// Take the output of the completed command in `slot` and free the slot. Checks the entry's
 /// delivery status and token and every output block; the output's own status is left to the
-/// caller (see [`check_status`]). [`DriverError::Closed`] when the queue was released.
+/// caller (see [`check_status`]). A wrong token or output block is
+/// [`DriverError::BadDeviceValue`] (`command queue entry` / `command output mailbox`), and
+/// the command's mailboxes are kept until the queue is freed. [`DriverError::Closed`] when
+/// the queue was released.
 pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, DriverError> {
     let entry = state.slots.get_mut(slot).ok_or(DriverError::Closed)?;
     let s = std::mem::replace(entry, Slot::Free);
@@ -530,13 +585,11 @@ pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, Drive
         });
     }
     if e.token != f.token {
-        return Err(DriverError::BadDeviceValue {
-            what: "command queue entry",
-            detail: format!(
-                "{} came back with token {:#04x}, posted with {:#04x}",
-                f.opcode, e.token, f.token
-            ),
-        });
+        let detail = format!(
+            "{} came back with token {:#04x}, posted with {:#04x}",
+            f.opcode, e.token, f.token
+        );
+        return Err(state.refuse(f, "command queue entry", &detail));
     }
     let out_box = f.out_box.as_ref();
     let first = out_box.map_or(0, DmaLease::iova);
@@ -550,12 +603,14 @@ pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, Drive
             output: true,
         },
         |addr| read_block(out_box, addr),
-    )
-    .map_err(|err| DriverError::BadDeviceValue {
-        what: "command output mailbox",
-        detail: format!("{}: {err}", f.opcode),
-    })?;
-    Ok(out)
+    );
+    match out {
+        Ok(out) => Ok(out),
+        Err(err) => {
+            let detail = format!("{}: {err}", f.opcode);
+            Err(state.refuse(f, "command output mailbox", &detail))
+        }
+    }
 }
 
 /// Read one 576-byte block at `addr` if it lies inside `lease` (the device wrote the `next`
@@ -918,6 +973,37 @@ mod tests {
         reap(&mut st, Duration::ZERO, &mut stats);
         let err = finish(&mut st, 0).unwrap_err();
         assert!(matches!(err, DriverError::BadDeviceValue { .. }), "{err:?}");
+        assert!(!is_busy(&st, 0), "the slot goes back into use");
+        assert_eq!(st.kept_mailboxes(), 1, "the output chain is kept");
+        assert_eq!(st.leases(), 2, "the queue page and the kept output chain");
+        assert_eq!(st.corrupt_completions(), 1);
+        st.free();
+        assert_eq!(st.leases(), 0, "dropped with the queue, after the quiesce");
+    }
+
+    #[test]
+    fn an_entry_given_back_with_another_token_is_refused_and_its_mailboxes_kept() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        let bar = dummy_bar();
+        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
+        post(&mut st, 0, &input, 0x1010, &pool, &bar, Duration::ZERO).unwrap();
+        let iova = st.page.as_ref().unwrap().iova();
+        let mut raw = [0u8; 64];
+        iommu.read(iova, &mut raw).unwrap();
+        raw[entry::off::TOKEN] ^= 0x80;
+        raw[entry::off::STATUS_OWN] = 0;
+        iommu.write(iova, &raw).unwrap();
+        let mut stats = CmdStats::default();
+        reap(&mut st, Duration::ZERO, &mut stats);
+        let err = finish(&mut st, 0).unwrap_err();
+        assert!(
+            matches!(&err, DriverError::BadDeviceValue { what: "command queue entry", detail } if detail.contains("token")),
+            "{err:?}"
+        );
+        assert!(!is_busy(&st, 0));
+        assert_eq!(st.kept_mailboxes(), 1, "the output chain is kept");
+        assert_eq!(st.corrupt_completions(), 1);
     }
 
     #[test]

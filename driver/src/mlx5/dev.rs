@@ -323,6 +323,7 @@ impl Dev {
     pub(crate) fn stats(&self) -> Mlx5Stats {
         let mut s = *self.lock_stats();
         s.pages = self.lock_pages().stats;
+        s.cmd.corrupt = self.lock_cmd().corrupt_completions();
         s
     }
 

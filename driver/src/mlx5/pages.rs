@@ -104,6 +104,9 @@ pub struct PageStats {
     /// MANAGE_PAGES on the page slot that did not complete within the command timeout
     /// (the device is then fatal).
     pub timeouts: u64,
+    /// Pages of GIVEs whose outcome is unknown (a timeout, a corrupt completion, a delivery
+    /// error): the firmware may hold them, so they stay leased until the quiesce.
+    pub unknown_outcome: u64,
 }
 
 /// The firmware's pages and the page-request machinery.
@@ -219,10 +222,16 @@ impl FwPages {
         let (req, op, _) = self.in_flight.take()?;
         self.stats.timeouts += 1;
         if let PageOp::Give(leases) = op {
-            self.limbo.extend(leases);
+            self.keep_in_limbo(leases);
         }
         self.pending.clear();
         Some(req)
+    }
+
+    /// Keep the pages of a GIVE whose outcome is unknown until the quiesce.
+    fn keep_in_limbo(&mut self, leases: Vec<DmaLease>) {
+        self.stats.unknown_outcome += leases.len() as u64;
+        self.limbo.extend(leases);
     }
 
     /// Record pages the firmware accepted for `f`.
@@ -333,7 +342,7 @@ impl Dev {
                         pages = leases.len(),
                         "keeping pages of a GIVE whose outcome is unknown until the quiesce: {e}"
                     );
-                    self.lock_pages().limbo.extend(leases);
+                    self.lock_pages().keep_in_limbo(leases);
                 }
                 Err(e)
             }
@@ -431,7 +440,7 @@ fn page_op_done(
                 "GIVE on request ended with an unknown outcome ({e}); pages kept until the \
                  quiesce"
             );
-            pages.limbo.extend(leases);
+            pages.keep_in_limbo(leases);
         }
         (PageOp::Give(leases), Err(e)) => {
             // The firmware refused them: they were never its.

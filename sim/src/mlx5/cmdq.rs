@@ -7,13 +7,17 @@
 //!
 //! A command may stay pending: behind an injected page request (until MANAGE_PAGES settles
 //! it on another slot) or while MAD_IFC asks the fabric's SMA (outside the device lock).
+//!
+//! Injected faults act here too: a withheld completion (the entry is never given back) and a
+//! corrupted one ([`CmdCorruption`]: a wrong entry token, a spoiled output mailbox, a
+//! delivery status the command does not deserve, or the ownership bit left set).
 
 use std::sync::atomic::{Ordering, fence};
 
 use firmware_cmds::Error as CodecError;
 use firmware_cmds::mlx5::cmd::entry::{self, CMD_XPORT_PCI, CmdEntry, ENTRY_SIZE, INLINE_LEN};
 use firmware_cmds::mlx5::cmd::header::{InHeader, OutHeader};
-use firmware_cmds::mlx5::cmd::mailbox::{self, BLOCK_SIZE, ChainCheck};
+use firmware_cmds::mlx5::cmd::mailbox::{self, BLOCK_SIZE, ChainCheck, MailboxBlock};
 use firmware_cmds::mlx5::cmd::status::{CmdStatus, DeliveryStatus};
 use firmware_cmds::mlx5::eqe::EqeEvent;
 use firmware_cmds::mlx5::ops::CommandOutput;
@@ -22,6 +26,7 @@ use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfcOut};
 use super::buffer;
 use super::config::{LOG_CMDQ_SIZE, MAX_CMD_MSG_LEN};
 use super::exec::{self, Exec};
+use super::faults::CmdCorruption;
 use super::regs;
 use super::state::State;
 
@@ -49,6 +54,8 @@ pub(crate) struct SlotCtx {
     pub checksum: bool,
     /// Opcode (for the counters).
     pub opcode: u16,
+    /// An injected corruption of this command's completion.
+    pub corrupt: Option<CmdCorruption>,
 }
 
 /// A command waiting for pages.
@@ -147,6 +154,7 @@ impl State {
             out_ptr: e.out_ptr,
             checksum,
             opcode: 0,
+            corrupt: None,
         };
         let input = match self.check_and_gather(&e, &raw, checksum) {
             Ok(input) => input,
@@ -227,13 +235,26 @@ impl State {
     }
 
     /// Runs a command whose delivery was good and completes it (or hands MAD_IFC out).
-    fn run(&mut self, ctx: SlotCtx, input: &[u8]) -> Vec<MadWork> {
+    fn run(&mut self, mut ctx: SlotCtx, input: &[u8]) -> Vec<MadWork> {
+        if let Some((opcode, how)) = self.faults.corrupt {
+            if opcode == ctx.opcode {
+                self.faults.corrupt = None;
+                ctx.corrupt = Some(how);
+                // The firmware is not done with what the command named, nor (unless the entry
+                // it gives back is otherwise clean) with the command's own mailboxes.
+                let mut kept = exec::memory_named(input);
+                if how.keeps_mailboxes() {
+                    kept.extend(self.mailboxes_of(&ctx));
+                }
+                self.faults.unsettled_memory.extend(kept);
+            }
+        }
         if self.faults.withhold == Some(ctx.opcode) {
             self.faults.withhold = None;
             // The command takes effect, but the entry stays the device's (slot busy).
             let _ = exec::execute(self, input, ctx.outlen);
             self.faults
-                .withheld_memory
+                .unsettled_memory
                 .extend(exec::memory_named(input));
             return Vec::new();
         }
@@ -345,8 +366,65 @@ impl State {
             |a, b| buffer::write(&iommu, a, b),
         );
         match inline {
-            Ok(inline) => self.hand_back(ctx, Some(&inline), DeliveryStatus::OK),
+            Ok(inline) => {
+                if let Some(how) = ctx.corrupt {
+                    self.spoil_output(ctx, how);
+                }
+                self.hand_back(ctx, Some(&inline), DeliveryStatus::OK);
+            }
             Err(e) => self.hand_back(ctx, None, chain_status(&e)),
+        }
+    }
+
+    /// The addresses of the blocks of a command's input and output chains (as far as they
+    /// can be followed).
+    fn mailboxes_of(&self, ctx: &SlotCtx) -> Vec<u64> {
+        let Ok(e) = CmdEntry::decode(&ctx.raw) else {
+            return Vec::new();
+        };
+        let mut addrs = Vec::new();
+        for (first, len) in [(e.in_ptr, e.inlen), (e.out_ptr, e.outlen)] {
+            let mut addr = first;
+            for _ in 0..mailbox::blocks_needed(len as usize) {
+                let Some(raw) = (addr != 0).then(|| read_block(self, addr)).flatten() else {
+                    break;
+                };
+                addrs.push(addr);
+                addr = MailboxBlock::decode(&raw).map_or(0, |b| b.next);
+            }
+        }
+        addrs
+    }
+
+    /// Spoils the first output mailbox block after the output was written (the mailbox
+    /// corruptions of [`CmdCorruption`]); nothing when the output has no block to spoil.
+    fn spoil_output(&mut self, ctx: &SlotCtx, how: CmdCorruption) {
+        let blocks = mailbox::blocks_needed(ctx.outlen as usize);
+        let needs = match how {
+            CmdCorruption::OutputBlockNumber | CmdCorruption::OutputBlockToken => 1,
+            CmdCorruption::OutputNextOutside | CmdCorruption::OutputChainCut => 2,
+            _ => return,
+        };
+        if blocks < needs || ctx.out_ptr == 0 {
+            return;
+        }
+        let Some(raw) = read_block(self, ctx.out_ptr) else {
+            return;
+        };
+        let Ok(mut block) = MailboxBlock::decode(&raw) else {
+            return;
+        };
+        match how {
+            CmdCorruption::OutputBlockNumber => block.block_num = block.block_num.wrapping_add(1),
+            CmdCorruption::OutputBlockToken => block.token = ctx.token.wrapping_add(0x80),
+            CmdCorruption::OutputNextOutside => block.next = regs::cmdq_base(self),
+            _ => block.next = 0,
+        }
+        if ctx.checksum {
+            block.seal();
+        }
+        if !buffer::write(&self.iommu, ctx.out_ptr, &block.encode()) {
+            self.counters.snap.dma_errors += 1;
         }
     }
 
@@ -362,14 +440,25 @@ impl State {
         inline: Option<&[u8; INLINE_LEN]>,
         status: DeliveryStatus,
     ) {
+        let mut raw = ctx.raw;
+        let mut status = status;
+        // The ownership bit given back: clear, unless a fault leaves it set.
+        let mut owner = 0;
+        match ctx.corrupt {
+            Some(CmdCorruption::EntryToken) => {
+                raw[entry::off::TOKEN] = ctx.token.wrapping_add(0x80);
+            }
+            Some(CmdCorruption::DeliveryStatus(s)) => status = s,
+            Some(CmdCorruption::OwnerStillSet) => owner = entry::OWNER_HW,
+            _ => {}
+        }
         if status != DeliveryStatus::OK {
             self.counters.snap.delivery_errors += 1;
         }
-        let mut raw = ctx.raw;
         if let Some(inline) = inline {
             raw[entry::off::OUT..entry::off::OUT + INLINE_LEN].copy_from_slice(inline);
         }
-        raw[entry::off::STATUS_OWN] = (status.0 & 0x7f) << 1;
+        raw[entry::off::STATUS_OWN] = ((status.0 & 0x7f) << 1) | owner;
         if ctx.checksum {
             raw[entry::off::SIG] = 0;
             raw[entry::off::SIG] = entry::signature(&raw);
@@ -387,7 +476,10 @@ impl State {
         if !ok {
             self.counters.snap.dma_errors += 1;
         }
-        self.cmd.busy &= !(1u32 << ctx.slot);
+        // An entry left the device's stays busy: the slot is stuck, as a withheld one is.
+        if owner == 0 {
+            self.cmd.busy &= !(1u32 << ctx.slot);
+        }
         self.fx.notify = true;
         self.post_event(&EqeEvent::Command {
             vector: 1u32 << ctx.slot,

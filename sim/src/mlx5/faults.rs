@@ -15,12 +15,19 @@
 //! | [`Mlx5Faults::page_request_for`] | a PAGE_REQUEST event now for another function (VF) |
 //! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
-//! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA |
+//! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA (or DISABLE_HCA, whichever comes first) |
+//! | [`Mlx5Faults::corrupt_completion`] with [`CmdCorruption::EntryToken`] | the next command of an opcode takes effect and its entry is given back with a token other than the one the driver wrote; the firmware touches the command's mailboxes and the memory it named once more at TEARDOWN_HCA or DISABLE_HCA |
+//! | … [`CmdCorruption::OutputBlockNumber`], [`CmdCorruption::OutputBlockToken`] | the same, with the first output mailbox block carrying a wrong `block_num` or `token` (only for an output longer than the 16 inline bytes) |
+//! | … [`CmdCorruption::OutputNextOutside`], [`CmdCorruption::OutputChainCut`] | the same, with the first output block's `next` pointing at the command queue page or cut to 0 (only for an output of two blocks or more) |
+//! | … [`CmdCorruption::DeliveryStatus`] | the command takes effect, but its entry comes back with the chosen delivery status (a clean entry otherwise); the memory the command named stays the firmware's until TEARDOWN_HCA or DISABLE_HCA |
+//! | … [`CmdCorruption::OwnerStillSet`] | the command takes effect, the entry's output and status are written and the command-completion EQE is posted, but the ownership bit stays set and the slot busy (a timeout); the firmware touches the command's mailboxes and the memory it named once more at TEARDOWN_HCA or DISABLE_HCA |
+//! | [`Mlx5Faults::command_event`] | a command-completion EQE naming slots the device has not completed anything on (a stray event) |
 //! | [`Mlx5Faults::request_release`] | the VFIO REQ interrupt (the host wants the device back) |
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use firmware_cmds::mlx5::cmd::status::DeliveryStatus;
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, queue_type};
 use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HealthSyndrome};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
@@ -36,6 +43,47 @@ pub enum WqeQueue {
     Send,
     /// The receive queue.
     Recv,
+}
+
+/// How [`Mlx5Faults::corrupt_completion`] spoils a command's completion. In every case the
+/// command runs and takes effect first, as it would on firmware that goes wrong only while
+/// answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmdCorruption {
+    /// The entry is given back with a token other than the one the driver wrote. The
+    /// firmware is not done with the command: it touches the command's mailboxes and the
+    /// memory the command named once more at TEARDOWN_HCA or DISABLE_HCA.
+    EntryToken,
+    /// The first output mailbox block carries a wrong `block_num` (the entry is clean). No
+    /// effect on a command whose output fits in the entry's 16 inline bytes. Mailboxes and
+    /// named memory are touched later as with [`CmdCorruption::EntryToken`].
+    OutputBlockNumber,
+    /// The first output mailbox block carries a token other than the entry's. Same conditions
+    /// as [`CmdCorruption::OutputBlockNumber`].
+    OutputBlockToken,
+    /// The first output mailbox block's `next` points at the command queue page instead of the
+    /// second block. No effect on an output chain of fewer than two blocks.
+    OutputNextOutside,
+    /// The first output mailbox block's `next` is 0 although more blocks follow. No effect on
+    /// an output chain of fewer than two blocks.
+    OutputChainCut,
+    /// The entry comes back with this delivery status although the command took effect. The
+    /// entry and mailboxes are otherwise clean and the firmware is done with them, but the
+    /// memory the command named stays the firmware's until TEARDOWN_HCA or DISABLE_HCA.
+    DeliveryStatus(DeliveryStatus),
+    /// The output and the delivery status are written and the command-completion EQE is
+    /// posted, but the ownership bit stays set: the entry is never given back (a timeout),
+    /// and the firmware keeps the command's mailboxes and named memory as with
+    /// [`CmdCorruption::EntryToken`].
+    OwnerStillSet,
+}
+
+impl CmdCorruption {
+    /// Whether the firmware may still touch the command's own mailboxes after the
+    /// completion: every corruption but a clean entry with a bad delivery status.
+    pub(crate) fn keeps_mailboxes(self) -> bool {
+        !matches!(self, CmdCorruption::DeliveryStatus(_))
+    }
 }
 
 /// An armed WQE fault.
@@ -62,9 +110,13 @@ pub(crate) struct FaultState {
     pub send_completion_delay: IdMap<Duration>,
     /// Opcode of the next command whose completion is withheld.
     pub withhold: Option<u16>,
-    /// DMA addresses named by commands whose completion was withheld: the firmware still
-    /// uses them, and reads them once more at TEARDOWN_HCA.
-    pub withheld_memory: Vec<u64>,
+    /// Opcode of the next command whose completion is corrupted, and how.
+    pub corrupt: Option<(u16, CmdCorruption)>,
+    /// DMA addresses of commands whose completion was withheld or corrupted (memory the
+    /// command named, and its mailboxes when the firmware is not done with them): the
+    /// firmware still uses them, and reads them once more at TEARDOWN_HCA (or DISABLE_HCA,
+    /// whichever comes first).
+    pub unsettled_memory: Vec<u64>,
 }
 
 impl FaultState {
@@ -245,10 +297,28 @@ impl Mlx5Faults<'_> {
     /// The next command with `opcode` runs (takes effect) but its entry is never given back,
     /// so the driver times it out. The firmware keeps the memory the command named (queue
     /// buffer and doorbell record of a CREATE_CQ/EQ/QP, the pages of a MANAGE_PAGES GIVE) and
-    /// reads it again at TEARDOWN_HCA: memory the driver released meanwhile shows up as an
-    /// IOMMU fault.
+    /// reads it again at TEARDOWN_HCA (or DISABLE_HCA, whichever comes first): memory the
+    /// driver released meanwhile shows up as an IOMMU fault.
     pub fn withhold_completion(&self, opcode: u16) {
         self.inner.with(|st| st.faults.withhold = Some(opcode));
+    }
+
+    /// The next command with `opcode` runs (takes effect) and its completion is spoiled as
+    /// `how` says (see [`CmdCorruption`]). The firmware keeps the memory the command named
+    /// (and, unless the entry is otherwise clean, the command's mailboxes) and reads it again
+    /// at TEARDOWN_HCA or DISABLE_HCA: memory the driver released meanwhile shows up as an
+    /// IOMMU fault.
+    pub fn corrupt_completion(&self, opcode: u16, how: CmdCorruption) {
+        self.inner
+            .with(|st| st.faults.corrupt = Some((opcode, how)));
+    }
+
+    /// Posts a command-completion EQE whose `vector` names slots the device completed nothing
+    /// on (a stray or repeated event; bits beyond the queue may be set). False if no EQ takes
+    /// command events.
+    pub fn command_event(&self, vector: u32) -> bool {
+        self.inner
+            .with(|st| st.post_event(&EqeEvent::Command { vector }))
     }
 
     /// Raises the REQ interrupt: the host asks for the device back (vfio-pci's device

@@ -49,7 +49,7 @@ use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 pub use self::attach::MELLANOX_OUI;
 pub use self::config::Mlx5Config;
 pub use self::counters::{DropReason, Mlx5Counters};
-pub use self::faults::{Mlx5Faults, WqeQueue};
+pub use self::faults::{CmdCorruption, Mlx5Faults, WqeQueue};
 
 use self::cmdq::{MadWork, PortWork};
 use self::config::{BAR0_SIZE, CLASS_INFINIBAND, FIRST_UAR, MELLANOX_VENDOR};

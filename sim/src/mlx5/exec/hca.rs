@@ -49,9 +49,22 @@ pub(super) fn enable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     ok(&NoPayload::<{ firmware_cmds::mlx5::ops::hca::ENABLE_HCA_OUT_LEN }>)
 }
 
+/// A command whose completion was withheld or corrupted still had its memory until now (the
+/// close of the HCA, whichever of TEARDOWN_HCA and DISABLE_HCA comes first): read it once
+/// more, so that memory the driver released early faults in the IOMMU.
+fn touch_unsettled_memory(st: &mut State) {
+    for addr in std::mem::take(&mut st.faults.unsettled_memory) {
+        let mut b = [0u8; 8];
+        if !crate::mlx5::buffer::read(&st.iommu, addr, &mut b) {
+            st.counters.snap.dma_errors += 1;
+        }
+    }
+}
+
 pub(super) fn disable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     let c: DisableHca = decode(input)?;
     own_function(c.function_id, c.embedded_cpu_function)?;
+    touch_unsettled_memory(st);
     st.drop_resources();
     st.phase = Phase::Disabled;
     st.pages.need = 0;
@@ -75,13 +88,7 @@ pub(super) fn teardown_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     if c.profile == TeardownProfile::PrepareFastTeardown && !st.caps_cur.fast_teardown() {
         return Err(bad_param(synd::BAD_CODE));
     }
-    // A command whose completion was withheld still had its memory until now.
-    for addr in std::mem::take(&mut st.faults.withheld_memory) {
-        let mut b = [0u8; 8];
-        if !crate::mlx5::buffer::read(&st.iommu, addr, &mut b) {
-            st.counters.snap.dma_errors += 1;
-        }
-    }
+    touch_unsettled_memory(st);
     // Both profiles close everything: whatever the driver left open is gone with the HCA.
     st.drop_resources();
     st.phase = Phase::TornDown;

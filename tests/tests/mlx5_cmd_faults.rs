@@ -1,0 +1,466 @@
+//! Corrupt command completions on the simulated ConnectX (`Mlx5Faults::corrupt_completion`):
+//! an entry given back with another token, a spoiled output mailbox (block number, token,
+//! `next` outside the chain, chain cut short), a delivery status on a command that took
+//! effect, and an entry whose ownership bit stays set after its completion event. For each,
+//! on a command during bring-up and on one after it: the typed error the caller gets, within
+//! bounded time, memory whose outcome is unknown kept until the quiesce (the firmware reads it
+//! once more at TEARDOWN_HCA or DISABLE_HCA, so memory released early faults in the IOMMU with
+//! strict leases), and a clean close (and a reopen that works).
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use driver::verbs::{Hca, HcaOptions, HcaPort, PostError, SpecialQp};
+use driver::{DeviceBackend, DriverError};
+use firmware_cmds::mlx5::Opcode;
+use firmware_cmds::mlx5::cmd::DeliveryStatus;
+use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
+use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+use hca_tests::mlx5::{MAD, SimHca, lease, mad, poll_n, port, send_wr, to_self};
+use sim::mlx5::{CmdCorruption, WqeQueue};
+
+/// The simulated firmware's command timeout (`cmd_exec_to`).
+const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Real time a scenario may take before it counts as hung. Generous: the machine is shared,
+/// and a hang is what it catches, not slowness.
+const HANG_LIMIT: Duration = Duration::from_secs(300);
+
+/// Every corruption, with delivery statuses the command did not deserve (a defined one and
+/// one no table names) among them.
+const ALL: [CmdCorruption; 8] = [
+    CmdCorruption::EntryToken,
+    CmdCorruption::OutputBlockNumber,
+    CmdCorruption::OutputBlockToken,
+    CmdCorruption::OutputNextOutside,
+    CmdCorruption::OutputChainCut,
+    CmdCorruption::DeliveryStatus(DeliveryStatus::FW_ERR),
+    CmdCorruption::DeliveryStatus(DeliveryStatus(0x7f)),
+    CmdCorruption::OwnerStillSet,
+];
+
+/// The corruptions that apply to a command whose output fits in the entry (no mailbox).
+const ENTRY_ONLY: [CmdCorruption; 3] = [
+    CmdCorruption::EntryToken,
+    CmdCorruption::DeliveryStatus(DeliveryStatus::FW_ERR),
+    CmdCorruption::OwnerStillSet,
+];
+
+/// Run `scenario` on its own thread and fail if it does not end within [`HANG_LIMIT`] (a
+/// panic in it is passed on).
+fn bounded(name: &str, scenario: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            scenario();
+            let _ = tx.send(());
+        })
+        .unwrap();
+    match rx.recv_timeout(HANG_LIMIT) {
+        Ok(()) => t.join().unwrap(),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = t.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: hung for {HANG_LIMIT:?}"),
+    }
+}
+
+/// Run `case` for each of `cases`, every one even after one failed, and fail naming those
+/// that failed (their panic messages are printed as they happen).
+fn each<T: std::fmt::Debug + Copy>(cases: impl IntoIterator<Item = T>, case: impl Fn(T)) {
+    let failed: Vec<String> = cases
+        .into_iter()
+        .filter(|&c| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(c))).is_err())
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(failed.is_empty(), "failed cases: {}", failed.join(", "));
+}
+
+/// Whether the firmware keeps the command's mailboxes after the corrupt completion, so that
+/// the driver must too: every corruption but a clean entry with a bad delivery status.
+fn mailboxes_unsettled(how: CmdCorruption) -> bool {
+    !matches!(how, CmdCorruption::DeliveryStatus(_))
+}
+
+/// Assert that `err` is the typed error `how` on `op` must give.
+fn assert_error(how: CmdCorruption, op: Opcode, err: &DriverError) {
+    let ctx = format!("{op} {how:?}: {err}");
+    match how {
+        CmdCorruption::EntryToken => match err {
+            DriverError::BadDeviceValue { what, detail } => {
+                assert_eq!(*what, "command queue entry", "{ctx}");
+                assert!(
+                    detail.contains(&op.to_string()) && detail.contains("token"),
+                    "{ctx}"
+                );
+            }
+            _ => panic!("expected a refused entry: {ctx}"),
+        },
+        CmdCorruption::OutputBlockNumber
+        | CmdCorruption::OutputBlockToken
+        | CmdCorruption::OutputNextOutside
+        | CmdCorruption::OutputChainCut => {
+            let DriverError::BadDeviceValue { what, detail } = err else {
+                panic!("expected a refused output mailbox: {ctx}");
+            };
+            assert_eq!(*what, "command output mailbox", "{ctx}");
+            let named = match how {
+                CmdCorruption::OutputBlockNumber => "block_num is",
+                CmdCorruption::OutputBlockToken => "differs from the entry token",
+                CmdCorruption::OutputNextOutside => "could not be accessed",
+                _ => "chain ends early",
+            };
+            assert!(
+                detail.contains(&op.to_string()) && detail.contains(named),
+                "{ctx}"
+            );
+        }
+        CmdCorruption::DeliveryStatus(s) => assert!(
+            matches!(err, DriverError::CommandDelivery { opcode, status } if *opcode == op && *status == s),
+            "{ctx}"
+        ),
+        CmdCorruption::OwnerStillSet => assert!(
+            matches!(err, DriverError::CommandTimeout { opcode, .. } if *opcode == op),
+            "{ctx}"
+        ),
+    }
+}
+
+/// Assert that the error came when it should, in device time: at the command timeout when the
+/// entry is never given back, well before it otherwise.
+fn assert_timely(how: CmdCorruption, waited: Duration, ctx: &str) {
+    if how == CmdCorruption::OwnerStillSet {
+        assert!(waited >= CMD_TIMEOUT, "{ctx}: gave up after {waited:?}");
+        assert!(
+            waited < CMD_TIMEOUT + Duration::from_secs(5),
+            "{ctx}: {waited:?}"
+        );
+    } else {
+        assert!(waited < Duration::from_secs(1), "{ctx}: took {waited:?}");
+    }
+}
+
+/// Assert that nothing of a failed bring-up is left: no mapping, no IOMMU fault (the firmware
+/// read what it still had at the close), no page or object in the firmware.
+fn assert_nothing_left(sim: &SimHca, ctx: &str) {
+    let mapper = sim.backend.dma_mapper();
+    assert_eq!(
+        mapper.fault_count(),
+        0,
+        "{ctx}: the firmware reached released memory: {:?}",
+        sim.model.counters()
+    );
+    assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
+    assert_eq!(mapper.live_mappings(), 0, "{ctx}: mappings left");
+    assert_eq!(sim.model.pages_held(), 0, "{ctx}");
+    let r = sim.model.resources();
+    assert_eq!(
+        (r.eqs, r.cqs, r.qps, r.uars, r.pds),
+        (0, 0, 0, 0, 0),
+        "{ctx}: {r:?}"
+    );
+}
+
+/// Open with `how` armed on the first `op` of bring-up; check the error, its timing and that
+/// nothing is left, then that a new bring-up on the same function works and closes cleanly.
+/// Returns the function resets the failed bring-up's close did.
+fn failed_bring_up(op: Opcode, how: CmdCorruption) -> u64 {
+    let ctx = format!("{op} {how:?}");
+    let sim = SimHca::new();
+    sim.model.faults().corrupt_completion(op.0, how);
+    let start = sim.backend.now();
+    let err = sim
+        .open(HcaOptions {
+            lease_mode: dma::LeaseMode::Strict,
+            ..HcaOptions::default()
+        })
+        .err()
+        .unwrap_or_else(|| panic!("{ctx}: bring-up succeeded"));
+    assert_error(how, op, &err);
+    // The whole failed bring-up, teardown included, in device time.
+    let waited = sim.backend.now().saturating_sub(start);
+    assert_timely(how, waited, &ctx);
+    assert_nothing_left(&sim, &ctx);
+    let resets = sim.model.counters().function_resets;
+
+    let hca = sim.open_strict();
+    hca.command(&QueryHcaCap::general(CapMode::Current))
+        .unwrap_or_else(|e| panic!("{ctx}: the reopened HCA: {e}"));
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+    assert_eq!(
+        sim.model.counters().function_resets,
+        resets,
+        "{ctx}: the clean close did not reset"
+    );
+    resets
+}
+
+/// A bring-up QUERY_HCA_CAP (an output of eight mailbox blocks) with each corruption: bring-up
+/// fails with the corruption's error before the INIT_HCA, and the close leaves nothing. The
+/// firmware reads the command's mailboxes again at DISABLE_HCA when it is not done with them,
+/// so a driver that released them on the corrupt completion faults in the IOMMU; a function
+/// that may still hold them is reset at close, one with a clean entry is not.
+#[test]
+fn a_corrupt_completion_during_bring_up_fails_it_and_leaves_nothing_behind() {
+    bounded("bring-up query", || {
+        each(ALL, |how| {
+            let resets = failed_bring_up(Opcode::QUERY_HCA_CAP, how);
+            assert_eq!(
+                resets,
+                u64::from(mailboxes_unsettled(how)),
+                "{how:?}: reset only when the firmware may still hold the mailboxes"
+            );
+        });
+    });
+}
+
+/// A bring-up CREATE_EQ/CQ/QP that takes effect but completes corrupt: the driver cannot know
+/// whether the queue exists, so its buffer and doorbell record stay leased until the quiesce
+/// (the firmware reads them at TEARDOWN_HCA: released early, they would fault), and the close
+/// resets the function.
+#[test]
+fn a_create_whose_completion_is_corrupt_keeps_its_memory_until_the_quiesce() {
+    bounded("bring-up create", || {
+        let ops = [Opcode::CREATE_EQ, Opcode::CREATE_CQ, Opcode::CREATE_QP];
+        let cases = ops
+            .into_iter()
+            .flat_map(|op| ENTRY_ONLY.map(|how| (op, how)));
+        each(cases, |(op, how)| {
+            let resets = failed_bring_up(op, how);
+            assert_eq!(resets, 1, "{op} {how:?}: memory was left to the device");
+        });
+    });
+}
+
+/// QUERY_HCA_CAP issued on an open HCA, with each corruption: the caller gets the typed error
+/// in time; the command's output mailbox stays leased (and, after a timeout, its slot out of
+/// use) while the firmware may still write it; the next command works; close resets the
+/// function exactly when something was left to the device, and leaves nothing.
+#[test]
+fn a_corrupt_completion_of_a_query_on_an_open_hca_is_refused_and_the_hca_goes_on() {
+    bounded("open query", || {
+        let op = Opcode::QUERY_HCA_CAP;
+        let q = QueryHcaCap::general(CapMode::Current);
+        each(ALL, |how| {
+            let ctx = format!("{how:?}");
+            let sim = SimHca::new();
+            let hca = sim.open_strict();
+            let leases = hca.accounting().driver_pool.leases_out;
+            let before = hca.stats().cmd;
+            sim.model.faults().corrupt_completion(op.0, how);
+            let start = sim.backend.now();
+            let err = hca.command(&q).expect_err(&ctx);
+            assert_error(how, op, &err);
+            assert_timely(how, sim.backend.now().saturating_sub(start), &ctx);
+            // The input fits in the entry: the output chain is the command's one lease.
+            let kept = usize::from(mailboxes_unsettled(how));
+            assert_eq!(
+                hca.accounting().driver_pool.leases_out,
+                leases + kept,
+                "{ctx}: the output mailboxes are kept exactly while the device may write them"
+            );
+            let refused = matches!(
+                how,
+                CmdCorruption::DeliveryStatus(_) | CmdCorruption::OwnerStillSet
+            );
+            let after = hca.stats().cmd;
+            assert_eq!(after.corrupt, before.corrupt + u64::from(!refused), "{ctx}");
+            if how == CmdCorruption::OwnerStillSet {
+                // The command EQE came while the entry was still the device's.
+                assert!(
+                    after.spurious_events > before.spurious_events,
+                    "{ctx}: {after:?}"
+                );
+            }
+            assert_eq!(
+                hca.lost_command_slots(),
+                usize::from(how == CmdCorruption::OwnerStillSet),
+                "{ctx}"
+            );
+            hca.command(&q)
+                .unwrap_or_else(|e| panic!("{ctx}: the next command: {e}"));
+            assert_eq!(hca.accounting().driver_pool.leases_out, leases + kept);
+            hca.close().unwrap();
+            sim.assert_clean(&hca);
+            assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
+            assert_eq!(
+                sim.model.counters().function_resets,
+                kept as u64,
+                "{ctx}: reset exactly when memory was left to the device"
+            );
+        });
+    });
+}
+
+/// A page request whose MANAGE_PAGES GIVE (on the page slot) takes effect but completes with
+/// a wrong token or a delivery status: the pages may be the firmware's, so they stay leased
+/// until the quiesce (the firmware reads them at TEARDOWN_HCA), with the input mailbox when
+/// the entry itself was corrupt; the page slot goes on serving the next request; close
+/// resets the function and leaves nothing.
+#[test]
+fn a_page_give_whose_completion_is_corrupt_keeps_its_pages_until_the_quiesce() {
+    bounded("page give", || {
+        let cases = [
+            CmdCorruption::EntryToken,
+            CmdCorruption::DeliveryStatus(DeliveryStatus::FW_ERR),
+        ];
+        each(cases, |how| {
+            let ctx = format!("{how:?}");
+            let sim = SimHca::new();
+            let hca = sim.open_strict();
+            let p = port(&hca, 1);
+            let leases = hca.accounting().driver_pool.leases_out;
+            let given = hca.stats().pages.given;
+            sim.model
+                .faults()
+                .corrupt_completion(Opcode::MANAGE_PAGES.0, how);
+            assert!(sim.model.faults().page_request(4));
+            serve_until(p.as_ref(), || hca.stats().pages.unknown_outcome > 0);
+            assert_eq!(hca.stats().pages.unknown_outcome, 4, "{ctx}");
+            assert_eq!(
+                hca.stats().cmd.corrupt,
+                u64::from(mailboxes_unsettled(how)),
+                "{ctx}"
+            );
+            // 4 pages (the input of a 4-page GIVE is 48 bytes: one input block).
+            let kept = 4 + usize::from(mailboxes_unsettled(how));
+            assert_eq!(
+                hca.accounting().driver_pool.leases_out,
+                leases + kept,
+                "{ctx}: the pages of the GIVE (and its input mailbox) are kept"
+            );
+            assert_eq!(
+                hca.stats().pages.given,
+                given,
+                "{ctx}: not counted as given"
+            );
+            assert!(hca.fatal_reason().is_none(), "{ctx}");
+
+            // The page slot is free again: the next request is served.
+            assert!(sim.model.faults().page_request(2));
+            serve_until(p.as_ref(), || hca.stats().pages.given == given + 2);
+            assert_eq!(hca.stats().pages.given, given + 2, "{ctx}");
+            drop(p);
+            hca.close().unwrap();
+            sim.assert_clean(&hca);
+            assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
+            assert_eq!(sim.model.counters().function_resets, 1, "{ctx}");
+        });
+    });
+}
+
+/// The MAD layer's SQERR2RTS (a MODIFY issued by an open HCA) with a corrupt completion: the
+/// recovery fails with the typed error, the send queue stays refused, and the HCA still
+/// closes cleanly (2RST and DESTROY_QP work whatever the QP's state).
+#[test]
+fn a_modify_whose_completion_is_corrupt_fails_the_recovery_and_the_hca_still_closes() {
+    bounded("modify", || {
+        each(ENTRY_ONLY, |how| {
+            let ctx = format!("{how:?}");
+            let sim = SimHca::new();
+            let hca = sim.open_strict();
+            let p = port(&hca, 1);
+            let lid = p.attrs().unwrap().lid;
+            let qpn = p.hw_qpn(SpecialQp::Gsi);
+            let buf = lease(p.as_ref(), MAD);
+            buf.write(0, &mad(0x09, 1, 1)).unwrap();
+            sim.model
+                .faults()
+                .wqe_error(qpn, WqeQueue::Send, 1, CqeSyndrome(0x02), 0x42);
+            p.post_send(
+                SpecialQp::Gsi,
+                &send_wr(1, &buf, to_self(lid, SpecialQp::Gsi)),
+            )
+            .unwrap();
+            assert_eq!(poll_n(p.as_ref(), 1, Duration::from_secs(1)).len(), 1);
+            sim.model
+                .faults()
+                .corrupt_completion(Opcode::SQERR2RTS_QP.0, how);
+            let start = sim.backend.now();
+            let err = p.recover_send_queue(SpecialQp::Gsi).expect_err(&ctx);
+            assert_error(how, Opcode::SQERR2RTS_QP, &err);
+            assert_timely(how, sim.backend.now().saturating_sub(start), &ctx);
+            assert!(
+                matches!(
+                    p.post_send(
+                        SpecialQp::Gsi,
+                        &send_wr(2, &buf, to_self(lid, SpecialQp::Gsi))
+                    ),
+                    Err(PostError::SendQueueError(_))
+                ),
+                "{ctx}: the queue is not taken for recovered"
+            );
+            drop(buf);
+            drop(p);
+            hca.close().unwrap();
+            sim.assert_clean(&hca);
+            assert_eq!(sim.model.counters().dma_errors, 0, "{ctx}");
+            // SQERR2RTS names no memory; its input chain (the QP context) is kept after a
+            // corrupt entry, its slot lost after a timeout: either makes close reset.
+            assert_eq!(
+                sim.model.counters().function_resets,
+                u64::from(mailboxes_unsettled(how)),
+                "{ctx}"
+            );
+        });
+    });
+}
+
+/// Stray command-completion EQEs (naming every slot, none busy) complete nothing: the driver
+/// counts each named slot as spurious, and the next command completes with its own output.
+#[test]
+fn a_stray_command_event_completes_nothing_and_is_counted() {
+    bounded("stray event", || {
+        let sim = SimHca::new();
+        let hca = sim.open_strict();
+        let p = port(&hca, 1);
+        let q = QueryHcaCap::general(CapMode::Current);
+        let want = hca.command(&q).unwrap();
+        let before = hca.stats().cmd;
+        assert!(sim.model.faults().command_event(u32::MAX));
+        serve_until(p.as_ref(), || {
+            hca.stats().cmd.spurious_events > before.spurious_events
+        });
+        let after = hca.stats().cmd;
+        assert_eq!(
+            after.spurious_events,
+            before.spurious_events + 32,
+            "{after:?}"
+        );
+        assert_eq!(
+            (
+                after.by_event,
+                after.polled,
+                after.event_fallback,
+                after.corrupt
+            ),
+            (
+                before.by_event,
+                before.polled,
+                before.event_fallback,
+                before.corrupt
+            ),
+            "nothing completed"
+        );
+        let got = hca.command(&q).unwrap();
+        assert_eq!(got.caps, want.caps, "the next command has its own output");
+        assert_eq!(hca.stats().cmd.by_event, before.by_event + 1);
+        drop(p);
+        hca.close().unwrap();
+        sim.assert_clean(&hca);
+        assert_eq!(sim.model.counters().function_resets, 0);
+    });
+}
+
+/// Run the port's events until `done` holds or a second of device time passes.
+fn serve_until(p: &dyn HcaPort, done: impl Fn() -> bool) {
+    let end = p.now() + Duration::from_secs(1);
+    while !done() && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(100));
+    }
+}
