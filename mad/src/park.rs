@@ -65,7 +65,7 @@ impl Parking {
     }
 
     /// Loom only: the protocol with some of its parts taken away (negative controls).
-    #[cfg(loom)]
+    #[cfg(all(loom, test))]
     pub(crate) fn with_model(model: Model) -> Self {
         Parking {
             model,
