@@ -21,6 +21,8 @@
 //!   only from post to completion; what cannot go yet waits in order, nothing is refused.
 //! - [`tid`]: `wr_id` and TID encodings (the TID's upper 32 bits name the slot: O(1) matching).
 //! - `progress`: the progress loop (CQEs, responses, timers, cancels, fatal errors).
+//! - `park`: where threads wait for the thread running the progress loop, and its wake-up
+//!   (model-checked with loom).
 //! - [`timer`]: response timers in an indexed heap.
 //! - [`addr`], [`recv_rules`]: the address check of response matching, receive validation,
 //!   the port's own agent (`process_mad`) and the 0x000C answer to unclaimed Get/Set.
@@ -39,6 +41,7 @@ pub mod counters;
 mod error;
 pub mod event;
 pub mod flow;
+mod park;
 mod port;
 mod progress;
 mod recv;

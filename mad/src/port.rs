@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{
-    Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard,
-    RwLockWriteGuard, TryLockError, Weak,
+    Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    TryLockError, Weak,
 };
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use crate::counters::{PortCells, PortCounters, bump};
 use crate::error::MadError;
 use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged};
+use crate::park::Parking;
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
 use crate::ring::{Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
@@ -143,9 +144,8 @@ pub(crate) struct PortShared {
     pub(crate) solo_cells: PortCells,
     /// Gauges the progress loop mirrors for [`Port::census`].
     pub(crate) gauges: Gauges,
-    notify: (Mutex<u64>, Condvar),
-    /// Threads parked on `notify` (a condvar wake costs a system call: only then).
-    parked: AtomicUsize,
+    /// Where threads that cannot take the progress token wait for it to do something.
+    parking: Parking,
     /// Progress passes so far (device events are taken every few passes).
     pub(crate) passes: AtomicU64,
     /// Directed-route SMPs: local completions and counters (crate::smi).
@@ -305,8 +305,7 @@ impl Port {
             cells: PortCells::default(),
             solo_cells: PortCells::default(),
             gauges: Gauges::default(),
-            notify: (Mutex::new(0), Condvar::new()),
-            parked: AtomicUsize::new(0),
+            parking: Parking::new(),
             passes: AtomicU64::new(0),
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
@@ -555,13 +554,9 @@ impl PortShared {
     }
 
     /// Wake threads waiting for the progress loop to do something.
+    #[inline]
     pub(crate) fn notify_all(&self) {
-        if self.parked.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let (m, cv) = &self.notify;
-        *lock(m) += 1;
-        cv.notify_all();
+        self.parking.notify_all();
     }
 
     /// The progress loop, unless another thread is running it (a poisoned lock is taken too).
@@ -579,22 +574,9 @@ impl PortShared {
     }
 
     /// Wait (wall time) up to `d` for the progress loop to do something, unless `ready`
-    /// (the caller's condition, looked at once more after this thread counted itself parked)
-    /// already holds. A notifier that read the parked count as 0 did so before this thread
-    /// counted itself (both sequentially consistent), so what it announced is seen by
-    /// `ready`; one that read it later bumps the sequence this thread waits on. `ready` runs
-    /// under the notify lock: it must take no lock.
+    /// already holds ([`Parking::park_unless`]: `ready` must take no lock).
     pub(crate) fn park_unless(&self, d: Duration, ready: &mut dyn FnMut() -> bool) {
-        let (m, cv) = &self.notify;
-        let g = lock(m);
-        let seen = *g;
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        if !ready() {
-            let _unused = cv
-                .wait_timeout_while(g, d, |n| *n == seen)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        self.parked.fetch_sub(1, Ordering::SeqCst);
+        self.parking.park_unless(d, ready);
     }
 
     fn progress_nonblocking(&self) -> usize {
