@@ -561,13 +561,20 @@ impl SendRing {
         if request {
             self.requests_held.fetch_add(1, Ordering::SeqCst);
         }
-        *lock(&slot.data) = Some(SlotData {
-            generation,
-            p,
-            tid,
-            retries_used: 0,
-            request,
-        });
+        {
+            let mut data = lock(&slot.data);
+            // A slot from the free list holds nothing (its last send was taken out at DONE):
+            // clearing it first (which drops whatever it held, as the assignment would) leaves
+            // no drop between building the record and storing it, so it is built in place.
+            *data = None;
+            *data = Some(SlotData {
+                generation,
+                p,
+                tid,
+                retries_used: 0,
+                request,
+            });
+        }
         let published = slot.state.install(generation);
         debug_assert!(published, "a slot from the free list is free");
         if !published {
