@@ -692,9 +692,6 @@ impl PortShared {
 
     /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
     /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
-    // Inlined into its one caller (`Agent::send`): the send's record is then built where it
-    // is used instead of being copied into the argument.
-    #[inline]
     pub(crate) fn submit(&self, agent: &AgentInner, mut p: Pending) {
         debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
         {

@@ -299,9 +299,7 @@ impl SendRing {
     }
 
     /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
-    /// for a slot or an entry (for the overflow counter). Inlined: the job then goes from its
-    /// caller's hands into the queue with one copy less.
-    #[inline]
+    /// for a slot or an entry (for the overflow counter).
     pub(crate) fn enqueue(&self, job: Job) -> bool {
         let waits = self.push_locked(&mut self.lock_queue(), job);
         self.kick();
