@@ -26,7 +26,7 @@ use crate::agent::{Agent, AgentInner, AgentSpec};
 use crate::counters::{PortCells, PortCounters, bump};
 use crate::error::MadError;
 use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
-use crate::flow::{self, Backlogged};
+use crate::flow::{self, Backlogged, FlowControl};
 use crate::park::Parking;
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
@@ -110,6 +110,9 @@ pub(crate) struct ProgressState {
     /// run of events for one queue) before the pass lets anyone see its work: see
     /// `PortShared::flush_events`.
     pub(crate) staged: Vec<crate::progress::Staged>,
+    /// The event queues `flush_events` wakes, kept between passes for its room (empty
+    /// outside it).
+    pub(crate) to_wake: Vec<Arc<EventQueue>>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -295,6 +298,7 @@ impl Port {
                 qp_in_error: [false; 2],
                 reposts: [Vec::new(), Vec::new()],
                 staged: Vec::new(),
+                to_wake: Vec::new(),
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -900,73 +904,83 @@ impl PortShared {
         self.notify_all();
     }
 
-    /// One solicited send of `agent` is no longer outstanding: let the backlog go on.
+    /// One solicited send of `agent` is no longer outstanding: let the backlog go on (under the
+    /// same hold of the agent's lock, so the common case takes it once).
     pub(crate) fn fc_release(&self, agent: &Arc<AgentInner>) {
-        let backlogged = {
+        let queued = {
             let mut fc = lock(&agent.fc);
             fc.outstanding = fc.outstanding.saturating_sub(1);
-            !fc.backlog.is_empty()
+            // Under the same lock a sender decides to wait: an empty backlog stays empty for it.
+            if fc.backlog.is_empty() {
+                return;
+            }
+            self.fc_drain_locked(agent, &mut fc)
         };
-        // Under the same lock a sender decides to wait: an empty backlog stays empty for it.
-        if backlogged {
-            self.fc_drain(agent);
-        }
+        self.drain_queued(queued);
     }
 
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
     /// queue, retries back onto the QP.
     pub(crate) fn fc_drain(&self, agent: &Arc<AgentInner>) {
-        // Which QPs got work (indexed by `qpi`): drained once each after the agent's lock.
+        let queued = self.fc_drain_locked(agent, &mut lock(&agent.fc));
+        self.drain_queued(queued);
+    }
+
+    /// `fc_drain` with the agent's lock held (`fc`); returns which QPs got work (indexed by
+    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]).
+    fn fc_drain_locked(&self, agent: &Arc<AgentInner>, fc: &mut FlowControl) -> [bool; 2] {
         let mut queued = [false; 2];
-        {
-            let mut fc = lock(&agent.fc);
-            while fc.may_release() {
-                match fc.backlog.pop_front() {
-                    Some(Backlogged::New(mut p)) => {
-                        if p.solicited && fc.max > 0 {
-                            fc.outstanding += 1;
-                            p.fc_counted = true;
-                        }
-                        if let Some(ring) = self.ring(agent.qp) {
-                            if ring.enqueue(Job::New(p)) {
-                                bump(&self.cells.overflowed);
-                            }
-                            queued[qpi(agent.qp)] = true;
-                        }
+        while fc.may_release() {
+            match fc.backlog.pop_front() {
+                Some(Backlogged::New(mut p)) => {
+                    if p.solicited && fc.max > 0 {
+                        fc.outstanding += 1;
+                        p.fc_counted = true;
                     }
-                    Some(Backlogged::Retry {
-                        qp,
-                        index,
-                        generation,
-                    }) => {
-                        let Some(ring) = self.ring(qp) else { continue };
-                        let Some(slot) = ring.slots.get(index as usize) else {
-                            continue;
-                        };
-                        if slot.state.unqueue(generation) {
-                            if let Some(d) = lock(&slot.data)
-                                .as_mut()
-                                .filter(|d| d.generation == generation)
-                            {
-                                if d.p.solicited && fc.max > 0 {
-                                    fc.outstanding += 1;
-                                    d.p.fc_counted = true;
-                                }
-                            }
-                            if ring.enqueue(Job::Repost {
-                                index,
-                                generation,
-                                on_fail: WcStatus::RespTimeoutErr,
-                            }) {
-                                bump(&self.cells.overflowed);
-                            }
-                            queued[qpi(qp)] = true;
+                    if let Some(ring) = self.ring(agent.qp) {
+                        if ring.enqueue(Job::New(p)) {
+                            bump(&self.cells.overflowed);
                         }
+                        queued[qpi(agent.qp)] = true;
                     }
-                    None => break,
                 }
+                Some(Backlogged::Retry {
+                    qp,
+                    index,
+                    generation,
+                }) => {
+                    let Some(ring) = self.ring(qp) else { continue };
+                    let Some(slot) = ring.slots.get(index as usize) else {
+                        continue;
+                    };
+                    if slot.state.unqueue(generation) {
+                        if let Some(d) = lock(&slot.data)
+                            .as_mut()
+                            .filter(|d| d.generation == generation)
+                        {
+                            if d.p.solicited && fc.max > 0 {
+                                fc.outstanding += 1;
+                                d.p.fc_counted = true;
+                            }
+                        }
+                        if ring.enqueue(Job::Repost {
+                            index,
+                            generation,
+                            on_fail: WcStatus::RespTimeoutErr,
+                        }) {
+                            bump(&self.cells.overflowed);
+                        }
+                        queued[qpi(qp)] = true;
+                    }
+                }
+                None => break,
             }
         }
+        queued
+    }
+
+    /// Drain the rings `fc_drain_locked` queued work on (after the agent's lock).
+    fn drain_queued(&self, queued: [bool; 2]) {
         for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
             if queued[qpi(qp)] {
                 if let Some(ring) = self.ring(qp) {

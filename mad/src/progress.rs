@@ -23,7 +23,7 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{AgentId, Event, EventQueue, PushRefused, RecvMad, SendCompletion, SendRef};
+use crate::event::{AgentId, Event, PushRefused, RecvMad, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
@@ -205,7 +205,7 @@ impl PortShared {
             return;
         }
         let mut staged = std::mem::take(&mut st.staged);
-        let mut to_wake: Vec<Arc<EventQueue>> = Vec::new();
+        let mut to_wake = std::mem::take(&mut st.to_wake);
         let mut start = 0;
         while start < staged.len() {
             let queue = staged[start].agent.events.clone();
@@ -247,9 +247,10 @@ impl PortShared {
             }
         }
         st.staged = staged;
-        for q in to_wake {
+        for q in to_wake.drain(..) {
             q.wake();
         }
+        st.to_wake = to_wake;
     }
 
     /// The vendor_err of a WR_FLUSH_ERR the stack reports: 5 once the device is dead (as the

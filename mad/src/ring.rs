@@ -74,7 +74,6 @@ pub(crate) struct SlotData {
     /// The TID as sent.
     pub(crate) tid: u64,
     pub(crate) retries_used: u32,
-    pub(crate) wr: SendWr,
     /// Counted in the ring's slots held by requests.
     pub(crate) request: bool,
 }
@@ -495,7 +494,10 @@ impl SendRing {
                             .filter(|d| d.generation == generation)
                             .map(|d| {
                                 bump(&d.p.agent.cells.posted);
-                                Drained::Post { wr: d.wr, on_fail }
+                                Drained::Post {
+                                    wr: self.send_wr(index, generation, &d.p),
+                                    on_fail,
+                                }
                             });
                         post.unwrap_or_else(|| {
                             self.give_credit();
@@ -519,6 +521,20 @@ impl SendRing {
         .encode()
     }
 
+    /// The work request of `p` in slot `index` (generation `generation`): built at install
+    /// and again for each repost rather than kept in the slot, whose record moves (into the
+    /// slot, out at DONE) are cheaper without it.
+    fn send_wr(&self, index: u32, generation: u32, p: &Pending) -> SendWr {
+        SendWr {
+            wr_id: self.wr_id(index, generation),
+            sge: Sge {
+                iova: p.lease.iova(),
+                len: MAD_LEN as u32,
+            },
+            dest: p.dest,
+        }
+    }
+
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
     /// TID's upper half for a request (in the DMA buffer and the kept header), build the work
     /// request. Called with the queue lock held.
@@ -536,28 +552,27 @@ impl SendRing {
             }
             tid
         };
-        let wr = SendWr {
-            wr_id: self.wr_id(index, generation),
-            sge: Sge {
-                iova: p.lease.iova(),
-                len: MAD_LEN as u32,
-            },
-            dest: p.dest,
-        };
+        let wr = self.send_wr(index, generation, &p);
         bump(&p.agent.cells.posted);
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
         if request {
             self.requests_held.fetch_add(1, Ordering::SeqCst);
         }
-        *lock(&slot.data) = Some(SlotData {
-            generation,
-            p,
-            tid,
-            retries_used: 0,
-            wr,
-            request,
-        });
+        {
+            let mut data = lock(&slot.data);
+            // A slot from the free list holds nothing (its last send was taken out at DONE):
+            // clearing it first (which drops whatever it held, as the assignment would) leaves
+            // no drop between building the record and storing it, so it is built in place.
+            *data = None;
+            *data = Some(SlotData {
+                generation,
+                p,
+                tid,
+                retries_used: 0,
+                request,
+            });
+        }
         let published = slot.state.install(generation);
         debug_assert!(published, "a slot from the free list is free");
         if !published {
