@@ -160,8 +160,11 @@ pub struct EventQueue {
     dropped: AtomicU64,
     notify: Mutex<Option<Notify>>,
     has_notify: AtomicBool,
-    /// Threads blocked in `wait_nonempty` (a condvar wake costs a system call: only then).
+    /// Threads blocked in `wait_nonempty_unless` (a condvar wake costs a system call: only
+    /// then).
     waiters: AtomicUsize,
+    /// [`EventQueue::rouse`] calls so far.
+    rousals: AtomicU64,
     /// Panics of the notify hook, caught.
     hook_panics: AtomicU64,
 }
@@ -200,6 +203,7 @@ impl EventQueue {
             notify: Mutex::new(None),
             has_notify: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
+            rousals: AtomicU64::new(0),
             hook_panics: AtomicU64::new(0),
         }
     }
@@ -308,13 +312,33 @@ impl EventQueue {
         }
     }
 
+    /// End the waits in [`EventQueue::wait_nonempty_unless`] though nothing was added (their
+    /// threads look again at what they wait for). The lock is taken so that the wake-up
+    /// cannot fall between a waiter's look at the rousal count and its wait.
+    pub(crate) fn rouse(&self) {
+        self.rousals.fetch_add(1, Ordering::SeqCst);
+        drop(self.lock());
+        self.cv.notify_all();
+    }
+
     /// How many times the notify hook panicked (each panic was caught).
     pub fn hook_panics(&self) -> u64 {
         self.hook_panics.load(Ordering::Relaxed)
     }
 
-    /// Wait up to `timeout` (wall time) for the queue to be non-empty.
-    pub(crate) fn wait_nonempty(&self, timeout: Duration) -> bool {
+    /// Wait up to `timeout` (wall time) for the queue to be non-empty, unless `ready` already
+    /// holds (it is looked at first, without the queue lock, so it may take it);
+    /// [`EventQueue::rouse`] ends the wait too. A rousal made after `ready` was looked at is
+    /// seen: the wait goes on only while the count of rousals read before is unchanged.
+    pub(crate) fn wait_nonempty_unless(
+        &self,
+        timeout: Duration,
+        ready: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        let roused = self.rousals.load(Ordering::SeqCst);
+        if ready() {
+            return false;
+        }
         let q = self.lock();
         if !q.is_empty() {
             return true;
@@ -323,7 +347,9 @@ impl EventQueue {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let (q, _) = self
             .cv
-            .wait_timeout(q, timeout)
+            .wait_timeout_while(q, timeout, |q| {
+                q.is_empty() && self.rousals.load(Ordering::SeqCst) == roused
+            })
             .unwrap_or_else(PoisonError::into_inner);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         !q.is_empty()

@@ -149,6 +149,14 @@ pub(crate) struct PortShared {
     pub(crate) gauges: Gauges,
     /// Where threads that cannot take the progress token wait for it to do something.
     parking: Parking,
+    /// Times the progress token was let go: a thread that found the token taken parks
+    /// unless this moved since it looked, and is woken when it moves.
+    releases: AtomicU64,
+    /// Event queues whose threads wait in [`PortShared::wait_event`] for the token's holder
+    /// (they wait on their queue, not in `parking`), roused when the token is let go;
+    /// `queue_waits` counts them, so that letting go takes no lock when there are none.
+    queue_waiters: Mutex<Vec<Arc<EventQueue>>>,
+    queue_waits: AtomicUsize,
     /// Progress passes so far (device events are taken every few passes).
     pub(crate) passes: AtomicU64,
     /// Directed-route SMPs: local completions and counters (crate::smi).
@@ -159,6 +167,36 @@ pub(crate) struct PortShared {
     /// of the batch, because an error CQE in it has already put the send queue in SQE on the
     /// device's side and the recovery comes only when the loop reaches that CQE.
     pub(crate) hold_posts: AtomicBool,
+}
+
+/// The progress token held: the loop's state, and on letting go a wake-up for the threads
+/// that found it taken ([`PortShared::token_released`]). The fields drop in order: the
+/// lock first, then the wake-up.
+pub(crate) struct Token<'a> {
+    st: MutexGuard<'a, ProgressState>,
+    _let_go: LetGo<'a>,
+}
+
+/// Wakes the threads waiting for the progress loop when the token it belongs to is dropped.
+struct LetGo<'a>(&'a PortShared);
+
+impl Drop for LetGo<'_> {
+    fn drop(&mut self) {
+        self.0.token_released();
+    }
+}
+
+impl std::ops::Deref for Token<'_> {
+    type Target = ProgressState;
+    fn deref(&self) -> &ProgressState {
+        &self.st
+    }
+}
+
+impl std::ops::DerefMut for Token<'_> {
+    fn deref_mut(&mut self) -> &mut ProgressState {
+        &mut self.st
+    }
 }
 
 #[derive(Default)]
@@ -310,6 +348,9 @@ impl Port {
             solo_cells: PortCells::default(),
             gauges: Gauges::default(),
             parking: Parking::new(),
+            releases: AtomicU64::new(0),
+            queue_waiters: Mutex::new(Vec::new()),
+            queue_waits: AtomicUsize::new(0),
             passes: AtomicU64::new(0),
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
@@ -386,9 +427,10 @@ impl Port {
             if now >= deadline {
                 return false;
             }
+            let since = s.releases();
             let guard = s.try_progress();
             let Some(mut st) = guard else {
-                s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
+                s.park_for_loop(since, deadline.saturating_sub(now).min(s.config.max_sleep));
                 return true;
             };
             if s.pass(&mut st) > 0 {
@@ -406,9 +448,10 @@ impl Port {
     pub fn progress_then_sleep(&self, deadline: Duration) -> usize {
         let s = &self.shared;
         let now = s.hca.now();
+        let since = s.releases();
         let guard = s.try_progress();
         let Some(mut st) = guard else {
-            s.park(deadline.saturating_sub(now).min(s.config.max_sleep));
+            s.park_for_loop(since, deadline.saturating_sub(now).min(s.config.max_sleep));
             return 0;
         };
         let work = s.pass(&mut st);
@@ -425,7 +468,7 @@ impl Port {
 
     /// The next event of `queue` (shared by agents of this port), waiting until `deadline`
     /// at most; drives the progress loop when no other thread does.
-    pub fn wait_event(&self, queue: &EventQueue, deadline: Duration) -> Option<Event> {
+    pub fn wait_event(&self, queue: &Arc<EventQueue>, deadline: Duration) -> Option<Event> {
         self.shared.wait_event(queue, deadline)
     }
 
@@ -564,17 +607,44 @@ impl PortShared {
     }
 
     /// The progress loop, unless another thread is running it (a poisoned lock is taken too).
-    fn try_progress(&self) -> Option<std::sync::MutexGuard<'_, ProgressState>> {
-        match self.progress.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+    fn try_progress(&self) -> Option<Token<'_>> {
+        let st = match self.progress.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(Token {
+            st,
+            _let_go: LetGo(self),
+        })
+    }
+
+    /// How many times the progress token was let go so far (read before trying to take it,
+    /// for [`PortShared::park_for_loop`]).
+    fn releases(&self) -> u64 {
+        self.releases.load(Ordering::SeqCst)
+    }
+
+    /// The progress token was let go: wake the threads that found it taken, so that one of
+    /// them takes it (the holder may have left with their completions still to come, and
+    /// nobody would drive the loop until their `max_sleep` ended). Counted before the parked
+    /// and queue waiters are read, as a waiter counts itself before it reads the count (all
+    /// sequentially consistent): either the waiter sees the count move or this sees it.
+    fn token_released(&self) {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.parking.notify_all();
+        if self.queue_waits.load(Ordering::SeqCst) > 0 {
+            for q in lock(&self.queue_waiters).iter() {
+                q.rouse();
+            }
         }
     }
 
-    /// Wait (wall time) up to `d` for the progress loop to do something.
-    pub(crate) fn park(&self, d: Duration) {
-        self.park_unless(d, &mut || false);
+    /// A thread that found the progress token taken (having read `since` from
+    /// [`PortShared::releases`] before it tried) waits up to `d` for the holder to do
+    /// something or let the token go.
+    fn park_for_loop(&self, since: u64, d: Duration) {
+        self.park_unless(d, &mut || self.releases() != since);
     }
 
     /// Wait (wall time) up to `d` for the progress loop to do something, unless `ready`
@@ -604,6 +674,7 @@ impl PortShared {
             if deadline.is_some_and(|d| now >= d) {
                 return false;
             }
+            let since = self.releases();
             let guard = self.try_progress();
             match guard {
                 Some(mut st) => {
@@ -613,14 +684,16 @@ impl PortShared {
                         self.sleep_in_device(&st, deadline);
                     }
                 }
-                None => park(self.config.max_sleep, &mut || done(work)),
+                None => park(self.config.max_sleep, &mut || {
+                    done(work) || self.releases() != since
+                }),
             }
         }
     }
 
     /// With the progress token: let the device run until the next timer, `deadline` or
     /// `max_sleep`, whichever is first (it returns sooner when the device signals).
-    fn sleep_in_device(&self, st: &MutexGuard<'_, ProgressState>, deadline: Option<Duration>) {
+    fn sleep_in_device(&self, st: &ProgressState, deadline: Option<Duration>) {
         let now = self.hca.now();
         let until = self.sleep_until(st, now, deadline);
         if until > now {
@@ -631,7 +704,7 @@ impl PortShared {
     /// When a sleep starting `now` must end: the next timer, `deadline` or `max_sleep`.
     fn sleep_until(
         &self,
-        st: &MutexGuard<'_, ProgressState>,
+        st: &ProgressState,
         now: Duration,
         deadline: Option<Duration>,
     ) -> Duration {
@@ -650,6 +723,7 @@ impl PortShared {
 
     /// One step of a progress thread.
     fn tick(&self) {
+        let since = self.releases();
         let guard = self.try_progress();
         match guard {
             Some(mut st) => {
@@ -657,17 +731,27 @@ impl PortShared {
                     self.sleep_in_device(&st, None);
                 }
             }
-            None => self.park(self.config.max_sleep),
+            None => self.park_for_loop(since, self.config.max_sleep),
         }
     }
 
-    pub(crate) fn wait_event(&self, queue: &EventQueue, deadline: Duration) -> Option<Event> {
+    pub(crate) fn wait_event(&self, queue: &Arc<EventQueue>, deadline: Duration) -> Option<Event> {
         if let Some(e) = queue.try_pop() {
             return Some(e);
         }
-        // The queue's own wait looks at the condition under the queue's lock.
-        self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d, _| {
-            queue.wait_nonempty(d);
+        // The queue's own wait looks at the condition under the queue's lock. A queue may
+        // be shared with agents of other ports, whose events this port's parking never
+        // hears of: the thread waits on its queue, listed so that letting go of the token
+        // rouses it.
+        self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d, ready| {
+            lock(&self.queue_waiters).push(Arc::clone(queue));
+            self.queue_waits.fetch_add(1, Ordering::SeqCst);
+            queue.wait_nonempty_unless(d, ready);
+            self.queue_waits.fetch_sub(1, Ordering::SeqCst);
+            let mut list = lock(&self.queue_waiters);
+            if let Some(i) = list.iter().position(|q| Arc::ptr_eq(q, queue)) {
+                list.swap_remove(i);
+            }
         });
         queue.try_pop()
     }

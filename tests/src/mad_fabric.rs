@@ -129,6 +129,16 @@ fn attach(net: &Network, node: &str) -> MadRig {
 /// A simulated ConnectX attached to `node` port 1 of `net`, its driver brought up with
 /// `options` and its MAD layer opened.
 pub fn attach_with(net: &Network, node: &str, options: HcaOptions) -> MadRig {
+    attach_configured(net, node, options, PortConfig::default())
+}
+
+/// As [`attach_with`], with the MAD layer opened with `config`.
+pub fn attach_configured(
+    net: &Network,
+    node: &str,
+    options: HcaOptions,
+    config: PortConfig,
+) -> MadRig {
     let cfg = Mlx5Config {
         ports: 1,
         ..Mlx5Config::default()
@@ -142,7 +152,7 @@ pub fn attach_with(net: &Network, node: &str, options: HcaOptions) -> MadRig {
     };
     let hca: Arc<Mlx5Hca> = sim.open(options).expect("bring-up");
     let hw = hca.mlx5_port(1).expect("port 1");
-    let port = Port::open(hw.clone(), PortConfig::default()).expect("MAD layer");
+    let port = Port::open(hw.clone(), config).expect("MAD layer");
     let lid = hw.attrs().expect("port attributes").lid;
     let base_leases = hca.accounting().mad_pool.leases_out;
     let base_mappings = sim.backend.dma_mapper().live_mappings();
