@@ -80,7 +80,7 @@ fn scenario(how: Unknown) {
     let start = rig.port.now();
     let ids = fail_first(&rig, &a, &mut t, 0, 0x51);
     assert!(
-        rig.port.now() - start <= Duration::from_secs(70),
+        rig.port.now().saturating_sub(start) <= Duration::from_secs(70),
         "{how:?}: bounded by the command timeout"
     );
     let k = rig.port.counters();
@@ -121,20 +121,28 @@ fn scenario(how: Unknown) {
 
     deregister(a, &mut t);
     assert_eq!(t.done.len(), 6 + 4 + 6, "{how:?}: each send completed once");
-    assert_clean_but_kept(&rig, how);
-    rig.finish();
-}
-
-/// [`MadRig::assert_clean`], except that the command whose outcome was unknown keeps its
-/// input mailbox mapped (the firmware may still read it) until the close quiesces the device:
-/// one mapping more than the baseline, unless the entry came back clean with a bad delivery
-/// status (the firmware is then done with the mailboxes). [`MadRig::finish`] then checks that
-/// the close gave everything back.
-fn assert_clean_but_kept(rig: &MadRig, how: Unknown) {
+    assert_eq!(
+        rig.hca.lost_command_slots(),
+        usize::from(matches!(
+            how,
+            Unknown::Withheld | Unknown::Corrupt(CmdCorruption::OwnerStillSet)
+        )),
+        "{how:?}: a slot whose entry never came back stays out of use"
+    );
     let kept = usize::from(!matches!(
         how,
         Unknown::Corrupt(CmdCorruption::DeliveryStatus(_))
     ));
+    assert_clean_but_kept(&rig, kept, &format!("{how:?}"));
+    rig.finish();
+}
+
+/// [`MadRig::assert_clean`], except that a command whose outcome was unknown keeps its
+/// mailbox mapped (the firmware may still use it) until the close quiesces the device: `kept`
+/// mappings more than the baseline (none for an entry that came back clean with a bad
+/// delivery status: the firmware is then done with the mailboxes). [`MadRig::finish`] then
+/// checks that the close gave everything back.
+fn assert_clean_but_kept(rig: &MadRig, kept: usize, ctx: &str) {
     let a = rig.hca.accounting();
     assert_eq!(a.mad_pool.leases_out, rig.base_leases, "MAD leases: {a:?}");
     rig.hw.dma().trim();
@@ -142,7 +150,7 @@ fn assert_clean_but_kept(rig: &MadRig, how: Unknown) {
     assert_eq!(
         mapper.live_mappings(),
         rig.base_mappings + kept,
-        "{how:?}: IOMMU mappings"
+        "{ctx}: IOMMU mappings"
     );
     assert_eq!(mapper.fault_count(), 0, "IOMMU faults");
     let c = rig.port.census();
@@ -176,4 +184,55 @@ fn a_sqerr2rts_completion_with_a_bad_delivery_status_is_resolved_and_the_queue_r
 #[test]
 fn a_sqerr2rts_completion_whose_owner_bit_stays_set_is_resolved_and_the_queue_runs() {
     scenario(Unknown::Corrupt(CmdCorruption::OwnerStillSet));
+}
+
+/// The QUERY_QP that would settle the outcome comes back corrupt too: the driver cannot know
+/// the QP's state, so it keeps the send queue stopped, as the kernel's MAD layer leaves a QP
+/// whose modify to RTS failed (`ib_mad_send_error` logs it and marks nothing for retry). The
+/// sends the hardware flushed complete with their flush, every later send with a software
+/// flush without reaching the device; each exactly once, and the port closes clean.
+#[test]
+fn when_the_qp_state_cannot_be_learned_the_queue_stays_stopped_and_each_send_completes_once() {
+    let rig = MadRig::new();
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    let faults = rig.sim.model.faults();
+    faults.withhold_completion(Opcode::SQERR2RTS_QP.0);
+    faults.corrupt_completion(Opcode::QUERY_QP.0, CmdCorruption::EntryToken);
+    let ids = fail_first(&rig, &a, &mut t, 0, 0x51);
+    for id in &ids[1..] {
+        let c = &t.done[id];
+        assert_eq!(
+            (c.status, c.vendor_err),
+            (WcStatus::WrFlushErr, 0xf9),
+            "{id}: the hardware's flush, not reposted"
+        );
+    }
+    let k = rig.port.counters();
+    assert_eq!(
+        (k.send_errors, k.qp_recoveries, k.flush_reposts, k.posted),
+        (1, 0, 0, 6),
+        "the recovery failed and is counted so: {k:?}"
+    );
+    let more = send_n(&rig, &a, 100, 4);
+    assert!(rig.pump_until(None, &[&a], &mut t, ms(100), |t| t.all_done(&more)));
+    for id in &more {
+        let c = &t.done[id];
+        assert_eq!(
+            (c.status, c.vendor_err),
+            (WcStatus::WrFlushErr, 0),
+            "{id}: refused while the send queue is stopped, flushed in software"
+        );
+    }
+    assert_eq!(
+        rig.port.counters().posted,
+        6,
+        "nothing more reached the device"
+    );
+    deregister(a, &mut t);
+    assert_eq!(t.done.len(), 6 + 4, "each send completed once");
+    assert_eq!(rig.hca.lost_command_slots(), 1);
+    // The SQERR2RTS input mailbox and the QUERY_QP output mailbox.
+    assert_clean_but_kept(&rig, 2, "unsettled");
+    rig.finish();
 }
