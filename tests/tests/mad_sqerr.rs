@@ -236,3 +236,49 @@ fn when_the_qp_state_cannot_be_learned_the_queue_stays_stopped_and_each_send_com
     assert_clean_but_kept(&rig, 2, "unsettled");
     rig.finish();
 }
+
+/// Deregistration right after the sends were posted, before anything drove the port: it
+/// cancels them, then drives the error CQE, the recovery whose SQERR2RTS completion is
+/// withheld (the driver's command timeout) and the flushes itself, and returns once each send
+/// completed exactly once, within bounded device time; then the port closes clean.
+#[test]
+fn deregistration_during_a_recovery_with_a_withheld_sqerr2rts_completes_every_send_once() {
+    let rig = MadRig::new();
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    arm(&rig, Unknown::Withheld);
+    rig.sim.model.faults().wqe_error(
+        rig.qpn(SpecialQp::Gsi),
+        WqeQueue::Send,
+        1,
+        CqeSyndrome::LOCAL_LENGTH_ERR,
+        0x51,
+    );
+    let ids = send_n(&rig, &a, 0, 6);
+    let start = rig.port.now();
+    deregister(a, &mut t);
+    assert!(
+        rig.port.now().saturating_sub(start) <= Duration::from_secs(70),
+        "bounded by the command timeout"
+    );
+    assert!(
+        t.all_done(&ids),
+        "each send completed before deregister returned"
+    );
+    assert_eq!(t.done.len(), 6);
+    // Deregistration canceled them before their CQEs were polled: each reports the cancel
+    // (the kernel's cancel_mads: WR_FLUSH_ERR), the failing one too.
+    for id in &ids {
+        let c = &t.done[id];
+        assert_eq!((c.status, c.vendor_err), (WcStatus::WrFlushErr, 0), "{id}");
+    }
+    let k = rig.port.counters();
+    assert_eq!(
+        (k.send_errors, k.qp_recoveries, k.flush_reposts),
+        (1, 1, 0),
+        "recovered (QUERY_QP found RTS), nothing reposted for canceled sends: {k:?}"
+    );
+    assert_eq!(rig.hca.lost_command_slots(), 1);
+    assert_clean_but_kept(&rig, 1, "deregistered");
+    rig.finish();
+}
