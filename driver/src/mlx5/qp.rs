@@ -12,11 +12,11 @@ use std::collections::VecDeque;
 
 use dma::{Access, DmaLease};
 use firmware_cmds::mlx5::doorbell::{DB_RECORD_LEN, QpDbRecord, RCV_DBR, SND_DBR};
-use firmware_cmds::mlx5::ops::qp::{CreateQp, DestroyQp};
+use firmware_cmds::mlx5::ops::qp::{CreateQp, DestroyQp, QueryQp};
 use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
-use firmware_cmds::mlx5::qpc::{QpServiceType, Qpc, pm_state};
+use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, pm_state};
 use firmware_cmds::mlx5::syndrome::WcError;
 use firmware_cmds::mlx5::wqe::{
     CtrlSeg, DataSeg, DatagramSeg, SEND_WQE_BB, SINGLE_DATA_WQE_LEN, UdSendWqe, WqeOpcode, fm_ce_se,
@@ -30,7 +30,7 @@ use crate::verbs::{
 };
 
 use super::cq::CqeKind;
-use super::dev::Dev;
+use super::dev::{Dev, outcome_unknown};
 use super::eq::pas_of;
 use super::uar::BfReg;
 
@@ -332,7 +332,9 @@ impl Qp {
         match self.state {
             SwState::Rts => Ok(()),
             SwState::SqError => {
-                dev.exec(&Sqerr2RtsQp(self.modify_ctx()))?;
+                if let Err(e) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) {
+                    self.settle_unknown_recovery(dev, e)?;
+                }
                 self.state = SwState::Rts;
                 self.recovered_at = Some(self.sq_head as u16);
                 Ok(())
@@ -346,6 +348,48 @@ impl Qp {
                        the HCA"
                     .into(),
             }),
+        }
+    }
+
+    /// An SQERR2RTS failed with `err`. When its outcome is unknown (a timeout or a corrupt
+    /// completion: the firmware may have moved the QP to RTS), ask the firmware with QUERY_QP:
+    /// `Ok` when the QP is in RTS, so the recovery did happen. Otherwise `err` stands (and a
+    /// QP the firmware reports in ERR is marked so here). Without this, the send queue of a QP
+    /// the firmware runs would stay refused in software for good: the driver posts nothing
+    /// while it believes SQE, so no error CQE would ever bring a second recovery.
+    fn settle_unknown_recovery(&mut self, dev: &Dev, err: DriverError) -> Result<(), DriverError> {
+        if !outcome_unknown(&err) {
+            return Err(err);
+        }
+        match dev.exec(&QueryQp { qpn: self.qpn }) {
+            Ok(out) if out.ctx.state == QpState::Rts => {
+                tracing::warn!(
+                    qp = ?self.kind,
+                    qpn = format_args!("{:#x}", self.qpn),
+                    "SQERR2RTS had an unknown outcome ({err}); QUERY_QP says RTS: recovered"
+                );
+                Ok(())
+            }
+            Ok(out) => {
+                tracing::error!(
+                    qp = ?self.kind,
+                    qpn = format_args!("{:#x}", self.qpn),
+                    state = ?out.ctx.state,
+                    "SQERR2RTS had an unknown outcome ({err}); the QP is not in RTS"
+                );
+                if out.ctx.state == QpState::Err {
+                    self.state = SwState::Error;
+                }
+                Err(err)
+            }
+            Err(q) => {
+                tracing::error!(
+                    qp = ?self.kind,
+                    qpn = format_args!("{:#x}", self.qpn),
+                    "SQERR2RTS had an unknown outcome ({err}) and QUERY_QP failed too ({q})"
+                );
+                Err(err)
+            }
         }
     }
 
