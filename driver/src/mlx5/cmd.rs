@@ -813,6 +813,22 @@ mod tests {
         super::super::testutil::recording_bar().1
     }
 
+    /// A QUERY_HCA_CAP posted in slot 0 with `out_len` bytes of output: the entry's IOVA and
+    /// its bytes as the device sees them.
+    fn posted_query(
+        iommu: &SimIommu,
+        pool: &DmaPool,
+        st: &mut CmdState,
+        out_len: usize,
+    ) -> (u64, [u8; 64]) {
+        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
+        post(st, 0, &input, out_len, pool, &dummy_bar(), Duration::ZERO).unwrap();
+        let iova = st.page.as_ref().unwrap().iova();
+        let mut raw = [0u8; 64];
+        iommu.read(iova, &mut raw).unwrap();
+        (iova, raw)
+    }
+
     /// Play the device for one entry through the IOMMU: gather the input as the firmware
     /// would, and answer with `reply` (scattered into the driver's output chain).
     fn device_answers(iommu: &SimIommu, entry_iova: u64, reply: &[u8]) -> Vec<u8> {
@@ -931,12 +947,7 @@ mod tests {
     fn a_delivery_error_is_reported_with_its_name() {
         let (iommu, pool) = pool();
         let mut st = state(&pool);
-        let bar = dummy_bar();
-        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
-        post(&mut st, 0, &input, 16, &pool, &bar, Duration::ZERO).unwrap();
-        let iova = st.page.as_ref().unwrap().iova();
-        let mut raw = [0u8; 64];
-        iommu.read(iova, &mut raw).unwrap();
+        let (iova, mut raw) = posted_query(&iommu, &pool, &mut st, 16);
         raw[entry::off::STATUS_OWN] = DeliveryStatus::TOKEN_ERR.0 << 1;
         iommu.write(iova, &raw).unwrap();
         let mut stats = CmdStats::default();
@@ -954,12 +965,7 @@ mod tests {
     fn an_output_chain_pointer_outside_our_mailboxes_is_rejected() {
         let (iommu, pool) = pool();
         let mut st = state(&pool);
-        let bar = dummy_bar();
-        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
-        post(&mut st, 0, &input, 0x1010, &pool, &bar, Duration::ZERO).unwrap();
-        let iova = st.page.as_ref().unwrap().iova();
-        let mut raw = [0u8; 64];
-        iommu.read(iova, &mut raw).unwrap();
+        let (iova, mut raw) = posted_query(&iommu, &pool, &mut st, 0x1010);
         let e = CmdEntry::decode(&raw).unwrap();
         // Corrupt the first output block's `next` to point at the command page.
         let mut b = [0u8; BLOCK_SIZE];
@@ -985,12 +991,7 @@ mod tests {
     fn an_entry_given_back_with_another_token_is_refused_and_its_mailboxes_kept() {
         let (iommu, pool) = pool();
         let mut st = state(&pool);
-        let bar = dummy_bar();
-        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
-        post(&mut st, 0, &input, 0x1010, &pool, &bar, Duration::ZERO).unwrap();
-        let iova = st.page.as_ref().unwrap().iova();
-        let mut raw = [0u8; 64];
-        iommu.read(iova, &mut raw).unwrap();
+        let (iova, mut raw) = posted_query(&iommu, &pool, &mut st, 0x1010);
         raw[entry::off::TOKEN] ^= 0x80;
         raw[entry::off::STATUS_OWN] = 0;
         iommu.write(iova, &raw).unwrap();
