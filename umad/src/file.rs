@@ -362,6 +362,11 @@ impl UmadFile {
         };
         let mut message = rest().to_vec();
         debug_assert_eq!(message.len(), mad_len);
+        // What was checked is what goes out: the caller's buffer may have changed between
+        // the two reads (another thread writing it during `umad_send`). The kernel also sends
+        // the common header from its first copy.
+        let checked = MIN_WRITE_MAD.min(message.len());
+        message[..checked].copy_from_slice(&head[HDR_LEN..HDR_LEN + checked]);
         if kernel_rmpp && is_rmpp_capable(class) {
             kernel_rmpp_header(&mut message);
         }

@@ -389,6 +389,54 @@ fn rmpp_headers_reach_the_wire_as_the_kernels_umad_write_leaves_them() {
 }
 
 #[test]
+fn the_mad_sent_has_the_header_that_was_checked_even_if_the_buffer_changed_meanwhile() {
+    // umad_send reads the header and 36 bytes, checks them, then reads the whole MAD: another
+    // thread may have rewritten the buffer in between. The TID and class recorded for the
+    // duplicate rule and the timeout return must be those that go out.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let client = r.ctx.open_file(&port).unwrap();
+    let peer = r.ctx.open_file(&port).unwrap();
+    let reg = |f: &UmadFile, methods: u64| {
+        f.register(&Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [methods, 0],
+            oui: 0,
+            rmpp_version: 0,
+            flags: 0,
+        })
+        .unwrap()
+    };
+    let a = reg(&client, 0);
+    reg(&peer, 1 << 0x01);
+    let user_hdr = [0; 12];
+    let first = sa_request(a, 0x01, 0x61, 100, user_hdr);
+    let mut second = sa_request(a, 0x01, 0x62, 100, user_hdr);
+    second[HDR_LEN + 1] = 0x04; // another class too
+    second[HDR_LEN + 100] ^= 0xFF; // and other data, which the second read does take
+    let head: &[u8; HDR_LEN + 36] = first[..HDR_LEN + 36].try_into().unwrap();
+    let mad_len = first.len() - HDR_LEN;
+    client
+        .write_parts(head, mad_len, || &second[HDR_LEN..])
+        .unwrap();
+    let (_, mad) = read(&peer, Duration::from_secs(2)).expect("the Get at the peer");
+    // The TID's upper 32 bits are the stack's (bytes 8-11), as in the kernel.
+    let m = &first[HDR_LEN..];
+    assert_eq!(mad[..8], m[..8], "the checked class and method");
+    assert_eq!(
+        mad[12..36],
+        m[12..36],
+        "the checked TID and the rest of the 36 bytes"
+    );
+    assert_eq!(mad[36..mad_len], second[HDR_LEN + 36..]);
+    r.ctx.close_file(client.fd()).unwrap();
+    r.ctx.close_file(peer.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
 fn a_write_is_checked_once_in_the_kernels_order() {
     // ib_umad_write: the length (ib_create_send_mad's EINVAL) is refused before the duplicate
     // rule is looked at, on the Rust write path as on umad_send's.
