@@ -31,6 +31,12 @@
 //! external port, which has none; so a switch the SM sets by directed route (as OpenSM does
 //! in its sweeps) sends no trap 144.
 //!
+//! Where this differs from ibsim, which the tests do not compare:
+//! ibsim looks at the enabled width and speeds only when the Set's PortState is NOP and the
+//! port is cabled, recognises only LinkSpeedEnabled 1, 3, 5 and 7 and the FDR/EDR/HDR/NDR
+//! combinations of LinkSpeedExtEnabled, and compares with enabled values the "all supported"
+//! codes leave alone; here any explicit mask that differs sends the trap.
+//!
 //! State changes are legal as the IBA link state machine allows them: Armed from Init (the
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
