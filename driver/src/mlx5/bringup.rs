@@ -601,7 +601,7 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
         let kept = st.kept_mailboxes();
         if kept > 0 {
             left_behind.push(format!(
-                "{kept} mailbox chains of corrupt command completions were still the device's"
+                "{kept} mailbox leases of corrupt command completions were still the device's"
             ));
         }
         st.free();
