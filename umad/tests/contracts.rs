@@ -327,14 +327,13 @@ fn sa_request(agent: u32, m: u8, tid: u64, data_len: usize, rmpp_hdr: [u8; 12]) 
     b
 }
 
-#[test]
-fn rmpp_headers_reach_the_wire_as_the_kernels_umad_write_leaves_them() {
-    // ib_umad_write copies only the common header (bytes 0-23) and the bytes from 36 on over
-    // the zeroed buffer ib_create_send_mad made; for an RMPP-active send
-    // alloc_send_rmpp_list writes RMPPVersion (the agent's), DATA and Active, and
-    // send_next_seg First/Last, SegmentNumber and PayloadLength. So the user's RRespTime,
-    // RMPPStatus and the rest of its RMPP header never reach the wire.
-    let r = rig();
+/// Two files on the rig's port with SA-class (0x03, version 2) agents on QP1: a client agent
+/// with `rmpp_version` and no methods (its agent ID returned), and a peer taking `methods`.
+fn sa_client_and_peer(
+    r: &Rig,
+    rmpp_version: u8,
+    methods: u64,
+) -> (Arc<UmadFile>, u32, Arc<UmadFile>) {
     let port = r.ctx.cas()[0].ports[0].clone();
     let client = r.ctx.open_file(&port).unwrap();
     let peer = r.ctx.open_file(&port).unwrap();
@@ -350,9 +349,21 @@ fn rmpp_headers_reach_the_wire_as_the_kernels_umad_write_leaves_them() {
         })
         .unwrap()
     };
-    let a = reg(&client, 0, 1);
+    let a = reg(&client, 0, rmpp_version);
+    reg(&peer, methods, 0);
+    (client, a, peer)
+}
+
+#[test]
+fn rmpp_headers_reach_the_wire_as_the_kernels_umad_write_leaves_them() {
+    // ib_umad_write copies only the common header (bytes 0-23) and the bytes from 36 on over
+    // the zeroed buffer ib_create_send_mad made; for an RMPP-active send
+    // alloc_send_rmpp_list writes RMPPVersion (the agent's), DATA and Active, and
+    // send_next_seg First/Last, SegmentNumber and PayloadLength. So the user's RRespTime,
+    // RMPPStatus and the rest of its RMPP header never reach the wire.
+    let r = rig();
     // The peer takes RMPP segments as they come (no RMPP of its own): Get and GetMulti.
-    reg(&peer, 1 << 0x01 | 1 << 0x14, 0);
+    let (client, a, peer) = sa_client_and_peer(&r, 1, 1 << 0x01 | 1 << 0x14);
     // An RMPP-active GetMulti of 450 data bytes: 3 segments. The user's header has
     // RRespTime 0x1F, a stray RMPPStatus, RMPPType 3 (STOP), RMPPVersion 7, a SegmentNumber
     // and a PayloadLength.
@@ -394,23 +405,7 @@ fn the_mad_sent_has_the_header_that_was_checked_even_if_the_buffer_changed_meanw
     // thread may have rewritten the buffer in between. The TID and class recorded for the
     // duplicate rule and the timeout return must be those that go out.
     let r = rig();
-    let port = r.ctx.cas()[0].ports[0].clone();
-    let client = r.ctx.open_file(&port).unwrap();
-    let peer = r.ctx.open_file(&port).unwrap();
-    let reg = |f: &UmadFile, methods: u64| {
-        f.register(&Registration {
-            qpn: 1,
-            class: 0x03,
-            version: 2,
-            methods: [methods, 0],
-            oui: 0,
-            rmpp_version: 0,
-            flags: 0,
-        })
-        .unwrap()
-    };
-    let a = reg(&client, 0);
-    reg(&peer, 1 << 0x01);
+    let (client, a, peer) = sa_client_and_peer(&r, 0, 1 << 0x01);
     let user_hdr = [0; 12];
     let first = sa_request(a, 0x01, 0x61, 100, user_hdr);
     let mut second = sa_request(a, 0x01, 0x62, 100, user_hdr);
