@@ -177,6 +177,11 @@ pub(crate) struct Token<'a> {
     _let_go: LetGo<'a>,
 }
 
+/// The progress token was held by another thread when tried: the count of its releases
+/// read before the try.
+#[derive(Clone, Copy)]
+pub(crate) struct Taken(u64);
+
 /// Wakes the threads waiting for the progress loop when the token it belongs to is dropped.
 struct LetGo<'a>(&'a PortShared);
 
@@ -427,11 +432,12 @@ impl Port {
             if now >= deadline {
                 return false;
             }
-            let since = s.releases();
-            let guard = s.try_progress();
-            let Some(mut st) = guard else {
-                s.park_for_loop(since, deadline.saturating_sub(now).min(s.config.max_sleep));
-                return true;
+            let mut st = match s.try_progress() {
+                Ok(st) => st,
+                Err(taken) => {
+                    s.park_for_loop(taken, deadline.saturating_sub(now).min(s.config.max_sleep));
+                    return true;
+                }
             };
             if s.pass(&mut st) > 0 {
                 return true;
@@ -448,11 +454,12 @@ impl Port {
     pub fn progress_then_sleep(&self, deadline: Duration) -> usize {
         let s = &self.shared;
         let now = s.hca.now();
-        let since = s.releases();
-        let guard = s.try_progress();
-        let Some(mut st) = guard else {
-            s.park_for_loop(since, deadline.saturating_sub(now).min(s.config.max_sleep));
-            return 0;
+        let mut st = match s.try_progress() {
+            Ok(st) => st,
+            Err(taken) => {
+                s.park_for_loop(taken, deadline.saturating_sub(now).min(s.config.max_sleep));
+                return 0;
+            }
         };
         let work = s.pass(&mut st);
         if work > 0 {
@@ -607,22 +614,24 @@ impl PortShared {
     }
 
     /// The progress loop, unless another thread is running it (a poisoned lock is taken too).
-    fn try_progress(&self) -> Option<Token<'_>> {
+    /// The release count is read before the try, so that a release between a failed try
+    /// and the park that follows is seen ([`PortShared::park_for_loop`]).
+    fn try_progress(&self) -> Result<Token<'_>, Taken> {
+        let taken = Taken(self.releases.load(Ordering::SeqCst));
         let st = match self.progress.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
+            Err(TryLockError::WouldBlock) => return Err(taken),
         };
-        Some(Token {
+        Ok(Token {
             st,
             _let_go: LetGo(self),
         })
     }
 
-    /// How many times the progress token was let go so far (read before trying to take it,
-    /// for [`PortShared::park_for_loop`]).
-    fn releases(&self) -> u64 {
-        self.releases.load(Ordering::SeqCst)
+    /// True once the token found `taken` was let go.
+    fn let_go_since(&self, taken: Taken) -> bool {
+        self.releases.load(Ordering::SeqCst) != taken.0
     }
 
     /// The progress token was let go: wake the threads that found it taken, so that one of
@@ -640,11 +649,10 @@ impl PortShared {
         }
     }
 
-    /// A thread that found the progress token taken (having read `since` from
-    /// [`PortShared::releases`] before it tried) waits up to `d` for the holder to do
+    /// A thread that found the progress token `taken` waits up to `d` for the holder to do
     /// something or let the token go.
-    fn park_for_loop(&self, since: u64, d: Duration) {
-        self.park_unless(d, &mut || self.releases() != since);
+    fn park_for_loop(&self, taken: Taken, d: Duration) {
+        self.park_unless(d, &mut || self.let_go_since(taken));
     }
 
     /// Wait (wall time) up to `d` for the progress loop to do something, unless `ready`
@@ -674,18 +682,16 @@ impl PortShared {
             if deadline.is_some_and(|d| now >= d) {
                 return false;
             }
-            let since = self.releases();
-            let guard = self.try_progress();
-            match guard {
-                Some(mut st) => {
+            match self.try_progress() {
+                Ok(mut st) => {
                     let w = self.pass(&mut st);
                     work += w;
                     if w == 0 {
                         self.sleep_in_device(&st, deadline);
                     }
                 }
-                None => park(self.config.max_sleep, &mut || {
-                    done(work) || self.releases() != since
+                Err(taken) => park(self.config.max_sleep, &mut || {
+                    done(work) || self.let_go_since(taken)
                 }),
             }
         }
@@ -723,15 +729,13 @@ impl PortShared {
 
     /// One step of a progress thread.
     fn tick(&self) {
-        let since = self.releases();
-        let guard = self.try_progress();
-        match guard {
-            Some(mut st) => {
+        match self.try_progress() {
+            Ok(mut st) => {
                 if self.pass(&mut st) == 0 {
                     self.sleep_in_device(&st, None);
                 }
             }
-            None => self.park_for_loop(since, self.config.max_sleep),
+            Err(taken) => self.park_for_loop(taken, self.config.max_sleep),
         }
     }
 
