@@ -374,6 +374,26 @@ pub enum DriverError {
         syndrome: u32,
     },
 
+    /// A send queue stayed in error (SQE): every SQERR2RTS meant to bring it back to RTS had
+    /// an unknown outcome (a timeout or a corrupt completion) and QUERY_QP then found the QP
+    /// still in SQE, so the command was issued again, up to `attempts` times.
+    #[error(
+        "the send queue of {qp} QP {qpn:#x} is still in error (SQE) after {attempts} SQERR2RTS \
+         attempts whose outcome was unknown (QUERY_QP found SQE after each; the last: {last}); \
+         its sends are flushed in software until a recovery succeeds: recover it again later, \
+         or close and reopen the HCA"
+    )]
+    SendQueueNotRecovered {
+        /// Which special QP (SMI or GSI).
+        qp: String,
+        /// Its hardware QP number.
+        qpn: u32,
+        /// SQERR2RTS commands issued.
+        attempts: u32,
+        /// The error of the last attempt.
+        last: Box<DriverError>,
+    },
+
     /// The device could not take a firmware command off the queue (a transport error).
     #[error(
         "firmware command {opcode} was not delivered: {status}; this is a driver or device \
