@@ -384,9 +384,8 @@ impl Qp {
     fn sqerr2rts(&mut self, dev: &Dev) -> Result<(), DriverError> {
         let mut attempt = 1;
         loop {
-            let err = match dev.exec(&Sqerr2RtsQp(self.modify_ctx())) {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
+            let Err(err) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) else {
+                return Ok(());
             };
             let refused_retry = attempt > 1 && matches!(err, DriverError::CommandFailed { .. });
             if !outcome_unknown(&err) && !refused_retry {
