@@ -374,14 +374,15 @@ pub enum DriverError {
         syndrome: u32,
     },
 
-    /// A send queue stayed in error (SQE): every SQERR2RTS meant to bring it back to RTS had
-    /// an unknown outcome (a timeout or a corrupt completion) and QUERY_QP then found the QP
-    /// still in SQE, so the command was issued again, up to `attempts` times.
+    /// A send queue stayed in error (SQE): each SQERR2RTS meant to bring it back to RTS failed
+    /// without a known reason (a timeout or a corrupt completion; for a retry, a failure
+    /// status too) and QUERY_QP then found the QP still in SQE, so the command was issued
+    /// again, `attempts` times in all.
     #[error(
         "the send queue of {qp} QP {qpn:#x} is still in error (SQE) after {attempts} SQERR2RTS \
-         attempts whose outcome was unknown (QUERY_QP found SQE after each; the last: {last}); \
-         its sends are flushed in software until a recovery succeeds: recover it again later, \
-         or close and reopen the HCA"
+         attempts (QUERY_QP found SQE after each; the last failed with: {last}); its sends are \
+         flushed in software until a recovery succeeds: recover it again later, or close and \
+         reopen the HCA"
     )]
     SendQueueNotRecovered {
         /// Which special QP (SMI or GSI).

@@ -458,7 +458,11 @@ fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_recovery_br
         .hw
         .recover_send_queue(SpecialQp::Gsi)
         .expect_err("every attempt lost");
-    assert!(rig.port.now().saturating_sub(start) < CMD_TIMEOUT * (ATTEMPTS + 1));
+    let took = rig.port.now().saturating_sub(start);
+    assert!(
+        took >= CMD_TIMEOUT * ATTEMPTS && took < CMD_TIMEOUT * (ATTEMPTS + 1),
+        "{ATTEMPTS} attempts, each a command timeout, then no more: {took:?}"
+    );
     match &err {
         DriverError::SendQueueNotRecovered {
             qp,

@@ -391,18 +391,18 @@ impl Qp {
             if !outcome_unknown(&err) && !refused_retry {
                 return Err(err);
             }
-            let qpn = format_args!("{:#x}", self.qpn);
+            let qpn = format!("{:#x}", self.qpn);
             match dev.exec(&QueryQp { qpn: self.qpn }) {
                 Ok(out) if out.ctx.state == QpState::Rts => {
                     tracing::warn!(
-                        qp = ?self.kind, qpn, attempt,
+                        qp = ?self.kind, qpn = %qpn, attempt,
                         "SQERR2RTS failed ({err}); QUERY_QP says RTS: recovered"
                     );
                     return Ok(());
                 }
                 Ok(out) if out.ctx.state == QpState::Sqer && attempt < SQERR2RTS_ATTEMPTS => {
                     tracing::warn!(
-                        qp = ?self.kind, qpn, attempt,
+                        qp = ?self.kind, qpn = %qpn, attempt,
                         "SQERR2RTS failed ({err}); QUERY_QP says SQE, so it did not take \
                          effect: issuing it again ({} of {SQERR2RTS_ATTEMPTS})",
                         attempt + 1
@@ -411,7 +411,7 @@ impl Qp {
                 }
                 Ok(out) if out.ctx.state == QpState::Sqer => {
                     tracing::error!(
-                        qp = ?self.kind, qpn, attempt,
+                        qp = ?self.kind, qpn = %qpn, attempt,
                         "SQERR2RTS failed ({err}); QUERY_QP says SQE after every attempt: \
                          the send queue stays stopped"
                     );
@@ -424,7 +424,7 @@ impl Qp {
                 }
                 Ok(out) => {
                     tracing::error!(
-                        qp = ?self.kind, qpn, attempt, state = ?out.ctx.state,
+                        qp = ?self.kind, qpn = %qpn, attempt, state = ?out.ctx.state,
                         "SQERR2RTS failed ({err}); the QP is neither in RTS nor in SQE"
                     );
                     if out.ctx.state == QpState::Err {
@@ -434,7 +434,7 @@ impl Qp {
                 }
                 Err(q) => {
                     tracing::error!(
-                        qp = ?self.kind, qpn, attempt,
+                        qp = ?self.kind, qpn = %qpn, attempt,
                         "SQERR2RTS failed ({err}) and QUERY_QP failed too ({q})"
                     );
                     return Err(err);
