@@ -374,6 +374,27 @@ pub enum DriverError {
         syndrome: u32,
     },
 
+    /// A send queue stayed in error (SQE): each SQERR2RTS meant to bring it back to RTS failed
+    /// without a known reason (a timeout or a corrupt completion; for a retry, a failure
+    /// status too) and QUERY_QP then found the QP still in SQE, so the command was issued
+    /// again, `attempts` times in all.
+    #[error(
+        "the send queue of {qp} QP {qpn:#x} is still in error (SQE) after {attempts} SQERR2RTS \
+         attempts (QUERY_QP found SQE after each; the last failed with: {last}); its sends are \
+         flushed in software until a recovery succeeds: recover it again later, or close and \
+         reopen the HCA"
+    )]
+    SendQueueNotRecovered {
+        /// Which special QP (SMI or GSI).
+        qp: String,
+        /// Its hardware QP number.
+        qpn: u32,
+        /// SQERR2RTS commands issued.
+        attempts: u32,
+        /// The error of the last attempt.
+        last: Box<DriverError>,
+    },
+
     /// The device could not take a firmware command off the queue (a transport error).
     #[error(
         "firmware command {opcode} was not delivered: {status}; this is a driver or device \

@@ -4,17 +4,29 @@
 //! does with the sends flushed by the first error, with sends posted afterwards, with a second
 //! error CQE, and at deregistration and close: every send completes exactly once, in bounded
 //! device time, leases and mappings go back to their baseline, and no IOMMU fault.
+//!
+//! Then an SQERR2RTS that is lost without taking effect (`Mlx5Faults::lose_commands`: the
+//! driver times it out and QUERY_QP finds the QP still in SQE): the driver issues it again,
+//! a bounded number of times, and the queue comes back; when every attempt is lost the
+//! error is typed, the queue stays stopped with every send completed once, and a later
+//! recovery brings it back without a reopen.
 
 use std::time::Duration;
 
-use driver::DeviceBackend;
 use driver::verbs::{Hca, HcaPort, SpecialQp, WcStatus};
+use driver::{DeviceBackend, DriverError};
 use firmware_cmds::mlx5::cmd::status::DeliveryStatus;
 use firmware_cmds::mlx5::opcode::Opcode;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, deregister, mad};
 use mad::{Agent, SendId, SendRequest};
 use sim::mlx5::{CmdCorruption, WqeQueue};
+
+/// The simulated firmware's command timeout (`cmd_exec_to`).
+const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// SQERR2RTS commands one recovery issues at most (the driver's bound).
+const ATTEMPTS: u32 = 3;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -280,5 +292,216 @@ fn deregistration_during_a_recovery_with_a_withheld_sqerr2rts_completes_every_se
     );
     assert_eq!(rig.hca.lost_command_slots(), 1);
     assert_clean_but_kept(&rig, 1, "deregistered");
+    rig.finish();
+}
+
+/// Fail the first of six sends (the send queue stops, the hardware flushes the other five)
+/// and drive the port until all six completed, which takes up to `lost` command timeouts of
+/// device time (each lost SQERR2RTS is one); checks the time spent and that the failing send
+/// kept its error. Returns the sends' ids.
+fn fail_first_with_lost_commands(
+    rig: &MadRig,
+    a: &Agent,
+    t: &mut Tracker,
+    first: u32,
+    lost: u32,
+) -> Vec<SendId> {
+    rig.sim.model.faults().wqe_error(
+        rig.qpn(SpecialQp::Gsi),
+        WqeQueue::Send,
+        1,
+        CqeSyndrome::LOCAL_LENGTH_ERR,
+        0x51,
+    );
+    let start = rig.port.now();
+    let ids = send_n(rig, a, first, 6);
+    let bound = CMD_TIMEOUT * (lost + 1);
+    assert!(
+        rig.pump_until(None, &[a], t, bound, |t| t.all_done(&ids)),
+        "every send completes in bounded device time"
+    );
+    let took = rig.port.now().saturating_sub(start);
+    assert!(
+        took >= CMD_TIMEOUT * lost && took < CMD_TIMEOUT * lost + Duration::from_secs(10),
+        "{lost} lost SQERR2RTS cost {lost} command timeouts: took {took:?}"
+    );
+    let c = &t.done[&ids[0]];
+    assert_eq!(
+        (c.status, c.vendor_err),
+        (WcStatus::LocLenErr, 0x51),
+        "the failing send keeps its error"
+    );
+    ids
+}
+
+/// Sends `n` more, drives them to completion and returns their ids, checking each reached
+/// the wire (the device put that many more packets out).
+fn send_and_see_on_the_wire(rig: &MadRig, a: &Agent, t: &mut Tracker, first: u32) -> Vec<SendId> {
+    let before = rig.sim.model.counters().packets_sent;
+    let ids = send_n(rig, a, first, 4);
+    assert!(rig.pump_until(None, &[a], t, ms(100), |t| t.all_done(&ids)));
+    for id in &ids {
+        assert_eq!(t.status(*id), Some(WcStatus::Success), "{id}: sent");
+    }
+    assert!(
+        rig.sim.model.counters().packets_sent >= before + 4,
+        "the sends reached the wire"
+    );
+    ids
+}
+
+/// The first SQERR2RTS and its first retry are lost: each times out, QUERY_QP finds the QP
+/// still in SQE, so the driver issues the command again; the third goes through. The sends
+/// the hardware flushed are reposted and sent, later sends reach the wire, each send
+/// completes exactly once, and the close resets the function (two command slots were lost)
+/// with nothing left behind and no IOMMU fault (the firmware touched the lost commands'
+/// mailboxes at teardown: the driver kept them).
+#[test]
+fn an_sqerr2rts_lost_without_effect_is_issued_again_and_the_queue_runs() {
+    let rig = MadRig::new();
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    let faults = rig.sim.model.faults();
+    faults.lose_commands(Opcode::SQERR2RTS_QP.0, ATTEMPTS - 1);
+    let ids = fail_first_with_lost_commands(&rig, &a, &mut t, 0, ATTEMPTS - 1);
+    for id in &ids[1..] {
+        assert_eq!(
+            t.status(*id),
+            Some(WcStatus::Success),
+            "{id}: reposted once the retried SQERR2RTS went through"
+        );
+    }
+    let k = rig.port.counters();
+    assert_eq!(
+        (k.send_errors, k.qp_recoveries, k.flush_reposts),
+        (1, 1, 5),
+        "{k:?}"
+    );
+    let c = rig.sim.model.counters();
+    assert_eq!(c.commands_lost, u64::from(ATTEMPTS - 1), "{c:?}");
+    assert_eq!(faults.commands_left_to_lose(), 0);
+    assert_eq!(
+        (
+            c.command_count(Opcode::SQERR2RTS_QP.0),
+            c.command_count(Opcode::QUERY_QP.0)
+        ),
+        (1, u64::from(ATTEMPTS - 1)),
+        "one SQERR2RTS ran, after a QUERY_QP for each lost one"
+    );
+    assert_eq!(rig.hca.lost_command_slots(), (ATTEMPTS - 1) as usize);
+
+    let more = send_and_see_on_the_wire(&rig, &a, &mut t, 100);
+
+    deregister(a, &mut t);
+    assert_eq!(
+        t.done.len(),
+        ids.len() + more.len(),
+        "each send completed once"
+    );
+    // Each lost SQERR2RTS keeps its input mailbox (the QP context) until the quiesce.
+    assert_clean_but_kept(&rig, (ATTEMPTS - 1) as usize, "lost twice");
+    rig.finish();
+}
+
+/// Every SQERR2RTS of the recovery is lost: after [`ATTEMPTS`] (each timed out, each followed
+/// by a QUERY_QP that finds SQE) the driver gives up, in bounded device time. The sends the
+/// hardware flushed complete with that flush, later sends with a software flush without
+/// reaching the device, each exactly once. Asked again while the firmware still loses them,
+/// the recovery fails with the typed error naming the QP and the attempts; once the firmware
+/// runs the command, a later recovery brings the queue back without a reopen, and sends
+/// reach the wire. The close resets the function and leaves nothing, no IOMMU fault.
+#[test]
+fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_recovery_brings_the_queue_back()
+ {
+    let rig = MadRig::new();
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    let faults = rig.sim.model.faults();
+    faults.lose_commands(Opcode::SQERR2RTS_QP.0, 2 * ATTEMPTS);
+    let ids = fail_first_with_lost_commands(&rig, &a, &mut t, 0, ATTEMPTS);
+    for id in &ids[1..] {
+        let c = &t.done[id];
+        assert_eq!(
+            (c.status, c.vendor_err),
+            (WcStatus::WrFlushErr, 0xf9),
+            "{id}: the hardware's flush, not reposted"
+        );
+    }
+    let k = rig.port.counters();
+    assert_eq!(
+        (k.send_errors, k.qp_recoveries, k.flush_reposts, k.posted),
+        (1, 0, 0, 6),
+        "the recovery failed and is counted so: {k:?}"
+    );
+    let c = rig.sim.model.counters();
+    assert_eq!(
+        (c.commands_lost, c.command_count(Opcode::QUERY_QP.0)),
+        (u64::from(ATTEMPTS), u64::from(ATTEMPTS)),
+        "bounded: {c:?}"
+    );
+    assert_eq!(rig.hca.lost_command_slots(), ATTEMPTS as usize);
+
+    // The queue stays stopped: sends are flushed in software, nothing reaches the device.
+    let wire = rig.sim.model.counters().packets_sent;
+    let stopped = send_n(&rig, &a, 100, 4);
+    assert!(rig.pump_until(None, &[&a], &mut t, ms(100), |t| t.all_done(&stopped)));
+    for id in &stopped {
+        let c = &t.done[id];
+        assert_eq!((c.status, c.vendor_err), (WcStatus::WrFlushErr, 0), "{id}");
+    }
+    assert_eq!(rig.port.counters().posted, 6, "nothing more was posted");
+    assert_eq!(rig.sim.model.counters().packets_sent, wire);
+
+    // A recovery asked while the firmware still loses the command: the typed error.
+    let start = rig.port.now();
+    let err = rig
+        .hw
+        .recover_send_queue(SpecialQp::Gsi)
+        .expect_err("every attempt lost");
+    let took = rig.port.now().saturating_sub(start);
+    assert!(
+        took >= CMD_TIMEOUT * ATTEMPTS && took < CMD_TIMEOUT * (ATTEMPTS + 1),
+        "{ATTEMPTS} attempts, each a command timeout, then no more: {took:?}"
+    );
+    match &err {
+        DriverError::SendQueueNotRecovered {
+            qp,
+            qpn,
+            attempts,
+            last,
+        } => {
+            assert_eq!(
+                (qp.as_str(), *qpn, *attempts),
+                ("Gsi", rig.qpn(SpecialQp::Gsi), ATTEMPTS),
+                "{err}"
+            );
+            assert!(
+                matches!(**last, DriverError::CommandTimeout { opcode, .. } if opcode == Opcode::SQERR2RTS_QP),
+                "{err}"
+            );
+        }
+        other => panic!("expected SendQueueNotRecovered, got {other}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("still in error (SQE)") && msg.contains("close and reopen"),
+        "{msg}"
+    );
+    assert_eq!(faults.commands_left_to_lose(), 0);
+
+    // The firmware runs SQERR2RTS again: a later recovery brings the queue back.
+    rig.hw
+        .recover_send_queue(SpecialQp::Gsi)
+        .expect("the firmware runs the command now");
+    let more = send_and_see_on_the_wire(&rig, &a, &mut t, 200);
+
+    deregister(a, &mut t);
+    assert_eq!(
+        t.done.len(),
+        ids.len() + stopped.len() + more.len(),
+        "each send completed once"
+    );
+    assert_eq!(rig.hca.lost_command_slots(), 2 * ATTEMPTS as usize);
+    assert_clean_but_kept(&rig, 2 * ATTEMPTS as usize, "lost every time");
     rig.finish();
 }

@@ -6,6 +6,11 @@
 //! bounded time, memory whose outcome is unknown kept until the quiesce (the firmware reads it
 //! once more at TEARDOWN_HCA or DISABLE_HCA, so memory released early faults in the IOMMU with
 //! strict leases), and a clean close (and a reopen that works).
+//!
+//! Then a device that keeps corrupting completions: the mailboxes kept for them are bounded
+//! by the driver's budget, past which the device is declared fatal (outstanding MAD sends
+//! complete with the fatal status, new commands fail at once, the close resets the function
+//! and gives everything back).
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -16,7 +21,9 @@ use firmware_cmds::mlx5::Opcode;
 use firmware_cmds::mlx5::cmd::DeliveryStatus;
 use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
+use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, deregister, mad as rig_mad};
 use hca_tests::mlx5::{MAD, SimHca, lease, mad, poll_n, port, send_wr, to_self};
+use mad::{MadError, SendRequest};
 use sim::mlx5::{CmdCorruption, WqeQueue};
 
 /// The simulated firmware's command timeout (`cmd_exec_to`).
@@ -25,6 +32,10 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Real time a scenario may take before it counts as hung. Generous: the machine is shared,
 /// and a hang is what it catches, not slowness.
 const HANG_LIMIT: Duration = Duration::from_secs(300);
+
+/// Untrusted command completions a session keeps before the device is declared fatal (the
+/// driver's `UNTRUSTED_COMPLETION_BUDGET`, written out).
+const BUDGET: usize = 8;
 
 /// Every corruption, with delivery statuses the command did not deserve (a defined one and
 /// one no table names) among them.
@@ -487,4 +498,171 @@ fn serve_until(p: &dyn HcaPort, done: impl Fn() -> bool) {
         p.events();
         p.wait(p.now() + Duration::from_micros(100));
     }
+}
+
+/// A device that corrupts every QUERY_HCA_CAP completion (the entry comes back with another
+/// token) while MAD sends are outstanding. Each refused completion keeps its output mailbox
+/// (one lease: the firmware is not done with it), so the kept leases grow by one per command,
+/// up to the budget and never past it: the refusal that uses up the budget declares the
+/// device fatal. Then every outstanding MAD send completes once with the fatal status
+/// (WR_FLUSH_ERR, vendor 5) and each agent is told; new commands fail at once with the typed
+/// abort, new sends with the typed fatal error; the close resets the function, and the
+/// leases, mappings and firmware state go back to nothing with no IOMMU fault.
+#[test]
+fn corrupt_completions_past_the_budget_make_the_device_fatal_and_the_close_gives_back_everything() {
+    bounded("corrupt budget", || {
+        assert_eq!(driver::mlx5::UNTRUSTED_COMPLETION_BUDGET, BUDGET);
+        let rig = MadRig::new();
+        let a = rig.requester();
+        let mut t = Tracker::default();
+        // Sends held on the QP: their completions come 10 s after they execute.
+        rig.sim
+            .model
+            .faults()
+            .send_completion_delay(rig.qpn(SpecialQp::Gsi), Duration::from_secs(10));
+        let ids: Vec<_> = (0..4)
+            .map(|i| {
+                a.send(
+                    SendRequest::new(rig_mad(ANSWERED, SEND, i), rig.to_self(SpecialQp::Gsi))
+                        .timeout_ms(60_000),
+                )
+                .unwrap()
+            })
+            .collect();
+        rig.pump(None, &[&a], &mut t, Duration::from_millis(2));
+        assert!(t.done.is_empty(), "the sends are outstanding");
+        assert!(rig.port.census().gsi.posted > 0, "{:?}", rig.port.census());
+
+        let op = Opcode::QUERY_HCA_CAP;
+        let q = QueryHcaCap::general(CapMode::Current);
+        let leases = rig.hca.accounting().driver_pool.leases_out;
+        for n in 1..=BUDGET {
+            let ctx = format!("corrupt completion {n}");
+            rig.sim
+                .model
+                .faults()
+                .corrupt_completion(op.0, CmdCorruption::EntryToken);
+            let err = rig.hca.command(&q).expect_err(&ctx);
+            assert_error(CmdCorruption::EntryToken, op, &err);
+            let kept = rig.hca.accounting().driver_pool.leases_out - leases;
+            assert_eq!(
+                kept, n,
+                "{ctx}: one output mailbox kept per refused completion"
+            );
+            assert!(kept <= BUDGET, "{ctx}: kept {kept}, budget {BUDGET}");
+            assert_eq!(rig.hca.stats().cmd.corrupt, n as u64, "{ctx}");
+            let fatal = rig.hca.fatal_reason();
+            if n < BUDGET {
+                assert!(fatal.is_none(), "{ctx}: fatal before the budget: {fatal:?}");
+            } else {
+                let reason = fatal.unwrap_or_else(|| panic!("{ctx}: not fatal at the budget"));
+                assert!(
+                    reason.contains("could not be trusted") && reason.contains("budget of 8"),
+                    "{reason}"
+                );
+            }
+        }
+
+        // Every outstanding send completes once, with the fatal status; each agent is told.
+        assert!(
+            rig.pump_until(None, &[&a], &mut t, Duration::from_secs(1), |t| t
+                .all_done(&ids))
+        );
+        for id in &ids {
+            let c = &t.done[id];
+            assert_eq!((c.status, c.vendor_err), (WcStatus::WrFlushErr, 5), "{c:?}");
+        }
+        assert_eq!(t.fatal, 1, "the agent is told once");
+
+        // New commands fail at once with the typed abort, and keep nothing more.
+        let start = rig.sim.backend.now();
+        let err = rig.hca.command(&q).expect_err("fatal");
+        assert!(
+            matches!(&err, DriverError::CommandAborted { opcode, reason } if *opcode == op && reason.contains("could not be trusted")),
+            "{err}"
+        );
+        assert_eq!(rig.sim.backend.now(), start, "failed without waiting");
+        assert!(matches!(
+            a.send(SendRequest::new(
+                rig_mad(ANSWERED, SEND, 9),
+                rig.to_self(SpecialQp::Gsi)
+            )),
+            Err(MadError::DeviceFatal { .. })
+        ));
+        assert_eq!(
+            rig.hca.accounting().driver_pool.leases_out - leases,
+            BUDGET,
+            "nothing kept past the budget"
+        );
+        assert_eq!(
+            rig.sim.backend.dma_mapper().fault_count(),
+            0,
+            "IOMMU faults"
+        );
+
+        deregister(a, &mut t);
+        assert_eq!(t.done.len(), ids.len(), "each send completed once");
+        let sim_counters = rig.sim.model.counters();
+        let resets = sim_counters.function_resets;
+        let hca = rig.hca.clone();
+        let backend = rig.sim.backend.clone();
+        let model = rig.sim.model.clone();
+        rig.finish_dead();
+        assert_eq!(
+            model.counters().function_resets,
+            resets + 1,
+            "the close reset the function"
+        );
+        let a = hca.accounting();
+        assert_eq!(
+            (a.driver_pool.leases_out, a.mad_pool.leases_out),
+            (0, 0),
+            "{a:?}"
+        );
+        assert_eq!(backend.dma_mapper().live_mappings(), 0);
+        assert_eq!(backend.dma_mapper().fault_count(), 0, "IOMMU faults");
+        assert_eq!(model.counters().dma_errors, 0);
+    });
+}
+
+/// Page GIVEs whose entry comes back with a bad delivery status (the command took effect):
+/// each keeps its pages (the firmware may hold them) without passing through the refusal of
+/// a corrupt entry, and counts against the same budget. The GIVE that uses it up declares
+/// the device fatal; the close resets the function and leaves nothing, no IOMMU fault.
+#[test]
+fn page_gives_with_an_unknown_outcome_count_against_the_budget() {
+    bounded("page give budget", || {
+        let sim = SimHca::new();
+        let hca = sim.open_strict();
+        let p = port(&hca, 1);
+        let leases = hca.accounting().driver_pool.leases_out;
+        let how = CmdCorruption::DeliveryStatus(DeliveryStatus::FW_ERR);
+        for n in 1..=BUDGET {
+            let ctx = format!("GIVE {n}");
+            assert!(hca.fatal_reason().is_none(), "{ctx}: fatal too early");
+            sim.model
+                .faults()
+                .corrupt_completion(Opcode::MANAGE_PAGES.0, how);
+            assert!(sim.model.faults().page_request(1), "{ctx}");
+            serve_until(p.as_ref(), || hca.stats().pages.unknown_outcome == n as u64);
+            assert_eq!(hca.stats().pages.unknown_outcome, n as u64, "{ctx}");
+            assert_eq!(
+                hca.accounting().driver_pool.leases_out,
+                leases + n,
+                "{ctx}: each GIVE's page is kept, nothing else"
+            );
+            assert_eq!(hca.stats().cmd.corrupt, 0, "{ctx}: no entry was refused");
+        }
+        let reason = hca.fatal_reason().expect("fatal at the budget");
+        assert!(reason.contains("budget of 8"), "{reason}");
+        assert!(matches!(
+            hca.command(&QueryHcaCap::general(CapMode::Current)),
+            Err(DriverError::CommandAborted { .. })
+        ));
+        drop(p);
+        hca.close().unwrap();
+        sim.assert_clean(&hca);
+        assert_eq!(sim.model.counters().dma_errors, 0);
+        assert_eq!(sim.model.counters().function_resets, 1);
+    });
 }

@@ -51,6 +51,34 @@ const POLL_GRACE: Duration = Duration::from_secs(1);
 /// queue memory is released under them (they then end with [`DriverError::Closed`]).
 pub(crate) const CLOSE_DRAIN: Duration = Duration::from_secs(2);
 
+/// Command completions the driver could not trust, and whose memory it therefore keeps until
+/// the close, that one session tolerates: the one that uses up the budget makes the device
+/// fatal. Counted: completions refused as corrupt (a wrong entry token or output chain: their
+/// mailboxes are kept) and page GIVEs with an unknown outcome that were not refused (a bad
+/// delivery status: their pages are kept).
+///
+/// Why a budget: a kept completion pins up to two mailbox chains (and a GIVE its pages) until
+/// the quiesce, so a device that keeps corrupting completions would make the driver's memory
+/// grow without bound over a long session. Why eight: a healthy device gives none; one or two
+/// in a session are survivable glitches (the recovery paths meet at most two: a modify and
+/// the QUERY_QP that settles it), so the budget is well above what a glitch costs, while
+/// eight kept completions are at most sixteen chains.
+///
+/// What the kernel does (`drivers/net/ethernet/mellanox/mlx5/core/cmd.c`, `health.c`): it
+/// counts no corrupt completion. It checks the delivery status and, with checksums on, the
+/// signatures, and frees the mailboxes whatever it found. A timed-out command leaks its slot
+/// (`wait_func`: "timeout. Will cause a leak of a command resource"; the entry stays marked
+/// `MLX5_CMD_ENT_STATE_TIMEDOUT` until a real completion frees it), which the slot count
+/// bounds: once every ordinary slot is stalled, `mlx5_cmd_invoke` fails new commands at once
+/// with -EAGAIN ("All CMD slots are stalled, aborting command"; `mlx5_cmd_all_stalled`). The
+/// device is declared in internal error only by the health poll (`check_fatal_sensors`: PCI
+/// channel offline, `fw_ver` all-ones, a health syndrome with recovery required) or PCI
+/// error handling; a stopped health counter (`MAX_MISSES`) is logged and reported, not fatal.
+/// This driver keeps what the kernel frees, so it needs a bound of its own; it takes the
+/// kernel's remedy for a device it cannot use: enter the error state (quiesce, flush in
+/// software, fake the teardown commands) and reset the function at close.
+pub const UNTRUSTED_COMPLETION_BUDGET: usize = 8;
+
 /// How completions are noticed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CmdMode {
@@ -109,6 +137,9 @@ pub(crate) struct CmdState {
     kept: Vec<DmaLease>,
     /// Completions refused as corrupt so far.
     corrupt: u64,
+    /// Untrusted completions kept since the queue was set up (see
+    /// [`UNTRUSTED_COMPLETION_BUDGET`]).
+    untrusted: usize,
 }
 
 /// Counters of the command queue.
@@ -145,7 +176,19 @@ impl CmdState {
             generation: 0,
             kept: Vec::new(),
             corrupt: 0,
+            untrusted: 0,
         }
+    }
+
+    /// Count a completion the driver could not trust and keeps memory of (a refused corrupt
+    /// completion, a page GIVE with an unknown outcome).
+    pub(crate) fn note_untrusted(&mut self) {
+        self.untrusted += 1;
+    }
+
+    /// Untrusted completions kept since the queue was set up.
+    pub(crate) fn untrusted_completions(&self) -> usize {
+        self.untrusted
     }
 
     /// Completions refused as corrupt so far (see [`CmdStats::corrupt`]).
@@ -162,6 +205,7 @@ impl CmdState {
     /// freed (after the quiesce), since the device that wrote it may not be done with them.
     fn refuse(&mut self, f: InFlight, what: &'static str, detail: &str) -> DriverError {
         self.corrupt += 1;
+        self.note_untrusted();
         self.kept.extend(f.in_box);
         self.kept.extend(f.out_box);
         tracing::error!(
@@ -253,6 +297,7 @@ impl CmdState {
     pub(crate) fn free(&mut self) {
         self.release_all();
         self.kept.clear();
+        self.untrusted = 0;
         self.slots.clear();
         self.page = None;
         self.mode = CmdMode::Polling;
@@ -720,6 +765,9 @@ impl Dev {
                 if is_done(&st, slot) {
                     let out = finish(&mut st, slot);
                     drop(st);
+                    if out.is_err() {
+                        self.check_untrusted_budget();
+                    }
                     let out = out?;
                     check_status(op, header.op_mod, &out)?;
                     return Ok(out);
@@ -765,6 +813,25 @@ impl Dev {
 }
 
 impl Dev {
+    /// Enter the fatal state once the untrusted completions kept used up
+    /// [`UNTRUSTED_COMPLETION_BUDGET`]: the device is quiesced (so nothing kept can be
+    /// written any more), outstanding work completes in software with the fatal status, new
+    /// commands fail at once, and the close resets the function and releases everything.
+    pub(crate) fn check_untrusted_budget(&self) {
+        let n = self.lock_cmd().untrusted_completions();
+        if n >= UNTRUSTED_COMPLETION_BUDGET {
+            self.enter_fatal(
+                &format!(
+                    "{n} firmware command completions could not be trusted (corrupt, or a page \
+                     GIVE with an unknown outcome), the budget of \
+                     {UNTRUSTED_COMPLETION_BUDGET}: the command interface is not trusted any \
+                     more, and the memory kept for them is released after the quiesce"
+                ),
+                false,
+            );
+        }
+    }
+
     /// Close the command interface (teardown, before the quiesce): refuse new commands with
     /// [`DriverError::Closed`], then give commands other threads have in flight up to `limit`
     /// of device time to complete. Returns how many are still in flight; those end with
@@ -983,8 +1050,14 @@ mod tests {
         assert_eq!(st.kept_mailboxes(), 1, "the output chain is kept");
         assert_eq!(st.leases(), 2, "the queue page and the kept output chain");
         assert_eq!(st.corrupt_completions(), 1);
+        assert_eq!(st.untrusted_completions(), 1, "counted against the budget");
         st.free();
         assert_eq!(st.leases(), 0, "dropped with the queue, after the quiesce");
+        assert_eq!(
+            st.untrusted_completions(),
+            0,
+            "the budget is per queue set-up"
+        );
     }
 
     #[test]

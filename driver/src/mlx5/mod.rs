@@ -31,7 +31,7 @@ pub(crate) mod testutil;
 mod uar;
 mod wait;
 
-pub use cmd::CmdStats;
+pub use cmd::{CmdStats, UNTRUSTED_COMPLETION_BUDGET};
 pub use dev::Mlx5Stats;
 pub use hca::Mlx5Hca;
 pub use health::{MAX_MISSES, REMOVAL_CHECK};

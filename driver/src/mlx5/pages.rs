@@ -397,7 +397,29 @@ impl Dev {
             let Some((req, op, _)) = pages.in_flight.take() else {
                 return;
             };
+            // A GIVE whose entry came back with a bad delivery status keeps its pages without
+            // passing through the refusal of a corrupt completion: counted here instead.
+            let untrusted = match &result {
+                Err(e) => {
+                    matches!(op, PageOp::Give(_))
+                        && super::dev::outcome_unknown(e)
+                        && !matches!(e, DriverError::BadDeviceValue { .. })
+                }
+                Ok(_) => false,
+            };
+            let failed = result.is_err();
             page_op_done(&mut pages, req, op, result);
+            if untrusted {
+                self.lock_cmd().note_untrusted();
+            }
+            if failed {
+                drop(pages);
+                self.check_untrusted_budget();
+                if self.is_fatal() {
+                    return;
+                }
+                pages = self.lock_pages();
+            }
         }
         while pages.in_flight.is_none() {
             let Some(req) = pages.pending.pop_front() else {

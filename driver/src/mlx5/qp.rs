@@ -34,6 +34,13 @@ use super::dev::{Dev, outcome_unknown};
 use super::eq::pas_of;
 use super::uar::BfReg;
 
+/// SQERR2RTS commands one recovery issues at most (see [`Qp::sqerr2rts`]). Three: one lost
+/// command is a glitch worth retrying and a second retry costs little, but every attempt that
+/// times out holds the MAD progress loop for the command timeout (60 s by default) and keeps
+/// a command slot until the close, so a firmware that loses them all costs three timeouts and
+/// three of the 31 ordinary slots per recovery, not more.
+pub(crate) const SQERR2RTS_ATTEMPTS: u32 = 3;
+
 /// Q_Key of QP1 (`IB_QP1_QKEY`); QP0 uses 0.
 pub const QP1_QKEY: u32 = 0x8001_0000;
 
@@ -327,14 +334,14 @@ impl Qp {
         Ok(())
     }
 
-    /// SQERR2RTS after a send error (the MAD layer's recovery).
+    /// SQERR2RTS after a send error (the MAD layer's recovery). See [`Qp::sqerr2rts`] for
+    /// what happens when the command's outcome is unknown. On an error the software state
+    /// stays SQE (or becomes ERR when the firmware says so), so a later call tries again.
     pub(crate) fn recover(&mut self, dev: &Dev) -> Result<(), DriverError> {
         match self.state {
             SwState::Rts => Ok(()),
             SwState::SqError => {
-                if let Err(e) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) {
-                    self.settle_unknown_recovery(dev, e)?;
-                }
+                self.sqerr2rts(dev)?;
                 self.state = SwState::Rts;
                 self.recovered_at = Some(self.sq_head as u16);
                 Ok(())
@@ -351,44 +358,87 @@ impl Qp {
         }
     }
 
-    /// An SQERR2RTS failed with `err`. When its outcome is unknown (a timeout or a corrupt
-    /// completion: the firmware may have moved the QP to RTS), ask the firmware with QUERY_QP:
-    /// `Ok` when the QP is in RTS, so the recovery did happen. Otherwise `err` stands (and a
-    /// QP the firmware reports in ERR is marked so here). Without this, the send queue of a QP
-    /// the firmware runs would stay refused in software for good: the driver posts nothing
-    /// while it believes SQE, so no error CQE would ever bring a second recovery.
-    fn settle_unknown_recovery(&mut self, dev: &Dev, err: DriverError) -> Result<(), DriverError> {
-        if !outcome_unknown(&err) {
-            return Err(err);
-        }
-        match dev.exec(&QueryQp { qpn: self.qpn }) {
-            Ok(out) if out.ctx.state == QpState::Rts => {
-                tracing::warn!(
-                    qp = ?self.kind,
-                    qpn = format_args!("{:#x}", self.qpn),
-                    "SQERR2RTS had an unknown outcome ({err}); QUERY_QP says RTS: recovered"
-                );
-                Ok(())
+    /// Issue SQERR2RTS until the firmware's QP is in RTS, at most [`SQERR2RTS_ATTEMPTS`]
+    /// times.
+    ///
+    /// A command whose outcome is unknown (a timeout, a corrupt completion: the firmware may
+    /// or may not have run it) is settled by QUERY_QP. RTS: it did run, the recovery is done.
+    /// SQE: it did not take effect, and SQERR2RTS is valid from SQE only, so issuing it again
+    /// cannot do anything twice; it is retried. ERR: the QP is marked so and the error
+    /// stands. Without the retry, a QP left in SQE would stay refused in software for good:
+    /// the driver posts nothing while it believes SQE, so no error CQE would ever bring a
+    /// second recovery.
+    ///
+    /// A retry refused outright by the firmware (a failure status) is settled by QUERY_QP as
+    /// well: an earlier attempt that timed out may have run late, moving the QP to RTS, and
+    /// SQERR2RTS from RTS fails with a bad state although the queue runs. A first attempt the
+    /// firmware refuses ends the recovery with its error, as before (the firmware said what
+    /// it thinks of the QP; the kernel's `ib_mad_send_error` logs a failed modify and gives
+    /// up too).
+    ///
+    /// The bound keeps a firmware that loses every SQERR2RTS from holding the caller (the MAD
+    /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] command timeouts, and from losing
+    /// more than that many command slots per recovery. When every attempt leaves the QP in
+    /// SQE the result is [`DriverError::SendQueueNotRecovered`]; the software state stays
+    /// SQE, so a later [`Qp::recover`] starts a new round.
+    fn sqerr2rts(&mut self, dev: &Dev) -> Result<(), DriverError> {
+        let mut attempt = 1;
+        loop {
+            let Err(err) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) else {
+                return Ok(());
+            };
+            let refused_retry = attempt > 1 && matches!(err, DriverError::CommandFailed { .. });
+            if !outcome_unknown(&err) && !refused_retry {
+                return Err(err);
             }
-            Ok(out) => {
-                tracing::error!(
-                    qp = ?self.kind,
-                    qpn = format_args!("{:#x}", self.qpn),
-                    state = ?out.ctx.state,
-                    "SQERR2RTS had an unknown outcome ({err}); the QP is not in RTS"
-                );
-                if out.ctx.state == QpState::Err {
-                    self.state = SwState::Error;
+            let qpn = format!("{:#x}", self.qpn);
+            match dev.exec(&QueryQp { qpn: self.qpn }) {
+                Ok(out) if out.ctx.state == QpState::Rts => {
+                    tracing::warn!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}); QUERY_QP says RTS: recovered"
+                    );
+                    return Ok(());
                 }
-                Err(err)
-            }
-            Err(q) => {
-                tracing::error!(
-                    qp = ?self.kind,
-                    qpn = format_args!("{:#x}", self.qpn),
-                    "SQERR2RTS had an unknown outcome ({err}) and QUERY_QP failed too ({q})"
-                );
-                Err(err)
+                Ok(out) if out.ctx.state == QpState::Sqer && attempt < SQERR2RTS_ATTEMPTS => {
+                    tracing::warn!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}); QUERY_QP says SQE, so it did not take \
+                         effect: issuing it again ({} of {SQERR2RTS_ATTEMPTS})",
+                        attempt + 1
+                    );
+                    attempt += 1;
+                }
+                Ok(out) if out.ctx.state == QpState::Sqer => {
+                    tracing::error!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}); QUERY_QP says SQE after every attempt: \
+                         the send queue stays stopped"
+                    );
+                    return Err(DriverError::SendQueueNotRecovered {
+                        qp: format!("{:?}", self.kind),
+                        qpn: self.qpn,
+                        attempts: attempt,
+                        last: Box::new(err),
+                    });
+                }
+                Ok(out) => {
+                    tracing::error!(
+                        qp = ?self.kind, qpn = %qpn, attempt, state = ?out.ctx.state,
+                        "SQERR2RTS failed ({err}); the QP is neither in RTS nor in SQE"
+                    );
+                    if out.ctx.state == QpState::Err {
+                        self.state = SwState::Error;
+                    }
+                    return Err(err);
+                }
+                Err(q) => {
+                    tracing::error!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}) and QUERY_QP failed too ({q})"
+                    );
+                    return Err(err);
+                }
             }
         }
     }

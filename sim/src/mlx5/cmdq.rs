@@ -8,8 +8,8 @@
 //! A command may stay pending: behind an injected page request (until MANAGE_PAGES settles
 //! it on another slot) or while MAD_IFC asks the fabric's SMA (outside the device lock).
 //!
-//! Injected faults act here too: a withheld completion (the entry is never given back) and a
-//! corrupted one ([`CmdCorruption`]: a wrong entry token, a spoiled output mailbox, a
+//! Injected faults act here too: a lost command (never run, never given back), a withheld
+//! completion (the command runs, the entry is never given back) and a corrupted one ([`CmdCorruption`]: a wrong entry token, a spoiled output mailbox, a
 //! delivery status the command does not deserve, or the ownership bit left set).
 
 use std::sync::atomic::{Ordering, fence};
@@ -236,6 +236,17 @@ impl State {
 
     /// Runs a command whose delivery was good and completes it (or hands MAD_IFC out).
     fn run(&mut self, mut ctx: SlotCtx, input: &[u8]) -> Vec<MadWork> {
+        if let Some((opcode, left)) = self.faults.lose {
+            if opcode == ctx.opcode {
+                self.faults.lose = (left > 1).then_some((opcode, left - 1));
+                // Not run, and the entry stays the device's (slot busy): a timeout. The
+                // fetched command's mailboxes are still the firmware's to touch.
+                let kept = self.mailboxes_of(&ctx);
+                self.faults.unsettled_memory.extend(kept);
+                self.counters.snap.commands_lost += 1;
+                return Vec::new();
+            }
+        }
         if let Some((opcode, how)) = self.faults.corrupt {
             if opcode == ctx.opcode {
                 self.faults.corrupt = None;

@@ -46,6 +46,9 @@ pub struct Mlx5Counters {
     pub commands: BTreeMap<u16, u64>,
     /// Commands answered with a non-zero status, by opcode.
     pub command_failures: BTreeMap<u16, u64>,
+    /// Commands lost by the injected fault ([`crate::mlx5::Mlx5Faults::lose_commands`]):
+    /// fetched, never run, never given back.
+    pub commands_lost: u64,
     /// Entries completed with a non-zero delivery status.
     pub delivery_errors: u64,
     /// Command doorbells for a slot the device did not own, or while it could not run

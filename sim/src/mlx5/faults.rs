@@ -16,6 +16,7 @@
 //! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
 //! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA (or DISABLE_HCA, whichever comes first) |
+//! | [`Mlx5Faults::lose_commands`] | the next N commands of an opcode are lost: never run (no effect) and never given back (each times out); the firmware touches their mailboxes once more at TEARDOWN_HCA or DISABLE_HCA |
 //! | [`Mlx5Faults::corrupt_completion`] with [`CmdCorruption::EntryToken`] | the next command of an opcode takes effect and its entry is given back with a token other than the one the driver wrote; the firmware touches the command's mailboxes and the memory it named once more at TEARDOWN_HCA or DISABLE_HCA |
 //! | … [`CmdCorruption::OutputBlockNumber`], [`CmdCorruption::OutputBlockToken`] | the same, with the first output mailbox block carrying a wrong `block_num` or `token` (only for an output longer than the 16 inline bytes) |
 //! | … [`CmdCorruption::OutputNextOutside`], [`CmdCorruption::OutputChainCut`] | the same, with the first output block's `next` pointing at the command queue page or cut to 0 (only for an output of two blocks or more) |
@@ -110,6 +111,8 @@ pub(crate) struct FaultState {
     pub send_completion_delay: IdMap<Duration>,
     /// Opcode of the next command whose completion is withheld.
     pub withhold: Option<u16>,
+    /// Opcode of the commands to lose, and how many more to lose.
+    pub lose: Option<(u16, u32)>,
     /// Opcode of the next command whose completion is corrupted, and how.
     pub corrupt: Option<(u16, CmdCorruption)>,
     /// DMA addresses of commands whose completion was withheld or corrupted (memory the
@@ -301,6 +304,23 @@ impl Mlx5Faults<'_> {
     /// driver released meanwhile shows up as an IOMMU fault.
     pub fn withhold_completion(&self, opcode: u16) {
         self.inner.with(|st| st.faults.withhold = Some(opcode));
+    }
+
+    /// The next `count` commands with `opcode` are lost: the firmware fetches each but never
+    /// runs it (it takes no effect) nor gives its entry back, so the driver times it out and
+    /// the slot stays busy. Unlike [`Mlx5Faults::withhold_completion`], whose command takes
+    /// effect, this is the state a driver must learn by querying: a modify that timed out
+    /// and left the object as it was, safe to issue again. The firmware may still act on the
+    /// fetched command, so it touches its mailboxes once more at TEARDOWN_HCA or DISABLE_HCA:
+    /// mailboxes the driver released meanwhile show up as IOMMU faults. `count` 0 disarms.
+    pub fn lose_commands(&self, opcode: u16, count: u32) {
+        self.inner
+            .with(|st| st.faults.lose = (count > 0).then_some((opcode, count)));
+    }
+
+    /// Commands still to be lost by [`Mlx5Faults::lose_commands`].
+    pub fn commands_left_to_lose(&self) -> u32 {
+        self.inner.with(|st| st.faults.lose.map_or(0, |(_, n)| n))
     }
 
     /// The next command with `opcode` runs (takes effect) and its completion is spoiled as
