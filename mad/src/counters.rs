@@ -226,6 +226,9 @@ counter_set! {
         send_errors,
         /// Send queues brought back from SQE to RTS.
         qp_recoveries,
+        /// Send-queue recoveries that failed (the queue stays refused until a later post
+        /// brings another attempt).
+        recovery_failures,
         /// Flushed work requests reposted after a recovery.
         flush_reposts,
         /// Posts the device refused (completed with LOC_QP_OP_ERR or WR_FLUSH_ERR).

@@ -87,6 +87,10 @@ struct Dev {
     sqe: [bool; 2],
     /// Refuse sends while in SQE, as the mlx5 driver does until the error CQE is handled.
     refuse_in_sqe: bool,
+    /// Send-queue recoveries still to fail (the queue stays in SQE).
+    fail_recoveries: usize,
+    /// Recoveries asked for, failed ones included.
+    recoveries_asked: usize,
     rq: [VecDeque<RecvWr>; 2],
     cq: VecDeque<WorkCompletion>,
     fatal: bool,
@@ -144,6 +148,8 @@ impl FakePort {
                 sq: [VecDeque::new(), VecDeque::new()],
                 sqe: [false; 2],
                 refuse_in_sqe: false,
+                fail_recoveries: 0,
+                recoveries_asked: 0,
                 rq: [VecDeque::new(), VecDeque::new()],
                 cq: VecDeque::new(),
                 fatal: false,
@@ -192,6 +198,17 @@ impl FakePort {
     /// be flushed (the hardware's).
     pub(crate) fn refuse_posts_in_sqe(&self, on: bool) {
         lock(&self.dev).refuse_in_sqe = on;
+    }
+
+    /// Fail the next `n` send-queue recoveries (the firmware lost the command: the queue stays
+    /// in SQE).
+    pub(crate) fn fail_recoveries(&self, n: usize) {
+        lock(&self.dev).fail_recoveries = n;
+    }
+
+    /// Send-queue recoveries asked for so far, failed ones included.
+    pub(crate) fn recoveries_asked(&self) -> usize {
+        lock(&self.dev).recoveries_asked
     }
 
     pub(crate) fn drop_next_packets(&self, n: usize) {
@@ -505,8 +522,13 @@ impl HcaPort for FakePort {
     fn recover_send_queue(&self, qp: SpecialQp) -> Result<(), DriverError> {
         let mut d = lock(&self.dev);
         let i = qpi(qp);
+        d.recoveries_asked += 1;
         if d.fatal || !d.sqe[i] {
             return Err(err("send queue not in SQE"));
+        }
+        if d.fail_recoveries > 0 {
+            d.fail_recoveries -= 1;
+            return Err(err("test: SQERR2RTS lost"));
         }
         // What the SQ still holds was flushed by the hardware when it entered SQE.
         while let Some(wr) = d.sq[i].pop_front() {

@@ -104,6 +104,9 @@ pub(crate) struct ProgressState {
     /// A QP the device moved to error (its receives come back flushed): its buffers are kept
     /// unposted, since a repost would only be flushed again.
     pub(crate) qp_in_error: [bool; 2],
+    /// A send queue whose recovery failed (its QP still refused posts as in SQE): the device
+    /// time before which a refused post does not bring another attempt.
+    pub(crate) sq_stuck: [Option<Duration>; 2],
     /// Receive buffers completed in the current poll batch, to repost together (per QP).
     pub(crate) reposts: [Vec<u32>; 2],
     /// Events of this pass's receives and finished sends, queued together (one queue lock per
@@ -167,6 +170,9 @@ pub(crate) struct PortShared {
     /// of the batch, because an error CQE in it has already put the send queue in SQE on the
     /// device's side and the recovery comes only when the loop reaches that CQE.
     pub(crate) hold_posts: AtomicBool,
+    /// A post was refused because the send queue is in SQE (per QP): after a failed recovery
+    /// this is what asks the progress loop to try it again (see `PortShared::retry_recovery`).
+    pub(crate) sq_refused: [AtomicBool; 2],
 }
 
 /// The progress token held: the loop's state, and on letting go a wake-up for the threads
@@ -339,6 +345,7 @@ impl Port {
                 local: LocalPort::new(attrs.lmc, attrs.gid_prefix, attrs.port_guid),
                 fatal_handled: false,
                 qp_in_error: [false; 2],
+                sq_stuck: [None; 2],
                 reposts: [Vec::new(), Vec::new()],
                 staged: Vec::new(),
                 to_wake: Vec::new(),
@@ -360,6 +367,7 @@ impl Port {
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
             hold_posts: AtomicBool::new(false),
+            sq_refused: [AtomicBool::new(false), AtomicBool::new(false)],
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -893,7 +901,10 @@ impl PortShared {
                         // work request: so does this completion, which the loop handles after
                         // that error, once its recovery marked the send for one repost. It is
                         // no failure of the post: it counts as the flush (and the repost).
+                        // After a failed recovery the queue stays in SQE: the send completes
+                        // with this flush, and the refusal asks the loop for another attempt.
                         driver::verbs::PostError::SendQueueError(_) => {
+                            self.sq_refused[qpi(qp)].store(true, Ordering::Relaxed);
                             (WcStatus::WrFlushErr, 0, false)
                         }
                         _ => (batch.meta[start], 0, true),

@@ -36,6 +36,11 @@ use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 /// Most completions one pass takes before it looks at timers and cancels.
 const PASS_BUDGET: usize = 1024;
 
+/// After a failed send-queue recovery, the least device time before a refused post brings
+/// another attempt (see `PortShared::retry_recovery`). Long against a post, short against
+/// the command timeouts an attempt on a device that loses commands costs.
+pub(crate) const RECOVERY_RETRY: Duration = Duration::from_secs(1);
+
 /// Device events are taken every this many passes (and on every pass that finds no
 /// completion, when the loop is about to sleep).
 const EVENT_INTERVAL: u64 = 16;
@@ -136,6 +141,7 @@ impl PortShared {
         }
         work += soft.len();
         drop(held);
+        work += self.retry_recovery(st);
         let reap = std::mem::take(&mut *lock(&self.reap));
         for r in &reap {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
@@ -404,13 +410,13 @@ impl PortShared {
             ring.give_credit();
         }
         if soft.is_none() && !ok && wc.status != WcStatus::WrFlushErr && !fatal {
-            self.recover(r.qp, wc);
+            self.recover(st, r.qp, wc);
         }
     }
 
     /// A per-WR error moved the send queue to SQE: bring it back to RTS and mark what the
     /// hardware will flush for one repost (`ib_mad_send_error`).
-    fn recover(&self, qp: SpecialQp, wc: &WorkCompletion) {
+    fn recover(&self, st: &mut ProgressState, qp: SpecialQp, wc: &WorkCompletion) {
         bump(&self.cells.send_errors);
         tracing::warn!(
             port = self.port_num,
@@ -419,8 +425,20 @@ impl PortShared {
             vendor_err = wc.vendor_err,
             "send completed in error; recovering the send queue"
         );
+        self.recover_send_queue(st, qp);
+    }
+
+    /// Ask the device to bring the send queue of `qp` from SQE back to RTS. On success, the
+    /// sends still on the QP are marked for one repost (the hardware flushes them). On
+    /// failure the queue stays refused in software ([`PostError::SendQueueError`]), and
+    /// `st.sq_stuck` records when a refused post may bring another attempt
+    /// ([`PortShared::retry_recovery`]).
+    ///
+    /// [`PostError::SendQueueError`]: driver::verbs::PostError::SendQueueError
+    fn recover_send_queue(&self, st: &mut ProgressState, qp: SpecialQp) {
         match self.hca.recover_send_queue(qp) {
             Ok(()) => {
+                st.sq_stuck[qpi(qp)] = None;
                 bump(&self.cells.qp_recoveries);
                 if let Some(ring) = self.ring(qp) {
                     for slot in &*ring.slots {
@@ -431,8 +449,53 @@ impl PortShared {
                     }
                 }
             }
-            Err(e) => tracing::error!(port = self.port_num, qp = ?qp, "send queue recovery: {e}"),
+            Err(e) => {
+                bump(&self.cells.recovery_failures);
+                // A refusal made before this failure must not bring the next attempt.
+                self.sq_refused[qpi(qp)].store(false, Ordering::Relaxed);
+                st.sq_stuck[qpi(qp)] = Some(self.hca.now() + RECOVERY_RETRY);
+                tracing::error!(
+                    port = self.port_num,
+                    qp = ?qp,
+                    "send queue recovery: {e}; sends on this QP complete with WR_FLUSH_ERR \
+                     until a later post brings another attempt (at least {RECOVERY_RETRY:?} \
+                     from now)"
+                );
+            }
         }
+    }
+
+    /// After a failed recovery, a post refused because the send queue is still in SQE asks
+    /// for another attempt, at most once per [`RECOVERY_RETRY`] of device time. Without it the
+    /// queue would stay refused until the port is reopened: the driver posts nothing while it
+    /// believes SQE, so no error CQE would ever bring a recovery. The attempt waits for a
+    /// refused post rather than a timer because an attempt on a device that loses commands
+    /// holds the progress loop for its command timeouts: a port nobody sends on pays nothing.
+    fn retry_recovery(&self, st: &mut ProgressState) -> usize {
+        let mut work = 0;
+        for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
+            let i = qpi(qp);
+            if !self.sq_refused[i].load(Ordering::Relaxed) {
+                continue;
+            }
+            let Some(not_before) = st.sq_stuck[i] else {
+                // A post that raced an error CQE: the loop's own recovery follows that CQE.
+                self.sq_refused[i].store(false, Ordering::Relaxed);
+                continue;
+            };
+            if self.hca.now() < not_before || self.is_fatal() {
+                continue;
+            }
+            self.sq_refused[i].store(false, Ordering::Relaxed);
+            tracing::warn!(
+                port = self.port_num,
+                qp = ?qp,
+                "a post was refused while the send queue stays in SQE; recovering it again"
+            );
+            self.recover_send_queue(st, qp);
+            work += 1;
+        }
+        work
     }
 
     fn status_of(&self, f: Finish) -> (WcStatus, u32) {

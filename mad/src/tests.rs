@@ -15,6 +15,7 @@ use driver::verbs::{GRH_LEN, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompleti
 use mad_wire::header::MAD_LEN;
 
 use crate::double::{FakePort, Inbound, Outbound};
+use crate::progress::RECOVERY_RETRY;
 use crate::{
     Agent, AgentSpec, DropReason, Event, EventQueue, MadError, MethodMask, Port, PortConfig,
     QP1_QKEY, SendId, SendRequest, SendState,
@@ -536,6 +537,74 @@ fn path9_a_send_the_device_refuses_before_the_error_is_handled_is_flushed_and_re
     let k = r.port.counters();
     assert_eq!((k.qp_recoveries, k.flush_reposts), (1, 1));
     assert_eq!(r.fake.sent().len(), 1, "the second reached the wire once");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn path9_after_a_failed_recovery_a_refused_post_brings_another_attempt_and_the_queue_runs_again() {
+    let r = rig();
+    r.fake.set_auto(false);
+    r.fake.refuse_posts_in_sqe(true);
+    r.fake.fail_recoveries(2);
+    let a = r.perf_agent();
+    let first = a.send(SendRequest::new(get(0), gsi(5))).unwrap();
+    r.fake.fail_next_send(SpecialQp::Gsi, WcStatus::LocLenErr);
+    r.fake.set_auto(true);
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(completions(&ev)[&first], (WcStatus::LocLenErr, 0x51, 0));
+    let k = r.port.counters();
+    assert_eq!(
+        (k.send_errors, k.recovery_failures, k.qp_recoveries),
+        (1, 1, 0)
+    );
+    // Time passes with nothing sent: a port nobody sends on pays no attempt.
+    let _ = r.collect(&a, RECOVERY_RETRY * 3);
+    assert_eq!(
+        r.fake.recoveries_asked(),
+        1,
+        "no attempt without a refused post"
+    );
+    // A send refused by the stuck queue completes with a software flush and asks for an
+    // attempt, made at once (the last failure is older than RECOVERY_RETRY). It fails too.
+    let asking = a.send(SendRequest::new(get(1), gsi(5))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(completions(&ev)[&asking], (WcStatus::WrFlushErr, 0, 0));
+    assert_eq!(
+        r.fake.recoveries_asked(),
+        2,
+        "the refused post brought one attempt"
+    );
+    assert_eq!(r.port.counters().recovery_failures, 2);
+    // Refused again sooner than RECOVERY_RETRY after that failure: the attempt waits.
+    let early = a.send(SendRequest::new(get(2), gsi(5))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(completions(&ev)[&early], (WcStatus::WrFlushErr, 0, 0));
+    assert_eq!(
+        r.fake.recoveries_asked(),
+        2,
+        "no attempt before RECOVERY_RETRY"
+    );
+    let _ = r.collect(&a, RECOVERY_RETRY * 2);
+    assert_eq!(
+        r.fake.recoveries_asked(),
+        3,
+        "the waiting request was served once"
+    );
+    assert_eq!(r.port.counters().qp_recoveries, 1);
+    let after = a.send(SendRequest::new(get(3), gsi(5))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(completions(&ev)[&after].0, WcStatus::Success);
+    assert_eq!(
+        r.fake.sent().len(),
+        1,
+        "only the send after the recovery reached the wire"
+    );
+    assert_eq!(
+        r.fake.recoveries_asked(),
+        3,
+        "a running queue asks for nothing"
+    );
     a.deregister();
     r.assert_clean();
 }

@@ -8,8 +8,9 @@
 //! Then an SQERR2RTS that is lost without taking effect (`Mlx5Faults::lose_commands`: the
 //! driver times it out and QUERY_QP finds the QP still in SQE): the driver issues it again,
 //! a bounded number of times, and the queue comes back; when every attempt is lost the
-//! error is typed, the queue stays stopped with every send completed once, and a later
-//! recovery brings it back without a reopen.
+//! error is typed, the queue stays stopped with every send completed once, and a post
+//! refused later asks the MAD layer for another recovery, which brings it back without a
+//! reopen.
 
 use std::time::Duration;
 
@@ -201,10 +202,13 @@ fn a_sqerr2rts_completion_whose_owner_bit_stays_set_is_resolved_and_the_queue_ru
 /// The QUERY_QP that would settle the outcome comes back corrupt too: the driver cannot know
 /// the QP's state, so it keeps the send queue stopped, as the kernel's MAD layer leaves a QP
 /// whose modify to RTS failed (`ib_mad_send_error` logs it and marks nothing for retry). The
-/// sends the hardware flushed complete with their flush, every later send with a software
-/// flush without reaching the device; each exactly once, and the port closes clean.
+/// sends the hardware flushed complete with their flush, later sends with a software flush
+/// without reaching the device. The first refused post asks the MAD layer for another
+/// recovery, made once `RECOVERY_RETRY` (1 s) has passed since the failure: the firmware
+/// refuses that SQERR2RTS (its QP is in RTS since the withheld one ran), QUERY_QP settles it,
+/// and the queue runs again. Each send completes exactly once, and the port closes clean.
 #[test]
-fn when_the_qp_state_cannot_be_learned_the_queue_stays_stopped_and_each_send_completes_once() {
+fn when_the_qp_state_cannot_be_learned_the_queue_stops_until_a_later_post_brings_a_recovery() {
     let rig = MadRig::new();
     let a = rig.requester();
     let mut t = Tracker::default();
@@ -241,8 +245,33 @@ fn when_the_qp_state_cannot_be_learned_the_queue_stays_stopped_and_each_send_com
         6,
         "nothing more reached the device"
     );
+    let commands = || {
+        let c = rig.sim.model.counters();
+        (
+            c.command_count(Opcode::SQERR2RTS_QP.0),
+            c.command_count(Opcode::QUERY_QP.0),
+        )
+    };
+    let before = commands();
+    let k = rig.port.counters();
+    assert_eq!(
+        (k.qp_recoveries, k.recovery_failures),
+        (0, 1),
+        "no second recovery sooner than RECOVERY_RETRY after the failure: {k:?}"
+    );
+    // The refusals asked for another recovery: it comes once a second has passed.
+    let _ = rig.pump_until(None, &[&a], &mut t, Duration::from_secs(2), |_| false);
+    let after = commands();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 1),
+        "one more SQERR2RTS (refused: the QP is in RTS), settled by QUERY_QP"
+    );
+    let k = rig.port.counters();
+    assert_eq!((k.qp_recoveries, k.recovery_failures), (1, 1), "{k:?}");
+    let sent = send_and_see_on_the_wire(&rig, &a, &mut t, 200);
     deregister(a, &mut t);
-    assert_eq!(t.done.len(), 6 + 4, "each send completed once");
+    assert_eq!(t.done.len(), 6 + 4 + sent.len(), "each send completed once");
     assert_eq!(rig.hca.lost_command_slots(), 1);
     // The SQERR2RTS input mailbox and the QUERY_QP output mailbox.
     assert_clean_but_kept(&rig, 2, "unsettled");
@@ -408,11 +437,10 @@ fn an_sqerr2rts_lost_without_effect_is_issued_again_and_the_queue_runs() {
 /// hardware flushed complete with that flush, later sends with a software flush without
 /// reaching the device, each exactly once. Asked again while the firmware still loses them,
 /// the recovery fails with the typed error naming the QP and the attempts; once the firmware
-/// runs the command, a later recovery brings the queue back without a reopen, and sends
-/// reach the wire. The close resets the function and leaves nothing, no IOMMU fault.
+/// runs the command, the recovery the refused sends asked the MAD layer for brings the queue
+/// back without a reopen, and sends reach the wire. The close resets the function and leaves nothing, no IOMMU fault.
 #[test]
-fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_recovery_brings_the_queue_back()
- {
+fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_post_brings_the_queue_back() {
     let rig = MadRig::new();
     let a = rig.requester();
     let mut t = Tracker::default();
@@ -489,10 +517,11 @@ fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_recovery_br
     );
     assert_eq!(faults.commands_left_to_lose(), 0);
 
-    // The firmware runs SQERR2RTS again: a later recovery brings the queue back.
-    rig.hw
-        .recover_send_queue(SpecialQp::Gsi)
-        .expect("the firmware runs the command now");
+    // The firmware runs SQERR2RTS again. The refused sends above asked the MAD layer for
+    // another recovery: its next pass makes it, and the queue runs without a reopen.
+    let _ = rig.pump_until(None, &[&a], &mut t, Duration::from_secs(2), |_| false);
+    let k = rig.port.counters();
+    assert_eq!((k.qp_recoveries, k.recovery_failures), (1, 1), "{k:?}");
     let more = send_and_see_on_the_wire(&rig, &a, &mut t, 200);
 
     deregister(a, &mut t);

@@ -142,6 +142,10 @@ pub(crate) struct Qp {
     /// The first WQE index posted after the last SQERR2RTS: flushes of WQEs before it belong
     /// to the stop that recovery ended, so they do not stop the queue again.
     recovered_at: Option<u16>,
+    /// The last recovery failed: an attempt of it that timed out may still run late, so the
+    /// next recovery settles even a refused first attempt with QUERY_QP (see
+    /// [`Qp::sqerr2rts`]).
+    recovery_unsettled: bool,
     bf: BfReg,
     lkey: u32,
 }
@@ -285,6 +289,7 @@ impl Qp {
             recvs: VecDeque::new(),
             state: SwState::Reset,
             recovered_at: None,
+            recovery_unsettled: false,
             bf: p.bf,
             lkey: p.lkey,
         };
@@ -341,7 +346,9 @@ impl Qp {
         match self.state {
             SwState::Rts => Ok(()),
             SwState::SqError => {
-                self.sqerr2rts(dev)?;
+                let r = self.sqerr2rts(dev);
+                self.recovery_unsettled = r.is_err();
+                r?;
                 self.state = SwState::Rts;
                 self.recovered_at = Some(self.sq_head as u16);
                 Ok(())
@@ -371,10 +378,12 @@ impl Qp {
     ///
     /// A retry refused outright by the firmware (a failure status) is settled by QUERY_QP as
     /// well: an earlier attempt that timed out may have run late, moving the QP to RTS, and
-    /// SQERR2RTS from RTS fails with a bad state although the queue runs. A first attempt the
-    /// firmware refuses ends the recovery with its error, as before (the firmware said what
-    /// it thinks of the QP; the kernel's `ib_mad_send_error` logs a failed modify and gives
-    /// up too).
+    /// SQERR2RTS from RTS fails with a bad state although the queue runs. So is the first
+    /// attempt of a recovery that follows a failed one (the MAD layer asks again when a post
+    /// is refused later): an attempt of that failed recovery may have run since. A first
+    /// attempt the firmware refuses otherwise ends the recovery with its error, as before
+    /// (the firmware said what it thinks of the QP; the kernel's `ib_mad_send_error` logs a
+    /// failed modify and gives up too).
     ///
     /// The bound keeps a firmware that loses every SQERR2RTS from holding the caller (the MAD
     /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] command timeouts, and from losing
@@ -387,7 +396,8 @@ impl Qp {
             let Err(err) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) else {
                 return Ok(());
             };
-            let refused_retry = attempt > 1 && matches!(err, DriverError::CommandFailed { .. });
+            let refused_retry = (attempt > 1 || self.recovery_unsettled)
+                && matches!(err, DriverError::CommandFailed { .. });
             if !outcome_unknown(&err) && !refused_retry {
                 return Err(err);
             }
@@ -850,6 +860,7 @@ mod tests {
             recvs: VecDeque::new(),
             state: SwState::Rts,
             recovered_at: None,
+            recovery_unsettled: false,
             bf: BfReg::new(0x2000, 0, 9),
             lkey: 0x100,
         };
