@@ -915,7 +915,9 @@ impl PortShared {
         let p = Pending {
             agent: Arc::clone(&self.internal),
             id: self.next_send_id(),
-            mad: mad.to_vec(),
+            mad: self
+                .ring(qp)
+                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(&mad)),
             header,
             dest,
             timeout_ms: 0,

@@ -42,10 +42,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Pending {
     pub(crate) agent: Arc<AgentInner>,
     pub(crate) id: SendId,
-    /// The MAD as given (24 to 256 bytes): copied into the slot's send buffer (zero-padded)
-    /// at install, and freed then. Kept in the caller's `Vec` rather than copied into the
-    /// record, which moves several times on its way to a slot (a 256-byte record costs
-    /// more to move than the allocator costs).
+    /// The MAD (24 to 256 bytes), in a buffer from [`SendRing::mad_buffer`]: copied into the
+    /// slot's send buffer (zero-padded) at install, when the buffer goes back to the ring's
+    /// spares. Kept out of line rather than in the record, which moves several times on its
+    /// way to a slot (a 256-byte record costs more to move than the buffer costs).
     pub(crate) mad: Vec<u8>,
     /// The MAD's first 24 bytes (the TID's upper half is rewritten at install), for the
     /// completion.
@@ -207,6 +207,9 @@ pub(crate) struct Queues {
     /// lease `i / BUFS_PER_LEASE`. Under the queue lock, which every install (the only writer
     /// of a buffer) holds: a lease is written through a shared reference, and is not `Sync`.
     pub(crate) buffers: Vec<DmaLease>,
+    /// MAD buffers (ordinary memory) given back at install, for the next sends (at most the
+    /// send queue's depth of them): see [`SendRing::mad_buffer`].
+    spares: Vec<Vec<u8>>,
 }
 
 /// Slot `index`'s send buffer in `buffers` ([`Queues::buffers`]): its lease and the MAD's
@@ -335,6 +338,19 @@ impl SendRing {
 
     pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queues> {
         lock(&self.queue)
+    }
+
+    /// A copy of `mad` for a [`Pending`], in a buffer the ring kept from an earlier send if
+    /// it has one. Sends often wait (for flow control, a slot or an entry) and then leave in
+    /// bursts, and so would their buffers if each were freed at install: a general-purpose
+    /// allocator serves a block freed just before far more cheaply than one of a burst freed
+    /// long after it was allocated, so the caller's buffer is freed by its caller at once and
+    /// the MAD waits in one of these.
+    pub(crate) fn mad_buffer(&self, mad: &[u8]) -> Vec<u8> {
+        let spare = self.lock_queue().spares.pop();
+        let mut buf = spare.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
+        buf.extend_from_slice(mad);
+        buf
     }
 
     /// Slots holding requests.
@@ -516,7 +532,11 @@ impl SendRing {
                     let Some((_, Job::New(p))) = list.pop_front() else {
                         unreachable!("the head is a new send")
                     };
-                    self.install(&q.buffers, index, p, from_requests)
+                    let (out, mad) = self.install(&q.buffers, index, p, from_requests);
+                    if q.spares.len() < self.depth as usize && mad.capacity() >= MAD_LEN {
+                        q.spares.push(mad);
+                    }
+                    out
                 }
                 &Job::Repost {
                     index,
@@ -582,9 +602,15 @@ impl SendRing {
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
     /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
-    /// slot's send buffer (zero-padded) and free it, build the work request. Called with the
-    /// queue lock held.
-    fn install(&self, buffers: &[DmaLease], index: u32, mut p: Pending, request: bool) -> Drained {
+    /// slot's send buffer (zero-padded), build the work request. Returns it with the MAD's
+    /// buffer, emptied (for the spares). Called with the queue lock held.
+    fn install(
+        &self,
+        buffers: &[DmaLease],
+        index: u32,
+        mut p: Pending,
+        request: bool,
+    ) -> (Drained, Vec<u8>) {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
         let tid = if p.is_response {
@@ -610,8 +636,9 @@ impl SendRing {
             // The buffer is MAD_LEN bytes inside its lease by construction.
             tracing::error!("copying a MAD into its send buffer: {e}");
         }
-        // Not needed any more (retries send the buffer again): freed now, not at DONE.
-        drop(std::mem::take(&mut p.mad));
+        // Not needed any more (retries send the send buffer again).
+        let mut mad = std::mem::take(&mut p.mad);
+        mad.clear();
         let wr = self.send_wr(buffers, index, generation, &p);
         bump(&p.agent.cells.posted);
         slot.send_id.store(p.id.0, Ordering::Release);
@@ -638,10 +665,13 @@ impl SendRing {
         if !published {
             tracing::error!(index, "send slot from the free list was not free");
         }
-        Drained::Post {
-            wr,
-            on_fail: WcStatus::LocQpOpErr,
-        }
+        (
+            Drained::Post {
+                wr,
+                on_fail: WcStatus::LocQpOpErr,
+            },
+            mad,
+        )
     }
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);

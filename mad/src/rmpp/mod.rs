@@ -699,7 +699,9 @@ impl PortShared {
         self.enqueue(Pending {
             agent: Arc::clone(agent),
             id,
-            mad: mad.to_vec(),
+            mad: self
+                .ring(SpecialQp::Gsi)
+                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(mad)),
             header,
             dest,
             timeout_ms: 0,
