@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dma::Access;
 use driver::verbs::{SpecialQp, UdDest};
 use mad_wire::class;
 use mad_wire::header::{HEADER_LEN, MAD_LEN, is_response};
@@ -289,7 +288,8 @@ impl Agent {
     /// deregistered, a MAD shorter than its header or (without RMPP) longer than one MAD, a
     /// class that does not use the agent's QP, a timeout on an agent without a receive side,
     /// RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
-    /// not process, no DMA memory.
+    /// not process, no DMA memory (for an RMPP transfer's or a local SMP's own needs; an
+    /// ordinary send uses its slot's send buffer, leased when the port opened).
     pub fn send(&self, req: SendRequest) -> Result<SendId, MadError> {
         let SendRequest {
             mut mad,
@@ -334,20 +334,24 @@ impl Agent {
         if let Some(id) = port.smi_send(agent, &mut mad, &dest, context)? {
             return Ok(id);
         }
-        let lease = if len == MAD_LEN {
-            port.hca.dma().lease_copy(&mad, 64, Access::Read)?
-        } else {
-            let lease = port.hca.dma().lease(MAD_LEN, 64, Access::Read)?;
-            lease.write(0, &mad)?;
-            lease
-        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+        let response = is_response(mad_class, mad[3], attr_mod);
+        // The MAD waits in a buffer of the ring's, and the caller's goes now (see
+        // `SendRing::mad_buffer`).
+        let mad = match port.ring(agent.qp) {
+            Some(ring) => {
+                let copy = ring.mad_buffer(&mad);
+                drop(mad);
+                copy
+            }
+            None => mad,
+        };
         let pending = Pending {
             agent: Arc::clone(agent),
             id: port.next_send_id(),
-            lease,
+            mad,
             header,
             dest,
             timeout_ms,
@@ -355,7 +359,7 @@ impl Agent {
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
-            is_response: is_response(mad_class, mad[3], attr_mod),
+            is_response: response,
         };
         // Counted before the closing check, which deregistration sets before it sweeps: either
         // deregistration sees this send, or this send sees it closing.

@@ -17,7 +17,8 @@
 //! - [`slot_state`]: the kernel's 2025 send state machine as one atomic word per slot, moved by
 //!   compare-and-swap (model-checked with loom).
 //! - `ring`: per QP, a ring of send slots (4 per send queue entry by default), indexed by
-//!   `wr_id`; each slot owns the DMA lease of its MAD until DONE; a send queue entry is held
+//!   `wr_id`; each slot has a send buffer of its own (leased with the ring when the port
+//!   opens, 16 to a lease) that holds its MAD until DONE; a send queue entry is held
 //!   only from post to completion; what cannot go yet waits in order, nothing is refused.
 //! - [`tid`]: `wr_id` and TID encodings (the TID's upper 32 bits name the slot: O(1) matching).
 //! - `progress`: the progress loop (CQEs, responses, timers, cancels, fatal errors).

@@ -30,7 +30,7 @@ use crate::flow::{self, Backlogged, FlowControl};
 use crate::park::Parking;
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
-use crate::ring::{Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
+use crate::ring::{BUFS_PER_LEASE, Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
@@ -254,6 +254,9 @@ pub struct QpCensus {
     pub recv_posted: usize,
     /// Receive buffers held but not posted (the device refused them back).
     pub recv_idle: usize,
+    /// DMA leases holding the slots' send buffers (16 MADs each), leased when the port
+    /// opened and kept until it is dropped: the only DMA memory sends use.
+    pub send_buffer_leases: usize,
 }
 
 impl QpCensus {
@@ -288,8 +291,8 @@ pub struct Census {
 }
 
 impl Port {
-    /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue, lease
-    /// and post a receive buffer per receive queue entry.
+    /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue and
+    /// lease its slots' send buffers, lease and post a receive buffer per receive queue entry.
     pub fn open(hca: Arc<dyn HcaPort>, config: PortConfig) -> Result<Port, MadError> {
         let attrs = hca.attrs()?;
         let pool = hca.dma().clone();
@@ -309,7 +312,15 @@ impl Port {
                 .unwrap_or(sq.saturating_mul(DEFAULT_SLOTS_PER_ENTRY))
                 .clamp(1, MAX_SLOTS_PER_QP);
             let i = qpi(qp);
-            rings[i] = Some(SendRing::new(qp, slots, sq));
+            match SendRing::new(qp, slots, sq, &pool) {
+                Ok(ring) => rings[i] = Some(ring),
+                Err(e) => {
+                    for r in recv.iter_mut().flatten() {
+                        r.shutdown(true);
+                    }
+                    return Err(e.into());
+                }
+            }
             last_tid[i] = vec![0; slots as usize];
             recv_depth[i] = rq;
             let mut rr = RecvRing::new(qp, rq, &pool)?;
@@ -1287,6 +1298,7 @@ impl PortShared {
                 posted: ring.posted(),
                 recv_posted: self.gauges.recv_posted[qpi(ring.qp)].load(Ordering::Relaxed),
                 recv_idle: self.gauges.recv_idle[qpi(ring.qp)].load(Ordering::Relaxed),
+                send_buffer_leases: ring.buffer_leases,
                 ..QpCensus::default()
             };
             for s in &*ring.slots {
@@ -1329,8 +1341,9 @@ impl PortShared {
 impl Drop for PortShared {
     /// Every client agent is gone (each held the port). Let the port's own replies finish (a
     /// second of device time at most), take back what the device returns, then release the
-    /// receive buffers: those still posted to a live device are leaked on purpose, because the
-    /// device may still write them (close the HCA before dropping the port to get them back).
+    /// receive and send buffers: those still posted to a live device are leaked on purpose,
+    /// because the device may still access them (close the HCA before dropping the port to
+    /// get them back). A send buffer is leaked with the lease it shares with 15 others.
     fn drop(&mut self) {
         let internal = Arc::clone(&self.internal);
         let deadline = self.hca.now() + Duration::from_secs(1);
@@ -1351,14 +1364,19 @@ impl Drop for PortShared {
         for r in st.recv.iter_mut().flatten() {
             leaked += r.shutdown(!dead);
         }
-        for ring in self.rings.iter().flatten() {
-            for slot in &*ring.slots {
+        for ring in self.rings.iter_mut().flatten() {
+            let mut on_qp = vec![false; ring.buffer_leases];
+            for (index, slot) in ring.slots.iter().enumerate() {
                 let w = slot.state.load();
-                if let Some(d) = lock(&slot.data).take() {
-                    if w.on_qp() && !dead {
-                        std::mem::forget(d.p.lease);
-                        leaked += 1;
-                    }
+                if lock(&slot.data).take().is_some() && w.on_qp() && !dead {
+                    on_qp[index / BUFS_PER_LEASE as usize] = true;
+                }
+            }
+            let queues = ring.queue.get_mut().unwrap_or_else(PoisonError::into_inner);
+            for (lease, keep) in std::mem::take(&mut queues.buffers).into_iter().zip(on_qp) {
+                if keep {
+                    std::mem::forget(lease);
+                    leaked += 1;
                 }
             }
         }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dma::Access;
 use driver::verbs::{DeviceEvent, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
 use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad};
 use mad_wire::{class, vendor};
@@ -974,20 +973,14 @@ impl PortShared {
         let Some(mad) = self.smi_reply(mad, dest.pkey_index) else {
             return;
         };
-        let mad = &mad;
-        let lease = match self.hca.dma().lease_copy(mad, 64, Access::Read) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(port = self.port_num, "no DMA memory for a reply: {e}");
-                return;
-            }
-        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let p = Pending {
             agent: Arc::clone(&self.internal),
             id: self.next_send_id(),
-            lease,
+            mad: self
+                .ring(qp)
+                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(&mad)),
             header,
             dest,
             timeout_ms: 0,

@@ -2,8 +2,11 @@
 //! free slots, the send queue's entries, and the in-order queue of what waits for them.
 //!
 //! A send lives in exactly one place: its agent's flow-control backlog, this ring's queue
-//! (both as a [`Pending`] record that owns its DMA lease), or a slot (which then owns the
-//! lease). It moves from the queue into a slot under the queue lock, so a search that holds
+//! (both as a [`Pending`] record that owns its MAD), or a slot. Each slot has a send buffer of
+//! its own, leased with the ring when the port opens (like the receive buffers): the MAD is
+//! copied into it when the send moves into the slot, and it is reused by the slot's next send
+//! once this one is DONE (the device no longer reads it then: DESIGN §4.3), so no DMA memory
+//! is leased per send. It moves from the queue into a slot under the queue lock, so a search that holds
 //! that lock finds it in one place or the other. A slot stays owned from install to DONE; a
 //! send queue entry only from post to completion, as in the kernel, where a send waiting for
 //! its response no longer occupies the send queue. So the work requests posted never exceed
@@ -20,7 +23,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use dma::DmaLease;
+use dma::{Access, DmaError, DmaLease, DmaPool};
 use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN};
 
@@ -34,12 +37,18 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A send that has no slot yet. It owns its DMA lease, which already holds the MAD.
+/// A send that has no slot yet. It owns its MAD, which goes into its slot's send buffer at
+/// install.
 pub(crate) struct Pending {
     pub(crate) agent: Arc<AgentInner>,
     pub(crate) id: SendId,
-    pub(crate) lease: DmaLease,
-    /// The MAD's first 24 bytes as given (the TID's upper half is rewritten at install).
+    /// The MAD (24 to 256 bytes), in a buffer from [`SendRing::mad_buffer`]: copied into the
+    /// slot's send buffer (zero-padded) at install, when the buffer goes back to the ring's
+    /// spares. Kept out of line rather than in the record, which moves several times on its
+    /// way to a slot (a 256-byte record costs more to move than the buffer costs).
+    pub(crate) mad: Vec<u8>,
+    /// The MAD's first 24 bytes (the TID's upper half is rewritten at install), for the
+    /// completion.
     pub(crate) header: [u8; HEADER_LEN],
     pub(crate) dest: UdDest,
     pub(crate) timeout_ms: u32,
@@ -194,6 +203,22 @@ pub(crate) struct Queues {
     next_seq: u64,
     requests: VecDeque<(u64, Job)>,
     others: VecDeque<(u64, Job)>,
+    /// The slots' send buffers: slot `i`'s MAD is at byte `(i % BUFS_PER_LEASE) * MAD_LEN` of
+    /// lease `i / BUFS_PER_LEASE`. Under the queue lock, which every install (the only writer
+    /// of a buffer) holds: a lease is written through a shared reference, and is not `Sync`.
+    pub(crate) buffers: Vec<DmaLease>,
+    /// MAD buffers (ordinary memory) given back at install, for the next sends (at most the
+    /// send queue's depth of them): see [`SendRing::mad_buffer`].
+    spares: Vec<Vec<u8>>,
+}
+
+/// Slot `index`'s send buffer in `buffers` ([`Queues::buffers`]): its lease and the MAD's
+/// offset in it.
+fn buffer(buffers: &[DmaLease], index: u32) -> (&DmaLease, usize) {
+    (
+        &buffers[(index / BUFS_PER_LEASE) as usize],
+        (index % BUFS_PER_LEASE) as usize * MAD_LEN,
+    )
 }
 
 impl Queues {
@@ -236,7 +261,7 @@ pub(crate) struct SendRing {
     pub(crate) request_limit: u32,
     requests_held: AtomicU32,
     free: FreeRing,
-    queue: Mutex<Queues>,
+    pub(crate) queue: Mutex<Queues>,
     queued: AtomicUsize,
     posting: AtomicBool,
     /// Bumped whenever a drain could newly make progress (a job queued, a slot or an entry
@@ -244,15 +269,33 @@ pub(crate) struct SendRing {
     kicks: AtomicU64,
     /// The drainer's chain of work requests (see [`PostBatch`]).
     pub(crate) batch: Mutex<PostBatch>,
+    /// The leases of the slots' send buffers (kept in the queue: see [`Queues::buffers`]).
+    pub(crate) buffer_leases: usize,
 }
+
+/// Send buffers per DMA lease: one 4 KiB page of MADs (in strict mode each lease is mapped
+/// on its own, and a mapping is at least a page, so smaller leases would only multiply the
+/// mappings).
+pub(crate) const BUFS_PER_LEASE: u32 = 4096 / MAD_LEN as u32;
 
 impl SendRing {
     /// A ring of `slots` slots (at least 1) on `qp` whose send queue holds `depth` work
-    /// requests (at least 1).
-    pub(crate) fn new(qp: SpecialQp, slots: u32, depth: u32) -> SendRing {
+    /// requests (at least 1), with a send buffer per slot leased from `pool`.
+    pub(crate) fn new(
+        qp: SpecialQp,
+        slots: u32,
+        depth: u32,
+        pool: &DmaPool,
+    ) -> Result<SendRing, DmaError> {
         let slots = slots.max(1);
         let depth = depth.max(1);
-        SendRing {
+        let buffers = (0..slots.div_ceil(BUFS_PER_LEASE))
+            .map(|i| {
+                let n = (slots - i * BUFS_PER_LEASE).min(BUFS_PER_LEASE) as usize;
+                pool.lease(n * MAD_LEN, 64, Access::Read)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SendRing {
             qp,
             slots: (0..slots).map(|_| Slot::new()).collect(),
             layout: TidLayout::new(qp, slots),
@@ -261,7 +304,11 @@ impl SendRing {
             request_limit: (slots - depth.min(slots / 2)).max(1),
             requests_held: AtomicU32::new(0),
             free: FreeRing::full(slots),
-            queue: Mutex::new(Queues::default()),
+            buffer_leases: buffers.len(),
+            queue: Mutex::new(Queues {
+                buffers,
+                ..Queues::default()
+            }),
             queued: AtomicUsize::new(0),
             posting: AtomicBool::new(false),
             kicks: AtomicU64::new(0),
@@ -269,7 +316,7 @@ impl SendRing {
                 wrs: Vec::with_capacity(POST_BATCH),
                 meta: Vec::with_capacity(POST_BATCH),
             }),
-        }
+        })
     }
 
     pub(crate) fn slot_count(&self) -> u32 {
@@ -291,6 +338,19 @@ impl SendRing {
 
     pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queues> {
         lock(&self.queue)
+    }
+
+    /// A copy of `mad` for a [`Pending`], in a buffer the ring kept from an earlier send if
+    /// it has one. Sends often wait (for flow control, a slot or an entry) and then leave in
+    /// bursts, and so would their buffers if each were freed at install: a general-purpose
+    /// allocator serves a block freed just before far more cheaply than one of a burst freed
+    /// long after it was allocated, so the caller's buffer is freed by its caller at once and
+    /// the MAD waits in one of these.
+    pub(crate) fn mad_buffer(&self, mad: &[u8]) -> Vec<u8> {
+        let spare = self.lock_queue().spares.pop();
+        let mut buf = spare.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
+        buf.extend_from_slice(mad);
+        buf
     }
 
     /// Slots holding requests.
@@ -472,7 +532,11 @@ impl SendRing {
                     let Some((_, Job::New(p))) = list.pop_front() else {
                         unreachable!("the head is a new send")
                     };
-                    self.install(index, p, from_requests)
+                    let (out, mad) = self.install(&q.buffers, index, p, from_requests);
+                    if q.spares.len() < self.depth as usize && mad.capacity() >= MAD_LEN {
+                        q.spares.push(mad);
+                    }
+                    out
                 }
                 &Job::Repost {
                     index,
@@ -495,7 +559,7 @@ impl SendRing {
                             .map(|d| {
                                 bump(&d.p.agent.cells.posted);
                                 Drained::Post {
-                                    wr: self.send_wr(index, generation, &d.p),
+                                    wr: self.send_wr(&q.buffers, index, generation, &d.p),
                                     on_fail,
                                 }
                             });
@@ -524,11 +588,12 @@ impl SendRing {
     /// The work request of `p` in slot `index` (generation `generation`): built at install
     /// and again for each repost rather than kept in the slot, whose record moves (into the
     /// slot, out at DONE) are cheaper without it.
-    fn send_wr(&self, index: u32, generation: u32, p: &Pending) -> SendWr {
+    fn send_wr(&self, buffers: &[DmaLease], index: u32, generation: u32, p: &Pending) -> SendWr {
+        let (lease, offset) = buffer(buffers, index);
         SendWr {
             wr_id: self.wr_id(index, generation),
             sge: Sge {
-                iova: p.lease.iova(),
+                iova: lease.iova() + offset as u64,
                 len: MAD_LEN as u32,
             },
             dest: p.dest,
@@ -536,9 +601,16 @@ impl SendRing {
     }
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
-    /// TID's upper half for a request (in the DMA buffer and the kept header), build the work
-    /// request. Called with the queue lock held.
-    fn install(&self, index: u32, mut p: Pending, request: bool) -> Drained {
+    /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
+    /// slot's send buffer (zero-padded), build the work request. Returns it with the MAD's
+    /// buffer, emptied (for the spares). Called with the queue lock held.
+    fn install(
+        &self,
+        buffers: &[DmaLease],
+        index: u32,
+        mut p: Pending,
+        request: bool,
+    ) -> (Drained, Vec<u8>) {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
         let tid = if p.is_response {
@@ -546,13 +618,28 @@ impl SendRing {
         } else {
             let tid = self.layout.rewrite(p.tid(), index, generation);
             p.header[8..16].copy_from_slice(&tid.to_be_bytes());
-            if let Err(e) = p.lease.write_u32_be(8, (tid >> 32) as u32) {
-                // The lease is MAD_LEN bytes; offset 8 is always inside it.
-                tracing::error!("writing the TID into a send buffer: {e}");
-            }
+            p.mad[8..16].copy_from_slice(&tid.to_be_bytes());
             tid
         };
-        let wr = self.send_wr(index, generation, &p);
+        // The slot is free (it came from the free list): the device reads its buffer only
+        // once the work request built below is posted.
+        let (lease, offset) = buffer(buffers, index);
+        let len = p.mad.len().min(MAD_LEN);
+        let copied = lease.write(offset, &p.mad[..len]).and_then(|()| {
+            if len < MAD_LEN {
+                lease.fill(offset + len, MAD_LEN - len, 0)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = copied {
+            // The buffer is MAD_LEN bytes inside its lease by construction.
+            tracing::error!("copying a MAD into its send buffer: {e}");
+        }
+        // Not needed any more (retries send the send buffer again).
+        let mut mad = std::mem::take(&mut p.mad);
+        mad.clear();
+        let wr = self.send_wr(buffers, index, generation, &p);
         bump(&p.agent.cells.posted);
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
@@ -578,10 +665,13 @@ impl SendRing {
         if !published {
             tracing::error!(index, "send slot from the free list was not free");
         }
-        Drained::Post {
-            wr,
-            on_fail: WcStatus::LocQpOpErr,
-        }
+        (
+            Drained::Post {
+                wr,
+                on_fail: WcStatus::LocQpOpErr,
+            },
+            mad,
+        )
     }
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);

@@ -168,6 +168,60 @@ fn tid_of(m: &[u8]) -> u64 {
     u64::from_be_bytes(m[8..16].try_into().unwrap())
 }
 
+/// A slot's send buffer is reused by its next send: a shorter MAD goes out zero-padded, with
+/// none of the previous MAD's bytes, and the buffers are the leases the census names.
+#[test]
+fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(1),
+            ..PortConfig::default()
+        },
+    );
+    let census = r.port.census();
+    assert_eq!(
+        (
+            census.gsi.send_buffer_leases,
+            census.smi.map(|s| s.send_buffer_leases)
+        ),
+        (1, Some(1)),
+        "one lease holds the one slot's buffer on each QP"
+    );
+    let a = r.perf_agent();
+    let mut full = get(1);
+    full[24..].fill(0xA5);
+    a.send(SendRequest::new(full, gsi(2))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    let short = get(2)[..40].to_vec();
+    a.send(SendRequest::new(short, gsi(2))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent[0].mad[24..].iter().all(|&b| b == 0xA5),
+        "the first MAD whole"
+    );
+    // Its bytes as given, but for the TID's upper half, which the stack rewrites.
+    let mut expected = get(2)[..40].to_vec();
+    expected[8..12].copy_from_slice(&sent[1].mad[8..12]);
+    assert_eq!(
+        &sent[1].mad[..40],
+        &expected[..],
+        "the second MAD's own bytes"
+    );
+    assert!(
+        sent[1].mad[40..].iter().all(|&b| b == 0),
+        "zero-padded past its 40 bytes: {:?}",
+        &sent[1].mad[40..]
+    );
+    a.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn path1_send_without_response_completes_after_its_cqe() {
     let r = rig();
@@ -179,9 +233,14 @@ fn path1_send_without_response_completes_after_its_cqe() {
     assert_eq!(r.port.progress(), 0, "nothing completes before the CQE");
     assert!(a.try_event().is_none());
     assert_eq!(
+        r.port.census().gsi.active(),
+        1,
+        "the slot is held until the CQE"
+    );
+    assert_eq!(
         r.fake.accounting().leases_out,
-        r.base.leases_out + 1,
-        "the slot holds its lease"
+        r.base.leases_out,
+        "the MAD is in its slot's send buffer: no lease per send"
     );
     r.fake.execute(SpecialQp::Gsi, 1);
     let ev = r.collect(&a, Duration::from_millis(10));
@@ -264,8 +323,8 @@ fn path3_early_response_completes_the_send_only_at_its_cqe() {
     assert_eq!(r.port.census().gsi.count(SendState::EarlyResp), 1);
     assert_eq!(
         r.fake.accounting().leases_out,
-        r.base.leases_out + 1,
-        "the lease stays until the CQE"
+        r.base.leases_out,
+        "the MAD is in its slot's send buffer: no lease per send"
     );
     // Far beyond the timeout: an EARLY_RESP send does not time out.
     let ev = r.collect(&a, Duration::from_millis(500));

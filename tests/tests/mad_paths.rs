@@ -129,9 +129,14 @@ fn path03_early_response_completes_the_send_only_at_its_cqe() {
     assert_eq!(t.recvs[0].response_to.map(|s| s.id), Some(id));
     assert_eq!(rig.port.census().gsi.count(SendState::EarlyResp), 1);
     assert_eq!(
+        rig.port.census().gsi.active(),
+        2,
+        "the request's slot (and the answer's), with their send buffers, stay until their CQEs"
+    );
+    assert_eq!(
         rig.hca.accounting().mad_pool.leases_out,
-        rig.base_leases + 2,
-        "the request's lease (and the answer's) stay until their CQEs"
+        rig.base_leases,
+        "sends use their slots' buffers, leased when the port opened: no lease per send"
     );
     assert!(
         rig.pump_until(Some(&responder), &[&a], &mut t, ms(100), |t| t

@@ -35,7 +35,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dma::Access;
 use driver::verbs::{SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad, is_response};
 use mad_wire::rmpp::{Rmpp as RmppView, flags, rmpp_status, rmpp_type};
@@ -690,54 +689,29 @@ impl PortShared {
     }
 
     /// Post one MAD of the RMPP agent (a segment with `context` = its transfer, or a control
-    /// MAD with context 0). A buffer that cannot be had completes it at once with
-    /// GENERAL_ERR, which fails a segment's transfer.
+    /// MAD with context 0). It goes into a send slot's buffer like any other send.
     fn rmpp_post(&self, mad: &[u8; MAD_LEN], dest: UdDest, id: SendId, context: u64) {
         let agent = &self.rmpp.agent;
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
-        let lease = self
-            .hca
-            .dma()
-            .lease(MAD_LEN, 64, Access::Read)
-            .map_err(MadError::from)
-            .and_then(|l| l.write(0, mad).map(|()| l).map_err(MadError::from));
         agent.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);
-        match lease {
-            Ok(lease) => self.enqueue(Pending {
-                agent: Arc::clone(agent),
-                id,
-                lease,
-                header,
-                dest,
-                timeout_ms: 0,
-                max_retries: 0,
-                context,
-                solicited: false,
-                fc_counted: false,
-                // The TID is the transfer's: kept as it is, like a response's.
-                is_response: true,
-            }),
-            Err(e) => {
-                tracing::warn!(port = self.port_num, "no buffer for an RMPP segment: {e}");
-                self.cells.completed(WcStatus::GeneralErr);
-                agent.deliver(
-                    Event::Send(SendCompletion {
-                        agent: agent.id,
-                        id,
-                        context,
-                        status: WcStatus::GeneralErr,
-                        vendor_err: 0,
-                        retries: 0,
-                        tid: 0,
-                        header,
-                    }),
-                    self,
-                );
-                agent.outstanding.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+        self.enqueue(Pending {
+            agent: Arc::clone(agent),
+            id,
+            mad: self
+                .ring(SpecialQp::Gsi)
+                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(mad)),
+            header,
+            dest,
+            timeout_ms: 0,
+            max_retries: 0,
+            context,
+            solicited: false,
+            fc_counted: false,
+            // The TID is the transfer's: kept as it is, like a response's.
+            is_response: true,
+        });
     }
 
     /// The progress loop's hook: segment completions, then expired timers. Returns the work
