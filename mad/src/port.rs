@@ -617,7 +617,7 @@ impl PortShared {
     }
 
     /// Wait (wall time) up to `d` for the progress loop to do something, unless `ready`
-    /// already holds ([`Parking::park_unless`]: `ready` must take no lock).
+    /// already holds ([`TokenWaiters::park_unless`]: `ready` must take no lock).
     pub(crate) fn park_unless(&self, d: Duration, ready: &mut dyn FnMut() -> bool) {
         self.waiters.park_unless(d, ready);
     }

@@ -186,11 +186,11 @@ fn builder(bounded: bool) -> loom::model::Builder {
 
 /// (a) A thread waits on its queue while the holder lets the token go without producing its
 /// event: it sees the release and takes the token.
-fn release_reaches_a_queue_waiter(model: Model, queue: Arc<EventQueue>) {
+fn release_reaches_a_queue_waiter(model: Model, queue: &Arc<EventQueue>) {
     let w = World::new(model);
     let held = w.hold();
     let waiter = {
-        let (w, q) = (Arc::clone(&w), Arc::clone(&queue));
+        let (w, q) = (Arc::clone(&w), Arc::clone(queue));
         thread::spawn(move || wait_event(&w, &q))
     };
     drop(held);
@@ -201,7 +201,7 @@ fn release_reaches_a_queue_waiter(model: Model, queue: Arc<EventQueue>) {
 #[test]
 fn loom_waiters_release_wakes_a_queue_waiter() {
     check("(a) release vs queue waiter", false, || {
-        release_reaches_a_queue_waiter(FULL, EventQueue::shared());
+        release_reaches_a_queue_waiter(FULL, &EventQueue::shared());
     });
 }
 
@@ -283,19 +283,19 @@ fn loom_waiters_two_waiters_on_one_queue_both_return() {
         "(d') push + release vs two waiters on one queue",
         true,
         || {
-            two_waiters_on_one_queue(World::new(FULL));
+            two_waiters_on_one_queue(&World::new(FULL));
         },
     );
 }
 
 /// (d') with `w`'s waiters.
-fn two_waiters_on_one_queue(w: Arc<World>) {
+fn two_waiters_on_one_queue(w: &Arc<World>) {
     let q = EventQueue::shared();
     let open = StdAtomicBool::new(false);
     let held = w.hold();
     let waiters: Vec<_> = (0..2)
         .map(|_| {
-            let (w, q) = (Arc::clone(&w), Arc::clone(&q));
+            let (w, q) = (Arc::clone(w), Arc::clone(&q));
             thread::spawn(move || wait_event(&w, &q))
         })
         .collect();
@@ -374,7 +374,7 @@ fn loom_waiters_control_child() {
         Ok("unlocked-rouse") => (FULL, false),
         Ok("unlist-all") => {
             return builder(true).check(|| {
-                two_waiters_on_one_queue(World::with(TokenWaiters::with_unlisting_all()));
+                two_waiters_on_one_queue(&World::with(TokenWaiters::with_unlisting_all()));
             });
         }
         _ => return,
@@ -385,7 +385,7 @@ fn loom_waiters_control_child() {
         } else {
             Arc::new(EventQueue::with_unlocked_rouse())
         };
-        release_reaches_a_queue_waiter(model, queue);
+        release_reaches_a_queue_waiter(model, &queue);
     });
 }
 
