@@ -6,10 +6,20 @@
 //! one read queue per fd). A queue never takes an event for an agent after that agent's
 //! deregistration returned.
 
+#[cfg(loom)]
+use loom::sync::{
+    Condvar, Mutex, MutexGuard,
+    atomic::{AtomicU64, AtomicUsize},
+};
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
+#[cfg(not(loom))]
+use std::sync::{
+    Condvar, Mutex, MutexGuard,
+    atomic::{AtomicU64, AtomicUsize},
+};
 use std::time::Duration;
 
 use driver::verbs::WcStatus;
@@ -167,6 +177,10 @@ pub struct EventQueue {
     rousals: AtomicU64,
     /// Panics of the notify hook, caught.
     hook_panics: AtomicU64,
+    /// Loom only: whether [`EventQueue::rouse`] takes the queue's lock (not in a negative
+    /// control, which shows that the wake-up is lost without it).
+    #[cfg(loom)]
+    rouse_locks: bool,
 }
 
 impl fmt::Debug for EventQueue {
@@ -205,6 +219,18 @@ impl EventQueue {
             waiters: AtomicUsize::new(0),
             rousals: AtomicU64::new(0),
             hook_panics: AtomicU64::new(0),
+            #[cfg(loom)]
+            rouse_locks: true,
+        }
+    }
+
+    /// Loom only: a queue whose [`EventQueue::rouse`] does not take its lock (a negative
+    /// control).
+    #[cfg(all(loom, test))]
+    pub(crate) fn with_unlocked_rouse() -> EventQueue {
+        EventQueue {
+            rouse_locks: false,
+            ..EventQueue::new()
         }
     }
 
@@ -317,8 +343,24 @@ impl EventQueue {
     /// cannot fall between a waiter's look at the rousal count and its wait.
     pub(crate) fn rouse(&self) {
         self.rousals.fetch_add(1, Ordering::SeqCst);
-        drop(self.lock());
+        if self.rouse_locks() {
+            drop(self.lock());
+        }
         self.cv.notify_all();
+    }
+
+    /// Whether `rouse` takes the queue's lock: always.
+    #[cfg(not(loom))]
+    #[allow(clippy::unused_self, reason = "the loom build's twin reads the model")]
+    #[inline]
+    fn rouse_locks(&self) -> bool {
+        true
+    }
+
+    /// Whether `rouse` takes the queue's lock (not in a negative control).
+    #[cfg(loom)]
+    fn rouse_locks(&self) -> bool {
+        self.rouse_locks
     }
 
     /// How many times the notify hook panicked (each panic was caught).
@@ -345,15 +387,41 @@ impl EventQueue {
         }
         // Counted under the queue lock, which `push` takes before it reads the count.
         self.waiters.fetch_add(1, Ordering::SeqCst);
-        let (q, _) = self
-            .cv
-            .wait_timeout_while(q, timeout, |q| {
-                q.is_empty() && self.rousals.load(Ordering::SeqCst) == roused
-            })
-            .unwrap_or_else(PoisonError::into_inner);
+        let q = wait_while(&self.cv, q, timeout, |q| {
+            q.is_empty() && self.rousals.load(Ordering::SeqCst) == roused
+        });
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         !q.is_empty()
     }
+}
+
+/// Wait on `cv` while `pending` holds, or `d` passes.
+#[cfg(not(loom))]
+#[inline]
+fn wait_while<'a, T>(
+    cv: &Condvar,
+    g: MutexGuard<'a, T>,
+    d: Duration,
+    pending: impl FnMut(&mut T) -> bool,
+) -> MutexGuard<'a, T> {
+    cv.wait_timeout_while(g, d, pending)
+        .unwrap_or_else(PoisonError::into_inner)
+        .0
+}
+
+/// Wait on `cv` while `pending` holds: with no timeout, since loom's condition variable
+/// cannot time out, so that a missed wake-up is a deadlock loom reports.
+#[cfg(loom)]
+fn wait_while<'a, T>(
+    cv: &Condvar,
+    mut g: MutexGuard<'a, T>,
+    _d: Duration,
+    mut pending: impl FnMut(&mut T) -> bool,
+) -> MutexGuard<'a, T> {
+    while pending(&mut g) {
+        g = cv.wait(g).unwrap_or_else(PoisonError::into_inner);
+    }
+    g
 }
 
 /// Why [`EventQueue::push`] refused an event.

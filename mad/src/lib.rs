@@ -22,7 +22,8 @@
 //!   only from post to completion; what cannot go yet waits in order, nothing is refused.
 //! - [`tid`]: `wr_id` and TID encodings (the TID's upper 32 bits name the slot: O(1) matching).
 //! - `progress`: the progress loop (CQEs, responses, timers, cancels, fatal errors).
-//! - `park`: where threads wait for the thread running the progress loop, and its wake-up
+//! - `park`, `waiters`: where threads wait for the thread running the progress loop (parked,
+//!   or on their event queue), and the wake-ups when it does work or lets it go
 //!   (model-checked with loom).
 //! - [`timer`]: response timers in an indexed heap.
 //! - [`addr`], [`recv_rules`]: the address check of response matching, receive validation,
@@ -55,6 +56,7 @@ pub mod smi;
 mod sync;
 pub mod tid;
 pub mod timer;
+mod waiters;
 
 #[cfg(all(test, not(loom)))]
 mod double;

@@ -103,17 +103,19 @@ impl Parking {
         self.parked.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Whether `park_unless` looks at its condition again: always.
+    /// Whether a waiter looks at its condition again after counting itself (in
+    /// `park_unless`, and in `TokenWaiters::wait_on_queue`): always.
     #[cfg(not(loom))]
     #[allow(clippy::unused_self, reason = "the loom build's twin reads the model")]
     #[inline]
-    fn rechecks(&self) -> bool {
+    pub(crate) fn rechecks(&self) -> bool {
         true
     }
 
-    /// Whether `park_unless` looks at its condition again (not in a negative control).
+    /// Whether a waiter looks at its condition again after counting itself (not in a
+    /// negative control).
     #[cfg(loom)]
-    fn rechecks(&self) -> bool {
+    pub(crate) fn rechecks(&self) -> bool {
         self.model.recheck
     }
 
@@ -121,11 +123,11 @@ impl Parking {
     #[cfg(not(loom))]
     #[allow(clippy::unused_self, reason = "the loom build's twin reads the model")]
     #[inline]
-    fn seq_cst_fence(&self) {}
+    pub(crate) fn seq_cst_fence(&self) {}
 
     /// What loom needs to see the total order of the `SeqCst` accesses around it.
     #[cfg(loom)]
-    fn seq_cst_fence(&self) {
+    pub(crate) fn seq_cst_fence(&self) {
         if self.model.seq_cst {
             loom::sync::atomic::fence(Ordering::SeqCst);
         }
@@ -161,7 +163,7 @@ fn wait_while_unchanged(cv: &Condvar, mut g: MutexGuard<'_, u64>, seen: u64, _d:
 /// (no timeout under loom), which loom reports as a deadlock.
 /// Run with `RUSTFLAGS="--cfg loom" cargo test -p mad --release --lib loom`.
 #[cfg(all(test, loom))]
-mod loom_tests {
+pub(crate) mod loom_tests {
     use super::*;
     use loom::sync::Arc;
     use loom::sync::atomic::AtomicBool;
@@ -254,16 +256,26 @@ mod loom_tests {
     /// Run the model check of `control` in a child process of this test binary and require
     /// that it fail with loom's deadlock report.
     fn expect_deadlock(control: &str) {
+        expect_deadlock_in(
+            "park::loom_tests::loom_park_control_child",
+            CONTROL_ENV,
+            control,
+        );
+    }
+
+    /// Run the ignored test `child` (its full path) in a child process of this test binary,
+    /// with `env` naming `control`, and require that it fail with loom's deadlock report.
+    pub(crate) fn expect_deadlock_in(child: &str, env: &str, control: &str) {
         let exe = std::env::current_exe().expect("the test binary's path");
         let out = std::process::Command::new(exe)
             .args([
                 "--ignored",
                 "--exact",
-                "park::loom_tests::loom_park_control_child",
+                child,
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(CONTROL_ENV, control)
+            .env(env, control)
             .env("RUST_BACKTRACE", "0")
             .output()
             .expect("run the test binary");

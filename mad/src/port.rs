@@ -27,13 +27,13 @@ use crate::counters::{PortCells, PortCounters, bump};
 use crate::error::MadError;
 use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged, FlowControl};
-use crate::park::Parking;
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
 use crate::ring::{BUFS_PER_LEASE, Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
+use crate::waiters::{LetGo, Taken, TokenWaiters};
 
 /// Settings of a [`Port`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,16 +150,9 @@ pub(crate) struct PortShared {
     pub(crate) solo_cells: PortCells,
     /// Gauges the progress loop mirrors for [`Port::census`].
     pub(crate) gauges: Gauges,
-    /// Where threads that cannot take the progress token wait for it to do something.
-    parking: Parking,
-    /// Times the progress token was let go: a thread that found the token taken parks
-    /// unless this moved since it looked, and is woken when it moves.
-    releases: AtomicU64,
-    /// Event queues whose threads wait in [`PortShared::wait_event`] for the token's holder
-    /// (they wait on their queue, not in `parking`), roused when the token is let go;
-    /// `queue_waits` counts them, so that letting go takes no lock when there are none.
-    queue_waiters: Mutex<Vec<Arc<EventQueue>>>,
-    queue_waits: AtomicUsize,
+    /// The threads that found the progress token taken (parked, or waiting on their event
+    /// queue), and the count of its releases they look at.
+    waiters: TokenWaiters,
     /// Progress passes so far (device events are taken every few passes).
     pub(crate) passes: AtomicU64,
     /// Directed-route SMPs: local completions and counters (crate::smi).
@@ -176,25 +169,11 @@ pub(crate) struct PortShared {
 }
 
 /// The progress token held: the loop's state, and on letting go a wake-up for the threads
-/// that found it taken ([`PortShared::token_released`]). The fields drop in order: the
-/// lock first, then the wake-up.
+/// that found it taken ([`LetGo`]). The fields drop in order: the lock first, then the
+/// wake-up.
 pub(crate) struct Token<'a> {
     st: MutexGuard<'a, ProgressState>,
     _let_go: LetGo<'a>,
-}
-
-/// The progress token was held by another thread when tried: the count of its releases
-/// read before the try.
-#[derive(Clone, Copy)]
-pub(crate) struct Taken(u64);
-
-/// Wakes the threads waiting for the progress loop when the token it belongs to is dropped.
-struct LetGo<'a>(&'a PortShared);
-
-impl Drop for LetGo<'_> {
-    fn drop(&mut self) {
-        self.0.token_released();
-    }
 }
 
 impl std::ops::Deref for Token<'_> {
@@ -370,10 +349,7 @@ impl Port {
             cells: PortCells::default(),
             solo_cells: PortCells::default(),
             gauges: Gauges::default(),
-            parking: Parking::new(),
-            releases: AtomicU64::new(0),
-            queue_waiters: Mutex::new(Vec::new()),
-            queue_waits: AtomicUsize::new(0),
+            waiters: TokenWaiters::new(),
             passes: AtomicU64::new(0),
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
@@ -629,14 +605,14 @@ impl PortShared {
     /// Wake threads waiting for the progress loop to do something.
     #[inline]
     pub(crate) fn notify_all(&self) {
-        self.parking.notify_all();
+        self.waiters.notify_all();
     }
 
     /// The progress loop, unless another thread is running it (a poisoned lock is taken too).
     /// The release count is read before the try, so that a release between a failed try
     /// and the park that follows is seen ([`PortShared::park_for_loop`]).
     fn try_progress(&self) -> Result<Token<'_>, Taken> {
-        let taken = Taken(self.releases.load(Ordering::SeqCst));
+        let taken = self.waiters.before_try();
         let st = match self.progress.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -644,28 +620,13 @@ impl PortShared {
         };
         Ok(Token {
             st,
-            _let_go: LetGo(self),
+            _let_go: self.waiters.let_go(),
         })
     }
 
     /// True once the token found `taken` was let go.
     fn let_go_since(&self, taken: Taken) -> bool {
-        self.releases.load(Ordering::SeqCst) != taken.0
-    }
-
-    /// The progress token was let go: wake the threads that found it taken, so that one of
-    /// them takes it (the holder may have left with their completions still to come, and
-    /// nobody would drive the loop until their `max_sleep` ended). Counted before the parked
-    /// and queue waiters are read, as a waiter counts itself before it reads the count (all
-    /// sequentially consistent): either the waiter sees the count move or this sees it.
-    fn token_released(&self) {
-        self.releases.fetch_add(1, Ordering::SeqCst);
-        self.parking.notify_all();
-        if self.queue_waits.load(Ordering::SeqCst) > 0 {
-            for q in lock(&self.queue_waiters).iter() {
-                q.rouse();
-            }
-        }
+        self.waiters.let_go_since(taken)
     }
 
     /// A thread that found the progress token `taken` waits up to `d` for the holder to do
@@ -675,9 +636,9 @@ impl PortShared {
     }
 
     /// Wait (wall time) up to `d` for the progress loop to do something, unless `ready`
-    /// already holds ([`Parking::park_unless`]: `ready` must take no lock).
+    /// already holds ([`TokenWaiters::park_unless`]: `ready` must take no lock).
     pub(crate) fn park_unless(&self, d: Duration, ready: &mut dyn FnMut() -> bool) {
-        self.parking.park_unless(d, ready);
+        self.waiters.park_unless(d, ready);
     }
 
     fn progress_nonblocking(&self) -> usize {
@@ -767,14 +728,7 @@ impl PortShared {
         // hears of: the thread waits on its queue, listed so that letting go of the token
         // rouses it.
         self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d, ready| {
-            lock(&self.queue_waiters).push(Arc::clone(queue));
-            self.queue_waits.fetch_add(1, Ordering::SeqCst);
-            queue.wait_nonempty_unless(d, ready);
-            self.queue_waits.fetch_sub(1, Ordering::SeqCst);
-            let mut list = lock(&self.queue_waiters);
-            if let Some(i) = list.iter().position(|q| Arc::ptr_eq(q, queue)) {
-                list.swap_remove(i);
-            }
+            self.waiters.wait_on_queue(queue, d, ready);
         });
         queue.try_pop()
     }

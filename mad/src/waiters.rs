@@ -1,0 +1,190 @@
+//! The threads that found the progress token taken, and what letting the token go does for
+//! them.
+//!
+//! They are of two kinds. Most park in [`Parking`] until the holder does some work or lets
+//! go. A thread in [`crate::Port::wait_event`] waits on its own event queue instead (a queue
+//! may be shared with agents of other ports, whose events this port's parking never hears
+//! of): it lists its queue here, and letting go of the token rouses every listed queue.
+//!
+//! Both kinds count themselves before they look again at the release count, and letting go
+//! bumps that count before it reads theirs (all sequentially consistent): either the waiter
+//! sees the release, or the releaser sees the waiter and wakes it.
+//!
+//! Under `--cfg loom` the list, counts and queues are loom's (see park.rs for what that
+//! changes); the model checks are in `waiters/loom_tests.rs`.
+
+#[cfg(loom)]
+use loom::sync::{
+    Mutex, MutexGuard,
+    atomic::{AtomicU64, AtomicUsize, Ordering},
+};
+use std::sync::{Arc, PoisonError};
+#[cfg(not(loom))]
+use std::sync::{
+    Mutex, MutexGuard,
+    atomic::{AtomicU64, AtomicUsize, Ordering},
+};
+use std::time::Duration;
+
+use crate::event::EventQueue;
+use crate::park::Parking;
+
+/// Who waits for the progress token's holder, and the count of its releases they look at.
+pub(crate) struct TokenWaiters {
+    /// Where threads wait for the holder to do something.
+    parking: Parking,
+    /// Times the progress token was let go: a thread that found the token taken waits
+    /// unless this moved since it looked, and is woken when it moves.
+    releases: AtomicU64,
+    /// Event queues whose threads wait in [`TokenWaiters::wait_on_queue`] (on their queue,
+    /// not in `parking`), roused when the token is let go; a queue is listed once per
+    /// thread waiting on it.
+    queues: Mutex<Vec<Arc<EventQueue>>>,
+    /// Threads counted in [`TokenWaiters::wait_on_queue`], so that letting go takes no lock
+    /// when there are none.
+    queue_waits: AtomicUsize,
+    /// Loom only: a leaving thread takes every entry of its queue off the list, not just its
+    /// own (a negative control: another thread waiting on the same queue is then not roused).
+    #[cfg(loom)]
+    unlists_all: bool,
+}
+
+/// The progress token was held by another thread when tried: the count of its releases
+/// read before the try.
+#[derive(Clone, Copy)]
+pub(crate) struct Taken(u64);
+
+/// Part of the progress token's guard: when dropped (after the token's lock), wakes the
+/// threads that found the token taken.
+pub(crate) struct LetGo<'a>(&'a TokenWaiters);
+
+impl Drop for LetGo<'_> {
+    fn drop(&mut self) {
+        self.0.released();
+    }
+}
+
+impl TokenWaiters {
+    /// Nobody waiting, no release yet.
+    pub(crate) fn new() -> Self {
+        TokenWaiters {
+            parking: Parking::new(),
+            releases: AtomicU64::new(0),
+            queues: Mutex::new(Vec::new()),
+            queue_waits: AtomicUsize::new(0),
+            #[cfg(loom)]
+            unlists_all: false,
+        }
+    }
+
+    /// Loom only: the protocol with some of its parts taken away (negative controls), in
+    /// both kinds of wait.
+    #[cfg(all(loom, test))]
+    pub(crate) fn with_model(model: crate::park::Model) -> Self {
+        TokenWaiters {
+            parking: Parking::with_model(model),
+            ..TokenWaiters::new()
+        }
+    }
+
+    /// Loom only: a leaving thread takes every entry of its queue off the list (a negative
+    /// control).
+    #[cfg(all(loom, test))]
+    pub(crate) fn with_unlisting_all() -> Self {
+        TokenWaiters {
+            unlists_all: true,
+            ..TokenWaiters::new()
+        }
+    }
+
+    /// The count of releases, read before a try of the token: if the try fails, a release
+    /// made between the try and the wait that follows is then seen.
+    #[inline]
+    pub(crate) fn before_try(&self) -> Taken {
+        Taken(self.releases.load(Ordering::SeqCst))
+    }
+
+    /// The part of the token's guard that calls [`TokenWaiters::released`] when dropped.
+    #[inline]
+    pub(crate) fn let_go(&self) -> LetGo<'_> {
+        LetGo(self)
+    }
+
+    /// True once the token found `taken` was let go.
+    #[inline]
+    pub(crate) fn let_go_since(&self, taken: Taken) -> bool {
+        self.releases.load(Ordering::SeqCst) != taken.0
+    }
+
+    /// Wake the parked threads: the holder did some work (published before this call).
+    #[inline]
+    pub(crate) fn notify_all(&self) {
+        self.parking.notify_all();
+    }
+
+    /// Wait (wall time) up to `d` for the holder to do something, unless `ready` already
+    /// holds ([`Parking::park_unless`]: `ready` must take no lock).
+    pub(crate) fn park_unless(&self, d: Duration, ready: &mut dyn FnMut() -> bool) {
+        self.parking.park_unless(d, ready);
+    }
+
+    /// The progress token was let go: wake the threads that found it taken, so that one of
+    /// them takes it (the holder may have left with their completions still to come, and
+    /// nobody would drive the loop until their `max_sleep` ended). Counted before the parked
+    /// and queue waiters are read, as a waiter counts itself before it reads the count.
+    /// Every waiter is woken, though one takes the token: a single wake-up would be lost if
+    /// its thread left without the token (its own condition held) and did not pass it on, a
+    /// variant not model-checked. The cost is N wake-ups per release with N threads waiting;
+    /// with none, three atomic accesses and no lock.
+    fn released(&self) {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.parking.notify_all();
+        self.parking.seq_cst_fence();
+        if self.queue_waits.load(Ordering::SeqCst) > 0 {
+            for q in lock(&self.queues).iter() {
+                q.rouse();
+            }
+        }
+    }
+
+    /// Wait (wall time) up to `d` on `queue` for an event, a release of the token, or
+    /// `ready` (looked at after the queue is listed and counted, without the queue's lock).
+    /// Listed before counted, unlisted after uncounted: a releaser that reads the count
+    /// finds the queue in the list.
+    pub(crate) fn wait_on_queue(
+        &self,
+        queue: &Arc<EventQueue>,
+        d: Duration,
+        ready: &mut dyn FnMut() -> bool,
+    ) {
+        lock(&self.queues).push(Arc::clone(queue));
+        self.queue_waits.fetch_add(1, Ordering::SeqCst);
+        self.parking.seq_cst_fence();
+        #[cfg(loom)]
+        let mut never = || false;
+        #[cfg(loom)]
+        let ready: &mut dyn FnMut() -> bool = if self.parking.rechecks() {
+            ready
+        } else {
+            &mut never
+        };
+        queue.wait_nonempty_unless(d, ready);
+        self.queue_waits.fetch_sub(1, Ordering::SeqCst);
+        let mut list = lock(&self.queues);
+        #[cfg(loom)]
+        if self.unlists_all {
+            list.retain(|q| !Arc::ptr_eq(q, queue));
+        }
+        if let Some(i) = list.iter().position(|q| Arc::ptr_eq(q, queue)) {
+            list.swap_remove(i);
+        }
+    }
+}
+
+/// The list's lock, also when a thread panicked holding it (the list stays meaningful).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests;
