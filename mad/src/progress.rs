@@ -36,8 +36,9 @@ use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 const PASS_BUDGET: usize = 1024;
 
 /// After a failed send-queue recovery, the least device time before a refused post brings
-/// another attempt (see `PortShared::retry_recovery`). Long against a post, short against
-/// the command timeouts an attempt on a device that loses commands costs.
+/// another attempt (see `PortShared::retry_recovery`): this, or twice what the failed
+/// recovery took if longer (an attempt on a device that loses commands costs its command
+/// timeouts).
 pub(crate) const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 
 /// Device events are taken every this many passes (and on every pass that finds no
@@ -139,8 +140,10 @@ impl PortShared {
             self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
-        drop(held);
+        // Under the hold, as an error CQE's recovery: a post landing between the recovery and
+        // its retry marks would be marked for a repost it does not need.
         work += self.retry_recovery(st);
+        drop(held);
         let reap = std::mem::take(&mut *lock(&self.reap));
         for r in &reap {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
@@ -435,6 +438,7 @@ impl PortShared {
     ///
     /// [`PostError::SendQueueError`]: driver::verbs::PostError::SendQueueError
     fn recover_send_queue(&self, st: &mut ProgressState, qp: SpecialQp) {
+        let start = self.hca.now();
         match self.hca.recover_send_queue(qp) {
             Ok(()) => {
                 st.sq_stuck[qpi(qp)] = None;
@@ -452,20 +456,25 @@ impl PortShared {
                 bump(&self.cells.recovery_failures);
                 // A refusal made before this failure must not bring the next attempt.
                 self.sq_refused[qpi(qp)].store(false, Ordering::Relaxed);
-                st.sq_stuck[qpi(qp)] = Some(self.hca.now() + RECOVERY_RETRY);
+                // An attempt on a device that loses commands holds this loop for its command
+                // timeouts: the next one waits at least twice as long as this one took, so
+                // the loop does other work at least two thirds of the time.
+                let now = self.hca.now();
+                let wait = RECOVERY_RETRY.max(now.saturating_sub(start) * 2);
+                st.sq_stuck[qpi(qp)] = Some(now + wait);
                 tracing::error!(
                     port = self.port_num,
                     qp = ?qp,
                     "send queue recovery: {e}; sends on this QP complete with WR_FLUSH_ERR \
-                     until a later post brings another attempt (at least {RECOVERY_RETRY:?} \
-                     from now)"
+                     until a later post brings another attempt (at least {wait:?} from now)"
                 );
             }
         }
     }
 
     /// After a failed recovery, a post refused because the send queue is still in SQE asks
-    /// for another attempt, at most once per [`RECOVERY_RETRY`] of device time. Without it the
+    /// for another attempt, made once the wait the failure set has passed (at least
+    /// [`RECOVERY_RETRY`] of device time). Without it the
     /// queue would stay refused until the port is reopened: the driver posts nothing while it
     /// believes SQE, so no error CQE would ever bring a recovery. The attempt waits for a
     /// refused post rather than a timer because an attempt on a device that loses commands

@@ -204,7 +204,7 @@ fn a_sqerr2rts_completion_whose_owner_bit_stays_set_is_resolved_and_the_queue_ru
 /// whose modify to RTS failed (`ib_mad_send_error` logs it and marks nothing for retry). The
 /// sends the hardware flushed complete with their flush, later sends with a software flush
 /// without reaching the device. The first refused post asks the MAD layer for another
-/// recovery, made once `RECOVERY_RETRY` (1 s) has passed since the failure: the firmware
+/// recovery, made once twice what the failed one took has passed: the firmware
 /// refuses that SQERR2RTS (its QP is in RTS since the withheld one ran), QUERY_QP settles it,
 /// and the queue runs again. Each send completes exactly once, and the port closes clean.
 #[test]
@@ -257,10 +257,18 @@ fn when_the_qp_state_cannot_be_learned_the_queue_stops_until_a_later_post_brings
     assert_eq!(
         (k.qp_recoveries, k.recovery_failures),
         (0, 1),
-        "no second recovery sooner than RECOVERY_RETRY after the failure: {k:?}"
+        "no second recovery at once after the failure: {k:?}"
     );
-    // The refusals asked for another recovery: it comes once a second has passed.
-    let _ = rig.pump_until(None, &[&a], &mut t, Duration::from_secs(2), |_| false);
+    // The refusals asked for another recovery: it comes once twice what the failed one took
+    // (its withheld SQERR2RTS: one command timeout) has passed.
+    let failed_at = rig.port.now();
+    assert!(rig.pump_until(None, &[&a], &mut t, CMD_TIMEOUT * 3, |_| {
+        rig.port.counters().qp_recoveries == 1
+    }));
+    assert!(
+        rig.port.now() >= failed_at + CMD_TIMEOUT,
+        "the attempt waited for twice what the failed recovery took"
+    );
     let after = commands();
     assert_eq!(
         (after.0 - before.0, after.1 - before.1),
@@ -518,8 +526,15 @@ fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_post_brings
     assert_eq!(faults.commands_left_to_lose(), 0);
 
     // The firmware runs SQERR2RTS again. The refused sends above asked the MAD layer for
-    // another recovery: its next pass makes it, and the queue runs without a reopen.
-    let _ = rig.pump_until(None, &[&a], &mut t, Duration::from_secs(2), |_| false);
+    // another recovery: it makes it once twice what the failed one took has passed, and the
+    // queue runs without a reopen.
+    assert!(
+        rig.pump_until(None, &[&a], &mut t, CMD_TIMEOUT * 3 * ATTEMPTS, |_| rig
+            .port
+            .counters()
+            .qp_recoveries
+            == 1)
+    );
     let k = rig.port.counters();
     assert_eq!((k.qp_recoveries, k.recovery_failures), (1, 1), "{k:?}");
     let more = send_and_see_on_the_wire(&rig, &a, &mut t, 200);
@@ -533,4 +548,90 @@ fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_post_brings
     assert_eq!(rig.hca.lost_command_slots(), 2 * ATTEMPTS as usize);
     assert_clean_but_kept(&rig, 2 * ATTEMPTS as usize, "lost every time");
     rig.finish();
+}
+
+/// A firmware that loses every SQERR2RTS, with a sender that keeps trying. Each recovery
+/// loses [`ATTEMPTS`] commands and holds the progress loop for as many command timeouts; a
+/// post refused after it asks for another, which waits at least twice as long as the failed
+/// one took (so the loop runs other work most of the time). Lost commands count against the
+/// driver's budget of untrusted completions: the one that uses it up makes the device fatal
+/// in the third recovery, so no more than the budget of command slots is ever lost. Then
+/// every send has completed exactly once, the agent is told of the fatal error once, new
+/// sends fail with the typed error, and the close resets the function and gives everything
+/// back with no IOMMU fault.
+#[test]
+fn a_firmware_that_loses_every_sqerr2rts_costs_spaced_recoveries_then_the_device_is_fatal() {
+    const BUDGET: u32 = 8;
+    assert_eq!(driver::mlx5::UNTRUSTED_COMPLETION_BUDGET, BUDGET as usize);
+    let rig = MadRig::new();
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    let faults = rig.sim.model.faults();
+    faults.lose_commands(Opcode::SQERR2RTS_QP.0, 1000);
+    let lost = || rig.sim.model.counters().commands_lost;
+    let mut ids = fail_first_with_lost_commands(&rig, &a, &mut t, 0, ATTEMPTS);
+    let round = CMD_TIMEOUT * ATTEMPTS;
+    let mut ended = rig.port.now();
+    assert_eq!(lost(), u64::from(ATTEMPTS));
+
+    // Second recovery: asked by a refused post, made no sooner than twice the first took.
+    ids.extend(send_n(&rig, &a, 100, 1));
+    assert!(rig.pump_until(None, &[&a], &mut t, ms(100), |t| t.all_done(&ids)));
+    assert_eq!(lost(), u64::from(ATTEMPTS), "no attempt at once");
+    assert!(rig.pump_until(None, &[&a], &mut t, round * 4, |_| lost()
+        >= u64::from(2 * ATTEMPTS)));
+    let now = rig.port.now();
+    assert!(
+        now >= ended + round * 2 + round,
+        "the second recovery waited twice what the first took: it ended {:?} after the first",
+        now.saturating_sub(ended)
+    );
+    assert!(rig.hca.fatal_reason().is_none(), "6 lost, under the budget");
+    ended = now;
+
+    // Third recovery: its second lost command uses up the budget.
+    ids.extend(send_n(&rig, &a, 200, 1));
+    assert!(rig.pump_until(None, &[&a], &mut t, round * 4, |_| {
+        rig.hca.fatal_reason().is_some()
+    }));
+    assert!(
+        rig.port.now() >= ended + round * 2,
+        "the third recovery waited too"
+    );
+    let reason = rig.hca.fatal_reason().unwrap_or_default();
+    assert!(
+        reason.contains("could not be trusted") && reason.contains("timed out"),
+        "{reason}"
+    );
+    assert_eq!(lost(), u64::from(BUDGET), "no command lost past the budget");
+    assert_eq!(rig.hca.lost_command_slots(), BUDGET as usize);
+
+    assert!(
+        rig.pump_until(None, &[&a], &mut t, ms(100), |t| t.all_done(&ids)
+            && t.fatal == 1)
+    );
+    assert_eq!(t.fatal, 1, "the agent is told once");
+    assert!(
+        matches!(
+            a.send(SendRequest::new(
+                mad(ANSWERED, SEND, 300),
+                rig.to_self(SpecialQp::Gsi)
+            )),
+            Err(mad::MadError::DeviceFatal { .. })
+        ),
+        "new sends fail fast"
+    );
+    let k = rig.port.counters();
+    assert_eq!((k.send_errors, k.qp_recoveries), (1, 0), "{k:?}");
+    assert!(k.recovery_failures >= 2, "{k:?}");
+    deregister(a, &mut t);
+    assert_eq!(t.done.len(), ids.len(), "each send completed once");
+    let resets = rig.sim.model.counters().function_resets;
+    let model = rig.sim.model.clone();
+    rig.finish_dead();
+    assert_eq!(
+        model.counters().function_resets,
+        resets + 1,
+        "the close reset the function"
+    );
 }

@@ -54,15 +54,18 @@ pub(crate) const CLOSE_DRAIN: Duration = Duration::from_secs(2);
 /// Command completions the driver could not trust, and whose memory it therefore keeps until
 /// the close, that one session tolerates: the one that uses up the budget makes the device
 /// fatal. Counted: completions refused as corrupt (a wrong entry token or output chain: their
-/// mailboxes are kept) and page GIVEs with an unknown outcome that were not refused (a bad
-/// delivery status: their pages are kept).
+/// mailboxes are kept), commands that timed out (their slot and mailboxes are kept: the
+/// firmware may still run them) and page GIVEs with an unknown outcome that were not refused
+/// (a bad delivery status: their pages are kept). Commands already in flight when the budget
+/// is reached may each add one more before the fatal state stops them.
 ///
 /// Why a budget: a kept completion pins up to two mailbox chains (and a GIVE its pages) until
 /// the quiesce, so a device that keeps corrupting completions would make the driver's memory
-/// grow without bound over a long session. Why eight: a healthy device gives none; one or two
-/// in a session are survivable glitches (the recovery paths meet at most two: a modify and
-/// the QUERY_QP that settles it), so the budget is well above what a glitch costs, while
-/// eight kept completions are at most sixteen chains.
+/// grow without bound over a long session, and one that loses commands would stall every
+/// slot, holding each caller for a command timeout. Why eight: a healthy device gives none;
+/// one or two in a session are survivable glitches (a send-queue recovery meets at most
+/// four: three SQERR2RTS and a QUERY_QP), so the budget is above what one glitch costs,
+/// while eight kept completions are at most sixteen chains and eight of the 31 slots.
 ///
 /// What the kernel does (`drivers/net/ethernet/mellanox/mlx5/core/cmd.c`, `health.c`): it
 /// counts no corrupt completion. It checks the delivery status and, with checksums on, the
@@ -181,7 +184,7 @@ impl CmdState {
     }
 
     /// Count a completion the driver could not trust and keeps memory of (a refused corrupt
-    /// completion, a page GIVE with an unknown outcome).
+    /// completion, a command that timed out, a page GIVE with an unknown outcome).
     pub(crate) fn note_untrusted(&mut self) {
         self.untrusted += 1;
     }
@@ -799,9 +802,11 @@ impl Dev {
                     return Err(DriverError::Closed);
                 }
                 lose(&mut st, slot);
+                st.note_untrusted();
                 drop(st);
                 self.lock_stats().cmd.timeouts += 1;
                 tracing::error!(opcode = %op, slot, "firmware command timed out");
+                self.check_untrusted_budget();
                 return Err(DriverError::CommandTimeout {
                     opcode: op,
                     ms: ms(limit),
@@ -822,8 +827,8 @@ impl Dev {
         if n >= UNTRUSTED_COMPLETION_BUDGET {
             self.enter_fatal(
                 &format!(
-                    "{n} firmware command completions could not be trusted (corrupt, or a page \
-                     GIVE with an unknown outcome), the budget of \
+                    "{n} firmware command completions could not be trusted (corrupt, timed \
+                     out, or a page GIVE with an unknown outcome), the budget of \
                      {UNTRUSTED_COMPLETION_BUDGET}: the command interface is not trusted any \
                      more, and the memory kept for them is released after the quiesce"
                 ),

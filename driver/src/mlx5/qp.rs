@@ -37,8 +37,10 @@ use super::uar::BfReg;
 /// SQERR2RTS commands one recovery issues at most (see [`Qp::sqerr2rts`]). Three: one lost
 /// command is a glitch worth retrying and a second retry costs little, but every attempt that
 /// times out holds the MAD progress loop for the command timeout (60 s by default) and keeps
-/// a command slot until the close, so a firmware that loses them all costs three timeouts and
-/// three of the 31 ordinary slots per recovery, not more.
+/// a command slot until the close, so a firmware that loses them all costs at most four
+/// timeouts and four of the 31 ordinary slots per recovery (three SQERR2RTS and the last
+/// QUERY_QP); lost commands count against `UNTRUSTED_COMPLETION_BUDGET`, so a few such
+/// recoveries make the device fatal.
 pub(crate) const SQERR2RTS_ATTEMPTS: u32 = 3;
 
 /// Q_Key of QP1 (`IB_QP1_QKEY`); QP0 uses 0.
@@ -142,10 +144,6 @@ pub(crate) struct Qp {
     /// The first WQE index posted after the last SQERR2RTS: flushes of WQEs before it belong
     /// to the stop that recovery ended, so they do not stop the queue again.
     recovered_at: Option<u16>,
-    /// The last recovery failed: an attempt of it that timed out may still run late, so the
-    /// next recovery settles even a refused first attempt with QUERY_QP (see
-    /// [`Qp::sqerr2rts`]).
-    recovery_unsettled: bool,
     bf: BfReg,
     lkey: u32,
 }
@@ -289,7 +287,6 @@ impl Qp {
             recvs: VecDeque::new(),
             state: SwState::Reset,
             recovered_at: None,
-            recovery_unsettled: false,
             bf: p.bf,
             lkey: p.lkey,
         };
@@ -346,9 +343,7 @@ impl Qp {
         match self.state {
             SwState::Rts => Ok(()),
             SwState::SqError => {
-                let r = self.sqerr2rts(dev);
-                self.recovery_unsettled = r.is_err();
-                r?;
+                self.sqerr2rts(dev)?;
                 self.state = SwState::Rts;
                 self.recovered_at = Some(self.sq_head as u16);
                 Ok(())
@@ -376,18 +371,19 @@ impl Qp {
     /// the driver posts nothing while it believes SQE, so no error CQE would ever bring a
     /// second recovery.
     ///
-    /// A retry refused outright by the firmware (a failure status) is settled by QUERY_QP as
-    /// well: an earlier attempt that timed out may have run late, moving the QP to RTS, and
-    /// SQERR2RTS from RTS fails with a bad state although the queue runs. So is the first
-    /// attempt of a recovery that follows a failed one (the MAD layer asks again when a post
-    /// is refused later): an attempt of that failed recovery may have run since. A first
-    /// attempt the firmware refuses otherwise ends the recovery with its error, as before
-    /// (the firmware said what it thinks of the QP; the kernel's `ib_mad_send_error` logs a
-    /// failed modify and gives up too).
+    /// An attempt the firmware refuses outright (a failure status) is settled by QUERY_QP as
+    /// well: an earlier command that timed out (of this recovery or of an earlier one, even
+    /// one that ended well on a later attempt) may have run late and moved the QP to RTS,
+    /// and SQERR2RTS from RTS fails with a bad state although the queue runs. It costs one
+    /// command on an error path. (The kernel's `ib_mad_send_error` logs a failed modify and
+    /// gives up; it has no command whose outcome it does not know.)
     ///
-    /// The bound keeps a firmware that loses every SQERR2RTS from holding the caller (the MAD
-    /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] command timeouts, and from losing
-    /// more than that many command slots per recovery. When every attempt leaves the QP in
+    /// The bound keeps a firmware that loses every command from holding the caller (the MAD
+    /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] + 1 command timeouts (the last
+    /// QUERY_QP may be lost too), and from losing more than that many command slots, per
+    /// recovery; each lost command also counts against the driver's
+    /// [`UNTRUSTED_COMPLETION_BUDGET`](super::cmd::UNTRUSTED_COMPLETION_BUDGET), which bounds
+    /// how many recoveries can lose them before the device is declared fatal. When every attempt leaves the QP in
     /// SQE the result is [`DriverError::SendQueueNotRecovered`]; the software state stays
     /// SQE, so a later [`Qp::recover`] starts a new round.
     fn sqerr2rts(&mut self, dev: &Dev) -> Result<(), DriverError> {
@@ -396,9 +392,8 @@ impl Qp {
             let Err(err) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) else {
                 return Ok(());
             };
-            let refused_retry = (attempt > 1 || self.recovery_unsettled)
-                && matches!(err, DriverError::CommandFailed { .. });
-            if !outcome_unknown(&err) && !refused_retry {
+            let refused = matches!(err, DriverError::CommandFailed { .. });
+            if !outcome_unknown(&err) && !refused {
                 return Err(err);
             }
             let qpn = format!("{:#x}", self.qpn);
@@ -860,7 +855,6 @@ mod tests {
             recvs: VecDeque::new(),
             state: SwState::Rts,
             recovered_at: None,
-            recovery_unsettled: false,
             bf: BfReg::new(0x2000, 0, 9),
             lkey: 0x100,
         };
