@@ -944,7 +944,8 @@ impl PortShared {
         ));
     }
 
-    /// Finish a send that never got a slot: report it with `status`, release its lease.
+    /// Finish a send that never got a slot: report it with `status` and drop it (its MAD is in
+    /// ordinary memory; a send uses DMA memory only through a slot's send buffer).
     pub(crate) fn complete_pending(&self, p: Pending, status: WcStatus, vendor_err: u32) {
         let agent = Arc::clone(&p.agent);
         if p.fc_counted {

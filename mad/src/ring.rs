@@ -6,8 +6,8 @@
 //! its own, leased with the ring when the port opens (like the receive buffers): the MAD is
 //! copied into it when the send moves into the slot, and it is reused by the slot's next send
 //! once this one is DONE (the device no longer reads it then: DESIGN §4.3), so no DMA memory
-//! is leased per send. It moves from the queue into a slot under the queue lock, so a search that holds
-//! that lock finds it in one place or the other. A slot stays owned from install to DONE; a
+//! is leased per send. It moves from the queue into a slot under the queue lock, so a search
+//! that holds that lock finds it in one place or the other. A slot stays owned from install to DONE; a
 //! send queue entry only from post to completion, as in the kernel, where a send waiting for
 //! its response no longer occupies the send queue. So the work requests posted never exceed
 //! the send queue's depth (a post never fails for room), a port may have more requests
