@@ -1345,3 +1345,11 @@ impl Drop for PortShared {
         }
     }
 }
+
+#[cfg(test)]
+impl Port {
+    /// The send ring of `qp`, for the unit tests that reach into its send buffers.
+    pub(crate) fn send_ring(&self, qp: SpecialQp) -> &SendRing {
+        self.shared.ring(qp).expect("a send ring on this QP")
+    }
+}

@@ -686,6 +686,17 @@ impl SendRing {
 }
 
 #[cfg(test)]
+impl SendRing {
+    /// Write `byte` over slot `index`'s send buffer, whatever its send's state (to check that
+    /// the test double notices a buffer rewritten under a posted send).
+    pub(crate) fn scribble_send_buffer(&self, index: u32, byte: u8) {
+        let q = self.lock_queue();
+        let (lease, offset) = buffer(&q.buffers, index);
+        lease.fill(offset, MAD_LEN, byte).expect("in the lease");
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -107,7 +107,7 @@ impl Rig {
     }
 
     /// Leases and mappings back to what they were after the port opened, no IOMMU fault,
-    /// no slot busy, nothing queued.
+    /// no send buffer rewritten under a posted send, no slot busy, nothing queued.
     fn assert_clean(&self) {
         let a = self.fake.accounting();
         assert_eq!(
@@ -119,6 +119,11 @@ impl Rig {
             "mappings back to baseline"
         );
         assert_eq!(self.fake.faults(), 0, "no IOMMU fault");
+        assert_eq!(
+            self.fake.buffers_rewritten_while_posted(),
+            0,
+            "no send buffer rewritten while its send was posted"
+        );
         let c = self.port.census();
         assert_eq!(c.gsi.active(), 0, "{c:?}");
         assert_eq!(c.smi.map_or(0, |s| s.active()), 0, "{c:?}");
@@ -1675,4 +1680,47 @@ fn a_notify_hook_that_panics_on_completions_made_outside_the_loop_loses_none() {
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the scenario failed"),
         Err(e) => panic!("the scenario hung ({e})"),
     }
+}
+
+/// The double's check that a send buffer is not rewritten while its send is posted (each slot
+/// owns its buffer, so the IOMMU cannot catch a reuse before DONE): a buffer rewritten after
+/// its send is DONE is fine; one rewritten between post and execution is counted, and the
+/// device sends the new bytes.
+#[test]
+fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(1),
+            ..PortConfig::default()
+        },
+    );
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let ring = r.port.send_ring(SpecialQp::Gsi);
+    a.send(SendRequest::new(get(1), gsi(2))).unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    // DONE: the slot's buffer is the stack's again.
+    ring.scribble_send_buffer(0, 0x5A);
+    assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
+    a.send(SendRequest::new(get(2), gsi(2))).unwrap();
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1);
+    ring.scribble_send_buffer(0, 0xC3);
+    r.fake.execute(SpecialQp::Gsi, 1);
+    assert_eq!(
+        r.fake.buffers_rewritten_while_posted(),
+        1,
+        "the rewrite under the posted send is caught"
+    );
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(tid_of(&sent[0].mad) & 0xFFFF_FFFF, 1);
+    assert!(
+        sent[1].mad.iter().all(|&b| b == 0xC3),
+        "the device sent the rewritten bytes"
+    );
+    a.deregister();
 }
