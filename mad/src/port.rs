@@ -830,6 +830,10 @@ impl PortShared {
                     Drained::Skip(wr_id) => {
                         self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
                     }
+                    Drained::Refused(wr_id) => {
+                        bump(&self.cells.post_failures);
+                        self.soft_completion(ring.qp, wr_id, WcStatus::LocQpOpErr, 0, true);
+                    }
                     Drained::Fail(news, reposts) => {
                         for p in news {
                             self.complete_pending(p, WcStatus::WrFlushErr, 5);

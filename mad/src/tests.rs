@@ -1724,3 +1724,58 @@ fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
     );
     a.deregister();
 }
+
+/// A MAD that cannot be copied into its slot's send buffer is not posted (the buffer still
+/// holds the slot's previous MAD): its send completes with LOC_QP_OP_ERR, counted as a post
+/// failure, and the slot serves the next send.
+#[test]
+fn a_mad_not_copied_into_its_send_buffer_completes_with_loc_qp_op_err_unsent() {
+    use driver::verbs::HcaPort;
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(1),
+            ..PortConfig::default()
+        },
+    );
+    let a = r.perf_agent();
+    let ring = r.port.send_ring(SpecialQp::Gsi);
+    let first = a.send(SendRequest::new(get(1), gsi(2))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev)[&first].0, WcStatus::Success);
+    // Leases too short for a MAD: the copy at install fails.
+    ring.replace_send_buffers(r.fake.dma(), 64);
+    let refused = a
+        .send(SendRequest::new(get(2), gsi(2)).timeout_ms(100))
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!(c[&refused], (WcStatus::LocQpOpErr, 0, 0));
+    assert_eq!(
+        r.fake.sent().len(),
+        1,
+        "nothing posted: the slot's previous MAD is not sent again"
+    );
+    assert_eq!(r.port.counters().post_failures, 1);
+    let census = r.port.census();
+    assert_eq!(
+        (census.gsi.active(), census.gsi.posted),
+        (0, 0),
+        "slot and send queue entry back: {census:?}"
+    );
+    ring.replace_send_buffers(r.fake.dma(), MAD_LEN);
+    let next = a.send(SendRequest::new(get(3), gsi(2))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev)[&next].0, WcStatus::Success);
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(tid_of(&sent[1].mad) & 0xFFFF_FFFF, 3, "the new MAD went");
+    a.deregister();
+    let acc = r.fake.accounting();
+    assert_eq!(acc.leases_out, r.base.leases_out, "{acc:?}");
+    assert_eq!(acc.live_mappings, r.base.live_mappings, "{acc:?}");
+    assert_eq!(r.fake.faults(), 0);
+    assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
+}
