@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dma::{Accounting, DmaMapper, DmaPool, LeaseMode, SimIommu};
+use dma::{Accounting, DmaMapper, DmaPool, LeaseMode, SimIommu, SimIommuConfig};
 use driver::DriverError;
 use driver::verbs::{
     DeviceEvent, GRH_LEN, HcaPort, PortAttrs, PortState, PostError, RecvWr, SendWr, SpecialQp,
@@ -145,7 +145,25 @@ impl FakePort {
     /// A port with `send_depth` / `recv_depth` per QP, strict leases (one IOMMU mapping each),
     /// auto mode on.
     pub(crate) fn new(send_depth: u32, recv_depth: u32) -> Arc<FakePort> {
-        let iommu = Arc::new(SimIommu::new());
+        FakePort::with_iommu(send_depth, recv_depth, SimIommu::new())
+    }
+
+    /// [`FakePort::new`] whose IOMMU maps at most `max_mappings` at once (with strict leases,
+    /// the lease after that many fails: to reach the paths where the port cannot lease).
+    pub(crate) fn with_max_mappings(
+        send_depth: u32,
+        recv_depth: u32,
+        max_mappings: usize,
+    ) -> Arc<FakePort> {
+        let config = SimIommuConfig {
+            max_mappings,
+            ..SimIommuConfig::default()
+        };
+        FakePort::with_iommu(send_depth, recv_depth, SimIommu::with_config(config))
+    }
+
+    fn with_iommu(send_depth: u32, recv_depth: u32, iommu: SimIommu) -> Arc<FakePort> {
+        let iommu = Arc::new(iommu);
         let mapper: Arc<dyn DmaMapper> = iommu.clone();
         let pool = DmaPool::new(mapper, LeaseMode::Strict).expect("pool");
         Arc::new(FakePort {
@@ -269,6 +287,26 @@ impl FakePort {
     /// sent other bytes than were posted): a send buffer reused before its send was DONE.
     pub(crate) fn buffers_rewritten_while_posted(&self) -> usize {
         lock(&self.dev).rewritten_while_posted
+    }
+
+    /// Posted sends and receives whose buffer is not mapped for the device's access (read for
+    /// a send, write for a receive): a lease released under a posted work request. Probes
+    /// with device accesses, so each one found is also an IOMMU fault; a receive buffer is
+    /// probed by writing a zero into its GRH area, which nobody reads before a completion
+    /// reports a GRH written there.
+    pub(crate) fn posted_buffers_unmapped(&self) -> usize {
+        let d = lock(&self.dev);
+        let mut byte = [0u8; 1];
+        let sends = d.sq.iter().flatten().map(|(wr, _)| wr.sge.iova);
+        let unreadable = sends
+            .filter(|&iova| self.iommu.read(iova, &mut byte).is_err())
+            .count();
+        let unwritable =
+            d.rq.iter()
+                .flatten()
+                .filter(|wr| self.iommu.write(wr.sge.iova, &[0]).is_err())
+                .count();
+        unreadable + unwritable
     }
 
     /// Keep successful send CQEs aside until [`FakePort::release_send_cqes`].

@@ -302,7 +302,17 @@ impl Port {
             }
             last_tid[i] = vec![0; slots as usize];
             recv_depth[i] = rq;
-            let mut rr = RecvRing::new(qp, rq, &pool)?;
+            let mut rr = match RecvRing::new(qp, rq, &pool) {
+                Ok(rr) => rr,
+                Err(e) => {
+                    // The rings before this one are posted to the live device: keep what it may
+                    // still write (SendRing::new's failure does the same).
+                    for r in recv.iter_mut().flatten() {
+                        r.shutdown(true);
+                    }
+                    return Err(e.into());
+                }
+            };
             let (failed, first) = rr.post_all(&*hca);
             if let Some(source) = first {
                 tracing::error!(qp = ?qp, failed, "posting receive buffers failed");

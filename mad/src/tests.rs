@@ -1779,3 +1779,33 @@ fn a_mad_not_copied_into_its_send_buffer_completes_with_loc_qp_op_err_unsent() {
     assert_eq!(r.fake.faults(), 0);
     assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
 }
+
+/// Opening a port that cannot lease its GSI receive buffers (the IOMMU is one mapping short)
+/// fails with a DMA error after the SMI receive buffers were posted: those stay mapped (kept
+/// for the device, which may still write them), everything else is released.
+#[test]
+fn a_failed_open_keeps_the_receive_buffers_already_posted() {
+    let probe = FakePort::new(16, 64);
+    let mappings = {
+        let _port = Port::open(probe.clone(), PortConfig::default()).expect("open");
+        probe.accounting().live_mappings
+    };
+    let fake = FakePort::with_max_mappings(16, 64, mappings - 1);
+    let before = fake.accounting();
+    let opened = Port::open(fake.clone(), PortConfig::default());
+    assert!(matches!(opened, Err(MadError::Dma(_))), "a DMA error");
+    assert_eq!(fake.posted_recvs(SpecialQp::Smi), 64, "SMI buffers posted");
+    assert_eq!(fake.posted_recvs(SpecialQp::Gsi), 0);
+    assert_eq!(
+        fake.posted_buffers_unmapped(),
+        0,
+        "no lease freed under a posted receive"
+    );
+    assert_eq!(fake.faults(), 0);
+    let acc = fake.accounting();
+    assert_eq!(
+        acc.leases_out,
+        before.leases_out + 64,
+        "only the posted receive buffers are kept: {acc:?}"
+    );
+}
