@@ -1809,3 +1809,84 @@ fn a_failed_open_keeps_the_receive_buffers_already_posted() {
         "only the posted receive buffers are kept: {acc:?}"
     );
 }
+
+/// How the device is when the port is dropped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DeviceAtDrop {
+    Live,
+    Fatal,
+    Removed,
+}
+
+/// Drop a port whose own reply (an unclaimed Get's 0x000c) was posted and never executed.
+fn drop_with_a_send_on_the_qp(device: DeviceAtDrop) {
+    let fake = FakePort::new(16, 64);
+    let before = fake.accounting();
+    let port = Port::open(fake.clone(), PortConfig::default()).expect("open");
+    let send_leases = port.census().gsi.send_buffer_leases + 1;
+    assert!(
+        send_leases > 2,
+        "the test needs more than one lease per ring"
+    );
+    fake.set_auto(false);
+    fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x06, 1, 0x01, 0x10, 77).try_into().unwrap(),
+        9,
+    ));
+    fake.deliver_due();
+    port.progress();
+    assert_eq!(fake.posted_sends(SpecialQp::Gsi), 1, "the reply is posted");
+    match device {
+        DeviceAtDrop::Live => {}
+        DeviceAtDrop::Fatal => fake.make_fatal(false),
+        DeviceAtDrop::Removed => fake.make_fatal(true),
+    }
+    drop(port);
+    let acc = fake.accounting();
+    if device == DeviceAtDrop::Live {
+        let recvs = fake.posted_recvs(SpecialQp::Smi) + fake.posted_recvs(SpecialQp::Gsi);
+        assert_eq!(recvs, 128, "every receive buffer is still posted");
+        assert_eq!(
+            acc.leases_out,
+            before.leases_out + recvs + 1,
+            "kept: the posted receive buffers and the one lease holding the posted send's \
+             buffer; the other send buffer leases are released: {acc:?}"
+        );
+        assert_eq!(
+            fake.posted_buffers_unmapped(),
+            0,
+            "no lease freed under a posted work request"
+        );
+        // The device may still execute the send: it reads the reply, intact.
+        fake.execute(SpecialQp::Gsi, 1);
+        let sent = fake.sent();
+        assert_eq!(sent.len(), 1);
+        let m = &sent[0].mad;
+        assert_eq!(
+            (m[3], u16::from_be_bytes([m[4], m[5]]), tid_of(m)),
+            (0x81, 0x000C, 77)
+        );
+        assert_eq!(fake.buffers_rewritten_while_posted(), 0);
+    } else {
+        assert_eq!(acc.leases_out, before.leases_out, "all released: {acc:?}");
+        assert_eq!(acc.live_mappings, before.live_mappings, "{acc:?}");
+        assert!(fake.sent().is_empty());
+    }
+    assert_eq!(fake.faults(), 0);
+}
+
+#[test]
+fn a_port_dropped_with_a_send_on_a_live_qp_keeps_only_that_sends_buffer_lease() {
+    drop_with_a_send_on_the_qp(DeviceAtDrop::Live);
+}
+
+#[test]
+fn a_port_dropped_after_a_fatal_error_releases_every_lease() {
+    drop_with_a_send_on_the_qp(DeviceAtDrop::Fatal);
+}
+
+#[test]
+fn a_port_dropped_after_removal_releases_every_lease() {
+    drop_with_a_send_on_the_qp(DeviceAtDrop::Removed);
+}
