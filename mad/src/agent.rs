@@ -418,8 +418,9 @@ impl Agent {
     /// cancel every outstanding send, and return only when each has completed exactly once
     /// (sends on the QP complete at their CQE, which a dead device's driver makes in
     /// software). Completions are queued before this returns; nothing is queued for the agent
-    /// after. Its DMA leases are back when it returns. Drives the port itself when no other
-    /// thread does; must not be called from inside a notify callback.
+    /// after. None of its sends is in a slot when it returns: the slots' send buffers it used
+    /// are free for other sends to rewrite. Drives the port itself when no other thread does;
+    /// must not be called from inside a notify callback.
     pub fn deregister(mut self) {
         self.deregister_inner();
     }

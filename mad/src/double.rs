@@ -2,6 +2,9 @@
 //! with bounded queues, a completion queue, DMA through a simulated IOMMU (so a buffer
 //! released too early faults), virtual time, and fault injection (error CQEs that put the send
 //! queue in SQE and flush what follows, dropped packets, fatal errors with software flushes).
+//! A send buffer is read when its work request is posted and again when it executes: a buffer
+//! the stack rewrote in between (reused too early: its lease is the slot's, not the send's,
+//! so the IOMMU cannot catch it) is counted.
 //! The "wire" is a responder closure that sees every sent MAD and may answer it.
 //!
 //! The scenario tests run on the simulated HCA (`tests/`); this double only exercises
@@ -11,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dma::{Accounting, DmaMapper, DmaPool, LeaseMode, SimIommu};
+use dma::{Accounting, DmaMapper, DmaPool, LeaseMode, SimIommu, SimIommuConfig};
 use driver::DriverError;
 use driver::verbs::{
     DeviceEvent, GRH_LEN, HcaPort, PortAttrs, PortState, PostError, RecvWr, SendWr, SpecialQp,
@@ -82,7 +85,11 @@ struct Dev {
     now: Duration,
     /// Execute posted sends and deliver due packets on every poll.
     auto: bool,
-    sq: [VecDeque<SendWr>; 2],
+    /// Posted sends, each with its MAD as it was in the send buffer when it was posted
+    /// (`None`: the buffer was not readable then).
+    sq: [VecDeque<(SendWr, Option<[u8; MAD_LEN]>)>; 2],
+    /// Sends whose buffer held other bytes when they executed than when they were posted.
+    rewritten_while_posted: usize,
     /// Send queue in SQE: what it holds (and what is posted) is flushed.
     sqe: [bool; 2],
     /// Refuse sends while in SQE, as the mlx5 driver does until the error CQE is handled.
@@ -138,7 +145,25 @@ impl FakePort {
     /// A port with `send_depth` / `recv_depth` per QP, strict leases (one IOMMU mapping each),
     /// auto mode on.
     pub(crate) fn new(send_depth: u32, recv_depth: u32) -> Arc<FakePort> {
-        let iommu = Arc::new(SimIommu::new());
+        FakePort::with_iommu(send_depth, recv_depth, SimIommu::new())
+    }
+
+    /// [`FakePort::new`] whose IOMMU maps at most `max_mappings` at once (with strict leases,
+    /// the lease after that many fails: to reach the paths where the port cannot lease).
+    pub(crate) fn with_max_mappings(
+        send_depth: u32,
+        recv_depth: u32,
+        max_mappings: usize,
+    ) -> Arc<FakePort> {
+        let config = SimIommuConfig {
+            max_mappings,
+            ..SimIommuConfig::default()
+        };
+        FakePort::with_iommu(send_depth, recv_depth, SimIommu::with_config(config))
+    }
+
+    fn with_iommu(send_depth: u32, recv_depth: u32, iommu: SimIommu) -> Arc<FakePort> {
+        let iommu = Arc::new(iommu);
         let mapper: Arc<dyn DmaMapper> = iommu.clone();
         let pool = DmaPool::new(mapper, LeaseMode::Strict).expect("pool");
         Arc::new(FakePort {
@@ -146,6 +171,7 @@ impl FakePort {
                 now: Duration::from_secs(1),
                 auto: true,
                 sq: [VecDeque::new(), VecDeque::new()],
+                rewritten_while_posted: 0,
                 sqe: [false; 2],
                 refuse_in_sqe: false,
                 fail_recoveries: 0,
@@ -257,6 +283,32 @@ impl FakePort {
         self.iommu.fault_count()
     }
 
+    /// Sends whose buffer was rewritten between their post and their execution (the device
+    /// sent other bytes than were posted): a send buffer reused before its send was DONE.
+    pub(crate) fn buffers_rewritten_while_posted(&self) -> usize {
+        lock(&self.dev).rewritten_while_posted
+    }
+
+    /// Posted sends and receives whose buffer is not mapped for the device's access (read for
+    /// a send, write for a receive): a lease released under a posted work request. Probes
+    /// with device accesses, so each one found is also an IOMMU fault; a receive buffer is
+    /// probed by writing a zero into its GRH area, which nobody reads before a completion
+    /// reports a GRH written there.
+    pub(crate) fn posted_buffers_unmapped(&self) -> usize {
+        let d = lock(&self.dev);
+        let mut byte = [0u8; 1];
+        let sends = d.sq.iter().flatten().map(|(wr, _)| wr.sge.iova);
+        let unreadable = sends
+            .filter(|&iova| self.iommu.read(iova, &mut byte).is_err())
+            .count();
+        let unwritable =
+            d.rq.iter()
+                .flatten()
+                .filter(|wr| self.iommu.write(wr.sge.iova, &[0]).is_err())
+                .count();
+        unreadable + unwritable
+    }
+
     /// Keep successful send CQEs aside until [`FakePort::release_send_cqes`].
     pub(crate) fn hold_send_cqes(&self, on: bool) {
         lock(&self.dev).hold_send_cqes = on;
@@ -273,7 +325,7 @@ impl FakePort {
     /// error by something else): WR_FLUSH_ERR completions nobody marked for retry.
     pub(crate) fn flush_sends(&self, qp: SpecialQp) {
         let mut d = lock(&self.dev);
-        while let Some(wr) = d.sq[qpi(qp)].pop_front() {
+        while let Some((wr, _)) = d.sq[qpi(qp)].pop_front() {
             d.cq.push_back(WorkCompletion::status_only(
                 wr.wr_id,
                 qp,
@@ -325,7 +377,7 @@ impl FakePort {
     }
 
     fn execute_one(&self, d: &mut Dev, i: usize) -> bool {
-        let Some(wr) = d.sq[i].pop_front() else {
+        let Some((wr, at_post)) = d.sq[i].pop_front() else {
             return false;
         };
         let qp = qp_of(i);
@@ -346,6 +398,9 @@ impl FakePort {
             d.sqe[i] = true;
             d.cq.push_back(cqe(WcStatus::LocProtErr, 0x52));
             return true;
+        }
+        if at_post.is_some_and(|m| m != mad) {
+            d.rewritten_while_posted += 1;
         }
         if d.hold_send_cqes {
             d.held.push(cqe(WcStatus::Success, 0));
@@ -464,7 +519,10 @@ impl HcaPort for FakePort {
         if d.sq[i].len() >= d.send_depth as usize {
             return Err(PostError::QueueFull);
         }
-        d.sq[i].push_back(*wr);
+        // What the device would send if it executed the request now: compared when it does.
+        let mut mad = [0u8; MAD_LEN];
+        let at_post = self.iommu.read(wr.sge.iova, &mut mad).ok().map(|()| mad);
+        d.sq[i].push_back((*wr, at_post));
         Ok(())
     }
 
@@ -485,7 +543,7 @@ impl HcaPort for FakePort {
         let mut d = lock(&self.dev);
         if d.fatal {
             for i in 0..2 {
-                while let Some(wr) = d.sq[i].pop_front() {
+                while let Some((wr, _)) = d.sq[i].pop_front() {
                     d.cq.push_back(WorkCompletion::status_only(
                         wr.wr_id,
                         qp_of(i),
@@ -531,7 +589,7 @@ impl HcaPort for FakePort {
             return Err(err("test: SQERR2RTS lost"));
         }
         // What the SQ still holds was flushed by the hardware when it entered SQE.
-        while let Some(wr) = d.sq[i].pop_front() {
+        while let Some((wr, _)) = d.sq[i].pop_front() {
             d.cq.push_back(WorkCompletion::status_only(
                 wr.wr_id,
                 qp,

@@ -302,7 +302,17 @@ impl Port {
             }
             last_tid[i] = vec![0; slots as usize];
             recv_depth[i] = rq;
-            let mut rr = RecvRing::new(qp, rq, &pool)?;
+            let mut rr = match RecvRing::new(qp, rq, &pool) {
+                Ok(rr) => rr,
+                Err(e) => {
+                    // The rings before this one are posted to the live device: keep what it may
+                    // still write (SendRing::new's failure does the same).
+                    for r in recv.iter_mut().flatten() {
+                        r.shutdown(true);
+                    }
+                    return Err(e.into());
+                }
+            };
             let (failed, first) = rr.post_all(&*hca);
             if let Some(source) = first {
                 tracing::error!(qp = ?qp, failed, "posting receive buffers failed");
@@ -830,6 +840,10 @@ impl PortShared {
                     Drained::Skip(wr_id) => {
                         self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
                     }
+                    Drained::Refused(wr_id) => {
+                        bump(&self.cells.post_failures);
+                        self.soft_completion(ring.qp, wr_id, WcStatus::LocQpOpErr, 0, true);
+                    }
                     Drained::Fail(news, reposts) => {
                         for p in news {
                             self.complete_pending(p, WcStatus::WrFlushErr, 5);
@@ -944,7 +958,8 @@ impl PortShared {
         ));
     }
 
-    /// Finish a send that never got a slot: report it with `status`, release its lease.
+    /// Finish a send that never got a slot: report it with `status` and drop it (its MAD is in
+    /// ordinary memory; a send uses DMA memory only through a slot's send buffer).
     pub(crate) fn complete_pending(&self, p: Pending, status: WcStatus, vendor_err: u32) {
         let agent = Arc::clone(&p.agent);
         if p.fc_counted {
@@ -1342,5 +1357,13 @@ impl Drop for PortShared {
                  than freed under the device (close the HCA first)"
             );
         }
+    }
+}
+
+#[cfg(test)]
+impl Port {
+    /// The send ring of `qp`, for the unit tests that reach into its send buffers.
+    pub(crate) fn send_ring(&self, qp: SpecialQp) -> &SendRing {
+        self.shared.ring(qp).expect("a send ring on this QP")
     }
 }

@@ -517,8 +517,8 @@ impl PortShared {
         }
     }
 
-    /// Report the one completion of the send in `r` (already DONE), release its lease, and
-    /// free the slot.
+    /// Report the one completion of the send in `r` (already DONE) and free the slot: its send
+    /// buffer, which the device no longer reads, is the next send's to rewrite.
     pub(crate) fn finish(
         &self,
         st: &mut ProgressState,
@@ -574,7 +574,8 @@ impl PortShared {
             );
         }
         // The completion is queued (and the send leaves `outstanding`) with the pass's other
-        // events; the send's MAD and its lease go at the end of this function, outside every
+        // events; the rest of the send's record (no DMA memory: its MAD was in the slot's send
+        // buffer, which stays with the ring) goes at the end of this function, outside every
         // lock.
         let agent = data.p.agent;
         stage(st, agent, Event::Send(completion), true);

@@ -6,8 +6,8 @@
 //! its own, leased with the ring when the port opens (like the receive buffers): the MAD is
 //! copied into it when the send moves into the slot, and it is reused by the slot's next send
 //! once this one is DONE (the device no longer reads it then: DESIGN §4.3), so no DMA memory
-//! is leased per send. It moves from the queue into a slot under the queue lock, so a search that holds
-//! that lock finds it in one place or the other. A slot stays owned from install to DONE; a
+//! is leased per send. It moves from the queue into a slot under the queue lock, so a search
+//! that holds that lock finds it in one place or the other. A slot stays owned from install to DONE; a
 //! send queue entry only from post to completion, as in the kernel, where a send waiting for
 //! its response no longer occupies the send queue. So the work requests posted never exceed
 //! the send queue's depth (a post never fails for room), a port may have more requests
@@ -191,6 +191,11 @@ pub(crate) enum Drained {
     Post { wr: SendWr, on_fail: WcStatus },
     /// A retry canceled while it waited: complete it in software (no entry was taken).
     Skip(u64),
+    /// A new send in its slot whose MAD could not be copied into the slot's send buffer: not
+    /// posted (the buffer holds another send's bytes), it completes in software with
+    /// LOC_QP_OP_ERR, as a refused post does. A send queue entry was taken for it, which
+    /// comes back with that completion.
+    Refused(u64),
     /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
     /// queued retries, which hold no entry).
     Fail(Vec<Pending>, Vec<u64>),
@@ -602,8 +607,9 @@ impl SendRing {
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
     /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
-    /// slot's send buffer (zero-padded), build the work request. Returns it with the MAD's
-    /// buffer, emptied (for the spares). Called with the queue lock held.
+    /// slot's send buffer (zero-padded), build the work request. Returns it (or, if the copy
+    /// failed, [`Drained::Refused`]) with the MAD's buffer, emptied (for the spares). Called
+    /// with the queue lock held.
     fn install(
         &self,
         buffers: &[DmaLease],
@@ -632,15 +638,17 @@ impl SendRing {
                 Ok(())
             }
         });
-        if let Err(e) = copied {
+        if let Err(e) = &copied {
             // The buffer is MAD_LEN bytes inside its lease by construction.
-            tracing::error!("copying a MAD into its send buffer: {e}");
+            tracing::error!(index, "copying a MAD into its send buffer: {e}");
         }
         // Not needed any more (retries send the send buffer again).
         let mut mad = std::mem::take(&mut p.mad);
         mad.clear();
         let wr = self.send_wr(buffers, index, generation, &p);
-        bump(&p.agent.cells.posted);
+        if copied.is_ok() {
+            bump(&p.agent.cells.posted);
+        }
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
         if request {
@@ -665,13 +673,16 @@ impl SendRing {
         if !published {
             tracing::error!(index, "send slot from the free list was not free");
         }
-        (
+        let out = if copied.is_ok() {
             Drained::Post {
                 wr,
                 on_fail: WcStatus::LocQpOpErr,
-            },
-            mad,
-        )
+            }
+        } else {
+            // Posting it would send what the buffer still holds: the slot's previous MAD.
+            Drained::Refused(wr.wr_id)
+        };
+        (out, mad)
     }
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);
@@ -682,6 +693,31 @@ impl SendRing {
         }
         self.free.push(index);
         self.kick();
+    }
+}
+
+#[cfg(test)]
+impl SendRing {
+    /// Replace every send buffer lease by one of `len` bytes from `pool` (too short for a MAD
+    /// makes the copy at install fail, as a real DMA error would). Only while no send is in a
+    /// slot: a lease the device may read is not dropped.
+    pub(crate) fn replace_send_buffers(&self, pool: &DmaPool, len: usize) {
+        let mut q = self.lock_queue();
+        assert!(
+            self.slots.iter().all(|s| !s.state.load().is_active()),
+            "no send in a slot"
+        );
+        for lease in &mut q.buffers {
+            *lease = pool.lease(len, 64, Access::Read).expect("lease");
+        }
+    }
+
+    /// Write `byte` over slot `index`'s send buffer, whatever its send's state (to check that
+    /// the test double notices a buffer rewritten under a posted send).
+    pub(crate) fn scribble_send_buffer(&self, index: u32, byte: u8) {
+        let q = self.lock_queue();
+        let (lease, offset) = buffer(&q.buffers, index);
+        lease.fill(offset, MAD_LEN, byte).expect("in the lease");
     }
 }
 

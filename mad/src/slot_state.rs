@@ -19,10 +19,10 @@
 //!   transition into DONE and DONE -> FREE (`recycle`).
 //!
 //! DONE is reached only when no work request of the slot is on the QP (`ON_QP` clear, or the
-//! completion being handled is that work request's own), so the slot's DMA lease may be
-//! released at DONE (DESIGN §4.3). Each function returns what it did; a function that moved
-//! the slot into DONE says so, and the caller that got that answer is the one that reports the
-//! send's single completion.
+//! completion being handled is that work request's own), so at DONE the device no longer
+//! reads the slot's send buffer, and the slot's next send may rewrite it (DESIGN §4.3). Each
+//! function returns what it did; a function that moved the slot into DONE says so, and the
+//! caller that got that answer is the one that reports the send's single completion.
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -486,8 +486,9 @@ impl SlotState {
     }
 
     /// DONE -> FREE at the next generation. Only the caller that got the DONE answer calls
-    /// this, after reporting the completion and releasing the lease. Returns the new
-    /// generation, or `None` if the slot was not DONE at `generation`.
+    /// this, after reporting the completion (the slot's send buffer may then be rewritten by
+    /// its next send). Returns the new generation, or `None` if the slot was not DONE at
+    /// `generation`.
     pub fn recycle(&self, generation: u32) -> Option<u32> {
         let next = generation.wrapping_add(1);
         self.update(
@@ -810,7 +811,8 @@ mod loom_tests {
         }
 
         /// The CQE of a work request that is on the QP: it must find it (a slot finished
-        /// before its CQE would have released its lease under the device).
+        /// before its CQE would be reused, and its send buffer rewritten, while the device may
+        /// still read it).
         fn cqe(&mut self, ok: bool, expect: bool) -> CqeOutcome {
             let out = self.slot.send_cqe(0, ok, expect, true);
             assert_ne!(

@@ -107,7 +107,7 @@ impl Rig {
     }
 
     /// Leases and mappings back to what they were after the port opened, no IOMMU fault,
-    /// no slot busy, nothing queued.
+    /// no send buffer rewritten under a posted send, no slot busy, nothing queued.
     fn assert_clean(&self) {
         let a = self.fake.accounting();
         assert_eq!(
@@ -119,6 +119,11 @@ impl Rig {
             "mappings back to baseline"
         );
         assert_eq!(self.fake.faults(), 0, "no IOMMU fault");
+        assert_eq!(
+            self.fake.buffers_rewritten_while_posted(),
+            0,
+            "no send buffer rewritten while its send was posted"
+        );
         let c = self.port.census();
         assert_eq!(c.gsi.active(), 0, "{c:?}");
         assert_eq!(c.smi.map_or(0, |s| s.active()), 0, "{c:?}");
@@ -1675,4 +1680,213 @@ fn a_notify_hook_that_panics_on_completions_made_outside_the_loop_loses_none() {
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the scenario failed"),
         Err(e) => panic!("the scenario hung ({e})"),
     }
+}
+
+/// The double's check that a send buffer is not rewritten while its send is posted (each slot
+/// owns its buffer, so the IOMMU cannot catch a reuse before DONE): a buffer rewritten after
+/// its send is DONE is fine; one rewritten between post and execution is counted, and the
+/// device sends the new bytes.
+#[test]
+fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(1),
+            ..PortConfig::default()
+        },
+    );
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let ring = r.port.send_ring(SpecialQp::Gsi);
+    a.send(SendRequest::new(get(1), gsi(2))).unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    // DONE: the slot's buffer is the stack's again.
+    ring.scribble_send_buffer(0, 0x5A);
+    assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
+    a.send(SendRequest::new(get(2), gsi(2))).unwrap();
+    assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1);
+    ring.scribble_send_buffer(0, 0xC3);
+    r.fake.execute(SpecialQp::Gsi, 1);
+    assert_eq!(
+        r.fake.buffers_rewritten_while_posted(),
+        1,
+        "the rewrite under the posted send is caught"
+    );
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(tid_of(&sent[0].mad) & 0xFFFF_FFFF, 1);
+    assert!(
+        sent[1].mad.iter().all(|&b| b == 0xC3),
+        "the device sent the rewritten bytes"
+    );
+    a.deregister();
+}
+
+/// A MAD that cannot be copied into its slot's send buffer is not posted (the buffer still
+/// holds the slot's previous MAD): its send completes with LOC_QP_OP_ERR, counted as a post
+/// failure, and the slot serves the next send.
+#[test]
+fn a_mad_not_copied_into_its_send_buffer_completes_with_loc_qp_op_err_unsent() {
+    use driver::verbs::HcaPort;
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(1),
+            ..PortConfig::default()
+        },
+    );
+    let a = r.perf_agent();
+    let ring = r.port.send_ring(SpecialQp::Gsi);
+    let first = a.send(SendRequest::new(get(1), gsi(2))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev)[&first].0, WcStatus::Success);
+    // Leases too short for a MAD: the copy at install fails.
+    ring.replace_send_buffers(r.fake.dma(), 64);
+    let refused = a
+        .send(SendRequest::new(get(2), gsi(2)).timeout_ms(100))
+        .unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!(c[&refused], (WcStatus::LocQpOpErr, 0, 0));
+    assert_eq!(
+        r.fake.sent().len(),
+        1,
+        "nothing posted: the slot's previous MAD is not sent again"
+    );
+    assert_eq!(r.port.counters().post_failures, 1);
+    let census = r.port.census();
+    assert_eq!(
+        (census.gsi.active(), census.gsi.posted),
+        (0, 0),
+        "slot and send queue entry back: {census:?}"
+    );
+    ring.replace_send_buffers(r.fake.dma(), MAD_LEN);
+    let next = a.send(SendRequest::new(get(3), gsi(2))).unwrap();
+    let ev = r.collect(&a, Duration::from_millis(10));
+    assert_eq!(completions(&ev)[&next].0, WcStatus::Success);
+    let sent = r.fake.sent();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(tid_of(&sent[1].mad) & 0xFFFF_FFFF, 3, "the new MAD went");
+    a.deregister();
+    let acc = r.fake.accounting();
+    assert_eq!(acc.leases_out, r.base.leases_out, "{acc:?}");
+    assert_eq!(acc.live_mappings, r.base.live_mappings, "{acc:?}");
+    assert_eq!(r.fake.faults(), 0);
+    assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
+}
+
+/// Opening a port that cannot lease its GSI receive buffers (the IOMMU is one mapping short)
+/// fails with a DMA error after the SMI receive buffers were posted: those stay mapped (kept
+/// for the device, which may still write them), everything else is released.
+#[test]
+fn a_failed_open_keeps_the_receive_buffers_already_posted() {
+    let probe = FakePort::new(16, 64);
+    let mappings = {
+        let _port = Port::open(probe.clone(), PortConfig::default()).expect("open");
+        probe.accounting().live_mappings
+    };
+    let fake = FakePort::with_max_mappings(16, 64, mappings - 1);
+    let before = fake.accounting();
+    let opened = Port::open(fake.clone(), PortConfig::default());
+    assert!(matches!(opened, Err(MadError::Dma(_))), "a DMA error");
+    assert_eq!(fake.posted_recvs(SpecialQp::Smi), 64, "SMI buffers posted");
+    assert_eq!(fake.posted_recvs(SpecialQp::Gsi), 0);
+    assert_eq!(
+        fake.posted_buffers_unmapped(),
+        0,
+        "no lease freed under a posted receive"
+    );
+    assert_eq!(fake.faults(), 0);
+    let acc = fake.accounting();
+    assert_eq!(
+        acc.leases_out,
+        before.leases_out + 64,
+        "only the posted receive buffers are kept: {acc:?}"
+    );
+}
+
+/// How the device is when the port is dropped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DeviceAtDrop {
+    Live,
+    Fatal,
+    Removed,
+}
+
+/// Drop a port whose own reply (an unclaimed Get's 0x000c) was posted and never executed.
+fn drop_with_a_send_on_the_qp(device: DeviceAtDrop) {
+    let fake = FakePort::new(16, 64);
+    let before = fake.accounting();
+    let port = Port::open(fake.clone(), PortConfig::default()).expect("open");
+    let send_leases = port.census().gsi.send_buffer_leases + 1;
+    assert!(
+        send_leases > 2,
+        "the test needs more than one lease per ring"
+    );
+    fake.set_auto(false);
+    fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x06, 1, 0x01, 0x10, 77).try_into().unwrap(),
+        9,
+    ));
+    fake.deliver_due();
+    port.progress();
+    assert_eq!(fake.posted_sends(SpecialQp::Gsi), 1, "the reply is posted");
+    match device {
+        DeviceAtDrop::Live => {}
+        DeviceAtDrop::Fatal => fake.make_fatal(false),
+        DeviceAtDrop::Removed => fake.make_fatal(true),
+    }
+    drop(port);
+    let acc = fake.accounting();
+    if device == DeviceAtDrop::Live {
+        let recvs = fake.posted_recvs(SpecialQp::Smi) + fake.posted_recvs(SpecialQp::Gsi);
+        assert_eq!(recvs, 128, "every receive buffer is still posted");
+        assert_eq!(
+            acc.leases_out,
+            before.leases_out + recvs + 1,
+            "kept: the posted receive buffers and the one lease holding the posted send's \
+             buffer; the other send buffer leases are released: {acc:?}"
+        );
+        assert_eq!(
+            fake.posted_buffers_unmapped(),
+            0,
+            "no lease freed under a posted work request"
+        );
+        // The device may still execute the send: it reads the reply, intact.
+        fake.execute(SpecialQp::Gsi, 1);
+        let sent = fake.sent();
+        assert_eq!(sent.len(), 1);
+        let m = &sent[0].mad;
+        assert_eq!(
+            (m[3], u16::from_be_bytes([m[4], m[5]]), tid_of(m)),
+            (0x81, 0x000C, 77)
+        );
+        assert_eq!(fake.buffers_rewritten_while_posted(), 0);
+    } else {
+        assert_eq!(acc.leases_out, before.leases_out, "all released: {acc:?}");
+        assert_eq!(acc.live_mappings, before.live_mappings, "{acc:?}");
+        assert!(fake.sent().is_empty());
+    }
+    assert_eq!(fake.faults(), 0);
+}
+
+#[test]
+fn a_port_dropped_with_a_send_on_a_live_qp_keeps_only_that_sends_buffer_lease() {
+    drop_with_a_send_on_the_qp(DeviceAtDrop::Live);
+}
+
+#[test]
+fn a_port_dropped_after_a_fatal_error_releases_every_lease() {
+    drop_with_a_send_on_the_qp(DeviceAtDrop::Fatal);
+}
+
+#[test]
+fn a_port_dropped_after_removal_releases_every_lease() {
+    drop_with_a_send_on_the_qp(DeviceAtDrop::Removed);
 }

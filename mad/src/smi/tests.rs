@@ -48,12 +48,18 @@ impl Rig {
         v
     }
 
-    /// Leases and mappings at baseline, no IOMMU fault, nothing outstanding.
+    /// Leases and mappings at baseline, no IOMMU fault, no send buffer rewritten under a
+    /// posted send, nothing outstanding.
     pub(crate) fn assert_clean(&self) {
         let a = self.fake.accounting();
         assert_eq!(a.leases_out, self.base.leases_out, "{a:?}");
         assert_eq!(a.live_mappings, self.base.live_mappings);
         assert_eq!(self.fake.faults(), 0, "no IOMMU fault");
+        assert_eq!(
+            self.fake.buffers_rewritten_while_posted(),
+            0,
+            "no send buffer rewritten while its send was posted"
+        );
         let c = self.port.census();
         assert_eq!(c.outstanding, 0, "{c:?}");
         assert_eq!(c.gsi.active() + c.smi.map_or(0, |s| s.active()), 0, "{c:?}");

@@ -9,8 +9,9 @@
 //! it on another slot) or while MAD_IFC asks the fabric's SMA (outside the device lock).
 //!
 //! Injected faults act here too: a lost command (never run, never given back), a withheld
-//! completion (the command runs, the entry is never given back) and a corrupted one ([`CmdCorruption`]: a wrong entry token, a spoiled output mailbox, a
-//! delivery status the command does not deserve, or the ownership bit left set).
+//! completion (the command runs, the entry is never given back) and a corrupted one
+//! ([`CmdCorruption`]: a wrong entry token, a spoiled output mailbox, a delivery status the
+//! command does not deserve, or the ownership bit left set).
 
 use std::sync::atomic::{Ordering, fence};
 
