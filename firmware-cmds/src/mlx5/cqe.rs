@@ -205,8 +205,10 @@ pub enum CqeBody {
     Responder(RespCqe),
     /// REQ_ERR, RESP_ERR.
     Error(ErrCqe),
-    /// RESIZE_CQ, SIG_ERR, INVALID and undefined opcodes: the raw 64 bytes.
-    Other([u8; CQE_SIZE]),
+    /// RESIZE_CQ, SIG_ERR, INVALID and undefined opcodes: the raw 64 bytes. Boxed: these are
+    /// rare, and inline they would make every `Cqe` (moved on each completion) 80 bytes
+    /// instead of 48.
+    Other(Box<[u8; CQE_SIZE]>),
 }
 
 /// A decoded CQE.
@@ -245,7 +247,14 @@ impl Cqe {
     /// as found, nothing is trusted).
     pub fn decode(buf: &[u8]) -> Result<Self> {
         need("CQE", buf, CQE_SIZE)?;
-        let b = &buf[..CQE_SIZE];
+        let mut entry = [0u8; CQE_SIZE];
+        entry.copy_from_slice(&buf[..CQE_SIZE]);
+        Ok(Self::from_entry(&entry))
+    }
+
+    /// Decodes a whole 64-byte entry. It cannot fail (every bit pattern has a reading), so a
+    /// poll loop that already holds the entry skips the length check and the `Result`.
+    pub fn from_entry(b: &[u8; CQE_SIZE]) -> Self {
         let op_own = b[off::OP_OWN];
         let opcode = CqeOpcode(op_own >> 4);
         let sop = be32(b, off::SOP_DROP_QPN);
@@ -281,13 +290,9 @@ impl Cqe {
                 hw_err_synd: b[off::HW_ERR_SYND],
                 hw_synd_type: b[off::HW_SYND_TYPE],
             }),
-            _ => {
-                let mut raw = [0u8; CQE_SIZE];
-                raw.copy_from_slice(b);
-                CqeBody::Other(raw)
-            }
+            _ => CqeBody::Other(Box::new(*b)),
         };
-        Ok(Cqe {
+        Cqe {
             opcode,
             format: (op_own >> 2) & 0x3,
             owner: op_own & 1 != 0,
@@ -295,7 +300,7 @@ impl Cqe {
             wqe_counter: be16(b, off::WQE_COUNTER),
             signature: b[off::SIGNATURE],
             body,
-        })
+        }
     }
 
     /// Emits the 64 bytes (how the simulator writes a CQE). The opcode field is taken from
@@ -307,7 +312,7 @@ impl Cqe {
         };
         let mut top = 0u8;
         match &self.body {
-            CqeBody::Other(raw) => b.copy_from_slice(raw),
+            CqeBody::Other(raw) => b.copy_from_slice(&raw[..]),
             CqeBody::Requester(r) => {
                 top = r.wqe_opcode;
                 put32(&mut b, off::BYTE_CNT, r.byte_cnt);
