@@ -307,6 +307,14 @@ impl Cqe {
     /// `opcode`; the body's fields go where its form puts them.
     pub fn encode(&self) -> [u8; CQE_SIZE] {
         let mut b = [0u8; CQE_SIZE];
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// [`encode`](Self::encode) into `b` (every byte of it is written): a device that
+    /// writes a CQE per completion builds it where it is sent from, with no copy of its own.
+    pub fn encode_into(&self, b: &mut [u8; CQE_SIZE]) {
+        *b = [0u8; CQE_SIZE];
         let put32 = |b: &mut [u8; CQE_SIZE], at: usize, v: u32| {
             b[at..at + 4].copy_from_slice(&v.to_be_bytes());
         };
@@ -315,20 +323,20 @@ impl Cqe {
             CqeBody::Other(raw) => b.copy_from_slice(&raw[..]),
             CqeBody::Requester(r) => {
                 top = r.wqe_opcode;
-                put32(&mut b, off::BYTE_CNT, r.byte_cnt);
+                put32(b, off::BYTE_CNT, r.byte_cnt);
                 b[off::TIMESTAMP..off::TIMESTAMP + 8].copy_from_slice(&r.timestamp.to_be_bytes());
             }
             CqeBody::Responder(r) => {
                 top = r.drop_count;
-                put32(&mut b, off::BYTE_CNT, r.byte_cnt);
+                put32(b, off::BYTE_CNT, r.byte_cnt);
                 let fr = (u32::from(r.l3_hdr & 3) << 28)
                     | (u32::from(r.sl & 0xf) << 24)
                     | (r.src_qpn & 0x00ff_ffff);
-                put32(&mut b, off::FLAGS_RQPN, fr);
+                put32(b, off::FLAGS_RQPN, fr);
                 b[off::SLID..off::SLID + 2].copy_from_slice(&r.slid.to_be_bytes());
                 b[off::ML_PATH] = r.ml_path;
-                put32(&mut b, off::IMM_INVAL_PKEY, r.imm_inval_pkey);
-                put32(&mut b, off::SRQN, r.srqn & 0x00ff_ffff);
+                put32(b, off::IMM_INVAL_PKEY, r.imm_inval_pkey);
+                put32(b, off::SRQN, r.srqn & 0x00ff_ffff);
                 b[off::TIMESTAMP..off::TIMESTAMP + 8].copy_from_slice(&r.timestamp.to_be_bytes());
             }
             CqeBody::Error(e) => {
@@ -337,15 +345,15 @@ impl Cqe {
                 b[off::VENDOR_ERR_SYND] = e.vendor_err;
                 b[off::HW_ERR_SYND] = e.hw_err_synd;
                 b[off::HW_SYND_TYPE] = e.hw_synd_type;
-                put32(&mut b, off::SRQN, e.srqn);
+                put32(b, off::SRQN, e.srqn);
             }
         }
         if matches!(self.body, CqeBody::Other(_)) {
             // Keep the raw top byte of an undecoded CQE.
-            top = (be32(&b, off::SOP_DROP_QPN) >> 24) as u8;
+            top = (be32(b, off::SOP_DROP_QPN) >> 24) as u8;
         }
         put32(
-            &mut b,
+            b,
             off::SOP_DROP_QPN,
             (u32::from(top) << 24) | (self.qpn & 0x00ff_ffff),
         );
@@ -355,7 +363,6 @@ impl Cqe {
             | ((self.format & 3) << 2)
             | (b[off::OP_OWN] & 0x2)
             | u8::from(self.owner);
-        b
     }
 
     /// The work-completion error of an error CQE, `None` otherwise.
