@@ -327,7 +327,7 @@ fn a_cqe_with_an_unknown_opcode_is_refused() {
     refuse(
         |p| Cqe {
             opcode: CqeOpcode(9),
-            body: CqeBody::Other([0; 64]),
+            body: CqeBody::Other(Box::new([0; 64])),
             ..req_cqe(p.hw_qpn(SpecialQp::Gsi), 0)
         },
         "opcode",

@@ -205,8 +205,10 @@ pub enum CqeBody {
     Responder(RespCqe),
     /// REQ_ERR, RESP_ERR.
     Error(ErrCqe),
-    /// RESIZE_CQ, SIG_ERR, INVALID and undefined opcodes: the raw 64 bytes.
-    Other([u8; CQE_SIZE]),
+    /// RESIZE_CQ, SIG_ERR, INVALID and undefined opcodes: the raw 64 bytes. Boxed: these are
+    /// rare, and inline they would make every `Cqe` (moved on each completion) 80 bytes
+    /// instead of 48.
+    Other(Box<[u8; CQE_SIZE]>),
 }
 
 /// A decoded CQE.
@@ -245,7 +247,14 @@ impl Cqe {
     /// as found, nothing is trusted).
     pub fn decode(buf: &[u8]) -> Result<Self> {
         need("CQE", buf, CQE_SIZE)?;
-        let b = &buf[..CQE_SIZE];
+        let mut entry = [0u8; CQE_SIZE];
+        entry.copy_from_slice(&buf[..CQE_SIZE]);
+        Ok(Self::from_entry(&entry))
+    }
+
+    /// Decodes a whole 64-byte entry. It cannot fail (every bit pattern has a reading), so a
+    /// poll loop that already holds the entry skips the length check and the `Result`.
+    pub fn from_entry(b: &[u8; CQE_SIZE]) -> Self {
         let op_own = b[off::OP_OWN];
         let opcode = CqeOpcode(op_own >> 4);
         let sop = be32(b, off::SOP_DROP_QPN);
@@ -281,13 +290,9 @@ impl Cqe {
                 hw_err_synd: b[off::HW_ERR_SYND],
                 hw_synd_type: b[off::HW_SYND_TYPE],
             }),
-            _ => {
-                let mut raw = [0u8; CQE_SIZE];
-                raw.copy_from_slice(b);
-                CqeBody::Other(raw)
-            }
+            _ => CqeBody::Other(Box::new(*b)),
         };
-        Ok(Cqe {
+        Cqe {
             opcode,
             format: (op_own >> 2) & 0x3,
             owner: op_own & 1 != 0,
@@ -295,35 +300,43 @@ impl Cqe {
             wqe_counter: be16(b, off::WQE_COUNTER),
             signature: b[off::SIGNATURE],
             body,
-        })
+        }
     }
 
     /// Emits the 64 bytes (how the simulator writes a CQE). The opcode field is taken from
     /// `opcode`; the body's fields go where its form puts them.
     pub fn encode(&self) -> [u8; CQE_SIZE] {
         let mut b = [0u8; CQE_SIZE];
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// [`encode`](Self::encode) into `b` (every byte of it is written): a device that
+    /// writes a CQE per completion builds it where it is sent from, with no copy of its own.
+    pub fn encode_into(&self, b: &mut [u8; CQE_SIZE]) {
+        *b = [0u8; CQE_SIZE];
         let put32 = |b: &mut [u8; CQE_SIZE], at: usize, v: u32| {
             b[at..at + 4].copy_from_slice(&v.to_be_bytes());
         };
         let mut top = 0u8;
         match &self.body {
-            CqeBody::Other(raw) => b.copy_from_slice(raw),
+            CqeBody::Other(raw) => b.copy_from_slice(&raw[..]),
             CqeBody::Requester(r) => {
                 top = r.wqe_opcode;
-                put32(&mut b, off::BYTE_CNT, r.byte_cnt);
+                put32(b, off::BYTE_CNT, r.byte_cnt);
                 b[off::TIMESTAMP..off::TIMESTAMP + 8].copy_from_slice(&r.timestamp.to_be_bytes());
             }
             CqeBody::Responder(r) => {
                 top = r.drop_count;
-                put32(&mut b, off::BYTE_CNT, r.byte_cnt);
+                put32(b, off::BYTE_CNT, r.byte_cnt);
                 let fr = (u32::from(r.l3_hdr & 3) << 28)
                     | (u32::from(r.sl & 0xf) << 24)
                     | (r.src_qpn & 0x00ff_ffff);
-                put32(&mut b, off::FLAGS_RQPN, fr);
+                put32(b, off::FLAGS_RQPN, fr);
                 b[off::SLID..off::SLID + 2].copy_from_slice(&r.slid.to_be_bytes());
                 b[off::ML_PATH] = r.ml_path;
-                put32(&mut b, off::IMM_INVAL_PKEY, r.imm_inval_pkey);
-                put32(&mut b, off::SRQN, r.srqn & 0x00ff_ffff);
+                put32(b, off::IMM_INVAL_PKEY, r.imm_inval_pkey);
+                put32(b, off::SRQN, r.srqn & 0x00ff_ffff);
                 b[off::TIMESTAMP..off::TIMESTAMP + 8].copy_from_slice(&r.timestamp.to_be_bytes());
             }
             CqeBody::Error(e) => {
@@ -332,15 +345,15 @@ impl Cqe {
                 b[off::VENDOR_ERR_SYND] = e.vendor_err;
                 b[off::HW_ERR_SYND] = e.hw_err_synd;
                 b[off::HW_SYND_TYPE] = e.hw_synd_type;
-                put32(&mut b, off::SRQN, e.srqn);
+                put32(b, off::SRQN, e.srqn);
             }
         }
         if matches!(self.body, CqeBody::Other(_)) {
             // Keep the raw top byte of an undecoded CQE.
-            top = (be32(&b, off::SOP_DROP_QPN) >> 24) as u8;
+            top = (be32(b, off::SOP_DROP_QPN) >> 24) as u8;
         }
         put32(
-            &mut b,
+            b,
             off::SOP_DROP_QPN,
             (u32::from(top) << 24) | (self.qpn & 0x00ff_ffff),
         );
@@ -350,7 +363,6 @@ impl Cqe {
             | ((self.format & 3) << 2)
             | (b[off::OP_OWN] & 0x2)
             | u8::from(self.owner);
-        b
     }
 
     /// The work-completion error of an error CQE, `None` otherwise.

@@ -183,6 +183,14 @@ pub struct CtrlSeg {
 impl CtrlSeg {
     /// Emits the 16 bytes.
     pub fn to_bytes(&self) -> Result<[u8; CTRL_SEG_LEN]> {
+        self.check()?;
+        let mut b = [0u8; CTRL_SEG_LEN];
+        self.put(&mut b);
+        Ok(b)
+    }
+
+    /// Whether every field fits its width.
+    fn check(&self) -> Result<()> {
         if self.qpn > 0x00ff_ffff {
             return Err(Error::ValueTooWide {
                 field: "qpn",
@@ -199,7 +207,12 @@ impl CtrlSeg {
                 max: MAX_DS.into(),
             });
         }
-        let mut b = [0u8; CTRL_SEG_LEN];
+        Ok(())
+    }
+
+    /// Writes the fields (checked by [`check`](Self::check)) into `b`, [`CTRL_SEG_LEN`]
+    /// zeroed bytes: where a WQE is built, with no copy of its own.
+    fn put(&self, b: &mut [u8]) {
         let w0 = (u32::from(self.opmod) << 24)
             | (u32::from(self.wqe_index) << 8)
             | u32::from(self.opcode.0);
@@ -208,7 +221,6 @@ impl CtrlSeg {
         b[8] = self.signature;
         b[11] = self.fm_ce_se;
         b[12..16].copy_from_slice(&self.imm.to_be_bytes());
-        Ok(b)
     }
 
     /// Parses a control segment.
@@ -298,6 +310,14 @@ pub mod av_off {
 impl DatagramSeg {
     /// Emits the 48 bytes.
     pub fn to_bytes(&self) -> Result<[u8; DATAGRAM_SEG_LEN]> {
+        self.check()?;
+        let mut b = [0u8; DATAGRAM_SEG_LEN];
+        self.put(&mut b);
+        Ok(b)
+    }
+
+    /// Whether every field fits its width.
+    fn check(&self) -> Result<()> {
         if self.dqpn > 0x00ff_ffff || self.flow_label > 0x000f_ffff {
             return Err(Error::Invalid {
                 what: "datagram segment",
@@ -310,7 +330,12 @@ impl DatagramSeg {
                 reason: "stat_rate and sl must fit 4 bits, path_bits 7 bits",
             });
         }
-        let mut b = [0u8; DATAGRAM_SEG_LEN];
+        Ok(())
+    }
+
+    /// Writes the fields (checked by [`check`](Self::check)) into `b`, [`DATAGRAM_SEG_LEN`]
+    /// zeroed bytes.
+    fn put(&self, b: &mut [u8]) {
         b[av_off::QKEY..av_off::QKEY + 4].copy_from_slice(&self.qkey.to_be_bytes());
         let dqp = self.dqpn | if self.extended_ud { EXTENDED_UD_AV } else { 0 };
         b[av_off::DQP_DCT..av_off::DQP_DCT + 4].copy_from_slice(&dqp.to_be_bytes());
@@ -322,7 +347,6 @@ impl DatagramSeg {
         let g = (u32::from(self.grh) << 30) | (u32::from(self.sgid_index) << 20) | self.flow_label;
         b[av_off::GRH_GID_FL..av_off::GRH_GID_FL + 4].copy_from_slice(&g.to_be_bytes());
         b[av_off::RGID..av_off::RGID + 16].copy_from_slice(&self.rgid);
-        Ok(b)
     }
 
     /// Parses a datagram segment.
@@ -373,10 +397,15 @@ impl DataSeg {
     /// Emits the 16 bytes.
     pub fn to_bytes(&self) -> [u8; DATA_SEG_LEN] {
         let mut b = [0u8; DATA_SEG_LEN];
+        self.put(&mut b);
+        b
+    }
+
+    /// Writes the fields into `b`, [`DATA_SEG_LEN`] bytes.
+    fn put(&self, b: &mut [u8]) {
         b[0..4].copy_from_slice(&self.byte_count.to_be_bytes());
         b[4..8].copy_from_slice(&self.lkey.to_be_bytes());
         b[8..16].copy_from_slice(&self.addr.to_be_bytes());
-        b
     }
 
     /// Parses a data segment.
@@ -530,15 +559,18 @@ impl UdSendWqe {
                 reason: "byte_count bit 31 is the inline flag",
             });
         }
-        let mut b = [0u8; SINGLE_DATA_WQE_LEN];
         let ctrl = CtrlSeg {
             ds: SINGLE_DATA_WQE_DS as u8,
             ..ctrl
         };
-        b[..CTRL_SEG_LEN].copy_from_slice(&ctrl.to_bytes()?);
+        ctrl.check()?;
+        av.check()?;
+        // Checked first, then written in place: no segment is built apart and copied in.
+        let mut b = [0u8; SINGLE_DATA_WQE_LEN];
         let av_end = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
-        b[CTRL_SEG_LEN..av_end].copy_from_slice(&av.to_bytes()?);
-        b[av_end..av_end + DATA_SEG_LEN].copy_from_slice(&data.to_bytes());
+        ctrl.put(&mut b[..CTRL_SEG_LEN]);
+        av.put(&mut b[CTRL_SEG_LEN..av_end]);
+        data.put(&mut b[av_end..av_end + DATA_SEG_LEN]);
         Ok(b)
     }
 }

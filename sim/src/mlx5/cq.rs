@@ -164,7 +164,9 @@ impl Cq {
             self.error = true;
             return Posted::AccessViolation;
         };
-        if !buffer::write_owned_entry(iommu, at, &cqe.encode()) {
+        let mut entry = [0u8; CQE_SIZE];
+        cqe.encode_into(&mut entry);
+        if !buffer::write_owned_entry(iommu, at, &entry) {
             self.error = true;
             return Posted::AccessViolation;
         }

@@ -58,6 +58,9 @@ pub(crate) struct Qp {
     /// The receive producer as last read from the doorbell record (it only moves forward,
     /// so while it is ahead of `rq_cc` the record need not be read again).
     pub rq_pc_seen: u16,
+    /// The send producer as last read from the doorbell record, read again when `sq_cc`
+    /// reaches it or a send doorbell rings (a doorbell is what tells the device to look).
+    pub sq_pc_seen: u16,
     /// Send WQEs processed since creation (fault injection counts on this).
     pub sends: u64,
     /// Receive WQEs consumed since creation.

@@ -51,14 +51,17 @@ fn qp_op_err() -> SendError {
 impl State {
     /// A send doorbell for `qpn` from UAR `uar`: whether the device takes it.
     pub(crate) fn accept_send_doorbell(&mut self, qpn: u32, uar: u32) -> bool {
-        let ok = self
-            .qps
-            .get(&qpn)
-            .is_some_and(|q| q.uar == uar && q.sq_log.is_some());
-        if !ok {
-            self.counters.snap.uar_writes_ignored += 1;
+        match self.qps.get_mut(&qpn) {
+            Some(q) if q.uar == uar && q.sq_log.is_some() => {
+                // The doorbell record is read again at the next WQE.
+                q.sq_pc_seen = q.sq_cc;
+                true
+            }
+            _ => {
+                self.counters.snap.uar_writes_ignored += 1;
+                false
+            }
         }
-        ok
     }
 
     /// Runs the next send WQE of `qpn`.
@@ -93,11 +96,25 @@ impl State {
             // Before RTS the device does not look at the send queue.
             _ => return SendStep::Idle,
         }
-        let (Some(bbs), Some(pc)) = (qp.sq_bbs(), qp.sq_producer(iommu)) else {
+        let Some(bbs) = qp.sq_bbs() else {
             counters.snap.dma_errors += 1;
             return SendStep::Idle;
         };
         let start = qp.sq_cc;
+        // The producer read at the last doorbell (or when the consumer caught up with it)
+        // holds while it is ahead of the consumer within the ring: the driver only moves it
+        // forward, and rings again for what it posts later.
+        let cached = u32::from(qp.sq_pc_seen.wrapping_sub(start));
+        let pc = if cached == 0 || cached > bbs {
+            let Some(pc) = qp.sq_producer(iommu) else {
+                counters.snap.dma_errors += 1;
+                return SendStep::Idle;
+            };
+            qp.sq_pc_seen = pc;
+            pc
+        } else {
+            qp.sq_pc_seen
+        };
         let pending = u32::from(pc.wrapping_sub(start));
         if pending == 0 {
             return SendStep::Idle;

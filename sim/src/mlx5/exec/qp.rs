@@ -129,6 +129,7 @@ pub(super) fn create_qp(st: &mut State, input: &[u8], _: u32) -> Out {
             sq_cc: 0,
             rq_cc: 0,
             rq_pc_seen: 0,
+            sq_pc_seen: 0,
             sends: 0,
             recvs: 0,
         },
@@ -291,6 +292,7 @@ pub(super) fn modify_qp(st: &mut State, input: &[u8], _: u32) -> Out {
             qp.sq_cc = 0;
             qp.rq_cc = 0;
             qp.rq_pc_seen = 0;
+            qp.sq_pc_seen = 0;
         }
         _ => {
             if m.opt_param_mask & optpar::PKEY_INDEX != 0 {
