@@ -446,7 +446,8 @@ fn an_sqerr2rts_lost_without_effect_is_issued_again_and_the_queue_runs() {
 /// reaching the device, each exactly once. Asked again while the firmware still loses them,
 /// the recovery fails with the typed error naming the QP and the attempts; once the firmware
 /// runs the command, the recovery the refused sends asked the MAD layer for brings the queue
-/// back without a reopen, and sends reach the wire. The close resets the function and leaves nothing, no IOMMU fault.
+/// back without a reopen, and sends reach the wire. The close resets the function and leaves
+/// nothing, no IOMMU fault.
 #[test]
 fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_post_brings_the_queue_back() {
     let rig = MadRig::new();
