@@ -7,12 +7,12 @@
 //! copied into it when the send moves into the slot, and it is reused by the slot's next send
 //! once this one is DONE (the device no longer reads it then: DESIGN §4.3), so no DMA memory
 //! is leased per send. It moves from the queue into a slot under the queue lock, so a search
-//! that holds that lock finds it in one place or the other. A slot stays owned from install to DONE; a
-//! send queue entry only from post to completion, as in the kernel, where a send waiting for
-//! its response no longer occupies the send queue. So the work requests posted never exceed
-//! the send queue's depth (a post never fails for room), a port may have more requests
-//! waiting for responses than its send queue holds, and a loopback reply is not starved by
-//! the requests it answers. What cannot go yet (no slot, or no entry) waits in the queue, in
+//! that holds that lock finds it in one place or the other. A slot stays owned from install
+//! to DONE; a send queue entry only from post to completion, as in the kernel, where a send
+//! waiting for its response no longer occupies the send queue. So the work requests posted
+//! never exceed the send queue's depth (a post never fails for room), a port may have more
+//! requests waiting for responses than its send queue holds, and a loopback reply is not
+//! starved by the requests it answers. What cannot go yet (no slot, or no entry) waits in the queue, in
 //! order, and nothing is refused.
 //!
 //! Posting is safe from any thread. Whoever queues a send then drains the queue; one drainer
