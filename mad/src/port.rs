@@ -269,6 +269,14 @@ pub struct Census {
     pub outstanding: usize,
 }
 
+/// A [`Port::open`] that failed: shut down the receive rings already posted, keeping the
+/// buffers the live device may still write.
+fn abandon_posted(recv: &mut [Option<RecvRing>; 2]) {
+    for r in recv.iter_mut().flatten() {
+        r.shutdown(true);
+    }
+}
+
 impl Port {
     /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue and
     /// lease its slots' send buffers, lease and post a receive buffer per receive queue entry.
@@ -291,35 +299,25 @@ impl Port {
                 .unwrap_or(sq.saturating_mul(DEFAULT_SLOTS_PER_ENTRY))
                 .clamp(1, MAX_SLOTS_PER_QP);
             let i = qpi(qp);
-            match SendRing::new(qp, slots, sq, &pool) {
-                Ok(ring) => rings[i] = Some(ring),
+            // On a failure, the receive rings before this one are posted to the live device:
+            // keep what it may still write.
+            let leased = SendRing::new(qp, slots, sq, &pool)
+                .and_then(|ring| Ok((ring, RecvRing::new(qp, rq, &pool)?)));
+            let (ring, mut rr) = match leased {
+                Ok(l) => l,
                 Err(e) => {
-                    for r in recv.iter_mut().flatten() {
-                        r.shutdown(true);
-                    }
-                    return Err(e.into());
-                }
-            }
-            last_tid[i] = vec![0; slots as usize];
-            recv_depth[i] = rq;
-            let mut rr = match RecvRing::new(qp, rq, &pool) {
-                Ok(rr) => rr,
-                Err(e) => {
-                    // The rings before this one are posted to the live device: keep what it may
-                    // still write (SendRing::new's failure does the same).
-                    for r in recv.iter_mut().flatten() {
-                        r.shutdown(true);
-                    }
+                    abandon_posted(&mut recv);
                     return Err(e.into());
                 }
             };
+            rings[i] = Some(ring);
+            last_tid[i] = vec![0; slots as usize];
+            recv_depth[i] = rq;
             let (failed, first) = rr.post_all(&*hca);
             if let Some(source) = first {
                 tracing::error!(qp = ?qp, failed, "posting receive buffers failed");
                 rr.shutdown(true);
-                for r in recv.iter_mut().flatten() {
-                    r.shutdown(true);
-                }
+                abandon_posted(&mut recv);
                 return Err(MadError::PostRecv { qp, source });
             }
             recv[i] = Some(rr);

@@ -12,8 +12,8 @@
 //! waiting for its response no longer occupies the send queue. So the work requests posted
 //! never exceed the send queue's depth (a post never fails for room), a port may have more
 //! requests waiting for responses than its send queue holds, and a loopback reply is not
-//! starved by the requests it answers. What cannot go yet (no slot, or no entry) waits in the queue, in
-//! order, and nothing is refused.
+//! starved by the requests it answers. What cannot go yet (no slot, or no entry) waits in the
+//! queue, in order, and nothing is refused.
 //!
 //! Posting is safe from any thread. Whoever queues a send then drains the queue; one drainer
 //! at a time holds the posting flag (a try-flag nobody waits on), so sends leave the queue and

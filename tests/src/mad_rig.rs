@@ -249,6 +249,19 @@ impl MadRig {
         assert_eq!(mapper.fault_count(), 0, "no IOMMU fault");
     }
 
+    /// [`MadRig::finish_dead`], checking too that the close reset the function once (as it
+    /// does after the device was declared fatal).
+    pub fn finish_dead_with_one_reset(self) {
+        let model = self.sim.model.clone();
+        let resets = model.counters().function_resets;
+        self.finish_dead();
+        assert_eq!(
+            model.counters().function_resets,
+            resets + 1,
+            "the close reset the function"
+        );
+    }
+
     /// Close the HCA, drop the MAD layer, and check nothing is left anywhere (the driver's
     /// and the device's accounting).
     pub fn finish(self) {

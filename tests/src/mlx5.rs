@@ -79,20 +79,31 @@ impl SimHca {
             "pages the driver thinks are given: {a:?}"
         );
         assert_eq!(a.driver_pool.unmap_failures, 0, "{a:?}");
+        self.assert_device_clean("after the close");
+    }
+
+    /// The device's half of [`SimHca::assert_clean`] (for when there is no HCA to ask, as
+    /// after a failed bring-up): no mapping in the domain, no IOMMU fault, no page held by
+    /// the firmware, no firmware object. `ctx` starts each message.
+    pub fn assert_device_clean(&self, ctx: &str) {
         let mapper = self.backend.dma_mapper();
-        assert_eq!(mapper.live_mappings(), 0, "IOMMU mappings left");
+        assert_eq!(mapper.live_mappings(), 0, "{ctx}: IOMMU mappings left");
         assert_eq!(
             mapper.fault_count(),
             0,
-            "IOMMU faults: {:?}",
+            "{ctx}: IOMMU faults: {:?}",
             self.model.counters()
         );
-        assert_eq!(self.model.pages_held(), 0, "pages the firmware still holds");
+        assert_eq!(
+            self.model.pages_held(),
+            0,
+            "{ctx}: pages the firmware still holds"
+        );
         let r = self.model.resources();
         assert_eq!(
             (r.eqs, r.cqs, r.qps, r.uars, r.pds),
             (0, 0, 0, 0, 0),
-            "firmware objects left: {r:?}"
+            "{ctx}: firmware objects left: {r:?}"
         );
     }
 }

@@ -150,6 +150,25 @@ fn scenario(how: Unknown) {
     rig.finish();
 }
 
+/// The first recovery of the sends in `ids` failed: all but the first (which kept its error)
+/// complete with the hardware's flush, not reposted, and the port's counters say so.
+fn assert_recovery_failed(rig: &MadRig, t: &Tracker, ids: &[SendId]) {
+    for id in &ids[1..] {
+        let c = &t.done[id];
+        assert_eq!(
+            (c.status, c.vendor_err),
+            (WcStatus::WrFlushErr, 0xf9),
+            "{id}: the hardware's flush, not reposted"
+        );
+    }
+    let k = rig.port.counters();
+    assert_eq!(
+        (k.send_errors, k.qp_recoveries, k.flush_reposts, k.posted),
+        (1, 0, 0, 6),
+        "the recovery failed and is counted so: {k:?}"
+    );
+}
+
 /// [`MadRig::assert_clean`], except that a command whose outcome was unknown keeps its
 /// mailbox mapped (the firmware may still use it) until the close quiesces the device: `kept`
 /// mappings more than the baseline (none for an entry that came back clean with a bad
@@ -216,20 +235,7 @@ fn when_the_qp_state_cannot_be_learned_the_queue_stops_until_a_later_post_brings
     faults.withhold_completion(Opcode::SQERR2RTS_QP.0);
     faults.corrupt_completion(Opcode::QUERY_QP.0, CmdCorruption::EntryToken);
     let ids = fail_first(&rig, &a, &mut t, 0, 0x51);
-    for id in &ids[1..] {
-        let c = &t.done[id];
-        assert_eq!(
-            (c.status, c.vendor_err),
-            (WcStatus::WrFlushErr, 0xf9),
-            "{id}: the hardware's flush, not reposted"
-        );
-    }
-    let k = rig.port.counters();
-    assert_eq!(
-        (k.send_errors, k.qp_recoveries, k.flush_reposts, k.posted),
-        (1, 0, 0, 6),
-        "the recovery failed and is counted so: {k:?}"
-    );
+    assert_recovery_failed(&rig, &t, &ids);
     let more = send_n(&rig, &a, 100, 4);
     assert!(rig.pump_until(None, &[&a], &mut t, ms(100), |t| t.all_done(&more)));
     for id in &more {
@@ -456,20 +462,7 @@ fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_post_brings
     let faults = rig.sim.model.faults();
     faults.lose_commands(Opcode::SQERR2RTS_QP.0, 2 * ATTEMPTS);
     let ids = fail_first_with_lost_commands(&rig, &a, &mut t, 0, ATTEMPTS);
-    for id in &ids[1..] {
-        let c = &t.done[id];
-        assert_eq!(
-            (c.status, c.vendor_err),
-            (WcStatus::WrFlushErr, 0xf9),
-            "{id}: the hardware's flush, not reposted"
-        );
-    }
-    let k = rig.port.counters();
-    assert_eq!(
-        (k.send_errors, k.qp_recoveries, k.flush_reposts, k.posted),
-        (1, 0, 0, 6),
-        "the recovery failed and is counted so: {k:?}"
-    );
+    assert_recovery_failed(&rig, &t, &ids);
     let c = rig.sim.model.counters();
     assert_eq!(
         (c.commands_lost, c.command_count(Opcode::QUERY_QP.0)),
@@ -627,12 +620,5 @@ fn a_firmware_that_loses_every_sqerr2rts_costs_spaced_recoveries_then_the_device
     assert!(k.recovery_failures >= 2, "{k:?}");
     deregister(a, &mut t);
     assert_eq!(t.done.len(), ids.len(), "each send completed once");
-    let resets = rig.sim.model.counters().function_resets;
-    let model = rig.sim.model.clone();
-    rig.finish_dead();
-    assert_eq!(
-        model.counters().function_resets,
-        resets + 1,
-        "the close reset the function"
-    );
+    rig.finish_dead_with_one_reset();
 }
