@@ -10,7 +10,8 @@
 //! a bounded number of times, and the queue comes back; when every attempt is lost the
 //! error is typed, the queue stays stopped with every send completed once, and a post
 //! refused later asks the MAD layer for another recovery, which brings it back without a
-//! reopen.
+//! reopen. A lost SQERR2RTS that the firmware runs late, after the retry went through, gives
+//! its command slot back.
 
 use std::time::Duration;
 
@@ -444,6 +445,69 @@ fn an_sqerr2rts_lost_without_effect_is_issued_again_and_the_queue_runs() {
     // Each lost SQERR2RTS keeps its input mailbox (the QP context) until the quiesce.
     assert_clean_but_kept(&rig, (ATTEMPTS - 1) as usize, "lost twice");
     rig.finish();
+}
+
+/// The first SQERR2RTS is lost: it times out, QUERY_QP finds the QP still in SQE, the retry
+/// goes through and the queue runs, the lost command's slot and input mailbox kept. Then the
+/// firmware runs the lost one, late, on a QP already back in RTS: it refuses it (SQERR2RTS
+/// is valid from SQE only) and gives its entry back. The driver takes the slot and the
+/// mailboxes back at that completion (the kernel frees a timed-out entry on its real
+/// completion), the queue keeps running, each send completes once, and the close is clean:
+/// no function reset (nothing was left to the device), no IOMMU fault.
+#[test]
+fn an_sqerr2rts_that_timed_out_and_completes_late_gives_its_slot_back_and_the_queue_runs() {
+    let rig = MadRig::new();
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    let faults = rig.sim.model.faults();
+    faults.lose_commands(Opcode::SQERR2RTS_QP.0, 1);
+    let ids = fail_first_with_lost_commands(&rig, &a, &mut t, 0, 1);
+    assert_eq!(rig.hca.lost_command_slots(), 1);
+    assert_clean_but_kept(&rig, 1, "one SQERR2RTS lost");
+    let before = rig.hca.stats().cmd;
+    let sqerr = |c: &sim::mlx5::Mlx5Counters| {
+        (
+            c.command_count(Opcode::SQERR2RTS_QP.0),
+            c.command_failures
+                .get(&Opcode::SQERR2RTS_QP.0)
+                .copied()
+                .unwrap_or(0),
+        )
+    };
+    let (ran, refused) = sqerr(&rig.sim.model.counters());
+
+    assert_eq!(faults.run_lost_commands(), 1);
+    let more = send_and_see_on_the_wire(&rig, &a, &mut t, 100);
+    let c = rig.sim.model.counters();
+    assert_eq!(c.commands_run_late, 1, "{c:?}");
+    assert_eq!(
+        sqerr(&c),
+        (ran + 1, refused + 1),
+        "the late SQERR2RTS ran and was refused: the QP was in RTS"
+    );
+    assert_eq!(rig.hca.lost_command_slots(), 0, "the slot came back");
+    let after = rig.hca.stats().cmd;
+    assert_eq!(after.late_completions, before.late_completions + 1);
+    assert_eq!(
+        after.spurious_events, before.spurious_events,
+        "its EQE was expected"
+    );
+
+    deregister(a, &mut t);
+    assert_eq!(
+        t.done.len(),
+        ids.len() + more.len(),
+        "each send completed once"
+    );
+    assert_clean_but_kept(&rig, 0, "the late completion gave the mailbox back");
+    let model = rig.sim.model.clone();
+    let resets = model.counters().function_resets;
+    rig.finish();
+    assert_eq!(
+        model.counters().function_resets,
+        resets,
+        "nothing was left to the device: no reset"
+    );
 }
 
 /// Every SQERR2RTS of the recovery is lost: after [`ATTEMPTS`] (each timed out, each followed

@@ -116,7 +116,7 @@ enum Slot {
     Reserved,
     Busy(InFlight),
     /// Timed out or abandoned: the device may still write its mailboxes.
-    Lost(#[allow(dead_code)] InFlight),
+    Lost(InFlight),
 }
 
 /// The queue as the driver keeps it.
@@ -163,6 +163,9 @@ pub struct CmdStats {
     /// Completions refused because the entry came back with another token or the output
     /// mailbox chain was corrupt (their mailboxes are kept until the close).
     pub corrupt: u64,
+    /// Commands that timed out and were then given back by the device after all: their
+    /// slots and mailboxes were freed (their output was not used).
+    pub late_completions: u64,
 }
 
 impl CmdState {
@@ -491,6 +494,9 @@ pub(crate) fn note_event(state: &mut CmdState, vector: u32, stats: &mut CmdStats
         }
         match &mut state.slots[slot] {
             Slot::Busy(f) => f.event_seen = true,
+            // A late completion of a command that timed out: `reap` looks at lost slots
+            // anyway.
+            Slot::Lost(_) => {}
             _ => stats.spurious_events += 1,
         }
     }
@@ -510,6 +516,18 @@ pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
         return;
     };
     for (slot, s) in state.slots.iter_mut().enumerate() {
+        if let Slot::Lost(f) = s {
+            if late_completion(page, slot * state.stride, f) {
+                tracing::warn!(
+                    slot,
+                    opcode = %f.opcode,
+                    "a command that timed out completed late; its slot and mailboxes are free"
+                );
+                stats.late_completions += 1;
+                *s = Slot::Free;
+            }
+            continue;
+        }
         let Slot::Busy(f) = s else { continue };
         if f.done {
             continue;
@@ -545,6 +563,35 @@ pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
                     "command completed without a command EQE; found by polling its entry"
                 );
             }
+        }
+    }
+}
+
+/// Whether the device gave back, late, the entry at `offset` of a command that timed out
+/// (`f`): then the firmware is done with it and its mailboxes, as with any completion, and
+/// the slot can be used again (the kernel's `mlx5_cmd_comp_handler` frees a timed-out entry
+/// on its real completion the same way). Its output is not read: its caller has already
+/// returned with the timeout. An entry given back with another token is not this command's
+/// completion: the slot stays lost (looked at no more), its mailboxes kept until the
+/// quiesce. The timeout stays counted against [`UNTRUSTED_COMPLETION_BUDGET`]: a device
+/// that runs commands a command timeout late is not one to trust again.
+fn late_completion(page: &DmaLease, offset: usize, f: &mut InFlight) -> bool {
+    if f.done {
+        return false;
+    }
+    let Ok(own) = page.read_u8(offset + entry::off::STATUS_OWN) else {
+        return false;
+    };
+    if own & OWNER_HW != 0 {
+        return false;
+    }
+    // Ownership was seen clear; read the rest of the entry only after that.
+    barrier::from_device();
+    match page.read_u8(offset + entry::off::TOKEN) {
+        Ok(token) if token == f.token => true,
+        _ => {
+            f.done = true;
+            false
         }
     }
 }
@@ -1083,6 +1130,47 @@ mod tests {
         assert!(!is_busy(&st, 0));
         assert_eq!(st.kept_mailboxes(), 1, "the output chain is kept");
         assert_eq!(st.corrupt_completions(), 1);
+    }
+
+    #[test]
+    fn a_timed_out_command_given_back_late_frees_its_slot_and_mailboxes() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        st.mode = CmdMode::Events;
+        let (iova, mut raw) = posted_query(&iommu, &pool, &mut st, 0x1010);
+        lose(&mut st, 0);
+        let mut stats = CmdStats::default();
+        reap(&mut st, EVENT_FALLBACK, &mut stats);
+        assert_eq!(st.lost_slots(), 1, "the device still owns the entry");
+        assert_eq!(st.leases(), 2, "the queue page and the output chain");
+        // The device gives the entry back (its EQE names a lost slot: not spurious).
+        raw[entry::off::STATUS_OWN] = 0;
+        iommu.write(iova, &raw).unwrap();
+        note_event(&mut st, 1, &mut stats);
+        assert_eq!(stats.spurious_events, 0);
+        reap(&mut st, Duration::ZERO, &mut stats);
+        assert_eq!(st.lost_slots(), 0);
+        assert_eq!(stats.late_completions, 1);
+        assert_eq!(st.leases(), 1, "only the queue page");
+        assert_eq!(reserve(&mut st), Some(0), "the slot is used again");
+    }
+
+    #[test]
+    fn a_late_entry_with_another_token_leaves_the_slot_lost() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        let (iova, mut raw) = posted_query(&iommu, &pool, &mut st, 0x1010);
+        lose(&mut st, 0);
+        raw[entry::off::TOKEN] ^= 0x80;
+        raw[entry::off::STATUS_OWN] = 0;
+        iommu.write(iova, &raw).unwrap();
+        let mut stats = CmdStats::default();
+        reap(&mut st, Duration::ZERO, &mut stats);
+        reap(&mut st, Duration::ZERO, &mut stats);
+        assert_eq!(st.lost_slots(), 1);
+        assert_eq!(stats.late_completions, 0);
+        assert_eq!(st.leases(), 2, "the output chain is kept until the quiesce");
+        assert_eq!(reserve(&mut st), Some(1), "not slot 0");
     }
 
     #[test]

@@ -66,6 +66,15 @@ pub(crate) struct Parked {
     pub input: Vec<u8>,
 }
 
+/// A command the firmware fetched and lost (see
+/// [`crate::mlx5::Mlx5Faults::lose_commands`]), kept to be run late.
+#[derive(Debug)]
+pub(crate) struct LostCommand {
+    pub parked: Parked,
+    /// Its mailboxes, counted in the unsettled memory until it runs.
+    pub kept: Vec<u64>,
+}
+
 /// A MAD_IFC waiting for the port's SMA.
 #[derive(Debug)]
 pub(crate) struct MadWork {
@@ -243,8 +252,15 @@ impl State {
                 // Not run, and the entry stays the device's (slot busy): a timeout. The
                 // fetched command's mailboxes are still the firmware's to touch.
                 let kept = self.mailboxes_of(&ctx);
-                self.faults.unsettled_memory.extend(kept);
+                self.faults.unsettled_memory.extend(kept.iter().copied());
                 self.counters.snap.commands_lost += 1;
+                self.faults.lost.push(LostCommand {
+                    parked: Parked {
+                        ctx,
+                        input: input.to_vec(),
+                    },
+                    kept,
+                });
                 return Vec::new();
             }
         }
@@ -270,6 +286,34 @@ impl State {
                 .extend(exec::memory_named(input));
             return Vec::new();
         }
+        self.execute_and_finish(ctx, input)
+    }
+
+    /// The commands lost by [`crate::mlx5::Mlx5Faults::lose_commands`] run now, late, in the
+    /// order they were fetched: each takes effect, its entry is given back and its command
+    /// EQE posted, and the firmware is done with its mailboxes. Nothing while the firmware
+    /// runs no commands (fatal, torn down): they stay lost. Returns the MAD_IFC work.
+    pub(crate) fn run_lost_commands(&mut self) -> (usize, Vec<MadWork>) {
+        if !self.runs_commands() {
+            return (0, Vec::new());
+        }
+        let lost = std::mem::take(&mut self.faults.lost);
+        let mut work = Vec::new();
+        let n = lost.len();
+        for l in lost {
+            for addr in l.kept {
+                if let Some(i) = self.faults.unsettled_memory.iter().position(|&a| a == addr) {
+                    self.faults.unsettled_memory.swap_remove(i);
+                }
+            }
+            self.counters.snap.commands_run_late += 1;
+            work.extend(self.execute_and_finish(l.parked.ctx, &l.parked.input));
+        }
+        (n, work)
+    }
+
+    /// Runs a command (no fault left to apply) and completes it, or hands MAD_IFC out.
+    fn execute_and_finish(&mut self, ctx: SlotCtx, input: &[u8]) -> Vec<MadWork> {
         match exec::execute(self, input, ctx.outlen) {
             Exec::Out(out) => {
                 self.finish(&ctx, Ok(out));

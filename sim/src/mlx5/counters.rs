@@ -47,8 +47,11 @@ pub struct Mlx5Counters {
     /// Commands answered with a non-zero status, by opcode.
     pub command_failures: BTreeMap<u16, u64>,
     /// Commands lost by the injected fault ([`crate::mlx5::Mlx5Faults::lose_commands`]):
-    /// fetched, never run, never given back.
+    /// fetched, not run, not given back (unless run late:
+    /// [`crate::mlx5::Mlx5Faults::run_lost_commands`]).
     pub commands_lost: u64,
+    /// Lost commands the firmware ran late (`Mlx5Faults::run_lost_commands`).
+    pub commands_run_late: u64,
     /// Entries completed with a non-zero delivery status.
     pub delivery_errors: u64,
     /// Command doorbells for a slot the device did not own, or while it could not run

@@ -34,6 +34,7 @@ use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HealthSyndrome};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 
 use super::Inner;
+use super::state::State;
 use crate::device::IrqKind;
 use crate::idmap::IdMap;
 
@@ -113,6 +114,8 @@ pub(crate) struct FaultState {
     pub withhold: Option<u16>,
     /// Opcode of the commands to lose, and how many more to lose.
     pub lose: Option<(u16, u32)>,
+    /// Commands lost so far, kept to be run late ([`Mlx5Faults::run_lost_commands`]).
+    pub lost: Vec<super::cmdq::LostCommand>,
     /// Opcode of the next command whose completion is corrupted, and how.
     pub corrupt: Option<(u16, CmdCorruption)>,
     /// DMA addresses of commands whose completion was withheld or corrupted (memory the
@@ -316,6 +319,19 @@ impl Mlx5Faults<'_> {
     pub fn lose_commands(&self, opcode: u16, count: u32) {
         self.inner
             .with(|st| st.faults.lose = (count > 0).then_some((opcode, count)));
+    }
+
+    /// The firmware runs, late, every command it lost ([`Mlx5Faults::lose_commands`]) and
+    /// still holds, in the order it fetched them: each takes effect as it would have, its
+    /// entry is given back and its command EQE posted, and the firmware is done with its
+    /// mailboxes (teardown no longer touches them). What a driver meets when a command it
+    /// timed out completes after all: the slot it kept busy comes back. Nothing while the
+    /// firmware runs no commands (fatal, torn down). Returns how many ran; counted in
+    /// `Mlx5Counters::commands_run_late`.
+    pub fn run_lost_commands(&self) -> usize {
+        let (n, work) = self.inner.with(State::run_lost_commands);
+        self.inner.drive(work);
+        n
     }
 
     /// Commands still to be lost by [`Mlx5Faults::lose_commands`].

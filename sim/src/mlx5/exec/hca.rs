@@ -51,8 +51,10 @@ pub(super) fn enable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
 
 /// A command whose completion was withheld or corrupted still had its memory until now (the
 /// close of the HCA, whichever of TEARDOWN_HCA and DISABLE_HCA comes first): read it once
-/// more, so that memory the driver released early faults in the IOMMU.
+/// more, so that memory the driver released early faults in the IOMMU. Commands it lost are
+/// forgotten with the HCA: they can no longer run late.
 fn touch_unsettled_memory(st: &mut State) {
+    st.faults.lost.clear();
     for addr in std::mem::take(&mut st.faults.unsettled_memory) {
         let mut b = [0u8; 8];
         if !crate::mlx5::buffer::read(&st.iommu, addr, &mut b) {
