@@ -36,6 +36,6 @@ pub use mapper::{Access, DmaMapper};
 pub use memory::{DmaMemory, PageKind, PagePolicy, base_page_size};
 pub use sim_iommu::{
     AccessKind, DEFAULT_DMA_ENTRY_LIMIT, FAULT_LOG_CAPACITY, Fault, FaultReason, SimIommu,
-    SimIommuConfig, VTD_39BIT_RANGES,
+    SimIommuConfig, SimIommuHold, VTD_39BIT_RANGES,
 };
 pub use vfio_type1::VfioType1;

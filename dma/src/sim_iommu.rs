@@ -15,7 +15,7 @@ use std::fmt;
 use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use crate::memlock::check_memlock;
 use crate::volatile;
@@ -402,6 +402,28 @@ impl SimIommu {
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, Fault> {
         let maps = self.maps.read().unwrap_or_else(PoisonError::into_inner);
+        match self.translate(&maps, iova, len, kind) {
+            // The read guard lives until after `f`: unmap cannot complete meanwhile.
+            Ok(host) => Ok(f(host)),
+            Err(fault) => {
+                drop(maps);
+                self.record(fault);
+                Err(fault)
+            }
+        }
+    }
+
+    /// The host address of `[iova, iova + len)` in `maps` (which the caller holds under the
+    /// read lock), if bus mastering is on and one live mapping allowing `kind` holds it all;
+    /// else the fault, not yet recorded (a refusal for bus mastering off is counted here).
+    #[inline]
+    fn translate(
+        &self,
+        maps: &Mappings,
+        iova: u64,
+        len: usize,
+        kind: AccessKind,
+    ) -> Result<*mut u8, Fault> {
         let fault = |reason| Fault {
             iova,
             len,
@@ -414,8 +436,8 @@ impl SimIommu {
         }
         let slot = &self.hints[(iova >> HINT_FRAME_SHIFT) as usize % HINT_SLOTS];
         let hint = slot.load(Ordering::Relaxed);
-        let result = match maps.containing(iova, hint) {
-            None => Err(FaultReason::NotMapped),
+        match maps.containing(iova, hint) {
+            None => Err(fault(FaultReason::NotMapped)),
             Some((i, &(start, ref m))) => {
                 let off = iova - start;
                 let allowed = match kind {
@@ -423,9 +445,9 @@ impl SimIommu {
                     AccessKind::Write => m.access.device_writes(),
                 };
                 if (len as u64) > m.len - off {
-                    Err(FaultReason::Straddles)
+                    Err(fault(FaultReason::Straddles))
                 } else if !allowed {
-                    Err(FaultReason::Permission)
+                    Err(fault(FaultReason::Permission))
                 } else {
                     if i != hint {
                         slot.store(i, Ordering::Relaxed);
@@ -434,21 +456,32 @@ impl SimIommu {
                     Ok(m.host.0.wrapping_add(off as usize))
                 }
             }
-        };
-        match result {
-            // The read guard lives until after `f`: unmap cannot complete meanwhile.
-            Ok(host) => Ok(f(host)),
-            Err(reason) => {
-                drop(maps);
-                let fault = fault(reason);
-                self.record(fault);
-                Err(fault)
-            }
         }
     }
 
+    /// Several device accesses under one hold of the mapping table (one read lock instead of
+    /// one per access), for a device step that makes a few in a row (a WQE and its gather
+    /// list, a receive WQE and its scatter). Each access is still translated and checked on
+    /// its own, with the same faults and counts as through [`SimIommu::read`] and friends.
+    ///
+    /// While the returned value lives, [`DmaMapper::unmap`] and [`SimIommu::set_bus_master`]
+    /// wait for it, as they wait for one access in flight. Do not make accesses through the
+    /// `SimIommu` itself meanwhile: the lock favours writers, so a second read lock taken
+    /// while an unmap waits would never be granted.
+    pub fn hold(&self) -> SimIommuHold<'_> {
+        SimIommuHold {
+            iommu: self,
+            maps: self.maps.read().unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+
+    /// Records a refused access as an IOMMU fault; one refused for bus mastering off is not
+    /// one (it was counted by [`SimIommu::translate`]).
     #[cold]
     fn record(&self, fault: Fault) {
+        if fault.reason == FaultReason::BusMasterOff {
+            return;
+        }
         self.fault_count.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%fault, "simulated IOMMU fault");
         let mut log = self
@@ -467,6 +500,75 @@ impl SimIommu {
             len,
             source: io::Error::new(kind, msg),
         }
+    }
+}
+
+/// Device accesses under one hold of a [`SimIommu`]'s mapping table ([`SimIommu::hold`]):
+/// the same checked reads and writes as the IOMMU's own, without a lock per access.
+pub struct SimIommuHold<'a> {
+    iommu: &'a SimIommu,
+    maps: RwLockReadGuard<'a, Mappings>,
+}
+
+impl SimIommuHold<'_> {
+    /// Translate and run `f` on the host address (the mapping is held live by the hold), or
+    /// record and return the fault.
+    #[inline]
+    fn access<R>(
+        &self,
+        iova: u64,
+        len: usize,
+        kind: AccessKind,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, Fault> {
+        match self.iommu.translate(&self.maps, iova, len, kind) {
+            Ok(host) => Ok(f(host)),
+            Err(fault) => {
+                // Recording takes only the fault log's lock, never the mapping table's.
+                self.iommu.record(fault);
+                Err(fault)
+            }
+        }
+    }
+
+    /// [`SimIommu::read`] under the hold.
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let len = buf.len();
+        if len == 0 {
+            return Ok(());
+        }
+        self.access(iova, len, AccessKind::Read, |host| {
+            // SAFETY: `host` is valid for `len` bytes (checked translation, mapping held live
+            // by the hold); `buf` is a Rust slice, and no slice of DMA memory may exist, so
+            // the two do not overlap.
+            unsafe { ptr::copy_nonoverlapping(host, buf.as_mut_ptr(), len) }
+        })
+    }
+
+    /// [`SimIommu::write`] under the hold.
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
+        let len = data.len();
+        if len == 0 {
+            return Ok(());
+        }
+        self.access(iova, len, AccessKind::Write, |host| {
+            // SAFETY: as in `read`, with the direction reversed.
+            unsafe { ptr::copy_nonoverlapping(data.as_ptr(), host, len) }
+        })
+    }
+
+    /// [`SimIommu::read_u32_be`] under the hold.
+    pub fn read_u32_be(&self, iova: u64) -> Result<u32, Fault> {
+        // SAFETY: the closure gets a pointer valid for 4 bytes.
+        self.access(iova, 4, AccessKind::Read, |p| unsafe {
+            volatile::load_be32(p)
+        })
+    }
+}
+
+impl fmt::Debug for SimIommuHold<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimIommuHold").finish_non_exhaustive()
     }
 }
 

@@ -1,5 +1,6 @@
 //! The simulated IOMMU: device accesses inside, across and outside mappings, permissions,
-//! access after unmap, the bus-master switch, and the mapper side's checks.
+//! access after unmap, the bus-master switch, accesses under one hold, and the mapper side's
+//! checks.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -453,6 +454,95 @@ fn map_and_unmap_elsewhere_never_disturb_a_device_using_a_live_mapping() {
     assert!(n >= 1000);
     assert_eq!(iommu.fault_count(), 0);
     iommu.unmap(0x1_0000, PAGE).unwrap();
+}
+
+#[test]
+fn a_hold_checks_and_records_every_access_as_the_iommu_does() {
+    let s = setup();
+    s.iommu.write(0x10010, &[1, 2, 3, 4]).unwrap();
+    {
+        let h = s.iommu.hold();
+        let mut buf = [0u8; 4];
+        h.read(0x10010, &mut buf).unwrap();
+        assert_eq!(buf, [1, 2, 3, 4]);
+        assert_eq!(h.read_u32_be(0x10010).unwrap(), 0x0102_0304);
+        h.write(0x11000, &[9, 8]).unwrap();
+        // Each refused access is its own fault, with the reason a lone access gets.
+        let straddle = h.read(0x10ffe, &mut buf).unwrap_err();
+        let permission = h.write(0x20000, &[1]).unwrap_err();
+        let unmapped = h.read_u32_be(0x30000).unwrap_err();
+        assert_eq!(
+            [straddle.reason, permission.reason, unmapped.reason],
+            [
+                FaultReason::Straddles,
+                FaultReason::Permission,
+                FaultReason::NotMapped
+            ]
+        );
+        assert_eq!(
+            permission,
+            Fault {
+                iova: 0x20000,
+                len: 1,
+                kind: AccessKind::Write,
+                reason: FaultReason::Permission
+            }
+        );
+        // Zero-length accesses touch nothing, as the IOMMU's own.
+        h.read(0x0, &mut []).unwrap();
+        h.write(0x0, &[]).unwrap();
+    }
+    assert_eq!(
+        (host_byte(&s.mem, PAGE), host_byte(&s.mem, PAGE + 1)),
+        (9, 8)
+    );
+    assert_eq!(
+        host_byte(&s.mem, 2 * PAGE),
+        0,
+        "the refused write did not happen"
+    );
+    assert_eq!(s.iommu.fault_count(), 3);
+    assert_eq!(s.iommu.faults().len(), 3);
+    // Bus mastering off: refused and counted apart, through a hold too.
+    s.iommu.set_bus_master(false);
+    let h = s.iommu.hold();
+    assert_eq!(
+        h.write(0x10000, &[1]).unwrap_err().reason,
+        FaultReason::BusMasterOff
+    );
+    drop(h);
+    assert_eq!(s.iommu.blocked_count(), 1);
+    assert_eq!(s.iommu.fault_count(), 3);
+}
+
+#[test]
+fn an_unmap_waits_for_a_hold_to_end() {
+    let iommu = Arc::new(SimIommu::new());
+    let mem = DmaMemory::with_policy(PAGE, PagePolicy::BaseOnly).unwrap();
+    // SAFETY: `mem` outlives the mapping (unmapped below, before the end of the test).
+    unsafe { iommu.map(mem.as_ptr(), PAGE, 0x1_0000, Access::ReadWrite) }.unwrap();
+    let h = iommu.hold();
+    let unmapped = Arc::new(AtomicBool::new(false));
+    let driver = {
+        let (iommu, unmapped) = (Arc::clone(&iommu), Arc::clone(&unmapped));
+        std::thread::spawn(move || {
+            iommu.unmap(0x1_0000, PAGE).unwrap();
+            unmapped.store(true, Ordering::SeqCst);
+        })
+    };
+    // However long the driver thread has had, its unmap has not returned, and the mapping
+    // still serves the hold's accesses.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!unmapped.load(Ordering::SeqCst));
+    h.write(0x1_0000, &[5]).unwrap();
+    assert_eq!(h.read_u32_be(0x1_0000).unwrap() >> 24, 5);
+    drop(h);
+    driver.join().unwrap();
+    assert!(unmapped.load(Ordering::SeqCst));
+    assert_eq!(
+        iommu.read_u8(0x1_0000).unwrap_err().reason,
+        FaultReason::NotMapped
+    );
 }
 
 #[test]

@@ -102,9 +102,8 @@ impl Queue {
         self.front().map(|(at, _)| at)
     }
 
-    /// Adds an event; returns true if it is now the earliest.
-    fn push(&mut self, at: Duration, task: Task) -> bool {
-        let earliest = self.next_at().is_none_or(|t| at < t);
+    /// Adds an event.
+    fn push(&mut self, at: Duration, task: Task) {
         self.seq += 1;
         let e = Entry {
             at,
@@ -116,7 +115,6 @@ impl Queue {
         } else {
             self.heap.push(Reverse(e));
         }
-        earliest
     }
 
     /// Takes the earliest event if it is due at `now`.
@@ -200,14 +198,21 @@ impl Scheduler {
     /// Schedules each task at its time, in order, under one lock.
     pub(crate) fn schedule_tasks(&self, tasks: impl IntoIterator<Item = (Duration, Task)>) {
         let mut q = self.lock();
-        let mut earliest = false;
-        for (at, task) in tasks {
-            earliest |= q.push(at, task);
-        }
         // A waiter sleeps until the earliest event at most: only a new earliest one changes
-        // how long it may sleep. Read under the lock a waiter counts itself under: no
-        // wake-up is lost.
-        let wake = earliest && self.waiting.load(Ordering::SeqCst) > 0;
+        // how long it may sleep, so the waiters are woken if some new event is earlier than
+        // every event there was before. Read under the lock a waiter counts itself under: no
+        // wake-up is lost. With nobody waiting (always, in virtual time) the times are not
+        // compared at all.
+        let waiting = self.waiting.load(Ordering::SeqCst) > 0;
+        let before = if waiting { q.next_at() } else { None };
+        let mut first: Option<Duration> = None;
+        for (at, task) in tasks {
+            if waiting {
+                first = Some(first.map_or(at, |f| f.min(at)));
+            }
+            q.push(at, task);
+        }
+        let wake = first.is_some_and(|f| before.is_none_or(|b| f < b));
         drop(q);
         if wake {
             self.wake.notify_all();

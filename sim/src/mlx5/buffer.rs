@@ -2,8 +2,50 @@
 //! `pas`), and device DMA that goes only through the simulated IOMMU, split at 4 KiB
 //! boundaries so that a buffer made of adjacent mappings reads as it would on hardware.
 
-use dma::SimIommu;
+use dma::{Fault, SimIommu, SimIommuHold};
 use firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE;
+
+/// What device DMA goes through: the IOMMU itself (a lock per access), or a hold of it for
+/// the accesses of one step ([`SimIommu::hold`]).
+pub(crate) trait Dma {
+    /// A checked device read.
+    fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault>;
+    /// A checked device write.
+    fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault>;
+}
+
+impl Dma for SimIommu {
+    #[inline]
+    fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        SimIommu::read(self, iova, buf)
+    }
+    #[inline]
+    fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
+        SimIommu::write(self, iova, data)
+    }
+}
+
+impl<T: Dma + ?Sized> Dma for std::sync::Arc<T> {
+    #[inline]
+    fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        T::read(self, iova, buf)
+    }
+    #[inline]
+    fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
+        T::write(self, iova, data)
+    }
+}
+
+impl Dma for SimIommuHold<'_> {
+    #[inline]
+    fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        SimIommuHold::read(self, iova, buf)
+    }
+    #[inline]
+    fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
+        SimIommuHold::write(self, iova, data)
+    }
+}
 
 /// Why a queue buffer description is refused (the command fails with BAD_PARAM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +101,7 @@ impl PageList {
 
 /// Device read of `buf.len()` bytes at `iova`; false if the IOMMU refused any part (the fault
 /// is recorded by the IOMMU).
-pub(crate) fn read(iommu: &SimIommu, iova: u64, buf: &mut [u8]) -> bool {
+pub(crate) fn read(iommu: &(impl Dma + ?Sized), iova: u64, buf: &mut [u8]) -> bool {
     let mut done = 0usize;
     while done < buf.len() {
         let at = iova.wrapping_add(done as u64);
@@ -74,7 +116,7 @@ pub(crate) fn read(iommu: &SimIommu, iova: u64, buf: &mut [u8]) -> bool {
 }
 
 /// Device write of `data` at `iova`, split like [`read`].
-pub(crate) fn write(iommu: &SimIommu, iova: u64, data: &[u8]) -> bool {
+pub(crate) fn write(iommu: &(impl Dma + ?Sized), iova: u64, data: &[u8]) -> bool {
     let mut done = 0usize;
     while done < data.len() {
         let at = iova.wrapping_add(done as u64);

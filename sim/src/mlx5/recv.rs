@@ -171,10 +171,12 @@ fn scatter(
     pkt: &Packet,
     raw: &mut [u8],
 ) -> Result<(), (CqeSyndrome, u8)> {
+    // The WQE is read and the message written under one hold of the IOMMU.
+    let dma = iommu.hold();
     let stride = (1usize << qp.rq_stride_shift).min(MAX_RECV_WQE);
     let read = qp
         .rq_wqe_addr(index)
-        .is_some_and(|a| buffer::read(iommu, a, &mut raw[..stride]));
+        .is_some_and(|a| buffer::read(&dma, a, &mut raw[..stride]));
     let prot = (CqeSyndrome::LOCAL_PROT_ERR, vendor_syndrome::PROTECTION);
     if !read {
         counters.snap.dma_errors += 1;
@@ -229,7 +231,7 @@ fn scatter(
                 (&pkt.mad[m..m + n], n)
             };
             if !src.is_empty() {
-                ok &= buffer::write(iommu, addr + (pos - at) as u64, src);
+                ok &= buffer::write(&dma, addr + (pos - at) as u64, src);
             }
             pos += take;
         }

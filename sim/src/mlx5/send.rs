@@ -4,7 +4,7 @@
 //! becomes a packet (SLID from the port's LID and the path bits, VL15 for QP0, source QP 0,
 //! 1 or the DETH override, Q_Key and P_Key from the QP where the WQE defers to it).
 
-use dma::SimIommu;
+use dma::{SimIommu, SimIommuHold};
 use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ReqCqe};
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
@@ -204,11 +204,13 @@ impl SendCx<'_> {
         pending: u32,
         wqe: &mut [u8],
     ) -> (Result<Option<(u8, Packet)>, SendError>, u32, u8, bool) {
-        let iommu = self.iommu;
+        // The WQE and its gather list are read under one hold of the IOMMU (nothing else
+        // reaches the IOMMU until the packet is built).
+        let dma = self.iommu.hold();
         // The control segment first: its DS count says how many basic blocks follow.
         let read_bb = |i: u16, dst: &mut [u8]| {
             qp.sq_bb_addr(start.wrapping_add(i))
-                .is_some_and(|a| iommu.read(a, dst).is_ok())
+                .is_some_and(|a| dma.read(a, dst).is_ok())
         };
         // A UD send is two basic blocks: when the second is posted and follows the first in
         // the same page, both come in one read (the device fetches ahead as far as the
@@ -223,7 +225,7 @@ impl SendCx<'_> {
                 _ => false,
             };
         let first = if ahead { 2 * SEND_WQE_BB } else { SEND_WQE_BB };
-        let first_read = at.is_some_and(|a| iommu.read(a, &mut wqe[..first]).is_ok());
+        let first_read = at.is_some_and(|a| dma.read(a, &mut wqe[..first]).is_ok());
         if !first_read {
             self.counters.snap.dma_errors += 1;
             return (
@@ -267,7 +269,7 @@ impl SendCx<'_> {
         let result = match ctrl.opcode {
             WqeOpcode::NOP => Ok(None),
             WqeOpcode::SEND | WqeOpcode::SEND_IMM => self
-                .build_packet(qp, &wqe[..nbb as usize * SEND_WQE_BB])
+                .build_packet(&dma, qp, &wqe[..nbb as usize * SEND_WQE_BB])
                 .map(Some),
             _ => Err(qp_op_err()),
         };
@@ -275,7 +277,12 @@ impl SendCx<'_> {
     }
 
     /// The packet of a UD-style send WQE of `qp`.
-    fn build_packet(&mut self, qp: &Qp, wqe: &[u8]) -> Result<(u8, Packet), SendError> {
+    fn build_packet(
+        &mut self,
+        dma: &SimIommuHold<'_>,
+        qp: &Qp,
+        wqe: &[u8],
+    ) -> Result<(u8, Packet), SendError> {
         let (_, av, gather) = UdSendWqe::parse_in_place(wqe).map_err(|_| qp_op_err())?;
         let mut mad = self
             .mad_pool
@@ -298,7 +305,7 @@ impl SendCx<'_> {
                             vendor_syndrome::LENGTH,
                         ));
                     }
-                    if !buffer::read(self.iommu, d.addr, &mut mad[len..len + n]) {
+                    if !buffer::read(dma, d.addr, &mut mad[len..len + n]) {
                         self.counters.snap.dma_errors += 1;
                         return Err(SendError(
                             CqeSyndrome::LOCAL_PROT_ERR,

@@ -27,7 +27,7 @@ use super::eq::{self, Eq};
 use super::faults::FaultState;
 use super::pages::Pages;
 use super::qp::Qp;
-use crate::idmap::IdMap;
+use crate::idmap::IdTable;
 use crate::link::PortSnapshot;
 use crate::sched::Scheduler;
 
@@ -136,9 +136,9 @@ pub(crate) struct State {
     pub pds: BTreeMap<u32, u32>,
     pub next_pd: u32,
     pub eqs: BTreeMap<u8, Eq>,
-    pub cqs: IdMap<Cq>,
+    pub cqs: IdTable<Cq>,
     pub next_cqn: u32,
-    pub qps: IdMap<Qp>,
+    pub qps: IdTable<Qp>,
     pub next_qpn: u32,
     /// Per port: the QPN of its QP0 and QP1 (set at RST2INIT, when the port is known).
     pub special: Vec<[Option<u32>; 2]>,
@@ -224,9 +224,9 @@ impl State {
             pds: BTreeMap::new(),
             next_pd: 1,
             eqs: BTreeMap::new(),
-            cqs: IdMap::default(),
+            cqs: IdTable::default(),
             next_cqn: 0x400,
-            qps: IdMap::default(),
+            qps: IdTable::default(),
             next_qpn: 0x100,
             err_rqs: BTreeSet::new(),
             ports,

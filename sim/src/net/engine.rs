@@ -21,8 +21,9 @@ use crate::fabric::sma::{Agents, Effect, Reply, Silent, Sma};
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::idmap::IdKeyMap;
-use crate::link::{PortChange, PortSink, PortSnapshot};
+use crate::link::{PortSink, PortSnapshot};
 use crate::packet::Packet;
+use crate::sched::Task;
 
 /// Most links one packet (with its response) may cross: two full 63-hop directed routes,
 /// with room to spare; an LFT loop ends here.
@@ -39,22 +40,9 @@ pub(crate) struct Attachment {
     pub(crate) id: u64,
 }
 
-/// Something to tell a device once the lock is released.
-pub(crate) enum Output {
-    /// Deliver `packet` to the device's port `port` at simulated time `at`.
-    Deliver {
-        sink: Weak<dyn PortSink>,
-        port: u8,
-        packet: Packet,
-        at: Duration,
-    },
-    /// The device's port `port` changed.
-    Changed {
-        sink: Weak<dyn PortSink>,
-        port: u8,
-        change: PortChange,
-    },
-}
+/// Something to tell a device once the lock is released: the scheduler's task for it, at the
+/// simulated time it happens.
+pub(crate) type Output = (Duration, Task);
 
 /// Where a packet goes next.
 enum Next {
@@ -129,12 +117,12 @@ impl NetState {
         {
             // Loopback: the HCA turns the packet round before the wire.
             if let Some(a) = self.attached.get(&from) {
-                self.outputs.push(Output::Deliver {
+                let task = Task::Deliver {
                     sink: a.sink.clone(),
                     port: p.num(),
                     packet,
-                    at: self.now,
-                });
+                };
+                self.outputs.push((self.now, task));
             }
             return;
         }
@@ -239,12 +227,12 @@ impl NetState {
                     self.agents.counters_mut(q).rcv_errors += 1;
                     return self.dropped(DropReason::WrongDlid);
                 }
-                self.outputs.push(Output::Deliver {
+                let task = Task::Deliver {
                     sink: a.sink.clone(),
                     port: qnum,
                     packet: pkt,
-                    at: self.now + delay,
-                });
+                };
+                self.outputs.push((self.now + delay, task));
                 return Next::Done;
             }
         }
@@ -430,6 +418,10 @@ impl NetState {
     /// configured switch whose port went up or down, trap 144 from every configured SMA
     /// whose port's enabled rates or CapabilityMask changed.
     pub(crate) fn flush_effects(&mut self) {
+        // Nearly always nothing (a packet changes no port): no vector is taken apart then.
+        if self.agents.effects.is_empty() {
+            return;
+        }
         loop {
             let effects = self.agents.take_effects();
             if effects.is_empty() {
@@ -441,11 +433,12 @@ impl NetState {
                 match e {
                     Effect::Port(port, change) => {
                         if let Some(a) = self.attached.get(&port) {
-                            self.outputs.push(Output::Changed {
+                            let task = Task::Changed {
                                 sink: a.sink.clone(),
                                 port: self.fabric.port(port).num(),
                                 change,
-                            });
+                            };
+                            self.outputs.push((self.now, task));
                         }
                     }
                     Effect::SwitchPortStateChange(node) => {
@@ -571,12 +564,12 @@ impl NetState {
             if !to_self {
                 self.send(mgmt, pkt, Duration::ZERO);
             } else if let Some(a) = self.attached.get(&mgmt) {
-                self.outputs.push(Output::Deliver {
+                let task = Task::Deliver {
                     sink: a.sink.clone(),
                     port: self.fabric.port(mgmt).num(),
                     packet: pkt,
-                    at: self.now,
-                });
+                };
+                self.outputs.push((self.now, task));
             } else {
                 self.drops.count(DropReason::NoTaker);
             }

@@ -79,7 +79,7 @@ use std::time::Duration;
 pub use self::attach::AttachedPort;
 pub use self::drops::{DropCounts, DropReason};
 pub use self::engine::QP1_QKEY;
-use self::engine::{Attachment, NetState, Output};
+use self::engine::{Attachment, NetState};
 pub use self::error::NetError;
 pub use self::fault::Fault;
 use crate::fabric::builder::{FabricBuilder, NodeSpec};
@@ -89,7 +89,7 @@ use crate::fabric::sma::Sma;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::link::{PortLink, PortSink};
-use crate::sched::{Scheduler, Task};
+use crate::sched::Scheduler;
 
 /// The seed of the fault generator until [`Network::reseed`].
 pub const DEFAULT_SEED: u64 = 0x5EED_0FFA_B41C;
@@ -192,19 +192,7 @@ impl Shared {
         let r = f(&mut st);
         st.flush_effects();
         if !st.outputs.is_empty() {
-            let now = st.now;
-            self.sched
-                .schedule_tasks(st.outputs.drain(..).map(|o| match o {
-                    Output::Deliver {
-                        sink,
-                        port,
-                        packet,
-                        at,
-                    } => (at, Task::Deliver { sink, port, packet }),
-                    Output::Changed { sink, port, change } => {
-                        (now, Task::Changed { sink, port, change })
-                    }
-                }));
+            self.sched.schedule_tasks(st.outputs.drain(..));
         }
         r
     }

@@ -314,11 +314,16 @@ impl Sma<'_> {
         }
         let set = m == method::SET;
         let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
-        let mut data: Data = [0; 64];
-        data.copy_from_slice(&mad[64..128]);
+        let lid_routed = mad[1] == class::SUBN_LID_ROUTED;
+        // The handlers work on the SMP's data area in place: each leaves the attribute's
+        // value there (the new one, or the current one when it refuses), and SMInfo passed
+        // up does not touch it.
+        let data: &mut Data = (&mut mad[64..128])
+            .try_into()
+            .expect("the SMP data area is 64 bytes");
         let st = match attr {
-            attr_id::sm::NODE_DESCRIPTION => self.node_description(node, set, attr_mod, &mut data),
-            attr_id::sm::NODE_INFO => self.node_info(node, in_port, set, attr_mod, &mut data),
+            attr_id::sm::NODE_DESCRIPTION => self.node_description(node, set, attr_mod, data),
+            attr_id::sm::NODE_INFO => self.node_info(node, in_port, set, attr_mod, data),
             attr_id::sm::PORT_INFO => {
                 // ibsim sends trap 144 with the LID and SM LID of the port the SMP came in by
                 // (`sim_mad.c` `do_portinfo`, `send_trap(port, TRAP_144)`): a CA's port, or a
@@ -326,24 +331,21 @@ impl Sma<'_> {
                 // SMP comes into a switch by an external port, which has no LID: no trap.
                 let access = port_info::Access {
                     hide_mkey: check == mkey::Check::HideKey,
-                    notice_port: (!is_switch || mad[1] == class::SUBN_LID_ROUTED)
-                        .then_some(key_port),
+                    notice_port: (!is_switch || lid_routed).then_some(key_port),
                 };
-                self.port_info(node, in_port, set, attr_mod, &mut data, access)
+                self.port_info(node, in_port, set, attr_mod, data, access)
             }
-            attr_id::sm::SWITCH_INFO if is_switch => {
-                self.switch_info(node, set, attr_mod, &mut data)
-            }
+            attr_id::sm::SWITCH_INFO if is_switch => self.switch_info(node, set, attr_mod, data),
             attr_id::sm::LINEAR_FORWARDING_TABLE if is_switch => {
-                self.lft(node, set, attr_mod, &mut data)
+                self.lft(node, set, attr_mod, data)
             }
             attr_id::sm::MULTICAST_FORWARDING_TABLE if is_switch => {
-                self.mft(node, set, attr_mod, &mut data)
+                self.mft(node, set, attr_mod, data)
             }
-            attr_id::sm::PKEY_TABLE => self.pkey_table(node, in_port, set, attr_mod, &mut data),
-            attr_id::sm::SL_TO_VL_TABLE => self.sl2vl(node, in_port, set, attr_mod, &mut data),
-            attr_id::sm::VL_ARB_TABLE => self.vl_arb(node, in_port, set, attr_mod, &mut data),
-            attr_id::sm::GUID_INFO => self.guid_info(node, in_port, set, attr_mod, &mut data),
+            attr_id::sm::PKEY_TABLE => self.pkey_table(node, in_port, set, attr_mod, data),
+            attr_id::sm::SL_TO_VL_TABLE => self.sl2vl(node, in_port, set, attr_mod, data),
+            attr_id::sm::VL_ARB_TABLE => self.vl_arb(node, in_port, set, attr_mod, data),
+            attr_id::sm::GUID_INFO => self.guid_info(node, in_port, set, attr_mod, data),
             attr_id::sm::SM_INFO => {
                 if self.fabric.port(key_port).state.capability_mask
                     & mad_wire::attr::port_info::cap_mask::IS_SM
@@ -355,7 +357,6 @@ impl Sma<'_> {
             }
             _ => status::METHOD_ATTR_UNSUPPORTED,
         };
-        mad[64..128].copy_from_slice(&data);
         respond(mad, st)
     }
 
