@@ -116,6 +116,10 @@ pub(crate) struct ProgressState {
     /// The event queues `flush_events` wakes, kept between passes for its room (empty
     /// outside it).
     pub(crate) to_wake: Vec<Arc<EventQueue>>,
+    /// The device time of the completion batch being handled, read at its first send
+    /// completion that arms a timer (`None` between batches): the completions of one poll
+    /// were all found at once, and reading the clock costs the driver a call each time.
+    pub(crate) batch_now: Option<Duration>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -347,6 +351,7 @@ impl Port {
                 reposts: [Vec::new(), Vec::new()],
                 staged: Vec::new(),
                 to_wake: Vec::new(),
+                batch_now: None,
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),

@@ -125,6 +125,7 @@ impl PortShared {
                     0
                 }
             };
+            st.batch_now = None;
             for wc in &wcs {
                 self.on_wc(st, wc, None);
             }
@@ -136,10 +137,12 @@ impl PortShared {
             }
         }
         let soft = std::mem::take(&mut *lock(&self.soft_cq));
+        st.batch_now = None;
         for (wc, credit) in &soft {
             self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
+        st.batch_now = None;
         // Under the hold, as an error CQE's recovery: a post landing between the recovery and
         // its retry marks would be marked for a repost it does not need.
         work += self.retry_recovery(st);
@@ -376,7 +379,8 @@ impl PortShared {
             .send_cqe(r.generation, ok, timeout_ms > 0 && !fatal, allow_retry)
         {
             CqeOutcome::Wait => {
-                let deadline = self.hca.now() + ms(timeout_ms);
+                let now = *st.batch_now.get_or_insert_with(|| self.hca.now());
+                let deadline = now + ms(timeout_ms);
                 st.timers
                     .arm(timer_key(r.qp, r.index), deadline, r.generation);
             }
@@ -438,6 +442,9 @@ impl PortShared {
     ///
     /// [`PostError::SendQueueError`]: driver::verbs::PostError::SendQueueError
     fn recover_send_queue(&self, st: &mut ProgressState, qp: SpecialQp) {
+        // The commands may take a while (their timeouts, on a device that loses them): the
+        // batch's later completions read the clock again.
+        st.batch_now = None;
         let start = self.hca.now();
         match self.hca.recover_send_queue(qp) {
             Ok(()) => {

@@ -132,17 +132,22 @@ impl Slot {
 
 /// Free slot indexes: a single-producer single-consumer ring. The producer is the progress
 /// loop (which recycles slots, one thread at a time); the consumer is the drainer, which pops
-/// under the queue lock. Each index is in the ring at most once, so it never overflows.
+/// under the queue lock. Each index is in the ring at most once, so it never overflows. Its
+/// room is a power of two (at least the slot count), so a position is a mask of the free-running
+/// counters rather than a division.
 struct FreeRing {
     buf: Box<[AtomicU32]>,
+    mask: usize,
     head: AtomicUsize,
     tail: AtomicUsize,
 }
 
 impl FreeRing {
     fn full(n: u32) -> FreeRing {
+        let room = (n as usize).next_power_of_two();
         FreeRing {
-            buf: (0..n).map(AtomicU32::new).collect(),
+            buf: (0..room as u32).map(AtomicU32::new).collect(),
+            mask: room - 1,
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(n as usize),
         }
@@ -150,7 +155,7 @@ impl FreeRing {
 
     fn push(&self, index: u32) {
         let t = self.tail.load(Ordering::Relaxed);
-        self.buf[t % self.buf.len()].store(index, Ordering::Relaxed);
+        self.buf[t & self.mask].store(index, Ordering::Relaxed);
         self.tail.store(t.wrapping_add(1), Ordering::SeqCst);
     }
 
@@ -159,7 +164,7 @@ impl FreeRing {
         if h == self.tail.load(Ordering::SeqCst) {
             return None;
         }
-        let v = self.buf[h % self.buf.len()].load(Ordering::Relaxed);
+        let v = self.buf[h & self.mask].load(Ordering::Relaxed);
         self.head.store(h.wrapping_add(1), Ordering::Release);
         Some(v)
     }
@@ -742,5 +747,29 @@ mod tests {
         assert_eq!(f.len(), 4);
         let got: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
         assert_eq!(got, vec![0, 3, 1, 2]);
+    }
+
+    /// A slot count that is not a power of two: the ring's room is larger, and indexes still
+    /// come back in the order they were pushed across many wraps of its positions.
+    #[test]
+    fn free_ring_of_three_keeps_order_across_wraps() {
+        let f = FreeRing::full(3);
+        assert_eq!(f.len(), 3);
+        let mut expect: std::collections::VecDeque<u32> = (0..3).collect();
+        for round in 0..20u32 {
+            let a = f.pop().expect("a free index");
+            assert_eq!(Some(a), expect.pop_front(), "round {round}");
+            let b = f.pop().expect("a second free index");
+            assert_eq!(Some(b), expect.pop_front(), "round {round}");
+            // Given back in the other order.
+            f.push(b);
+            f.push(a);
+            expect.push_back(b);
+            expect.push_back(a);
+            assert_eq!(f.len(), 3);
+        }
+        let got: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
+        assert_eq!(got, Vec::from(expect));
+        assert_eq!(f.pop(), None);
     }
 }
