@@ -632,6 +632,10 @@ fn wqe_size_arithmetic() {
     };
     let single = UdSendWqe::single_data(w.ctrl, &w.av, d).unwrap();
     assert_eq!(&single[..], &bytes[..]);
+    // In place: every byte is written (over a buffer full of something else).
+    let mut into = [0xa5u8; wqe::SINGLE_DATA_WQE_LEN];
+    UdSendWqe::single_data_into(w.ctrl, &w.av, d, &mut into).unwrap();
+    assert_eq!(&into[..], &bytes[..]);
     assert_eq!(wqe::SINGLE_DATA_WQE_LEN, 128);
     // Parsed in place: the same segments, the data entry borrowed, nothing more.
     let (ctrl, av, mut g) = UdSendWqe::parse_in_place(&bytes).unwrap();

@@ -148,14 +148,29 @@ pub(crate) struct Qp {
     lkey: u32,
 }
 
-/// Build the WQE of a UD send: control (signalled SEND at `index`), datagram segment from
-/// `wr.dest`, one data segment with `lkey`. Returns the bytes, whole basic blocks.
+/// [`send_wqe_into`] a new array.
+#[cfg(test)]
 pub(crate) fn send_wqe(
     qpn: u32,
     index: u16,
     wr: &SendWr,
     lkey: u32,
 ) -> Result<[u8; SINGLE_DATA_WQE_LEN], PostError> {
+    let mut b = [0u8; SINGLE_DATA_WQE_LEN];
+    send_wqe_into(qpn, index, wr, lkey, &mut b)?;
+    Ok(b)
+}
+
+/// Build the WQE of a UD send into `b` (all of it written on success; whole basic blocks):
+/// control (signalled SEND at `index`), datagram segment from `wr.dest`, one data segment with
+/// `lkey`. Built on the poster's stack, then copied into the ring once.
+pub(crate) fn send_wqe_into(
+    qpn: u32,
+    index: u16,
+    wr: &SendWr,
+    lkey: u32,
+    b: &mut [u8; SINGLE_DATA_WQE_LEN],
+) -> Result<(), PostError> {
     let d = &wr.dest;
     if d.pkey_index != 0 {
         return Err(PostError::Invalid(format!(
@@ -208,7 +223,7 @@ pub(crate) fn send_wqe(
         lkey,
         addr: wr.sge.iova,
     };
-    UdSendWqe::single_data(ctrl, &av, data)
+    UdSendWqe::single_data_into(ctrl, &av, data, b)
         .map_err(|e| PostError::Invalid(format!("send WQE: {e}")))
 }
 
@@ -539,7 +554,8 @@ impl Qp {
             return Err(PostError::QueueFull);
         }
         let index = self.sq_head as u16;
-        let bytes = send_wqe(self.qpn, index, wr, self.lkey)?;
+        let mut bytes = [0u8; SINGLE_DATA_WQE_LEN];
+        send_wqe_into(self.qpn, index, wr, self.lkey, &mut bytes)?;
         let bbs = (bytes.len() / SEND_WQE_BB) as u32;
         let used = self.sq_head.wrapping_sub(self.sq_tail);
         if used + bbs > self.geo.sq_bbs {
@@ -754,10 +770,10 @@ impl Qp {
                     sl: r.sl,
                     dlid_path_bits: r.ml_path & 0x7f,
                     pkey_index: match self.kind {
-                        SpecialQp::Gsi => pkey_index(r.pkey()),
+                        SpecialQp::Gsi => pkey_index(r.pkey),
                         SpecialQp::Smi => 0,
                     },
-                    grh: r.has_grh(),
+                    grh: r.grh,
                 }
             }
             CqeKind::RecvErr {
@@ -824,11 +840,10 @@ impl Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mlx5::cq::CqeKind;
+    use crate::mlx5::cq::{CqeKind, RecvCqe};
     use crate::mlx5::testutil::{Recorder, recording_bar};
     use crate::verbs::{Grh, Sge, UdDest};
     use dma::{DmaPool, LeaseMode, SimIommu};
-    use firmware_cmds::mlx5::cqe::RespCqe;
     use firmware_cmds::mlx5::syndrome::CqeSyndrome;
     use firmware_cmds::mlx5::wqe::{CTRL_SEG_LEN, DATAGRAM_SEG_LEN};
     use std::sync::Arc;
@@ -872,15 +887,14 @@ mod tests {
     }
 
     fn ok_recv(bytes: u32) -> CqeKind {
-        CqeKind::Recv(RespCqe {
+        CqeKind::Recv(RecvCqe {
             byte_cnt: bytes,
             src_qpn: 1,
             slid: 3,
             sl: 2,
             ml_path: 0x81,
-            imm_inval_pkey: 0xffff,
-            l3_hdr: 0,
-            ..RespCqe::default()
+            pkey: 0xffff,
+            grh: false,
         })
     }
 
