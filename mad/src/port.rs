@@ -163,6 +163,9 @@ pub(crate) struct PortShared {
     pub(crate) smi: crate::smi::SmiState,
     /// RMPP transfers (crate::rmpp).
     pub(crate) rmpp: crate::rmpp::Rmpp,
+    /// Boxes of received MADs dropped by their readers, for the next receives (as many as
+    /// the deeper receive queue holds at most).
+    pub(crate) recv_spares: Arc<crate::event::RecvSpares>,
     /// Set while the progress loop handles a batch of completions: posting waits for the end
     /// of the batch, because an error CQE in it has already put the send queue in SQE on the
     /// device's side and the recovery comes only when the loop reaches that CQE.
@@ -366,6 +369,9 @@ impl Port {
             passes: AtomicU64::new(0),
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
+            recv_spares: crate::event::RecvSpares::new(
+                recv_depth.iter().copied().max().unwrap_or(0) as usize,
+            ),
             hold_posts: AtomicBool::new(false),
             sq_refused: [AtomicBool::new(false), AtomicBool::new(false)],
             hca,

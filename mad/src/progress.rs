@@ -22,7 +22,7 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{AgentId, Event, PushRefused, RecvMad, SendCompletion, SendRef};
+use crate::event::{Event, PushRefused, RecvBox, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
@@ -753,14 +753,7 @@ impl PortShared {
             }
             let copied = if wc.status == WcStatus::Success {
                 Some(rr.copy_out(index, wc.byte_len, wc.grh, |grh, len| {
-                    Box::new(RecvMad {
-                        agent: AgentId(0),
-                        mad: [0; MAD_LEN],
-                        len,
-                        addr: RecvAddr::from_wc(wc, grh),
-                        response_to: None,
-                        rmpp: None,
-                    })
+                    self.recv_spares.take(len, RecvAddr::from_wc(wc, grh))
                 }))
             } else {
                 if !(fatal && wc.status == WcStatus::WrFlushErr) {
@@ -802,7 +795,7 @@ impl PortShared {
     /// A MAD arrived (copied out of its buffer into the box its event will own): validate
     /// it, give the port's own agent first refusal, then match it to a send (responses) or
     /// dispatch it (requests).
-    fn on_mad(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: Box<RecvMad>) {
+    fn on_mad(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: RecvBox) {
         let len = recv.len;
         if let Err(reason) = recv_rules::validate(qp, &recv.mad[..len]) {
             self.cells.dropped(reason);
@@ -884,12 +877,7 @@ impl PortShared {
     /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
     /// `recv.rmpp` holds the whole message when RMPP reassembled it (`recv.mad` is then its
     /// first segment); the box becomes the event as it is.
-    pub(crate) fn on_response(
-        &self,
-        st: &mut ProgressState,
-        qp: SpecialQp,
-        mut recv: Box<RecvMad>,
-    ) {
+    pub(crate) fn on_response(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: RecvBox) {
         let hdr = Mad::new_checked(&recv.mad[..]).expect("a full MAD holds a header");
         let tid = hdr.tid();
         let mgmt_class = hdr.mgmt_class();

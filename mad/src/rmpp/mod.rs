@@ -44,7 +44,7 @@ use crate::addr::{RecvAddr, same_address};
 use crate::agent::{AgentInner, AgentSpec};
 use crate::counters::bump;
 use crate::error::MadError;
-use crate::event::{AgentId, Event, EventQueue, RecvMad, SendCompletion, SendId, SendRef};
+use crate::event::{AgentId, Event, EventQueue, RecvBox, RecvMad, SendCompletion, SendId, SendRef};
 use crate::port::{Port, PortShared, ProgressState, qpi};
 use crate::ring::{Pending, lock};
 
@@ -668,7 +668,7 @@ impl PortShared {
                         bump(&self.cells.unsolicited);
                         bump(&agent.cells.unsolicited);
                     }
-                    agent.deliver(Event::Recv(recv), self);
+                    agent.deliver(Event::Recv(RecvBox::from(recv)), self);
                 }
                 Action::Match {
                     first,
