@@ -151,8 +151,8 @@ impl RecvSpares {
                 b.addr = addr;
                 b.response_to = None;
                 b.rmpp = None;
-                if let Some(tail) = b.mad.get_mut(len..) {
-                    tail.fill(0);
+                if len < MAD_LEN {
+                    b.mad[len..].fill(0);
                 }
                 b
             }

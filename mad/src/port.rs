@@ -29,7 +29,7 @@ use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged, FlowControl};
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
-use crate::ring::{BUFS_PER_LEASE, Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
+use crate::ring::{BUFS_PER_LEASE, Drained, Job, POST_BATCH, PostBatch, Record, SendRing, lock};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
@@ -120,6 +120,9 @@ pub(crate) struct ProgressState {
     /// completion that arms a timer (`None` between batches): the completions of one poll
     /// were all found at once, and reading the clock costs the driver a call each time.
     pub(crate) batch_now: Option<Duration>,
+    /// Records of the sends this pass finished, per QP, handed back to their rings at its end
+    /// (one queue lock each): see `SendRing::keep_records`.
+    pub(crate) spent: [Vec<Record>; 2],
 }
 
 /// Work another thread leaves the progress loop.
@@ -355,6 +358,7 @@ impl Port {
                 staged: Vec::new(),
                 to_wake: Vec::new(),
                 batch_now: None,
+                spent: [Vec::new(), Vec::new()],
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -754,7 +758,7 @@ impl PortShared {
 
     /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
     /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
-    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Pending) {
+    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Record) {
         debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
         {
             let mut fc = lock(&agent.fc);
@@ -773,7 +777,7 @@ impl PortShared {
     }
 
     /// Queue `p` on its QP's ring and drain.
-    pub(crate) fn enqueue(&self, p: Pending) {
+    pub(crate) fn enqueue(&self, p: Record) {
         let qp = p.agent.qp;
         let Some(ring) = self.ring(qp) else {
             // Agents are only registered on QPs that exist.
@@ -969,7 +973,7 @@ impl PortShared {
 
     /// Finish a send that never got a slot: report it with `status` and drop it (its MAD is in
     /// ordinary memory; a send uses DMA memory only through a slot's send buffer).
-    pub(crate) fn complete_pending(&self, p: Pending, status: WcStatus, vendor_err: u32) {
+    pub(crate) fn complete_pending(&self, p: Record, status: WcStatus, vendor_err: u32) {
         let agent = Arc::clone(&p.agent);
         if p.fc_counted {
             self.fc_release(&agent);

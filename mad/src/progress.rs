@@ -26,7 +26,7 @@ use crate::event::{Event, PushRefused, RecvBox, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
-use crate::ring::{Job, Pending, lock};
+use crate::ring::{Job, Pending, Record, lock};
 use crate::slot_state::{
     CqeOutcome, Finish, RespOutcome, SendState, TimeoutAction, TimeoutOutcome,
 };
@@ -192,8 +192,13 @@ impl PortShared {
             work += self.flush_everything(st);
         }
         self.flush_events(st);
-        for ring in self.rings.iter().flatten() {
-            self.drain(ring);
+        for (ring, spent) in self.rings.iter().zip(st.spent.iter_mut()) {
+            if let Some(ring) = ring {
+                if !spent.is_empty() {
+                    ring.keep_records(spent);
+                }
+                self.drain(ring);
+            }
         }
         self.mirror_gauges(st);
         if work > 0 {
@@ -537,9 +542,9 @@ impl PortShared {
         let Some(slot) = ring.slots.get(r.index as usize) else {
             return;
         };
-        // Checked in place rather than through Option::filter, which moves the whole record
-        // (the send, its work request) once more.
-        let Some(data) = lock(&slot.data).take() else {
+        // Checked in place rather than through Option::filter, which moves the record once
+        // more.
+        let Some(mut data) = lock(&slot.data).take() else {
             tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
             return;
         };
@@ -581,11 +586,13 @@ impl PortShared {
             );
         }
         // The completion is queued (and the send leaves `outstanding`) with the pass's other
-        // events; the rest of the send's record (no DMA memory: its MAD was in the slot's send
-        // buffer, which stays with the ring) goes at the end of this function, outside every
-        // lock.
-        let agent = data.p.agent;
+        // events. The send's record (no DMA memory: its MAD was in the slot's send buffer,
+        // which stays with the ring) goes back to the ring for a new send at the end of the
+        // pass; meanwhile it names the port's internal agent, so that a spare record keeps no
+        // client agent (nor its event queue) alive.
+        let agent = std::mem::replace(&mut data.p.agent, Arc::clone(&self.internal));
         stage(st, agent, Event::Send(completion), true);
+        st.spent[qpi(r.qp)].push(data.p);
     }
 
     fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
@@ -685,7 +692,7 @@ impl PortShared {
         }
         let agents: Vec<Arc<AgentInner>> = self.agents_read().agents.values().cloned().collect();
         for a in agents {
-            let list: Vec<Pending> = {
+            let list: Vec<Record> = {
                 let mut fc = lock(&a.fc);
                 let mut keep = std::collections::VecDeque::new();
                 let mut out = Vec::new();
@@ -980,12 +987,10 @@ impl PortShared {
         };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
-        let p = Pending {
+        let build = |buf| Pending {
             agent: Arc::clone(&self.internal),
             id: self.next_send_id(),
-            mad: self
-                .ring(qp)
-                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(&mad)),
+            mad: buf,
             header,
             dest,
             timeout_ms: 0,
@@ -994,6 +999,10 @@ impl PortShared {
             solicited: false,
             fc_counted: false,
             is_response: true,
+        };
+        let p = match self.ring(qp) {
+            Some(ring) => ring.record(&mad[..], build),
+            None => Box::new(build(mad.to_vec())),
         };
         self.internal.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);

@@ -2,7 +2,9 @@
 //! free slots, the send queue's entries, and the in-order queue of what waits for them.
 //!
 //! A send lives in exactly one place: its agent's flow-control backlog, this ring's queue
-//! (both as a [`Pending`] record that owns its MAD), or a slot. Each slot has a send buffer of
+//! (both as a boxed [`Pending`] record that owns its MAD), or a slot (which keeps the box).
+//! The box moves as a pointer, and once its send is finished it comes back to the ring's
+//! spare records for a new send. Each slot has a send buffer of
 //! its own, leased with the ring when the port opens (like the receive buffers): the MAD is
 //! copied into it when the send moves into the slot, and it is reused by the slot's next send
 //! once this one is DONE (the device no longer reads it then: DESIGN §4.3), so no DMA memory
@@ -37,8 +39,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A send that has no slot yet. It owns its MAD, which goes into its slot's send buffer at
-/// install.
+/// The record of a send, boxed from its acceptance to its completion (see
+/// [`SendRing::record`]). It owns its MAD until install, when the MAD goes into its slot's
+/// send buffer.
 pub(crate) struct Pending {
     pub(crate) agent: Arc<AgentInner>,
     pub(crate) id: SendId,
@@ -62,6 +65,10 @@ pub(crate) struct Pending {
     pub(crate) is_response: bool,
 }
 
+/// A send's record in its box, which moves as a pointer from the backlog to the queue to the
+/// slot, and is reused by a later send once this one finished ([`SendRing::record`]).
+pub(crate) type Record = Box<Pending>;
+
 impl Pending {
     pub(crate) fn class(&self) -> u8 {
         self.header[1]
@@ -79,7 +86,7 @@ impl Pending {
 /// progress loop takes it out at DONE.
 pub(crate) struct SlotData {
     pub(crate) generation: u32,
-    pub(crate) p: Pending,
+    pub(crate) p: Record,
     /// The TID as sent.
     pub(crate) tid: u64,
     pub(crate) retries_used: u32,
@@ -179,7 +186,7 @@ impl FreeRing {
 /// What waits in a ring's queue, in order.
 pub(crate) enum Job {
     /// A new send: needs a slot and a send queue entry.
-    New(Pending),
+    New(Record),
     /// A retry of the send in slot `index` (SEND_START on the QP, or canceled since): needs a
     /// send queue entry. `on_fail` is the status its completion gets if the device refuses it.
     Repost {
@@ -203,7 +210,7 @@ pub(crate) enum Drained {
     Refused(u64),
     /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
     /// queued retries, which hold no entry).
-    Fail(Vec<Pending>, Vec<u64>),
+    Fail(Vec<Record>, Vec<u64>),
 }
 
 /// The queue of a ring: requests (new sends with a response timeout) apart from the rest, each
@@ -218,8 +225,11 @@ pub(crate) struct Queues {
     /// of a buffer) holds: a lease is written through a shared reference, and is not `Sync`.
     pub(crate) buffers: Vec<DmaLease>,
     /// MAD buffers (ordinary memory) given back at install, for the next sends (at most the
-    /// send queue's depth of them): see [`SendRing::mad_buffer`].
+    /// send queue's depth of them): see [`SendRing::record`].
     spares: Vec<Vec<u8>>,
+    /// Records of finished sends, for the next sends (at most the slot count of them): see
+    /// [`SendRing::record`] and [`SendRing::keep_records`].
+    records: Vec<Record>,
 }
 
 /// Slot `index`'s send buffer in `buffers` ([`Queues::buffers`]): its lease and the MAD's
@@ -350,17 +360,49 @@ impl SendRing {
         lock(&self.queue)
     }
 
-    /// A copy of `mad` for a [`Pending`], in a buffer the ring kept from an earlier send if
-    /// it has one. Sends often wait (for flow control, a slot or an entry) and then leave in
-    /// bursts, and so would their buffers if each were freed at install: a general-purpose
-    /// allocator serves a block freed just before far more cheaply than one of a burst freed
-    /// long after it was allocated, so the caller's buffer is freed by its caller at once and
-    /// the MAD waits in one of these.
-    pub(crate) fn mad_buffer(&self, mad: &[u8]) -> Vec<u8> {
-        let spare = self.lock_queue().spares.pop();
-        let mut buf = spare.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
+    /// The boxed record of a new send of `mad`: `build` makes it around a copy of `mad`, in a
+    /// buffer the ring kept from an earlier send if it has one, and it goes into a box the
+    /// ring kept from a finished send if it has one (both taken under one queue lock). Sends
+    /// often wait (for flow control, a slot or an entry) and then leave in bursts, and so would
+    /// their buffers and records if each were freed at install or completion: a
+    /// general-purpose allocator serves a block freed just before far more cheaply than one of
+    /// a burst freed long after it was allocated, so the caller's buffer is freed by its caller
+    /// at once and the MAD waits in one of these. The record is boxed so that it moves as a
+    /// pointer from the backlog to the queue to its slot.
+    #[allow(
+        clippy::unnecessary_box_returns,
+        reason = "the box is the point: it moves as a pointer, and is reused"
+    )]
+    pub(crate) fn record(&self, mad: &[u8], build: impl FnOnce(Vec<u8>) -> Pending) -> Record {
+        let (buf, spare) = {
+            let mut q = self.lock_queue();
+            (q.spares.pop(), q.records.pop())
+        };
+        let mut buf = buf.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
         buf.extend_from_slice(mad);
-        buf
+        let p = build(buf);
+        match spare {
+            Some(mut b) => {
+                // What it held (the port's internal agent, an emptied buffer) goes.
+                *b = p;
+                b
+            }
+            None => Box::new(p),
+        }
+    }
+
+    /// Keep the records in `spent` (of finished sends of this ring: their MADs were taken at
+    /// install and each names the port's internal agent, see `PortShared::finish`) for new
+    /// sends, as many as fit under the slot count; the rest are freed, after the queue lock.
+    pub(crate) fn keep_records(&self, spent: &mut Vec<Record>) {
+        {
+            let mut q = self.lock_queue();
+            let room = self.slots.len().saturating_sub(q.records.len());
+            let n = room.min(spent.len());
+            let from = spent.len() - n;
+            q.records.extend(spent.drain(from..));
+        }
+        spent.clear();
     }
 
     /// Slots holding requests.
@@ -412,7 +454,7 @@ impl SendRing {
         &self,
         q: &mut Queues,
         pred: impl Fn(&Pending) -> bool,
-    ) -> Vec<Pending> {
+    ) -> Vec<Record> {
         let mut out = Vec::new();
         for list in [&mut q.requests, &mut q.others] {
             let mut i = 0;
@@ -619,7 +661,7 @@ impl SendRing {
         &self,
         buffers: &[DmaLease],
         index: u32,
-        mut p: Pending,
+        mut p: Record,
         request: bool,
     ) -> (Drained, Vec<u8>) {
         let slot = &self.slots[index as usize];
@@ -703,6 +745,16 @@ impl SendRing {
 
 #[cfg(test)]
 impl SendRing {
+    /// The records kept for new sends: for each, the agent it names and its MAD buffer's
+    /// length.
+    pub(crate) fn spare_records(&self) -> Vec<(crate::event::AgentId, usize)> {
+        self.lock_queue()
+            .records
+            .iter()
+            .map(|r| (r.agent.id, r.mad.len()))
+            .collect()
+    }
+
     /// Replace every send buffer lease by one of `len` bytes from `pool` (too short for a MAD
     /// makes the copy at install fail, as a real DMA error would). Only while no send is in a
     /// slot: a lease the device may read is not dropped.

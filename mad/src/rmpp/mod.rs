@@ -696,12 +696,10 @@ impl PortShared {
         header.copy_from_slice(&mad[..HEADER_LEN]);
         agent.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);
-        self.enqueue(Pending {
+        let build = |buf| Pending {
             agent: Arc::clone(agent),
             id,
-            mad: self
-                .ring(SpecialQp::Gsi)
-                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(mad)),
+            mad: buf,
             header,
             dest,
             timeout_ms: 0,
@@ -711,6 +709,10 @@ impl PortShared {
             fc_counted: false,
             // The TID is the transfer's: kept as it is, like a response's.
             is_response: true,
+        };
+        self.enqueue(match self.ring(SpecialQp::Gsi) {
+            Some(ring) => ring.record(mad, build),
+            None => Box::new(build(mad.to_vec())),
         });
     }
 
