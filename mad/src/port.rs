@@ -29,7 +29,9 @@ use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged, FlowControl};
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
-use crate::ring::{BUFS_PER_LEASE, Drained, Job, POST_BATCH, PostBatch, Record, SendRing, lock};
+use crate::ring::{
+    BUFS_PER_LEASE, Drained, Job, POST_BATCH, PostBatch, Queues, Record, SendRing, lock,
+};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
@@ -123,6 +125,9 @@ pub(crate) struct ProgressState {
     /// Records of the sends this pass finished, per QP, handed back to their rings at its end
     /// (one queue lock each): see `SendRing::keep_records`.
     pub(crate) spent: [Vec<Record>; 2],
+    /// Agents whose backlog moves on at the end of the pass: see
+    /// `PortShared::fc_release_in_pass`.
+    pub(crate) fc_later: Vec<Arc<AgentInner>>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -359,6 +364,7 @@ impl Port {
                 to_wake: Vec::new(),
                 batch_now: None,
                 spent: [Vec::new(), Vec::new()],
+                fc_later: Vec::new(),
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -1018,10 +1024,41 @@ impl PortShared {
         self.drain_queued(queued);
     }
 
+    /// [`PortShared::fc_release`] for a send the progress loop finished: the count drops now,
+    /// and a backlog moves on at the end of the pass ([`PortShared::fc_drain_later`]), every
+    /// send the agent's limit then lets go under one queue lock, rather than one lock and one
+    /// drain per finished send. Posting waits for the end of the pass's completions anyway.
+    pub(crate) fn fc_release_in_pass(st: &mut ProgressState, agent: &Arc<AgentInner>) {
+        {
+            let mut fc = lock(&agent.fc);
+            fc.outstanding = fc.outstanding.saturating_sub(1);
+            // As in fc_release: an empty backlog stays empty for a sender that sees the count.
+            if fc.backlog.is_empty() {
+                return;
+            }
+        }
+        if !st.fc_later.iter().any(|a| Arc::ptr_eq(a, agent)) {
+            st.fc_later.push(Arc::clone(agent));
+        }
+    }
+
+    /// Move on the backlogs [`PortShared::fc_release_in_pass`] left for the end of the pass.
+    /// (Left in the progress state until then, so a pass that panicked leaves them to the
+    /// next.)
+    pub(crate) fn fc_drain_later(&self, st: &mut ProgressState) {
+        while let Some(agent) = st.fc_later.pop() {
+            self.fc_drain(&agent);
+        }
+    }
+
     /// `fc_drain` with the agent's lock held (`fc`); returns which QPs got work (indexed by
-    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]).
+    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]). What it
+    /// lets go joins its ring's queue under one queue lock per ring (taken after the agent's
+    /// lock, as every path takes them; a retry's slot lock comes after both, as the drainer
+    /// takes a slot's lock under the queue lock), and the ring is kicked once.
     fn fc_drain_locked(&self, agent: &Arc<AgentInner>, fc: &mut FlowControl) -> [bool; 2] {
         let mut queued = [false; 2];
+        let mut queues: [Option<MutexGuard<'_, Queues>>; 2] = [None, None];
         while fc.may_release() {
             match fc.backlog.pop_front() {
                 Some(Backlogged::New(mut p)) => {
@@ -1030,10 +1067,12 @@ impl PortShared {
                         p.fc_counted = true;
                     }
                     if let Some(ring) = self.ring(agent.qp) {
-                        if ring.enqueue(Job::New(p)) {
+                        let i = qpi(agent.qp);
+                        let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                        if ring.push_locked(q, Job::New(p)) {
                             bump(&self.cells.overflowed);
                         }
-                        queued[qpi(agent.qp)] = true;
+                        queued[i] = true;
                     }
                 }
                 Some(Backlogged::Retry {
@@ -1055,17 +1094,28 @@ impl PortShared {
                                 d.p.fc_counted = true;
                             }
                         }
-                        if ring.enqueue(Job::Repost {
+                        let i = qpi(qp);
+                        let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                        let job = Job::Repost {
                             index,
                             generation,
                             on_fail: WcStatus::RespTimeoutErr,
-                        }) {
+                        };
+                        if ring.push_locked(q, job) {
                             bump(&self.cells.overflowed);
                         }
-                        queued[qpi(qp)] = true;
+                        queued[i] = true;
                     }
                 }
                 None => break,
+            }
+        }
+        drop(queues);
+        for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
+            if queued[qpi(qp)] {
+                if let Some(ring) = self.ring(qp) {
+                    ring.kick();
+                }
             }
         }
         queued

@@ -192,6 +192,7 @@ impl PortShared {
             work += self.flush_everything(st);
         }
         self.flush_events(st);
+        self.fc_drain_later(st);
         for (ring, spent) in self.rings.iter().zip(st.spent.iter_mut()) {
             if let Some(ring) = ring {
                 if !spent.is_empty() {
@@ -558,7 +559,7 @@ impl PortShared {
         }
         let agent = &data.p.agent;
         if data.p.fc_counted {
-            self.fc_release(agent);
+            PortShared::fc_release_in_pass(st, agent);
         }
         if status == WcStatus::RespTimeoutErr {
             bump(&self.cells.timeouts);

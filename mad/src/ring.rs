@@ -352,7 +352,7 @@ impl SendRing {
         self.depth - self.credits.load(Ordering::SeqCst)
     }
 
-    fn kick(&self) {
+    pub(crate) fn kick(&self) {
         self.kicks.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -420,7 +420,7 @@ impl SendRing {
 
     /// `enqueue` with the queue lock held, without the kick (for the drainer's own job, which
     /// it collects under the same lock).
-    fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
+    pub(crate) fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
         let waits = !q.is_empty()
             || self.credits.load(Ordering::SeqCst) == 0
             || (matches!(job, Job::New(_)) && self.free.len() == 0);

@@ -259,7 +259,8 @@ fn finished_sends_records_are_kept_without_their_agent() {
         "kept, at most the slot count: {kept:?}"
     );
     assert!(
-        kept.iter().all(|&(agent, mad)| agent == crate::AgentId(0) && mad == 0),
+        kept.iter()
+            .all(|&(agent, mad)| agent == crate::AgentId(0) && mad == 0),
         "the internal agent and no MAD: {kept:?}"
     );
     drop(ev);
@@ -853,6 +854,15 @@ fn path13_solicited_limit_holds_sa_sends_back() {
         "{done:?}"
     );
     assert_eq!(r.port.counters().backlogged, 4);
+    // The backlog went on in order (released at the end of the passes that finished the sends
+    // ahead of it, several under one queue lock).
+    let order: Vec<u64> = r
+        .fake
+        .sent()
+        .iter()
+        .map(|o| tid_of(&o.mad) & 0xFFFF_FFFF)
+        .collect();
+    assert_eq!(order, (0..6).collect::<Vec<u64>>());
     sa.deregister();
     r.assert_clean();
 }
