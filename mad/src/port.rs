@@ -851,11 +851,8 @@ impl PortShared {
                     break;
                 };
                 match job {
-                    Drained::Post { wr, on_fail } => {
-                        // next_batch appends posts to the batch itself.
-                        batch.wrs.push(wr);
-                        batch.meta.push(on_fail);
-                    }
+                    // next_batch goes on after those itself.
+                    Drained::Batched => {}
                     Drained::Skip(wr_id) => {
                         self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
                     }

@@ -198,9 +198,10 @@ pub(crate) enum Job {
 
 /// What the drainer does with the head of the queue.
 pub(crate) enum Drained {
-    /// Post it (a send queue entry is taken for it, and its agent's `posted` counted: a
-    /// refused post takes the count back).
-    Post { wr: SendWr, on_fail: WcStatus },
+    /// Its work request was appended to the drainer's batch, to post (a send queue entry is
+    /// taken for it, and its agent's `posted` counted: a refused post takes the count back).
+    /// Appended where it is built, rather than returned through this enum and pushed.
+    Batched,
     /// A retry canceled while it waited: complete it in software (no entry was taken).
     Skip(u64),
     /// A new send in its slot whose MAD could not be copied into the slot's send buffer: not
@@ -517,11 +518,8 @@ impl SendRing {
         let mut q = self.lock_queue();
         let waited = incoming.is_some_and(|job| self.push_locked(&mut q, job));
         while batch.wrs.len() < POST_BATCH {
-            match self.next_locked(&mut q, dead) {
-                Some(Drained::Post { wr, on_fail }) => {
-                    batch.wrs.push(wr);
-                    batch.meta.push(on_fail);
-                }
+            match self.next_locked(&mut q, dead, batch) {
+                Some(Drained::Batched) => {}
                 other => return (other, waited),
             }
         }
@@ -532,7 +530,7 @@ impl SendRing {
     /// slot and an entry for a new send, and for a request a slot under the request limit; an
     /// entry for a retry). A request held by the request limit lets younger sends that await no
     /// response go first; otherwise jobs go in arrival order.
-    fn next_locked(&self, q: &mut Queues, dead: bool) -> Option<Drained> {
+    fn next_locked(&self, q: &mut Queues, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
         if dead {
             if q.is_empty() {
                 return None;
@@ -584,7 +582,7 @@ impl SendRing {
                     let Some((_, Job::New(p))) = list.pop_front() else {
                         unreachable!("the head is a new send")
                     };
-                    let (out, mad) = self.install(&q.buffers, index, p, from_requests);
+                    let (out, mad) = self.install(&q.buffers, index, p, from_requests, batch);
                     if q.spares.len() < self.depth as usize && mad.capacity() >= MAD_LEN {
                         q.spares.push(mad);
                     }
@@ -610,10 +608,11 @@ impl SendRing {
                             .filter(|d| d.generation == generation)
                             .map(|d| {
                                 bump(&d.p.agent.cells.posted);
-                                Drained::Post {
-                                    wr: self.send_wr(&q.buffers, index, generation, &d.p),
-                                    on_fail,
-                                }
+                                batch
+                                    .wrs
+                                    .push(self.send_wr(&q.buffers, index, generation, &d.p));
+                                batch.meta.push(on_fail);
+                                Drained::Batched
                             });
                         post.unwrap_or_else(|| {
                             self.give_credit();
@@ -654,15 +653,17 @@ impl SendRing {
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
     /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
-    /// slot's send buffer (zero-padded), build the work request. Returns it (or, if the copy
-    /// failed, [`Drained::Refused`]) with the MAD's buffer, emptied (for the spares). Called
-    /// with the queue lock held.
+    /// slot's send buffer (zero-padded), build the work request and append it to `batch`.
+    /// Returns [`Drained::Batched`] (or, if the copy failed, [`Drained::Refused`], with
+    /// nothing appended) with the MAD's buffer, emptied (for the spares). Called with the
+    /// queue lock held.
     fn install(
         &self,
         buffers: &[DmaLease],
         index: u32,
         mut p: Record,
         request: bool,
+        batch: &mut PostBatch,
     ) -> (Drained, Vec<u8>) {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
@@ -721,10 +722,9 @@ impl SendRing {
             tracing::error!(index, "send slot from the free list was not free");
         }
         let out = if copied.is_ok() {
-            Drained::Post {
-                wr,
-                on_fail: WcStatus::LocQpOpErr,
-            }
+            batch.wrs.push(wr);
+            batch.meta.push(WcStatus::LocQpOpErr);
+            Drained::Batched
         } else {
             // Posting it would send what the buffer still holds: the slot's previous MAD.
             Drained::Refused(wr.wr_id)
