@@ -587,6 +587,35 @@ impl UdSendWqe {
         data.put(&mut b[av_end..av_end + DATA_SEG_LEN]);
         Ok(())
     }
+
+    /// [`single_data_into`](Self::single_data_into) with the datagram segment already
+    /// encoded (`av`, as [`DatagramSeg::to_bytes`] emits it, which checked it): a driver that
+    /// sends many WQEs to one destination encodes its segment once and copies it.
+    pub fn single_data_with_av(
+        ctrl: CtrlSeg,
+        av: &[u8; DATAGRAM_SEG_LEN],
+        data: DataSeg,
+        b: &mut [u8; SINGLE_DATA_WQE_LEN],
+    ) -> Result<()> {
+        if data.byte_count & INLINE_SEG != 0 {
+            return Err(Error::Invalid {
+                what: "data segment",
+                reason: "byte_count bit 31 is the inline flag",
+            });
+        }
+        let ctrl = CtrlSeg {
+            ds: SINGLE_DATA_WQE_DS as u8,
+            ..ctrl
+        };
+        ctrl.check()?;
+        // The control segment's reserved bytes and the padding after the 5 DS are zero.
+        *b = [0u8; SINGLE_DATA_WQE_LEN];
+        let av_end = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
+        ctrl.put(&mut b[..CTRL_SEG_LEN]);
+        b[CTRL_SEG_LEN..av_end].copy_from_slice(av);
+        data.put(&mut b[av_end..av_end + DATA_SEG_LEN]);
+        Ok(())
+    }
 }
 
 /// DS count of a UD send WQE with one data segment.
