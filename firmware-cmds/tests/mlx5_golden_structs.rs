@@ -632,6 +632,14 @@ fn wqe_size_arithmetic() {
     };
     let single = UdSendWqe::single_data(w.ctrl, &w.av, d).unwrap();
     assert_eq!(&single[..], &bytes[..]);
+    // In place: every byte is written (over a buffer full of something else).
+    let mut into = [0xa5u8; wqe::SINGLE_DATA_WQE_LEN];
+    UdSendWqe::single_data_into(w.ctrl, &w.av, d, &mut into).unwrap();
+    assert_eq!(&into[..], &bytes[..]);
+    // With the datagram segment encoded beforehand: the same bytes.
+    let mut with_av = [0x5au8; wqe::SINGLE_DATA_WQE_LEN];
+    UdSendWqe::single_data_with_av(w.ctrl, &w.av.to_bytes().unwrap(), d, &mut with_av).unwrap();
+    assert_eq!(&with_av[..], &bytes[..]);
     assert_eq!(wqe::SINGLE_DATA_WQE_LEN, 128);
     // Parsed in place: the same segments, the data entry borrowed, nothing more.
     let (ctrl, av, mut g) = UdSendWqe::parse_in_place(&bytes).unwrap();

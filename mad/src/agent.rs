@@ -338,17 +338,7 @@ impl Agent {
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
         let response = is_response(mad_class, mad[3], attr_mod);
-        // The MAD waits in a buffer of the ring's, and the caller's goes now (see
-        // `SendRing::mad_buffer`).
-        let mad = match port.ring(agent.qp) {
-            Some(ring) => {
-                let copy = ring.mad_buffer(&mad);
-                drop(mad);
-                copy
-            }
-            None => mad,
-        };
-        let pending = Pending {
+        let build = |mad| Pending {
             agent: Arc::clone(agent),
             id: port.next_send_id(),
             mad,
@@ -360,6 +350,16 @@ impl Agent {
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
             is_response: response,
+        };
+        // The MAD waits in a buffer of the ring's, and the caller's goes now (see
+        // `SendRing::record`).
+        let pending = match port.ring(agent.qp) {
+            Some(ring) => {
+                let p = ring.record(&mad, build);
+                drop(mad);
+                p
+            }
+            None => Box::new(build(mad)),
         };
         // Counted before the closing check, which deregistration sets before it sweeps: either
         // deregistration sees this send, or this send sees it closing.

@@ -93,19 +93,186 @@ impl RecvMad {
         Mad::new_checked(&self.mad[..]).expect("a MAD buffer holds a header")
     }
     /// A MAD the stack received (or handles as received), not yet matched to an agent: its
-    /// `agent` is filled in by whoever delivers it. A copy of `mad`: the hot receive path
-    /// reads the device's buffer straight into the box instead (`RecvRing::copy_out`).
-    pub(crate) fn received(mad: &[u8; MAD_LEN], len: usize, addr: RecvAddr) -> Box<RecvMad> {
-        Box::new(RecvMad {
+    /// `agent` is filled in by whoever delivers it. A copy of `mad`, in a box of its own: the
+    /// hot receive path reads the device's buffer straight into a box from its port's spares
+    /// instead (`RecvRing::copy_out`, [`RecvSpares::take`]).
+    pub(crate) fn received(mad: &[u8; MAD_LEN], len: usize, addr: RecvAddr) -> RecvBox {
+        RecvBox::from(Box::new(RecvMad {
             agent: AgentId(0),
             mad: *mad,
             len,
             addr,
             response_to: None,
             rmpp: None,
-        })
+        }))
     }
 }
+
+/// The boxes of received MADs a port keeps for its next receives: a [`RecvBox`] dropped goes
+/// back here (while fewer than `cap` wait), and the receive path takes one before it
+/// allocates. At a high receive rate boxes are dropped in bursts (a reader empties its queue),
+/// far more at once than a general-purpose allocator keeps at hand for one size; here the next
+/// receives find them.
+#[derive(Debug)]
+pub(crate) struct RecvSpares {
+    /// The boxes themselves (not their contents) are what is kept: each goes back into a
+    /// `RecvBox` as it is.
+    #[allow(
+        clippy::vec_box,
+        reason = "a RecvBox holds a Box<RecvMad>: the box is what is reused"
+    )]
+    boxes: std::sync::Mutex<Vec<Box<RecvMad>>>,
+    cap: usize,
+}
+
+impl RecvSpares {
+    /// Spares for at most `cap` boxes.
+    pub(crate) fn new(cap: usize) -> Arc<RecvSpares> {
+        Arc::new(RecvSpares {
+            boxes: std::sync::Mutex::new(Vec::with_capacity(cap)),
+            cap,
+        })
+    }
+
+    /// A box for a MAD of `len` bytes (at most [`MAD_LEN`]) from `addr`, for the caller to
+    /// fill `mad[..len]`: every other field is set as [`RecvMad::received`] sets it, and the
+    /// bytes after `len` are zero. A spare if there is one (what it held before is
+    /// overwritten), a new box otherwise; it comes back here when dropped.
+    pub(crate) fn take(self: &Arc<Self>, len: usize, addr: RecvAddr) -> RecvBox {
+        let spare = self
+            .boxes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let mad = match spare {
+            Some(mut b) => {
+                b.agent = AgentId(0);
+                b.len = len;
+                b.addr = addr;
+                b.response_to = None;
+                b.rmpp = None;
+                if len < MAD_LEN {
+                    b.mad[len..].fill(0);
+                }
+                b
+            }
+            None => Box::new(RecvMad {
+                agent: AgentId(0),
+                mad: [0; MAD_LEN],
+                len,
+                addr,
+                response_to: None,
+                rmpp: None,
+            }),
+        };
+        RecvBox {
+            boxed: Some(mad),
+            spares: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Keep `b` for a later receive, unless `cap` already wait.
+    fn give(&self, mut b: Box<RecvMad>) {
+        // A reassembled message is not kept with it.
+        b.rmpp = None;
+        let mut boxes = self
+            .boxes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if boxes.len() < self.cap {
+            boxes.push(b);
+            return;
+        }
+        drop(boxes);
+        drop(b);
+    }
+
+    /// Boxes waiting for a receive.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.boxes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// A received MAD in its box ([`Event::Recv`]), read and written through `Deref`. Dropped, the
+/// box goes back to the port that received it, whose next receive reuses it (a port keeps a
+/// bounded number), so a port receiving at a high rate allocates nothing per MAD.
+/// [`RecvBox::into_box`] keeps the MAD instead; `From<Box<RecvMad>>` makes one that is freed
+/// when dropped (for events made outside a port, e.g. in tests).
+pub struct RecvBox {
+    /// `Some` until dropped or taken by `into_box`.
+    boxed: Option<Box<RecvMad>>,
+    spares: Option<Arc<RecvSpares>>,
+}
+
+impl RecvBox {
+    /// The MAD's box, which then stays the caller's (it does not go back to the port).
+    pub fn into_box(mut self) -> Box<RecvMad> {
+        self.boxed
+            .take()
+            .expect("a RecvBox holds its MAD until it is dropped")
+    }
+}
+
+impl From<Box<RecvMad>> for RecvBox {
+    /// A box of its own, freed when dropped.
+    fn from(mad: Box<RecvMad>) -> RecvBox {
+        RecvBox {
+            boxed: Some(mad),
+            spares: None,
+        }
+    }
+}
+
+impl std::ops::Deref for RecvBox {
+    type Target = RecvMad;
+    fn deref(&self) -> &RecvMad {
+        self.boxed
+            .as_deref()
+            .expect("a RecvBox holds its MAD until it is dropped")
+    }
+}
+
+impl std::ops::DerefMut for RecvBox {
+    fn deref_mut(&mut self) -> &mut RecvMad {
+        self.boxed
+            .as_deref_mut()
+            .expect("a RecvBox holds its MAD until it is dropped")
+    }
+}
+
+impl Drop for RecvBox {
+    fn drop(&mut self) {
+        if let (Some(mad), Some(spares)) = (self.boxed.take(), self.spares.take()) {
+            spares.give(mad);
+        }
+    }
+}
+
+impl Clone for RecvBox {
+    /// A copy in a box of its own (freed when dropped).
+    fn clone(&self) -> RecvBox {
+        RecvBox::from(Box::new(RecvMad::clone(self)))
+    }
+}
+
+impl fmt::Debug for RecvBox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        RecvMad::fmt(self, f)
+    }
+}
+
+impl PartialEq for RecvBox {
+    /// The MADs and what came with them are equal (wherever their boxes go back to).
+    fn eq(&self, other: &RecvBox) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for RecvBox {}
 
 /// The one completion of an accepted send.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,7 +302,7 @@ pub struct SendCompletion {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A MAD arrived for the agent: a request it registered for, or a response to its send.
-    Recv(Box<RecvMad>),
+    Recv(RecvBox),
     /// One of its sends finished.
     Send(SendCompletion),
     /// The device died or was removed: every outstanding send completes with WR_FLUSH_ERR
@@ -439,7 +606,7 @@ mod tests {
     use driver::verbs::SpecialQp;
 
     fn recv(agent: u32) -> Event {
-        Event::Recv(Box::new(RecvMad {
+        Event::Recv(RecvBox::from(Box::new(RecvMad {
             agent: AgentId(agent),
             mad: [0; MAD_LEN],
             len: MAD_LEN,
@@ -454,7 +621,7 @@ mod tests {
             },
             response_to: None,
             rmpp: None,
-        }))
+        })))
     }
 
     fn done(agent: u32) -> Event {
@@ -508,5 +675,61 @@ mod tests {
         let mut v = Vec::new();
         assert_eq!(q.drain_into(&mut v), 2);
         assert!(q.is_empty());
+    }
+
+    fn addr(slid: u16) -> RecvAddr {
+        RecvAddr {
+            qp: SpecialQp::Gsi,
+            src_qp: 1,
+            slid,
+            sl: 0,
+            dlid_path_bits: 0,
+            pkey_index: 0,
+            grh: None,
+        }
+    }
+
+    /// A dropped box goes back to its spares and the next `take` reuses it, every field reset
+    /// and the bytes past the new length zeroed; at most `cap` wait.
+    #[test]
+    fn recv_boxes_come_back_reset_and_bounded() {
+        let spares = RecvSpares::new(2);
+        let mut a = spares.take(MAD_LEN, addr(1));
+        a.mad.fill(0xee);
+        a.agent = AgentId(7);
+        a.response_to = Some(SendRef {
+            id: SendId(3),
+            context: 4,
+        });
+        a.rmpp = Some(vec![1, 2, 3]);
+        let a_at = std::ptr::from_ref::<RecvMad>(&a);
+        drop(a);
+        assert_eq!(spares.len(), 1);
+        let b = spares.take(100, addr(2));
+        assert_eq!(spares.len(), 0);
+        assert_eq!(
+            std::ptr::from_ref::<RecvMad>(&b),
+            a_at,
+            "the same box again"
+        );
+        assert_eq!(b.agent, AgentId(0));
+        assert_eq!((b.len, b.addr.slid), (100, 2));
+        assert_eq!((b.response_to, b.rmpp.as_ref()), (None, None));
+        assert!(b.mad[100..].iter().all(|&x| x == 0), "zero past the length");
+        let (c, d) = (spares.take(MAD_LEN, addr(3)), spares.take(MAD_LEN, addr(4)));
+        drop((b, c, d));
+        assert_eq!(spares.len(), 2, "no more than cap are kept");
+        // Taken out of its box, or made apart from a port, a MAD does not come back.
+        let kept = spares.take(MAD_LEN, addr(5)).into_box();
+        assert_eq!((kept.addr.slid, spares.len()), (5, 1));
+        drop(kept);
+        drop(RecvBox::from(Box::new(RecvMad::clone(
+            &spares.take(24, addr(6)),
+        ))));
+        assert_eq!(
+            spares.len(),
+            1,
+            "only the box taken from the spares came back"
+        );
     }
 }

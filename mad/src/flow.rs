@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use driver::verbs::SpecialQp;
 use mad_wire::class;
 
-use crate::ring::Pending;
+use crate::ring::Record;
 
 /// The kernel's `IB_MAD_QP_RECV_SIZE`, the cap on R for SMP agents.
 const KERNEL_RECV_SIZE: u32 = 512;
@@ -43,7 +43,7 @@ pub fn is_solicited(mad_class: u8, timeout_ms: u32) -> bool {
 /// Something in an agent's backlog.
 pub(crate) enum Backlogged {
     /// A new send, not posted yet.
-    New(Pending),
+    New(Record),
     /// A retry of the send in slot `index` of `qp` at `generation` (the slot is QUEUED).
     Retry {
         qp: SpecialQp,

@@ -67,7 +67,9 @@ pub use addr::{GrhInfo, QP1_QKEY, RecvAddr};
 pub use agent::{Agent, AgentSpec, SendRequest};
 pub use counters::{AgentCounters, DropCounts, DropReason, PortCounters, StatusCounts};
 pub use error::MadError;
-pub use event::{AgentId, Event, EventQueue, Notify, RecvMad, SendCompletion, SendId, SendRef};
+pub use event::{
+    AgentId, Event, EventQueue, Notify, RecvBox, RecvMad, SendCompletion, SendId, SendRef,
+};
 pub use port::{Census, Port, PortConfig, ProgressThread, QpCensus, open};
 pub use recv::RECV_BUF_LEN;
 pub use registry::{ClassRegistration, MethodMask};

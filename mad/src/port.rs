@@ -29,7 +29,9 @@ use crate::event::{AgentId, Event, EventQueue, SendCompletion, SendId};
 use crate::flow::{self, Backlogged, FlowControl};
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
-use crate::ring::{BUFS_PER_LEASE, Drained, Job, POST_BATCH, Pending, PostBatch, SendRing, lock};
+use crate::ring::{
+    BUFS_PER_LEASE, Drained, Job, POST_BATCH, PostBatch, Queues, Record, SendRing, lock,
+};
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
@@ -116,6 +118,16 @@ pub(crate) struct ProgressState {
     /// The event queues `flush_events` wakes, kept between passes for its room (empty
     /// outside it).
     pub(crate) to_wake: Vec<Arc<EventQueue>>,
+    /// The device time of the completion batch being handled, read at its first send
+    /// completion that arms a timer (`None` between batches): the completions of one poll
+    /// were all found at once, and reading the clock costs the driver a call each time.
+    pub(crate) batch_now: Option<Duration>,
+    /// Records of the sends this pass finished, per QP, handed back to their rings at its end
+    /// (one queue lock each): see `SendRing::keep_records`.
+    pub(crate) spent: [Vec<Record>; 2],
+    /// Agents whose backlog moves on at the end of the pass: see
+    /// `PortShared::fc_release_in_pass`.
+    pub(crate) fc_later: Vec<Arc<AgentInner>>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -159,6 +171,9 @@ pub(crate) struct PortShared {
     pub(crate) smi: crate::smi::SmiState,
     /// RMPP transfers (crate::rmpp).
     pub(crate) rmpp: crate::rmpp::Rmpp,
+    /// Boxes of received MADs dropped by their readers, for the next receives (as many as
+    /// the deeper receive queue holds at most).
+    pub(crate) recv_spares: Arc<crate::event::RecvSpares>,
     /// Set while the progress loop handles a batch of completions: posting waits for the end
     /// of the batch, because an error CQE in it has already put the send queue in SQE on the
     /// device's side and the recovery comes only when the loop reaches that CQE.
@@ -347,6 +362,9 @@ impl Port {
                 reposts: [Vec::new(), Vec::new()],
                 staged: Vec::new(),
                 to_wake: Vec::new(),
+                batch_now: None,
+                spent: [Vec::new(), Vec::new()],
+                fc_later: Vec::new(),
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -361,6 +379,9 @@ impl Port {
             passes: AtomicU64::new(0),
             smi: crate::smi::SmiState::new(),
             rmpp: crate::rmpp::Rmpp::new(recv_depth[qpi(SpecialQp::Gsi)]),
+            recv_spares: crate::event::RecvSpares::new(
+                recv_depth.iter().copied().max().unwrap_or(0) as usize,
+            ),
             hold_posts: AtomicBool::new(false),
             sq_refused: [AtomicBool::new(false), AtomicBool::new(false)],
             hca,
@@ -743,7 +764,7 @@ impl PortShared {
 
     /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
     /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
-    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Pending) {
+    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Record) {
         debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
         {
             let mut fc = lock(&agent.fc);
@@ -762,7 +783,7 @@ impl PortShared {
     }
 
     /// Queue `p` on its QP's ring and drain.
-    pub(crate) fn enqueue(&self, p: Pending) {
+    pub(crate) fn enqueue(&self, p: Record) {
         let qp = p.agent.qp;
         let Some(ring) = self.ring(qp) else {
             // Agents are only registered on QPs that exist.
@@ -830,11 +851,8 @@ impl PortShared {
                     break;
                 };
                 match job {
-                    Drained::Post { wr, on_fail } => {
-                        // next_batch appends posts to the batch itself.
-                        batch.wrs.push(wr);
-                        batch.meta.push(on_fail);
-                    }
+                    // next_batch goes on after those itself.
+                    Drained::Batched => {}
                     Drained::Skip(wr_id) => {
                         self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
                     }
@@ -958,7 +976,7 @@ impl PortShared {
 
     /// Finish a send that never got a slot: report it with `status` and drop it (its MAD is in
     /// ordinary memory; a send uses DMA memory only through a slot's send buffer).
-    pub(crate) fn complete_pending(&self, p: Pending, status: WcStatus, vendor_err: u32) {
+    pub(crate) fn complete_pending(&self, p: Record, status: WcStatus, vendor_err: u32) {
         let agent = Arc::clone(&p.agent);
         if p.fc_counted {
             self.fc_release(&agent);
@@ -1003,10 +1021,41 @@ impl PortShared {
         self.drain_queued(queued);
     }
 
+    /// [`PortShared::fc_release`] for a send the progress loop finished: the count drops now,
+    /// and a backlog moves on at the end of the pass ([`PortShared::fc_drain_later`]), every
+    /// send the agent's limit then lets go under one queue lock, rather than one lock and one
+    /// drain per finished send. Posting waits for the end of the pass's completions anyway.
+    pub(crate) fn fc_release_in_pass(st: &mut ProgressState, agent: &Arc<AgentInner>) {
+        {
+            let mut fc = lock(&agent.fc);
+            fc.outstanding = fc.outstanding.saturating_sub(1);
+            // As in fc_release: an empty backlog stays empty for a sender that sees the count.
+            if fc.backlog.is_empty() {
+                return;
+            }
+        }
+        if !st.fc_later.iter().any(|a| Arc::ptr_eq(a, agent)) {
+            st.fc_later.push(Arc::clone(agent));
+        }
+    }
+
+    /// Move on the backlogs [`PortShared::fc_release_in_pass`] left for the end of the pass.
+    /// (Left in the progress state until then, so a pass that panicked leaves them to the
+    /// next.)
+    pub(crate) fn fc_drain_later(&self, st: &mut ProgressState) {
+        while let Some(agent) = st.fc_later.pop() {
+            self.fc_drain(&agent);
+        }
+    }
+
     /// `fc_drain` with the agent's lock held (`fc`); returns which QPs got work (indexed by
-    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]).
+    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]). What it
+    /// lets go joins its ring's queue under one queue lock per ring (taken after the agent's
+    /// lock, as every path takes them; a retry's slot lock comes after both, as the drainer
+    /// takes a slot's lock under the queue lock), and the ring is kicked once.
     fn fc_drain_locked(&self, agent: &Arc<AgentInner>, fc: &mut FlowControl) -> [bool; 2] {
         let mut queued = [false; 2];
+        let mut queues: [Option<MutexGuard<'_, Queues>>; 2] = [None, None];
         while fc.may_release() {
             match fc.backlog.pop_front() {
                 Some(Backlogged::New(mut p)) => {
@@ -1015,10 +1064,12 @@ impl PortShared {
                         p.fc_counted = true;
                     }
                     if let Some(ring) = self.ring(agent.qp) {
-                        if ring.enqueue(Job::New(p)) {
+                        let i = qpi(agent.qp);
+                        let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                        if ring.push_locked(q, Job::New(p)) {
                             bump(&self.cells.overflowed);
                         }
-                        queued[qpi(agent.qp)] = true;
+                        queued[i] = true;
                     }
                 }
                 Some(Backlogged::Retry {
@@ -1040,17 +1091,28 @@ impl PortShared {
                                 d.p.fc_counted = true;
                             }
                         }
-                        if ring.enqueue(Job::Repost {
+                        let i = qpi(qp);
+                        let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                        let job = Job::Repost {
                             index,
                             generation,
                             on_fail: WcStatus::RespTimeoutErr,
-                        }) {
+                        };
+                        if ring.push_locked(q, job) {
                             bump(&self.cells.overflowed);
                         }
-                        queued[qpi(qp)] = true;
+                        queued[i] = true;
                     }
                 }
                 None => break,
+            }
+        }
+        drop(queues);
+        for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
+            if queued[qpi(qp)] {
+                if let Some(ring) = self.ring(qp) {
+                    ring.kick();
+                }
             }
         }
         queued

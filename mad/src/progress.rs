@@ -22,11 +22,11 @@ use mad_wire::{class, vendor};
 use crate::addr::{LocalPort, RecvAddr, same_address};
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump, solo};
-use crate::event::{AgentId, Event, PushRefused, RecvMad, SendCompletion, SendRef};
+use crate::event::{Event, PushRefused, RecvBox, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
-use crate::ring::{Job, Pending, lock};
+use crate::ring::{Job, Pending, Record, lock};
 use crate::slot_state::{
     CqeOutcome, Finish, RespOutcome, SendState, TimeoutAction, TimeoutOutcome,
 };
@@ -125,6 +125,7 @@ impl PortShared {
                     0
                 }
             };
+            st.batch_now = None;
             for wc in &wcs {
                 self.on_wc(st, wc, None);
             }
@@ -136,10 +137,12 @@ impl PortShared {
             }
         }
         let soft = std::mem::take(&mut *lock(&self.soft_cq));
+        st.batch_now = None;
         for (wc, credit) in &soft {
             self.on_wc(st, wc, Some(*credit));
         }
         work += soft.len();
+        st.batch_now = None;
         // Under the hold, as an error CQE's recovery: a post landing between the recovery and
         // its retry marks would be marked for a repost it does not need.
         work += self.retry_recovery(st);
@@ -189,8 +192,14 @@ impl PortShared {
             work += self.flush_everything(st);
         }
         self.flush_events(st);
-        for ring in self.rings.iter().flatten() {
-            self.drain(ring);
+        self.fc_drain_later(st);
+        for (ring, spent) in self.rings.iter().zip(st.spent.iter_mut()) {
+            if let Some(ring) = ring {
+                if !spent.is_empty() {
+                    ring.keep_records(spent);
+                }
+                self.drain(ring);
+            }
         }
         self.mirror_gauges(st);
         if work > 0 {
@@ -376,7 +385,8 @@ impl PortShared {
             .send_cqe(r.generation, ok, timeout_ms > 0 && !fatal, allow_retry)
         {
             CqeOutcome::Wait => {
-                let deadline = self.hca.now() + ms(timeout_ms);
+                let now = *st.batch_now.get_or_insert_with(|| self.hca.now());
+                let deadline = now + ms(timeout_ms);
                 st.timers
                     .arm(timer_key(r.qp, r.index), deadline, r.generation);
             }
@@ -438,6 +448,9 @@ impl PortShared {
     ///
     /// [`PostError::SendQueueError`]: driver::verbs::PostError::SendQueueError
     fn recover_send_queue(&self, st: &mut ProgressState, qp: SpecialQp) {
+        // The commands may take a while (their timeouts, on a device that loses them): the
+        // batch's later completions read the clock again.
+        st.batch_now = None;
         let start = self.hca.now();
         match self.hca.recover_send_queue(qp) {
             Ok(()) => {
@@ -530,9 +543,9 @@ impl PortShared {
         let Some(slot) = ring.slots.get(r.index as usize) else {
             return;
         };
-        // Checked in place rather than through Option::filter, which moves the whole record
-        // (the send, its work request) once more.
-        let Some(data) = lock(&slot.data).take() else {
+        // Checked in place rather than through Option::filter, which moves the record once
+        // more.
+        let Some(mut data) = lock(&slot.data).take() else {
             tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
             return;
         };
@@ -546,7 +559,7 @@ impl PortShared {
         }
         let agent = &data.p.agent;
         if data.p.fc_counted {
-            self.fc_release(agent);
+            PortShared::fc_release_in_pass(st, agent);
         }
         if status == WcStatus::RespTimeoutErr {
             bump(&self.cells.timeouts);
@@ -574,11 +587,13 @@ impl PortShared {
             );
         }
         // The completion is queued (and the send leaves `outstanding`) with the pass's other
-        // events; the rest of the send's record (no DMA memory: its MAD was in the slot's send
-        // buffer, which stays with the ring) goes at the end of this function, outside every
-        // lock.
-        let agent = data.p.agent;
+        // events. The send's record (no DMA memory: its MAD was in the slot's send buffer,
+        // which stays with the ring) goes back to the ring for a new send at the end of the
+        // pass; meanwhile it names the port's internal agent, so that a spare record keeps no
+        // client agent (nor its event queue) alive.
+        let agent = std::mem::replace(&mut data.p.agent, Arc::clone(&self.internal));
         stage(st, agent, Event::Send(completion), true);
+        st.spent[qpi(r.qp)].push(data.p);
     }
 
     fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
@@ -678,7 +693,7 @@ impl PortShared {
         }
         let agents: Vec<Arc<AgentInner>> = self.agents_read().agents.values().cloned().collect();
         for a in agents {
-            let list: Vec<Pending> = {
+            let list: Vec<Record> = {
                 let mut fc = lock(&a.fc);
                 let mut keep = std::collections::VecDeque::new();
                 let mut out = Vec::new();
@@ -746,14 +761,7 @@ impl PortShared {
             }
             let copied = if wc.status == WcStatus::Success {
                 Some(rr.copy_out(index, wc.byte_len, wc.grh, |grh, len| {
-                    Box::new(RecvMad {
-                        agent: AgentId(0),
-                        mad: [0; MAD_LEN],
-                        len,
-                        addr: RecvAddr::from_wc(wc, grh),
-                        response_to: None,
-                        rmpp: None,
-                    })
+                    self.recv_spares.take(len, RecvAddr::from_wc(wc, grh))
                 }))
             } else {
                 if !(fatal && wc.status == WcStatus::WrFlushErr) {
@@ -795,7 +803,7 @@ impl PortShared {
     /// A MAD arrived (copied out of its buffer into the box its event will own): validate
     /// it, give the port's own agent first refusal, then match it to a send (responses) or
     /// dispatch it (requests).
-    fn on_mad(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: Box<RecvMad>) {
+    fn on_mad(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: RecvBox) {
         let len = recv.len;
         if let Err(reason) = recv_rules::validate(qp, &recv.mad[..len]) {
             self.cells.dropped(reason);
@@ -877,12 +885,7 @@ impl PortShared {
     /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
     /// `recv.rmpp` holds the whole message when RMPP reassembled it (`recv.mad` is then its
     /// first segment); the box becomes the event as it is.
-    pub(crate) fn on_response(
-        &self,
-        st: &mut ProgressState,
-        qp: SpecialQp,
-        mut recv: Box<RecvMad>,
-    ) {
+    pub(crate) fn on_response(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: RecvBox) {
         let hdr = Mad::new_checked(&recv.mad[..]).expect("a full MAD holds a header");
         let tid = hdr.tid();
         let mgmt_class = hdr.mgmt_class();
@@ -985,12 +988,10 @@ impl PortShared {
         };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
-        let p = Pending {
+        let build = |buf| Pending {
             agent: Arc::clone(&self.internal),
             id: self.next_send_id(),
-            mad: self
-                .ring(qp)
-                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(&mad)),
+            mad: buf,
             header,
             dest,
             timeout_ms: 0,
@@ -999,6 +1000,10 @@ impl PortShared {
             solicited: false,
             fc_counted: false,
             is_response: true,
+        };
+        let p = match self.ring(qp) {
+            Some(ring) => ring.record(&mad[..], build),
+            None => Box::new(build(mad.to_vec())),
         };
         self.internal.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);

@@ -8,7 +8,7 @@ use dma::{Access, DmaLease, DmaPool};
 use driver::verbs::{GRH_LEN, HcaPort, PostError, RecvWr, Sge, SpecialQp};
 use mad_wire::header::MAD_LEN;
 
-use crate::event::RecvMad;
+use crate::event::RecvBox;
 use crate::tid::WrId;
 
 /// Bytes of one receive buffer: the GRH area and one MAD.
@@ -181,15 +181,15 @@ impl RecvRing {
 
     /// Copy the MAD out of buffer `index`, whose completion reported `byte_len` bytes (GRH
     /// area included), straight into the box the event will own: `make` is given the GRH (if
-    /// `grh`) and the MAD's length and returns the box (its MAD zeroed), and the device's bytes
-    /// are then read into it, once. `None` if the length is impossible.
+    /// `grh`) and the MAD's length and returns the box (its MAD zeroed after that length), and
+    /// the device's bytes are then read into it, once. `None` if the length is impossible.
     pub(crate) fn copy_out(
         &self,
         index: u32,
         byte_len: u32,
         grh: bool,
-        make: impl FnOnce(Option<&[u8; GRH_LEN as usize]>, usize) -> Box<RecvMad>,
-    ) -> Option<Box<RecvMad>> {
+        make: impl FnOnce(Option<&[u8; GRH_LEN as usize]>, usize) -> RecvBox,
+    ) -> Option<RecvBox> {
         let lease = self.bufs.get(index as usize)?.lease.as_ref()?;
         let len = (byte_len as usize).checked_sub(GRH_LEN as usize)?;
         if !(mad_wire::HEADER_LEN..=MAD_LEN).contains(&len) {

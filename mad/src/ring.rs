@@ -2,7 +2,9 @@
 //! free slots, the send queue's entries, and the in-order queue of what waits for them.
 //!
 //! A send lives in exactly one place: its agent's flow-control backlog, this ring's queue
-//! (both as a [`Pending`] record that owns its MAD), or a slot. Each slot has a send buffer of
+//! (both as a boxed [`Pending`] record that owns its MAD), or a slot (which keeps the box).
+//! The box moves as a pointer, and once its send is finished it comes back to the ring's
+//! spare records for a new send. Each slot has a send buffer of
 //! its own, leased with the ring when the port opens (like the receive buffers): the MAD is
 //! copied into it when the send moves into the slot, and it is reused by the slot's next send
 //! once this one is DONE (the device no longer reads it then: DESIGN §4.3), so no DMA memory
@@ -37,8 +39,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A send that has no slot yet. It owns its MAD, which goes into its slot's send buffer at
-/// install.
+/// The record of a send, boxed from its acceptance to its completion (see
+/// [`SendRing::record`]). It owns its MAD until install, when the MAD goes into its slot's
+/// send buffer.
 pub(crate) struct Pending {
     pub(crate) agent: Arc<AgentInner>,
     pub(crate) id: SendId,
@@ -62,6 +65,10 @@ pub(crate) struct Pending {
     pub(crate) is_response: bool,
 }
 
+/// A send's record in its box, which moves as a pointer from the backlog to the queue to the
+/// slot, and is reused by a later send once this one finished ([`SendRing::record`]).
+pub(crate) type Record = Box<Pending>;
+
 impl Pending {
     pub(crate) fn class(&self) -> u8 {
         self.header[1]
@@ -79,7 +86,7 @@ impl Pending {
 /// progress loop takes it out at DONE.
 pub(crate) struct SlotData {
     pub(crate) generation: u32,
-    pub(crate) p: Pending,
+    pub(crate) p: Record,
     /// The TID as sent.
     pub(crate) tid: u64,
     pub(crate) retries_used: u32,
@@ -132,17 +139,22 @@ impl Slot {
 
 /// Free slot indexes: a single-producer single-consumer ring. The producer is the progress
 /// loop (which recycles slots, one thread at a time); the consumer is the drainer, which pops
-/// under the queue lock. Each index is in the ring at most once, so it never overflows.
+/// under the queue lock. Each index is in the ring at most once, so it never overflows. Its
+/// room is a power of two (at least the slot count), so a position is a mask of the free-running
+/// counters rather than a division.
 struct FreeRing {
     buf: Box<[AtomicU32]>,
+    mask: usize,
     head: AtomicUsize,
     tail: AtomicUsize,
 }
 
 impl FreeRing {
     fn full(n: u32) -> FreeRing {
+        let room = (n as usize).next_power_of_two();
         FreeRing {
-            buf: (0..n).map(AtomicU32::new).collect(),
+            buf: (0..room as u32).map(AtomicU32::new).collect(),
+            mask: room - 1,
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(n as usize),
         }
@@ -150,7 +162,7 @@ impl FreeRing {
 
     fn push(&self, index: u32) {
         let t = self.tail.load(Ordering::Relaxed);
-        self.buf[t % self.buf.len()].store(index, Ordering::Relaxed);
+        self.buf[t & self.mask].store(index, Ordering::Relaxed);
         self.tail.store(t.wrapping_add(1), Ordering::SeqCst);
     }
 
@@ -159,7 +171,7 @@ impl FreeRing {
         if h == self.tail.load(Ordering::SeqCst) {
             return None;
         }
-        let v = self.buf[h % self.buf.len()].load(Ordering::Relaxed);
+        let v = self.buf[h & self.mask].load(Ordering::Relaxed);
         self.head.store(h.wrapping_add(1), Ordering::Release);
         Some(v)
     }
@@ -174,7 +186,7 @@ impl FreeRing {
 /// What waits in a ring's queue, in order.
 pub(crate) enum Job {
     /// A new send: needs a slot and a send queue entry.
-    New(Pending),
+    New(Record),
     /// A retry of the send in slot `index` (SEND_START on the QP, or canceled since): needs a
     /// send queue entry. `on_fail` is the status its completion gets if the device refuses it.
     Repost {
@@ -186,9 +198,10 @@ pub(crate) enum Job {
 
 /// What the drainer does with the head of the queue.
 pub(crate) enum Drained {
-    /// Post it (a send queue entry is taken for it, and its agent's `posted` counted: a
-    /// refused post takes the count back).
-    Post { wr: SendWr, on_fail: WcStatus },
+    /// Its work request was appended to the drainer's batch, to post (a send queue entry is
+    /// taken for it, and its agent's `posted` counted: a refused post takes the count back).
+    /// Appended where it is built, rather than returned through this enum and pushed.
+    Batched,
     /// A retry canceled while it waited: complete it in software (no entry was taken).
     Skip(u64),
     /// A new send in its slot whose MAD could not be copied into the slot's send buffer: not
@@ -198,7 +211,7 @@ pub(crate) enum Drained {
     Refused(u64),
     /// The device is dead: complete these with WR_FLUSH_ERR (new sends, and the `wr_id`s of
     /// queued retries, which hold no entry).
-    Fail(Vec<Pending>, Vec<u64>),
+    Fail(Vec<Record>, Vec<u64>),
 }
 
 /// The queue of a ring: requests (new sends with a response timeout) apart from the rest, each
@@ -213,8 +226,11 @@ pub(crate) struct Queues {
     /// of a buffer) holds: a lease is written through a shared reference, and is not `Sync`.
     pub(crate) buffers: Vec<DmaLease>,
     /// MAD buffers (ordinary memory) given back at install, for the next sends (at most the
-    /// send queue's depth of them): see [`SendRing::mad_buffer`].
+    /// send queue's depth of them): see [`SendRing::record`].
     spares: Vec<Vec<u8>>,
+    /// Records of finished sends, for the next sends (at most the slot count of them): see
+    /// [`SendRing::record`] and [`SendRing::keep_records`].
+    records: Vec<Record>,
 }
 
 /// Slot `index`'s send buffer in `buffers` ([`Queues::buffers`]): its lease and the MAD's
@@ -337,7 +353,7 @@ impl SendRing {
         self.depth - self.credits.load(Ordering::SeqCst)
     }
 
-    fn kick(&self) {
+    pub(crate) fn kick(&self) {
         self.kicks.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -345,17 +361,49 @@ impl SendRing {
         lock(&self.queue)
     }
 
-    /// A copy of `mad` for a [`Pending`], in a buffer the ring kept from an earlier send if
-    /// it has one. Sends often wait (for flow control, a slot or an entry) and then leave in
-    /// bursts, and so would their buffers if each were freed at install: a general-purpose
-    /// allocator serves a block freed just before far more cheaply than one of a burst freed
-    /// long after it was allocated, so the caller's buffer is freed by its caller at once and
-    /// the MAD waits in one of these.
-    pub(crate) fn mad_buffer(&self, mad: &[u8]) -> Vec<u8> {
-        let spare = self.lock_queue().spares.pop();
-        let mut buf = spare.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
+    /// The boxed record of a new send of `mad`: `build` makes it around a copy of `mad`, in a
+    /// buffer the ring kept from an earlier send if it has one, and it goes into a box the
+    /// ring kept from a finished send if it has one (both taken under one queue lock). Sends
+    /// often wait (for flow control, a slot or an entry) and then leave in bursts, and so would
+    /// their buffers and records if each were freed at install or completion: a
+    /// general-purpose allocator serves a block freed just before far more cheaply than one of
+    /// a burst freed long after it was allocated, so the caller's buffer is freed by its caller
+    /// at once and the MAD waits in one of these. The record is boxed so that it moves as a
+    /// pointer from the backlog to the queue to its slot.
+    #[allow(
+        clippy::unnecessary_box_returns,
+        reason = "the box is the point: it moves as a pointer, and is reused"
+    )]
+    pub(crate) fn record(&self, mad: &[u8], build: impl FnOnce(Vec<u8>) -> Pending) -> Record {
+        let (buf, spare) = {
+            let mut q = self.lock_queue();
+            (q.spares.pop(), q.records.pop())
+        };
+        let mut buf = buf.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
         buf.extend_from_slice(mad);
-        buf
+        let p = build(buf);
+        match spare {
+            Some(mut b) => {
+                // What it held (the port's internal agent, an emptied buffer) goes.
+                *b = p;
+                b
+            }
+            None => Box::new(p),
+        }
+    }
+
+    /// Keep the records in `spent` (of finished sends of this ring: their MADs were taken at
+    /// install and each names the port's internal agent, see `PortShared::finish`) for new
+    /// sends, as many as fit under the slot count; the rest are freed, after the queue lock.
+    pub(crate) fn keep_records(&self, spent: &mut Vec<Record>) {
+        {
+            let mut q = self.lock_queue();
+            let room = self.slots.len().saturating_sub(q.records.len());
+            let n = room.min(spent.len());
+            let from = spent.len() - n;
+            q.records.extend(spent.drain(from..));
+        }
+        spent.clear();
     }
 
     /// Slots holding requests.
@@ -373,7 +421,7 @@ impl SendRing {
 
     /// `enqueue` with the queue lock held, without the kick (for the drainer's own job, which
     /// it collects under the same lock).
-    fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
+    pub(crate) fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
         let waits = !q.is_empty()
             || self.credits.load(Ordering::SeqCst) == 0
             || (matches!(job, Job::New(_)) && self.free.len() == 0);
@@ -407,7 +455,7 @@ impl SendRing {
         &self,
         q: &mut Queues,
         pred: impl Fn(&Pending) -> bool,
-    ) -> Vec<Pending> {
+    ) -> Vec<Record> {
         let mut out = Vec::new();
         for list in [&mut q.requests, &mut q.others] {
             let mut i = 0;
@@ -470,11 +518,8 @@ impl SendRing {
         let mut q = self.lock_queue();
         let waited = incoming.is_some_and(|job| self.push_locked(&mut q, job));
         while batch.wrs.len() < POST_BATCH {
-            match self.next_locked(&mut q, dead) {
-                Some(Drained::Post { wr, on_fail }) => {
-                    batch.wrs.push(wr);
-                    batch.meta.push(on_fail);
-                }
+            match self.next_locked(&mut q, dead, batch) {
+                Some(Drained::Batched) => {}
                 other => return (other, waited),
             }
         }
@@ -485,7 +530,7 @@ impl SendRing {
     /// slot and an entry for a new send, and for a request a slot under the request limit; an
     /// entry for a retry). A request held by the request limit lets younger sends that await no
     /// response go first; otherwise jobs go in arrival order.
-    fn next_locked(&self, q: &mut Queues, dead: bool) -> Option<Drained> {
+    fn next_locked(&self, q: &mut Queues, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
         if dead {
             if q.is_empty() {
                 return None;
@@ -537,7 +582,7 @@ impl SendRing {
                     let Some((_, Job::New(p))) = list.pop_front() else {
                         unreachable!("the head is a new send")
                     };
-                    let (out, mad) = self.install(&q.buffers, index, p, from_requests);
+                    let (out, mad) = self.install(&q.buffers, index, p, from_requests, batch);
                     if q.spares.len() < self.depth as usize && mad.capacity() >= MAD_LEN {
                         q.spares.push(mad);
                     }
@@ -563,10 +608,11 @@ impl SendRing {
                             .filter(|d| d.generation == generation)
                             .map(|d| {
                                 bump(&d.p.agent.cells.posted);
-                                Drained::Post {
-                                    wr: self.send_wr(&q.buffers, index, generation, &d.p),
-                                    on_fail,
-                                }
+                                batch
+                                    .wrs
+                                    .push(self.send_wr(&q.buffers, index, generation, &d.p));
+                                batch.meta.push(on_fail);
+                                Drained::Batched
                             });
                         post.unwrap_or_else(|| {
                             self.give_credit();
@@ -607,15 +653,17 @@ impl SendRing {
 
     /// Move `p` into the free slot `index` and publish it as SEND_START on the QP: rewrite the
     /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
-    /// slot's send buffer (zero-padded), build the work request. Returns it (or, if the copy
-    /// failed, [`Drained::Refused`]) with the MAD's buffer, emptied (for the spares). Called
-    /// with the queue lock held.
+    /// slot's send buffer (zero-padded), build the work request and append it to `batch`.
+    /// Returns [`Drained::Batched`] (or, if the copy failed, [`Drained::Refused`], with
+    /// nothing appended) with the MAD's buffer, emptied (for the spares). Called with the
+    /// queue lock held.
     fn install(
         &self,
         buffers: &[DmaLease],
         index: u32,
-        mut p: Pending,
+        mut p: Record,
         request: bool,
+        batch: &mut PostBatch,
     ) -> (Drained, Vec<u8>) {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
@@ -674,10 +722,9 @@ impl SendRing {
             tracing::error!(index, "send slot from the free list was not free");
         }
         let out = if copied.is_ok() {
-            Drained::Post {
-                wr,
-                on_fail: WcStatus::LocQpOpErr,
-            }
+            batch.wrs.push(wr);
+            batch.meta.push(WcStatus::LocQpOpErr);
+            Drained::Batched
         } else {
             // Posting it would send what the buffer still holds: the slot's previous MAD.
             Drained::Refused(wr.wr_id)
@@ -698,6 +745,16 @@ impl SendRing {
 
 #[cfg(test)]
 impl SendRing {
+    /// The records kept for new sends: for each, the agent it names and its MAD buffer's
+    /// length.
+    pub(crate) fn spare_records(&self) -> Vec<(crate::event::AgentId, usize)> {
+        self.lock_queue()
+            .records
+            .iter()
+            .map(|r| (r.agent.id, r.mad.len()))
+            .collect()
+    }
+
     /// Replace every send buffer lease by one of `len` bytes from `pool` (too short for a MAD
     /// makes the copy at install fail, as a real DMA error would). Only while no send is in a
     /// slot: a lease the device may read is not dropped.
@@ -742,5 +799,29 @@ mod tests {
         assert_eq!(f.len(), 4);
         let got: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
         assert_eq!(got, vec![0, 3, 1, 2]);
+    }
+
+    /// A slot count that is not a power of two: the ring's room is larger, and indexes still
+    /// come back in the order they were pushed across many wraps of its positions.
+    #[test]
+    fn free_ring_of_three_keeps_order_across_wraps() {
+        let f = FreeRing::full(3);
+        assert_eq!(f.len(), 3);
+        let mut expect: std::collections::VecDeque<u32> = (0..3).collect();
+        for round in 0..20u32 {
+            let a = f.pop().expect("a free index");
+            assert_eq!(Some(a), expect.pop_front(), "round {round}");
+            let b = f.pop().expect("a second free index");
+            assert_eq!(Some(b), expect.pop_front(), "round {round}");
+            // Given back in the other order.
+            f.push(b);
+            f.push(a);
+            expect.push_back(b);
+            expect.push_back(a);
+            assert_eq!(f.len(), 3);
+        }
+        let got: Vec<u32> = std::iter::from_fn(|| f.pop()).collect();
+        assert_eq!(got, Vec::from(expect));
+        assert_eq!(f.pop(), None);
     }
 }

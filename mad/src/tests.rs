@@ -227,6 +227,51 @@ fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
     r.assert_clean();
 }
 
+/// A finished send's record goes back to its ring for a new send (at most the slot count of
+/// them are kept), naming the port's internal agent and holding no MAD: a kept record keeps no
+/// client agent alive, nor its event queue, once the agent is gone.
+#[test]
+fn finished_sends_records_are_kept_without_their_agent() {
+    let r = rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(2),
+            ..PortConfig::default()
+        },
+    );
+    r.fake.set_responder(answer);
+    let a = r.perf_agent();
+    let queue = Arc::downgrade(a.events());
+    let ids: Vec<SendId> = (0..6)
+        .map(|t| {
+            a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(100))
+                .unwrap()
+        })
+        .collect();
+    let ev = r.collect(&a, Duration::from_millis(50));
+    let c = completions(&ev);
+    assert!(ids.iter().all(|id| c[id].0 == WcStatus::Success), "{ev:?}");
+    assert_eq!(recvs(&ev).len(), 6, "{ev:?}");
+    let kept = r.port.send_ring(SpecialQp::Gsi).spare_records();
+    assert!(
+        (1..=2).contains(&kept.len()),
+        "kept, at most the slot count: {kept:?}"
+    );
+    assert!(
+        kept.iter()
+            .all(|&(agent, mad)| agent == crate::AgentId(0) && mad == 0),
+        "the internal agent and no MAD: {kept:?}"
+    );
+    drop(ev);
+    a.deregister();
+    assert!(
+        queue.upgrade().is_none(),
+        "nothing keeps the deregistered agent's event queue"
+    );
+    r.assert_clean();
+}
+
 #[test]
 fn path1_send_without_response_completes_after_its_cqe() {
     let r = rig();
@@ -809,6 +854,15 @@ fn path13_solicited_limit_holds_sa_sends_back() {
         "{done:?}"
     );
     assert_eq!(r.port.counters().backlogged, 4);
+    // The backlog went on in order (released at the end of the passes that finished the sends
+    // ahead of it, several under one queue lock).
+    let order: Vec<u64> = r
+        .fake
+        .sent()
+        .iter()
+        .map(|o| tid_of(&o.mad) & 0xFFFF_FFFF)
+        .collect();
+    assert_eq!(order, (0..6).collect::<Vec<u64>>());
     sa.deregister();
     r.assert_clean();
 }

@@ -10,13 +10,20 @@ use std::time::Duration;
 /// A deadline-ordered set of keys `0..capacity`.
 #[derive(Debug)]
 pub struct TimerHeap {
-    /// (deadline, key, tag) in heap order.
-    heap: Vec<(Duration, u32, u32)>,
+    /// (deadline in nanoseconds, key, tag) in heap order. Nanoseconds in a `u64` (584 years)
+    /// rather than a `Duration`: each sift step compares deadlines, and a `u64` compares in one
+    /// instruction where a `Duration` takes its seconds and then its nanoseconds.
+    heap: Vec<(u64, u32, u32)>,
     /// Position of each key in `heap`, or `NONE`.
     pos: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
+
+/// `d` in nanoseconds, saturated (a deadline past 584 years never comes).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 impl TimerHeap {
     /// An empty heap for keys below `capacity`.
@@ -39,7 +46,7 @@ impl TimerHeap {
 
     /// The earliest deadline.
     pub fn next_deadline(&self) -> Option<Duration> {
-        self.heap.first().map(|e| e.0)
+        self.heap.first().map(|e| Duration::from_nanos(e.0))
     }
 
     /// The deadline and tag of `key`, if armed.
@@ -47,7 +54,7 @@ impl TimerHeap {
         let p = *self.pos.get(key as usize)?;
         (p != NONE).then(|| {
             let e = self.heap[p as usize];
-            (e.0, e.2)
+            (Duration::from_nanos(e.0), e.2)
         })
     }
 
@@ -57,19 +64,17 @@ impl TimerHeap {
         let Some(&p) = self.pos.get(key as usize) else {
             return;
         };
+        let e = (nanos(deadline), key, tag);
         if p == NONE {
             let i = self.heap.len();
-            self.heap.push((deadline, key, tag));
-            self.pos[key as usize] = i as u32;
-            self.sift_up(i);
+            self.heap.push(e);
+            self.sift_up(i, e);
         } else {
             let i = p as usize;
-            let old = self.heap[i].0;
-            self.heap[i] = (deadline, key, tag);
-            if deadline < old {
-                self.sift_up(i);
+            if e.0 < self.heap[i].0 {
+                self.sift_up(i, e);
             } else {
-                self.sift_down(i);
+                self.sift_down(i, e);
             }
         }
     }
@@ -89,58 +94,70 @@ impl TimerHeap {
     /// Pop the earliest timer if its deadline is at or before `now`: `(key, tag)`.
     pub fn pop_expired(&mut self, now: Duration) -> Option<(u32, u32)> {
         let &(deadline, key, tag) = self.heap.first()?;
-        if deadline > now {
+        if deadline > nanos(now) {
             return None;
         }
         self.remove_at(0);
         Some((key, tag))
     }
 
+    /// Take out the entry at `i`: the last entry fills its place, moved up or down to where
+    /// it belongs.
     fn remove_at(&mut self, i: usize) {
-        let last = self.heap.len() - 1;
-        self.swap(i, last);
-        let (_, key, _) = self.heap.pop().expect("non-empty");
-        self.pos[key as usize] = NONE;
+        let gone = self.heap[i].1;
+        let last = self.heap.pop().expect("non-empty");
+        self.pos[gone as usize] = NONE;
         if i < self.heap.len() {
-            self.sift_down(i);
-            self.sift_up(i);
+            if i > 0 && last.0 < self.heap[(i - 1) / 2].0 {
+                self.sift_up(i, last);
+            } else {
+                self.sift_down(i, last);
+            }
         }
     }
 
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.pos[self.heap[a].1 as usize] = a as u32;
-        self.pos[self.heap[b].1 as usize] = b as u32;
-    }
-
-    fn sift_up(&mut self, mut i: usize) {
+    /// Put `e` at the hole `i` or above it: parents later than it move down into the hole
+    /// (one write each, rather than a swap), then `e` goes where the hole stops.
+    fn sift_up(&mut self, mut i: usize, e: (u64, u32, u32)) {
         while i > 0 {
             let parent = (i - 1) / 2;
-            if self.heap[i].0 >= self.heap[parent].0 {
+            let p = self.heap[parent];
+            if e.0 >= p.0 {
                 break;
             }
-            self.swap(i, parent);
+            self.heap[i] = p;
+            self.pos[p.1 as usize] = i as u32;
             i = parent;
         }
+        self.heap[i] = e;
+        self.pos[e.1 as usize] = i as u32;
     }
 
-    fn sift_down(&mut self, mut i: usize) {
+    /// Put `e` at the hole `i` or below it: the earlier child moves up while it is earlier
+    /// than `e`.
+    fn sift_down(&mut self, mut i: usize, e: (u64, u32, u32)) {
+        let len = self.heap.len();
         loop {
-            let l = 2 * i + 1;
-            let r = l + 1;
-            let mut m = i;
-            if l < self.heap.len() && self.heap[l].0 < self.heap[m].0 {
-                m = l;
-            }
-            if r < self.heap.len() && self.heap[r].0 < self.heap[m].0 {
-                m = r;
-            }
-            if m == i {
+            let left = 2 * i + 1;
+            if left >= len {
                 break;
             }
-            self.swap(i, m);
-            i = m;
+            let right = left + 1;
+            let child = if right < len && self.heap[right].0 < self.heap[left].0 {
+                right
+            } else {
+                left
+            };
+            let c = self.heap[child];
+            if c.0 >= e.0 {
+                break;
+            }
+            self.heap[i] = c;
+            self.pos[c.1 as usize] = i as u32;
+            i = child;
         }
+        self.heap[i] = e;
+        self.pos[e.1 as usize] = i as u32;
     }
 }
 

@@ -327,7 +327,7 @@ impl Tracker {
                     panic!("{id} completed twice: first {prev:?}");
                 }
             }
-            Event::Recv(r) => self.recvs.push(*r),
+            Event::Recv(r) => self.recvs.push(*r.into_box()),
             Event::DeviceFatal { .. } => self.fatal += 1,
         }
     }

@@ -70,7 +70,7 @@ fn sa_request(f: &MadFabric, sa: &Agent, t: &mut Tracker) -> RecvMad {
     let mut got = None;
     assert!(f.pump_until(&[], t, Duration::from_secs(1), |_| {
         if let Some(Event::Recv(r)) = sa.try_event() {
-            got = Some(*r);
+            got = Some(*r.into_box());
         }
         got.is_some()
     }));

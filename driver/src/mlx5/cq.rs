@@ -5,7 +5,7 @@
 
 use dma::{Access, DmaLease};
 use firmware_cmds::mlx5::cqc::Cqc;
-use firmware_cmds::mlx5::cqe::{self, CQE_SIZE, Cqe, CqeBody, CqeOpcode, INITIAL_OP_OWN, RespCqe};
+use firmware_cmds::mlx5::cqe::{self, CQE_SIZE, CqeFields, CqeOpcode, INITIAL_OP_OWN};
 use firmware_cmds::mlx5::doorbell::{CqArm, CqArmCmd, DB_RECORD_LEN, UAR_CQ_DOORBELL};
 use firmware_cmds::mlx5::ops::cq::{CreateCq, DestroyCq};
 use firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE;
@@ -18,6 +18,27 @@ use crate::mmio::Mmio;
 use super::dev::Dev;
 use super::eq::pas_of;
 
+/// What a receive CQE reports that a work completion carries (the fields of
+/// [`RespCqe`](firmware_cmds::mlx5::cqe::RespCqe) the MAD path reads: a poll batch moves
+/// this, not the whole decode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvCqe {
+    /// Bytes received (including the 40-byte GRH area on UD).
+    pub(crate) byte_cnt: u32,
+    /// Source QPN.
+    pub(crate) src_qpn: u32,
+    /// Source LID.
+    pub(crate) slid: u16,
+    /// The low 16 bits of the immediate / P_Key word (QP1: the P_Key).
+    pub(crate) pkey: u16,
+    /// SL.
+    pub(crate) sl: u8,
+    /// DLID path bits byte.
+    pub(crate) ml_path: u8,
+    /// A GRH precedes the payload.
+    pub(crate) grh: bool,
+}
+
 /// What a CQE reports, once its format and opcode were accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CqeKind {
@@ -29,7 +50,7 @@ pub(crate) enum CqeKind {
         vendor_err: u8,
     },
     /// RESP_SEND / RESP_SEND_IMM: a datagram arrived.
-    Recv(RespCqe),
+    Recv(RecvCqe),
     /// RESP_ERR: a receive failed (or was flushed).
     RecvErr {
         syndrome: CqeSyndrome,
@@ -47,37 +68,45 @@ pub(crate) struct ParsedCqe {
 
 /// Check the parts of a CQE that do not depend on a QP: the format (no compression is
 /// enabled, so it must be 0) and the opcode (only the ones a UD send or receive produces).
+/// Reads only the fields that the opcode's completion carries.
 pub(crate) fn parse(raw: &[u8; CQE_SIZE]) -> Result<ParsedCqe, String> {
-    let c = Cqe::from_entry(raw);
-    if c.format != 0 {
+    let c = CqeFields(raw);
+    if c.format() != 0 {
         return Err(format!(
             "CQE format {} (compressed or mini CQEs) on a CQ created without compression",
-            c.format
+            c.format()
         ));
     }
-    let kind = match (c.opcode, c.body) {
-        (CqeOpcode::REQ, CqeBody::Requester(_)) => CqeKind::SendOk,
-        (CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM, CqeBody::Responder(r)) => {
-            CqeKind::Recv(r)
-        }
-        (CqeOpcode::REQ_ERR, CqeBody::Error(e)) => CqeKind::SendErr {
-            syndrome: e.syndrome,
-            vendor_err: e.vendor_err,
+    let kind = match c.opcode() {
+        CqeOpcode::REQ => CqeKind::SendOk,
+        CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM => CqeKind::Recv(RecvCqe {
+            byte_cnt: c.byte_cnt(),
+            src_qpn: c.src_qpn(),
+            slid: c.slid(),
+            pkey: (c.imm_inval_pkey() & 0xffff) as u16,
+            sl: c.sl(),
+            ml_path: c.ml_path(),
+            grh: c.l3_hdr() != 0,
+        }),
+        CqeOpcode::REQ_ERR => CqeKind::SendErr {
+            syndrome: c.syndrome(),
+            vendor_err: c.vendor_err(),
         },
-        (CqeOpcode::RESP_ERR, CqeBody::Error(e)) => CqeKind::RecvErr {
-            syndrome: e.syndrome,
-            vendor_err: e.vendor_err,
+        CqeOpcode::RESP_ERR => CqeKind::RecvErr {
+            syndrome: c.syndrome(),
+            vendor_err: c.vendor_err(),
         },
-        (op, _) => {
+        op => {
             return Err(format!(
                 "CQE opcode {op} cannot complete a UD send or receive (QPN {:#x}, wqe_counter {})",
-                c.qpn, c.wqe_counter
+                c.qpn(),
+                c.wqe_counter()
             ));
         }
     };
     Ok(ParsedCqe {
-        qpn: c.qpn,
-        wqe_counter: c.wqe_counter,
+        qpn: c.qpn(),
+        wqe_counter: c.wqe_counter(),
         kind,
     })
 }
@@ -221,7 +250,7 @@ impl Cq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use firmware_cmds::mlx5::cqe::{ErrCqe, ReqCqe};
+    use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, ErrCqe, ReqCqe, RespCqe};
 
     fn image(opcode: CqeOpcode, body: CqeBody) -> [u8; CQE_SIZE] {
         Cqe {
@@ -252,6 +281,29 @@ mod tests {
         };
         let p = parse(&image(CqeOpcode::RESP_SEND, CqeBody::Responder(r))).unwrap();
         assert!(matches!(p.kind, CqeKind::Recv(rr) if rr.byte_cnt == 296));
+        let r = RespCqe {
+            byte_cnt: 296,
+            src_qpn: 0x00ab_cdef,
+            sl: 0xa,
+            l3_hdr: 2,
+            slid: 0x1234,
+            ml_path: 0x85,
+            imm_inval_pkey: 0xdead_7fff,
+            ..RespCqe::default()
+        };
+        let p = parse(&image(CqeOpcode::RESP_SEND_IMM, CqeBody::Responder(r))).unwrap();
+        assert_eq!(
+            p.kind,
+            CqeKind::Recv(RecvCqe {
+                byte_cnt: 296,
+                src_qpn: 0x00ab_cdef,
+                slid: 0x1234,
+                pkey: 0x7fff,
+                sl: 0xa,
+                ml_path: 0x85,
+                grh: true,
+            })
+        );
         let e = ErrCqe {
             syndrome: CqeSyndrome(0x13),
             vendor_err: 0x77,

@@ -19,14 +19,15 @@ use firmware_cmds::mlx5::ops::qp_modify::{
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, pm_state};
 use firmware_cmds::mlx5::syndrome::WcError;
 use firmware_cmds::mlx5::wqe::{
-    CtrlSeg, DataSeg, DatagramSeg, SEND_WQE_BB, SINGLE_DATA_WQE_LEN, UdSendWqe, WqeOpcode, fm_ce_se,
+    CtrlSeg, DATAGRAM_SEG_LEN, DataSeg, DatagramSeg, SEND_WQE_BB, SINGLE_DATA_WQE_LEN, UdSendWqe,
+    WqeOpcode, fm_ce_se,
 };
 
 use crate::barrier;
 use crate::error::DriverError;
 use crate::mmio::Mmio;
 use crate::verbs::{
-    GRH_LEN, PostError, RecvWr, SendWr, SpecialQp, WcOpcode, WcStatus, WorkCompletion,
+    GRH_LEN, PostError, RecvWr, SendWr, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::cq::CqeKind;
@@ -146,17 +147,41 @@ pub(crate) struct Qp {
     recovered_at: Option<u16>,
     bf: BfReg,
     lkey: u32,
+    /// The last destination sent to and its encoded datagram segment: the MAD layer sends
+    /// to few destinations (every directed-route SMP to one), so most WQEs copy it rather
+    /// than check and encode it again.
+    av_cache: Option<(UdDest, [u8; DATAGRAM_SEG_LEN])>,
 }
 
-/// Build the WQE of a UD send: control (signalled SEND at `index`), datagram segment from
-/// `wr.dest`, one data segment with `lkey`. Returns the bytes, whole basic blocks.
+/// [`send_wqe_into`] a new array.
+#[cfg(test)]
 pub(crate) fn send_wqe(
     qpn: u32,
     index: u16,
     wr: &SendWr,
     lkey: u32,
 ) -> Result<[u8; SINGLE_DATA_WQE_LEN], PostError> {
-    let d = &wr.dest;
+    let mut b = [0u8; SINGLE_DATA_WQE_LEN];
+    send_wqe_into(qpn, index, wr, lkey, &mut b)?;
+    Ok(b)
+}
+
+/// Build the WQE of a UD send into `b` (all of it written on success; whole basic blocks):
+/// control (signalled SEND at `index`), datagram segment from `wr.dest`, one data segment with
+/// `lkey`. Built on the poster's stack, then copied into the ring once.
+#[cfg(test)]
+pub(crate) fn send_wqe_into(
+    qpn: u32,
+    index: u16,
+    wr: &SendWr,
+    lkey: u32,
+    b: &mut [u8; SINGLE_DATA_WQE_LEN],
+) -> Result<(), PostError> {
+    send_wqe_with_av(qpn, index, wr, lkey, &datagram_seg(&wr.dest)?, b)
+}
+
+/// The datagram segment (address vector) of `d`, checked and encoded.
+pub(crate) fn datagram_seg(d: &UdDest) -> Result<[u8; DATAGRAM_SEG_LEN], PostError> {
     if d.pkey_index != 0 {
         return Err(PostError::Invalid(format!(
             "P_Key index {}: sends on the mlx5 special QPs use the QP's P_Key index 0 \
@@ -193,6 +218,19 @@ pub(crate) fn send_wqe(
         av.hop_limit = g.hop_limit;
         av.rgid = g.dgid;
     }
+    av.to_bytes()
+        .map_err(|e| PostError::Invalid(format!("send WQE: {e}")))
+}
+
+/// [`send_wqe_into`] with the datagram segment encoded already ([`datagram_seg`]).
+pub(crate) fn send_wqe_with_av(
+    qpn: u32,
+    index: u16,
+    wr: &SendWr,
+    lkey: u32,
+    av: &[u8; DATAGRAM_SEG_LEN],
+    b: &mut [u8; SINGLE_DATA_WQE_LEN],
+) -> Result<(), PostError> {
     let ctrl = CtrlSeg {
         opmod: 0,
         wqe_index: index,
@@ -208,7 +246,7 @@ pub(crate) fn send_wqe(
         lkey,
         addr: wr.sge.iova,
     };
-    UdSendWqe::single_data(ctrl, &av, data)
+    UdSendWqe::single_data_with_av(ctrl, av, data, b)
         .map_err(|e| PostError::Invalid(format!("send WQE: {e}")))
 }
 
@@ -289,6 +327,7 @@ impl Qp {
             recovered_at: None,
             bf: p.bf,
             lkey: p.lkey,
+            av_cache: None,
         };
         if let Err(e) = qp.to_rts(dev) {
             // Destroyed from RESET, as `destroy_qp_common` does.
@@ -539,7 +578,15 @@ impl Qp {
             return Err(PostError::QueueFull);
         }
         let index = self.sq_head as u16;
-        let bytes = send_wqe(self.qpn, index, wr, self.lkey)?;
+        let mut bytes = [0u8; SINGLE_DATA_WQE_LEN];
+        let av = match &self.av_cache {
+            Some((dest, av)) if *dest == wr.dest => av,
+            _ => {
+                let av = datagram_seg(&wr.dest)?;
+                &self.av_cache.insert((wr.dest, av)).1
+            }
+        };
+        send_wqe_with_av(self.qpn, index, wr, self.lkey, av, &mut bytes)?;
         let bbs = (bytes.len() / SEND_WQE_BB) as u32;
         let used = self.sq_head.wrapping_sub(self.sq_tail);
         if used + bbs > self.geo.sq_bbs {
@@ -754,10 +801,10 @@ impl Qp {
                     sl: r.sl,
                     dlid_path_bits: r.ml_path & 0x7f,
                     pkey_index: match self.kind {
-                        SpecialQp::Gsi => pkey_index(r.pkey()),
+                        SpecialQp::Gsi => pkey_index(r.pkey),
                         SpecialQp::Smi => 0,
                     },
-                    grh: r.has_grh(),
+                    grh: r.grh,
                 }
             }
             CqeKind::RecvErr {
@@ -824,13 +871,12 @@ impl Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mlx5::cq::CqeKind;
+    use crate::mlx5::cq::{CqeKind, RecvCqe};
     use crate::mlx5::testutil::{Recorder, recording_bar};
     use crate::verbs::{Grh, Sge, UdDest};
     use dma::{DmaPool, LeaseMode, SimIommu};
-    use firmware_cmds::mlx5::cqe::RespCqe;
     use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-    use firmware_cmds::mlx5::wqe::{CTRL_SEG_LEN, DATAGRAM_SEG_LEN};
+    use firmware_cmds::mlx5::wqe::CTRL_SEG_LEN;
     use std::sync::Arc;
 
     /// A QP in RTS with its rings in strict leases, without a device.
@@ -857,6 +903,7 @@ mod tests {
             recovered_at: None,
             bf: BfReg::new(0x2000, 0, 9),
             lkey: 0x100,
+            av_cache: None,
         };
         (pool, rec, bar, q)
     }
@@ -872,15 +919,14 @@ mod tests {
     }
 
     fn ok_recv(bytes: u32) -> CqeKind {
-        CqeKind::Recv(RespCqe {
+        CqeKind::Recv(RecvCqe {
             byte_cnt: bytes,
             src_qpn: 1,
             slid: 3,
             sl: 2,
             ml_path: 0x81,
-            imm_inval_pkey: 0xffff,
-            l3_hdr: 0,
-            ..RespCqe::default()
+            pkey: 0xffff,
+            grh: false,
         })
     }
 
@@ -1173,6 +1219,45 @@ mod tests {
             (1 << 30) | (2 << 20) | 0xabcde
         );
         assert_eq!(&av[0x20..0x30], &[0xfe; 16]);
+    }
+
+    /// The QP keeps the last destination's encoded datagram segment: WQEs to alternating
+    /// destinations (one differing from the other only inside its GRH) each carry their own
+    /// segment, byte for byte as encoded afresh, and a destination the checks refuse is still
+    /// refused after a good one was kept.
+    #[test]
+    fn the_kept_datagram_segment_follows_the_destination() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 8, 4);
+        let g = |flow_label| Grh {
+            sgid_index: 1,
+            dgid: [0xfe; 16],
+            flow_label,
+            traffic_class: 0,
+            hop_limit: 64,
+        };
+        let chain = [
+            wr(0, None),
+            wr(0, None),
+            wr(0, Some(g(1))),
+            wr(0, Some(g(2))),
+            wr(0, None),
+        ];
+        for w in &chain {
+            q.post_send(&bar, w).unwrap();
+        }
+        for (i, w) in chain.iter().enumerate() {
+            let mut wqe = [0u8; 128];
+            q.buf.read(q.geo.sq_offset() + i * 128, &mut wqe).unwrap();
+            let want = send_wqe(0x48, 2 * i as u16, w, 0x100).unwrap();
+            assert_eq!(&wqe[..], &want[..], "WQE {i}");
+        }
+        let mut bad = wr(0, None);
+        bad.dest.sl = 0x10;
+        assert!(matches!(
+            q.post_send(&bar, &bad),
+            Err(PostError::Invalid(_))
+        ));
+        assert_eq!(q.sends.len(), chain.len(), "the refused one is not posted");
     }
 
     #[test]

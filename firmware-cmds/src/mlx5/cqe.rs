@@ -242,6 +242,101 @@ fn be64(b: &[u8], at: usize) -> u64 {
     (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
+/// The fields of a 64-byte CQE entry, each decoded by its accessor where it lies (as
+/// [`Cqe::from_entry`] reads them): a poll loop that needs a few of them reads those alone,
+/// rather than building the whole [`Cqe`] and taking its parts out again. Every bit pattern
+/// has a reading; which fields mean anything depends on the opcode (see [`CqeBody`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CqeFields<'a>(pub &'a [u8; CQE_SIZE]);
+
+impl CqeFields<'_> {
+    /// Opcode (`op_own >> 4`).
+    pub fn opcode(self) -> CqeOpcode {
+        CqeOpcode(self.0[off::OP_OWN] >> 4)
+    }
+
+    /// CQE format (`op_own >> 2 & 3`; 0 = normal, 3 = compressed).
+    pub fn format(self) -> u8 {
+        (self.0[off::OP_OWN] >> 2) & 0x3
+    }
+
+    /// Owner bit.
+    pub fn owner(self) -> bool {
+        self.0[off::OP_OWN] & 1 != 0
+    }
+
+    /// QPN (`sop_drop_qpn & 0xffffff`).
+    pub fn qpn(self) -> u32 {
+        be32(self.0, off::SOP_DROP_QPN) & 0x00ff_ffff
+    }
+
+    /// The top byte of `sop_drop_qpn`: the send WQE's opcode (requester and error CQEs) or
+    /// the drop counter (responder CQEs).
+    pub fn sop_top(self) -> u8 {
+        self.0[off::SOP_DROP_QPN]
+    }
+
+    /// Index of the completed WQE.
+    pub fn wqe_counter(self) -> u16 {
+        be16(self.0, off::WQE_COUNTER)
+    }
+
+    /// `byte_cnt`.
+    pub fn byte_cnt(self) -> u32 {
+        be32(self.0, off::BYTE_CNT)
+    }
+
+    /// Responder: source QPN (`flags_rqpn & 0xffffff`).
+    pub fn src_qpn(self) -> u32 {
+        be32(self.0, off::FLAGS_RQPN) & 0x00ff_ffff
+    }
+
+    /// Responder: SL (`flags_rqpn >> 24 & 0xf`).
+    pub fn sl(self) -> u8 {
+        self.0[off::FLAGS_RQPN] & 0xf
+    }
+
+    /// Responder: GRH/L3 indication (`flags_rqpn >> 28 & 3`); non-zero means a GRH is present.
+    pub fn l3_hdr(self) -> u8 {
+        (self.0[off::FLAGS_RQPN] >> 4) & 0x3
+    }
+
+    /// Responder: source LID.
+    pub fn slid(self) -> u16 {
+        be16(self.0, off::SLID)
+    }
+
+    /// Responder: DLID path bits byte.
+    pub fn ml_path(self) -> u8 {
+        self.0[off::ML_PATH]
+    }
+
+    /// Responder: immediate data, invalidated rkey, or (QP1) the P_Key in the low 16 bits.
+    pub fn imm_inval_pkey(self) -> u32 {
+        be32(self.0, off::IMM_INVAL_PKEY)
+    }
+
+    /// The `srqn` word, whole (a responder's SRQ number is its low 24 bits).
+    pub fn srqn(self) -> u32 {
+        be32(self.0, off::SRQN)
+    }
+
+    /// Completion timestamp.
+    pub fn timestamp(self) -> u64 {
+        be64(self.0, off::TIMESTAMP)
+    }
+
+    /// Error CQE: the syndrome.
+    pub fn syndrome(self) -> CqeSyndrome {
+        CqeSyndrome(self.0[off::SYNDROME])
+    }
+
+    /// Error CQE: the vendor syndrome.
+    pub fn vendor_err(self) -> u8 {
+        self.0[off::VENDOR_ERR_SYND]
+    }
+}
+
 impl Cqe {
     /// Decodes the first 64 bytes of `buf` (a CQE the device wrote: every value is reported
     /// as found, nothing is trusted).
@@ -253,40 +348,38 @@ impl Cqe {
     }
 
     /// Decodes a whole 64-byte entry. It cannot fail (every bit pattern has a reading), so a
-    /// poll loop that already holds the entry skips the length check and the `Result`.
+    /// poll loop that already holds the entry skips the length check and the `Result`. Each
+    /// field is read through [`CqeFields`], which a poll loop that needs only a few of them
+    /// uses alone.
     pub fn from_entry(b: &[u8; CQE_SIZE]) -> Self {
-        let op_own = b[off::OP_OWN];
-        let opcode = CqeOpcode(op_own >> 4);
-        let sop = be32(b, off::SOP_DROP_QPN);
+        let f = CqeFields(b);
+        let opcode = f.opcode();
         let body = match opcode {
             CqeOpcode::REQ => CqeBody::Requester(ReqCqe {
-                wqe_opcode: (sop >> 24) as u8,
-                byte_cnt: be32(b, off::BYTE_CNT),
-                timestamp: be64(b, off::TIMESTAMP),
+                wqe_opcode: f.sop_top(),
+                byte_cnt: f.byte_cnt(),
+                timestamp: f.timestamp(),
             }),
             CqeOpcode::RESP_WR_IMM
             | CqeOpcode::RESP_SEND
             | CqeOpcode::RESP_SEND_IMM
-            | CqeOpcode::RESP_SEND_INV => {
-                let fr = be32(b, off::FLAGS_RQPN);
-                CqeBody::Responder(RespCqe {
-                    byte_cnt: be32(b, off::BYTE_CNT),
-                    src_qpn: fr & 0x00ff_ffff,
-                    sl: ((fr >> 24) & 0xf) as u8,
-                    l3_hdr: ((fr >> 28) & 0x3) as u8,
-                    slid: be16(b, off::SLID),
-                    ml_path: b[off::ML_PATH],
-                    imm_inval_pkey: be32(b, off::IMM_INVAL_PKEY),
-                    srqn: be32(b, off::SRQN) & 0x00ff_ffff,
-                    timestamp: be64(b, off::TIMESTAMP),
-                    drop_count: (sop >> 24) as u8,
-                })
-            }
+            | CqeOpcode::RESP_SEND_INV => CqeBody::Responder(RespCqe {
+                byte_cnt: f.byte_cnt(),
+                src_qpn: f.src_qpn(),
+                sl: f.sl(),
+                l3_hdr: f.l3_hdr(),
+                slid: f.slid(),
+                ml_path: f.ml_path(),
+                imm_inval_pkey: f.imm_inval_pkey(),
+                srqn: f.srqn() & 0x00ff_ffff,
+                timestamp: f.timestamp(),
+                drop_count: f.sop_top(),
+            }),
             CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => CqeBody::Error(ErrCqe {
-                syndrome: CqeSyndrome(b[off::SYNDROME]),
-                vendor_err: b[off::VENDOR_ERR_SYND],
-                wqe_opcode: (sop >> 24) as u8,
-                srqn: be32(b, off::SRQN),
+                syndrome: f.syndrome(),
+                vendor_err: f.vendor_err(),
+                wqe_opcode: f.sop_top(),
+                srqn: f.srqn(),
                 hw_err_synd: b[off::HW_ERR_SYND],
                 hw_synd_type: b[off::HW_SYND_TYPE],
             }),
@@ -294,10 +387,10 @@ impl Cqe {
         };
         Cqe {
             opcode,
-            format: (op_own >> 2) & 0x3,
-            owner: op_own & 1 != 0,
-            qpn: sop & 0x00ff_ffff,
-            wqe_counter: be16(b, off::WQE_COUNTER),
+            format: f.format(),
+            owner: f.owner(),
+            qpn: f.qpn(),
+            wqe_counter: f.wqe_counter(),
             signature: b[off::SIGNATURE],
             body,
         }

@@ -553,6 +553,20 @@ impl UdSendWqe {
         av: &DatagramSeg,
         data: DataSeg,
     ) -> Result<[u8; SINGLE_DATA_WQE_LEN]> {
+        let mut b = [0u8; SINGLE_DATA_WQE_LEN];
+        Self::single_data_into(ctrl, av, data, &mut b)?;
+        Ok(b)
+    }
+
+    /// [`single_data`](Self::single_data) into `b` (every byte of it is written, unless the
+    /// segments are refused, when it is left as it was): a driver that posts one per send
+    /// builds it where it copies it from, rather than returning it through a `Result`.
+    pub fn single_data_into(
+        ctrl: CtrlSeg,
+        av: &DatagramSeg,
+        data: DataSeg,
+        b: &mut [u8; SINGLE_DATA_WQE_LEN],
+    ) -> Result<()> {
         if data.byte_count & INLINE_SEG != 0 {
             return Err(Error::Invalid {
                 what: "data segment",
@@ -566,12 +580,41 @@ impl UdSendWqe {
         ctrl.check()?;
         av.check()?;
         // Checked first, then written in place: no segment is built apart and copied in.
-        let mut b = [0u8; SINGLE_DATA_WQE_LEN];
+        *b = [0u8; SINGLE_DATA_WQE_LEN];
         let av_end = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
         ctrl.put(&mut b[..CTRL_SEG_LEN]);
         av.put(&mut b[CTRL_SEG_LEN..av_end]);
         data.put(&mut b[av_end..av_end + DATA_SEG_LEN]);
-        Ok(b)
+        Ok(())
+    }
+
+    /// [`single_data_into`](Self::single_data_into) with the datagram segment already
+    /// encoded (`av`, as [`DatagramSeg::to_bytes`] emits it, which checked it): a driver that
+    /// sends many WQEs to one destination encodes its segment once and copies it.
+    pub fn single_data_with_av(
+        ctrl: CtrlSeg,
+        av: &[u8; DATAGRAM_SEG_LEN],
+        data: DataSeg,
+        b: &mut [u8; SINGLE_DATA_WQE_LEN],
+    ) -> Result<()> {
+        if data.byte_count & INLINE_SEG != 0 {
+            return Err(Error::Invalid {
+                what: "data segment",
+                reason: "byte_count bit 31 is the inline flag",
+            });
+        }
+        let ctrl = CtrlSeg {
+            ds: SINGLE_DATA_WQE_DS as u8,
+            ..ctrl
+        };
+        ctrl.check()?;
+        // The control segment's reserved bytes and the padding after the 5 DS are zero.
+        *b = [0u8; SINGLE_DATA_WQE_LEN];
+        let av_end = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
+        ctrl.put(&mut b[..CTRL_SEG_LEN]);
+        b[CTRL_SEG_LEN..av_end].copy_from_slice(av);
+        data.put(&mut b[av_end..av_end + DATA_SEG_LEN]);
+        Ok(())
     }
 }
 

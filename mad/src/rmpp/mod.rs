@@ -44,7 +44,7 @@ use crate::addr::{RecvAddr, same_address};
 use crate::agent::{AgentInner, AgentSpec};
 use crate::counters::bump;
 use crate::error::MadError;
-use crate::event::{AgentId, Event, EventQueue, RecvMad, SendCompletion, SendId, SendRef};
+use crate::event::{AgentId, Event, EventQueue, RecvBox, RecvMad, SendCompletion, SendId, SendRef};
 use crate::port::{Port, PortShared, ProgressState, qpi};
 use crate::ring::{Pending, lock};
 
@@ -668,7 +668,7 @@ impl PortShared {
                         bump(&self.cells.unsolicited);
                         bump(&agent.cells.unsolicited);
                     }
-                    agent.deliver(Event::Recv(recv), self);
+                    agent.deliver(Event::Recv(RecvBox::from(recv)), self);
                 }
                 Action::Match {
                     first,
@@ -696,12 +696,10 @@ impl PortShared {
         header.copy_from_slice(&mad[..HEADER_LEN]);
         agent.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);
-        self.enqueue(Pending {
+        let build = |buf| Pending {
             agent: Arc::clone(agent),
             id,
-            mad: self
-                .ring(SpecialQp::Gsi)
-                .map_or_else(|| mad.to_vec(), |ring| ring.mad_buffer(mad)),
+            mad: buf,
             header,
             dest,
             timeout_ms: 0,
@@ -711,6 +709,10 @@ impl PortShared {
             fc_counted: false,
             // The TID is the transfer's: kept as it is, like a response's.
             is_response: true,
+        };
+        self.enqueue(match self.ring(SpecialQp::Gsi) {
+            Some(ring) => ring.record(mad, build),
+            None => Box::new(build(mad.to_vec())),
         });
     }
 

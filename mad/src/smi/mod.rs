@@ -34,7 +34,7 @@ use crate::addr::RecvAddr;
 use crate::agent::AgentInner;
 use crate::counters::{DropReason, bump};
 use crate::error::MadError;
-use crate::event::{Event, RecvMad, SendCompletion, SendId, SendRef};
+use crate::event::{Event, RecvBox, RecvMad, SendCompletion, SendId, SendRef};
 use crate::port::{Port, PortShared, ProgressState};
 use crate::recv_rules::{self, LocalAgent};
 use crate::ring::lock;
@@ -344,7 +344,7 @@ impl PortShared {
                         bump(&self.cells.responses);
                         bump(&s.agent.cells.responses);
                         s.agent.deliver(
-                            Event::Recv(Box::new(RecvMad {
+                            Event::Recv(RecvBox::from(Box::new(RecvMad {
                                 agent: s.agent.id,
                                 mad: *reply,
                                 len: MAD_LEN,
@@ -354,7 +354,7 @@ impl PortShared {
                                     context: s.context,
                                 }),
                                 rmpp: None,
-                            })),
+                            }))),
                             self,
                         );
                     }
