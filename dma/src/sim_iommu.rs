@@ -273,28 +273,12 @@ impl SimIommu {
 
     /// Device DMA read of `buf.len()` bytes at `iova` into `buf` (zero bytes: always succeeds).
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), Fault> {
-        let len = buf.len();
-        if len == 0 {
-            return Ok(());
-        }
-        self.access(iova, len, AccessKind::Read, |host| {
-            // SAFETY: `host` is valid for `len` bytes (checked translation, mapping held live
-            // by the lock); `buf` is a Rust slice, and no slice of DMA memory may exist, so
-            // the two do not overlap.
-            unsafe { ptr::copy_nonoverlapping(host, buf.as_mut_ptr(), len) }
-        })
+        self.hold().read(iova, buf)
     }
 
     /// Device DMA write of `data` at `iova` (zero bytes: always succeeds).
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), Fault> {
-        let len = data.len();
-        if len == 0 {
-            return Ok(());
-        }
-        self.access(iova, len, AccessKind::Write, |host| {
-            // SAFETY: as in `read`, with the direction reversed.
-            unsafe { ptr::copy_nonoverlapping(data.as_ptr(), host, len) }
-        })
+        self.hold().write(iova, data)
     }
 
     /// Device DMA write of `len` copies of `byte` at `iova`.
@@ -345,10 +329,7 @@ impl SimIommu {
 
     /// Device read of a big-endian u32 (one volatile load when aligned).
     pub fn read_u32_be(&self, iova: u64) -> Result<u32, Fault> {
-        // SAFETY: the closure gets a pointer valid for 4 bytes.
-        self.access(iova, 4, AccessKind::Read, |p| unsafe {
-            volatile::load_be32(p)
-        })
+        self.hold().read_u32_be(iova)
     }
 
     /// Device read of a big-endian u64 (one volatile load when aligned).

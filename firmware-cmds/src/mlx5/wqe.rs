@@ -567,25 +567,7 @@ impl UdSendWqe {
         data: DataSeg,
         b: &mut [u8; SINGLE_DATA_WQE_LEN],
     ) -> Result<()> {
-        if data.byte_count & INLINE_SEG != 0 {
-            return Err(Error::Invalid {
-                what: "data segment",
-                reason: "byte_count bit 31 is the inline flag",
-            });
-        }
-        let ctrl = CtrlSeg {
-            ds: SINGLE_DATA_WQE_DS as u8,
-            ..ctrl
-        };
-        ctrl.check()?;
-        av.check()?;
-        // Checked first, then written in place: no segment is built apart and copied in.
-        *b = [0u8; SINGLE_DATA_WQE_LEN];
-        let av_end = CTRL_SEG_LEN + DATAGRAM_SEG_LEN;
-        ctrl.put(&mut b[..CTRL_SEG_LEN]);
-        av.put(&mut b[CTRL_SEG_LEN..av_end]);
-        data.put(&mut b[av_end..av_end + DATA_SEG_LEN]);
-        Ok(())
+        Self::single_data_with_av(ctrl, &av.to_bytes()?, data, b)
     }
 
     /// [`single_data_into`](Self::single_data_into) with the datagram segment already
