@@ -1,5 +1,5 @@
 //! The MAD layer on the simulated ConnectX (virtual clock, pooled leases), one thread doing
-//! everything (the progress loop, the requester and the responder):
+//! everything (the progress loop, the requester and the responder), but for the last group:
 //!
 //! - `mad_sends`: sends without response to our own LID, completed per second (the device
 //!   loops them back and the port drops them: nobody registered);
@@ -8,7 +8,10 @@
 //!   every round trip go through the MAD layer, two MADs sent and two received per element;
 //! - `mad_round_trips_sma/{1,16,128}`: directed-route SubnGet(NodeInfo) one hop away,
 //!   answered by the simulated switch's SMA (as a remote SMA answers an SM in firmware): the
-//!   requester's side alone, one MAD sent and one received per element.
+//!   requester's side alone, one MAD sent and one received per element;
+//! - `mad_round_trips_sma_device_thread/{1,16,128}`: the same with the simulated device on a
+//!   thread of its own (real clock) and the benchmark's thread polling: the host's work alone
+//!   on one core (MAD layer, driver), as with a real HCA, whose work runs beside the host.
 //!
 //! Criterion reports time per element; elements are sends or round trips.
 
@@ -78,6 +81,29 @@ fn round_trips(
         rig.port
             .progress_until(rig.port.deadline_after(Duration::from_millis(1)));
         serve();
+        while let Some(e) = req.try_event() {
+            if let Event::Send(c) = e {
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                done += 1;
+                if sent < n {
+                    send(sent);
+                    sent += 1;
+                }
+            }
+        }
+    }
+}
+
+/// [`round_trips`] by polling, never sleeping: what a driver does at these rates while its
+/// device works beside it.
+fn polled_round_trips(rig: &MadRig, req: &Agent, outstanding: u64, n: u64, send: &dyn Fn(u64)) {
+    let (mut sent, mut done) = (0u64, 0u64);
+    while sent < outstanding.min(n) {
+        send(sent);
+        sent += 1;
+    }
+    while done < n {
+        rig.port.progress();
         while let Some(e) = req.try_event() {
             if let Event::Send(c) = e {
                 assert_eq!(c.status, WcStatus::Success, "{c:?}");
@@ -175,10 +201,42 @@ fn bench_sma_round_trips(c: &mut Criterion) {
     req.deregister();
 }
 
+/// As [`bench_sma_round_trips`], with the simulated device on a thread of its own (and the
+/// real clock): the benchmark's thread does the host's work alone (MAD layer, driver, the
+/// DMA the host does), as it would with a real HCA; the device's work (WQEs, the fabric, the
+/// switch's SMA, CQEs) runs beside it.
+fn bench_sma_round_trips_device_thread(c: &mut Criterion) {
+    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
+    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
+    let rig = attach_with(
+        &net,
+        "Hca1",
+        HcaOptions {
+            lease_mode: dma::LeaseMode::Pooled,
+            ..HcaOptions::default()
+        },
+    );
+    let device = rig.sim.model.run_on_own_thread().expect("device thread");
+    let req = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let template = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0);
+    let send = |t: u64| {
+        let mut m = template.clone();
+        m[12..16].copy_from_slice(&(t as u32).to_be_bytes());
+        req.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
+            .expect("request");
+    };
+    bench_windows(c, "mad_round_trips_sma_device_thread", &|outstanding, n| {
+        polled_round_trips(&rig, &req, outstanding, n, &send);
+    });
+    req.deregister();
+    drop(device);
+}
+
 criterion_group!(
     benches,
     bench_sends,
     bench_round_trips,
-    bench_sma_round_trips
+    bench_sma_round_trips,
+    bench_sma_round_trips_device_thread
 );
 criterion_main!(benches);

@@ -26,6 +26,7 @@ pub mod cmdq;
 pub mod config;
 pub mod counters;
 mod cq;
+pub mod engine;
 mod eq;
 mod exec;
 pub mod faults;
@@ -49,6 +50,7 @@ use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 pub use self::attach::MELLANOX_OUI;
 pub use self::config::Mlx5Config;
 pub use self::counters::{DropReason, Mlx5Counters};
+pub use self::engine::{DeviceThread, DeviceThreadError};
 pub use self::faults::{CmdCorruption, Mlx5Faults, WqeQueue};
 
 use self::cmdq::{MadWork, PortWork};
@@ -123,6 +125,8 @@ pub(crate) struct Inner {
     port_dirty: Vec<AtomicBool>,
     /// Some QP in ERR has a receive queue to watch (saves the lock on every wait otherwise).
     err_rqs: AtomicBool,
+    /// The device's own thread, when it has one ([`Mlx5::run_on_own_thread`]).
+    engine: RwLock<Option<Arc<engine::Engine>>>,
     weak: Weak<Inner>,
 }
 
@@ -349,21 +353,39 @@ impl Inner {
             return;
         }
         if let uar::UarEffect::Send(qpn) = effect {
-            self.refresh_ports();
-            // One read of the clock for the doorbell: its CQEs, its packets and the events
-            // they made due all happen at this time.
-            let now = self.sched.now();
-            self.run_send_queue(qpn, now);
-            // In real time, what the send made due now (a delivery with no delay: the
-            // response of a switch's SMA, a loopback) runs here, on the sending thread, with
-            // no lock of the device held (the network's delivery rule): the driver finds it
-            // on its next poll instead of in a wait, and no thread is woken to run it.
-            // (A delivery the network timed later than `now`, because another thread ran it
-            // at a later time meanwhile, waits for the driver's next wait.) Virtual time
-            // keeps events to the one thread that waits.
-            if self.sched.clock().mode() == ClockMode::Real {
-                self.sched.run_due_at(now);
+            let engine = self
+                .engine
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if engine.is_some_and(|e| e.ring(qpn)) {
+                return;
             }
+            self.run_doorbells(&[qpn]);
+        }
+    }
+
+    /// Runs the send queues of `qpns` (their doorbells rang), on this thread.
+    fn run_doorbells(&self, qpns: &[u32]) {
+        if qpns.is_empty() {
+            return;
+        }
+        self.refresh_ports();
+        // One read of the clock for the doorbell: its CQEs, its packets and the events they
+        // made due all happen at this time.
+        let now = self.sched.now();
+        for &qpn in qpns {
+            self.run_send_queue(qpn, now);
+        }
+        // In real time, what the send made due now (a delivery with no delay: the response
+        // of a switch's SMA, a loopback) runs here, on the doorbell's thread, with no lock of
+        // the device held (the network's delivery rule): the driver finds it on its next poll
+        // instead of in a wait, and no thread is woken to run it. (A delivery the network
+        // timed later than `now`, because another thread ran it at a later time meanwhile,
+        // waits for the driver's next wait.) Virtual time keeps events to the one thread
+        // that waits.
+        if self.sched.clock().mode() == ClockMode::Real {
+            self.sched.run_due_at(now);
         }
     }
 }
@@ -404,6 +426,7 @@ impl Mlx5 {
             links: (0..ports).map(|_| RwLock::new(None)).collect(),
             port_dirty: (0..ports).map(|_| AtomicBool::new(false)).collect(),
             err_rqs: AtomicBool::new(false),
+            engine: RwLock::new(None),
             weak: weak.clone(),
             cfg,
             sched,
@@ -462,6 +485,13 @@ impl Mlx5 {
                 port,
                 ports: self.inner.cfg.ports,
             })
+    }
+
+    /// Runs the device's send doorbells on a thread of its own from now until the returned
+    /// handle is dropped, as a real HCA works beside the host instead of inside its doorbell
+    /// write (see [`engine`]). Real clock only.
+    pub fn run_on_own_thread(&self) -> Result<DeviceThread, DeviceThreadError> {
+        engine::spawn(&self.inner)
     }
 
     /// Fault injection.

@@ -1,0 +1,107 @@
+//! The simulated ConnectX with its send doorbells on a thread of its own
+//! (`Mlx5::run_on_own_thread`, on the real clock), as a real HCA works beside the host:
+//! directed-route NodeInfo Gets to a switch's SMA go out and come back through the device
+//! thread, each send completes once with its answer; once the handle is dropped the thread
+//! is gone and doorbells run on the ringing thread again; nothing is left at the close. A
+//! device on virtual time, or one that has a thread already, is refused with a typed error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use driver::verbs::{HcaOptions, SpecialQp, UdDest, WcStatus};
+use hca_tests::mad_fabric::{SWITCH1, attach_with, dr_smp, example};
+use hca_tests::mad_rig::{MadRig, Tracker, deregister};
+use mad::wire::{attr_id, method};
+use mad::{Agent, AgentSpec, SendId, SendRequest};
+use sim::fabric::Fabric;
+use sim::mlx5::{DeviceThreadError, Mlx5};
+use sim::net::Network;
+use sim::{ClockMode, Scheduler};
+
+/// `n` NodeInfo Gets to Switch1 with up to `window` in flight; every one must be answered.
+fn round_trips(rig: &MadRig, a: &Agent, t: &mut Tracker, first: u32, n: u32, window: usize) {
+    let mut ids: Vec<SendId> = Vec::new();
+    for tid in first..first + n {
+        while ids.iter().filter(|id| !t.done.contains_key(id)).count() >= window {
+            assert!(
+                rig.pump_until(None, &[a], t, Duration::from_secs(10), |t| ids
+                    .iter()
+                    .filter(|id| !t.done.contains_key(id))
+                    .count()
+                    < window),
+                "a window's send completes"
+            );
+        }
+        let m = dr_smp(
+            method::GET,
+            SWITCH1,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+            u64::from(tid),
+        );
+        ids.push(
+            a.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(5000))
+                .expect("send"),
+        );
+    }
+    assert!(
+        rig.pump_until(None, &[a], t, Duration::from_secs(10), |t| t.all_done(&ids)),
+        "every send completes"
+    );
+    for id in &ids {
+        assert_eq!(t.status(*id), Some(WcStatus::Success), "{id}: answered");
+    }
+}
+
+#[test]
+fn round_trips_run_through_the_device_thread_and_on_the_ringer_once_it_is_gone() {
+    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
+    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
+    let rig = attach_with(&net, "Hca1", HcaOptions::default());
+    let a = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let mut t = Tracker::default();
+
+    let device = rig.sim.model.run_on_own_thread().expect("device thread");
+    assert!(matches!(
+        rig.sim.model.run_on_own_thread(),
+        Err(DeviceThreadError::AlreadyRunning)
+    ));
+    let sent = rig.sim.model.counters().packets_sent;
+    round_trips(&rig, &a, &mut t, 0, 300, 16);
+    assert!(
+        device.doorbells_run() > 0,
+        "the device thread ran the doorbells"
+    );
+    let on_thread = device.doorbells_run();
+    assert_eq!(rig.sim.model.counters().packets_sent, sent + 300);
+    assert_eq!(t.recvs.len(), 300, "each answer delivered once");
+
+    drop(device);
+    round_trips(&rig, &a, &mut t, 1000, 32, 8);
+    assert_eq!(t.done.len(), 332, "each send completed once");
+    assert_eq!(rig.sim.model.counters().packets_sent, sent + 332);
+
+    // A new thread can be had once the old one is gone.
+    let again = rig
+        .sim
+        .model
+        .run_on_own_thread()
+        .expect("a second device thread");
+    round_trips(&rig, &a, &mut t, 2000, 16, 16);
+    assert!(again.doorbells_run() > 0);
+    assert!(on_thread > 0);
+    drop(again);
+
+    deregister(a, &mut t);
+    assert_eq!(t.done.len(), 348);
+    rig.finish();
+}
+
+#[test]
+fn a_device_on_virtual_time_gets_no_thread() {
+    let dev = Mlx5::with_clock(ClockMode::Virtual);
+    let err = dev.run_on_own_thread().unwrap_err();
+    assert!(matches!(err, DeviceThreadError::VirtualClock), "{err}");
+    assert!(err.to_string().contains("ClockMode::Real"), "{err}");
+}
