@@ -373,7 +373,7 @@ impl SimIommu {
     }
 
     /// Translate `[iova, iova + len)` and run `f` on the host address while the mapping is
-    /// held live by the read lock; or record and return the fault.
+    /// held live by a hold for this one access; or record and return the fault.
     #[inline]
     fn access<R>(
         &self,
@@ -382,16 +382,7 @@ impl SimIommu {
         kind: AccessKind,
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, Fault> {
-        let maps = self.maps.read().unwrap_or_else(PoisonError::into_inner);
-        match self.translate(&maps, iova, len, kind) {
-            // The read guard lives until after `f`: unmap cannot complete meanwhile.
-            Ok(host) => Ok(f(host)),
-            Err(fault) => {
-                drop(maps);
-                self.record(fault);
-                Err(fault)
-            }
-        }
+        self.hold().access(iova, len, kind, f)
     }
 
     /// The host address of `[iova, iova + len)` in `maps` (which the caller holds under the

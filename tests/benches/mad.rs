@@ -60,27 +60,16 @@ fn sends(rig: &MadRig, a: &Agent, n: u64) {
 }
 
 /// `n` round trips of `req` with `outstanding` requests in flight: `send(t)` sends request
-/// `t`, `serve` runs after each progress pass (a responder agent's turn, if any); every
+/// `t`, `step` drives the port once (and gives a responder agent its turn, if any); every
 /// request must complete with Success (answered).
-fn round_trips(
-    rig: &MadRig,
-    req: &Agent,
-    outstanding: u64,
-    n: u64,
-    send: &dyn Fn(u64),
-    serve: &dyn Fn(),
-) {
+fn round_trips(req: &Agent, outstanding: u64, n: u64, send: &dyn Fn(u64), step: &dyn Fn()) {
     let (mut sent, mut done) = (0u64, 0u64);
     while sent < outstanding.min(n) {
         send(sent);
         sent += 1;
     }
     while done < n {
-        // Returns as soon as something was done; otherwise lets (virtual) time pass so that
-        // the packets arrive.
-        rig.port
-            .progress_until(rig.port.deadline_after(Duration::from_millis(1)));
-        serve();
+        step();
         while let Some(e) = req.try_event() {
             if let Event::Send(c) = e {
                 assert_eq!(c.status, WcStatus::Success, "{c:?}");
@@ -94,27 +83,11 @@ fn round_trips(
     }
 }
 
-/// [`round_trips`] by polling, never sleeping: what a driver does at these rates while its
-/// device works beside it.
-fn polled_round_trips(rig: &MadRig, req: &Agent, outstanding: u64, n: u64, send: &dyn Fn(u64)) {
-    let (mut sent, mut done) = (0u64, 0u64);
-    while sent < outstanding.min(n) {
-        send(sent);
-        sent += 1;
-    }
-    while done < n {
-        rig.port.progress();
-        while let Some(e) = req.try_event() {
-            if let Event::Send(c) = e {
-                assert_eq!(c.status, WcStatus::Success, "{c:?}");
-                done += 1;
-                if sent < n {
-                    send(sent);
-                    sent += 1;
-                }
-            }
-        }
-    }
+/// One progress pass, or when it finds nothing a sleep in the device that lets (virtual)
+/// time pass so that the packets arrive.
+fn pass_or_sleep(rig: &MadRig) {
+    rig.port
+        .progress_until(rig.port.deadline_after(Duration::from_millis(1)));
 }
 
 /// The group `name`: `run(outstanding, n)` for 1, 16 and 128 outstanding.
@@ -169,16 +142,29 @@ fn bench_round_trips(c: &mut Criterion) {
         }
     };
     bench_windows(c, "mad_round_trips", &|outstanding, n| {
-        round_trips(&rig, &req, outstanding, n, &send, &serve);
+        round_trips(&req, outstanding, n, &send, &|| {
+            pass_or_sleep(&rig);
+            serve();
+        });
     });
     req.deregister();
     responder.deregister();
 }
 
-/// Directed-route NodeInfo Gets to Switch1, answered by its SMA in the simulated fabric.
-fn bench_sma_round_trips(c: &mut Criterion) {
+/// Directed-route NodeInfo Gets to Switch1, answered by its SMA in the simulated fabric, as
+/// the group `name`. Without `device_thread`, everything runs on the benchmark's thread on
+/// virtual time. With it, the simulated device runs on a thread of its own (and the real
+/// clock): the benchmark's thread does the host's work alone (MAD layer, driver, the DMA the
+/// host does), polling without sleeping as a driver does at these rates, as it would with a
+/// real HCA; the device's work (WQEs, the fabric, the switch's SMA, CQEs) runs beside it.
+fn sma_round_trips(c: &mut Criterion, name: &str, device_thread: bool) {
     let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
-    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Virtual)));
+    let clock = if device_thread {
+        ClockMode::Real
+    } else {
+        ClockMode::Virtual
+    };
+    let net = Network::new(fabric, Arc::new(Scheduler::new(clock)));
     let rig = attach_with(
         &net,
         "Hca1",
@@ -187,6 +173,7 @@ fn bench_sma_round_trips(c: &mut Criterion) {
             ..HcaOptions::default()
         },
     );
+    let device = device_thread.then(|| rig.sim.model.run_on_own_thread().expect("device thread"));
     let req = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
     let template = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0);
     let send = |t: u64| {
@@ -195,41 +182,26 @@ fn bench_sma_round_trips(c: &mut Criterion) {
         req.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
             .expect("request");
     };
-    bench_windows(c, "mad_round_trips_sma", &|outstanding, n| {
-        round_trips(&rig, &req, outstanding, n, &send, &|| {});
-    });
-    req.deregister();
-}
-
-/// As [`bench_sma_round_trips`], with the simulated device on a thread of its own (and the
-/// real clock): the benchmark's thread does the host's work alone (MAD layer, driver, the
-/// DMA the host does), as it would with a real HCA; the device's work (WQEs, the fabric, the
-/// switch's SMA, CQEs) runs beside it.
-fn bench_sma_round_trips_device_thread(c: &mut Criterion) {
-    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
-    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
-    let rig = attach_with(
-        &net,
-        "Hca1",
-        HcaOptions {
-            lease_mode: dma::LeaseMode::Pooled,
-            ..HcaOptions::default()
-        },
-    );
-    let device = rig.sim.model.run_on_own_thread().expect("device thread");
-    let req = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
-    let template = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0);
-    let send = |t: u64| {
-        let mut m = template.clone();
-        m[12..16].copy_from_slice(&(t as u32).to_be_bytes());
-        req.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
-            .expect("request");
+    let step = || {
+        if device_thread {
+            rig.port.progress();
+        } else {
+            pass_or_sleep(&rig);
+        }
     };
-    bench_windows(c, "mad_round_trips_sma_device_thread", &|outstanding, n| {
-        polled_round_trips(&rig, &req, outstanding, n, &send);
+    bench_windows(c, name, &|outstanding, n| {
+        round_trips(&req, outstanding, n, &send, &step);
     });
     req.deregister();
     drop(device);
+}
+
+fn bench_sma_round_trips(c: &mut Criterion) {
+    sma_round_trips(c, "mad_round_trips_sma", false);
+}
+
+fn bench_sma_round_trips_device_thread(c: &mut Criterion) {
+    sma_round_trips(c, "mad_round_trips_sma_device_thread", true);
 }
 
 criterion_group!(
