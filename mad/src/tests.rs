@@ -87,6 +87,18 @@ fn rig() -> Rig {
     rig_with(16, 64, PortConfig::default())
 }
 
+/// [`rig`] with `slots` send slots per ring (fewer than the queue holds).
+fn rig_with_slots(slots: u32) -> Rig {
+    rig_with(
+        16,
+        64,
+        PortConfig {
+            slots: Some(slots),
+            ..PortConfig::default()
+        },
+    )
+}
+
 impl Rig {
     fn agent(&self, spec: AgentSpec) -> Agent {
         self.port.register(spec).expect("register")
@@ -177,14 +189,7 @@ fn tid_of(m: &[u8]) -> u64 {
 /// none of the previous MAD's bytes, and the buffers are the leases the census names.
 #[test]
 fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
-    let r = rig_with(
-        16,
-        64,
-        PortConfig {
-            slots: Some(1),
-            ..PortConfig::default()
-        },
-    );
+    let r = rig_with_slots(1);
     let census = r.port.census();
     assert_eq!(
         (
@@ -232,14 +237,7 @@ fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
 /// client agent alive, nor its event queue, once the agent is gone.
 #[test]
 fn finished_sends_records_are_kept_without_their_agent() {
-    let r = rig_with(
-        16,
-        64,
-        PortConfig {
-            slots: Some(2),
-            ..PortConfig::default()
-        },
-    );
+    let r = rig_with_slots(2);
     r.fake.set_responder(answer);
     let a = r.perf_agent();
     let queue = Arc::downgrade(a.events());
@@ -1459,14 +1457,7 @@ fn loopback_replies_are_not_starved_by_the_requests_they_answer() {
 #[test]
 fn requests_wait_for_slots_in_order_when_their_share_is_taken() {
     // 4 slots with a send queue of 16: requests may hold 4 - min(16, 4/2) = 2 of them.
-    let r = rig_with(
-        16,
-        64,
-        PortConfig {
-            slots: Some(4),
-            ..PortConfig::default()
-        },
-    );
+    let r = rig_with_slots(4);
     r.fake.set_responder(|o| {
         let mut v = answer(o);
         for p in &mut v {
@@ -1742,14 +1733,7 @@ fn a_notify_hook_that_panics_on_completions_made_outside_the_loop_loses_none() {
 /// device sends the new bytes.
 #[test]
 fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
-    let r = rig_with(
-        16,
-        64,
-        PortConfig {
-            slots: Some(1),
-            ..PortConfig::default()
-        },
-    );
+    let r = rig_with_slots(1);
     r.fake.set_auto(false);
     let a = r.perf_agent();
     let ring = r.port.send_ring(SpecialQp::Gsi);
@@ -1785,14 +1769,7 @@ fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
 #[test]
 fn a_mad_not_copied_into_its_send_buffer_completes_with_loc_qp_op_err_unsent() {
     use driver::verbs::HcaPort;
-    let r = rig_with(
-        16,
-        64,
-        PortConfig {
-            slots: Some(1),
-            ..PortConfig::default()
-        },
-    );
+    let r = rig_with_slots(1);
     let a = r.perf_agent();
     let ring = r.port.send_ring(SpecialQp::Gsi);
     let first = a.send(SendRequest::new(get(1), gsi(2))).unwrap();

@@ -353,12 +353,14 @@ impl Inner {
             return;
         }
         if let uar::UarEffect::Send(qpn) = effect {
-            let engine = self
+            // The guard is a temporary: released before the queue runs here.
+            let rung = self
                 .engine
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            if engine.is_some_and(|e| e.ring(qpn)) {
+                .as_ref()
+                .is_some_and(|e| e.ring(qpn));
+            if rung {
                 return;
             }
             self.run_doorbells(&[qpn]);
