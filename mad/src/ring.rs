@@ -367,8 +367,8 @@ impl SendRing {
     /// often wait (for flow control, a slot or an entry) and then leave in bursts, and so would
     /// their buffers and records if each were freed at install or completion: a
     /// general-purpose allocator serves a block freed just before far more cheaply than one of
-    /// a burst freed long after it was allocated, so the caller's buffer is freed by its caller
-    /// at once and the MAD waits in one of these. The record is boxed so that it moves as a
+    /// a burst freed long after it was allocated, so the MAD waits in one of these, and the
+    /// caller's bytes (often borrowed: see `SendRequest`) are not kept. The record is boxed so that it moves as a
     /// pointer from the backlog to the queue to its slot.
     #[allow(
         clippy::unnecessary_box_returns,

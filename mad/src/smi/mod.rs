@@ -176,20 +176,17 @@ impl Port {
 
 impl PortShared {
     /// `Agent::send`'s hook for directed-route SMPs: apply the send rules to `mad` (a
-    /// directed-route SMP of at most one MAD, padded to 256 bytes here), refuse what they
-    /// discard, and take a local SMP off the wire. `Ok(None)`: an ordinary send, on the wire
-    /// (with its hop pointer moved).
+    /// directed-route SMP of one MAD, 256 bytes: the record's copy, zero-padded), refuse what
+    /// they discard, and take a local SMP off the wire as send `id`. `Ok(None)`: an ordinary
+    /// send, on the wire (with its hop pointer moved).
     pub(crate) fn smi_send(
         &self,
         agent: &Arc<AgentInner>,
-        mad: &mut Vec<u8>,
+        mad: &mut [u8],
         dest: &UdDest,
         context: u64,
+        id: SendId,
     ) -> Result<Option<SendId>, MadError> {
-        if mad.get(1) != Some(&class::SUBN_DIRECTED_ROUTE) || mad.len() > MAD_LEN {
-            return Ok(None);
-        }
-        mad.resize(MAD_LEN, 0);
         let cells = &self.smi.cells;
         match rules::outgoing(mad, false, self.port_num) {
             Err(reason) => {
@@ -204,7 +201,7 @@ impl PortShared {
                 bump(&cells.sent);
                 Ok(None)
             }
-            Ok(Outgoing::Local) => self.smi_local(agent, mad, dest, context).map(Some),
+            Ok(Outgoing::Local) => self.smi_local(agent, mad, dest, context, id).map(Some),
         }
     }
 
@@ -217,6 +214,7 @@ impl PortShared {
         mad: &[u8],
         dest: &UdDest,
         context: u64,
+        id: SendId,
     ) -> Result<SendId, MadError> {
         let mut buf = [0u8; MAD_LEN];
         buf.copy_from_slice(mad);
@@ -264,7 +262,6 @@ impl PortShared {
                 });
             }
         };
-        let id = self.next_send_id();
         bump(&agent.cells.sends);
         bump(&self.cells.sends);
         bump(&self.smi.cells.local);
