@@ -1230,6 +1230,7 @@ impl PortShared {
                 }
                 SendState::WaitResp => {
                     d.p.timeout_ms = timeout_ms;
+                    slot.timeout_ms.store(timeout_ms, Ordering::Release);
                     lock(&self.rearm).push((
                         SlotRef {
                             qp: ring.qp,
@@ -1241,6 +1242,7 @@ impl PortShared {
                 }
                 SendState::SendStart | SendState::EarlyResp | SendState::Queued => {
                     d.p.timeout_ms = timeout_ms;
+                    slot.timeout_ms.store(timeout_ms, Ordering::Release);
                 }
             }
             drop(q);

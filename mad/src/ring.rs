@@ -102,6 +102,9 @@ pub(crate) struct Slot {
     pub(crate) send_id: AtomicU64,
     /// Its agent (same rule).
     pub(crate) owner: AtomicU32,
+    /// Its response timeout in ms (same rule; `modify` changes it with the record's, under
+    /// the data lock), which its send CQE reads without taking that lock.
+    pub(crate) timeout_ms: AtomicU32,
     pub(crate) data: Mutex<Option<SlotData>>,
 }
 
@@ -111,6 +114,7 @@ impl Slot {
             state: SlotState::new(),
             send_id: AtomicU64::new(0),
             owner: AtomicU32::new(u32::MAX),
+            timeout_ms: AtomicU32::new(0),
             data: Mutex::new(None),
         }
     }
@@ -699,6 +703,7 @@ impl SendRing {
         }
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
+        slot.timeout_ms.store(p.timeout_ms, Ordering::Release);
         if request {
             self.requests_held.fetch_add(1, Ordering::SeqCst);
         }
