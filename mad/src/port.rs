@@ -128,6 +128,13 @@ pub(crate) struct ProgressState {
     /// Agents whose backlog moves on at the end of the pass: see
     /// `PortShared::fc_release_in_pass`.
     pub(crate) fc_later: Vec<Arc<AgentInner>>,
+    /// Boxes for received MADs, taken from the port's spares a handful at a time: see
+    /// `RecvSpares::take_cached`.
+    #[allow(
+        clippy::vec_box,
+        reason = "a RecvBox holds a Box<RecvMad>: the box is what is reused"
+    )]
+    pub(crate) recv_boxes: Vec<Box<crate::event::RecvMad>>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -365,6 +372,7 @@ impl Port {
                 batch_now: None,
                 spent: [Vec::new(), Vec::new()],
                 fc_later: Vec::new(),
+                recv_boxes: Vec::new(),
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),

@@ -763,8 +763,10 @@ impl PortShared {
                 return self.bad_completion(wc, "receive buffer not posted");
             }
             let copied = if wc.status == WcStatus::Success {
+                let boxes = &mut st.recv_boxes;
                 Some(rr.copy_out(index, wc.byte_len, wc.grh, |grh, len| {
-                    self.recv_spares.take(len, RecvAddr::from_wc(wc, grh))
+                    self.recv_spares
+                        .take_cached(boxes, len, RecvAddr::from_wc(wc, grh))
                 }))
             } else {
                 if !(fatal && wc.status == WcStatus::WrFlushErr) {
