@@ -418,12 +418,12 @@ impl Qp {
     /// gives up; it has no command whose outcome it does not know.)
     ///
     /// The bound keeps a firmware that loses every command from holding the caller (the MAD
-    /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] + 1 command timeouts (the last
-    /// QUERY_QP may be lost too), and from losing more than that many command slots, per
-    /// recovery; each lost command also counts against the driver's
-    /// [`UNTRUSTED_COMPLETION_BUDGET`](super::cmd::UNTRUSTED_COMPLETION_BUDGET), which bounds
-    /// how many recoveries can lose them before the device is declared fatal. When every attempt leaves the QP in
-    /// SQE the result is [`DriverError::SendQueueNotRecovered`]; the software state stays
+    /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] + 1 command timeouts (the last QUERY_QP
+    /// may be lost too), and from losing more than that many command slots, per recovery; each lost
+    /// command also counts against the driver's
+    /// [`UNTRUSTED_COMPLETION_BUDGET`](super::cmd::UNTRUSTED_COMPLETION_BUDGET), which bounds how
+    /// many recoveries can lose them before the device is declared fatal. When every attempt leaves
+    /// the QP in SQE the result is [`DriverError::SendQueueNotRecovered`]; the software state stays
     /// SQE, so a later [`Qp::recover`] starts a new round.
     fn sqerr2rts(&mut self, dev: &Dev) -> Result<(), DriverError> {
         let mut attempt = 1;
