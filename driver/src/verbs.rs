@@ -290,6 +290,10 @@ pub enum DeviceEvent {
     /// The device is being taken away (VFIO REQ) or reads all-ones; as `Fatal`, and the HCA
     /// should be closed promptly.
     Removed,
+    /// The HCA was closed ([`Hca::close`], or dropped) while the port was still in use: its
+    /// QPs are gone and every work request they held was completed with WR_FLUSH_ERR; posts
+    /// fail. The layer above ends as on removal (the kernel's `ib_unregister_device`).
+    Closed,
 }
 
 /// Why a post was refused. A refused post consumed nothing: the caller still owns its buffer.
