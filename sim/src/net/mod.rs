@@ -78,13 +78,13 @@ use std::time::Duration;
 
 pub use self::attach::AttachedPort;
 pub use self::drops::{DropCounts, DropReason};
-pub use self::engine::QP1_QKEY;
 use self::engine::{Attachment, NetState};
 pub use self::error::NetError;
 pub use self::fault::Fault;
 use crate::fabric::builder::{FabricBuilder, NodeSpec};
 use crate::fabric::pma::PortCounters;
 use crate::fabric::rate::ActiveRates;
+pub use crate::fabric::sma::QP1_QKEY;
 use crate::fabric::sma::Sma;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};

@@ -30,6 +30,7 @@
 //! that port has a LID, an SM LID and IsTrapSupported.
 
 pub mod defaults;
+mod keys;
 mod link;
 mod mkey;
 mod node;
@@ -45,6 +46,7 @@ use mad_wire::smp::Smp;
 use mad_wire::{attr_id, class, method, status};
 
 pub use self::defaults::{PortDefaults, PortKind};
+pub use self::keys::{KeyViolation, QP1_QKEY};
 pub use self::link::LinkEvent;
 use super::model::{Fabric, NodeId, NodeType, PortId};
 use super::pma::PortCounters;
