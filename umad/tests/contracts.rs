@@ -557,3 +557,72 @@ fn a_local_smp_nobody_answers_comes_back_as_a_timeout() {
     r.ctx.close_file(sm.fd()).unwrap();
     r.ctx.close().unwrap();
 }
+
+#[test]
+fn active_rmpp_segments_of_an_agent_without_kernel_rmpp_skip_the_duplicate_rule() {
+    // ib_umad_write: a MAD of an RMPP class with the Active flag, from an agent the MAD layer
+    // does not do RMPP for (!ib_mad_kernel_rmpp_agent), joins the send list without
+    // is_duplicate: the user sends a transfer's segments one by one, all with its TID.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let reg = |rmpp_version, flags| {
+        f.register(&Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [0, 0],
+            oui: 0,
+            rmpp_version,
+            flags,
+        })
+        .unwrap()
+    };
+    let user_rmpp = reg(1, ibumad::abi::USER_RMPP);
+    let kernel_rmpp = reg(1, 0);
+    let qpn1 = r
+        .model
+        .qps()
+        .into_iter()
+        .find(|q| q.st == firmware_cmds::mlx5::qpc::QpServiceType::QP1)
+        .map(|q| q.qpn)
+        .expect("QP1");
+    // Each send stays outstanding for a while after it is posted.
+    r.model
+        .faults()
+        .send_completion_delay(qpn1, Duration::from_secs(2));
+    // A GetTableResp segment (no response timeout), RMPP DATA with `flags`.
+    let segment = |agent, tid, n: u8, flags: u8| {
+        let mut w = sa_request(
+            agent,
+            0x92,
+            tid,
+            200,
+            [1, 1, flags, 0, 0, 0, 0, n, 0, 0, 0, 0],
+        );
+        w[8..12].copy_from_slice(&0u32.to_ne_bytes());
+        w
+    };
+    let posted = port.mad.counters().posted;
+    f.write(&segment(user_rmpp, 0x71, 1, 0x03))
+        .expect("segment 1: Active|First");
+    f.write(&segment(user_rmpp, 0x71, 2, 0x01))
+        .expect("segment 2 with the same TID while segment 1 is outstanding");
+    assert_eq!(f.outstanding(), 2, "both recorded");
+    assert_eq!(port.mad.counters().posted - posted, 2, "both sent");
+    // Without the Active flag the rule holds: a third response with that TID and
+    // destination is a duplicate.
+    match f.write(&segment(user_rmpp, 0x71, 3, 0x00)) {
+        Err(e @ UmadError::Duplicate { .. }) => assert_eq!(e.errno(), libc::EINVAL),
+        other => panic!("a duplicate: {other:?}"),
+    }
+    // So it does for an agent the MAD layer does RMPP for: its write is the whole message.
+    f.write(&segment(kernel_rmpp, 0x72, 1, 0x01))
+        .expect("a transfer");
+    match f.write(&segment(kernel_rmpp, 0x72, 1, 0x01)) {
+        Err(e @ UmadError::Duplicate { .. }) => assert_eq!(e.errno(), libc::EINVAL),
+        other => panic!("a duplicate transfer: {other:?}"),
+    }
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
