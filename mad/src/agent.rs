@@ -16,6 +16,7 @@ use crate::flow::{self, FlowControl};
 use crate::port::PortShared;
 use crate::registry::{ClassRegistration, MethodMask};
 use crate::ring::Pending;
+use crate::smi::SmiRoute;
 
 /// What to register.
 #[derive(Clone, Debug)]
@@ -331,9 +332,11 @@ impl Agent {
         if len > MAD_LEN {
             return Err(MadError::MadTooLarge { len, max: MAD_LEN });
         }
-        if let Some(id) = port.smi_send(agent, &mut mad, &dest, context)? {
-            return Ok(id);
-        }
+        let local = match port.smi_send(agent, &mut mad, &dest, context, timeout_ms)? {
+            SmiRoute::Done(id) => return Ok(id),
+            SmiRoute::Wire => false,
+            SmiRoute::LocalRequest => true,
+        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
@@ -345,11 +348,14 @@ impl Agent {
             header,
             dest,
             timeout_ms,
-            max_retries: retries,
+            // A local request is handed to its agent once, as the kernel's is (it never retries
+            // one): a retry would only hand it to the same agent again.
+            max_retries: if local { 0 } else { retries },
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
             is_response: response,
+            local,
         };
         // The MAD waits in a buffer of the ring's, and the caller's goes now (see
         // `SendRing::record`).

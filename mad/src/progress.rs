@@ -1001,6 +1001,7 @@ impl PortShared {
             solicited: false,
             fc_counted: false,
             is_response: true,
+            local: false,
         };
         let p = match self.ring(qp) {
             Some(ring) => ring.record(&mad[..], build),
