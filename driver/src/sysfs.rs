@@ -457,11 +457,12 @@ impl Sysfs {
     /// driver it had so that [`Sysfs::unbind_vfio`] can give it back.
     ///
     /// Nothing is written when vfio-pci is not loaded, the function has no IOMMU group, it is
-    /// already on vfio-pci, or it is a PF with SR-IOV VFs enabled (`sriov_numvfs` above 0,
-    /// which vfio-pci refuses only after the PF's driver, and with it the VFs, is gone). When anything after the first write fails (a write, or the
-    /// probe not ending with vfio-pci bound), the override is cleared and the previous driver
-    /// rebound before that error is returned; when that undoing fails too, the error is
-    /// [`DriverError::BindLeftHalfway`] with the commands still needed.
+    /// already on vfio-pci, or it is a PF with SR-IOV VFs enabled (`sriov_numvfs` above 0, which
+    /// vfio-pci refuses only after the PF's driver, and with it the VFs, is gone). When anything
+    /// after the first write fails (a write, or the probe not ending with vfio-pci bound), the
+    /// override is cleared and the previous driver rebound before that error is returned; when that
+    /// undoing fails too, the error is [`DriverError::BindLeftHalfway`] with the commands still
+    /// needed.
     pub fn bind_vfio(&self, address: PciAddress) -> Result<Binding, DriverError> {
         let dir = self.require(address)?;
         let vfio_dir = self.root.join("bus/pci/drivers").join(VFIO_PCI);

@@ -290,6 +290,10 @@ pub enum DeviceEvent {
     /// The device is being taken away (VFIO REQ) or reads all-ones; as `Fatal`, and the HCA
     /// should be closed promptly.
     Removed,
+    /// The HCA was closed ([`Hca::close`], or dropped) while the port was still in use: its
+    /// QPs are gone and every work request they held was completed with WR_FLUSH_ERR; posts
+    /// fail. The layer above ends as on removal (the kernel's `ib_unregister_device`).
+    Closed,
 }
 
 /// Why a post was refused. A refused post consumed nothing: the caller still owns its buffer.
@@ -363,7 +367,10 @@ pub trait HcaPort: Send + Sync {
     /// outstanding work request (once each) without touching the device.
     fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize, DriverError>;
 
-    /// Bring a special QP's send queue from SQE (after a per-WR error) back to RTS.
+    /// Bring a special QP's send queue from SQE (after a per-WR error) back to RTS. Posts are
+    /// not held while the device works on it (its commands may take their timeouts): a send
+    /// posted meanwhile is refused with [`PostError::SendQueueError`] at once. A second call
+    /// made meanwhile waits for the first and then starts from what it left.
     fn recover_send_queue(&self, qp: SpecialQp) -> Result<(), DriverError>;
 
     /// Hand a MAD to the port's own management agent (the firmware SMA/PMA through MAD_IFC on

@@ -2,10 +2,10 @@
 //! models to the driver's `DeviceModel` interface and registers them, so that a program linking
 //! this crate can open `sim:` device strings. Only programs (tools, umad, tests) depend on it.
 //!
-//! Call [`install`] once at start-up; then `driver::open("sim")` (or `sim:KEY=VALUE,...`)
-//! builds a simulated device: by default a ConnectX-5 (the `sim::mlx5` model) alone on its
-//! own one-node network ([`SIM_HELP`] lists the parameters). Tests that want to reach into the model (fault injection) build
-//! the model themselves and wrap it with [`backend_for`].
+//! Call [`install`] once at start-up; then `driver::open("sim")` (or `sim:KEY=VALUE,...`) builds a
+//! simulated device: by default a ConnectX-5 (the `sim::mlx5` model) alone on its own one-node
+//! network ([`SIM_HELP`] lists the parameters). Tests that want to reach into the model (fault
+//! injection) build the model themselves and wrap it with [`backend_for`].
 
 pub mod serve;
 

@@ -17,6 +17,7 @@ use crate::flow::{self, FlowControl};
 use crate::port::PortShared;
 use crate::registry::{ClassRegistration, MethodMask};
 use crate::ring::Pending;
+use crate::smi::SmiRoute;
 
 /// What to register.
 #[derive(Clone, Debug)]
@@ -353,6 +354,7 @@ impl Agent {
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
             is_response: response,
+            local: false,
         };
         // The MAD waits in a buffer of the ring's (see `SendRing::record`); the caller's
         // bytes are not kept.
@@ -366,8 +368,22 @@ impl Agent {
             if pending.mad.len() < MAD_LEN {
                 pending.mad.resize(MAD_LEN, 0);
             }
-            if let Some(id) = port.smi_send(agent, &mut pending.mad, &dest, context, pending.id)? {
-                return Ok(id);
+            match port.smi_send(
+                agent,
+                &mut pending.mad,
+                &dest,
+                context,
+                timeout_ms,
+                pending.id,
+            )? {
+                SmiRoute::Done(id) => return Ok(id),
+                SmiRoute::Wire => {}
+                SmiRoute::LocalRequest => {
+                    // Handed to its agent once, as the kernel does (it never retries a local
+                    // SMP): a retry would only hand it to the same agent again.
+                    pending.local = true;
+                    pending.max_retries = 0;
+                }
             }
             pending.header.copy_from_slice(&pending.mad[..HEADER_LEN]);
         }

@@ -865,6 +865,11 @@ impl PortShared {
                     Drained::Skip(wr_id) => {
                         self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 0, false);
                     }
+                    Drained::Local {
+                        wr_id,
+                        mad,
+                        pkey_index,
+                    } => self.smi_local_installed(ring.qp, wr_id, &mad, pkey_index),
                     Drained::Refused(wr_id) => {
                         bump(&self.cells.post_failures);
                         self.soft_completion(ring.qp, wr_id, WcStatus::LocQpOpErr, 0, true);

@@ -63,6 +63,9 @@ pub(crate) struct Pending {
     pub(crate) fc_counted: bool,
     /// The MAD is a response (its TID is the requester's and is kept).
     pub(crate) is_response: bool,
+    /// A directed-route request for another agent of this port (crate::smi): it takes a slot
+    /// (and a TID naming it) like any request, but no send queue entry, and is never posted.
+    pub(crate) local: bool,
 }
 
 /// A send's record in its box, which moves as a pointer from the backlog to the queue to the
@@ -208,6 +211,14 @@ pub(crate) enum Drained {
     Batched,
     /// A retry canceled while it waited: complete it in software (no entry was taken).
     Skip(u64),
+    /// A local request (`Pending::local`) in its slot, SEND_START as if posted, its TID
+    /// rewritten: the caller hands `mad` to the agent it is for and completes the work request
+    /// `wr_id` in software (it took no send queue entry).
+    Local {
+        wr_id: u64,
+        mad: Vec<u8>,
+        pkey_index: u16,
+    },
     /// A new send in its slot whose MAD could not be copied into the slot's send buffer: not
     /// posted (the buffer holds another send's bytes), it completes in software with
     /// LOC_QP_OP_ERR, as a refused post does. A send queue entry was taken for it, which
@@ -571,12 +582,13 @@ impl SendRing {
                 continue;
             };
             let out = match head {
-                Job::New(_) => {
+                Job::New(p) => {
+                    let local = p.local;
                     if from_requests && self.requests_held() >= self.request_limit {
                         // Over the request limit: the other queue may go.
                         continue;
                     }
-                    if self.free.len() == 0 || !self.take_credit() {
+                    if self.free.len() == 0 || !(local || self.take_credit()) {
                         return None;
                     }
                     let index = self
@@ -659,8 +671,9 @@ impl SendRing {
     /// TID's upper half for a request (in the MAD and the kept header), copy the MAD into the
     /// slot's send buffer (zero-padded), build the work request and append it to `batch`.
     /// Returns [`Drained::Batched`] (or, if the copy failed, [`Drained::Refused`], with
-    /// nothing appended) with the MAD's buffer, emptied (for the spares). Called with the
-    /// queue lock held.
+    /// nothing appended) with the MAD's buffer, emptied (for the spares). A local request is
+    /// neither copied nor appended: [`Drained::Local`] carries its MAD. Called with the queue
+    /// lock held.
     fn install(
         &self,
         buffers: &[DmaLease],
@@ -671,6 +684,7 @@ impl SendRing {
     ) -> (Drained, Vec<u8>) {
         let slot = &self.slots[index as usize];
         let generation = slot.state.load().generation();
+        let local = p.local;
         let tid = if p.is_response {
             p.tid()
         } else {
@@ -683,22 +697,28 @@ impl SendRing {
         // once the work request built below is posted.
         let (lease, offset) = buffer(buffers, index);
         let len = p.mad.len().min(MAD_LEN);
-        let copied = lease.write(offset, &p.mad[..len]).and_then(|()| {
-            if len < MAD_LEN {
-                lease.fill(offset + len, MAD_LEN - len, 0)
-            } else {
-                Ok(())
-            }
-        });
+        let copied = if local {
+            Ok(())
+        } else {
+            lease.write(offset, &p.mad[..len]).and_then(|()| {
+                if len < MAD_LEN {
+                    lease.fill(offset + len, MAD_LEN - len, 0)
+                } else {
+                    Ok(())
+                }
+            })
+        };
         if let Err(e) = &copied {
             // The buffer is MAD_LEN bytes inside its lease by construction.
             tracing::error!(index, "copying a MAD into its send buffer: {e}");
         }
         // Not needed any more (retries send the send buffer again).
         let mut mad = std::mem::take(&mut p.mad);
-        mad.clear();
+        if !local {
+            mad.clear();
+        }
         let wr = self.send_wr(buffers, index, generation, &p);
-        if copied.is_ok() {
+        if copied.is_ok() && !local {
             bump(&p.agent.cells.posted);
         }
         slot.send_id.store(p.id.0, Ordering::Release);
@@ -725,6 +745,14 @@ impl SendRing {
         debug_assert!(published, "a slot from the free list is free");
         if !published {
             tracing::error!(index, "send slot from the free list was not free");
+        }
+        if local {
+            let out = Drained::Local {
+                wr_id: wr.wr_id,
+                mad,
+                pkey_index: wr.dest.pkey_index,
+            };
+            return (out, Vec::new());
         }
         let out = if copied.is_ok() {
             batch.wrs.push(wr);

@@ -43,3 +43,25 @@ pub struct Packet {
     /// The MAD.
     pub mad: Box<[u8; 256]>,
 }
+
+/// IBA P_Key matching (10.9.3): the same partition (low 15 bits, not 0) and not both limited
+/// members. Every end port checks a packet's P_Key with it: a device's receive queue, and the
+/// agents of a simulated node.
+pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
+    a & 0x7fff != 0 && a & 0x7fff == b & 0x7fff && (a | b) & 0x8000 != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkey_matching_follows_membership() {
+        assert!(pkey_match(0xffff, 0xffff));
+        assert!(pkey_match(0xffff, 0x7fff));
+        assert!(pkey_match(0x7fff, 0xffff));
+        assert!(!pkey_match(0x7fff, 0x7fff), "two limited members");
+        assert!(!pkey_match(0x8001, 0x8002));
+        assert!(!pkey_match(0x8000, 0x8000), "the invalid P_Key");
+    }
+}

@@ -1,4 +1,5 @@
-//! Traps 144 (local changes) and 256 (Bad M_Key) from the simulated SMAs, on ibsim's
+//! Traps 144 (local changes), 256 (Bad M_Key), 257 (Bad P_Key) and 258 (Bad Q_Key) from the
+//! simulated SMAs, on ibsim's
 //! `net.2sw2path4hca` configured by the small SM of `netutil::sweep` (the SM's device at Hca1
 //! port 1, LID 1; Switch1 2, Switch2 3, Hca2 4). Trap 128 is tested in `net_faults.rs` and
 //! `sma_state.rs`.
@@ -6,16 +7,22 @@
 //! Expected notices are written out byte by byte from the layouts of the references: ibsim's
 //! `encode_trap144` with libibmad's `IB_NOTICE_DATA_144_*` fields (LIDADDR at Notice byte 12,
 //! CapabilityMask at byte 16), and the kernel's `ntc_256` (LIDADDR 12, DRSLID 14, Method 16,
-//! AttributeID 18, AttributeModifier 20, M_Key 24, DR byte 33, return path 34).
+//! AttributeID 18, AttributeModifier 20, M_Key 24, DR byte 33, return path 34) and
+//! `ntc_257_258` (LIDADDR1 12, LIDADDR2 14, Key 16, SL/QP1 20, QP2 24, GIDADDR1 28,
+//! GIDADDR2 44), as the kernel's `qib_bad_pqkey` fills them.
 
 mod netutil;
 
+use mad_wire::attr::pkey_table::{PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState, cap_mask};
+use mad_wire::header::{Mad, MadHeaderRepr};
 use mad_wire::{attr_id, method, status};
 use netutil::sweep::{self, HCA2, LID_HCA1, LID_HCA2, LID_SWITCH2, SWITCH2};
-use netutil::{Device, attach, dr_get, example, network, port_info, port_info_data, smp_of};
-use sim::net::Network;
-use sim::packet::Packet;
+use netutil::{
+    Device, attach, dr_get, dr_set, example, network, pma, port_info, port_info_data, smp_of,
+};
+use sim::net::{DropReason, Network};
+use sim::packet::{Packet, PacketGrh};
 
 fn configured() -> (Network, Device) {
     let net = network(example("net.2sw2path4hca"));
@@ -418,4 +425,237 @@ fn with_m_key_0_any_key_passes_and_nothing_traps() {
     assert!(traps.is_empty());
     assert_eq!(violations(&net, &sm, SWITCH2, 0), 0);
     assert_eq!(net.drops().total(), 0);
+}
+
+/// A PMA ClassPortInfo Get from the SM's port (LID 1, QP1) to `dlid`, on SL 5, with P_Key
+/// `pkey` and Q_Key `qkey`.
+fn pma_get(dlid: u16, pkey: u16, qkey: u32) -> Packet {
+    let mut p = pma(
+        method::GET,
+        LID_HCA1,
+        dlid,
+        attr_id::pma::CLASS_PORT_INFO,
+        &[],
+    );
+    p.sl = 5;
+    p.pkey = pkey;
+    p.qkey = qkey;
+    p
+}
+
+/// The PMA's answer to [`pma_get`] among `got`: checks that it is the only packet and a
+/// successful GetResp.
+fn pma_answered(got: &[(u8, Packet)]) {
+    assert_eq!(got.len(), 1, "one answer, no trap");
+    let h = MadHeaderRepr::parse(&Mad::new_checked(&got[0].1.mad[..]).unwrap()).unwrap();
+    assert_eq!((h.method, h.status), (method::GET_RESP, status::SUCCESS));
+}
+
+/// Trap 257 or 258 as the kernel's `qib_bad_pqkey` lays it out, for a packet from LID 1 QP1
+/// on SL 5 to `lid2` QP1, without a GRH.
+fn trap_257_258(producer: u8, trap: u16, issuer: u16, lid2: u16, key: u32) -> [u8; 64] {
+    let [t0, t1] = trap.to_be_bytes();
+    let [ih, il] = issuer.to_be_bytes();
+    let [l2h, l2l] = lid2.to_be_bytes();
+    let [k0, k1, k2, k3] = key.to_be_bytes();
+    let mut n = [0u8; 64];
+    n[..28].copy_from_slice(&[
+        0x82, // IsGeneric, Type 2 (Security)
+        0, 0, producer, // ProducerType
+        t0, t1, // TrapNumber
+        ih, il, // IssuerLID
+        0, 0, // NoticeToggle / NoticeCount
+        0, 0, // reserved
+        0, 1, // LIDADDR1: the sender, LID 1
+        l2h, l2l, // LIDADDR2: the receiver
+        k0, k1, k2, k3, // Key
+        0x50, 0, 0, 1, // SL 5, QP1 1
+        0, 0, 0, 1, // QP2 1
+    ]);
+    n
+}
+
+#[test]
+fn a_gmp_whose_p_key_is_not_in_the_port_table_sends_trap_257() {
+    let (net, sm) = configured();
+    // Hca2's table holds the default P_Key 0xFFFF only: 0x8001 (another partition) fails.
+    let got: Vec<Packet> = sm
+        .exchange(&net, pma_get(LID_HCA2, 0x8001, 0x8001_0000))
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    let (resp, traps) = split(got);
+    assert!(resp.is_empty(), "the PMA does not answer it");
+    assert_eq!(traps.len(), 1);
+    assert_eq!(
+        notice_of(&traps[0], LID_HCA2),
+        trap_257_258(1, 257, LID_HCA2, LID_HCA2, 0x0000_8001)
+    );
+    assert_eq!(read_port_info(&net, &sm, HCA2, 0).p_key_violations, 1);
+    assert_eq!(read_port_info(&net, &sm, HCA2, 0).q_key_violations, 0);
+    assert_eq!(net.drops().get(DropReason::BadPkey), 1);
+
+    // At a switch the P_Key table of port 0 (its end port) decides, and the switch reports.
+    let got: Vec<Packet> = sm
+        .exchange(&net, pma_get(LID_SWITCH2, 0x0000, 0x8001_0000))
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    let (resp, traps) = split(got);
+    assert!(resp.is_empty());
+    assert_eq!(traps.len(), 1);
+    assert_eq!(
+        notice_of(&traps[0], LID_SWITCH2),
+        trap_257_258(2, 257, LID_SWITCH2, LID_SWITCH2, 0)
+    );
+    assert_eq!(read_port_info(&net, &sm, SWITCH2, 0).p_key_violations, 1);
+    assert_eq!(net.drops().get(DropReason::BadPkey), 2);
+}
+
+#[test]
+fn a_gmp_the_port_table_accepts_is_answered_without_a_trap() {
+    let (net, sm) = configured();
+    // The full and the limited member of the default partition both match 0xFFFF.
+    for pkey in [0xFFFF, 0x7FFF] {
+        pma_answered(&sm.exchange(&net, pma_get(LID_HCA2, pkey, 0x8001_0000)));
+        pma_answered(&sm.exchange(&net, pma_get(LID_SWITCH2, pkey, 0x8001_0000)));
+    }
+    assert_eq!(read_port_info(&net, &sm, HCA2, 0).p_key_violations, 0);
+    assert_eq!(net.drops().total(), 0);
+
+    // The SM makes Hca2 a limited member of partition 0x0001 and nothing else: a limited
+    // member may not talk to a limited one, a full member may; 0xFFFF is gone.
+    let mut t = [0u16; 32];
+    t[0] = 0x0001;
+    let mut data = [0u8; 64];
+    PkeyTableRepr { pkeys: t }.emit(&mut PkeyTable::new_checked(&mut data[..]).unwrap());
+    assert_eq!(
+        dr_set(&net, &sm, HCA2, attr_id::sm::PKEY_TABLE, 0, data).0,
+        status::SUCCESS
+    );
+    pma_answered(&sm.exchange(&net, pma_get(LID_HCA2, 0x8001, 0x8001_0000)));
+    for pkey in [0x0001, 0xFFFF] {
+        let got: Vec<Packet> = sm
+            .exchange(&net, pma_get(LID_HCA2, pkey, 0x8001_0000))
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        let (resp, traps) = split(got);
+        assert!(resp.is_empty(), "P_Key {pkey:#x}");
+        assert_eq!(
+            notice_of(&traps[0], LID_HCA2),
+            trap_257_258(1, 257, LID_HCA2, LID_HCA2, u32::from(pkey))
+        );
+    }
+    assert_eq!(read_port_info(&net, &sm, HCA2, 0).p_key_violations, 2);
+}
+
+#[test]
+fn a_gmp_to_qp1_with_a_wrong_q_key_sends_trap_258() {
+    let (net, sm) = configured();
+    for (dlid, path, producer) in [(LID_HCA2, HCA2, 1), (LID_SWITCH2, SWITCH2, 2)] {
+        let got: Vec<Packet> = sm
+            .exchange(&net, pma_get(dlid, 0xFFFF, 0x8001_0001))
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        let (resp, traps) = split(got);
+        assert!(resp.is_empty(), "LID {dlid}: no answer");
+        assert_eq!(traps.len(), 1);
+        assert_eq!(
+            notice_of(&traps[0], dlid),
+            trap_257_258(producer, 258, dlid, dlid, 0x8001_0001)
+        );
+        let pi = read_port_info(&net, &sm, path, 0);
+        assert_eq!((pi.p_key_violations, pi.q_key_violations), (0, 1));
+    }
+    assert_eq!(net.drops().get(DropReason::BadQkey), 2);
+    // A bad P_Key and a bad Q_Key: the P_Key is checked first, one trap 257.
+    let got: Vec<Packet> = sm
+        .exchange(&net, pma_get(LID_HCA2, 0x8001, 0))
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    let (_, traps) = split(got);
+    assert_eq!(traps.len(), 1);
+    assert_eq!(
+        notice_of(&traps[0], LID_HCA2),
+        trap_257_258(1, 257, LID_HCA2, LID_HCA2, 0x0000_8001)
+    );
+    let pi = read_port_info(&net, &sm, HCA2, 0);
+    assert_eq!((pi.p_key_violations, pi.q_key_violations), (1, 1));
+}
+
+#[test]
+fn a_bad_key_trap_carries_the_gids_of_the_grh() {
+    let (net, sm) = configured();
+    let mut p = pma_get(LID_HCA2, 0xFFFF, 0x8001_0002);
+    let mut sgid = [0u8; 16];
+    sgid[..2].copy_from_slice(&[0xFE, 0x80]);
+    sgid[8..].copy_from_slice(&0x0000_0000_0010_0001u64.to_be_bytes());
+    let mut dgid = sgid;
+    dgid[15] = 0x05;
+    p.grh = Some(Box::new(PacketGrh {
+        sgid,
+        dgid,
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 1,
+    }));
+    let got: Vec<Packet> = sm.exchange(&net, p).into_iter().map(|(_, p)| p).collect();
+    let (resp, traps) = split(got);
+    assert!(resp.is_empty());
+    let mut expected = trap_257_258(1, 258, LID_HCA2, LID_HCA2, 0x8001_0002);
+    expected[28..44].copy_from_slice(&sgid);
+    expected[44..60].copy_from_slice(&dgid);
+    assert_eq!(notice_of(&traps[0], LID_HCA2), expected);
+}
+
+#[test]
+fn no_bad_key_trap_without_an_sm_lid() {
+    let (net, sm) = configured();
+    // Hca2 forgets its SM: the violation is still counted and the GMP dropped, but no trap
+    // is made (it would have been counted as a drop, or reached the SM).
+    net.with_fabric_mut(|f| {
+        let hca2 = f.node_by_name("Hca2").unwrap();
+        let port = f.port_id(hca2, 1).unwrap();
+        f.port_mut(port).state.sm_lid = 0;
+    });
+    assert!(
+        sm.exchange(&net, pma_get(LID_HCA2, 0x8001, 0x8001_0000))
+            .is_empty()
+    );
+    assert!(
+        sm.exchange(&net, pma_get(LID_HCA2, 0xFFFF, 0x0000_0000))
+            .is_empty()
+    );
+    let drops = net.drops();
+    assert_eq!(
+        (
+            drops.get(DropReason::BadPkey),
+            drops.get(DropReason::BadQkey),
+            drops.total()
+        ),
+        (1, 1, 2)
+    );
+    let pi = read_port_info(&net, &sm, HCA2, 0);
+    assert_eq!((pi.p_key_violations, pi.q_key_violations), (1, 1));
+}
+
+#[test]
+fn writing_0_resets_the_key_violation_counters() {
+    let (net, sm) = configured();
+    sm.exchange(&net, pma_get(LID_HCA2, 0x8001, 0x8001_0000));
+    sm.exchange(&net, pma_get(LID_HCA2, 0xFFFF, 0x8001_0003));
+    let pi = read_port_info(&net, &sm, HCA2, 0);
+    assert_eq!((pi.p_key_violations, pi.q_key_violations), (1, 1));
+    assert!(
+        answered(set_port_info(&net, &sm, HCA2, 0, 0, |pi| {
+            pi.p_key_violations = 0;
+            pi.q_key_violations = 0;
+        }))
+        .is_empty()
+    );
+    let pi = read_port_info(&net, &sm, HCA2, 0);
+    assert_eq!((pi.p_key_violations, pi.q_key_violations), (0, 0));
 }

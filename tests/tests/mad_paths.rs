@@ -474,7 +474,19 @@ fn path10_a_flush_not_marked_for_retry_is_reported() {
     rig.finish();
 }
 
-fn device_death(removed: bool) {
+/// How the device goes away under the MAD layer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// A health syndrome (path 11).
+    Fatal,
+    /// The device is removed (path 12).
+    Removed,
+    /// The HCA is closed while the MAD layer still uses it (`ib_unregister_device` under
+    /// ib_mad and ib_umad in the kernel).
+    Closed,
+}
+
+fn device_death(death: Death) {
     let rig = MadRig::with(
         HcaOptions {
             lease_mode: dma::LeaseMode::Strict,
@@ -518,13 +530,14 @@ fn device_death(removed: bool) {
         "{c:?}"
     );
     assert!(c.gsi.queued > 0 && c.backlogged > 0, "{c:?}");
-    if removed {
-        rig.sim.model.faults().remove();
-    } else {
-        rig.sim
+    match death {
+        Death::Removed => rig.sim.model.faults().remove(),
+        Death::Fatal => rig
+            .sim
             .model
             .faults()
-            .catastrophic(HealthSyndrome::FW_INTERNAL_ERR, true);
+            .catastrophic(HealthSyndrome::FW_INTERNAL_ERR, true),
+        Death::Closed => rig.hca.close().expect("close"),
     }
     assert!(
         rig.pump_until(None, &[&a, &b, &silent], &mut t, ms(10_000), |t| t
@@ -559,12 +572,17 @@ fn device_death(removed: bool) {
 
 #[test]
 fn path11_fatal_error_completes_everything_with_flush_vendor_5() {
-    device_death(false);
+    device_death(Death::Fatal);
 }
 
 #[test]
 fn path12_removal_completes_everything_and_deregistration_is_prompt() {
-    device_death(true);
+    device_death(Death::Removed);
+}
+
+#[test]
+fn closing_the_hca_under_the_mad_layer_ends_it_as_a_removal_does() {
+    device_death(Death::Closed);
 }
 
 #[test]

@@ -156,10 +156,10 @@ impl BusMaster for sim::mlx5::Mlx5 {
 
 #[test]
 fn a_fatal_health_syndrome_is_detected_within_one_poll_and_flushes_in_software() {
-    for (synd, rfr) in [
-        (HealthSyndrome::FW_INTERNAL_ERR, true),
-        (HealthSyndrome::HW_FATAL_ERR, false),
-        (HealthSyndrome::ICM_PCI_POISONED_ERR, true),
+    for synd in [
+        HealthSyndrome::FW_INTERNAL_ERR,
+        HealthSyndrome::HW_FATAL_ERR,
+        HealthSyndrome::ICM_PCI_POISONED_ERR,
     ] {
         let sim = SimHca::new();
         let hca = sim.open_strict();
@@ -167,7 +167,7 @@ fn a_fatal_health_syndrome_is_detected_within_one_poll_and_flushes_in_software()
         // A first look at the port so that the next health poll is a full interval away.
         p.events();
         let work = post_work(&sim, &hca);
-        sim.model.faults().catastrophic(synd, rfr);
+        sim.model.faults().catastrophic(synd, true);
         let (took, ev) = wait_for_event(p.as_ref(), 10 * interval(), |e| {
             matches!(e, DeviceEvent::Fatal { .. })
         })
@@ -180,6 +180,45 @@ fn a_fatal_health_syndrome_is_detected_within_one_poll_and_flushes_in_software()
         check_software_flush(&hca, &work);
         check_fatal_then_close(&sim, &hca, work);
     }
+}
+
+// The kernel (`sensor_fw_synd_rfr`) and rdma-core's VFIO provider act on a syndrome only with
+// the recovery-flow-required bit; without it the firmware is reporting, and keeps running.
+#[test]
+fn a_syndrome_without_the_recovery_bit_leaves_the_device_up() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    p.events();
+    sim.model
+        .faults()
+        .report_syndrome(HealthSyndrome::HIGH_TEMP_ERR);
+    let fatal = wait_for_event(p.as_ref(), 3 * interval(), |e| {
+        matches!(e, DeviceEvent::Fatal { .. } | DeviceEvent::Removed)
+    });
+    assert!(fatal.is_none(), "{fatal:?}");
+    assert!(
+        sim.model.as_ref().bus_master(),
+        "the device was not quiesced"
+    );
+    // Work posted after the report completes normally.
+    let work = post_work(&sim, &hca);
+    let mut out = Vec::new();
+    let end = p.now() + Duration::from_secs(1);
+    while out.len() < 6 && p.now() < end {
+        if p.poll(&mut out, 8).unwrap() == 0 {
+            p.wait(p.now() + Duration::from_millis(1));
+        }
+    }
+    // 3 sends to ourselves and the 3 GSI receives they land in; the 2 SMI receives stay.
+    assert_eq!(out.len(), 6, "{out:?}");
+    for wc in &out {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert!(work.ids.contains(&wc.wr_id), "{wc:?}");
+    }
+    assert!(hca.command(&QuerySpecialContexts).is_ok());
+    drop(work);
+    hca.close().unwrap();
 }
 
 #[test]

@@ -164,3 +164,23 @@ fn pages_given_for_other_functions_are_reclaimed_per_function_and_capped() {
     assert_eq!(s.pages.bad_returns, 0);
     sim.assert_clean(&hca);
 }
+
+/// A page request for the embedded-CPU function (bit 15 of the EQE's `ec_function` word, as
+/// the firmware writes it) is served for that function, apart from function 0's own pages,
+/// and its pages are taken back from it at close.
+#[test]
+fn pages_for_the_embedded_cpu_function_are_kept_apart_and_reclaimed() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let own = sim.model.pages_held();
+    let p = port(&hca, 1);
+    assert!(sim.model.faults().page_request_for(0, true, 6));
+    serve_until(p.as_ref(), || sim.model.pages_held_for(0, true) == 6);
+    assert_eq!(sim.model.pages_held_for(0, false), own);
+    drop(p);
+    hca.close().unwrap();
+    assert_eq!(sim.model.pages_held_for(0, true), 0, "reclaimed from it");
+    let s = hca.stats();
+    assert_eq!(s.pages.returned, s.pages.given);
+    sim.assert_clean(&hca);
+}

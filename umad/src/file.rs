@@ -325,7 +325,8 @@ impl UmadFile {
     /// bytes (else EINVAL), an agent ID in range (EINVAL), the device alive (EIO), the agent
     /// registered (EIO), a length the send may have, one MAD or any length for an RMPP-active
     /// send of an agent the MAD layer does RMPP for (`ib_create_send_mad`, EINVAL), and no
-    /// outstanding duplicate (`is_duplicate`, EINVAL). The RMPP header of an RMPP-class MAD of
+    /// outstanding duplicate (`is_duplicate`, EINVAL; not asked of an RMPP-active segment of
+    /// an agent the MAD layer does no RMPP for). The RMPP header of an RMPP-class MAD of
     /// an agent with the MAD layer's RMPP is sent as the kernel sends it, not as written (see
     /// `kernel_rmpp_header`). Returns the bytes taken, header included.
     pub fn write_parts<'a>(
@@ -348,7 +349,14 @@ impl UmadFile {
         let (agent, seq, kernel_rmpp) = {
             let mut st = lock(&self.state);
             let (agent, kernel_rmpp) = admit(&st, &hdr, head, mad_len)?;
-            if st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
+            // ib_umad_write (drivers/infiniband/core/user_mad.c) adds an RMPP-active MAD of
+            // an agent without the MAD layer's RMPP to the send list without is_duplicate:
+            // such an agent sends a transfer's segments one by one, all with its TID. It is
+            // still recorded, and later writes are checked against it.
+            let user_segment = !kernel_rmpp
+                && is_rmpp_capable(class)
+                && Rmpp::new_checked(mad).is_ok_and(|r| r.flags() & rmpp_flags::ACTIVE != 0);
+            if !user_segment && st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
                 return Err(UmadError::Duplicate {
                     what: if key.response { "response" } else { "request" },
                     tid: key.tid,

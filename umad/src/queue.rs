@@ -245,13 +245,12 @@ impl ReadQueue {
         self.held += 1;
     }
 
-    /// The thread of a [`ReadQueue::hold`] stopped waiting. With `show`, the fd follows the
-    /// queue again now; without, packets left queued are shown by a later
-    /// [`ReadQueue::show`], which the port's fallback thread makes within about
-    /// [`crate::drive::IDLE`] whatever callers wait on other files (the thread is expected back soon: a second packet delivered in
-    /// the same pass as the first would otherwise cost a raise and a lower while it sits
-    /// there, and it is no different from a response not yet taken off the completion
-    /// queue).
+    /// The thread of a [`ReadQueue::hold`] stopped waiting. With `show`, the fd follows the queue
+    /// again now; without, packets left queued are shown by a later [`ReadQueue::show`], which the
+    /// port's fallback thread makes within about [`crate::drive::IDLE`] whatever callers wait on
+    /// other files (the thread is expected back soon: a second packet delivered in the same pass as
+    /// the first would otherwise cost a raise and a lower while it sits there, and it is no
+    /// different from a response not yet taken off the completion queue).
     pub fn release(&mut self, show: bool) {
         self.held = self.held.saturating_sub(1);
         if show {

@@ -1,6 +1,6 @@
-//! The C names of the exported functions, as assembler entry points that jump to the Rust
-//! functions in `exports` (see `build.rs` for why they are not `#[no_mangle]` items). The versions come
-//! from `libibumad.map`; `tests/symbols.rs` compares the result with Debian's library.
+//! The C names of the exported functions, as assembler entry points that jump to the Rust functions
+//! in `exports` (see `build.rs` for why they are not `#[no_mangle]` items). The versions come from
+//! `libibumad.map`; `tests/symbols.rs` compares the result with Debian's library.
 
 macro_rules! c_names {
     ($($module:ident :: $name:ident),* $(,)?) => {

@@ -460,3 +460,174 @@ fn a_write_is_checked_once_in_the_kernels_order() {
     r.ctx.close_file(f.fd()).unwrap();
     r.ctx.close().unwrap();
 }
+
+/// Two files on the rig's port: an SM agent on QP0 taking directed-route Gets, and a client
+/// on QP0 with no class (responses only). Returns them with their agent IDs.
+fn sm_and_client_on_qp0(r: &Rig) -> (Arc<UmadFile>, u32, Arc<UmadFile>, u32) {
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let sm = r.ctx.open_file(&port).unwrap();
+    let client = r.ctx.open_file(&port).unwrap();
+    let reg = |f: &UmadFile, class: u8, methods: u64| {
+        f.register(&Registration {
+            qpn: 0,
+            class,
+            version: u8::from(class != 0),
+            methods: [methods, 0],
+            oui: 0,
+            rmpp_version: 0,
+            flags: 0,
+        })
+        .unwrap()
+    };
+    let s = reg(&sm, 0x81, 1 << 0x01);
+    let c = reg(&client, 0, 0);
+    (sm, s, client, c)
+}
+
+/// A 0-hop directed-route SMInfo Get from `agent`, to the port itself.
+fn dr_sminfo_get(agent: u32, tid: u64, timeout_ms: u32) -> Vec<u8> {
+    let mut h = IbUserMad {
+        agent_id: agent,
+        timeout_ms,
+        ..IbUserMad::default()
+    };
+    h.addr.lid = 0xFFFFu16.to_be();
+    let mut b = h.to_bytes().to_vec();
+    let mut m = [0u8; MAD];
+    (m[0], m[1], m[2], m[3]) = (1, 0x81, 1, 0x01);
+    m[8..16].copy_from_slice(&tid.to_be_bytes());
+    m[16..18].copy_from_slice(&0x0020u16.to_be_bytes());
+    m[32..36].copy_from_slice(&[0xFF; 4]);
+    b.extend_from_slice(&m);
+    b
+}
+
+#[test]
+fn a_local_smp_another_file_answers_reaches_its_requester() {
+    // The port's SMA does not take SMInfo: the SM's file gets the request, and its answer
+    // is the client's response (the kernel routes it by the TID's upper half).
+    let r = rig();
+    let (sm, sm_agent, client, agent) = sm_and_client_on_qp0(&r);
+    client.write(&dr_sminfo_get(agent, 0x77, 100)).unwrap();
+    let (hdr, req) = read(&sm, Duration::from_secs(2)).expect("the request at the SM");
+    assert_eq!((hdr.status, req[1], req[3]), (0, 0x81, 0x01));
+    let mut resp = IbUserMad {
+        agent_id: sm_agent,
+        addr: hdr.addr,
+        ..IbUserMad::default()
+    }
+    .to_bytes()
+    .to_vec();
+    let mut answer = req.clone();
+    answer[3] = 0x81;
+    answer[4] |= 0x80;
+    answer[64] = 0xC1;
+    resp.extend_from_slice(&answer);
+    sm.write(&resp).unwrap();
+    let (hdr, got) = read(&client, Duration::from_secs(2)).expect("the answer at the client");
+    assert_eq!((hdr.status, got[3], got[64]), (0, 0x81, 0xC1));
+    assert_eq!(
+        u64::from_be_bytes(got[8..16].try_into().unwrap()) as u32,
+        0x77
+    );
+    assert!(
+        read(&client, Duration::from_millis(300)).is_err(),
+        "no timeout return after the answer"
+    );
+    assert_eq!(client.outstanding(), 0);
+    r.ctx.close_file(client.fd()).unwrap();
+    r.ctx.close_file(sm.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
+fn a_local_smp_nobody_answers_comes_back_as_a_timeout() {
+    let r = rig();
+    let (sm, _, client, c) = sm_and_client_on_qp0(&r);
+    client.write(&dr_sminfo_get(c, 0x78, 100)).unwrap();
+    read(&sm, Duration::from_secs(2)).expect("the request at the SM, left unanswered");
+    let (h, mad) = read(&client, Duration::from_secs(2)).expect("the timeout return");
+    assert_eq!(h.status, libc::ETIMEDOUT as u32);
+    assert_eq!(
+        u64::from_be_bytes(mad[8..16].try_into().unwrap()) as u32,
+        0x78
+    );
+    assert!(read(&client, Duration::from_millis(200)).is_err(), "once");
+    r.ctx.close_file(client.fd()).unwrap();
+    r.ctx.close_file(sm.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
+fn active_rmpp_segments_of_an_agent_without_kernel_rmpp_skip_the_duplicate_rule() {
+    // ib_umad_write: a MAD of an RMPP class with the Active flag, from an agent the MAD layer
+    // does not do RMPP for (!ib_mad_kernel_rmpp_agent), joins the send list without
+    // is_duplicate: the user sends a transfer's segments one by one, all with its TID.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let reg = |rmpp_version, flags| {
+        f.register(&Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [0, 0],
+            oui: 0,
+            rmpp_version,
+            flags,
+        })
+        .unwrap()
+    };
+    let user_rmpp = reg(1, ibumad::abi::USER_RMPP);
+    let kernel_rmpp = reg(1, 0);
+    let qpn1 = r
+        .model
+        .qps()
+        .into_iter()
+        .find(|q| q.st == firmware_cmds::mlx5::qpc::QpServiceType::QP1)
+        .map(|q| q.qpn)
+        .expect("QP1");
+    // Each send stays outstanding for a while after it is posted.
+    r.model
+        .faults()
+        .send_completion_delay(qpn1, Duration::from_secs(2));
+    // A GetTableResp segment (no response timeout), RMPP DATA with `flags`.
+    let segment = |agent, tid, n: u8, flags: u8| {
+        let mut w = sa_request(
+            agent,
+            0x92,
+            tid,
+            200,
+            [1, 1, flags, 0, 0, 0, 0, n, 0, 0, 0, 0],
+        );
+        w[8..12].copy_from_slice(&0u32.to_ne_bytes());
+        w
+    };
+    let posted = port.mad.counters().posted;
+    f.write(&segment(user_rmpp, 0x71, 1, 0x03))
+        .expect("segment 1: Active|First");
+    f.write(&segment(user_rmpp, 0x71, 2, 0x01))
+        .expect("segment 2 with the same TID while segment 1 is outstanding");
+    assert_eq!(f.outstanding(), 2, "both recorded");
+    // A send another thread is draining for may reach the QP a moment after its write.
+    let end = Instant::now() + Duration::from_secs(1);
+    while port.mad.counters().posted - posted < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(port.mad.counters().posted - posted, 2, "both sent");
+    // Without the Active flag the rule holds: a third response with that TID and
+    // destination is a duplicate.
+    match f.write(&segment(user_rmpp, 0x71, 3, 0x00)) {
+        Err(e @ UmadError::Duplicate { .. }) => assert_eq!(e.errno(), libc::EINVAL),
+        other => panic!("a duplicate: {other:?}"),
+    }
+    // So it does for an agent the MAD layer does RMPP for: its write is the whole message.
+    f.write(&segment(kernel_rmpp, 0x72, 1, 0x01))
+        .expect("a transfer");
+    match f.write(&segment(kernel_rmpp, 0x72, 1, 0x01)) {
+        Err(e @ UmadError::Duplicate { .. }) => assert_eq!(e.errno(), libc::EINVAL),
+        other => panic!("a duplicate transfer: {other:?}"),
+    }
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}

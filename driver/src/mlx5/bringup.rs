@@ -38,7 +38,7 @@ use firmware_cmds::mlx5::timeouts::{self, Timeout};
 use crate::backend::{DeviceBackend, DeviceBackendExt};
 use crate::error::DriverError;
 use crate::pci::{self, FunctionKind};
-use crate::verbs::SpecialQp;
+use crate::verbs::{DeviceEvent, SpecialQp};
 
 use super::cmd::{self, CmdMode};
 use super::cq::Cq;
@@ -492,6 +492,9 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
                 .extend(wcs);
             note("DESTROY_QP", qp.destroy(dev));
         }
+        // The QPs are reset (the device no longer touches their buffers) and their work is in
+        // `flushed`: the layer above may now end everything it has outstanding.
+        port.shared.push(DeviceEvent::Closed);
         let cq = port
             .cq
             .lock()

@@ -552,11 +552,11 @@ impl Dev {
                 ec_function,
                 function_id,
                 num_pages,
-            } => self.lock_pages().request(PageRequest {
+            } => self.lock_pages().request(PageRequest::from_eqe(
+                ec_function,
                 function_id,
-                ec_function: ec_function != 0,
                 num_pages,
-            }),
+            )),
             EqeEvent::Completion { cqn } => {
                 let ports = self.ports.read().unwrap_or_else(PoisonError::into_inner);
                 if let Some(p) = ports.iter().find(|p| p.cqn.load(Ordering::Relaxed) == cqn) {

@@ -5,8 +5,11 @@
 //! went away (reads return all-ones) is noticed within milliseconds, not seconds.
 //!
 //! Fatal: `fw_ver` all-ones (removed), NIC interface DISABLED or SW_RESET, a non-zero health
-//! syndrome (with or without the recovery-required bit: every defined syndrome is an error the
-//! firmware cannot continue from), or the counter stuck.
+//! syndrome with the recovery-flow-required bit (`sensor_fw_synd_rfr`: `rfr && synd`, in the
+//! kernel's `health.c` and rdma-core's `mlx5_vfio.c` alike), or the counter stuck (rdma-core's
+//! `mlx5_vfio_poll_health`). A syndrome without that bit (high temperature, say) is a report
+//! the firmware keeps running through: it is logged once per new syndrome, as the kernel
+//! queues its health report only when the syndrome changes, and the device stays up.
 
 use std::time::Duration;
 
@@ -48,6 +51,8 @@ pub(crate) struct Health {
     next_removal_check: Duration,
     prev_count: Option<u32>,
     misses: u32,
+    /// The syndrome of the last poll, so that one without the recovery bit is reported once.
+    prev_synd: u8,
 }
 
 /// Read the health buffer, NIC state and counter.
@@ -122,17 +127,21 @@ impl Health {
                 s.nic.name().unwrap_or("?")
             ));
         }
-        if s.health.synd.0 != 0 {
+        if s.health.synd.0 != 0 && s.health.rfr() {
             return Verdict::Fatal(format!(
-                "health syndrome {}{}, ext_synd {:#06x}",
-                s.health.synd,
-                if s.health.rfr() {
-                    " with recovery required"
-                } else {
-                    ""
-                },
-                s.health.ext_synd
+                "health syndrome {} with recovery required, ext_synd {:#06x}",
+                s.health.synd, s.health.ext_synd
             ));
+        }
+        let synd = std::mem::replace(&mut self.prev_synd, s.health.synd.0);
+        if s.health.synd.0 != 0 && s.health.synd.0 != synd {
+            tracing::warn!(
+                "firmware health report: syndrome {}, ext_synd {:#06x}, severity {:?}, \
+                 without the recovery-required bit; the device stays up",
+                s.health.synd,
+                s.health.ext_synd,
+                s.health.severity()
+            );
         }
         if self.prev_count == Some(s.counter) {
             self.misses += 1;
@@ -200,16 +209,39 @@ mod tests {
     }
 
     #[test]
-    fn every_defined_syndrome_is_fatal_and_named() {
+    fn every_defined_syndrome_with_recovery_required_is_fatal_and_named() {
         for synd in HealthSyndrome::ALL {
             let mut h = Health::default();
             let mut s = healthy(1);
             s.health.synd = synd;
+            // bit 7 recovery flow required, bit 3 severity valid, severity 2.
+            s.health.rfr_severity = 0x8a;
             let Verdict::Fatal(reason) = h.evaluate(&s) else {
                 panic!("{synd} not fatal");
             };
             assert!(reason.contains(synd.name().unwrap()), "{reason}");
         }
+    }
+
+    // The kernel's `sensor_fw_synd_rfr` is `rfr && synd`: a syndrome alone is reported, not
+    // acted on.
+    #[test]
+    fn a_syndrome_without_the_recovery_bit_is_not_fatal() {
+        for synd in HealthSyndrome::ALL {
+            let mut h = Health::default();
+            let mut s = healthy(1);
+            s.health.synd = synd;
+            // severity valid, severity 4, recovery bit clear.
+            s.health.rfr_severity = 0x0c;
+            assert_eq!(h.evaluate(&s), Verdict::Healthy, "{synd}");
+            s.counter = 2;
+            assert_eq!(h.evaluate(&s), Verdict::Healthy, "{synd}, second poll");
+        }
+        // ... and the recovery bit without a syndrome is nothing either.
+        let mut h = Health::default();
+        let mut s = healthy(1);
+        s.health.rfr_severity = 0x80;
+        assert_eq!(h.evaluate(&s), Verdict::Healthy);
     }
 
     #[test]

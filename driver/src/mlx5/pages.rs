@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use dma::{Access, DmaLease};
+use firmware_cmds::mlx5::eqe::page_req;
 use firmware_cmds::mlx5::ops::pages::{
     ManagePages, ManagePagesOut, PagesKind, PagesOp, QueryPages,
 };
@@ -54,6 +55,17 @@ pub(crate) struct PageRequest {
 }
 
 impl PageRequest {
+    /// The request a PAGE_REQUEST EQE carries. Only bit 15 of its `ec_function` word names
+    /// the embedded-CPU function (`EC_FUNCTION_MASK`); the others, such as release-all (which
+    /// this driver does not enable), do not.
+    pub(crate) fn from_eqe(ec_function: u16, function_id: u16, num_pages: i32) -> Self {
+        PageRequest {
+            function_id,
+            ec_function: ec_function & page_req::EC_FUNCTION != 0,
+            num_pages,
+        }
+    }
+
     fn function(self) -> Function {
         Function {
             id: self.function_id,
@@ -648,6 +660,27 @@ mod tests {
     use super::*;
     use dma::{DmaPool, LeaseMode, SimIommu};
     use std::sync::Arc;
+
+    // `req_pages_handler`: `ec_function = be16 & EC_FUNCTION_MASK (0x8000)`; bit 14 is
+    // RELEASE_ALL_PAGES_MASK, and the low bits mean nothing.
+    #[test]
+    fn only_bit_15_of_the_ec_function_word_names_the_embedded_cpu_function() {
+        for (word, ec) in [
+            (0x0000, false),
+            (0x0001, false),
+            (0x4000, false),
+            (0x8000, true),
+            (0xc000, true),
+        ] {
+            let r = PageRequest::from_eqe(word, 3, 8);
+            assert_eq!(
+                r.function(),
+                Function { id: 3, ec },
+                "ec_function word {word:#06x}"
+            );
+            assert_eq!(r.num_pages, 8);
+        }
+    }
 
     fn leases(n: usize) -> (DmaPool, Vec<DmaLease>) {
         let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Pooled).unwrap();

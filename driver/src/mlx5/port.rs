@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dma::DmaPool;
@@ -22,7 +22,7 @@ use crate::verbs::{
 
 use super::cq::{self, Cq, CqeKind};
 use super::dev::{Dev, PortShared};
-use super::qp::Qp;
+use super::qp::{Qp, SqRecoveryFailed};
 use super::smp;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -38,6 +38,9 @@ pub struct Mlx5Port {
     pub(crate) cq: Mutex<Option<Cq>>,
     /// QP0 (index 0) and QP1 (index 1).
     pub(crate) qps: [Mutex<Option<Qp>>; 2],
+    /// Signalled (with the QP's mutex of the same index) when a send-queue recovery ends:
+    /// a second recovery waits on it for the first, without holding the QP's lock.
+    recovery_done: [Condvar; 2],
     /// Depths of the special QPs (send, receive).
     pub(crate) depths: (u32, u32),
     /// Completions made in software when the QPs were torn down, not yet polled.
@@ -83,6 +86,7 @@ impl Mlx5Port {
             has_smi,
             cq: Mutex::new(None),
             qps: [Mutex::new(None), Mutex::new(None)],
+            recovery_done: [Condvar::new(), Condvar::new()],
             depths: (0, 0),
             flushed: Mutex::new(VecDeque::new()),
             pending_error: Mutex::new(None),
@@ -387,6 +391,39 @@ impl Mlx5Port {
     }
 }
 
+/// A recovery whose commands run without the QP's lock: ends it under the lock and wakes a
+/// recovery waiting for it, also when the commands panic (a waiter must not wait for good).
+struct Recovering<'a> {
+    slot: &'a Mutex<Option<Qp>>,
+    done: &'a Condvar,
+    finished: bool,
+}
+
+impl Recovering<'_> {
+    /// Hand the commands' outcome to the QP, if the close has not taken it meanwhile.
+    fn finish(&mut self, outcome: Result<(), SqRecoveryFailed>) -> Result<(), DriverError> {
+        self.finished = true;
+        let r = match lock(self.slot).as_mut() {
+            Some(q) => q.finish_recovery(outcome),
+            // Taken by the close (reset and destroyed): nothing to bring back.
+            None => Err(DriverError::Closed),
+        };
+        self.done.notify_all();
+        r
+    }
+}
+
+impl Drop for Recovering<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Some(q) = lock(self.slot).as_mut() {
+                q.recovering = false;
+            }
+            self.done.notify_all();
+        }
+    }
+}
+
 impl HcaPort for Mlx5Port {
     fn port_num(&self) -> u8 {
         self.port_num
@@ -458,14 +495,32 @@ impl HcaPort for Mlx5Port {
         if let Some(reason) = self.dev.fatal_reason() {
             return Err(DriverError::DeviceFatal { reason });
         }
-        let mut g = lock(&self.qps[qp_index(qp)]);
+        let i = qp_index(qp);
+        // A recovery already running (only the MAD progress loop recovers, but the API is
+        // public): wait for it to end, without the QP's lock, then look at what it left.
+        let mut g = self.recovery_done[i]
+            .wait_while(lock(&self.qps[i]), |q| {
+                q.as_ref().is_some_and(|q| q.recovering)
+            })
+            .unwrap_or_else(PoisonError::into_inner);
         let Some(q) = g.as_mut() else {
             return Err(DriverError::DeviceUnsupported {
                 what: format!("{qp:?} on port {}", self.port_num),
                 hint: "this function has no SMI".into(),
             });
         };
-        q.recover(&self.dev)
+        let Some(job) = q.begin_recovery()? else {
+            return Ok(());
+        };
+        // The commands may take command timeouts: posts must not wait for them (the QP stays
+        // SQE in software, so they are refused at once), nor a poll, nor a close.
+        drop(g);
+        let mut recovering = Recovering {
+            slot: &self.qps[i],
+            done: &self.recovery_done[i],
+            finished: false,
+        };
+        recovering.finish(job.run(&self.dev))
     }
 
     fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError> {

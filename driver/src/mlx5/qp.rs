@@ -35,7 +35,7 @@ use super::dev::{Dev, outcome_unknown};
 use super::eq::pas_of;
 use super::uar::BfReg;
 
-/// SQERR2RTS commands one recovery issues at most (see [`Qp::sqerr2rts`]). Three: one lost
+/// SQERR2RTS commands one recovery issues at most (see [`SqRecovery::run`]). Three: one lost
 /// command is a glitch worth retrying and a second retry costs little, but every attempt that
 /// times out holds the MAD progress loop for the command timeout (60 s by default) and keeps
 /// a command slot until the close, so a firmware that loses them all costs at most four
@@ -145,6 +145,9 @@ pub(crate) struct Qp {
     /// The first WQE index posted after the last SQERR2RTS: flushes of WQEs before it belong
     /// to the stop that recovery ended, so they do not stop the queue again.
     recovered_at: Option<u16>,
+    /// A recovery's commands are running (without the QP's lock): a second recovery waits
+    /// for it rather than issue its own.
+    pub(crate) recovering: bool,
     bf: BfReg,
     lkey: u32,
     /// The last destination sent to and its encoded datagram segment: the MAD layer sends
@@ -325,6 +328,7 @@ impl Qp {
             recvs: VecDeque::new(),
             state: SwState::Reset,
             recovered_at: None,
+            recovering: false,
             bf: p.bf,
             lkey: p.lkey,
             av_cache: None,
@@ -375,118 +379,66 @@ impl Qp {
         Ok(())
     }
 
-    /// SQERR2RTS after a send error (the MAD layer's recovery). See [`Qp::sqerr2rts`] for
-    /// what happens when the command's outcome is unknown. On an error the software state
-    /// stays SQE (or becomes ERR when the firmware says so), so a later call tries again.
-    pub(crate) fn recover(&mut self, dev: &Dev) -> Result<(), DriverError> {
+    /// Begin a recovery after a send error (the MAD layer's): in SQE, mark the QP
+    /// recovering and return what the commands need, which the caller runs with
+    /// [`SqRecovery::run`] without the QP's lock (they may take command timeouts) and hands
+    /// to [`Qp::finish_recovery`]; in RTS there is nothing to do (`None`). Posts stay refused
+    /// meanwhile: the software state is SQE until the commands brought the QP back.
+    pub(crate) fn begin_recovery(&mut self) -> Result<Option<SqRecovery>, DriverError> {
         match self.state {
-            SwState::Rts => Ok(()),
+            SwState::Rts => Ok(None),
             SwState::SqError => {
-                self.sqerr2rts(dev)?;
+                self.recovering = true;
+                Ok(Some(SqRecovery {
+                    kind: self.kind,
+                    qpn: self.qpn,
+                    modify: self.modify_ctx(),
+                }))
+            }
+            SwState::Error | SwState::Reset => Err(self.not_recoverable()),
+        }
+    }
+
+    /// End the recovery [`Qp::begin_recovery`] began, with what its commands did. The QP
+    /// comes back to RTS only if it is still in SQE: a receive error or a QP error event
+    /// seen while the commands ran moved it to ERR, which no SQERR2RTS undoes. On an error
+    /// the software state stays SQE (or becomes ERR when the firmware says so), so a later
+    /// recovery tries again.
+    pub(crate) fn finish_recovery(
+        &mut self,
+        outcome: Result<(), SqRecoveryFailed>,
+    ) -> Result<(), DriverError> {
+        self.recovering = false;
+        match (outcome, self.state) {
+            (Ok(()), SwState::SqError) => {
                 self.state = SwState::Rts;
+                // Nothing was posted since the error (posts were refused), so this is the
+                // first WQE after the SQERR2RTS.
                 self.recovered_at = Some(self.sq_head as u16);
                 Ok(())
             }
-            SwState::Error | SwState::Reset => Err(DriverError::DeviceUnsupported {
-                what: format!(
-                    "recovering {:?} QP {:#x} from {:?}",
-                    self.kind, self.qpn, self.state
-                ),
-                hint: "only a send-queue error (SQE) is recovered in place; close and reopen \
-                       the HCA"
-                    .into(),
-            }),
-        }
-    }
-
-    /// Issue SQERR2RTS until the firmware's QP is in RTS, at most [`SQERR2RTS_ATTEMPTS`]
-    /// times.
-    ///
-    /// A command whose outcome is unknown (a timeout, a corrupt completion: the firmware may
-    /// or may not have run it) is settled by QUERY_QP. RTS: it did run, the recovery is done.
-    /// SQE: it did not take effect, and SQERR2RTS is valid from SQE only, so issuing it again
-    /// cannot do anything twice; it is retried. ERR: the QP is marked so and the error
-    /// stands. Without the retry, a QP left in SQE would stay refused in software for good:
-    /// the driver posts nothing while it believes SQE, so no error CQE would ever bring a
-    /// second recovery.
-    ///
-    /// An attempt the firmware refuses outright (a failure status) is settled by QUERY_QP as
-    /// well: an earlier command that timed out (of this recovery or of an earlier one, even
-    /// one that ended well on a later attempt) may have run late and moved the QP to RTS,
-    /// and SQERR2RTS from RTS fails with a bad state although the queue runs. It costs one
-    /// command on an error path. (The kernel's `ib_mad_send_error` logs a failed modify and
-    /// gives up; it has no command whose outcome it does not know.)
-    ///
-    /// The bound keeps a firmware that loses every command from holding the caller (the MAD
-    /// progress loop) for more than [`SQERR2RTS_ATTEMPTS`] + 1 command timeouts (the last
-    /// QUERY_QP may be lost too), and from losing more than that many command slots, per
-    /// recovery; each lost command also counts against the driver's
-    /// [`UNTRUSTED_COMPLETION_BUDGET`](super::cmd::UNTRUSTED_COMPLETION_BUDGET), which bounds
-    /// how many recoveries can lose them before the device is declared fatal. When every attempt leaves the QP in
-    /// SQE the result is [`DriverError::SendQueueNotRecovered`]; the software state stays
-    /// SQE, so a later [`Qp::recover`] starts a new round.
-    fn sqerr2rts(&mut self, dev: &Dev) -> Result<(), DriverError> {
-        let mut attempt = 1;
-        loop {
-            let Err(err) = dev.exec(&Sqerr2RtsQp(self.modify_ctx())) else {
-                return Ok(());
-            };
-            let refused = matches!(err, DriverError::CommandFailed { .. });
-            if !outcome_unknown(&err) && !refused {
-                return Err(err);
-            }
-            let qpn = format!("{:#x}", self.qpn);
-            match dev.exec(&QueryQp { qpn: self.qpn }) {
-                Ok(out) if out.ctx.state == QpState::Rts => {
-                    tracing::warn!(
-                        qp = ?self.kind, qpn = %qpn, attempt,
-                        "SQERR2RTS failed ({err}); QUERY_QP says RTS: recovered"
-                    );
-                    return Ok(());
+            (Ok(()), SwState::Rts) => Ok(()),
+            (Ok(()), SwState::Error | SwState::Reset) => Err(self.not_recoverable()),
+            (Err(f), state) => {
+                if f.qp_in_error && state == SwState::SqError {
+                    self.state = SwState::Error;
                 }
-                Ok(out) if out.ctx.state == QpState::Sqer && attempt < SQERR2RTS_ATTEMPTS => {
-                    tracing::warn!(
-                        qp = ?self.kind, qpn = %qpn, attempt,
-                        "SQERR2RTS failed ({err}); QUERY_QP says SQE, so it did not take \
-                         effect: issuing it again ({} of {SQERR2RTS_ATTEMPTS})",
-                        attempt + 1
-                    );
-                    attempt += 1;
-                }
-                Ok(out) if out.ctx.state == QpState::Sqer => {
-                    tracing::error!(
-                        qp = ?self.kind, qpn = %qpn, attempt,
-                        "SQERR2RTS failed ({err}); QUERY_QP says SQE after every attempt: \
-                         the send queue stays stopped"
-                    );
-                    return Err(DriverError::SendQueueNotRecovered {
-                        qp: format!("{:?}", self.kind),
-                        qpn: self.qpn,
-                        attempts: attempt,
-                        last: Box::new(err),
-                    });
-                }
-                Ok(out) => {
-                    tracing::error!(
-                        qp = ?self.kind, qpn = %qpn, attempt, state = ?out.ctx.state,
-                        "SQERR2RTS failed ({err}); the QP is neither in RTS nor in SQE"
-                    );
-                    if out.ctx.state == QpState::Err {
-                        self.state = SwState::Error;
-                    }
-                    return Err(err);
-                }
-                Err(q) => {
-                    tracing::error!(
-                        qp = ?self.kind, qpn = %qpn, attempt,
-                        "SQERR2RTS failed ({err}) and QUERY_QP failed too ({q})"
-                    );
-                    return Err(err);
-                }
+                Err(f.err)
             }
         }
     }
 
+    fn not_recoverable(&self) -> DriverError {
+        DriverError::DeviceUnsupported {
+            what: format!(
+                "recovering {:?} QP {:#x} from {:?}",
+                self.kind, self.qpn, self.state
+            ),
+            hint: "only a send-queue error (SQE) is recovered in place; close and reopen the \
+                   HCA"
+            .into(),
+        }
+    }
     /// 2RST: the device stops using the rings (outstanding work requests are then flushed in
     /// software by the caller).
     pub(crate) fn reset(&mut self, dev: &Dev) -> Result<(), DriverError> {
@@ -868,6 +820,126 @@ impl Qp {
     }
 }
 
+/// What a send-queue recovery's commands need, taken from the QP under its lock
+/// ([`Qp::begin_recovery`]) so that they run without it: a thread posting meanwhile is
+/// refused at once (the QP is in SQE in software) instead of waiting for the firmware, as the
+/// kernel holds no send-queue lock across `ib_modify_qp` either.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SqRecovery {
+    kind: SpecialQp,
+    qpn: u32,
+    modify: ModifyQp,
+}
+
+/// How a recovery's commands failed: the error to report, and whether QUERY_QP found the
+/// QP in ERR (the software state then follows).
+#[derive(Debug)]
+pub(crate) struct SqRecoveryFailed {
+    err: DriverError,
+    qp_in_error: bool,
+}
+
+impl SqRecoveryFailed {
+    fn new(err: DriverError) -> SqRecoveryFailed {
+        SqRecoveryFailed {
+            err,
+            qp_in_error: false,
+        }
+    }
+}
+
+impl SqRecovery {
+    /// Issue SQERR2RTS until the firmware's QP is in RTS, at most [`SQERR2RTS_ATTEMPTS`]
+    /// times.
+    ///
+    /// A command whose outcome is unknown (a timeout, a corrupt completion: the firmware may
+    /// or may not have run it) is settled by QUERY_QP. RTS: it did run, the recovery is done.
+    /// SQE: it did not take effect, and SQERR2RTS is valid from SQE only, so issuing it again
+    /// cannot do anything twice; it is retried. ERR: the QP is marked so and the error
+    /// stands. Without the retry, a QP left in SQE would stay refused in software for good:
+    /// the driver posts nothing while it believes SQE, so no error CQE would ever bring a
+    /// second recovery.
+    ///
+    /// An attempt the firmware refuses outright (a failure status) is settled by QUERY_QP as
+    /// well: an earlier command that timed out (of this recovery or of an earlier one, even
+    /// one that ended well on a later attempt) may have run late and moved the QP to RTS,
+    /// and SQERR2RTS from RTS fails with a bad state although the queue runs. It costs one
+    /// command on an error path. (The kernel's `ib_mad_send_error` logs a failed modify and
+    /// gives up; it has no command whose outcome it does not know.)
+    ///
+    /// It runs without the QP's lock (see [`SqRecovery`]). The bound keeps a firmware that
+    /// loses every command from holding the caller (the MAD progress loop) for more than
+    /// [`SQERR2RTS_ATTEMPTS`] + 1 command timeouts (the last QUERY_QP may be lost too), and
+    /// from losing more than that many command slots, per recovery; each lost command also
+    /// counts against the driver's
+    /// [`UNTRUSTED_COMPLETION_BUDGET`](super::cmd::UNTRUSTED_COMPLETION_BUDGET), which bounds
+    /// how many recoveries can lose them before the device is declared fatal. When every
+    /// attempt leaves the QP in SQE the result is [`DriverError::SendQueueNotRecovered`]; the
+    /// software state stays SQE (see [`Qp::finish_recovery`]), so a later recovery starts a
+    /// new round.
+    pub(crate) fn run(&self, dev: &Dev) -> Result<(), SqRecoveryFailed> {
+        let mut attempt = 1;
+        loop {
+            let Err(err) = dev.exec(&Sqerr2RtsQp(self.modify)) else {
+                return Ok(());
+            };
+            let refused = matches!(err, DriverError::CommandFailed { .. });
+            if !outcome_unknown(&err) && !refused {
+                return Err(SqRecoveryFailed::new(err));
+            }
+            let qpn = format!("{:#x}", self.qpn);
+            match dev.exec(&QueryQp { qpn: self.qpn }) {
+                Ok(out) if out.ctx.state == QpState::Rts => {
+                    tracing::warn!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}); QUERY_QP says RTS: recovered"
+                    );
+                    return Ok(());
+                }
+                Ok(out) if out.ctx.state == QpState::Sqer && attempt < SQERR2RTS_ATTEMPTS => {
+                    tracing::warn!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}); QUERY_QP says SQE, so it did not take \
+                         effect: issuing it again ({} of {SQERR2RTS_ATTEMPTS})",
+                        attempt + 1
+                    );
+                    attempt += 1;
+                }
+                Ok(out) if out.ctx.state == QpState::Sqer => {
+                    tracing::error!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}); QUERY_QP says SQE after every attempt: \
+                         the send queue stays stopped"
+                    );
+                    return Err(SqRecoveryFailed::new(DriverError::SendQueueNotRecovered {
+                        qp: format!("{:?}", self.kind),
+                        qpn: self.qpn,
+                        attempts: attempt,
+                        last: Box::new(err),
+                    }));
+                }
+                Ok(out) => {
+                    tracing::error!(
+                        qp = ?self.kind, qpn = %qpn, attempt, state = ?out.ctx.state,
+                        "SQERR2RTS failed ({err}); the QP is neither in RTS nor in SQE"
+                    );
+                    return Err(SqRecoveryFailed {
+                        err,
+                        qp_in_error: out.ctx.state == QpState::Err,
+                    });
+                }
+                Err(q) => {
+                    tracing::error!(
+                        qp = ?self.kind, qpn = %qpn, attempt,
+                        "SQERR2RTS failed ({err}) and QUERY_QP failed too ({q})"
+                    );
+                    return Err(SqRecoveryFailed::new(err));
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -901,6 +973,7 @@ mod tests {
             recvs: VecDeque::new(),
             state: SwState::Rts,
             recovered_at: None,
+            recovering: false,
             bf: BfReg::new(0x2000, 0, 9),
             lkey: 0x100,
             av_cache: None,
@@ -1049,9 +1122,10 @@ mod tests {
         };
         q.complete_send(0, &e).unwrap();
         assert_eq!(q.state, SwState::SqError);
-        // SQERR2RTS, as `recover` does, then the flush of the second send is polled.
-        q.state = SwState::Rts;
-        q.recovered_at = Some(q.sq_head as u16);
+        // A recovery whose SQERR2RTS went through, then the flush of the second send is
+        // polled.
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.finish_recovery(Ok(())).unwrap();
         let f = CqeKind::SendErr {
             syndrome: CqeSyndrome::WR_FLUSHED_ERR,
             vendor_err: 0,
@@ -1065,6 +1139,64 @@ mod tests {
         let wc = q.complete_send(4, &f).unwrap();
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         assert_eq!(q.state, SwState::SqError);
+    }
+
+    #[test]
+    fn a_recovery_brings_back_only_a_queue_still_in_sqe_and_refuses_posts_meanwhile() {
+        let stopped = || {
+            let (pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+            q.post_send(&bar, &wr(0, None)).unwrap();
+            let e = CqeKind::SendErr {
+                syndrome: CqeSyndrome(0x04),
+                vendor_err: 0x33,
+            };
+            q.complete_send(0, &e).unwrap();
+            (pool, rec, bar, q)
+        };
+        let fail = |qp_in_error| SqRecoveryFailed {
+            err: DriverError::Closed,
+            qp_in_error,
+        };
+
+        // Nothing to do in RTS.
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        assert!(q.begin_recovery().unwrap().is_none());
+        assert!(!q.recovering);
+
+        // While the commands run (without the lock), sends are refused, receives taken.
+        let (_pool, _rec, bar, mut q) = stopped();
+        let job = q.begin_recovery().unwrap().expect("a recovery to run");
+        assert_eq!((job.qpn, q.recovering), (0x48, true));
+        assert!(matches!(
+            q.post_send(&bar, &wr(0, None)),
+            Err(PostError::SendQueueError(_))
+        ));
+        q.post_recv(&recv(296, 1)).unwrap();
+        q.finish_recovery(Ok(())).unwrap();
+        assert_eq!((q.state, q.recovering), (SwState::Rts, false));
+        assert_eq!(q.recovered_at, Some(2), "the first WQE after the recovery");
+        q.post_send(&bar, &wr(0, None)).unwrap();
+
+        // The QP went to ERR while the commands ran (a receive error): it stays there.
+        let (_pool, _rec, _bar, mut q) = stopped();
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.state = SwState::Error;
+        assert!(matches!(
+            q.finish_recovery(Ok(())),
+            Err(DriverError::DeviceUnsupported { .. })
+        ));
+        assert_eq!((q.state, q.recovering), (SwState::Error, false));
+
+        // Commands that failed leave SQE for a later attempt, or ERR when QUERY_QP said so.
+        for (qp_in_error, after) in [(false, SwState::SqError), (true, SwState::Error)] {
+            let (_pool, _rec, _bar, mut q) = stopped();
+            assert!(q.begin_recovery().unwrap().is_some());
+            assert!(matches!(
+                q.finish_recovery(Err(fail(qp_in_error))),
+                Err(DriverError::Closed)
+            ));
+            assert_eq!((q.state, q.recovering), (after, false));
+        }
     }
 
     #[test]

@@ -79,7 +79,8 @@ pub mod field {
     pub const LOG_MAX_RA_REQ_QP: Field = Field::new("log_max_ra_req_qp", 0x14a, 6);
     /// `gid_table_size`: GID table entries per port.
     pub const GID_TABLE_SIZE: Field = Field::new("gid_table_size", 0x170, 16);
-    /// `pkey_table_size`: P_Key table size as a code: entries = 128 << code, code 0..=5 (see [`pkey_table_entries`]).
+    /// `pkey_table_size`: P_Key table size as a code: entries = 128 << code, code 0..=5 (see
+    /// [`pkey_table_entries`]).
     pub const PKEY_TABLE_SIZE: Field = Field::new("pkey_table_size", 0x190, 16);
     /// `port_type`: Port type: 0 IB, 1 Ethernet (`MLX5_CAP_PORT_TYPE_*`).
     pub const PORT_TYPE: Field = Field::new("port_type", 0x1b6, 2);
@@ -413,7 +414,8 @@ impl HcaCaps {
         self.set(field::GID_TABLE_SIZE, value)
     }
 
-    /// `pkey_table_size`: P_Key table size as a code: entries = 128 << code, code 0..=5 (see [`pkey_table_entries`]).
+    /// `pkey_table_size`: P_Key table size as a code: entries = 128 << code, code 0..=5 (see
+    /// [`pkey_table_entries`]).
     pub fn pkey_table_size(&self) -> u32 {
         self.rd(field::PKEY_TABLE_SIZE)
     }

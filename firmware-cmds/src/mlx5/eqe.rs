@@ -42,7 +42,7 @@ pub mod off {
     pub const CQ_ERR_SYNDROME: usize = 0x2b;
     /// Port change: `port` (u8, port number in bits [7:4]).
     pub const PORT: usize = 0x28;
-    /// Page request: `ec_function` (BE16).
+    /// Page request: the `ec_function` word (BE16; bits in [`super::page_req`]).
     pub const PAGE_REQ_EC_FUNCTION: usize = 0x20;
     /// Page request: `func_id` (BE16).
     pub const PAGE_REQ_FUNC_ID: usize = 0x22;
@@ -187,6 +187,16 @@ pub fn eq_doorbell_value(ci: u32, eqn: u8) -> u32 {
     (ci & 0x00ff_ffff) | (u32::from(eqn) << 24)
 }
 
+/// Bits of a page request's `ec_function` word (the kernel's `pagealloc.c`,
+/// `req_pages_handler`).
+pub mod page_req {
+    /// The request is for the embedded-CPU function's host PF (`EC_FUNCTION_MASK`).
+    pub const EC_FUNCTION: u16 = 0x8000;
+    /// Give back every page of the function at once (`RELEASE_ALL_PAGES_MASK`); only sent
+    /// to a driver that set `release_all_pages` in its capabilities.
+    pub const RELEASE_ALL_PAGES: u16 = 0x4000;
+}
+
 /// The typed payload of an EQE, by event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EqeEvent {
@@ -202,7 +212,7 @@ pub enum EqeEvent {
     },
     /// PAGE_REQUEST.
     PageRequest {
-        /// `ec_function`.
+        /// The `ec_function` word as written: test its bits with [`page_req`].
         ec_function: u16,
         /// Function concerned.
         function_id: u16,

@@ -709,6 +709,7 @@ impl PortShared {
             fc_counted: false,
             // The TID is the transfer's: kept as it is, like a response's.
             is_response: true,
+            local: false,
         };
         self.enqueue(match self.ring(SpecialQp::Gsi) {
             Some(ring) => ring.record(mad, build),

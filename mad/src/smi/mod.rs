@@ -9,6 +9,14 @@
 //!   `HcaPort::process_mad` (MAD_IFC), and the progress loop delivers a *local completion* in
 //!   the kernel's order: the answer to the agent first (as the response to that send), then
 //!   the send's one completion, SUCCESS.
+//! - **Local requests for another agent**: a local request the SMA does not take (SMInfo, for
+//!   one), sent with a response timeout while an agent of this port is registered for it,
+//!   takes a send slot and a TID naming it like a wire request, and goes to that agent instead
+//!   of the wire. The agent's answer comes back through the send rules as a local SMP and is
+//!   matched to the slot; the send then completes as a wire request does: answer, then
+//!   SUCCESS; or RESP_TIMEOUT_ERR; or WR_FLUSH_ERR when canceled or deregistered. The kernel
+//!   instead completes it SUCCESS at once and routes the answer by the TID's `hi_tid` to the
+//!   requester (see `PortShared::is_local_request_for_an_agent`).
 //! - **Receiving** ([`rules::incoming`], `handle_ib_smi`): a directed-route SMP from the wire
 //!   passes the receive rules (ReturnPath, hop pointer) before anything else looks at it; one
 //!   at the end of its path (`hp == hc + 1`) goes to the port's SMA like any SMP, and a
@@ -174,19 +182,32 @@ impl Port {
     }
 }
 
+/// Where `Agent::send` takes a send after the SMI's look at it ([`PortShared::smi_send`]).
+pub(crate) enum SmiRoute {
+    /// An ordinary send, on the wire (a directed-route SMP with its hop pointer moved).
+    Wire,
+    /// Handled by the port itself: its completion comes from the local completions.
+    Done(SendId),
+    /// A request for another agent of this port that awaits its answer: it takes a send slot
+    /// like a wire request (`Pending::local`), is handed to that agent instead of posted
+    /// ([`PortShared::smi_local_installed`]), and completes as a wire request does.
+    LocalRequest,
+}
+
 impl PortShared {
     /// `Agent::send`'s hook for directed-route SMPs: apply the send rules to `mad` (a
     /// directed-route SMP of one MAD, 256 bytes: the record's copy, zero-padded), refuse what
-    /// they discard, and take a local SMP off the wire as send `id`. `Ok(None)`: an ordinary
-    /// send, on the wire (with its hop pointer moved).
+    /// they discard, and take a local SMP off the wire as send `id`; a local request another
+    /// agent of the port takes, with a timeout, becomes [`SmiRoute::LocalRequest`].
     pub(crate) fn smi_send(
         &self,
         agent: &Arc<AgentInner>,
         mad: &mut [u8],
         dest: &UdDest,
         context: u64,
+        timeout_ms: u32,
         id: SendId,
-    ) -> Result<Option<SendId>, MadError> {
+    ) -> Result<SmiRoute, MadError> {
         let cells = &self.smi.cells;
         match rules::outgoing(mad, false, self.port_num) {
             Err(reason) => {
@@ -199,10 +220,63 @@ impl PortShared {
             }
             Ok(Outgoing::Wire) => {
                 bump(&cells.sent);
-                Ok(None)
+                Ok(SmiRoute::Wire)
             }
-            Ok(Outgoing::Local) => self.smi_local(agent, mad, dest, context, id).map(Some),
+            Ok(Outgoing::Local) if timeout_ms > 0 && self.is_local_request_for_an_agent(mad) => {
+                bump(&cells.local);
+                Ok(SmiRoute::LocalRequest)
+            }
+            Ok(Outgoing::Local) => self
+                .smi_local(agent, mad, dest, context, id)
+                .map(SmiRoute::Done),
         }
+    }
+
+    /// Whether the local SMP `mad` (256 bytes, past the send rules) is a request the port's
+    /// SMA does not take and an agent of this port is registered for. The kernel completes
+    /// such a send at once with SUCCESS, hands the request to that agent (`find_mad_agent` in
+    /// `handle_outgoing_dr_smp`, then `local_completions`), and routes the agent's answer to
+    /// the requester by the TID's upper half, its `hi_tid` (drivers/infiniband/core/mad.c).
+    /// Here the upper half names a send slot, so the request takes one, and then completes
+    /// as a wire request: after its answer (delivered as its response), or with
+    /// RESP_TIMEOUT_ERR. Unlike the kernel's, it does wait (and may time out, be canceled or
+    /// be flushed at deregistration), which a umad reader needs: it is told of every request
+    /// with a timeout, by its answer or by ETIMEDOUT.
+    fn is_local_request_for_an_agent(&self, mad: &[u8]) -> bool {
+        let Ok(hdr) = Mad::new_checked(mad) else {
+            return false;
+        };
+        let dr_slid = Smp::new_checked(mad).map_or(PERMISSIVE_LID, |s| s.dr_slid());
+        !hdr.is_response()
+            && recv_rules::local_agent(&hdr, dr_slid) == LocalAgent::Pass
+            && self
+                .agents_read()
+                .lookup(hdr.class_version(), hdr.mgmt_class(), hdr.method(), 0)
+                .is_some()
+    }
+
+    /// The drainer's hook for a local request (`SmiRoute::LocalRequest`) now in its slot,
+    /// its TID rewritten: its work request `wr_id` completes in software at once (it took no
+    /// send queue entry), as a posted one would, which moves the send to wait for its answer;
+    /// and the request goes to the agent it is for as a received SMP (the progress loop's
+    /// local completions).
+    pub(crate) fn smi_local_installed(
+        &self,
+        qp: SpecialQp,
+        wr_id: u64,
+        mad: &[u8],
+        pkey_index: u16,
+    ) {
+        let mut m = [0u8; MAD_LEN];
+        let len = mad.len().min(MAD_LEN);
+        m[..len].copy_from_slice(&mad[..len]);
+        self.soft_completion(qp, wr_id, WcStatus::Success, 0, false);
+        lock(&self.smi.local).push_back(Local {
+            send: None,
+            outcome: LocalOutcome::Incoming(Box::new(m)),
+            pkey_index,
+        });
+        self.notify_all();
     }
 
     /// A directed-route SMP for this port itself: the port's SMA answers it now (the sender's

@@ -305,3 +305,147 @@ fn smps_arriving_are_answered_along_the_return_path_or_discarded() {
     assert_eq!(k.recv_discards.get(SmiDiscard::NotASwitch), 1);
     r.assert_clean();
 }
+
+/// Agent A's 0-hop SMInfo Get, which the port's SMA does not take, handed to the SM agent
+/// registered for it; returns the request as the SM agent got it.
+fn local_request_to_the_sm(r: &Rig, a: &Agent, sm: &Agent) -> (crate::SendId, crate::RecvMad) {
+    r.fake
+        .set_process_mad(|_| panic!("SMInfo is not the SMA's (mlx5 process_mad)"));
+    let id = a
+        .send(
+            crate::SendRequest::new(
+                dr_get(&[], attr_id::sm::SM_INFO, 0x77),
+                UdDest::DIRECTED_ROUTE,
+            )
+            .timeout_ms(100)
+            .context(3),
+        )
+        .expect("accepted");
+    let ev = r.collect(sm, Duration::from_millis(5));
+    assert_eq!(ev.len(), 1, "the request, nothing else: {ev:?}");
+    let Event::Recv(req) = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(req.response_to, None);
+    assert_eq!(req.header().attr_id(), attr_id::sm::SM_INFO);
+    assert_eq!(
+        req.header().tid() & 0xFFFF_FFFF,
+        0x77,
+        "the client's half of the TID"
+    );
+    (id, (**req).clone())
+}
+
+/// A local request another agent of the port answers gets that answer as its response, then
+/// its one completion (as a wire send with a response), and nothing is dropped. The kernel
+/// routes such an answer to the requester by the TID's upper half (`find_mad_agent`, hi_tid);
+/// here the upper half names the request's send slot.
+#[test]
+fn a_local_request_answered_by_another_agent_gets_that_answer() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (id, req) = local_request_to_the_sm(&r, &a, &sm);
+    let mut resp = req.mad;
+    resp[3] = method::GET_RESP;
+    resp[4] |= 0x80;
+    resp[64] = 0xC1;
+    let reply = sm
+        .send(crate::SendRequest::new(
+            resp.to_vec(),
+            req.addr.reply_dest(),
+        ))
+        .expect("the SM's answer is accepted");
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(ev.len(), 2, "the answer, then the completion: {ev:?}");
+    let Event::Recv(got) = &ev[0] else {
+        panic!("the answer comes first: {ev:?}")
+    };
+    assert_eq!(got.mad[64], 0xC1);
+    assert_eq!(got.response_to.map(|s| (s.id, s.context)), Some((id, 3)));
+    let Event::Send(done) = &ev[1] else {
+        panic!("then the completion: {ev:?}")
+    };
+    assert_eq!((done.id, done.status), (id, WcStatus::Success));
+    assert_eq!(done.tid & 0xFFFF_FFFF, 0x77);
+    let sm_ev = r.collect(&sm, Duration::from_millis(2));
+    assert!(
+        matches!(&sm_ev[..], [Event::Send(c)] if c.id == reply && c.status == WcStatus::Success),
+        "{sm_ev:?}"
+    );
+    let c = r.port.counters();
+    assert_eq!(c.responses, 1);
+    assert_eq!(c.drops.total(), 0, "{:?}", c.drops);
+    assert!(r.fake.sent().is_empty(), "nothing on the wire");
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// A local request the other agent never answers completes once, with RESP_TIMEOUT_ERR after
+/// its timeout (not at once with SUCCESS: the kernel completes a local send at once, which
+/// leaves a umad reader waiting for an answer that never comes).
+#[test]
+fn a_local_request_nobody_answers_times_out_once() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (id, _) = local_request_to_the_sm(&r, &a, &sm);
+    assert!(
+        r.collect(&a, Duration::from_millis(80)).is_empty(),
+        "nothing before its timeout"
+    );
+    let ev = r.collect(&a, Duration::from_millis(100));
+    assert!(
+        matches!(&ev[..], [Event::Send(c)] if c.id == id && c.status == WcStatus::RespTimeoutErr),
+        "{ev:?}"
+    );
+    assert_eq!(r.port.counters().timeouts, 1);
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// Cancel reaches a local request waiting for its answer as it reaches a wire send: one
+/// completion, WR_FLUSH_ERR, and the late answer is dropped.
+#[test]
+fn a_local_request_waiting_for_its_answer_can_be_canceled() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (id, req) = local_request_to_the_sm(&r, &a, &sm);
+    a.cancel(id).expect("outstanding");
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(
+        matches!(&ev[..], [Event::Send(c)] if c.id == id && c.status == WcStatus::WrFlushErr),
+        "{ev:?}"
+    );
+    let mut resp = req.mad;
+    resp[3] = method::GET_RESP;
+    resp[4] |= 0x80;
+    sm.send(crate::SendRequest::new(
+        resp.to_vec(),
+        req.addr.reply_dest(),
+    ))
+    .expect("accepted");
+    assert!(r.collect(&a, Duration::from_millis(5)).is_empty());
+    assert_eq!(r.port.counters().responses, 0);
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// Deregistering the requester while its local request waits for the answer finishes that
+/// send once (WR_FLUSH_ERR) and leaves no slot held.
+#[test]
+fn deregistering_a_requester_finishes_its_waiting_local_request() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let _ = local_request_to_the_sm(&r, &a, &sm);
+    assert_eq!(a.outstanding(), 1);
+    a.deregister();
+    assert_eq!(r.port.counters().completed.get(WcStatus::WrFlushErr), 1);
+    sm.deregister();
+    r.assert_clean();
+}

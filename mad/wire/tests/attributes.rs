@@ -13,7 +13,7 @@ use mad_wire::attr::multicast_forwarding_table::{
 };
 use mad_wire::attr::node_description::{NodeDescription, NodeDescriptionRepr};
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
-use mad_wire::attr::notice::{BadMkey, BadMkeyRoute, Notice, NoticeRepr};
+use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask};
@@ -542,6 +542,68 @@ fn trap_256_notice_is_laid_out_as_the_kernel_sma_sends_it() {
     NoticeRepr::bad_mkey(2, 9, &long).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
     assert_eq!(out[33], 0x80 | 0x40 | 0x1E);
     assert_eq!(out[34..64], [7u8; 30]);
+}
+
+#[test]
+fn traps_257_and_258_are_laid_out_as_the_kernel_sma_sends_them() {
+    // Kernel and OpenSM ntc_257_258: reserved 2, LIDADDR1 2, LIDADDR2 2, Key 4, SL (4 bits) /
+    // reserved 4 / QP1 24, reserved 8 / QP2 24, GIDADDR1 16, GIDADDR2 16; at Notice byte 10 + n.
+    // The kernel (`qib_bad_pqkey`) writes a P_Key as a 32-bit Key, so it sits in Key's low half.
+    let mut gid1 = [0u8; 16];
+    gid1[0] = 0xFE;
+    gid1[15] = 0x01;
+    let mut gid2 = [0u8; 16];
+    gid2[0] = 0xFE;
+    gid2[15] = 0x02;
+    let packet = BadKey {
+        lid1: 0x0102,
+        lid2: 0x0304,
+        key: 0x0000_8001,
+        sl: 0x3,
+        qp1: 0xAB_CDEF,
+        qp2: 0x01,
+        gid1,
+        gid2,
+    };
+    let mut expected = [0u8; 64];
+    expected[..28].copy_from_slice(&[
+        0x82, // IsGeneric 1 / Type 2 (Security)
+        0x00, 0x00, 0x01, // ProducerType: CA
+        0x01, 0x01, // TrapNumber 257
+        0x00, 0x07, // IssuerLID
+        0x00, 0x00, // NoticeToggle 0 / NoticeCount 0
+        0x00, 0x00, // reserved
+        0x01, 0x02, // LIDADDR1
+        0x03, 0x04, // LIDADDR2
+        0x00, 0x00, 0x80, 0x01, // Key: the P_Key
+        0x30, 0xAB, 0xCD, 0xEF, // SL 3, QP1
+        0x00, 0x00, 0x00, 0x01, // QP2
+    ]);
+    expected[28] = 0xFE;
+    expected[43] = 0x01;
+    expected[44] = 0xFE;
+    expected[59] = 0x02;
+    let mut out = [0xFFu8; 64];
+    NoticeRepr::bad_pkey(1, 7, &packet).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, expected);
+
+    // Trap 258 from a switch: the Q_Key fills Key; QP numbers keep their 24 bits only.
+    let qkey = BadKey {
+        key: 0x8001_0001,
+        sl: 0x1F,
+        qp1: 0xFF00_0001,
+        qp2: 0xFF00_0001,
+        ..packet
+    };
+    expected[3] = 0x02;
+    expected[5] = 0x02;
+    expected[16..28].copy_from_slice(&[
+        0x80, 0x01, 0x00, 0x01, // Key: the Q_Key
+        0xF0, 0x00, 0x00, 0x01, // SL 15 (4 bits), QP1 1
+        0x00, 0x00, 0x00, 0x01, // QP2 1
+    ]);
+    NoticeRepr::bad_qkey(2, 7, &qkey).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, expected);
 }
 
 #[test]

@@ -18,9 +18,9 @@
 //!   by the first port on its way whose own LID range holds the DLID (a switch's is port
 //!   0's), as in hardware. `lid_owner(dlid)` names the port holding a LID for tools; an SM
 //!   moving LIDs may leave a LID with two holders for a while ([`Fabric::assign_lid`]).
-//! * The SMA's per-port state is [`Port::state`] (PortState, PhysState, M_Key, SM LID, ...)
-//!   and [`Port::enabled`]; change LIDs only through [`Fabric::set_lid`] or
-//!   [`Fabric::assign_lid`], which keep `lid_owner` in step. Cables never change; a link taken down is a state (PhysState
+//! * The SMA's per-port state is [`Port::state`] (PortState, PhysState, M_Key, SM LID, ...) and
+//!   [`Port::enabled`]; change LIDs only through [`Fabric::set_lid`] or [`Fabric::assign_lid`],
+//!   which keep `lid_owner` in step. Cables never change; a link taken down is a state (PhysState
 //!   Disabled or Polling, PortState Down), and forwarding should check it as ibsim does.
 //! * Switch state is [`SwitchState`]: SwitchInfo fields, and the LFT and MFT, which grow as the
 //!   SM programs them (48K LIDs at most, ibsim 0.12's LinearFDBCap).

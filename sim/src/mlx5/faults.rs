@@ -8,6 +8,7 @@
 //! | [`Mlx5Faults::cqe_delay`], [`Mlx5Faults::cq_cqe_delay`] | CQEs are written that much later (by the scheduler), in order |
 //! | [`Mlx5Faults::send_completion_delay`] | a QP's send completions are generated that much later, without holding back other CQEs (a looped-back response can complete first) |
 //! | [`Mlx5Faults::catastrophic`] | the health buffer shows the syndrome (and RFR); commands and doorbells are no longer processed |
+//! | [`Mlx5Faults::report_syndrome`] | the health buffer shows the syndrome without RFR; the device keeps working |
 //! | [`Mlx5Faults::stop_health_counter`] | the health counter stops changing |
 //! | [`Mlx5Faults::fw_ver_unreachable`] | the health buffer's `fw_ver` reads all-ones |
 //! | [`Mlx5Faults::remove`] | every register and config read returns all-ones, writes are ignored, DMA stops |
@@ -241,6 +242,16 @@ impl Mlx5Faults<'_> {
     /// until a function reset.
     pub fn catastrophic(&self, synd: HealthSyndrome, recovery_required: bool) {
         self.inner.with(|st| st.fatal(synd, recovery_required));
+    }
+
+    /// A health report the firmware keeps running through: the health buffer shows `synd`
+    /// (severity 4, warning) without the recovery-flow-required bit, and commands and
+    /// doorbells go on being processed.
+    pub fn report_syndrome(&self, synd: HealthSyndrome) {
+        self.inner.with(|st| {
+            st.health.synd = synd.0;
+            st.health.rfr_severity = 0x08 | 0x4;
+        });
     }
 
     /// Stops (or restarts) the health counter; a stopped counter is what a hung firmware

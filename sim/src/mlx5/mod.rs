@@ -8,8 +8,8 @@
 //!   mailboxes, tokens, signatures and the delivery and command statuses firmware gives
 //!   (`exec` has the command set); firmware pages (`pages`) are asked for at boot, at
 //!   INIT_HCA and at run time.
-//! * EQs (`eq`), CQs (`cq`) and QP0/QP1/UD QPs (`qp`) live in driver memory; sends
-//!   (`send`) become [`Packet`](crate::packet::Packet)s on the port's [`PortLink`], packets the fabric delivers
+//! * EQs (`eq`), CQs (`cq`) and QP0/QP1/UD QPs (`qp`) live in driver memory; sends (`send`) become
+//!   [`Packet`](crate::packet::Packet)s on the port's [`PortLink`], packets the fabric delivers
 //!   (`recv`) land in receive queues.
 //! * Every DMA goes through the device's [`SimIommu`]; an IOMMU fault means a driver bug and is
 //!   recorded there for the test to see.

@@ -16,8 +16,8 @@ use super::counters::Counters;
 use super::counters::DropReason;
 use super::faults::WqeQueue;
 use super::qp::Qp;
-use super::state::{State, WQE_SCRATCH, pkey_match};
-use crate::packet::Packet;
+use super::state::{State, WQE_SCRATCH};
+use crate::packet::{Packet, pkey_match};
 
 /// Bytes a UD receive consumes: the GRH area and the MAD.
 const RECV_LEN: usize = GRH_LEN + 256;

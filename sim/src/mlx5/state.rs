@@ -29,6 +29,7 @@ use super::pages::Pages;
 use super::qp::Qp;
 use crate::idmap::IdTable;
 use crate::link::PortSnapshot;
+use crate::packet::pkey_match;
 use crate::sched::Scheduler;
 
 /// The HCA's life cycle as the commands move it.
@@ -96,11 +97,6 @@ impl PortView {
     pub(crate) fn accepts(&self, pkey: u16) -> bool {
         self.pkeys.iter().any(|&p| pkey_match(p, pkey))
     }
-}
-
-/// IBA P_Key matching: same partition and not both limited members.
-pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
-    a & 0x7fff != 0 && a & 0x7fff == b & 0x7fff && (a | b) & 0x8000 != 0
 }
 
 /// Work for the caller to do after unlocking.
@@ -664,20 +660,5 @@ pub(crate) fn event_type(ev: &EqeEvent) -> EventType {
         EqeEvent::PortChange { .. } => EventType::PORT_CHANGE,
         EqeEvent::CqError { .. } => EventType::CQ_ERROR,
         EqeEvent::QueueEvent { event, .. } | EqeEvent::Other { event, .. } => event,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pkey_matching_follows_membership() {
-        assert!(pkey_match(0xffff, 0xffff));
-        assert!(pkey_match(0xffff, 0x7fff));
-        assert!(pkey_match(0x7fff, 0xffff));
-        assert!(!pkey_match(0x7fff, 0x7fff), "two limited members");
-        assert!(!pkey_match(0x8001, 0x8002));
-        assert!(!pkey_match(0x8000, 0x8000), "the invalid P_Key");
     }
 }

@@ -32,6 +32,12 @@ pub enum DropReason {
     NoTaker,
     /// It went round more hops than any path can have (an LFT loop).
     HopLimit,
+    /// A GMP reached a simulated node's agents with a P_Key that matches no entry of the end
+    /// port's P_Key table: counted in PortInfo:P_KeyViolations, trap 257.
+    BadPkey,
+    /// A GMP reached QP1 of a simulated node's agents with a Q_Key other than 0x80010000:
+    /// counted in PortInfo:Q_KeyViolations, trap 258.
+    BadQkey,
 }
 
 /// Drops counted per reason since the network started.

@@ -9,7 +9,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use mad_wire::attr::notice::{BadMkey, BadMkeyRoute, Notice, NoticeRepr};
+use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr};
 use mad_wire::attr::port_info::cap_mask;
 use mad_wire::smp::{Smp, SmpRepr, SmpRoute};
 use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
@@ -17,7 +17,7 @@ use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
 use super::drops::{DropCounts, DropReason};
 use super::fault::{Faults, Verdict};
 use super::smi::{self, DrAction};
-use crate::fabric::sma::{Agents, Effect, Reply, Silent, Sma};
+use crate::fabric::sma::{Agents, Effect, KeyViolation, QP1_QKEY, Reply, Silent, Sma};
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::idmap::IdKeyMap;
@@ -28,8 +28,6 @@ use crate::sched::Task;
 /// Most links one packet (with its response) may cross: two full 63-hop directed routes,
 /// with room to spare; an LFT loop ends here.
 const MAX_CROSSINGS: u32 = 256;
-/// The Q_Key of QP1 (IBA 13.5.3.1), carried by GSI responses.
-pub const QP1_QKEY: u32 = 0x8001_0000;
 /// The default P_Key, carried by packets the network makes (traps).
 const DEFAULT_PKEY: u16 = 0xFFFF;
 
@@ -309,6 +307,25 @@ impl NetState {
     /// The agents of `node` take `pkt`, which entered by `q`; their response goes back.
     fn answer(&mut self, node: NodeId, q: PortId, mut pkt: Packet) -> Next {
         let qnum = self.fabric.port(q).num();
+        let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
+        // The end port the agents answer for: a switch's port 0, a CA's own port.
+        let own = if is_switch {
+            self.fabric.port_id(node, 0).expect("a switch has port 0")
+        } else {
+            q
+        };
+        if !pkt.vl15 {
+            let checked = self
+                .sma()
+                .check_gmp_keys(own, pkt.pkey, pkt.dst_qp, pkt.qkey);
+            if let Err(v) = checked {
+                self.trap_bad_key(own, v, &pkt);
+                return self.dropped(match v {
+                    KeyViolation::Pkey => DropReason::BadPkey,
+                    KeyViolation::Qkey => DropReason::BadQkey,
+                });
+            }
+        }
         match self.sma().process(node, qnum, &mut pkt.mad, false) {
             Reply::Respond => {}
             Reply::Consumed(Silent::MkeyViolation) => {
@@ -317,13 +334,7 @@ impl NetState {
             }
             Reply::Consumed(_) | Reply::PassUp => return self.dropped(DropReason::NoTaker),
         }
-        let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
         let request_dlid = pkt.dlid;
-        let own = if is_switch {
-            self.fabric.port_id(node, 0).expect("a switch has port 0")
-        } else {
-            q
-        };
         let slid = if request_dlid == PERMISSIVE_LID {
             if pkt.mad[1] == class::SUBN_DIRECTED_ROUTE {
                 PERMISSIVE_LID
@@ -508,6 +519,34 @@ impl NetState {
             directed,
         };
         self.send_trap(mgmt, |lid| NoticeRepr::bad_mkey(node_type, lid, &info));
+    }
+
+    /// Trap 257 (Bad P_Key) or 258 (Bad Q_Key) from the SMA whose end port `mgmt` (a switch's
+    /// port 0, a CA's port) dropped the GMP `pkt`: LIDADDR1/QP1 its sender, LIDADDR2/QP2 its
+    /// destination, its SL, the key it carried, and the GIDs of its GRH if it had one.
+    fn trap_bad_key(&mut self, mgmt: PortId, v: KeyViolation, pkt: &Packet) {
+        let node_type = self.fabric.node(self.fabric.port(mgmt).node()).kind() as u32;
+        let (gid1, gid2) = pkt
+            .grh
+            .as_ref()
+            .map_or(([0; 16], [0; 16]), |g| (g.sgid, g.dgid));
+        let info = BadKey {
+            lid1: pkt.slid,
+            lid2: pkt.dlid,
+            key: match v {
+                KeyViolation::Pkey => u32::from(pkt.pkey),
+                KeyViolation::Qkey => pkt.qkey,
+            },
+            sl: pkt.sl,
+            qp1: pkt.src_qp,
+            qp2: pkt.dst_qp,
+            gid1,
+            gid2,
+        };
+        self.send_trap(mgmt, |lid| match v {
+            KeyViolation::Pkey => NoticeRepr::bad_pkey(node_type, lid, &info),
+            KeyViolation::Qkey => NoticeRepr::bad_qkey(node_type, lid, &info),
+        });
     }
 
     /// Trap 128 (IBA 14.3.3, `NoticeRepr::port_state_change`) from the SMA of switch `node` to

@@ -18,6 +18,9 @@
 //!   [`PortLink::local_mad`]). At a simulated node (a switch, or a CA with no device), its SMA
 //!   (QP0, classes 0x01 and 0x81) or PMA (QP1, class 0x04) answers, and the answer is routed
 //!   back; other GSI classes get 0x000C for a Get or Set, as the kernel answers unclaimed MADs.
+//!   A GMP reaching a simulated node passes the P_Key check of the node's end port (a
+//!   switch's port 0, the CA's port) and, for QP1, the Q_Key check first: a failure drops it,
+//!   counts P_KeyViolations or Q_KeyViolations, and sends trap 257 or 258.
 //! - [`PortLink::local_mad`] is MAD_IFC: the SMA or PMA of the device's node answers for the
 //!   device's port, synchronously, at once.
 //! - [`PortLink::port_info`] is the port's state as its SMA holds it;
@@ -26,7 +29,8 @@
 //!   the device as [`PortSink::port_changed`].
 //! - VL15 carries SMPs only (to and from QP0); anything else on VL15, or an SMP elsewhere, is
 //!   dropped at the port it enters.
-//! - Traps: the SMAs send traps 128, 144 and 256 (see [`crate::fabric::sma`]) LID-routed to
+//! - Traps: the SMAs send traps 128, 144, 256, 257 and 258 (see [`crate::fabric::sma`],
+//!   which also says why 129-131, 145 and 259 are never sent) LID-routed to
 //!   their MasterSMLID, from a switch by its LFT, from a CA out of its port; a CA port whose
 //!   SM is its own host turns the trap round to its device, as ibsim hands such a trap to the
 //!   SM client on that port.
@@ -78,13 +82,13 @@ use std::time::Duration;
 
 pub use self::attach::AttachedPort;
 pub use self::drops::{DropCounts, DropReason};
-pub use self::engine::QP1_QKEY;
 use self::engine::{Attachment, NetState};
 pub use self::error::NetError;
 pub use self::fault::Fault;
 use crate::fabric::builder::{FabricBuilder, NodeSpec};
 use crate::fabric::pma::PortCounters;
 use crate::fabric::rate::ActiveRates;
+pub use crate::fabric::sma::QP1_QKEY;
 use crate::fabric::sma::Sma;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};

@@ -39,8 +39,8 @@ use crate::EngineError;
 
 /// libibnetdisc's SMPs on the wire (`DEFAULT_MAX_SMP_ON_WIRE`).
 pub const LIBIBNETDISC_WINDOW: usize = 2;
-/// The default window on the simulator: enough SMPs in flight to keep the device and the MAD layer busy
-/// (see the README's bench figures), well under the MAD layer's 128 solicited SMPs per agent.
+/// The default window on the simulator: enough SMPs in flight to keep the device and the MAD layer
+/// busy (see the README's bench figures), well under the MAD layer's 128 solicited SMPs per agent.
 pub const DEFAULT_WINDOW: usize = 32;
 /// The default window on hardware: OpenSM's 4 (`max_wire_smps`). VL15 has no flow control, so
 /// a real switch drops SMPs that come faster than its SMA answers them; the simulator's do not.
@@ -62,8 +62,8 @@ pub const DEFAULT_RETRIES: u32 = 3;
 /// The most retries after a timeout that discover and bench accept: with the longest sane
 /// timeout, more would only hide a dead node for hours.
 pub const MAX_RETRIES: u32 = 100;
-/// Mellanox ExtendedPortInfo's LinkSpeedActive byte (libibmad `IB_MLNX_EXT_PORT_LINK_SPEED_ACTIVE_F`,
-/// bits 120..128) and its FDR10 bit.
+/// Mellanox ExtendedPortInfo's LinkSpeedActive byte (libibmad
+/// `IB_MLNX_EXT_PORT_LINK_SPEED_ACTIVE_F`, bits 120..128) and its FDR10 bit.
 const EPI_SPEED_ACTIVE: usize = 15;
 const EPI_FDR10: u8 = 0x01;
 /// LinkSpeedActive value of QDR.

@@ -104,6 +104,28 @@ pub struct BadMkey {
     pub directed: Option<BadMkeyRoute>,
 }
 
+/// What a trap 257 (Bad P_Key) or 258 (Bad Q_Key) reports about the packet that failed the
+/// key check: who sent it to whom, and the key it carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BadKey {
+    /// LIDADDR1: the sender (the SLID of the packet).
+    pub lid1: u16,
+    /// LIDADDR2: the receiver (the DLID of the packet).
+    pub lid2: u16,
+    /// The P_Key (trap 257, in the low 16 bits) or Q_Key (trap 258) the packet carried.
+    pub key: u32,
+    /// The packet's service level (4 bits).
+    pub sl: u8,
+    /// QP1: the sending QP (24 bits).
+    pub qp1: u32,
+    /// QP2: the QP the packet was for (24 bits).
+    pub qp2: u32,
+    /// GIDADDR1: the source GID of the packet's GRH, zero without one.
+    pub gid1: [u8; 16],
+    /// GIDADDR2: the destination GID of the packet's GRH, zero without one.
+    pub gid2: [u8; 16],
+}
+
 /// DataDetails offsets of trap 144 (kernel `ntc_144`, OpenSM `ntc_144`; libibmad `fields.c`
 /// `IB_NOTICE_DATA_144_LID_F` at bit 96 and `IB_NOTICE_DATA_144_CAPMASK_F` at bit 128 of the
 /// Notice, i.e. DataDetails bytes 2 and 6).
@@ -131,6 +153,21 @@ mod ntc_256 {
     pub const DR_NOTICE: u8 = 0x80;
     /// DRPathTruncated: the return path did not fit.
     pub const DR_TRUNCATED: u8 = 0x40;
+}
+
+/// DataDetails offsets of traps 257 and 258 (kernel and OpenSM `ntc_257_258`): LIDADDR1 2,
+/// LIDADDR2 4, Key 6 (32 bits; a P_Key in the low 16), SL (bits 31-28) / QP1 (bits 23-0) 10,
+/// QP2 (bits 23-0) 14, GIDADDR1 18, GIDADDR2 34.
+mod ntc_257_258 {
+    pub const LID1: usize = 2;
+    pub const LID2: usize = 4;
+    pub const KEY: usize = 6;
+    pub const SL_QP1: usize = 10;
+    pub const QP2: usize = 14;
+    pub const GID1: usize = 18;
+    pub const GID2: usize = 34;
+    /// The 24 bits of a QP number.
+    pub const QP_MASK: u32 = 0x00FF_FFFF;
 }
 
 mod field {
@@ -358,6 +395,43 @@ impl NoticeRepr {
             notice_type: notice_type::SECURITY,
             producer_type_or_vendor_id: node_type,
             trap_number_or_device_id: trap::BAD_MKEY,
+            issuer_lid,
+            notice_toggle: false,
+            notice_count: 0,
+            data_details: d,
+        }
+    }
+
+    /// Trap 257, "Bad P_Key, `<KEY>` from `<LIDADDR1>`/`<GIDADDR1>`/`<QP1>` to
+    /// `<LIDADDR2>`/`<GIDADDR2>`/`<QP2>` on `<SL>`": generic, Security, producer the node
+    /// type, issued by `issuer_lid`, DataDetails as the kernel's SMAs lay it out (`qib_mad.c`
+    /// `qib_bad_pqkey`, OpenSM `ntc_257_258`); toggle and count 0.
+    pub fn bad_pkey(node_type: u32, issuer_lid: u16, packet: &BadKey) -> Self {
+        Self::bad_key(trap::BAD_PKEY, node_type, issuer_lid, packet)
+    }
+
+    /// Trap 258, "Bad Q_Key", laid out as [`bad_pkey`](Self::bad_pkey) with the Q_Key in the
+    /// Key field.
+    pub fn bad_qkey(node_type: u32, issuer_lid: u16, packet: &BadKey) -> Self {
+        Self::bad_key(trap::BAD_QKEY, node_type, issuer_lid, packet)
+    }
+
+    fn bad_key(trap_number: u16, node_type: u32, issuer_lid: u16, k: &BadKey) -> Self {
+        use ntc_257_258 as f;
+        let mut d = [0u8; DATA_DETAILS_LEN];
+        d[f::LID1..f::LID1 + 2].copy_from_slice(&k.lid1.to_be_bytes());
+        d[f::LID2..f::LID2 + 2].copy_from_slice(&k.lid2.to_be_bytes());
+        d[f::KEY..f::KEY + 4].copy_from_slice(&k.key.to_be_bytes());
+        let sl_qp1 = (u32::from(k.sl & 0xF) << 28) | (k.qp1 & f::QP_MASK);
+        d[f::SL_QP1..f::SL_QP1 + 4].copy_from_slice(&sl_qp1.to_be_bytes());
+        d[f::QP2..f::QP2 + 4].copy_from_slice(&(k.qp2 & f::QP_MASK).to_be_bytes());
+        d[f::GID1..f::GID1 + 16].copy_from_slice(&k.gid1);
+        d[f::GID2..f::GID2 + 16].copy_from_slice(&k.gid2);
+        Self {
+            is_generic: true,
+            notice_type: notice_type::SECURITY,
+            producer_type_or_vendor_id: node_type,
+            trap_number_or_device_id: trap_number,
             issuer_lid,
             notice_toggle: false,
             notice_count: 0,

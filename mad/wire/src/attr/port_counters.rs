@@ -31,7 +31,8 @@ use crate::macros::{bits_get, bits_set, byte_get, byte_set};
 
 /// Length of PortCounters.
 pub const LEN: usize = 44;
-/// PortSelect meaning "all ports" (when ClassPortInfo has [`crate::attr::class_port_info::pma_cap::ALL_PORT_SELECT`]).
+/// PortSelect meaning "all ports" (when ClassPortInfo has
+/// [`crate::attr::class_port_info::pma_cap::ALL_PORT_SELECT`]).
 pub const ALL_PORTS: u8 = 0xFF;
 
 /// CounterSelect bits: which counters a Set clears (kernel `IB_PMA_SEL_*`).

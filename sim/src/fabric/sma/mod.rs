@@ -25,11 +25,38 @@
 //! a switch port goes up or down (`link.rs`), 144 when a PortInfo Set changes a port's
 //! LinkWidthEnabled, LinkSpeedEnabled or LinkSpeedExtEnabled (ibsim's `do_portinfo`: at a
 //! switch only for a LID-routed Set, see `port_info.rs`) or the host changes a CA port's
-//! CapabilityMask, and 256 for an SMP that fails the M_Key check (`mkey.rs`). A trap goes from
-//! the node's management port (a switch's port 0, a CA's port) to its MasterSMLID, only if
-//! that port has a LID, an SM LID and IsTrapSupported.
+//! CapabilityMask, 256 for an SMP that fails the M_Key check (`mkey.rs`), and 257 or 258 for
+//! a GMP that fails the P_Key or Q_Key check of the node's end port (`keys.rs`). A trap goes
+//! from the node's management port (a switch's port 0, a CA's port) to its MasterSMLID, only
+//! if that port has a LID, an SM LID and IsTrapSupported.
+//!
+//! The other generic traps an SMA may send have no trigger here, and are not sent:
+//!
+//! - 129 (local link integrity threshold), 130 (excessive buffer overrun threshold), 131
+//!   (flow control update watchdog): their triggers live in the physical and link layers,
+//!   which are not simulated. 129 fires when the count of local physical errors passes the
+//!   PortInfo:LocalPhyErrors threshold (counted in LocalLinkIntegrityErrors); 130 when
+//!   OverrunErrors consecutive flow control update periods each saw a buffer overrun
+//!   (ExcessiveBufferOverrunErrors); 131 when a VL's flow control update does not arrive in
+//!   time. No credit, no flow control packet and no symbol crosses a simulated link, so
+//!   nothing raises those counters: the thresholds are stored and reported, never crossed.
+//!   A link fault's lost packet is counted as a receive error (`crate::net::Fault`), but it
+//!   stands for a loss, not for the physical layer's error count and its window, which the
+//!   IBA's link integrity check (and the link error recovery it starts) is defined on.
+//!   ibsim sends none of the three either.
+//! - 145 (SystemImageGUID changed): SystemImageGUID comes from the topology and nothing
+//!   changes it while the network runs (NodeInfo is read-only, 0x000C on Set; no command
+//!   changes it). The ports do not claim IsSystemImageGUIDsupported (CapabilityMask bit 11,
+//!   OpenSM `IB_PORT_CAP_HAS_SYS_IMG_GUID`) either, as ibsim's do not.
+//! - 259 (bad P_Key at a switch external port): a switch reports it only if its port 0
+//!   claims IsPKeySwitchExternalPortTrapSupported (CapabilityMask bit 12, OpenSM
+//!   `IB_PORT_CAP_HAS_PKEY_SW_EXT_PORT_TRAP`), and ours, as ibsim's `smaport` (0x0000C048),
+//!   do not. Nor do the switches enforce partitions: PartitionEnforcementInbound and
+//!   Outbound are stored and reported, and packets cross external ports unchecked (so
+//!   PortRcvConstraintErrors and PortXmitConstraintErrors stay 0).
 
 pub mod defaults;
+mod keys;
 mod link;
 mod mkey;
 mod node;
@@ -45,6 +72,7 @@ use mad_wire::smp::Smp;
 use mad_wire::{attr_id, class, method, status};
 
 pub use self::defaults::{PortDefaults, PortKind};
+pub use self::keys::{KeyViolation, QP1_QKEY};
 pub use self::link::LinkEvent;
 use super::model::{Fabric, NodeId, NodeType, PortId};
 use super::pma::PortCounters;

@@ -28,6 +28,7 @@ use super::defaults::{self, CA_PARTITION_CAP, PortKind, SWITCH_PARTITION_CAP};
 use super::{Data, Effect, Sma, Status, port_kind};
 use crate::fabric::model::{NodeId, NodeType, PortId};
 use crate::link::PortChange;
+use crate::packet::pkey_match;
 
 const BAD: Status = status::INVALID_ATTR_VALUE;
 
@@ -66,6 +67,16 @@ impl Sma<'_> {
         match self.agents.pkeys.get(port) {
             Some(t) => t.to_vec(),
             None => default_pkeys(self.pkey_cap(port)).into_vec(),
+        }
+    }
+
+    /// Whether the P_Key table of `port` has an entry that matches `pkey` (IBA 10.9.3), as
+    /// the port checks every packet but an SMP.
+    pub fn accepts_pkey(&self, port: PortId, pkey: u16) -> bool {
+        match self.agents.pkeys.get(port) {
+            Some(t) => t.iter().any(|&k| pkey_match(k, pkey)),
+            // The default table, without making it: the default P_Key and empty entries.
+            None => self.pkey_cap(port) > 0 && pkey_match(DEFAULT_PKEY, pkey),
         }
     }
 

@@ -6,7 +6,7 @@
 //! page.
 
 use firmware_cmds::mlx5::cmd::status::CmdStatus;
-use firmware_cmds::mlx5::eqe::EqeEvent;
+use firmware_cmds::mlx5::eqe::{EqeEvent, page_req};
 use firmware_cmds::mlx5::ops::pages::{
     ManagePages, ManagePagesOut, PAS_OFFSET, PagesKind, PagesOp, QueryPages, QueryPagesOut,
 };
@@ -26,7 +26,7 @@ impl State {
     /// own demand is not changed. Returns whether an EQ took the event.
     pub(crate) fn request_pages_for(&mut self, f: Function, num_pages: i32) -> bool {
         self.post_event(&EqeEvent::PageRequest {
-            ec_function: u16::from(f.1),
+            ec_function: if f.1 { page_req::EC_FUNCTION } else { 0 },
             function_id: f.0,
             num_pages,
         })

@@ -75,7 +75,15 @@ struct Shared {
     attached: Mutex<HashMap<u64, (String, u8)>>,
     next_conn: AtomicU64,
     counters: Counters,
+    /// Runs right after a client's port is attached, for a test to make the network deliver
+    /// to the client at the earliest moment it can.
+    #[cfg(test)]
+    after_attach: Mutex<Option<AttachHook>>,
 }
+
+/// What a test runs right after a client's port is attached.
+#[cfg(test)]
+type AttachHook = Box<dyn Fn(&dyn PortSink) + Send>;
 
 /// A running fabric server. Dropping it (or [`FabricServer::shutdown`]) stops it: every
 /// client is disconnected (detached, IsSM cleared), every thread joined, and the socket file
@@ -164,6 +172,8 @@ impl FabricServer {
             attached: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             counters: Counters::default(),
+            #[cfg(test)]
+            after_attach: Mutex::new(None),
         });
         let spawn_err = |e| RemoteError::Io {
             path: path.to_owned(),
@@ -472,6 +482,10 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
             return;
         }
     };
+    #[cfg(test)]
+    if let Some(hook) = lock(&shared.after_attach).as_ref() {
+        hook(sink.as_ref());
+    }
     let w = match stream.try_clone() {
         Ok(w) => w,
         Err(e) => {
@@ -599,5 +613,79 @@ fn write_loop(stream: &UnixStream, rx: &Receiver<ServerMsg>) {
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::fabric::Fabric;
+    use crate::sched::Scheduler;
+
+    /// A GMP to the client's port 1, as the network would deliver one.
+    fn packet() -> Packet {
+        Packet {
+            slid: 2,
+            dlid: 1,
+            sl: 0,
+            vl15: false,
+            src_qp: 1,
+            dst_qp: 1,
+            qkey: 0x8001_0000,
+            pkey: 0xffff,
+            grh: None,
+            mad: Box::new([7; 256]),
+        }
+    }
+
+    fn next(stream: &mut UnixStream) -> ServerMsg {
+        let body = read_frame(stream)
+            .unwrap()
+            .expect("the server closed the connection");
+        ServerMsg::decode(&body).unwrap()
+    }
+
+    // The network may deliver to a client's port from the moment it is attached (an SM
+    // sweeping the fabric does), before the server's thread for the connection has moved on.
+    // The client must still read ATTACHED first: it refuses an attach answered by anything
+    // else.
+    #[test]
+    fn attached_comes_before_a_delivery_made_the_moment_the_port_is_attached() {
+        let topo = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/net-examples/net.2sw2path4hca"
+        );
+        let net = Network::new(
+            Fabric::parse_file(topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Real)),
+        );
+        let dir = std::env::temp_dir().join(format!("sim-attach-order-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let server = FabricServer::start(net, &dir.join("fabric.sock")).unwrap();
+        *lock(&server.shared.after_attach) = Some(Box::new(|sink| sink.deliver(1, packet())));
+
+        let mut stream = UnixStream::connect(server.path()).unwrap();
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: "Hca1".into(),
+            port: 1,
+        };
+        send_all(&stream, &attach.encode()).unwrap();
+        let first = next(&mut stream);
+        assert!(
+            matches!(first, ServerMsg::Attached { version: VERSION }),
+            "the attach was answered with {:.60}",
+            format!("{first:?}")
+        );
+        match next(&mut stream) {
+            ServerMsg::Deliver(p) => assert_eq!(p, packet()),
+            other => panic!("expected the delivery after ATTACHED, got {other:?}"),
+        }
+        drop(stream);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
