@@ -1,6 +1,7 @@
 //! Agents: what a client registers (class, version, methods, OUI; or send-only), the handle it
 //! sends, cancels and reads events with, and synchronous deregistration.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -105,14 +106,18 @@ impl AgentSpec {
 }
 
 /// One MAD to send.
+///
+/// The MAD is owned or borrowed ([`Cow`]): the stack copies it before [`Agent::send`]
+/// returns, so a caller that sends from a buffer of its own (an array it rewrites for each
+/// send) lends it, and no allocation is made or freed for the send.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SendRequest {
+pub struct SendRequest<'a> {
     /// The MAD: 24 to 256 bytes (zero-padded to 256). For a request (not a response), the
     /// upper 32 bits of its TID are replaced by the stack's; the lower 32 are the client's.
     /// An RMPP transfer (agent registered with RMPP, Active flag set) is the whole message,
     /// of any length from its class header up: the header (e.g. 56 bytes for the SA), then
     /// the data, which the stack cuts into segments.
-    pub mad: Vec<u8>,
+    pub mad: Cow<'a, [u8]>,
     /// Where it goes.
     pub dest: UdDest,
     /// Response timeout in ms; 0 when no response is expected. The timer starts when the send
@@ -124,9 +129,10 @@ pub struct SendRequest {
     pub context: u64,
 }
 
-impl SendRequest {
-    /// `mad` to `dest`, no response expected.
-    pub fn new(mad: impl Into<Vec<u8>>, dest: UdDest) -> SendRequest {
+impl<'a> SendRequest<'a> {
+    /// `mad` (a `Vec<u8>` to hand over, or a `&[u8]`, `&[u8; N]` or `&Vec<u8>` to lend) to
+    /// `dest`, no response expected.
+    pub fn new(mad: impl Into<Cow<'a, [u8]>>, dest: UdDest) -> SendRequest<'a> {
         SendRequest {
             mad: mad.into(),
             dest,
@@ -138,21 +144,21 @@ impl SendRequest {
 
     /// Expect a response within `ms` after each attempt.
     #[must_use]
-    pub fn timeout_ms(mut self, ms: u32) -> SendRequest {
+    pub fn timeout_ms(mut self, ms: u32) -> SendRequest<'a> {
         self.timeout_ms = ms;
         self
     }
 
     /// Retry `n` times after a timeout.
     #[must_use]
-    pub fn retries(mut self, n: u32) -> SendRequest {
+    pub fn retries(mut self, n: u32) -> SendRequest<'a> {
         self.retries = n;
         self
     }
 
     /// Attach `context`.
     #[must_use]
-    pub fn context(mut self, context: u64) -> SendRequest {
+    pub fn context(mut self, context: u64) -> SendRequest<'a> {
         self.context = context;
         self
     }
@@ -291,9 +297,9 @@ impl Agent {
     /// RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
     /// not process, no DMA memory (for an RMPP transfer's or a local SMP's own needs; an
     /// ordinary send uses its slot's send buffer, leased when the port opened).
-    pub fn send(&self, req: SendRequest) -> Result<SendId, MadError> {
+    pub fn send(&self, req: SendRequest<'_>) -> Result<SendId, MadError> {
         let SendRequest {
-            mut mad,
+            mad,
             dest,
             timeout_ms,
             retries,
@@ -332,11 +338,6 @@ impl Agent {
         if len > MAD_LEN {
             return Err(MadError::MadTooLarge { len, max: MAD_LEN });
         }
-        let local = match port.smi_send(agent, &mut mad, &dest, context, timeout_ms)? {
-            SmiRoute::Done(id) => return Ok(id),
-            SmiRoute::Wire => false,
-            SmiRoute::LocalRequest => true,
-        };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
@@ -348,25 +349,44 @@ impl Agent {
             header,
             dest,
             timeout_ms,
-            // A local request is handed to its agent once, as the kernel's is (it never retries
-            // one): a retry would only hand it to the same agent again.
-            max_retries: if local { 0 } else { retries },
+            max_retries: retries,
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
             is_response: response,
-            local,
+            local: false,
         };
-        // The MAD waits in a buffer of the ring's, and the caller's goes now (see
-        // `SendRing::record`).
-        let pending = match port.ring(agent.qp) {
-            Some(ring) => {
-                let p = ring.record(&mad, build);
-                drop(mad);
-                p
+        // The MAD waits in a buffer of the ring's (see `SendRing::record`); the caller's
+        // bytes are not kept.
+        let mut pending = match port.ring(agent.qp) {
+            Some(ring) => ring.record(&mad, build),
+            None => Box::new(build(mad.into_owned())),
+        };
+        if mad_class == class::SUBN_DIRECTED_ROUTE {
+            // The SMI send rules move the hop pointer: in the stack's copy (the caller's
+            // bytes may be borrowed), padded to a whole MAD; the kept header follows.
+            if pending.mad.len() < MAD_LEN {
+                pending.mad.resize(MAD_LEN, 0);
             }
-            None => Box::new(build(mad)),
-        };
+            match port.smi_send(
+                agent,
+                &mut pending.mad,
+                &dest,
+                context,
+                timeout_ms,
+                pending.id,
+            )? {
+                SmiRoute::Done(id) => return Ok(id),
+                SmiRoute::Wire => {}
+                SmiRoute::LocalRequest => {
+                    // Handed to its agent once, as the kernel does (it never retries a local
+                    // SMP): a retry would only hand it to the same agent again.
+                    pending.local = true;
+                    pending.max_retries = 0;
+                }
+            }
+            pending.header.copy_from_slice(&pending.mad[..HEADER_LEN]);
+        }
         // Counted before the closing check, which deregistration sets before it sweeps: either
         // deregistration sees this send, or this send sees it closing.
         agent.outstanding.fetch_add(1, Ordering::SeqCst);

@@ -138,12 +138,44 @@ impl RecvSpares {
     /// fill `mad[..len]`: every other field is set as [`RecvMad::received`] sets it, and the
     /// bytes after `len` are zero. A spare if there is one (what it held before is
     /// overwritten), a new box otherwise; it comes back here when dropped.
+    /// (The progress loop takes through [`RecvSpares::take_cached`].)
+    #[cfg(test)]
     pub(crate) fn take(self: &Arc<Self>, len: usize, addr: RecvAddr) -> RecvBox {
         let spare = self
             .boxes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop();
+        self.reset(spare, len, addr)
+    }
+
+    /// [`RecvSpares::take`] for the progress loop, which takes a box per receive: from
+    /// `cache`, its own hand of boxes, which takes every spare at once (one lock) when it is
+    /// empty. So at most `cap` boxes wait here and `cap` more in that hand.
+    #[allow(
+        clippy::vec_box,
+        reason = "a RecvBox holds a Box<RecvMad>: the box is what is reused"
+    )]
+    pub(crate) fn take_cached(
+        self: &Arc<Self>,
+        cache: &mut Vec<Box<RecvMad>>,
+        len: usize,
+        addr: RecvAddr,
+    ) -> RecvBox {
+        if cache.is_empty() {
+            std::mem::swap(
+                cache,
+                &mut *self
+                    .boxes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+        }
+        self.reset(cache.pop(), len, addr)
+    }
+
+    /// `spare` (or a new box) set up as `take` says.
+    fn reset(self: &Arc<Self>, spare: Option<Box<RecvMad>>, len: usize, addr: RecvAddr) -> RecvBox {
         let mad = match spare {
             Some(mut b) => {
                 b.agent = AgentId(0);
@@ -731,5 +763,29 @@ mod tests {
             1,
             "only the box taken from the spares came back"
         );
+    }
+
+    /// The progress loop's hand takes every spare at once when it is empty, then hands them
+    /// out without the spares' lock; dropped boxes still go back to the spares.
+    #[test]
+    fn cached_take_empties_the_spares_into_the_hand() {
+        let spares = RecvSpares::new(4);
+        drop((spares.take(MAD_LEN, addr(1)), spares.take(MAD_LEN, addr(2))));
+        assert_eq!(spares.len(), 2);
+        let mut hand = Vec::new();
+        let a = spares.take_cached(&mut hand, 30, addr(3));
+        assert_eq!(
+            (spares.len(), hand.len()),
+            (0, 1),
+            "both taken, one handed out"
+        );
+        assert_eq!((a.len, a.addr.slid, a.agent), (30, 3, AgentId(0)));
+        assert!(a.mad[30..].iter().all(|&x| x == 0), "zero past the length");
+        let b = spares.take_cached(&mut hand, MAD_LEN, addr(4));
+        assert_eq!((spares.len(), hand.len()), (0, 0));
+        drop((a, b));
+        assert_eq!(spares.len(), 2, "dropped boxes go back to the spares");
+        let c = spares.take_cached(&mut hand, MAD_LEN, addr(5));
+        assert_eq!((spares.len(), hand.len(), c.addr.slid), (0, 1, 5));
     }
 }

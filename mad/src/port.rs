@@ -125,9 +125,17 @@ pub(crate) struct ProgressState {
     /// Records of the sends this pass finished, per QP, handed back to their rings at its end
     /// (one queue lock each): see `SendRing::keep_records`.
     pub(crate) spent: [Vec<Record>; 2],
-    /// Agents whose backlog moves on at the end of the pass: see
-    /// `PortShared::fc_release_in_pass`.
-    pub(crate) fc_later: Vec<Arc<AgentInner>>,
+    /// Agents whose solicited sends this pass finished, with how many: they leave the agent's
+    /// flow-control count, and its backlog moves on, at the end of the pass (see
+    /// `PortShared::fc_release_in_pass`).
+    pub(crate) fc_released: Vec<(Arc<AgentInner>, u32)>,
+    /// Boxes for received MADs, taken from the port's spares a handful at a time: see
+    /// `RecvSpares::take_cached`.
+    #[allow(
+        clippy::vec_box,
+        reason = "a RecvBox holds a Box<RecvMad>: the box is what is reused"
+    )]
+    pub(crate) recv_boxes: Vec<Box<crate::event::RecvMad>>,
 }
 
 /// Work another thread leaves the progress loop.
@@ -364,7 +372,8 @@ impl Port {
                 to_wake: Vec::new(),
                 batch_now: None,
                 spent: [Vec::new(), Vec::new()],
-                fc_later: Vec::new(),
+                fc_released: Vec::new(),
+                recv_boxes: Vec::new(),
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),
@@ -1026,30 +1035,39 @@ impl PortShared {
         self.drain_queued(queued);
     }
 
-    /// [`PortShared::fc_release`] for a send the progress loop finished: the count drops now,
-    /// and a backlog moves on at the end of the pass ([`PortShared::fc_drain_later`]), every
-    /// send the agent's limit then lets go under one queue lock, rather than one lock and one
-    /// drain per finished send. Posting waits for the end of the pass's completions anyway.
+    /// [`PortShared::fc_release`] for a send the progress loop finished: counted now, and at
+    /// the end of the pass ([`PortShared::fc_drain_later`]) the agent's count drops by what
+    /// the pass finished and its backlog moves on, under one lock of the agent's (and one of
+    /// the queue's) rather than one per finished send. Posting waits for the end of the
+    /// pass's completions anyway; a sender that sees the count before then waits in the
+    /// backlog, which moves on at that end.
     pub(crate) fn fc_release_in_pass(st: &mut ProgressState, agent: &Arc<AgentInner>) {
+        match st
+            .fc_released
+            .iter_mut()
+            .find(|(a, _)| Arc::ptr_eq(a, agent))
         {
-            let mut fc = lock(&agent.fc);
-            fc.outstanding = fc.outstanding.saturating_sub(1);
-            // As in fc_release: an empty backlog stays empty for a sender that sees the count.
-            if fc.backlog.is_empty() {
-                return;
-            }
-        }
-        if !st.fc_later.iter().any(|a| Arc::ptr_eq(a, agent)) {
-            st.fc_later.push(Arc::clone(agent));
+            Some((_, n)) => *n += 1,
+            None => st.fc_released.push((Arc::clone(agent), 1)),
         }
     }
 
-    /// Move on the backlogs [`PortShared::fc_release_in_pass`] left for the end of the pass.
-    /// (Left in the progress state until then, so a pass that panicked leaves them to the
-    /// next.)
+    /// Apply what [`PortShared::fc_release_in_pass`] counted in the pass, and move the
+    /// backlogs on. (Left in the progress state until then, so a pass that panicked leaves
+    /// them to the next.)
     pub(crate) fn fc_drain_later(&self, st: &mut ProgressState) {
-        while let Some(agent) = st.fc_later.pop() {
-            self.fc_drain(&agent);
+        while let Some((agent, n)) = st.fc_released.pop() {
+            let queued = {
+                let mut fc = lock(&agent.fc);
+                fc.outstanding = fc.outstanding.saturating_sub(n);
+                // As in fc_release: an empty backlog stays empty for a sender that sees the
+                // count.
+                if fc.backlog.is_empty() {
+                    continue;
+                }
+                self.fc_drain_locked(&agent, &mut fc)
+            };
+            self.drain_queued(queued);
         }
     }
 
@@ -1235,6 +1253,7 @@ impl PortShared {
                 }
                 SendState::WaitResp => {
                     d.p.timeout_ms = timeout_ms;
+                    slot.timeout_ms.store(timeout_ms, Ordering::Release);
                     lock(&self.rearm).push((
                         SlotRef {
                             qp: ring.qp,
@@ -1246,6 +1265,7 @@ impl PortShared {
                 }
                 SendState::SendStart | SendState::EarlyResp | SendState::Queued => {
                     d.p.timeout_ms = timeout_ms;
+                    slot.timeout_ms.store(timeout_ms, Ordering::Release);
                 }
             }
             drop(q);

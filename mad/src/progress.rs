@@ -376,10 +376,13 @@ impl PortShared {
         };
         let fatal = self.is_fatal();
         let ok = wc.status == WcStatus::Success;
-        let timeout_ms = match lock(&slot.data).as_ref() {
-            Some(d) if d.generation == r.generation => d.p.timeout_ms,
-            _ => return self.bad_completion(wc, "slot holds no send of that generation"),
-        };
+        // The generation in the state word is the one the send in the slot was installed
+        // with (`send_cqe` checks it again, with the state, when it moves it); the timeout
+        // was stored before that install was published.
+        if slot.state.load().generation() != r.generation {
+            return self.bad_completion(wc, "slot holds no send of that generation");
+        }
+        let timeout_ms = slot.timeout_ms.load(Ordering::Acquire);
         let allow_retry = wc.status == WcStatus::WrFlushErr && !fatal;
         match slot
             .state
@@ -761,8 +764,10 @@ impl PortShared {
                 return self.bad_completion(wc, "receive buffer not posted");
             }
             let copied = if wc.status == WcStatus::Success {
+                let boxes = &mut st.recv_boxes;
                 Some(rr.copy_out(index, wc.byte_len, wc.grh, |grh, len| {
-                    self.recv_spares.take(len, RecvAddr::from_wc(wc, grh))
+                    self.recv_spares
+                        .take_cached(boxes, len, RecvAddr::from_wc(wc, grh))
                 }))
             } else {
                 if !(fatal && wc.status == WcStatus::WrFlushErr) {

@@ -105,6 +105,9 @@ pub(crate) struct Slot {
     pub(crate) send_id: AtomicU64,
     /// Its agent (same rule).
     pub(crate) owner: AtomicU32,
+    /// Its response timeout in ms (same rule; `modify` changes it with the record's, under
+    /// the data lock), which its send CQE reads without taking that lock.
+    pub(crate) timeout_ms: AtomicU32,
     pub(crate) data: Mutex<Option<SlotData>>,
 }
 
@@ -114,6 +117,7 @@ impl Slot {
             state: SlotState::new(),
             send_id: AtomicU64::new(0),
             owner: AtomicU32::new(u32::MAX),
+            timeout_ms: AtomicU32::new(0),
             data: Mutex::new(None),
         }
     }
@@ -378,8 +382,8 @@ impl SendRing {
     /// often wait (for flow control, a slot or an entry) and then leave in bursts, and so would
     /// their buffers and records if each were freed at install or completion: a
     /// general-purpose allocator serves a block freed just before far more cheaply than one of
-    /// a burst freed long after it was allocated, so the caller's buffer is freed by its caller
-    /// at once and the MAD waits in one of these. The record is boxed so that it moves as a
+    /// a burst freed long after it was allocated, so the MAD waits in one of these, and the
+    /// caller's bytes (often borrowed: see `SendRequest`) are not kept. The record is boxed so that it moves as a
     /// pointer from the backlog to the queue to its slot.
     #[allow(
         clippy::unnecessary_box_returns,
@@ -719,6 +723,7 @@ impl SendRing {
         }
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
+        slot.timeout_ms.store(p.timeout_ms, Ordering::Release);
         if request {
             self.requests_held.fetch_add(1, Ordering::SeqCst);
         }

@@ -68,7 +68,13 @@ impl TimerHeap {
         if p == NONE {
             let i = self.heap.len();
             self.heap.push(e);
-            self.sift_up(i, e);
+            // Deadlines are mostly armed in the order they come (one timeout, a clock that
+            // only moves on): the new entry then stays at the end, below its parent.
+            if i == 0 || self.heap[(i - 1) / 2].0 <= e.0 {
+                self.pos[key as usize] = i as u32;
+            } else {
+                self.sift_up(i, e);
+            }
         } else {
             let i = p as usize;
             if e.0 < self.heap[i].0 {

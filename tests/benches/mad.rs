@@ -175,11 +175,14 @@ fn sma_round_trips(c: &mut Criterion, name: &str, device_thread: bool) {
     );
     let device = device_thread.then(|| rig.sim.model.run_on_own_thread().expect("device thread"));
     let req = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
-    let template = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0);
+    let template: [u8; 256] = dr_smp(method::GET, SWITCH1, attr_id::sm::NODE_INFO, 0, [0; 64], 0)
+        .try_into()
+        .expect("a 256-byte SMP");
+    // Each request is written on the stack and lent (the stack copies it), as an SM does.
     let send = |t: u64| {
-        let mut m = template.clone();
+        let mut m = template;
         m[12..16].copy_from_slice(&(t as u32).to_be_bytes());
-        req.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
+        req.send(SendRequest::new(&m, UdDest::DIRECTED_ROUTE).timeout_ms(1000))
             .expect("request");
     };
     let step = || {

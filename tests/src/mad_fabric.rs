@@ -222,7 +222,7 @@ impl MadFabric {
 
     /// Send `req` from `agent` and drive both ports until its completion: returns the
     /// response (if one came) and the completion.
-    pub fn call(&self, agent: &Agent, req: SendRequest) -> (Option<RecvMad>, SendCompletion) {
+    pub fn call(&self, agent: &Agent, req: SendRequest<'_>) -> (Option<RecvMad>, SendCompletion) {
         let id = agent.send(req).expect("accepted");
         let mut t = Tracker::default();
         assert!(

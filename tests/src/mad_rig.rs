@@ -145,7 +145,13 @@ impl MadRig {
     }
 
     /// A request of `class` to our own LID on QP1.
-    pub fn request(&self, class: u8, tid: u32, timeout_ms: u32, retries: u32) -> SendRequest {
+    pub fn request(
+        &self,
+        class: u8,
+        tid: u32,
+        timeout_ms: u32,
+        retries: u32,
+    ) -> SendRequest<'static> {
         SendRequest::new(mad(class, GET, tid), self.to_self(SpecialQp::Gsi))
             .timeout_ms(timeout_ms)
             .retries(retries)

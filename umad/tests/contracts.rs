@@ -609,6 +609,11 @@ fn active_rmpp_segments_of_an_agent_without_kernel_rmpp_skip_the_duplicate_rule(
     f.write(&segment(user_rmpp, 0x71, 2, 0x01))
         .expect("segment 2 with the same TID while segment 1 is outstanding");
     assert_eq!(f.outstanding(), 2, "both recorded");
+    // A send another thread is draining for may reach the QP a moment after its write.
+    let end = Instant::now() + Duration::from_secs(1);
+    while port.mad.counters().posted - posted < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(port.mad.counters().posted - posted, 2, "both sent");
     // Without the Active flag the rule holds: a third response with that TID and
     // destination is a duplicate.

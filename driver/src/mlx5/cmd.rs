@@ -125,6 +125,9 @@ pub(crate) struct CmdState {
     page: Option<DmaLease>,
     stride: usize,
     slots: Vec<Slot>,
+    /// Slots holding a command (busy or lost): [`reap`] looks at the slots only when there is
+    /// one, which it is not on most calls (every CQ poll makes one).
+    watched: usize,
     token: u8,
     pub(crate) mode: CmdMode,
     /// Command timeout (`cmd_exec_to`, default 60 s).
@@ -175,6 +178,7 @@ impl CmdState {
             page: None,
             stride: ENTRY_SIZE,
             slots: Vec::new(),
+            watched: 0,
             token: 0,
             mode: CmdMode::Polling,
             timeout: firmware_cmds::mlx5::timeouts::Timeout::Cmd.default_duration(),
@@ -260,6 +264,11 @@ impl CmdState {
             .count()
     }
 
+    /// Some slot holds a command (busy or lost): [`reap`] has something to look at.
+    pub(crate) fn watches_slots(&self) -> bool {
+        self.watched > 0
+    }
+
     /// Number of slots (0 before `init`).
     pub(crate) fn slot_count(&self) -> usize {
         self.slots.len()
@@ -296,6 +305,7 @@ impl CmdState {
         for s in &mut self.slots {
             *s = Slot::Free;
         }
+        self.watched = 0;
     }
 
     /// Drop the queue page, every slot and the kept mailboxes (after the device is quiesced or
@@ -367,6 +377,7 @@ pub(crate) fn init(state: &mut CmdState, bar: &Mmio, pool: &DmaPool) -> Result<(
     state.page = Some(page);
     state.stride = stride;
     state.slots = (0..slots).map(|_| Slot::Free).collect();
+    state.watched = 0;
     state.mode = CmdMode::Polling;
     state.closed = false;
     state.generation = state.generation.wrapping_add(1);
@@ -436,6 +447,9 @@ pub(crate) fn post(
     let off = state.entry_offset(slot);
     let page = state.page.as_ref().ok_or(DriverError::Closed)?;
     page.write(off, &raw)?;
+    if !matches!(state.slots[slot], Slot::Busy(_) | Slot::Lost(_)) {
+        state.watched += 1;
+    }
     state.slots[slot] = Slot::Busy(InFlight {
         opcode: header.opcode,
         token,
@@ -512,9 +526,22 @@ pub(crate) fn note_event(state: &mut CmdState, vector: u32, stats: &mut CmdStats
 
 /// Look at the busy entries that may have completed and mark those the device gave back.
 pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
+    debug_assert_eq!(
+        state.watched,
+        state
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Busy(_) | Slot::Lost(_)))
+            .count(),
+        "the count of busy and lost slots"
+    );
+    if !state.watches_slots() {
+        return;
+    }
     let Some(page) = state.page.as_ref() else {
         return;
     };
+    let mut freed = 0;
     for (slot, s) in state.slots.iter_mut().enumerate() {
         if let Slot::Lost(f) = s {
             if late_completion(page, slot * state.stride, f) {
@@ -525,6 +552,7 @@ pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
                 );
                 stats.late_completions += 1;
                 *s = Slot::Free;
+                freed += 1;
             }
             continue;
         }
@@ -565,6 +593,7 @@ pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
             }
         }
     }
+    state.watched -= freed;
 }
 
 /// Whether the device gave back, late, the entry at `offset` of a command that timed out
@@ -667,6 +696,7 @@ pub(crate) fn finish(state: &mut CmdState, slot: usize) -> Result<Vec<u8>, Drive
             detail: format!("slot {slot} has no completed command"),
         });
     };
+    state.watched -= 1;
     // Ownership was seen clear; read the rest of the entry only after that.
     barrier::from_device();
     let page = state.page.as_ref().ok_or(DriverError::Closed)?;

@@ -478,8 +478,10 @@ impl Dev {
         }
         {
             let mut st = self.lock_cmd();
-            let mut stats = self.lock_stats();
-            cmd::reap(&mut st, now, &mut stats.cmd);
+            if st.watches_slots() {
+                let mut stats = self.lock_stats();
+                cmd::reap(&mut st, now, &mut stats.cmd);
+            }
         }
         self.service_page_requests();
     }

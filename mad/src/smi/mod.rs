@@ -196,20 +196,18 @@ pub(crate) enum SmiRoute {
 
 impl PortShared {
     /// `Agent::send`'s hook for directed-route SMPs: apply the send rules to `mad` (a
-    /// directed-route SMP of at most one MAD, padded to 256 bytes here), refuse what they
-    /// discard, and take a local SMP off the wire.
+    /// directed-route SMP of one MAD, 256 bytes: the record's copy, zero-padded), refuse what
+    /// they discard, and take a local SMP off the wire as send `id`; a local request another
+    /// agent of the port takes, with a timeout, becomes [`SmiRoute::LocalRequest`].
     pub(crate) fn smi_send(
         &self,
         agent: &Arc<AgentInner>,
-        mad: &mut Vec<u8>,
+        mad: &mut [u8],
         dest: &UdDest,
         context: u64,
         timeout_ms: u32,
+        id: SendId,
     ) -> Result<SmiRoute, MadError> {
-        if mad.get(1) != Some(&class::SUBN_DIRECTED_ROUTE) || mad.len() > MAD_LEN {
-            return Ok(SmiRoute::Wire);
-        }
-        mad.resize(MAD_LEN, 0);
         let cells = &self.smi.cells;
         match rules::outgoing(mad, false, self.port_num) {
             Err(reason) => {
@@ -229,7 +227,7 @@ impl PortShared {
                 Ok(SmiRoute::LocalRequest)
             }
             Ok(Outgoing::Local) => self
-                .smi_local(agent, mad, dest, context)
+                .smi_local(agent, mad, dest, context, id)
                 .map(SmiRoute::Done),
         }
     }
@@ -290,6 +288,7 @@ impl PortShared {
         mad: &[u8],
         dest: &UdDest,
         context: u64,
+        id: SendId,
     ) -> Result<SendId, MadError> {
         let mut buf = [0u8; MAD_LEN];
         buf.copy_from_slice(mad);
@@ -337,7 +336,6 @@ impl PortShared {
                 });
             }
         };
-        let id = self.next_send_id();
         bump(&agent.cells.sends);
         bump(&self.cells.sends);
         bump(&self.smi.cells.local);
