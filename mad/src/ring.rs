@@ -682,45 +682,83 @@ impl SendRing {
         request: bool,
         batch: &mut PostBatch,
     ) -> (Drained, Vec<u8>) {
-        let slot = &self.slots[index as usize];
-        let generation = slot.state.load().generation();
-        let local = p.local;
-        let tid = if p.is_response {
-            p.tid()
-        } else {
-            let tid = self.layout.rewrite(p.tid(), index, generation);
-            p.header[8..16].copy_from_slice(&tid.to_be_bytes());
-            p.mad[8..16].copy_from_slice(&tid.to_be_bytes());
-            tid
-        };
+        let generation = self.slots[index as usize].state.load().generation();
+        let tid = self.rewrite_tid(&mut p, index, generation);
+        if p.local {
+            return self.install_local(buffers, index, generation, p, tid, request);
+        }
         // The slot is free (it came from the free list): the device reads its buffer only
         // once the work request built below is posted.
         let (lease, offset) = buffer(buffers, index);
         let len = p.mad.len().min(MAD_LEN);
-        let copied = if local {
-            Ok(())
-        } else {
-            lease.write(offset, &p.mad[..len]).and_then(|()| {
-                if len < MAD_LEN {
-                    lease.fill(offset + len, MAD_LEN - len, 0)
-                } else {
-                    Ok(())
-                }
-            })
-        };
+        let copied = lease.write(offset, &p.mad[..len]).and_then(|()| {
+            if len < MAD_LEN {
+                lease.fill(offset + len, MAD_LEN - len, 0)
+            } else {
+                Ok(())
+            }
+        });
         if let Err(e) = &copied {
             // The buffer is MAD_LEN bytes inside its lease by construction.
             tracing::error!(index, "copying a MAD into its send buffer: {e}");
         }
         // Not needed any more (retries send the send buffer again).
         let mut mad = std::mem::take(&mut p.mad);
-        if !local {
-            mad.clear();
-        }
+        mad.clear();
         let wr = self.send_wr(buffers, index, generation, &p);
-        if copied.is_ok() && !local {
+        if copied.is_ok() {
             bump(&p.agent.cells.posted);
         }
+        self.occupy(index, generation, p, tid, request);
+        let out = if copied.is_ok() {
+            batch.wrs.push(wr);
+            batch.meta.push(WcStatus::LocQpOpErr);
+            Drained::Batched
+        } else {
+            // Posting it would send what the buffer still holds: the slot's previous MAD.
+            Drained::Refused(wr.wr_id)
+        };
+        (out, mad)
+    }
+
+    /// [`SendRing::install`] of a local request: in its slot like any request, but its MAD
+    /// goes to the agent it is for ([`Drained::Local`]) rather than to the send buffer.
+    #[cold]
+    fn install_local(
+        &self,
+        buffers: &[DmaLease],
+        index: u32,
+        generation: u32,
+        mut p: Record,
+        tid: u64,
+        request: bool,
+    ) -> (Drained, Vec<u8>) {
+        let mad = std::mem::take(&mut p.mad);
+        let wr = self.send_wr(buffers, index, generation, &p);
+        self.occupy(index, generation, p, tid, request);
+        let out = Drained::Local {
+            wr_id: wr.wr_id,
+            mad,
+            pkey_index: wr.dest.pkey_index,
+        };
+        (out, Vec::new())
+    }
+
+    /// A request's TID with its upper half naming slot `index` (written into the MAD and the
+    /// kept header); a response keeps the requester's.
+    fn rewrite_tid(&self, p: &mut Record, index: u32, generation: u32) -> u64 {
+        if p.is_response {
+            return p.tid();
+        }
+        let tid = self.layout.rewrite(p.tid(), index, generation);
+        p.header[8..16].copy_from_slice(&tid.to_be_bytes());
+        p.mad[8..16].copy_from_slice(&tid.to_be_bytes());
+        tid
+    }
+
+    /// Store `p` in the free slot `index` and publish it as SEND_START.
+    fn occupy(&self, index: u32, generation: u32, p: Record, tid: u64, request: bool) {
+        let slot = &self.slots[index as usize];
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
         slot.timeout_ms.store(p.timeout_ms, Ordering::Release);
@@ -746,23 +784,6 @@ impl SendRing {
         if !published {
             tracing::error!(index, "send slot from the free list was not free");
         }
-        if local {
-            let out = Drained::Local {
-                wr_id: wr.wr_id,
-                mad,
-                pkey_index: wr.dest.pkey_index,
-            };
-            return (out, Vec::new());
-        }
-        let out = if copied.is_ok() {
-            batch.wrs.push(wr);
-            batch.meta.push(WcStatus::LocQpOpErr);
-            Drained::Batched
-        } else {
-            // Posting it would send what the buffer still holds: the slot's previous MAD.
-            Drained::Refused(wr.wr_id)
-        };
-        (out, mad)
     }
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);
