@@ -15,6 +15,12 @@
 //! detaches the group from the container and closes it, and finally drops the container
 //! (§1.2 step 7). A BAR mapping ([`Mmio`]) that outlives the backend keeps the device open in
 //! the kernel until it is dropped too; drop register handles first for a clean teardown.
+//!
+//! The DMA mapper ([`VfioType1`]) co-owns the group: detaching the last group tears the
+//! container's IOMMU down, after which no unmap succeeds, so a lease or pool that outlives the
+//! backend keeps the group attached (and its node open: the group cannot be opened again)
+//! until the last mapper handle is dropped. The device fd is closed with the backend either
+//! way, which stops the function's DMA.
 
 mod bar;
 mod caps;
@@ -43,7 +49,8 @@ use crate::mmio::Mmio;
 use crate::pci::PciAddress;
 use crate::sysfs::{Sysfs, is_vfio_driver};
 
-/// The group fd, detached from its container when dropped.
+/// The group fd, detached from its container when dropped. Shared between the backend and
+/// its mapper, so the detach happens when the later of the two goes.
 struct Group {
     fd: File,
     number: u32,
@@ -65,7 +72,7 @@ impl Drop for Group {
 pub struct VfioBackend {
     // Field order is drop order: the device, then the group (unset, close), then the container.
     device: File,
-    group: Group,
+    group: Arc<Group>,
     container: Arc<OwnedFd>,
     mapper: Arc<VfioType1>,
     address: PciAddress,
@@ -259,8 +266,14 @@ impl VfioBackend {
             vendor: 0,
             device: 0,
         };
+        let group = Arc::new(group);
+        let attachment: dma::vfio_type1::Attachment = group.clone();
         let mut backend = VfioBackend {
-            mapper: Arc::new(VfioType1::new(container.clone(), iova_ranges.clone())),
+            mapper: Arc::new(VfioType1::new(
+                container.clone(),
+                Some(attachment),
+                iova_ranges.clone(),
+            )),
             device,
             group,
             container,
@@ -741,7 +754,7 @@ impl Drop for VfioBackend {
         if live > 0 {
             warn!(
                 address = %self.address, live,
-                "closing a VFIO device with DMA mappings still live; detaching the group removes them"
+                "closing a VFIO device with DMA mappings still live; the group stays attached until the last mapper handle is dropped"
             );
         }
         debug!(address = %self.address, "closing: device, then group, then container");
