@@ -60,7 +60,7 @@ struct Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if self.attached {
-            if let Err(e) = ioctl::ioctl_none(self.fd.as_fd(), ioctl::VFIO_GROUP_UNSET_CONTAINER) {
+            if let Err(e) = ioctl::ioctl_none(self.fd.as_fd(), ioctl::NoArg::GroupUnsetContainer) {
                 // EBUSY: a BAR mapping still holds the device; the kernel detaches on release.
                 debug!(group = self.number, error = %e, "VFIO_GROUP_UNSET_CONTAINER failed");
             }
@@ -154,7 +154,7 @@ impl VfioBackend {
         let container = Arc::new(OwnedFd::from(
             open_node(&container_path).map_err(|e| node_error(&container_path, None, e))?,
         ));
-        let version = ioctl::ioctl_none(container.as_fd(), ioctl::VFIO_GET_API_VERSION)
+        let version = ioctl::ioctl_none(container.as_fd(), ioctl::NoArg::GetApiVersion)
             .map_err(|e| ioctl_err("VFIO_GET_API_VERSION", target.clone(), e))?;
         if version != b::VFIO_API_VERSION as i32 {
             return Err(DriverError::VfioUnsupported {
@@ -167,7 +167,7 @@ impl VfioBackend {
         }
         let type1v2 = ioctl::ioctl_value(
             container.as_fd(),
-            ioctl::VFIO_CHECK_EXTENSION,
+            ioctl::ValueArg::CheckExtension,
             b::VFIO_TYPE1v2_IOMMU,
         )
         .map_err(|e| ioctl_err("VFIO_CHECK_EXTENSION", target.clone(), e))?;
@@ -188,7 +188,7 @@ impl VfioBackend {
             attached: false,
         };
         let mut status = ioctl::argsz_buf(std::mem::size_of::<b::vfio_group_status>());
-        ioctl::ioctl_buf(group.fd.as_fd(), ioctl::VFIO_GROUP_GET_STATUS, &mut status)
+        ioctl::ioctl_buf(group.fd.as_fd(), ioctl::BufArg::GroupGetStatus, &mut status)
             .map_err(|e| ioctl_err("VFIO_GROUP_GET_STATUS", target.clone(), e))?;
         let group_flags = ioctl::u32_at(&status, 4);
         debug!(%address, group = group_no, flags = group_flags, "group status");
@@ -210,14 +210,14 @@ impl VfioBackend {
         group.attached = true;
         ioctl::ioctl_value(
             container.as_fd(),
-            ioctl::VFIO_SET_IOMMU,
+            ioctl::ValueArg::SetIommu,
             b::VFIO_TYPE1v2_IOMMU,
         )
         .map_err(|e| set_iommu_error(&target, e))?;
 
         // Step 5: IOMMU info, twice, for the capability chain.
         let fixed = ioctl::argsz_buf(std::mem::size_of::<b::vfio_iommu_type1_info>());
-        let buf = ioctl::info_with_caps(container.as_fd(), ioctl::VFIO_IOMMU_GET_INFO, &fixed)
+        let buf = ioctl::info_with_caps(container.as_fd(), ioctl::BufArg::IommuGetInfo, &fixed)
             .map_err(|e| ioctl_err("VFIO_IOMMU_GET_INFO", target.clone(), e))?;
         let iommu = caps::parse_iommu_info(&buf).map_err(|what| DriverError::BadVfioInfo {
             target: target.clone(),
@@ -238,7 +238,7 @@ impl VfioBackend {
 
         // Step 7: device info, regions, config space.
         let mut info = ioctl::argsz_buf(std::mem::size_of::<b::vfio_device_info>());
-        ioctl::ioctl_buf(device.as_fd(), ioctl::VFIO_DEVICE_GET_INFO, &mut info)
+        ioctl::ioctl_buf(device.as_fd(), ioctl::BufArg::DeviceGetInfo, &mut info)
             .map_err(|e| ioctl_err("VFIO_DEVICE_GET_INFO", target.clone(), e))?;
         let device_flags = ioctl::u32_at(&info, 4);
         let num_regions = ioctl::u32_at(&info, 8);
@@ -353,7 +353,7 @@ impl VfioBackend {
     }
 
     fn set_irqs_raw(&self, buf: &mut [u8]) -> Result<(), io::Error> {
-        ioctl::ioctl_buf(self.device_file(), ioctl::VFIO_DEVICE_SET_IRQS, buf).map(drop)
+        ioctl::ioctl_buf(self.device_file(), ioctl::BufArg::DeviceSetIrqs, buf).map(drop)
     }
 
     fn routed(&self) -> std::sync::MutexGuard<'_, irq::Routed> {
@@ -370,7 +370,7 @@ fn query_region(
 ) -> Result<Option<RegionDetails>, DriverError> {
     let mut fixed = ioctl::argsz_buf(std::mem::size_of::<b::vfio_region_info>());
     ioctl::put_u32(&mut fixed, 8, index);
-    match ioctl::info_with_caps(device, ioctl::VFIO_DEVICE_GET_REGION_INFO, &fixed) {
+    match ioctl::info_with_caps(device, ioctl::BufArg::DeviceGetRegionInfo, &fixed) {
         Ok(buf) => {
             let details =
                 caps::parse_region_info(&buf, index).map_err(|what| DriverError::BadVfioInfo {
@@ -494,10 +494,13 @@ impl DeviceBackend for VfioBackend {
             Some(a) => a,
             None => &whole,
         };
-        let fd = self.device.as_raw_fd();
+        let fd = self.device.as_fd();
         let file_offset = details.file_offset;
         let mapping = bar::map_bar(info.size, areas, bar::page_size(), |at, area, len| {
-            bar::map_fixed_shared(at, len, fd, file_offset + area.offset)
+            // SAFETY: `map_bar` calls this with `at .. at + len` inside the PROT_NONE
+            // reservation it just made and owns (it checked each area fits the BAR), which
+            // nothing refers to yet.
+            unsafe { bar::map_fixed_shared(at, len, fd, file_offset + area.offset) }
         })
         .map_err(not)?;
         let base = mapping.base();
@@ -562,7 +565,7 @@ impl DeviceBackend for VfioBackend {
         ioctl::put_u32(&mut buf, 8, index as u32);
         match ioctl::ioctl_buf(
             self.device_file(),
-            ioctl::VFIO_DEVICE_GET_IRQ_INFO,
+            ioctl::BufArg::DeviceGetIrqInfo,
             &mut buf,
         ) {
             // The ERR index of a conventional-PCI device answers EINVAL: not available.
@@ -643,7 +646,7 @@ impl DeviceBackend for VfioBackend {
         if self.device_flags & b::VFIO_DEVICE_FLAGS_RESET == 0 {
             return Ok(false);
         }
-        ioctl::ioctl_none(self.device_file(), ioctl::VFIO_DEVICE_RESET)
+        ioctl::ioctl_none(self.device_file(), ioctl::NoArg::DeviceReset)
             .map_err(|e| ioctl_err("VFIO_DEVICE_RESET", self.describe(), e))?;
         // A reset can tear down the kernel side of MSI/MSI-X triggers while our eventfds stay
         // (the kernel selftests' igb driver re-arms after it); route them again.
