@@ -82,6 +82,9 @@ pub struct VfioBackend {
     regions: Vec<Option<RegionDetails>>,
     iommu: IommuInfo,
     iova_ranges: Vec<IovaRange>,
+    /// The eventfds routed per vector. Every `VFIO_DEVICE_SET_IRQS` is issued with this held,
+    /// so the kernel's routing and the table change together and the fd numbers an ioctl
+    /// passes are open until it returns.
     routed: Mutex<irq::Routed>,
     opened: Instant,
     /// See [`DeviceBackend::needs_reset`].
@@ -616,6 +619,9 @@ impl DeviceBackend for VfioBackend {
             })?;
         let raw: Vec<i32> = dups.iter().map(AsRawFd::as_raw_fd).collect();
         let mut buf = irq::trigger_eventfds(index as u32, start, &raw);
+        // Held across the ioctl so the kernel's routing and the table change together (see
+        // `routed`).
+        let mut routed = self.routed();
         self.set_irqs_raw(&mut buf).map_err(|source| {
             let hint = if source.raw_os_error() == Some(libc::EINVAL) && info.noresize {
                 "; this index cannot grow while enabled: route all its vectors in one call, or disable it first".to_string()
@@ -630,15 +636,16 @@ impl DeviceBackend for VfioBackend {
             }
         })?;
         debug!(?index, start, count, "interrupts routed");
-        self.routed().set(index, start, dups);
+        routed.set(index, start, dups);
         Ok(())
     }
 
     fn disable_irqs(&self, index: IrqIndex) -> Result<(), DriverError> {
         let mut buf = irq::disable(index as u32);
+        let mut routed = self.routed();
         self.set_irqs_raw(&mut buf)
             .map_err(|e| ioctl_err("VFIO_DEVICE_SET_IRQS (disable)", self.describe(), e))?;
-        self.routed().clear(index);
+        routed.clear(index);
         Ok(())
     }
 
@@ -649,9 +656,13 @@ impl DeviceBackend for VfioBackend {
         ioctl::ioctl_none(self.device_file(), ioctl::NoArg::DeviceReset)
             .map_err(|e| ioctl_err("VFIO_DEVICE_RESET", self.describe(), e))?;
         // A reset can tear down the kernel side of MSI/MSI-X triggers while our eventfds stay
-        // (the kernel selftests' igb driver re-arms after it); route them again.
+        // (the kernel selftests' igb driver re-arms after it); route them again. The table stays
+        // locked across each ioctl: its handles keep the fds open, so a concurrent `set_irqs`
+        // cannot close one (and let its number be reused) before the kernel has taken it, nor
+        // be overwritten by a re-arm with the routing it replaced.
+        let routed = self.routed();
         for index in [IrqIndex::Msi, IrqIndex::Msix] {
-            let raw = self.routed().raw_fds(index);
+            let raw = routed.raw_fds(index);
             if raw.iter().any(|&fd| fd >= 0) {
                 let mut buf = irq::trigger_eventfds(index as u32, 0, &raw);
                 self.set_irqs_raw(&mut buf).map_err(|e| {
