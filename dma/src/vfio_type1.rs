@@ -19,12 +19,24 @@ pub const VFIO_IOMMU_MAP_DMA: libc::Ioctl = 0x3B71;
 /// `_IO(';', 100 + 14)`: unmap on a container fd.
 pub const VFIO_IOMMU_UNMAP_DMA: libc::Ioctl = 0x3B72;
 
+/// Whatever keeps a group attached to the container while its owner lives (the driver's
+/// group handle, which detaches the group when dropped).
+pub type Attachment = Arc<dyn std::any::Any + Send + Sync>;
+
 /// A VFIO container with a type1 IOMMU set, as a [`DmaMapper`].
 ///
 /// The driver's VFIO backend opens the container, attaches the group, sets TYPE1v2 and reads
 /// the IOVA ranges; this type only maps and unmaps. It checks `RLIMIT_MEMLOCK` before each map
 /// so that a low limit gives [`DmaError::MemlockTooLow`] instead of a bare `ENOMEM`.
+///
+/// It co-owns the group's attachment: when the last group leaves a container the kernel
+/// unmaps and unpins everything and drops the IOMMU (`vfio_group_detach_container`), after
+/// which `VFIO_IOMMU_UNMAP_DMA` answers `EINVAL`. Holding the attachment until this mapper is
+/// dropped lets a lease that outlives the backend still unmap (and so be freed), and keeps the
+/// IOMMU guarding its memory until then.
 pub struct VfioType1 {
+    // Field order is drop order: detach the group, then close our container fd.
+    _attachment: Option<Attachment>,
     container: Arc<OwnedFd>,
     ranges: Vec<IovaRange>,
     /// Live mappings: IOVA -> length.
@@ -34,8 +46,17 @@ pub struct VfioType1 {
 impl VfioType1 {
     /// Wrap a container fd that already has its IOMMU type set; `ranges` are the IOVA ranges
     /// from `VFIO_IOMMU_GET_INFO` (the whole 64-bit space if the kernel reported none).
-    pub fn new(container: Arc<OwnedFd>, ranges: Vec<IovaRange>) -> Self {
+    ///
+    /// `attachment` is held until this mapper is dropped, so the group it stands for stays
+    /// attached as long as mappings can exist (see the type's docs); `None` leaves the
+    /// container's lifetime to the caller.
+    pub fn new(
+        container: Arc<OwnedFd>,
+        attachment: Option<Attachment>,
+        ranges: Vec<IovaRange>,
+    ) -> Self {
         VfioType1 {
+            _attachment: attachment,
             container,
             ranges,
             live: Mutex::new(HashMap::new()),
@@ -200,5 +221,23 @@ mod tests {
         assert_eq!(VFIO_IOMMU_MAP_DMA, 0x3B71);
         assert_eq!(VFIO_IOMMU_UNMAP_DMA, 0x3B72);
         assert_eq!((VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE), (1, 2));
+    }
+
+    #[test]
+    fn the_attachment_lives_exactly_as_long_as_the_mapper() {
+        let container = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let group = Arc::new(17u32);
+        let attachment: Attachment = group.clone();
+        let mapper = Arc::new(VfioType1::new(
+            container,
+            Some(attachment),
+            vec![IovaRange::new(0, u64::MAX)],
+        ));
+        let handle: Arc<dyn DmaMapper> = mapper.clone();
+        drop(mapper);
+        // A pool's handle alone keeps the group attached.
+        assert_eq!(Arc::strong_count(&group), 2);
+        drop(handle);
+        assert_eq!(Arc::strong_count(&group), 1);
     }
 }

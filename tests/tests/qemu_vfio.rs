@@ -10,13 +10,14 @@ use std::path::Path;
 use std::process::Command;
 
 /// The guest tests, each of which must report `ok`.
-const GUEST_TESTS: [&str; 10] = [
+const GUEST_TESTS: [&str; 11] = [
     "bind_open_info",
     "id_liveness",
     "factorial_msi",
     "dma_roundtrip_strict",
     "dma_roundtrip_pooled",
     "dma_unmapped_iova_faults",
+    "lease_outlives_backend",
     "memlock_unprivileged",
     "memlock_kernel_enforced",
     "req_unbind",

@@ -4,6 +4,7 @@
 //! fault instead of reaching anything.
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
 use crate::backend::MmapArea;
@@ -114,23 +115,29 @@ pub fn map_bar(
 
 /// Map `len` bytes of `fd` at file offset `file_offset` exactly at `at` (inside a reservation
 /// made by [`map_bar`]), readable and writable, shared with the device.
-pub fn map_fixed_shared(
+///
+/// # Safety
+///
+/// `at .. at + len` must lie inside an address range the caller owns and that nothing else
+/// uses (a [`map_bar`] reservation, as `map_bar` hands it to its `map_area` callback), with no
+/// Rust references into it: `MAP_FIXED` replaces whatever is mapped there.
+pub unsafe fn map_fixed_shared(
     at: *mut u8,
     len: usize,
-    fd: libc::c_int,
+    fd: BorrowedFd<'_>,
     file_offset: u64,
 ) -> io::Result<()> {
     let off = libc::off_t::try_from(file_offset)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file offset too large"))?;
-    // SAFETY: `at .. at + len` lies inside a reservation owned by the `BarMapping` being
-    // built (checked by `map_bar`), so MAP_FIXED replaces only our own PROT_NONE pages.
+    // SAFETY: the caller guarantees `at .. at + len` is address space it owns and nothing
+    // refers to, so MAP_FIXED replaces only its own pages.
     let got = unsafe {
         libc::mmap(
             at.cast(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_FIXED,
-            fd,
+            fd.as_raw_fd(),
             off,
         )
     };

@@ -56,31 +56,149 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// The VFIO ioctls that take no argument: the only requests [`ioctl_none`] can issue, so
+/// that it never passes a request that would read or write user memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoArg {
+    /// Container: [`VFIO_GET_API_VERSION`].
+    GetApiVersion,
+    /// Group: [`VFIO_GROUP_UNSET_CONTAINER`].
+    GroupUnsetContainer,
+    /// Device: [`VFIO_DEVICE_RESET`].
+    DeviceReset,
+}
+
+impl NoArg {
+    /// The request number.
+    pub const fn request(self) -> u32 {
+        match self {
+            NoArg::GetApiVersion => VFIO_GET_API_VERSION,
+            NoArg::GroupUnsetContainer => VFIO_GROUP_UNSET_CONTAINER,
+            NoArg::DeviceReset => VFIO_DEVICE_RESET,
+        }
+    }
+}
+
+/// The VFIO ioctls whose argument is an integer by value: the only requests [`ioctl_value`]
+/// can issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueArg {
+    /// Container: [`VFIO_CHECK_EXTENSION`].
+    CheckExtension,
+    /// Container: [`VFIO_SET_IOMMU`].
+    SetIommu,
+}
+
+impl ValueArg {
+    /// The request number.
+    pub const fn request(self) -> u32 {
+        match self {
+            ValueArg::CheckExtension => VFIO_CHECK_EXTENSION,
+            ValueArg::SetIommu => VFIO_SET_IOMMU,
+        }
+    }
+}
+
+/// The VFIO ioctls whose argument is an argsz-prefixed struct the kernel reads and writes: the
+/// only requests [`ioctl_buf`] can issue. Each of them touches at most `argsz` bytes, after
+/// first reading the fixed struct (which [`BufArg::min_len`] covers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufArg {
+    /// Group: [`VFIO_GROUP_GET_STATUS`].
+    GroupGetStatus,
+    /// Device: [`VFIO_DEVICE_GET_INFO`].
+    DeviceGetInfo,
+    /// Device: [`VFIO_DEVICE_GET_REGION_INFO`].
+    DeviceGetRegionInfo,
+    /// Device: [`VFIO_DEVICE_GET_IRQ_INFO`].
+    DeviceGetIrqInfo,
+    /// Device: [`VFIO_DEVICE_SET_IRQS`].
+    DeviceSetIrqs,
+    /// Container: [`VFIO_IOMMU_GET_INFO`].
+    IommuGetInfo,
+}
+
+impl BufArg {
+    /// The request number.
+    pub const fn request(self) -> u32 {
+        match self {
+            BufArg::GroupGetStatus => VFIO_GROUP_GET_STATUS,
+            BufArg::DeviceGetInfo => VFIO_DEVICE_GET_INFO,
+            BufArg::DeviceGetRegionInfo => VFIO_DEVICE_GET_REGION_INFO,
+            BufArg::DeviceGetIrqInfo => VFIO_DEVICE_GET_IRQ_INFO,
+            BufArg::DeviceSetIrqs => VFIO_DEVICE_SET_IRQS,
+            BufArg::IommuGetInfo => VFIO_IOMMU_GET_INFO,
+        }
+    }
+
+    /// The size of the fixed argument struct: the kernel copies its leading fields in before
+    /// it looks at `argsz`, so the buffer must hold at least this much.
+    pub const fn min_len(self) -> usize {
+        use std::mem::size_of;
+        use vfio_bindings::bindings::vfio as b;
+        match self {
+            BufArg::GroupGetStatus => size_of::<b::vfio_group_status>(),
+            BufArg::DeviceGetInfo => size_of::<b::vfio_device_info>(),
+            BufArg::DeviceGetRegionInfo => size_of::<b::vfio_region_info>(),
+            BufArg::DeviceGetIrqInfo => size_of::<b::vfio_irq_info>(),
+            BufArg::DeviceSetIrqs => size_of::<b::vfio_irq_set>(),
+            BufArg::IommuGetInfo => size_of::<b::vfio_iommu_type1_info>(),
+        }
+    }
+}
+
 /// An ioctl without argument; returns the non-negative result.
-pub fn ioctl_none(fd: BorrowedFd<'_>, request: u32) -> io::Result<libc::c_int> {
-    // SAFETY: VFIO ioctls of this kind take no argument and touch no user memory.
-    check(unsafe { libc::ioctl(fd.as_raw_fd(), request as libc::Ioctl) })
+pub fn ioctl_none(fd: BorrowedFd<'_>, request: NoArg) -> io::Result<libc::c_int> {
+    // SAFETY: every `NoArg` request takes no argument and touches no user memory.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), request.request() as libc::Ioctl) })
 }
 
 /// An ioctl whose argument is an integer passed by value.
-pub fn ioctl_value(fd: BorrowedFd<'_>, request: u32, value: u32) -> io::Result<libc::c_int> {
-    // SAFETY: the argument is an integer by value (CHECK_EXTENSION, SET_IOMMU); no memory is
-    // passed.
+pub fn ioctl_value(fd: BorrowedFd<'_>, request: ValueArg, value: u32) -> io::Result<libc::c_int> {
+    // SAFETY: every `ValueArg` request takes an integer by value; no memory is passed.
     check(unsafe {
         libc::ioctl(
             fd.as_raw_fd(),
-            request as libc::Ioctl,
+            request.request() as libc::Ioctl,
             libc::c_ulong::from(value),
         )
     })
 }
 
-/// An ioctl that reads and writes the byte buffer `buf` (an argsz-prefixed struct).
-pub fn ioctl_buf(fd: BorrowedFd<'_>, request: u32, buf: &mut [u8]) -> io::Result<libc::c_int> {
-    debug_assert!(buf.len() >= 4 && u32_at(buf, 0) as usize <= buf.len());
-    // SAFETY: the kernel reads and writes at most `argsz` bytes, which every caller sets to at
-    // most `buf.len()`; `buf` is a live, exclusively borrowed buffer for the whole call.
-    check(unsafe { libc::ioctl(fd.as_raw_fd(), request as libc::Ioctl, buf.as_mut_ptr()) })
+/// An ioctl that reads and writes the byte buffer `buf` (an argsz-prefixed struct). Fails with
+/// `InvalidInput`, before any system call, unless `buf` holds the request's fixed struct and
+/// its `argsz` lies between that size and `buf.len()`.
+pub fn ioctl_buf(fd: BorrowedFd<'_>, request: BufArg, buf: &mut [u8]) -> io::Result<libc::c_int> {
+    let min = request.min_len();
+    if buf.len() < min {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{request:?}: a {}-byte buffer cannot hold the {min}-byte argument",
+                buf.len()
+            ),
+        ));
+    }
+    let argsz = u32_at(buf, 0) as usize;
+    if argsz < min || argsz > buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{request:?}: argsz {argsz} outside the argument's {min} bytes and the buffer's {}",
+                buf.len()
+            ),
+        ));
+    }
+    // SAFETY: a `BufArg` request reads its fixed struct (`min` bytes, checked above) and then
+    // reads and writes at most `argsz` bytes, which is checked to be at most `buf.len()`;
+    // `buf` is a live, exclusively borrowed buffer for the whole call.
+    check(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            request.request() as libc::Ioctl,
+            buf.as_mut_ptr(),
+        )
+    })
 }
 
 /// `VFIO_GROUP_SET_CONTAINER`: the argument is a pointer to the container fd as an `s32`.
@@ -152,7 +270,7 @@ pub fn argsz_buf(len: usize) -> Vec<u8> {
 /// selftests do: first with the fixed struct (`fixed`, whose `argsz` is set here), then again
 /// with a buffer of the `argsz` the kernel asked for, until the answer fits. Returns the
 /// whole buffer (fixed struct followed by the capabilities).
-pub fn info_with_caps(fd: BorrowedFd<'_>, request: u32, fixed: &[u8]) -> io::Result<Vec<u8>> {
+pub fn info_with_caps(fd: BorrowedFd<'_>, request: BufArg, fixed: &[u8]) -> io::Result<Vec<u8>> {
     let mut size = fixed.len();
     // The kernel only asks once for more; a few rounds cover a chain that grows in between.
     for _ in 0..4 {
@@ -294,6 +412,27 @@ mod tests {
             ),
             (0, 1, 2, 3, 4)
         );
+    }
+
+    #[test]
+    fn ioctl_buf_refuses_an_argsz_past_the_buffer_before_the_call() {
+        // /dev/null would answer any ioctl with ENOTTY: an InvalidInput proves no call was made.
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&null);
+        let mut big = argsz_buf(size_of::<b::vfio_irq_info>());
+        put_u32(&mut big, 0, 4096);
+        let err = ioctl_buf(fd, BufArg::DeviceGetIrqInfo, &mut big).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        let mut short = argsz_buf(8);
+        let err = ioctl_buf(fd, BufArg::DeviceGetIrqInfo, &mut short).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        let mut small_argsz = argsz_buf(size_of::<b::vfio_irq_info>());
+        put_u32(&mut small_argsz, 0, 8);
+        let err = ioctl_buf(fd, BufArg::DeviceGetIrqInfo, &mut small_argsz).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        let mut good = argsz_buf(size_of::<b::vfio_irq_info>());
+        let err = ioctl_buf(fd, BufArg::DeviceGetIrqInfo, &mut good).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
     }
 
     /// Sizes and field offsets of the argument structs, written out from include/uapi/linux/vfio.h

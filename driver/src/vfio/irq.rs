@@ -92,6 +92,8 @@ impl Routed {
     }
 
     /// The raw fds of `index` from vector 0, `-1` for unrouted vectors (to re-arm after a reset).
+    /// The numbers name open fds only while this table is borrowed: a later `set` or `clear`
+    /// closes the ones it replaces, so use them before letting go of the table.
     pub fn raw_fds(&self, index: IrqIndex) -> Vec<i32> {
         self.by_index[index as usize]
             .iter()

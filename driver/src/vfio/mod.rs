@@ -15,6 +15,12 @@
 //! detaches the group from the container and closes it, and finally drops the container
 //! (§1.2 step 7). A BAR mapping ([`Mmio`]) that outlives the backend keeps the device open in
 //! the kernel until it is dropped too; drop register handles first for a clean teardown.
+//!
+//! The DMA mapper ([`VfioType1`]) co-owns the group: detaching the last group tears the
+//! container's IOMMU down, after which no unmap succeeds, so a lease or pool that outlives the
+//! backend keeps the group attached (and its node open: the group cannot be opened again)
+//! until the last mapper handle is dropped. The device fd is closed with the backend either
+//! way, which stops the function's DMA.
 
 mod bar;
 mod caps;
@@ -43,7 +49,8 @@ use crate::mmio::Mmio;
 use crate::pci::PciAddress;
 use crate::sysfs::{Sysfs, is_vfio_driver};
 
-/// The group fd, detached from its container when dropped.
+/// The group fd, detached from its container when dropped. Shared between the backend and
+/// its mapper, so the detach happens when the later of the two goes.
 struct Group {
     fd: File,
     number: u32,
@@ -53,7 +60,7 @@ struct Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if self.attached {
-            if let Err(e) = ioctl::ioctl_none(self.fd.as_fd(), ioctl::VFIO_GROUP_UNSET_CONTAINER) {
+            if let Err(e) = ioctl::ioctl_none(self.fd.as_fd(), ioctl::NoArg::GroupUnsetContainer) {
                 // EBUSY: a BAR mapping still holds the device; the kernel detaches on release.
                 debug!(group = self.number, error = %e, "VFIO_GROUP_UNSET_CONTAINER failed");
             }
@@ -65,7 +72,7 @@ impl Drop for Group {
 pub struct VfioBackend {
     // Field order is drop order: the device, then the group (unset, close), then the container.
     device: File,
-    group: Group,
+    group: Arc<Group>,
     container: Arc<OwnedFd>,
     mapper: Arc<VfioType1>,
     address: PciAddress,
@@ -75,6 +82,9 @@ pub struct VfioBackend {
     regions: Vec<Option<RegionDetails>>,
     iommu: IommuInfo,
     iova_ranges: Vec<IovaRange>,
+    /// The eventfds routed per vector. Every `VFIO_DEVICE_SET_IRQS` is issued with this held,
+    /// so the kernel's routing and the table change together and the fd numbers an ioctl
+    /// passes are open until it returns.
     routed: Mutex<irq::Routed>,
     opened: Instant,
     /// See [`DeviceBackend::needs_reset`].
@@ -147,7 +157,7 @@ impl VfioBackend {
         let container = Arc::new(OwnedFd::from(
             open_node(&container_path).map_err(|e| node_error(&container_path, None, e))?,
         ));
-        let version = ioctl::ioctl_none(container.as_fd(), ioctl::VFIO_GET_API_VERSION)
+        let version = ioctl::ioctl_none(container.as_fd(), ioctl::NoArg::GetApiVersion)
             .map_err(|e| ioctl_err("VFIO_GET_API_VERSION", target.clone(), e))?;
         if version != b::VFIO_API_VERSION as i32 {
             return Err(DriverError::VfioUnsupported {
@@ -160,7 +170,7 @@ impl VfioBackend {
         }
         let type1v2 = ioctl::ioctl_value(
             container.as_fd(),
-            ioctl::VFIO_CHECK_EXTENSION,
+            ioctl::ValueArg::CheckExtension,
             b::VFIO_TYPE1v2_IOMMU,
         )
         .map_err(|e| ioctl_err("VFIO_CHECK_EXTENSION", target.clone(), e))?;
@@ -181,7 +191,7 @@ impl VfioBackend {
             attached: false,
         };
         let mut status = ioctl::argsz_buf(std::mem::size_of::<b::vfio_group_status>());
-        ioctl::ioctl_buf(group.fd.as_fd(), ioctl::VFIO_GROUP_GET_STATUS, &mut status)
+        ioctl::ioctl_buf(group.fd.as_fd(), ioctl::BufArg::GroupGetStatus, &mut status)
             .map_err(|e| ioctl_err("VFIO_GROUP_GET_STATUS", target.clone(), e))?;
         let group_flags = ioctl::u32_at(&status, 4);
         debug!(%address, group = group_no, flags = group_flags, "group status");
@@ -203,14 +213,14 @@ impl VfioBackend {
         group.attached = true;
         ioctl::ioctl_value(
             container.as_fd(),
-            ioctl::VFIO_SET_IOMMU,
+            ioctl::ValueArg::SetIommu,
             b::VFIO_TYPE1v2_IOMMU,
         )
         .map_err(|e| set_iommu_error(&target, e))?;
 
         // Step 5: IOMMU info, twice, for the capability chain.
         let fixed = ioctl::argsz_buf(std::mem::size_of::<b::vfio_iommu_type1_info>());
-        let buf = ioctl::info_with_caps(container.as_fd(), ioctl::VFIO_IOMMU_GET_INFO, &fixed)
+        let buf = ioctl::info_with_caps(container.as_fd(), ioctl::BufArg::IommuGetInfo, &fixed)
             .map_err(|e| ioctl_err("VFIO_IOMMU_GET_INFO", target.clone(), e))?;
         let iommu = caps::parse_iommu_info(&buf).map_err(|what| DriverError::BadVfioInfo {
             target: target.clone(),
@@ -231,7 +241,7 @@ impl VfioBackend {
 
         // Step 7: device info, regions, config space.
         let mut info = ioctl::argsz_buf(std::mem::size_of::<b::vfio_device_info>());
-        ioctl::ioctl_buf(device.as_fd(), ioctl::VFIO_DEVICE_GET_INFO, &mut info)
+        ioctl::ioctl_buf(device.as_fd(), ioctl::BufArg::DeviceGetInfo, &mut info)
             .map_err(|e| ioctl_err("VFIO_DEVICE_GET_INFO", target.clone(), e))?;
         let device_flags = ioctl::u32_at(&info, 4);
         let num_regions = ioctl::u32_at(&info, 8);
@@ -259,8 +269,14 @@ impl VfioBackend {
             vendor: 0,
             device: 0,
         };
+        let group = Arc::new(group);
+        let attachment: dma::vfio_type1::Attachment = group.clone();
         let mut backend = VfioBackend {
-            mapper: Arc::new(VfioType1::new(container.clone(), iova_ranges.clone())),
+            mapper: Arc::new(VfioType1::new(
+                container.clone(),
+                Some(attachment),
+                iova_ranges.clone(),
+            )),
             device,
             group,
             container,
@@ -340,7 +356,7 @@ impl VfioBackend {
     }
 
     fn set_irqs_raw(&self, buf: &mut [u8]) -> Result<(), io::Error> {
-        ioctl::ioctl_buf(self.device_file(), ioctl::VFIO_DEVICE_SET_IRQS, buf).map(drop)
+        ioctl::ioctl_buf(self.device_file(), ioctl::BufArg::DeviceSetIrqs, buf).map(drop)
     }
 
     fn routed(&self) -> std::sync::MutexGuard<'_, irq::Routed> {
@@ -357,7 +373,7 @@ fn query_region(
 ) -> Result<Option<RegionDetails>, DriverError> {
     let mut fixed = ioctl::argsz_buf(std::mem::size_of::<b::vfio_region_info>());
     ioctl::put_u32(&mut fixed, 8, index);
-    match ioctl::info_with_caps(device, ioctl::VFIO_DEVICE_GET_REGION_INFO, &fixed) {
+    match ioctl::info_with_caps(device, ioctl::BufArg::DeviceGetRegionInfo, &fixed) {
         Ok(buf) => {
             let details =
                 caps::parse_region_info(&buf, index).map_err(|what| DriverError::BadVfioInfo {
@@ -481,10 +497,13 @@ impl DeviceBackend for VfioBackend {
             Some(a) => a,
             None => &whole,
         };
-        let fd = self.device.as_raw_fd();
+        let fd = self.device.as_fd();
         let file_offset = details.file_offset;
         let mapping = bar::map_bar(info.size, areas, bar::page_size(), |at, area, len| {
-            bar::map_fixed_shared(at, len, fd, file_offset + area.offset)
+            // SAFETY: `map_bar` calls this with `at .. at + len` inside the PROT_NONE
+            // reservation it just made and owns (it checked each area fits the BAR), which
+            // nothing refers to yet.
+            unsafe { bar::map_fixed_shared(at, len, fd, file_offset + area.offset) }
         })
         .map_err(not)?;
         let base = mapping.base();
@@ -549,7 +568,7 @@ impl DeviceBackend for VfioBackend {
         ioctl::put_u32(&mut buf, 8, index as u32);
         match ioctl::ioctl_buf(
             self.device_file(),
-            ioctl::VFIO_DEVICE_GET_IRQ_INFO,
+            ioctl::BufArg::DeviceGetIrqInfo,
             &mut buf,
         ) {
             // The ERR index of a conventional-PCI device answers EINVAL: not available.
@@ -600,6 +619,9 @@ impl DeviceBackend for VfioBackend {
             })?;
         let raw: Vec<i32> = dups.iter().map(AsRawFd::as_raw_fd).collect();
         let mut buf = irq::trigger_eventfds(index as u32, start, &raw);
+        // Held across the ioctl so the kernel's routing and the table change together (see
+        // `routed`).
+        let mut routed = self.routed();
         self.set_irqs_raw(&mut buf).map_err(|source| {
             let hint = if source.raw_os_error() == Some(libc::EINVAL) && info.noresize {
                 "; this index cannot grow while enabled: route all its vectors in one call, or disable it first".to_string()
@@ -614,15 +636,16 @@ impl DeviceBackend for VfioBackend {
             }
         })?;
         debug!(?index, start, count, "interrupts routed");
-        self.routed().set(index, start, dups);
+        routed.set(index, start, dups);
         Ok(())
     }
 
     fn disable_irqs(&self, index: IrqIndex) -> Result<(), DriverError> {
         let mut buf = irq::disable(index as u32);
+        let mut routed = self.routed();
         self.set_irqs_raw(&mut buf)
             .map_err(|e| ioctl_err("VFIO_DEVICE_SET_IRQS (disable)", self.describe(), e))?;
-        self.routed().clear(index);
+        routed.clear(index);
         Ok(())
     }
 
@@ -630,12 +653,16 @@ impl DeviceBackend for VfioBackend {
         if self.device_flags & b::VFIO_DEVICE_FLAGS_RESET == 0 {
             return Ok(false);
         }
-        ioctl::ioctl_none(self.device_file(), ioctl::VFIO_DEVICE_RESET)
+        ioctl::ioctl_none(self.device_file(), ioctl::NoArg::DeviceReset)
             .map_err(|e| ioctl_err("VFIO_DEVICE_RESET", self.describe(), e))?;
         // A reset can tear down the kernel side of MSI/MSI-X triggers while our eventfds stay
-        // (the kernel selftests' igb driver re-arms after it); route them again.
+        // (the kernel selftests' igb driver re-arms after it); route them again. The table stays
+        // locked across each ioctl: its handles keep the fds open, so a concurrent `set_irqs`
+        // cannot close one (and let its number be reused) before the kernel has taken it, nor
+        // be overwritten by a re-arm with the routing it replaced.
+        let routed = self.routed();
         for index in [IrqIndex::Msi, IrqIndex::Msix] {
-            let raw = self.routed().raw_fds(index);
+            let raw = routed.raw_fds(index);
             if raw.iter().any(|&fd| fd >= 0) {
                 let mut buf = irq::trigger_eventfds(index as u32, 0, &raw);
                 self.set_irqs_raw(&mut buf).map_err(|e| {
@@ -741,7 +768,7 @@ impl Drop for VfioBackend {
         if live > 0 {
             warn!(
                 address = %self.address, live,
-                "closing a VFIO device with DMA mappings still live; detaching the group removes them"
+                "closing a VFIO device with DMA mappings still live; the group stays attached until the last mapper handle is dropped"
             );
         }
         debug!(address = %self.address, "closing: device, then group, then container");

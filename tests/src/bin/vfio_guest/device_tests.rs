@@ -1,6 +1,6 @@
 //! The suite, in order: bind and open, registers, factorial by MSI, DMA round trips in both
-//! lease modes, a DMA to an unmapped IOVA, the unprivileged memlock limit, the REQ unbind
-//! handshake, and the accounting of both device sessions.
+//! lease modes, a DMA to an unmapped IOVA, a lease that outlives its backend, the unprivileged
+//! memlock limit, the REQ unbind handshake, and the accounting of both device sessions.
 //!
 //! One session (one open of the device) serves the tests up to the unmapped-IOVA one; it is
 //! closed before the unprivileged child opens the device (an IOMMU group has one opener), and
@@ -8,10 +8,10 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::path::Path;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use dma::{Access, DmaMemory, DmaPool, PagePolicy};
+use dma::{Access, DmaMemory, DmaPool, LeaseMode, PagePolicy, PoolConfig};
 use driver::backend::region;
 use driver::eventfd::EventFd;
 use driver::sysfs::{Sysfs, VFIO_PCI};
@@ -76,6 +76,17 @@ pub fn run_all(r: &mut Runner) {
             Err(Fail(e)) => st
                 .close_errors
                 .push(format!("closing the first session: {e}")),
+        }
+    }
+    match st.address {
+        Some(address) => {
+            r.run("lease_outlives_backend", || lease_outlives_backend(address));
+        }
+        None => {
+            r.report(
+                "lease_outlives_backend",
+                Err(Fail("not run: bind_open_info failed".into())),
+            );
         }
     }
 
@@ -518,6 +529,62 @@ fn unmapped_iova_steps(
         read_memory(mem, LEN) == pattern,
         "after the fault, a DMA to the re-mapped IOVA {iova:#x} did not deliver the pattern"
     );
+    Ok(())
+}
+
+/// A strict lease dropped after the backend that mapped it: its unmap must still succeed, so
+/// the memory is freed and the mapper's count returns to zero (the IOMMU keeps the memory
+/// mapped, and the container usable, until then). Once the pool and the last mapper handle
+/// are gone the group is free again: a new open succeeds.
+fn lease_outlives_backend(address: PciAddress) -> Outcome {
+    let backend = driver::open(&format!("vfio:{address}"))?;
+    let iova = edu::iova_allocator(backend.dma_mapper().as_ref());
+    let strict = edu::pool(backend.as_ref(), PoolConfig::new(LeaseMode::Strict), &iova)?;
+    let lease = strict.lease(LEN, 4096, Access::ReadWrite)?;
+    let (_, pattern) = random_bytes(LEN);
+    lease.write(0, &pattern)?;
+    let held = strict.accounting();
+    ensure!(
+        held.leases_out == 1 && held.live_mappings == 1,
+        "with the lease out: {held:?}, expected 1 lease and 1 mapping"
+    );
+    ensure!(
+        Arc::strong_count(&backend) == 1,
+        "{} other handles hold the backend; dropping ours would not close it",
+        Arc::strong_count(&backend) - 1
+    );
+    drop(backend);
+    let mut back = vec![0u8; LEN];
+    lease.read(0, &mut back)?;
+    ensure!(
+        back == pattern,
+        "the lease's memory changed when the backend was dropped"
+    );
+    drop(lease);
+    let after = strict.accounting();
+    let iova_stats = iova.lock().unwrap_or_else(PoisonError::into_inner).stats();
+    say(&format!(
+        "GUEST: lease dropped after the backend: leases_out {}, live_mappings {}, \
+         unmap_failures {}, IOVA allocations {}",
+        after.leases_out, after.live_mappings, after.unmap_failures, iova_stats.allocations
+    ));
+    ensure!(
+        after.leases_out == 0 && after.lease_bytes == 0,
+        "the lease is still counted out: {after:?}"
+    );
+    ensure!(
+        after.unmap_failures == 0 && after.live_mappings == 0,
+        "the unmap after the backend was dropped failed: {after:?}"
+    );
+    ensure!(
+        iova_stats.allocations == 0,
+        "the lease's IOVA was not returned: {iova_stats:?}"
+    );
+    drop(strict);
+    // The pool held the last mapper handle: the group must be released now.
+    let again = driver::open(&format!("vfio:{address}"))
+        .map_err(|e| Fail(format!("reopening after the pool was dropped: {e}")))?;
+    drop(again);
     Ok(())
 }
 
