@@ -28,11 +28,18 @@ pub struct IovaStats {
 }
 
 /// Hands out IOVA ranges inside the IOMMU's ranges, never in [`X86_MSI_WINDOW`] nor in
-/// [`IOVA_ZERO_PAGE`], first fit by address, and coalesces them again on free.
+/// [`IOVA_ZERO_PAGE`], and coalesces them again on free.
+///
+/// Two placements share the one free space: [`IovaAllocator::alloc`] is first fit by address
+/// (dense, for long-lived arenas); [`IovaAllocator::alloc_next_fit`] goes on upward from where
+/// its last allocation ended and wraps to the bottom only when nothing above fits, so a range
+/// just freed is not handed out again until the cursor has gone round the whole space (strict
+/// leases: a late device access to a released buffer faults instead of landing in a new one).
 ///
 /// It is plain data (`&mut self`): share one behind a mutex per IOMMU domain, since two
 /// allocators over the same domain would hand out the same IOVAs. `alloc` is O(holes) (first
-/// fit), `free` O(log n): meant for arenas and strict-mode leases, not per-packet use.
+/// fit), `alloc_next_fit` O(log n) until it wraps, `free` O(log n): meant for arenas and
+/// strict-mode leases, not per-packet use.
 #[derive(Clone, Debug)]
 pub struct IovaAllocator {
     /// Free holes: first address -> last address (inclusive, so the top of the 64-bit space
@@ -42,6 +49,9 @@ pub struct IovaAllocator {
     allocated: BTreeMap<u64, u64>,
     total_free: u64,
     allocated_bytes: u64,
+    /// Where the next [`IovaAllocator::alloc_next_fit`] starts looking: one past the end of the
+    /// last one.
+    cursor: u64,
 }
 
 impl IovaAllocator {
@@ -67,6 +77,7 @@ impl IovaAllocator {
             allocated: BTreeMap::new(),
             total_free: 0,
             allocated_bytes: 0,
+            cursor: 0,
         };
         for (s, e) in merged {
             for (s, e) in subtract(subtract(vec![(s, e)], IOVA_ZERO_PAGE), X86_MSI_WINDOW) {
@@ -77,24 +88,57 @@ impl IovaAllocator {
         alloc
     }
 
-    /// Allocate `len` bytes aligned to `align` (a power of two); returns the IOVA.
+    /// Allocate `len` bytes aligned to `align` (a power of two), first fit by address; returns
+    /// the IOVA.
     ///
     /// Fails with [`DmaError::IovaExhausted`] (which says whether the space is merely
     /// fragmented) when no hole fits, [`DmaError::Invalid`] for `len == 0` or a bad alignment.
     pub fn alloc(&mut self, len: u64, align: u64) -> Result<u64, DmaError> {
-        if len == 0 {
-            return Err(DmaError::Invalid("IOVA allocation of 0 bytes".into()));
-        }
-        if !align.is_power_of_two() {
-            return Err(DmaError::Invalid(format!(
-                "IOVA alignment {align:#x} is not a power of two"
-            )));
-        }
-        let found = self.free.iter().find_map(|(&start, &last)| {
-            let at = start.checked_next_multiple_of(align)?;
+        check_request(len, align)?;
+        let found = self.fit_from(0, len, align);
+        self.take(found, len, align)
+    }
+
+    /// Allocate like [`IovaAllocator::alloc`], but next fit: the lowest place at or above the
+    /// end of the previous next-fit allocation, else (the space above is used up: wrap round)
+    /// the lowest place anywhere. Freed ranges thus come back in roughly the order they were
+    /// handed out, the one released longest ago first, and never fail a request first fit
+    /// would satisfy.
+    pub fn alloc_next_fit(&mut self, len: u64, align: u64) -> Result<u64, DmaError> {
+        check_request(len, align)?;
+        let found = self
+            .fit_from(self.cursor, len, align)
+            .or_else(|| self.fit_from(0, len, align));
+        let at = self.take(found, len, align)?;
+        // Wraps to 0 at the very top of the 64-bit space: the next search starts over.
+        self.cursor = at.wrapping_add(len);
+        Ok(at)
+    }
+
+    /// The lowest `len` bytes aligned to `align` at or above `from` in one hole: (hole start,
+    /// hole last, IOVA, last byte).
+    fn fit_from(&self, from: u64, len: u64, align: u64) -> Option<(u64, u64, u64, u64)> {
+        // The hole holding `from`, if any, then every hole above it.
+        let first = self
+            .free
+            .range(..=from)
+            .next_back()
+            .filter(|&(_, &last)| last >= from)
+            .map_or(from, |(&start, _)| start);
+        self.free.range(first..).find_map(|(&start, &last)| {
+            let at = start.max(from).checked_next_multiple_of(align)?;
             let end = at.checked_add(len - 1)?;
             (end <= last).then_some((start, last, at, end))
-        });
+        })
+    }
+
+    /// Carve what [`IovaAllocator::fit_from`] found out of its hole, or report exhaustion.
+    fn take(
+        &mut self,
+        found: Option<(u64, u64, u64, u64)>,
+        len: u64,
+        align: u64,
+    ) -> Result<u64, DmaError> {
         let Some((start, last, at, end)) = found else {
             let stats = self.stats();
             return Err(DmaError::IovaExhausted {
@@ -165,6 +209,19 @@ impl IovaAllocator {
     pub fn is_allocated(&self, iova: u64, len: u64) -> bool {
         self.allocated.get(&iova) == Some(&len)
     }
+}
+
+/// `len` and `align` make a request: at least a byte, a power-of-two alignment.
+fn check_request(len: u64, align: u64) -> Result<(), DmaError> {
+    if len == 0 {
+        return Err(DmaError::Invalid("IOVA allocation of 0 bytes".into()));
+    }
+    if !align.is_power_of_two() {
+        return Err(DmaError::Invalid(format!(
+            "IOVA alignment {align:#x} is not a power of two"
+        )));
+    }
+    Ok(())
 }
 
 /// `spans` minus `hole`, both inclusive.

@@ -2,12 +2,18 @@
 //!
 //! A [`DmaPool`] hands out [`DmaLease`]s in one of two modes:
 //! - [`LeaseMode::Strict`]: each lease has its own memory, IOVA and IOMMU mapping, unmapped
-//!   on drop. A device access past the lease's (page-rounded) mapping, or after drop, faults.
-//!   For tests and debugging.
+//!   on drop. A device access that runs past the lease's (page-rounded) mapping, or comes
+//!   after drop, faults: each mapping is followed by an unmapped guard page (one page of the
+//!   lease's memory, at least one IOMMU page) that no other lease gets, and IOVAs are taken
+//!   next fit ([`IovaAllocator::alloc_next_fit`]), so a released IOVA is handed out again
+//!   only once the allocator has gone round the whole IOVA space (in a nearly full space,
+//!   sooner: wrapping round beats failing). Not caught: an overrun that stays inside the last
+//!   mapped page, and a stray access that jumps the guard page into another lease. For tests
+//!   and debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
 //!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
 //!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
-//!   mapping, as in strict mode.
+//!   mapping, as in strict mode but placed first fit and without the guard page.
 //!
 //! Whatever the mode, a lease never lends out a Rust reference to its memory: the device may
 //! write it at any time, so every access is a copy or a volatile load/store through a raw
@@ -27,7 +33,10 @@ use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 /// How a [`DmaPool`] backs its leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseMode {
-    /// One memory, IOVA and mapping per lease; unmapped on drop. Catches device overruns.
+    /// One memory, IOVA and mapping per lease, with an unmapped guard page after it; unmapped
+    /// on drop, and its IOVA not reused until the IOVA space has been gone round. Catches a
+    /// device overrun past the page-rounded end (not one within the last page) and a device
+    /// access after drop.
     Strict,
     /// Slices of long-lived mapped arenas. Fast; the mapping count stays small.
     Pooled,
@@ -282,8 +291,12 @@ impl fmt::Debug for DmaPool {
 enum Backing {
     /// A buddy block of arena `arena` starting at `unit` (in `MIN_BLOCK`s).
     Arena { arena: u32, unit: u32, order: u8 },
-    /// Its own memory and mapping of `mem.len()` bytes at the lease's IOVA.
-    Own { mem: ManuallyDrop<DmaMemory> },
+    /// Its own memory and mapping of `mem.len()` bytes at the lease's IOVA, inside `reserved`
+    /// bytes of IOVA space (strict mode: the mapping and its unmapped guard).
+    Own {
+        mem: ManuallyDrop<DmaMemory>,
+        reserved: u64,
+    },
 }
 
 impl PoolInner {
@@ -421,13 +434,21 @@ impl PoolInner {
         let mem = DmaMemory::with_policy(len, self.config.pages)?;
         let mapped = mem.len();
         // Aligning to the page size of the memory lets a huge page be one IOMMU entry.
-        let iova = self
-            .lock_iova()
-            .alloc(mapped as u64, align.max(mem.page_size()) as u64)?;
+        let align = align.max(mem.page_size()) as u64;
+        let (iova, reserved) = match self.config.mode {
+            // A guard of one memory page (at least one IOMMU page: the mapping's granule) is
+            // reserved with the lease and never mapped, so that an overrun faults instead of
+            // landing in the next lease; next fit keeps a released range out of use a while.
+            LeaseMode::Strict => {
+                let reserved = (mapped + mem.page_size()) as u64;
+                (self.lock_iova().alloc_next_fit(reserved, align)?, reserved)
+            }
+            LeaseMode::Pooled => (self.lock_iova().alloc(mapped as u64, align)?, mapped as u64),
+        };
         // SAFETY: `mem` is page-aligned and `mapped` bytes long; the lease owns it and unmaps
         // before dropping it (DmaLease::drop), or never drops it if the unmap fails.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
-            let _ = self.lock_iova().free(iova, mapped as u64);
+            let _ = self.lock_iova().free(iova, reserved);
             return Err(e);
         }
         let Some(host) = NonNull::new(mem.as_ptr()) else {
@@ -438,6 +459,7 @@ impl PoolInner {
             iova,
             Backing::Own {
                 mem: ManuallyDrop::new(mem),
+                reserved,
             },
         ))
     }
@@ -648,13 +670,13 @@ impl Drop for DmaLease {
                     );
                 }
             }
-            Backing::Own { mem } => {
+            Backing::Own { mem, reserved } => {
                 // SAFETY: `mem` is taken exactly once, here, and the backing is not used after.
                 let mem = unsafe { ManuallyDrop::take(mem) };
                 let mapped = mem.len();
                 match pool.mapper.unmap(self.iova, mapped) {
                     Ok(()) => {
-                        if let Err(e) = pool.lock_iova().free(self.iova, mapped as u64) {
+                        if let Err(e) = pool.lock_iova().free(self.iova, *reserved) {
                             tracing::error!("DMA lease: freeing its IOVA: {e}");
                         }
                         drop(mem);

@@ -1,5 +1,5 @@
 //! IOVA allocator: ranges with holes, the MSI window, alignment, exhaustion, fragmentation,
-//! free and reuse, and a randomized alloc/free sequence.
+//! free and reuse, next fit and its wrap-round, and a randomized alloc/free sequence.
 
 use dma::{DmaError, IovaAllocator, IovaRange, X86_MSI_WINDOW};
 use proptest::prelude::*;
@@ -172,6 +172,48 @@ fn free_coalesces_and_space_is_reused() {
 }
 
 #[test]
+fn next_fit_moves_on_past_freed_ranges_and_wraps_round_only_when_the_top_is_used_up() {
+    let mut a = IovaAllocator::new(&[IovaRange::new(0x1000, 0x8fff)]); // 8 pages
+    let x = a.alloc_next_fit(PAGE, PAGE).unwrap();
+    let y = a.alloc_next_fit(2 * PAGE, PAGE).unwrap();
+    assert_eq!((x, y), (0x1000, 0x2000));
+    a.free(x, PAGE).unwrap();
+    a.free(y, 2 * PAGE).unwrap();
+    // Everything is free and coalesced, yet the next ones go on above what was handed out.
+    assert_eq!(a.stats().holes, 1);
+    assert_eq!(a.alloc_next_fit(PAGE, PAGE).unwrap(), 0x4000);
+    // Alignment is honoured from the cursor on: 0x5000 is skipped for 0x6000.
+    assert_eq!(a.alloc_next_fit(PAGE, 2 * PAGE).unwrap(), 0x6000);
+    assert_eq!(a.alloc_next_fit(2 * PAGE, PAGE).unwrap(), 0x7000);
+    // Nothing fits above 0x8fff: wrap round to the lowest free place, the oldest released.
+    assert_eq!(a.alloc_next_fit(2 * PAGE, PAGE).unwrap(), 0x1000);
+    assert_eq!(a.alloc_next_fit(PAGE, PAGE).unwrap(), 0x3000);
+    // Then on upward from there: 0x5000 is the only page left.
+    assert_eq!(a.alloc_next_fit(PAGE, PAGE).unwrap(), 0x5000);
+    let err = a.alloc_next_fit(PAGE, PAGE).unwrap_err();
+    assert!(
+        matches!(err, DmaError::IovaExhausted { total_free: 0, .. }),
+        "{err:?}"
+    );
+    // First fit is unaffected by the cursor: it takes the lowest hole.
+    a.free(0x3000, PAGE).unwrap();
+    a.free(0x7000, 2 * PAGE).unwrap();
+    assert_eq!(a.alloc(PAGE, PAGE).unwrap(), 0x3000);
+}
+
+#[test]
+fn next_fit_at_the_top_of_the_64_bit_space_wraps_to_the_bottom() {
+    let mut a = IovaAllocator::new(&[
+        IovaRange::new(0x1000, 0x1fff),
+        IovaRange::new(u64::MAX - 0xfff, u64::MAX),
+    ]);
+    assert_eq!(a.alloc_next_fit(PAGE, PAGE).unwrap(), 0x1000);
+    assert_eq!(a.alloc_next_fit(PAGE, PAGE).unwrap(), u64::MAX - 0xfff);
+    a.free(0x1000, PAGE).unwrap();
+    assert_eq!(a.alloc_next_fit(PAGE, PAGE).unwrap(), 0x1000);
+}
+
+#[test]
 fn freeing_what_was_not_allocated_is_an_error_and_changes_nothing() {
     let mut a = IovaAllocator::new(&[IovaRange::new(0x1000, 0xf_ffff)]);
     let x = a.alloc(2 * PAGE, PAGE).unwrap();
@@ -196,13 +238,20 @@ fn freeing_what_was_not_allocated_is_an_error_and_changes_nothing() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { len: u64, align_log2: u32 },
-    Free { pick: usize },
+    Alloc {
+        len: u64,
+        align_log2: u32,
+        next_fit: bool,
+    },
+    Free {
+        pick: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (1u64..=0x30_0000, 0u32..=22).prop_map(|(len, align_log2)| Op::Alloc { len, align_log2 }),
+        3 => (1u64..=0x30_0000, 0u32..=22, any::<bool>())
+            .prop_map(|(len, align_log2, next_fit)| Op::Alloc { len, align_log2, next_fit }),
         2 => any::<usize>().prop_map(|pick| Op::Free { pick }),
     ]
 }
@@ -210,7 +259,7 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Random alloc/free sequences never overlap, stay inside the ranges, avoid the MSI window
+    /// Random alloc/free sequences (first and next fit mixed) never overlap, stay inside the ranges, avoid the MSI window
     /// and the zero page, honour alignment, and coalesce back to the initial state.
     #[test]
     fn random_alloc_free_sequences_are_sound(ops in prop::collection::vec(op(), 1..200)) {
@@ -225,9 +274,14 @@ proptest! {
         let mut live: Vec<(u64, u64)> = Vec::new();
         for op in ops {
             match op {
-                Op::Alloc { len, align_log2 } => {
+                Op::Alloc { len, align_log2, next_fit } => {
                     let align = 1u64 << align_log2;
-                    match a.alloc(len, align) {
+                    let got = if next_fit {
+                        a.alloc_next_fit(len, align)
+                    } else {
+                        a.alloc(len, align)
+                    };
+                    match got {
                         Ok(iova) => {
                             let last = iova + (len - 1);
                             prop_assert_eq!(iova % align, 0);

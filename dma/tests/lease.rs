@@ -253,6 +253,100 @@ fn strict_leases_fault_just_past_their_mapping() {
 }
 
 #[test]
+fn a_device_overrun_of_a_strict_lease_faults_rather_than_landing_in_the_next_one() {
+    let (iommu, pool) = pool(LeaseMode::Strict);
+    // Whole pages, one page rounded up from 256 bytes, and two pages: each lease's first byte
+    // past its mapping must be unmapped even with another lease taken right after it.
+    for (len, mapped) in [(4096, 4096), (256, 4096), (5000, 8192)] {
+        let a = pool.lease(len, 64, Access::ReadWrite).unwrap();
+        let b = pool.lease(len, 64, Access::ReadWrite).unwrap();
+        for (name, lease) in [("a", &a), ("b", &b)] {
+            let past = lease.iova() + mapped;
+            let f = iommu.write(past, &[0xee; 8]).unwrap_err();
+            assert_eq!(f.reason, FaultReason::NotMapped, "{len}: past {name}: {f}");
+            let f = iommu.read_u8(past).unwrap_err();
+            assert_eq!(f.reason, FaultReason::NotMapped, "{len}: past {name}: {f}");
+        }
+        let mut seen = vec![0u8; b.len()];
+        b.read(0, &mut seen).unwrap();
+        assert!(seen.iter().all(|&x| x == 0), "{len}: b was not written");
+    }
+    assert_eq!(pool.accounting().faults, 12);
+}
+
+#[test]
+fn a_late_device_write_to_a_dropped_strict_lease_faults_rather_than_landing_in_a_new_one() {
+    let (iommu, pool) = pool(LeaseMode::Strict);
+    let a = pool.lease(4096, 4096, Access::ReadWrite).unwrap();
+    let b = pool.lease(4096, 4096, Access::ReadWrite).unwrap();
+    let stale = a.iova();
+    drop(a);
+    // The leases taken next, of the same size and access, never get the released IOVA back.
+    let later: Vec<DmaLease> = (0..64)
+        .map(|_| pool.lease(4096, 4096, Access::ReadWrite).unwrap())
+        .collect();
+    for c in &later {
+        assert_ne!(
+            c.iova(),
+            stale,
+            "a released IOVA was handed out again at once"
+        );
+    }
+    let f = iommu.write(stale, &[0xee; 8]).unwrap_err();
+    assert_eq!(f.reason, FaultReason::NotMapped, "{f}");
+    for c in later.iter().chain([&b]) {
+        assert_eq!(c.read_u64_be(0).unwrap(), 0, "{c:?} was not written");
+    }
+    // The same when each lease is dropped before the next is taken (a MAD buffer's life).
+    let mut prev = later[0].iova();
+    drop(later);
+    for _ in 0..64 {
+        let c = pool.lease(4096, 4096, Access::ReadWrite).unwrap();
+        assert_ne!(c.iova(), prev, "the IOVA just released came back");
+        assert_ne!(c.iova(), stale);
+        prev = c.iova();
+    }
+    assert_eq!(
+        iommu.read_u8(prev).unwrap_err().reason,
+        FaultReason::NotMapped
+    );
+    drop(b);
+    assert_eq!(pool.accounting().leases_out, 0);
+    assert_eq!(pool.iova_stats().allocations, 0);
+}
+
+#[test]
+fn strict_leases_wrap_around_a_small_iova_space_instead_of_exhausting_it() {
+    // 64 pages of IOVA space: room for 32 one-page leases with their guard pages.
+    let iommu = Arc::new(SimIommu::with_config(SimIommuConfig {
+        ranges: vec![IovaRange::new(0x10_0000, 0x13_ffff)],
+        ..SimIommuConfig::default()
+    }));
+    let pool = DmaPool::new(iommu.clone(), LeaseMode::Strict).unwrap();
+    let mut live: std::collections::VecDeque<DmaLease> = std::collections::VecDeque::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut reused = 0usize;
+    let mut last_dropped = None;
+    for i in 0..20_000usize {
+        let lease = pool.lease(4096, 64, Access::ReadWrite).unwrap_or_else(|e| {
+            panic!("lease {i}: {e}");
+        });
+        assert_ne!(Some(lease.iova()), last_dropped, "lease {i}");
+        if !seen.insert(lease.iova()) {
+            reused += 1;
+        }
+        live.push_back(lease);
+        if live.len() > 8 {
+            last_dropped = live.pop_front().map(|l| l.iova());
+        }
+    }
+    assert!(reused > 19_000, "the space wrapped around: {reused}");
+    drop(live);
+    assert_eq!(pool.accounting(), Accounting::default());
+    assert_eq!(pool.iova_stats().allocations, 0);
+}
+
+#[test]
 fn pooled_leases_grow_arenas_and_large_leases_get_their_own_mapping() {
     let (iommu, pool) = pooled_64k();
     // 16 KiB blocks: 4 per arena, so 5 leases need 2 arenas.
