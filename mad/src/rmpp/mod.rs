@@ -22,13 +22,14 @@
 //!   refused with STOP (resources exhausted), as one longer than [`MAX_SEGMENTS`] is.
 //! - **Agents without RMPP** get segments as they come (the kernel's user RMPP): requests by
 //!   registration, and response segments that match no waiting send delivered to the agent
-//!   whose send the TID names.
+//!   whose send the TID names, even once that send's slot went to another send ([`user`]).
 
 pub mod receiver;
 pub mod segment;
 pub mod sender;
 #[cfg(all(test, not(loom)))]
 mod tests;
+pub mod user;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -51,6 +52,7 @@ use crate::ring::{Pending, lock};
 use receiver::{MAX_SEGMENTS, Receiver, RecvStep};
 use segment::Layout;
 use sender::{Reply, Sender, Step, Wait};
+use user::{DEFAULT_MAX_USER_TRANSFERS, UserTransfers};
 
 /// How long after its first segment a reassembly must be complete, or be aborted with T2L
 /// (the kernel's 40 s "until we can find the packet lifetimes", counted from segment 1 and
@@ -97,6 +99,12 @@ pub struct RmppCounters {
     pub transfers_refused: u64,
     /// Segments of agents without RMPP delivered as they came.
     pub raw_delivered: u64,
+    /// User-RMPP responses under way forgotten before their Last segment to keep within
+    /// [`RmppLimits::max_user_transfers`] (their later segments are dropped).
+    pub user_transfers_evicted: u64,
+    /// User-RMPP responses under way forgotten [`REASSEMBLY_TIMEOUT`] after their first
+    /// segment without their Last one.
+    pub user_transfers_expired: u64,
 }
 
 #[derive(Default)]
@@ -114,6 +122,8 @@ struct Cells {
     reassembly_timeouts: AtomicU64,
     transfers_refused: AtomicU64,
     raw_delivered: AtomicU64,
+    user_transfers_evicted: AtomicU64,
+    user_transfers_expired: AtomicU64,
 }
 
 impl Cells {
@@ -133,6 +143,8 @@ impl Cells {
             reassembly_timeouts: g(&self.reassembly_timeouts),
             transfers_refused: g(&self.transfers_refused),
             raw_delivered: g(&self.raw_delivered),
+            user_transfers_evicted: g(&self.user_transfers_evicted),
+            user_transfers_expired: g(&self.user_transfers_expired),
         }
     }
 }
@@ -228,6 +240,10 @@ pub struct RmppLimits {
     /// one message of the most segments a reassembly takes still fits (about 64 MiB of
     /// 256-byte segments), and all of them together no more.
     pub max_segments_held: usize,
+    /// User-RMPP responses under way whose agent is remembered after the request's send slot
+    /// went to another send ([`user`]). Default: [`DEFAULT_MAX_USER_TRANSFERS`]. At the
+    /// limit the oldest is forgotten (counted in [`RmppCounters::user_transfers_evicted`]).
+    pub max_user_transfers: usize,
 }
 
 impl RmppLimits {
@@ -236,6 +252,7 @@ impl RmppLimits {
         RmppLimits {
             max_reassemblies: recv_depth.max(1) as usize,
             max_segments_held: MAX_SEGMENTS as usize,
+            max_user_transfers: DEFAULT_MAX_USER_TRANSFERS,
         }
     }
 }
@@ -249,6 +266,8 @@ pub struct RmppCensus {
     pub reassemblies: usize,
     /// Segments the open reassemblies hold.
     pub segments_held: usize,
+    /// User-RMPP responses under way whose agent is remembered by TID.
+    pub user_transfers: usize,
 }
 
 /// Take `x` out of the (TID, class) index.
@@ -271,6 +290,8 @@ struct Table {
     recvs: HashMap<Key, Reassembly>,
     /// Segments held by all of `recvs`.
     held: usize,
+    /// User-RMPP responses under way.
+    user: UserTransfers,
     limits: RmppLimits,
 }
 
@@ -281,6 +302,7 @@ impl Table {
             by_tid: HashMap::new(),
             recvs: HashMap::new(),
             held: 0,
+            user: UserTransfers::default(),
             limits,
         }
     }
@@ -436,7 +458,7 @@ impl Rmpp {
         let t = lock(&self.table);
         let sends = t.sends.values().filter_map(|x| x.deadline);
         let recvs = t.recvs.values().map(|r| r.deadline);
-        sends.chain(recvs).min()
+        sends.chain(recvs).chain(t.user.next_deadline()).min()
     }
 
     fn events(&self) -> &EventQueue {
@@ -460,6 +482,7 @@ impl Port {
             transfers: t.sends.len(),
             reassemblies: t.recvs.len(),
             segments_held: t.held,
+            user_transfers: t.user.len(),
         }
     }
 
@@ -727,8 +750,16 @@ impl PortShared {
         let mut work = events.len();
         {
             let mut t = lock(&self.rmpp.table);
-            if events.is_empty() && t.sends.is_empty() && t.recvs.is_empty() {
+            if events.is_empty() && t.sends.is_empty() && t.recvs.is_empty() && t.user.is_empty() {
                 return 0;
+            }
+            let expired = t.user.expire(now);
+            if expired > 0 {
+                work += expired;
+                self.rmpp
+                    .cells
+                    .user_transfers_expired
+                    .fetch_add(expired as u64, Ordering::Relaxed);
             }
             for ev in events {
                 let Event::Send(c) = ev else { continue };
@@ -832,7 +863,12 @@ impl PortShared {
         let (agent, waiting) = if response {
             match self.tid_owner(st, tid) {
                 Some(o) => o,
-                None => return false,
+                // The slot went to another send: a user-RMPP response under way still
+                // names its agent (the kernel's `find_mad_agent` by `hi_tid`).
+                None => match self.user_rmpp_owner(tid, mgmt_class) {
+                    Some(a) => (a, false),
+                    None => return false,
+                },
             }
         } else {
             let oui = if class::is_vendor_range2(mgmt_class) {
@@ -852,7 +888,11 @@ impl PortShared {
             // User RMPP: segments as they come. A response segment that still finds its send
             // waiting goes through matching (which finishes the send); the rest straight to
             // the agent, as the kernel's "user rmpp is in effect" case.
-            if !response || waiting {
+            if !response {
+                return false;
+            }
+            self.user_rmpp_track(&agent, tid, mgmt_class, mad);
+            if waiting {
                 return false;
             }
             bump(&self.rmpp.cells.raw_delivered);
@@ -909,6 +949,36 @@ impl PortShared {
         let owner = slot.owner.load(Ordering::Acquire);
         let agent = self.agents_read().agents.get(&owner).cloned()?;
         Some((agent, waiting))
+    }
+
+    /// The agent (still registered) of the user-RMPP response under way with TID `tid`.
+    fn user_rmpp_owner(&self, tid: u64, mgmt_class: u8) -> Option<Arc<AgentInner>> {
+        let id = lock(&self.rmpp.table)
+            .user
+            .get(tid, mgmt_class, self.hca.now())?;
+        self.agents_read().agents.get(&id.0).cloned()
+    }
+
+    /// Keep `agent`'s user-RMPP response `tid` (an active segment `mad` of it arrived)
+    /// attributed until it ends: its Last DATA segment, or an ABORT or STOP, forgets it.
+    fn user_rmpp_track(&self, agent: &AgentInner, tid: u64, mgmt_class: u8, mad: &[u8; MAD_LEN]) {
+        let r = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
+        let mut t = lock(&self.rmpp.table);
+        match r.rmpp_type() {
+            rmpp_type::DATA if r.flags() & flags::LAST == 0 => {
+                let deadline = self.hca.now() + REASSEMBLY_TIMEOUT;
+                let max = t.limits.max_user_transfers;
+                let evicted = t.user.insert(tid, agent.id, mgmt_class, deadline, max);
+                if evicted > 0 {
+                    self.rmpp
+                        .cells
+                        .user_transfers_evicted
+                        .fetch_add(evicted as u64, Ordering::Relaxed);
+                }
+            }
+            rmpp_type::DATA | rmpp_type::ABORT | rmpp_type::STOP => t.user.remove(tid),
+            _ => {}
+        }
     }
 
     /// An RMPP-active MAD for `agent`, registered with RMPP (`ib_process_rmpp_recv_wc`).
@@ -1312,6 +1382,7 @@ impl PortShared {
             }
             t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
             t.retain_recvs(|r| r.agent.id != agent.id);
+            t.user.remove_agent(agent.id);
         }
         self.rmpp_run(None, actions);
     }
@@ -1329,6 +1400,7 @@ impl PortShared {
             t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
             t.recvs.clear();
             t.held = 0;
+            t.user.clear();
         }
         let n = actions.len();
         self.rmpp_run(None, actions);

@@ -825,6 +825,7 @@ fn segments_beyond_the_ports_limit_stop_the_transfer_that_brings_them() {
     r.port.set_rmpp_limits(super::RmppLimits {
         max_reassemblies: 64,
         max_segments_held: 3,
+        ..super::RmppLimits::for_recv_depth(64)
     });
     let (msg_a, seg_a) = getmulti(0xA, 450, &[1, 2, 3]);
     let (_, seg_b) = getmulti(0xB, 450, &[1, 2, 3]);
@@ -861,6 +862,7 @@ fn at_the_limit_a_completed_reassembly_makes_room_and_open_ones_do_not() {
     r.port.set_rmpp_limits(super::RmppLimits {
         max_reassemblies: 2,
         max_segments_held: 64,
+        ..super::RmppLimits::for_recv_depth(64)
     });
     // One complete single-segment message (kept 10 s) and one open transfer.
     r.fake.inject(from_peer(getmulti(1, 10, &[1]).1[0]));
@@ -952,3 +954,5 @@ fn transfers_sharing_a_tid_are_each_moved_by_their_own_acks() {
     sa.deregister();
     r.assert_clean();
 }
+
+mod user;
