@@ -183,6 +183,17 @@ pub fn port(hca: &Mlx5Hca, n: u8) -> Arc<Mlx5Port> {
     hca.mlx5_port(n).expect("port")
 }
 
+/// What a test of the GSI send queue on port 1 starts from: the port, its LID, the hardware
+/// QPN of its GSI QP, and a MAD buffer holding `mad(0x09, 1, 1)`.
+pub fn gsi_send_setup(hca: &Mlx5Hca) -> (Arc<Mlx5Port>, u16, u32, DmaLease) {
+    let p = port(hca, 1);
+    let lid = p.attrs().expect("port attributes").lid;
+    let qpn = p.hw_qpn(SpecialQp::Gsi);
+    let buf = lease(p.as_ref(), MAD);
+    buf.write(0, &mad(0x09, 1, 1)).expect("write the MAD");
+    (p, lid, qpn, buf)
+}
+
 /// A 256-byte MAD of class `class` (0x01 LID-routed SMP, 0x09.. vendor) with a recognisable
 /// payload: byte `i` of the data is `seed + i`.
 pub fn mad(class: u8, tid: u64, seed: u8) -> [u8; MAD] {

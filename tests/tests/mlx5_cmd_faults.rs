@@ -22,7 +22,7 @@ use firmware_cmds::mlx5::cmd::DeliveryStatus;
 use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, deregister, mad as rig_mad};
-use hca_tests::mlx5::{MAD, SimHca, lease, mad, poll_n, port, send_wr, to_self};
+use hca_tests::mlx5::{SimHca, gsi_send_setup, poll_n, port, send_wr, to_self};
 use mad::{MadError, SendRequest};
 use sim::mlx5::{CmdCorruption, WqeQueue};
 
@@ -361,11 +361,7 @@ fn a_modify_whose_completion_is_corrupt_is_settled_by_query_qp_and_the_hca_still
             let ctx = format!("{how:?}");
             let sim = SimHca::new();
             let hca = sim.open_strict();
-            let p = port(&hca, 1);
-            let lid = p.attrs().unwrap().lid;
-            let qpn = p.hw_qpn(SpecialQp::Gsi);
-            let buf = lease(p.as_ref(), MAD);
-            buf.write(0, &mad(0x09, 1, 1)).unwrap();
+            let (p, lid, qpn, buf) = gsi_send_setup(&hca);
             sim.model
                 .faults()
                 .wqe_error(qpn, WqeQueue::Send, 1, CqeSyndrome(0x02), 0x42);

@@ -13,7 +13,9 @@ use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ReqCqe};
 use firmware_cmds::mlx5::ops::mad_ifc::MadIfc;
 use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use hca_tests::mlx5::{MAD, RECV_BUF, SimHca, lease, mad, poll_n, port, recv_wr, send_wr, to_self};
+use hca_tests::mlx5::{
+    MAD, RECV_BUF, SimHca, gsi_send_setup, lease, mad, poll_n, port, recv_wr, send_wr, to_self,
+};
 use sim::Device;
 use sim::mlx5::WqeQueue;
 
@@ -41,11 +43,7 @@ const GENERAL_ERR: u8 = 21;
 fn every_send_syndrome_decodes_to_its_wc_status_and_the_queue_recovers() {
     let sim = SimHca::new();
     let hca = sim.open_strict();
-    let p = port(&hca, 1);
-    let lid = p.attrs().unwrap().lid;
-    let qpn = p.hw_qpn(SpecialQp::Gsi);
-    let buf = lease(p.as_ref(), MAD);
-    buf.write(0, &mad(0x09, 1, 1)).unwrap();
+    let (p, lid, qpn, buf) = gsi_send_setup(&hca);
     let rbuf = lease(p.as_ref(), RECV_BUF);
     let mut cases: Vec<(u8, u8, &str)> = TABLE.to_vec();
     cases.push((0x7e, GENERAL_ERR, "IB_WC_GENERAL_ERR"));

@@ -21,7 +21,7 @@ use driver::mlx5::{Mlx5Hca, Mlx5Port};
 use driver::verbs::{Hca, HcaPort, PostError, SpecialQp, UdDest, WcOpcode, WcStatus};
 use firmware_cmds::mlx5::opcode::Opcode;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use hca_tests::mlx5::{MAD, RECV_BUF, SimHca, lease, mad, poll_n, port, recv_wr, send_wr, to_self};
+use hca_tests::mlx5::{RECV_BUF, SimHca, gsi_send_setup, lease, poll_n, recv_wr, send_wr, to_self};
 use sim::mlx5::{Mlx5, WqeQueue};
 
 /// Real time after which a thread that has not answered counts as hung. Generous: the machine
@@ -77,11 +77,7 @@ impl Held {
     fn new() -> Held {
         let sim = SimHca::new();
         let hca = sim.open_strict();
-        let p = port(&hca, 1);
-        let lid = p.attrs().unwrap().lid;
-        let qpn = p.hw_qpn(SpecialQp::Gsi);
-        let buf = lease(p.as_ref(), MAD);
-        buf.write(0, &mad(0x09, 1, 1)).unwrap();
+        let (p, lid, qpn, buf) = gsi_send_setup(&hca);
         let rbuf = lease(p.as_ref(), RECV_BUF);
         let dest = to_self(lid, SpecialQp::Gsi);
 

@@ -259,23 +259,27 @@ fn write_head(agent: u32, class: u8, rmpp_active: bool) -> [u8; HDR_LEN + 36] {
     b
 }
 
+/// An SA-class agent on QP1 (class version 2, no methods) with the given RMPP version and
+/// registration flags.
+fn register_sa(f: &UmadFile, rmpp_version: u8, flags: u32) -> u32 {
+    f.register(&Registration {
+        qpn: 1,
+        class: 0x03,
+        version: 2,
+        methods: [0, 0],
+        oui: 0,
+        rmpp_version,
+        flags,
+    })
+    .unwrap()
+}
+
 #[test]
 fn a_write_may_exceed_one_mad_only_as_an_rmpp_active_send_of_a_kernel_rmpp_agent() {
     let r = rig();
     let port = r.ctx.cas()[0].ports[0].clone();
     let f = r.ctx.open_file(&port).unwrap();
-    let reg = |rmpp_version, flags| {
-        f.register(&Registration {
-            qpn: 1,
-            class: 0x03,
-            version: 2,
-            methods: [0, 0],
-            oui: 0,
-            rmpp_version,
-            flags,
-        })
-        .unwrap()
-    };
+    let reg = |rmpp_version, flags| register_sa(&f, rmpp_version, flags);
     let plain = reg(0, 0);
     let rmpp = reg(1, 0);
     let user_rmpp = reg(1, ibumad::abi::USER_RMPP);
@@ -566,18 +570,7 @@ fn active_rmpp_segments_of_an_agent_without_kernel_rmpp_skip_the_duplicate_rule(
     let r = rig();
     let port = r.ctx.cas()[0].ports[0].clone();
     let f = r.ctx.open_file(&port).unwrap();
-    let reg = |rmpp_version, flags| {
-        f.register(&Registration {
-            qpn: 1,
-            class: 0x03,
-            version: 2,
-            methods: [0, 0],
-            oui: 0,
-            rmpp_version,
-            flags,
-        })
-        .unwrap()
-    };
+    let reg = |rmpp_version, flags| register_sa(&f, rmpp_version, flags);
     let user_rmpp = reg(1, ibumad::abi::USER_RMPP);
     let kernel_rmpp = reg(1, 0);
     let qpn1 = r

@@ -67,6 +67,17 @@ fn other_sends(r: &Rig, client: &crate::Agent, n: u64) {
     assert_eq!(completions(&ev).len(), n as usize, "{ev:?}");
 }
 
+/// One GetTable of a user-RMPP client answered by segment 1 only, then `n` other sends:
+/// the client, and the TID and whole response of the transfer still under way.
+fn transfer_after_sends(r: &Rig, n: u64) -> (crate::Agent, u64, Vec<u8>) {
+    let kept = first_segments_only(r);
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
+    get_table(r, &client);
+    other_sends(r, &client, n);
+    let (tid, msg) = kept.lock().unwrap()[0].clone();
+    (client, tid, msg)
+}
+
 fn inject_segments(r: &Rig, msg: &[u8], nums: &[u32]) {
     for s in segments_of(msg, nums) {
         r.fake.inject(from_peer(s));
@@ -77,11 +88,7 @@ fn inject_segments(r: &Rig, msg: &[u8], nums: &[u32]) {
 fn later_segments_reach_the_user_rmpp_agent_however_many_sends_came_between() {
     for n in [0, 33, 64, 300] {
         let r = Rig::new();
-        let kept = first_segments_only(&r);
-        let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
-        get_table(&r, &client);
-        other_sends(&r, &client, n);
-        let (tid, msg) = kept.lock().unwrap()[0].clone();
+        let (client, tid, msg) = transfer_after_sends(&r, n);
         inject_segments(&r, &msg, &[2, 3]);
         let ev = r.collect(&client, Duration::from_millis(5));
         assert_eq!(
@@ -99,12 +106,8 @@ fn later_segments_reach_the_user_rmpp_agent_however_many_sends_came_between() {
 #[test]
 fn a_segment_after_the_last_one_is_dropped_and_counted() {
     let r = Rig::new();
-    let kept = first_segments_only(&r);
-    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
-    get_table(&r, &client);
-    other_sends(&r, &client, 64);
+    let (client, tid, msg) = transfer_after_sends(&r, 64);
     assert_eq!(r.port.rmpp_census().user_transfers, 1, "remembered");
-    let (tid, msg) = kept.lock().unwrap()[0].clone();
     inject_segments(&r, &msg, &[2, 3]);
     let ev = r.collect(&client, Duration::from_millis(5));
     assert_eq!(raw_segments(&ev), vec![(tid, 2), (tid, 3)]);
@@ -127,11 +130,7 @@ fn a_segment_after_the_last_one_is_dropped_and_counted() {
 #[test]
 fn an_abort_from_the_responder_is_delivered_and_ends_the_transfer() {
     let r = Rig::new();
-    let kept = first_segments_only(&r);
-    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
-    get_table(&r, &client);
-    other_sends(&r, &client, 64);
-    let (tid, msg) = kept.lock().unwrap()[0].clone();
+    let (client, tid, msg) = transfer_after_sends(&r, 64);
     // The responder gives up after segment 2 (its ABORT answers the client's ACK).
     inject_segments(&r, &msg, &[2]);
     let seg = segments_of(&msg, &[2])[0];
@@ -210,11 +209,7 @@ fn the_table_keeps_to_its_bound_dropping_the_oldest() {
 #[test]
 fn a_transfer_without_its_last_segment_is_forgotten_after_40_s() {
     let r = Rig::new();
-    let kept = first_segments_only(&r);
-    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
-    get_table(&r, &client);
-    other_sends(&r, &client, 64);
-    let (tid, msg) = kept.lock().unwrap()[0].clone();
+    let (client, tid, msg) = transfer_after_sends(&r, 64);
     // Segment 2 well inside the limit, which it does not move.
     r.collect(&client, Duration::from_secs(30));
     inject_segments(&r, &msg, &[2]);
