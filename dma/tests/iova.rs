@@ -259,8 +259,9 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Random alloc/free sequences (first and next fit mixed) never overlap, stay inside the ranges, avoid the MSI window
-    /// and the zero page, honour alignment, and coalesce back to the initial state.
+    /// Random alloc/free sequences (first and next fit mixed) never overlap, stay inside the
+    /// ranges, avoid the MSI window and the zero page, honour alignment, and coalesce back to the
+    /// initial state.
     #[test]
     fn random_alloc_free_sequences_are_sound(ops in prop::collection::vec(op(), 1..200)) {
         // Small ranges around the MSI window and at 0, so exhaustion and the holes get hit.

@@ -377,14 +377,14 @@ impl SendRing {
     }
 
     /// The boxed record of a new send of `mad`: `build` makes it around a copy of `mad`, in a
-    /// buffer the ring kept from an earlier send if it has one, and it goes into a box the
-    /// ring kept from a finished send if it has one (both taken under one queue lock). Sends
-    /// often wait (for flow control, a slot or an entry) and then leave in bursts, and so would
-    /// their buffers and records if each were freed at install or completion: a
-    /// general-purpose allocator serves a block freed just before far more cheaply than one of
-    /// a burst freed long after it was allocated, so the MAD waits in one of these, and the
-    /// caller's bytes (often borrowed: see `SendRequest`) are not kept. The record is boxed so that it moves as a
-    /// pointer from the backlog to the queue to its slot.
+    /// buffer the ring kept from an earlier send if it has one, and it goes into a box the ring
+    /// kept from a finished send if it has one (both taken under one queue lock). Sends often wait
+    /// (for flow control, a slot or an entry) and then leave in bursts, and so would their buffers
+    /// and records if each were freed at install or completion: a general-purpose allocator serves
+    /// a block freed just before far more cheaply than one of a burst freed long after it was
+    /// allocated, so the MAD waits in one of these, and the caller's bytes (often borrowed: see
+    /// `SendRequest`) are not kept. The record is boxed so that it moves as a pointer from the
+    /// backlog to the queue to its slot.
     #[allow(
         clippy::unnecessary_box_returns,
         reason = "the box is the point: it moves as a pointer, and is reused"
