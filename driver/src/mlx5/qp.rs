@@ -156,7 +156,7 @@ pub(crate) struct Qp {
     av_cache: Option<(UdDest, [u8; DATAGRAM_SEG_LEN])>,
 }
 
-/// [`send_wqe_into`] a new array.
+/// [`send_wqe_with_av`] into a new array, the datagram segment encoded from `wr.dest`.
 #[cfg(test)]
 pub(crate) fn send_wqe(
     qpn: u32,
@@ -165,22 +165,8 @@ pub(crate) fn send_wqe(
     lkey: u32,
 ) -> Result<[u8; SINGLE_DATA_WQE_LEN], PostError> {
     let mut b = [0u8; SINGLE_DATA_WQE_LEN];
-    send_wqe_into(qpn, index, wr, lkey, &mut b)?;
+    send_wqe_with_av(qpn, index, wr, lkey, &datagram_seg(&wr.dest)?, &mut b)?;
     Ok(b)
-}
-
-/// Build the WQE of a UD send into `b` (all of it written on success; whole basic blocks):
-/// control (signalled SEND at `index`), datagram segment from `wr.dest`, one data segment with
-/// `lkey`. Built on the poster's stack, then copied into the ring once.
-#[cfg(test)]
-pub(crate) fn send_wqe_into(
-    qpn: u32,
-    index: u16,
-    wr: &SendWr,
-    lkey: u32,
-    b: &mut [u8; SINGLE_DATA_WQE_LEN],
-) -> Result<(), PostError> {
-    send_wqe_with_av(qpn, index, wr, lkey, &datagram_seg(&wr.dest)?, b)
 }
 
 /// The datagram segment (address vector) of `d`, checked and encoded.
@@ -225,7 +211,9 @@ pub(crate) fn datagram_seg(d: &UdDest) -> Result<[u8; DATAGRAM_SEG_LEN], PostErr
         .map_err(|e| PostError::Invalid(format!("send WQE: {e}")))
 }
 
-/// [`send_wqe_into`] with the datagram segment encoded already ([`datagram_seg`]).
+/// Build the WQE of a UD send into `b` (all of it written on success; whole basic blocks):
+/// control (signalled SEND at `index`), the datagram segment `av` (encoded already by
+/// [`datagram_seg`]), one data segment with `lkey`.
 pub(crate) fn send_wqe_with_av(
     qpn: u32,
     index: u16,
