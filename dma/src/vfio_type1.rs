@@ -36,7 +36,7 @@ pub type Attachment = Arc<dyn std::any::Any + Send + Sync>;
 /// IOMMU guarding its memory until then.
 pub struct VfioType1 {
     // Field order is drop order: detach the group, then close our container fd.
-    _attachment: Option<Attachment>,
+    _attachment: Attachment,
     container: Arc<OwnedFd>,
     ranges: Vec<IovaRange>,
     /// Live mappings: IOVA -> length.
@@ -48,13 +48,8 @@ impl VfioType1 {
     /// from `VFIO_IOMMU_GET_INFO` (the whole 64-bit space if the kernel reported none).
     ///
     /// `attachment` is held until this mapper is dropped, so the group it stands for stays
-    /// attached as long as mappings can exist (see the type's docs); `None` leaves the
-    /// container's lifetime to the caller.
-    pub fn new(
-        container: Arc<OwnedFd>,
-        attachment: Option<Attachment>,
-        ranges: Vec<IovaRange>,
-    ) -> Self {
+    /// attached as long as mappings can exist (see the type's docs).
+    pub fn new(container: Arc<OwnedFd>, attachment: Attachment, ranges: Vec<IovaRange>) -> Self {
         VfioType1 {
             _attachment: attachment,
             container,
@@ -230,7 +225,7 @@ mod tests {
         let attachment: Attachment = group.clone();
         let mapper = Arc::new(VfioType1::new(
             container,
-            Some(attachment),
+            attachment,
             vec![IovaRange::new(0, u64::MAX)],
         ));
         let handle: Arc<dyn DmaMapper> = mapper.clone();

@@ -9,7 +9,8 @@
 //! (ownership bit clear); in event mode the driver looks at an entry only when a command EQE
 //! names its slot, and falls back to polling it after [`EVENT_FALLBACK`] in case an event was
 //! lost. A command that times out keeps its slot and mailboxes out of use until the device is
-//! quiesced: the firmware may still write them.
+//! quiesced, or until the device gives its entry back late with the command's token: the
+//! firmware may still write them.
 //!
 //! Nothing in a completed entry is trusted: the delivery status, the token (which must be the
 //! one posted) and every output mailbox block (inside our own chain, numbered in order,
@@ -279,7 +280,7 @@ impl CmdState {
         self.slots.len().saturating_sub(1)
     }
 
-    /// Slots that timed out and stay out of use.
+    /// Slots whose command timed out and that the device has not given back.
     pub(crate) fn lost_slots(&self) -> usize {
         self.slots
             .iter()
@@ -524,7 +525,10 @@ pub(crate) fn note_event(state: &mut CmdState, vector: u32, stats: &mut CmdStats
     }
 }
 
-/// Look at the busy entries that may have completed and mark those the device gave back.
+/// Look at the busy entries that may have completed and mark those the device gave back,
+/// and free lost entries the device gave back late with their token. The caller checks
+/// [`CmdState::watches_slots`] first (and skips the stats lock when nothing is watched);
+/// with nothing watched this finds nothing.
 pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
     debug_assert_eq!(
         state.watched,
@@ -535,9 +539,6 @@ pub(crate) fn reap(state: &mut CmdState, now: Duration, stats: &mut CmdStats) {
             .count(),
         "the count of busy and lost slots"
     );
-    if !state.watches_slots() {
-        return;
-    }
     let Some(page) = state.page.as_ref() else {
         return;
     };
@@ -667,8 +668,8 @@ pub(crate) fn unreserve(state: &mut CmdState, slot: usize) {
 }
 
 /// Mark the command in `slot` lost: the device may still write its mailboxes, so they stay
-/// leased until the device is quiesced. Nothing to do when the queue was released (its
-/// mailboxes went with it, after the quiesce).
+/// leased until the device gives the entry back (see [`reap`]) or is quiesced. Nothing to do
+/// when the queue was released (its mailboxes went with it, after the quiesce).
 pub(crate) fn lose(state: &mut CmdState, slot: usize) {
     let Some(entry) = state.slots.get_mut(slot) else {
         return;

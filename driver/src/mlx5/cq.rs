@@ -83,10 +83,10 @@ pub(crate) fn parse(raw: &[u8; CQE_SIZE]) -> Result<ParsedCqe, String> {
             byte_cnt: c.byte_cnt(),
             src_qpn: c.src_qpn(),
             slid: c.slid(),
-            pkey: (c.imm_inval_pkey() & 0xffff) as u16,
+            pkey: c.pkey(),
             sl: c.sl(),
             ml_path: c.ml_path(),
-            grh: c.l3_hdr() != 0,
+            grh: c.has_grh(),
         }),
         CqeOpcode::REQ_ERR => CqeKind::SendErr {
             syndrome: c.syndrome(),

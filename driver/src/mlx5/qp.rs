@@ -38,10 +38,10 @@ use super::uar::BfReg;
 /// SQERR2RTS commands one recovery issues at most (see [`SqRecovery::run`]). Three: one lost
 /// command is a glitch worth retrying and a second retry costs little, but every attempt that
 /// times out holds the MAD progress loop for the command timeout (60 s by default) and keeps
-/// a command slot until the close, so a firmware that loses them all costs at most four
-/// timeouts and four of the 31 ordinary slots per recovery (three SQERR2RTS and the last
-/// QUERY_QP); lost commands count against `UNTRUSTED_COMPLETION_BUDGET`, so a few such
-/// recoveries make the device fatal.
+/// a command slot until the device gives it back, at worst until the close, so a firmware
+/// that loses them all costs at most four timeouts and four of the 31 ordinary slots per
+/// recovery (three SQERR2RTS and the last QUERY_QP); lost commands count against
+/// `UNTRUSTED_COMPLETION_BUDGET`, so a few such recoveries make the device fatal.
 pub(crate) const SQERR2RTS_ATTEMPTS: u32 = 3;
 
 /// Q_Key of QP1 (`IB_QP1_QKEY`); QP0 uses 0.
@@ -379,7 +379,6 @@ impl Qp {
                 self.recovering = true;
                 Ok(Some(SqRecovery {
                     kind: self.kind,
-                    qpn: self.qpn,
                     modify: self.modify_ctx(),
                 }))
             }
@@ -815,7 +814,6 @@ impl Qp {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SqRecovery {
     kind: SpecialQp,
-    qpn: u32,
     modify: ModifyQp,
 }
 
@@ -875,8 +873,10 @@ impl SqRecovery {
             if !outcome_unknown(&err) && !refused {
                 return Err(SqRecoveryFailed::new(err));
             }
-            let qpn = format!("{:#x}", self.qpn);
-            match dev.exec(&QueryQp { qpn: self.qpn }) {
+            let qpn = format!("{:#x}", self.modify.qpn);
+            match dev.exec(&QueryQp {
+                qpn: self.modify.qpn,
+            }) {
                 Ok(out) if out.ctx.state == QpState::Rts => {
                     tracing::warn!(
                         qp = ?self.kind, qpn = %qpn, attempt,
@@ -901,7 +901,7 @@ impl SqRecovery {
                     );
                     return Err(SqRecoveryFailed::new(DriverError::SendQueueNotRecovered {
                         qp: format!("{:?}", self.kind),
-                        qpn: self.qpn,
+                        qpn: self.modify.qpn,
                         attempts: attempt,
                         last: Box::new(err),
                     }));
@@ -1154,7 +1154,7 @@ mod tests {
         // While the commands run (without the lock), sends are refused, receives taken.
         let (_pool, _rec, bar, mut q) = stopped();
         let job = q.begin_recovery().unwrap().expect("a recovery to run");
-        assert_eq!((job.qpn, q.recovering), (0x48, true));
+        assert_eq!((job.modify.qpn, q.recovering), (0x48, true));
         assert!(matches!(
             q.post_send(&bar, &wr(0, None)),
             Err(PostError::SendQueueError(_))

@@ -70,7 +70,8 @@ impl Drop for Group {
 
 /// A PCI function bound to vfio-pci, as a [`DeviceBackend`].
 pub struct VfioBackend {
-    // Field order is drop order: the device, then the group (unset, close), then the container.
+    // Field order is drop order: the device is closed here; the group and container are shared
+    // with `mapper` and are detached and closed by their last holder (see the module docs).
     device: File,
     group: Arc<Group>,
     container: Arc<OwnedFd>,
@@ -274,7 +275,7 @@ impl VfioBackend {
         let mut backend = VfioBackend {
             mapper: Arc::new(VfioType1::new(
                 container.clone(),
-                Some(attachment),
+                attachment,
                 iova_ranges.clone(),
             )),
             device,
@@ -771,7 +772,7 @@ impl Drop for VfioBackend {
                 "closing a VFIO device with DMA mappings still live; the group stays attached until the last mapper handle is dropped"
             );
         }
-        debug!(address = %self.address, "closing: device, then group, then container");
+        debug!(address = %self.address, "closing: the device; group and container with the last mapper handle");
     }
 }
 

@@ -163,13 +163,23 @@ pub struct RespCqe {
 impl RespCqe {
     /// A GRH precedes the payload.
     pub fn has_grh(&self) -> bool {
-        self.l3_hdr != 0
+        grh_present(self.l3_hdr)
     }
 
     /// The P_Key a QP1 receive carries.
     pub fn pkey(&self) -> u16 {
-        (self.imm_inval_pkey & 0xffff) as u16
+        pkey_of(self.imm_inval_pkey)
     }
+}
+
+/// Whether an `l3_hdr` value says a GRH precedes the payload (any non-zero one does).
+fn grh_present(l3_hdr: u8) -> bool {
+    l3_hdr != 0
+}
+
+/// The P_Key a QP1 receive carries: the low 16 bits of `imm_inval_pkey`.
+fn pkey_of(imm_inval_pkey: u32) -> u16 {
+    (imm_inval_pkey & 0xffff) as u16
 }
 
 /// An error completion (`struct mlx5_err_cqe`).
@@ -314,6 +324,18 @@ impl CqeFields<'_> {
     /// Responder: immediate data, invalidated rkey, or (QP1) the P_Key in the low 16 bits.
     pub fn imm_inval_pkey(self) -> u32 {
         be32(self.0, off::IMM_INVAL_PKEY)
+    }
+
+    /// Responder: a GRH precedes the payload ([`CqeFields::l3_hdr`] non-zero), as
+    /// [`RespCqe::has_grh`] reads it.
+    pub fn has_grh(self) -> bool {
+        grh_present(self.l3_hdr())
+    }
+
+    /// Responder: the P_Key a QP1 receive carries (the low 16 bits of
+    /// [`CqeFields::imm_inval_pkey`]), as [`RespCqe::pkey`] reads it.
+    pub fn pkey(self) -> u16 {
+        pkey_of(self.imm_inval_pkey())
     }
 
     /// The `srqn` word, whole (a responder's SRQ number is its low 24 bits).

@@ -558,9 +558,8 @@ impl UdSendWqe {
         Ok(b)
     }
 
-    /// [`single_data`](Self::single_data) into `b` (every byte of it is written, unless the
-    /// segments are refused, when it is left as it was): a driver that posts one per send
-    /// builds it where it copies it from, rather than returning it through a `Result`.
+    /// [`single_data`](Self::single_data) written into the caller's buffer `b` (every byte of
+    /// it is written, unless the segments are refused, when it is left as it was).
     pub fn single_data_into(
         ctrl: CtrlSeg,
         av: &DatagramSeg,
