@@ -358,10 +358,7 @@ impl Agent {
         };
         // The MAD waits in a buffer of the ring's (see `SendRing::record`); the caller's
         // bytes are not kept.
-        let mut pending = match port.ring(agent.qp) {
-            Some(ring) => ring.record(&mad, build),
-            None => Box::new(build(mad.into_owned())),
-        };
+        let mut pending = port.record(agent.qp, &mad, build);
         if mad_class == class::SUBN_DIRECTED_ROUTE {
             // The SMI send rules move the hop pointer: in the stack's copy (the caller's
             // bytes may be borrowed), padded to a whole MAD; the kept header follows.

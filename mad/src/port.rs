@@ -30,7 +30,7 @@ use crate::flow::{self, Backlogged, FlowControl};
 use crate::recv::RecvRing;
 use crate::registry::{self, Registry};
 use crate::ring::{
-    BUFS_PER_LEASE, Drained, Job, POST_BATCH, PostBatch, Queues, Record, SendRing, lock,
+    BUFS_PER_LEASE, Drained, Job, POST_BATCH, Pending, PostBatch, Queues, Record, SendRing, lock,
 };
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
@@ -607,6 +607,24 @@ impl Drop for ProgressThread {
 impl PortShared {
     pub(crate) fn ring(&self, qp: SpecialQp) -> Option<&SendRing> {
         self.rings[qpi(qp)].as_ref()
+    }
+
+    /// The record of a send of `mad` on `qp`: in a buffer of the QP's ring when it has one
+    /// (see `SendRing::record`), else a fresh copy.
+    #[allow(
+        clippy::unnecessary_box_returns,
+        reason = "the box is the point: it moves as a pointer, and is reused"
+    )]
+    pub(crate) fn record(
+        &self,
+        qp: SpecialQp,
+        mad: &[u8],
+        build: impl FnOnce(Vec<u8>) -> Pending,
+    ) -> Record {
+        match self.ring(qp) {
+            Some(ring) => ring.record(mad, build),
+            None => Box::new(build(mad.to_vec())),
+        }
     }
 
     pub(crate) fn agents_read(&self) -> RwLockReadGuard<'_, AgentTable> {

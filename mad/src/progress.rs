@@ -1008,10 +1008,7 @@ impl PortShared {
             is_response: true,
             local: false,
         };
-        let p = match self.ring(qp) {
-            Some(ring) => ring.record(&mad[..], build),
-            None => Box::new(build(mad.to_vec())),
-        };
+        let p = self.record(qp, &mad[..], build);
         self.internal.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);
         let Some(ring) = self.ring(qp) else {

@@ -51,6 +51,10 @@ pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
     a & 0x7fff != 0 && a & 0x7fff == b & 0x7fff && (a | b) & 0x8000 != 0
 }
 
+/// The Q_Key of QP1 (IBA 13.5.3.1), which every GMP to QP1 carries: a device's QP1 takes it
+/// as its own, and the agents of a simulated node check it.
+pub const QP1_QKEY: u32 = 0x8001_0000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -302,7 +302,8 @@ impl UmadFile {
         mad_len: usize,
     ) -> Result<(), UmadError> {
         let hdr = check_head(head, mad_len)?;
-        admit(&lock(&self.state), &hdr, head, mad_len).map(|_| ())
+        let active = rmpp_active(&head[HDR_LEN..]);
+        admit(&lock(&self.state), &hdr, active, mad_len).map(|_| ())
     }
 
     /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken. As
@@ -338,6 +339,7 @@ impl UmadFile {
         let hdr = check_head(head, mad_len)?;
         let mad = &head[HDR_LEN..];
         let class = mad[1];
+        let active = rmpp_active(mad);
         let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
         let key = DupKey {
             slot: hdr.agent_id,
@@ -348,14 +350,12 @@ impl UmadFile {
         };
         let (agent, seq, kernel_rmpp) = {
             let mut st = lock(&self.state);
-            let (agent, kernel_rmpp) = admit(&st, &hdr, head, mad_len)?;
+            let (agent, kernel_rmpp) = admit(&st, &hdr, active, mad_len)?;
             // ib_umad_write (drivers/infiniband/core/user_mad.c) adds an RMPP-active MAD of
             // an agent without the MAD layer's RMPP to the send list without is_duplicate:
             // such an agent sends a transfer's segments one by one, all with its TID. It is
             // still recorded, and later writes are checked against it.
-            let user_segment = !kernel_rmpp
-                && is_rmpp_capable(class)
-                && Rmpp::new_checked(mad).is_ok_and(|r| r.flags() & rmpp_flags::ACTIVE != 0);
+            let user_segment = !kernel_rmpp && active;
             if !user_segment && st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
                 return Err(UmadError::Duplicate {
                     what: if key.response { "response" } else { "request" },
@@ -376,7 +376,7 @@ impl UmadFile {
         let checked = MIN_WRITE_MAD.min(message.len());
         message[..checked].copy_from_slice(&head[HDR_LEN..HDR_LEN + checked]);
         if kernel_rmpp && is_rmpp_capable(class) {
-            kernel_rmpp_header(&mut message);
+            kernel_rmpp_header(&mut message, active);
         }
         let req = SendRequest::new(message, dest_of(&hdr, true))
             .timeout_ms(hdr.timeout_ms)
@@ -596,13 +596,21 @@ fn check_head(
     Ok(hdr)
 }
 
+/// Whether `mad` (at least its first 36 bytes) is of an RMPP-capable class and has the RMPP
+/// Active flag set: worked out once per write from the checked bytes.
+fn rmpp_active(mad: &[u8]) -> bool {
+    is_rmpp_capable(mad[1])
+        && Rmpp::new_checked(mad).is_ok_and(|r| r.flags() & rmpp_flags::ACTIVE != 0)
+}
+
 /// The checks of a write made under the file's lock (`st`), but the duplicate rule: the
 /// device alive, the agent registered, and a length the send may have. Returns the agent and
-/// whether the MAD layer does RMPP for it.
+/// whether the MAD layer does RMPP for it. `active`: the MAD is an RMPP-active one of an
+/// RMPP-capable class ([`rmpp_active`]).
 fn admit(
     st: &State,
     hdr: &IbUserMad,
-    head: &[u8; HDR_LEN + MIN_WRITE_MAD],
+    active: bool,
     mad_len: usize,
 ) -> Result<(Arc<Agent>, bool), UmadError> {
     if let Some(reason) = st.dead.clone() {
@@ -611,11 +619,7 @@ fn admit(
     let Slot::Active { agent, rmpp } = &st.slots[hdr.agent_id as usize] else {
         return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
     };
-    let mad = Rmpp::new_checked(&head[HDR_LEN..]).expect("36 bytes: an RMPP header");
-    let rmpp_active = *rmpp
-        && is_rmpp_capable(mad.header().mgmt_class())
-        && mad.flags() & rmpp_flags::ACTIVE != 0;
-    if !rmpp_active && mad_len > MAD_LEN {
+    if !(*rmpp && active) && mad_len > MAD_LEN {
         return Err(UmadError::Send(mad::MadError::MadTooLarge {
             len: mad_len,
             max: MAD_LEN,
@@ -630,9 +634,8 @@ fn admit(
 /// user's RMPP fields reach the wire. What `ib_create_send_mad` then puts there for an
 /// RMPP-active send (`alloc_send_rmpp_list`: RMPPVersion, DATA, Active) and `send_next_seg`
 /// per segment (First, Last, SegmentNumber, PayloadLength) the MAD layer writes; RRespTime and
-/// RMPPStatus stay 0. Without the Active flag the header goes out all zero.
-fn kernel_rmpp_header(mad: &mut [u8]) {
-    let active = Rmpp::new_checked(&mad[..]).is_ok_and(|r| r.flags() & rmpp_flags::ACTIVE != 0);
+/// RMPPStatus stay 0. Without the Active flag (`active` false) the header goes out all zero.
+fn kernel_rmpp_header(mad: &mut [u8], active: bool) {
     mad[MAD_HDR_LEN..MIN_WRITE_MAD].fill(0);
     if active {
         let mut r = Rmpp::new_checked(&mut mad[..]).expect("36 bytes: an RMPP header");

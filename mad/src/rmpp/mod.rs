@@ -734,10 +734,7 @@ impl PortShared {
             is_response: true,
             local: false,
         };
-        self.enqueue(match self.ring(SpecialQp::Gsi) {
-            Some(ring) => ring.record(mad, build),
-            None => Box::new(build(mad.to_vec())),
-        });
+        self.enqueue(self.record(SpecialQp::Gsi, mad, build));
     }
 
     /// The progress loop's hook: segment completions, then expired timers. Returns the work

@@ -71,7 +71,8 @@ pub(crate) struct Parked {
 #[derive(Debug)]
 pub(crate) struct LostCommand {
     pub parked: Parked,
-    /// Its mailboxes, counted in the unsettled memory until it runs.
+    /// Its mailboxes: the firmware reads them once more at TEARDOWN_HCA or DISABLE_HCA if
+    /// the command has not run by then (running it late settles them).
     pub kept: Vec<u64>,
 }
 
@@ -252,7 +253,6 @@ impl State {
                 // Not run, and the entry stays the device's (slot busy): a timeout. The
                 // fetched command's mailboxes are still the firmware's to touch.
                 let kept = self.mailboxes_of(&ctx);
-                self.faults.unsettled_memory.extend(kept.iter().copied());
                 self.counters.snap.commands_lost += 1;
                 self.faults.lost.push(LostCommand {
                     parked: Parked {
@@ -301,11 +301,6 @@ impl State {
         let mut work = Vec::new();
         let n = lost.len();
         for l in lost {
-            for addr in l.kept {
-                if let Some(i) = self.faults.unsettled_memory.iter().position(|&a| a == addr) {
-                    self.faults.unsettled_memory.swap_remove(i);
-                }
-            }
             self.counters.snap.commands_run_late += 1;
             work.extend(self.execute_and_finish(l.parked.ctx, &l.parked.input));
         }

@@ -113,30 +113,25 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<DeviceThread, DeviceThreadErro
         return Err(DeviceThreadError::VirtualClock);
     }
     let engine = Arc::new(Engine::default());
-    {
-        let mut slot = inner.engine.write().unwrap_or_else(PoisonError::into_inner);
-        if slot.is_some() {
-            return Err(DeviceThreadError::AlreadyRunning);
-        }
-        *slot = Some(engine.clone());
+    // The slot stays locked until the thread runs, and only then names the engine: a doorbell
+    // never lands in the pending list of an engine whose thread failed to start. The thread
+    // waits on its own pending list and never reads the slot, so holding it cannot stall it.
+    let mut slot = inner.engine.write().unwrap_or_else(PoisonError::into_inner);
+    if slot.is_some() {
+        return Err(DeviceThreadError::AlreadyRunning);
     }
     let weak = Arc::downgrade(inner);
     let e = engine.clone();
     let w = weak.clone();
     let handle = std::thread::Builder::new()
         .name("sim-mlx5".into())
-        .spawn(move || run(&w, &e));
-    match handle {
-        Ok(h) => Ok(DeviceThread {
-            inner: weak,
-            engine,
-            handle: Some(h),
-        }),
-        Err(err) => {
-            *inner.engine.write().unwrap_or_else(PoisonError::into_inner) = None;
-            Err(err.into())
-        }
-    }
+        .spawn(move || run(&w, &e))?;
+    *slot = Some(engine.clone());
+    Ok(DeviceThread {
+        inner: weak,
+        engine,
+        handle: Some(handle),
+    })
 }
 
 fn run(inner: &Weak<Inner>, engine: &Engine) {

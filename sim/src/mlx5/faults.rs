@@ -17,7 +17,8 @@
 //! | [`Mlx5Faults::page_request_during_command`] | the Nth next command stays pending behind a PAGE_REQUEST until MANAGE_PAGES settles it |
 //! | [`Mlx5Faults::hold_initializing`] | the `initializing` bit stays set |
 //! | [`Mlx5Faults::withhold_completion`] | the next command of an opcode takes effect but its entry is never given back (a timeout); the firmware keeps reading the queue memory or pages it named until TEARDOWN_HCA (or DISABLE_HCA, whichever comes first) |
-//! | [`Mlx5Faults::lose_commands`] | the next N commands of an opcode are lost: never run (no effect) and never given back (each times out); the firmware touches their mailboxes once more at TEARDOWN_HCA or DISABLE_HCA |
+//! | [`Mlx5Faults::lose_commands`] | the next N commands of an opcode are lost: never run (no effect) and never given back (each times out, unless [`Mlx5Faults::run_lost_commands`] runs them late); the firmware touches their mailboxes once more at TEARDOWN_HCA or DISABLE_HCA |
+//! | [`Mlx5Faults::run_lost_commands`] | the lost commands take effect, late, in the order they were fetched; their entries come back and command EQEs are posted; teardown no longer touches their mailboxes |
 //! | [`Mlx5Faults::corrupt_completion`] with [`CmdCorruption::EntryToken`] | the next command of an opcode takes effect and its entry is given back with a token other than the one the driver wrote; the firmware touches the command's mailboxes and the memory it named once more at TEARDOWN_HCA or DISABLE_HCA |
 //! | … [`CmdCorruption::OutputBlockNumber`], [`CmdCorruption::OutputBlockToken`] | the same, with the first output mailbox block carrying a wrong `block_num` or `token` (only for an output longer than the 16 inline bytes) |
 //! | … [`CmdCorruption::OutputNextOutside`], [`CmdCorruption::OutputChainCut`] | the same, with the first output block's `next` pointing at the command queue page or cut to 0 (only for an output of two blocks or more) |
@@ -249,8 +250,7 @@ impl Mlx5Faults<'_> {
     /// doorbells go on being processed.
     pub fn report_syndrome(&self, synd: HealthSyndrome) {
         self.inner.with(|st| {
-            st.health.synd = synd.0;
-            st.health.rfr_severity = 0x08 | 0x4;
+            st.set_health_syndrome(synd, false, 0x4);
         });
     }
 
@@ -321,8 +321,9 @@ impl Mlx5Faults<'_> {
     }
 
     /// The next `count` commands with `opcode` are lost: the firmware fetches each but never
-    /// runs it (it takes no effect) nor gives its entry back, so the driver times it out and
-    /// the slot stays busy. Unlike [`Mlx5Faults::withhold_completion`], whose command takes
+    /// runs it (it takes no effect) nor gives its entry back (unless
+    /// [`Mlx5Faults::run_lost_commands`] runs them late), so the driver times it out and the
+    /// slot stays busy. Unlike [`Mlx5Faults::withhold_completion`], whose command takes
     /// effect, this is the state a driver must learn by querying: a modify that timed out
     /// and left the object as it was, safe to issue again. The firmware may still act on the
     /// fetched command, so it touches its mailboxes once more at TEARDOWN_HCA or DISABLE_HCA:

@@ -287,11 +287,17 @@ impl State {
     /// Firmware death: the health buffer shows `synd`, the recovery-flow bit when `rfr`, and
     /// from now on no command or doorbell is processed.
     pub(crate) fn fatal(&mut self, synd: HealthSyndrome, rfr: bool) {
-        self.health.synd = synd.0;
-        // bit 7 RFR, bit 3 severity valid, severity 2 (critical).
-        self.health.rfr_severity = if rfr { 0x80 | 0x08 | 0x2 } else { 0x08 | 0x2 };
+        self.set_health_syndrome(synd, rfr, 0x2);
         self.health.fatal = true;
         self.fx.notify = true;
+    }
+
+    /// The health buffer shows `synd` with `severity` (a kernel log level: 2 critical, 4
+    /// warning) and the recovery-flow-required bit when `rfr`. The `rfr_severity` byte: bit 7
+    /// RFR, bit 3 severity valid, bits 2:0 the severity.
+    pub(crate) fn set_health_syndrome(&mut self, synd: HealthSyndrome, rfr: bool, severity: u8) {
+        self.health.synd = synd.0;
+        self.health.rfr_severity = (u8::from(rfr) << 7) | 0x08 | (severity & 0x7);
     }
 
     /// Posts an event to the lowest-numbered EQ subscribed to its type.

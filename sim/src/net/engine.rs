@@ -329,7 +329,7 @@ impl NetState {
         match self.sma().process(node, qnum, &mut pkt.mad, false) {
             Reply::Respond => {}
             Reply::Consumed(Silent::MkeyViolation) => {
-                self.trap_bad_mkey(node, q, pkt.slid, &pkt.mad);
+                self.trap_bad_mkey(own, pkt.slid, &pkt.mad);
                 return self.dropped(DropReason::NoTaker);
             }
             Reply::Consumed(_) | Reply::PassUp => return self.dropped(DropReason::NoTaker),
@@ -397,9 +397,10 @@ impl NetState {
         let reply = self.sma().process(node, num, &mut out, ignore_mkey);
         if reply == Reply::Consumed(Silent::MkeyViolation) {
             // MAD_IFC does not say where the SMP came from: LIDADDR is the port's own LID, as
-            // the kernel's SMAs (`qib_bad_mkey`) always write it.
+            // the kernel's SMAs (`qib_bad_mkey`) always write it. The port is a CA's (only
+            // those take a device), so it is also the SMA's management port.
             let own = self.fabric.port(port).lid();
-            self.trap_bad_mkey(node, port, own, &out);
+            self.trap_bad_mkey(port, own, &out);
         }
         self.flush_effects();
         (reply == Reply::Respond).then_some(out)
@@ -484,19 +485,11 @@ impl NetState {
         });
     }
 
-    /// Trap 256 (IBA 14.2.4: an SMP failed the M_Key check) from the SMA of `node`, which the
-    /// SMP `mad` reached through `in_port`, sent from LID `requester`.
-    fn trap_bad_mkey(&mut self, node: NodeId, in_port: PortId, requester: u16, mad: &[u8; 256]) {
-        let n = self.fabric.node(node);
-        let node_type = n.kind() as u32;
-        let mgmt = if n.kind() == NodeType::Switch {
-            match self.fabric.port_id(node, 0) {
-                Some(p0) => p0,
-                None => return,
-            }
-        } else {
-            in_port
-        };
+    /// Trap 256 (IBA 14.2.4: an SMP failed the M_Key check) from the SMA whose end port
+    /// `mgmt` (a switch's port 0, a CA's port) the SMP `mad`, sent from LID `requester`,
+    /// reached.
+    fn trap_bad_mkey(&mut self, mgmt: PortId, requester: u16, mad: &[u8; 256]) {
+        let node_type = self.fabric.node(self.fabric.port(mgmt).node()).kind() as u32;
         let Ok(smp) = Smp::new_checked(&mad[..]) else {
             return;
         };

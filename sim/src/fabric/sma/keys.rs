@@ -15,8 +15,7 @@
 use super::Sma;
 use crate::fabric::model::PortId;
 
-/// The Q_Key of QP1 (IBA 13.5.3.1), which every GMP to QP1 carries.
-pub const QP1_QKEY: u32 = 0x8001_0000;
+pub use crate::packet::QP1_QKEY;
 
 /// Which key check a GMP failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,11 +51,14 @@ pub(super) fn enable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
 
 /// A command whose completion was withheld or corrupted still had its memory until now (the
 /// close of the HCA, whichever of TEARDOWN_HCA and DISABLE_HCA comes first): read it once
-/// more, so that memory the driver released early faults in the IOMMU. Commands it lost are
-/// forgotten with the HCA: they can no longer run late.
+/// more, so that memory the driver released early faults in the IOMMU. The mailboxes of
+/// commands it lost are read the same way, and the commands are forgotten with the HCA: they
+/// can no longer run late.
 fn touch_unsettled_memory(st: &mut State) {
-    st.faults.lost.clear();
-    for addr in std::mem::take(&mut st.faults.unsettled_memory) {
+    let lost = std::mem::take(&mut st.faults.lost);
+    let mut addrs = std::mem::take(&mut st.faults.unsettled_memory);
+    addrs.extend(lost.into_iter().flat_map(|l| l.kept));
+    for addr in addrs {
         let mut b = [0u8; 8];
         if !crate::mlx5::buffer::read(&st.iommu, addr, &mut b) {
             st.counters.snap.dma_errors += 1;

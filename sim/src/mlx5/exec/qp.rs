@@ -18,11 +18,9 @@ use super::{Failure, decode_failure, encoded, synd};
 use crate::mlx5::buffer::PageList;
 use crate::mlx5::qp::{Qp, transition};
 use crate::mlx5::state::State;
+use crate::packet::QP1_QKEY;
 
 type Out = Result<Vec<u8>, Failure>;
-
-/// The Q_Key of QP1 (IBA 13.5.3.1).
-const QP1_QKEY: u32 = 0x8001_0000;
 
 fn decode<C: Command>(input: &[u8]) -> Result<C, Failure> {
     C::decode(input).map_err(|e| decode_failure(&e))
