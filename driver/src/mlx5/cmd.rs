@@ -670,13 +670,22 @@ pub(crate) fn unreserve(state: &mut CmdState, slot: usize) {
 /// Mark the command in `slot` lost: the device may still write its mailboxes, so they stay
 /// leased until the device gives the entry back (see [`reap`]) or is quiesced. Nothing to do
 /// when the queue was released (its mailboxes went with it, after the quiesce).
+///
+/// A command the device already gave back (reaped by another thread between its caller's
+/// last look and this call) is lost as one not yet given back: `done` means "look no more"
+/// on a lost slot, so keeping it would keep the slot and its mailboxes until the queue is
+/// freed. The next [`reap`] then finds the entry given back, checks its token and frees it.
 pub(crate) fn lose(state: &mut CmdState, slot: usize) {
     let Some(entry) = state.slots.get_mut(slot) else {
         return;
     };
     let s = std::mem::replace(entry, Slot::Free);
     *entry = match s {
-        Slot::Busy(f) | Slot::Lost(f) => Slot::Lost(f),
+        Slot::Busy(mut f) => {
+            f.done = false;
+            Slot::Lost(f)
+        }
+        Slot::Lost(f) => Slot::Lost(f),
         Slot::Free | Slot::Reserved => Slot::Free,
     };
 }
@@ -878,6 +887,11 @@ impl Dev {
                 let mut st = self.lock_cmd();
                 if !st.owns(slot, generation) {
                     return Err(DriverError::Closed);
+                }
+                if is_done(&st, slot) {
+                    // Another thread's progress reaped it since the look above: it completed
+                    // in time after all; take its output on the next turn.
+                    continue;
                 }
                 lose(&mut st, slot);
                 st.note_untrusted();
@@ -1181,6 +1195,30 @@ mod tests {
         assert_eq!(stats.spurious_events, 0);
         reap(&mut st, Duration::ZERO, &mut stats);
         assert_eq!(st.lost_slots(), 0);
+        assert_eq!(stats.late_completions, 1);
+        assert_eq!(st.leases(), 1, "only the queue page");
+        assert_eq!(reserve(&mut st), Some(0), "the slot is used again");
+    }
+
+    #[test]
+    fn a_command_reaped_just_before_it_is_lost_is_freed_by_the_next_reap() {
+        let (iommu, pool) = pool();
+        let mut st = state(&pool);
+        let (iova, mut raw) = posted_query(&iommu, &pool, &mut st, 0x1010);
+        raw[entry::off::STATUS_OWN] = 0;
+        iommu.write(iova, &raw).unwrap();
+        let mut stats = CmdStats::default();
+        // Another thread reaps it; then its caller, past its deadline, loses it.
+        reap(&mut st, Duration::ZERO, &mut stats);
+        assert!(is_done(&st, 0));
+        lose(&mut st, 0);
+        assert_eq!(st.lost_slots(), 1);
+        reap(&mut st, Duration::ZERO, &mut stats);
+        assert_eq!(
+            st.lost_slots(),
+            0,
+            "the slot is not kept until the queue is freed"
+        );
         assert_eq!(stats.late_completions, 1);
         assert_eq!(st.leases(), 1, "only the queue page");
         assert_eq!(reserve(&mut st), Some(0), "the slot is used again");
