@@ -94,8 +94,15 @@ pub enum Reply {
 /// Why an agent answered nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Silent {
-    /// The M_Key check failed (IBA 14.2.4): no response, by design.
-    MkeyViolation,
+    /// The M_Key check failed (IBA 14.2.4): no response, by design. Trap 256 goes from
+    /// each port whose M_Key the SMP failed: `port`, and `also` when a CA's PortInfo SMP
+    /// failed both its receiving port's and the named port's (`mkey.rs`).
+    MkeyViolation {
+        /// The port whose M_Key the SMP failed (a switch's port 0, a CA's port).
+        port: PortId,
+        /// A second such port.
+        also: Option<PortId>,
+    },
     /// A TrapRepress: acknowledges a trap, needs no answer.
     TrapRepress,
     /// The MAD is not an InfiniBand MAD (BaseVersion other than 1).
@@ -330,10 +337,17 @@ impl Sma<'_> {
         let smp = Smp::new_checked(&mad[..]).expect("256 bytes hold an SMP");
         let (attr, attr_mod, m_key) =
             (smp.header().attr_id(), smp.header().attr_mod(), smp.m_key());
-        let check = self.check_mkey(key_port, m, m_key, ignore_mkey);
-        if check == mkey::Check::Fail {
-            return Reply::Consumed(Silent::MkeyViolation);
-        }
+        let req = mkey::Request {
+            method: m,
+            attr,
+            attr_mod,
+            key: m_key,
+            ignore: ignore_mkey,
+        };
+        let check = match self.check_smp_mkey(node, in_port, key_port, req) {
+            Ok(check) => check,
+            Err(violation) => return violation,
+        };
         if m == method::TRAP_REPRESS {
             return Reply::Consumed(Silent::TrapRepress);
         }
