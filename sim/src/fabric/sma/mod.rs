@@ -19,7 +19,9 @@
 //! Status codes: 0x0004 class version other than 1, 0x0008 unknown method, 0x000C attribute
 //! not supported (or not with this method), 0x001C bad modifier or field. A Set that fails
 //! changes nothing and answers with the current value. A request failing the M_Key check gets
-//! no answer (the network sends trap 256 for it).
+//! no answer (the network sends trap 256 for it). A TrapRepress of Notice gets no answer; of
+//! any other attribute, 0x000C in a GetResp, as `qib_mad.c` answers it (ibsim drops every
+//! TrapRepress).
 //!
 //! Traps: the SMA records [`Effect`]s and the network sends the traps (`crate::net`): 128 when
 //! a switch port goes up or down (`link.rs`), 144 when a PortInfo Set changes a port's
@@ -103,7 +105,7 @@ pub enum Silent {
         /// A second such port.
         also: Option<PortId>,
     },
-    /// A TrapRepress: acknowledges a trap, needs no answer.
+    /// A TrapRepress of Notice: acknowledges a trap, needs no answer.
     TrapRepress,
     /// The MAD is not an InfiniBand MAD (BaseVersion other than 1).
     BadBaseVersion,
@@ -349,7 +351,13 @@ impl Sma<'_> {
             Err(violation) => return violation,
         };
         if m == method::TRAP_REPRESS {
-            return Reply::Consumed(Silent::TrapRepress);
+            if attr == attr_id::sm::NOTICE {
+                return Reply::Consumed(Silent::TrapRepress);
+            }
+            // TrapRepress has no response method: the kernel's software SMA (`qib_mad.c`
+            // `process_subn`) answers 0x000C in a GetResp, the response to a Get.
+            mad[3] = method::GET;
+            return respond(mad, status::METHOD_ATTR_UNSUPPORTED);
         }
         if m != method::GET && m != method::SET {
             return respond(mad, status::METHOD_UNSUPPORTED);
