@@ -801,3 +801,24 @@ fn sm_info_unknown_attributes_methods_and_versions() {
     );
     assert!(dr_call(&net, &d, method::TRAP, SW, attr_id::sm::NOTICE, 0, [0; 64]).is_none());
 }
+
+/// A TrapRepress acknowledges a Notice: the SMA takes it and answers nothing. A TrapRepress
+/// of any other attribute is answered 0x000C, in a GetResp (TrapRepress has no response
+/// method), as the kernel's software SMA does (`qib_mad.c` `process_subn`, whose `reply`
+/// writes GetResp whatever the request). ibsim drops every TrapRepress.
+#[test]
+fn trap_repress_of_notice_is_taken_and_of_another_attribute_refused() {
+    let (net, d) = setup();
+    for path in [SW, CA] {
+        let repress = |attr| dr_call(&net, &d, method::TRAP_REPRESS, path, attr, 0, [0; 64]);
+        assert!(repress(attr_id::sm::NOTICE).is_none(), "{path:?}");
+        for attr in [attr_id::sm::NODE_INFO, attr_id::sm::PORT_INFO, 0x00FE] {
+            let r = repress(attr).expect("answered");
+            assert_eq!(
+                (r.method, r.status, r.attr_id),
+                (method::GET_RESP, UNSUP, attr),
+                "{path:?} attribute {attr:#06x}"
+            );
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! The port state machine the SM drives with PortInfo Sets, and M_Key protection, on ibsim's
 //! `net.2sw2path4hca` with the SM's device at Hca1 port 1. Switch1 (path 1) port 1 is the
-//! SM's neighbour; Hca3 (path 1,2) hangs off Switch1 port 2.
+//! SM's neighbour; Hca3 (path 1,2) hangs off Switch1 port 2. The M_Key of a CA port named
+//! through its sibling is tested on `net.2sw2path4hca2port` (Hca2's two ports).
 
 mod netutil;
 
@@ -10,7 +11,7 @@ use mad_wire::attr::notice::{Notice, NoticeRepr};
 use mad_wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState};
 use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad_wire::{attr_id, method, status};
-use netutil::sweep::update_port;
+use netutil::sweep::{self, update_port};
 use netutil::{
     Device, attach, dr_call, dr_get, dr_set, example, network, port_info, port_info_data,
 };
@@ -461,6 +462,172 @@ fn m_key_of_a_ca_port_and_the_local_host() {
         d.link.local_mad(&mad, false).is_none(),
         "checked without the flag"
     );
+}
+
+/// Hca2's ports 1 and 2 on ibsim's `net.2sw2path4hca2port` (both hang off Switch2, path 1,3),
+/// from the SM's device at Hca1 port 1.
+const HCA2_P1: &[u8] = &[1, 3, 1];
+const HCA2_P2: &[u8] = &[1, 3, 2];
+const LID_P1: u16 = 8;
+const LID_P2: u16 = 9;
+
+/// `net.2sw2path4hca2port` with the SM's device at Hca1 port 1 (LID 1), the switches routing
+/// LID 1 towards it (so that traps reach the SM), and Hca2's ports at LIDs 8 and 9 with SM
+/// LID 1 (so that they can trap).
+fn two_port_setup() -> (Network, Device) {
+    let net = network(example("net.2sw2path4hca2port"));
+    let d = attach(&net, "Hca1", 1);
+    sweep::set_lid(&net, &d, &[], 1, 1);
+    sweep::set_lid(&net, &d, &[1], 0, 2);
+    sweep::set_lid(&net, &d, &[1, 3], 0, 3);
+    // LID 1: Switch1 sends it by port 1 (to Hca1), Switch2 by port 3 (to Switch1).
+    sweep::program_switch(&net, &d, &[1], &[0xFF, 1]);
+    sweep::program_switch(&net, &d, &[1, 3], &[0xFF, 3]);
+    sweep::set_lid(&net, &d, HCA2_P1, 0, LID_P1);
+    sweep::set_lid(&net, &d, HCA2_P2, 0, LID_P2);
+    (net, d)
+}
+
+/// A PortInfo SMP along `path` with modifier `attr_mod` and M_Key `key`: its response, if
+/// any, and the IssuerLIDs of the traps 256 that reached the SM meanwhile.
+fn keyed_port_info(
+    net: &Network,
+    d: &Device,
+    m: u8,
+    path: &[u8],
+    attr_mod: u32,
+    data: [u8; 64],
+    key: u64,
+) -> (Option<mad_wire::smp::SmpRepr>, Vec<u16>) {
+    let mut p = netutil::dr_smp(m, path, attr_id::sm::PORT_INFO, attr_mod, data);
+    p.mad[24..32].copy_from_slice(&key.to_be_bytes());
+    let mut response = None;
+    let mut traps = Vec::new();
+    for (_, p) in d.exchange(net, p) {
+        let smp = netutil::smp_of(&p);
+        if smp.method == method::TRAP {
+            let n = NoticeRepr::parse(&Notice::new_checked(&smp.data[..]).unwrap()).unwrap();
+            assert_eq!(n.trap_number_or_device_id, 256, "only traps 256 here");
+            assert_eq!(p.slid, n.issuer_lid, "a trap comes from its issuer");
+            traps.push(n.issuer_lid);
+        } else {
+            assert!(response.replace(smp).is_none(), "one response at most");
+        }
+    }
+    traps.sort_unstable();
+    (response, traps)
+}
+
+/// Read-modify-write of Hca2's port along `path` (modifier 0, its own port) with M_Key
+/// `key`, keeping its LID and SM LID: the Set must succeed.
+fn update_hca2(
+    net: &Network,
+    d: &Device,
+    path: &[u8],
+    key: u64,
+    f: impl FnOnce(&mut PortInfoRepr),
+) {
+    let (r, _) = keyed_port_info(net, d, method::GET, path, 0, [0; 64], key);
+    let mut pi = port_info(&r.expect("the right key reads").data);
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PhysPortState::NoChange;
+    f(&mut pi);
+    let (r, _) = keyed_port_info(net, d, method::SET, path, 0, port_info_data(&pi), key);
+    assert_eq!(r.expect("the right key writes").status, status::SUCCESS);
+}
+
+/// (M_Key, M_KeyProtectBits, M_KeyViolations) of Hca2's port along `path`, read through that
+/// port itself with its M_Key `key`.
+fn hca2_mkey(net: &Network, d: &Device, path: &[u8], key: u64) -> (u64, u8, u16) {
+    let (r, traps) = keyed_port_info(net, d, method::GET, path, 0, [0; 64], key);
+    assert!(traps.is_empty());
+    let pi = port_info(&r.expect("the right key reads").data);
+    (pi.m_key, pi.m_key_protect_bits, pi.m_key_violations)
+}
+
+/// A CA's PortInfo names any of its ports (modifier N), but port N's M_Key guards port N's
+/// PortInfo whichever port the SMP came in by (IBA 14.2.4; the kernel's software SMA,
+/// `qib_mad.c` `subn_get_portinfo`, checks the M_Key of port N too when N is not the
+/// receiving port, and `process_subn` checks it as well when the receiving port's check
+/// failed, so that both count): a violation on port N is counted there and trapped from
+/// there, and whether M_Key reads 0 is port N's protect level's decision.
+#[test]
+fn a_ca_port_named_through_its_sibling_keeps_its_own_m_key() {
+    const P2_KEY: u64 = 0x5555;
+    const P1_KEY: u64 = 0x1111;
+    let (net, d) = two_port_setup();
+    update_hca2(&net, &d, HCA2_P2, 0, |pi| {
+        pi.m_key = P2_KEY;
+        pi.m_key_protect_bits = 2;
+    });
+    let get = |path: &[u8], n: u32, key: u64| {
+        keyed_port_info(&net, &d, method::GET, path, n, [0; 64], key)
+    };
+    // Through port 2 itself, without the key: dropped, trapped from port 2.
+    let (r, traps) = get(HCA2_P2, 0, 0);
+    assert!(r.is_none());
+    assert_eq!(traps, [LID_P2]);
+    // Through port 1 (unprotected), naming port 2: the same.
+    let (r, traps) = get(HCA2_P1, 2, 0);
+    assert!(r.is_none(), "port 2's PortInfo read through port 1: {r:?}");
+    assert_eq!(traps, [LID_P2]);
+    assert_eq!(hca2_mkey(&net, &d, HCA2_P2, P2_KEY), (P2_KEY, 2, 2));
+    assert_eq!(
+        hca2_mkey(&net, &d, HCA2_P1, 0),
+        (0, 0, 0),
+        "port 1 saw no violation"
+    );
+    // A Set through port 1 naming port 2 without its key: dropped and counted on port 2; with
+    // its key, refused as any CA Set of another port (ibsim), port 2 unchanged.
+    let (r, _) = get(HCA2_P2, 0, P2_KEY);
+    let mut pi = port_info(&r.unwrap().data);
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.m_key = 0;
+    pi.m_key_protect_bits = 0;
+    let set =
+        |key: u64| keyed_port_info(&net, &d, method::SET, HCA2_P1, 2, port_info_data(&pi), key);
+    let (r, traps) = set(0);
+    assert!(r.is_none(), "port 2 written through port 1: {r:?}");
+    assert_eq!(traps, [LID_P2]);
+    let (r, traps) = set(P2_KEY);
+    let r = r.expect("the right key is answered");
+    assert_eq!(r.status, status::INVALID_ATTR_VALUE);
+    assert!(traps.is_empty());
+    assert_eq!(hca2_mkey(&net, &d, HCA2_P2, P2_KEY), (P2_KEY, 2, 3));
+    // With the key, port 2 is read through port 1.
+    let (r, traps) = get(HCA2_P1, 2, P2_KEY);
+    let pi = port_info(&r.expect("the right key reads").data);
+    assert_eq!((pi.m_key, pi.lid, pi.local_port_num), (P2_KEY, LID_P2, 1));
+    assert!(traps.is_empty());
+
+    // Level 1 on port 2: a Get without its key, through port 1, reads M_Key 0 and is no
+    // violation.
+    update_hca2(&net, &d, HCA2_P2, P2_KEY, |pi| pi.m_key_protect_bits = 1);
+    let (r, traps) = get(HCA2_P1, 2, 0);
+    let pi = port_info(&r.expect("level 1 answers").data);
+    assert_eq!(
+        (pi.m_key, pi.m_key_protect_bits, pi.m_key_violations),
+        (0, 1, 3)
+    );
+    assert!(traps.is_empty());
+    // Port 1 at level 1 with its own key: port 2's key read through port 1 is port 2's
+    // decision, and it is the right one for port 2.
+    update_hca2(&net, &d, HCA2_P1, 0, |pi| {
+        pi.m_key = P1_KEY;
+        pi.m_key_protect_bits = 1;
+    });
+    let (r, _) = get(HCA2_P1, 2, P2_KEY);
+    assert_eq!(port_info(&r.expect("answered").data).m_key, P2_KEY);
+
+    // Both ports at level 2, neither key: dropped, counted and trapped on both.
+    update_hca2(&net, &d, HCA2_P1, P1_KEY, |pi| pi.m_key_protect_bits = 2);
+    update_hca2(&net, &d, HCA2_P2, P2_KEY, |pi| pi.m_key_protect_bits = 2);
+    let (r, traps) = get(HCA2_P1, 2, 0);
+    assert!(r.is_none());
+    assert_eq!(traps, [LID_P1, LID_P2]);
+    assert_eq!(hca2_mkey(&net, &d, HCA2_P1, P1_KEY), (P1_KEY, 2, 1));
+    assert_eq!(hca2_mkey(&net, &d, HCA2_P2, P2_KEY), (P2_KEY, 2, 4));
 }
 
 /// A switch whose port 1 faces an EDR-capable CA (`w=3 s=7 e=3`: 1x|4x, SDR-QDR, FDR|EDR)

@@ -328,8 +328,10 @@ impl NetState {
         }
         match self.sma().process(node, qnum, &mut pkt.mad, false) {
             Reply::Respond => {}
-            Reply::Consumed(Silent::MkeyViolation) => {
-                self.trap_bad_mkey(own, pkt.slid, &pkt.mad);
+            Reply::Consumed(Silent::MkeyViolation { port, also }) => {
+                for p in std::iter::once(port).chain(also) {
+                    self.trap_bad_mkey(p, pkt.slid, &pkt.mad);
+                }
                 return self.dropped(DropReason::NoTaker);
             }
             Reply::Consumed(_) | Reply::PassUp => return self.dropped(DropReason::NoTaker),
@@ -395,12 +397,14 @@ impl NetState {
         let (node, num) = (p.node(), p.num());
         let mut out = *mad;
         let reply = self.sma().process(node, num, &mut out, ignore_mkey);
-        if reply == Reply::Consumed(Silent::MkeyViolation) {
-            // MAD_IFC does not say where the SMP came from: LIDADDR is the port's own LID, as
-            // the kernel's SMAs (`qib_bad_mkey`) always write it. The port is a CA's (only
-            // those take a device), so it is also the SMA's management port.
-            let own = self.fabric.port(port).lid();
-            self.trap_bad_mkey(port, own, &out);
+        if let Reply::Consumed(Silent::MkeyViolation { port, also }) = reply {
+            // MAD_IFC does not say where the SMP came from: LIDADDR is the trapping port's
+            // own LID, as the kernel's SMAs (`qib_bad_mkey`) always write it. The ports are
+            // a CA's (only those take a device).
+            for p in std::iter::once(port).chain(also) {
+                let own = self.fabric.port(p).lid();
+                self.trap_bad_mkey(p, own, &out);
+            }
         }
         self.flush_effects();
         (reply == Reply::Respond).then_some(out)

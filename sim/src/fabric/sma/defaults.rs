@@ -50,6 +50,14 @@ pub struct PortDefaults {
 /// CA ports: CapabilityMask 0x0050C048 (IsTrapSupported, IsSLMappingSupported,
 /// IsExtendedSpeedsSupported, IsCapabilityMask2Supported, IsVendorClassSupported,
 /// IsCapabilityMaskNoticeSupported) and CapabilityMask2 0x0030, as ibsim 0.10 answered.
+///
+/// IsClientReregistrationSupported (0x02000000) is left clear, as ibsim's `hcaport` has it,
+/// though ConnectX firmware sets it. So OpenSM never sets ClientReregister on a simulated CA
+/// port (`osm_lid_mgr.c` sets it only for ports whose CapabilityMask has the bit), and the
+/// host's client-reregister path is driven only by an SM that sets it regardless (the SMA
+/// takes it either way). Setting the bit would make the SM port's CapabilityMask differ
+/// from ibsim's where the tests compare them (`saquery -s` in `interop_live.rs`, and the
+/// local CA's PortInfo in the golden vectors).
 pub const CA_PORT: PortDefaults = PortDefaults {
     capability_mask: 0x0050_C048,
     capability_mask2: 0x0030,

@@ -19,7 +19,9 @@
 //! Status codes: 0x0004 class version other than 1, 0x0008 unknown method, 0x000C attribute
 //! not supported (or not with this method), 0x001C bad modifier or field. A Set that fails
 //! changes nothing and answers with the current value. A request failing the M_Key check gets
-//! no answer (the network sends trap 256 for it).
+//! no answer (the network sends trap 256 for it). A TrapRepress of Notice gets no answer; of
+//! any other attribute, 0x000C in a GetResp, as `qib_mad.c` answers it (ibsim drops every
+//! TrapRepress).
 //!
 //! Traps: the SMA records [`Effect`]s and the network sends the traps (`crate::net`): 128 when
 //! a switch port goes up or down (`link.rs`), 144 when a PortInfo Set changes a port's
@@ -94,9 +96,16 @@ pub enum Reply {
 /// Why an agent answered nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Silent {
-    /// The M_Key check failed (IBA 14.2.4): no response, by design.
-    MkeyViolation,
-    /// A TrapRepress: acknowledges a trap, needs no answer.
+    /// The M_Key check failed (IBA 14.2.4): no response, by design. Trap 256 goes from
+    /// each port whose M_Key the SMP failed: `port`, and `also` when a CA's PortInfo SMP
+    /// failed both its receiving port's and the named port's (`mkey.rs`).
+    MkeyViolation {
+        /// The port whose M_Key the SMP failed (a switch's port 0, a CA's port).
+        port: PortId,
+        /// A second such port.
+        also: Option<PortId>,
+    },
+    /// A TrapRepress of Notice: acknowledges a trap, needs no answer.
     TrapRepress,
     /// The MAD is not an InfiniBand MAD (BaseVersion other than 1).
     BadBaseVersion,
@@ -330,12 +339,25 @@ impl Sma<'_> {
         let smp = Smp::new_checked(&mad[..]).expect("256 bytes hold an SMP");
         let (attr, attr_mod, m_key) =
             (smp.header().attr_id(), smp.header().attr_mod(), smp.m_key());
-        let check = self.check_mkey(key_port, m, m_key, ignore_mkey);
-        if check == mkey::Check::Fail {
-            return Reply::Consumed(Silent::MkeyViolation);
-        }
+        let req = mkey::Request {
+            method: m,
+            attr,
+            attr_mod,
+            key: m_key,
+            ignore: ignore_mkey,
+        };
+        let check = match self.check_smp_mkey(node, in_port, key_port, req) {
+            Ok(check) => check,
+            Err(violation) => return violation,
+        };
         if m == method::TRAP_REPRESS {
-            return Reply::Consumed(Silent::TrapRepress);
+            if attr == attr_id::sm::NOTICE {
+                return Reply::Consumed(Silent::TrapRepress);
+            }
+            // TrapRepress has no response method: the kernel's software SMA (`qib_mad.c`
+            // `process_subn`) answers 0x000C in a GetResp, the response to a Get.
+            mad[3] = method::GET;
+            return respond(mad, status::METHOD_ATTR_UNSUPPORTED);
         }
         if m != method::GET && m != method::SET {
             return respond(mad, status::METHOD_UNSUPPORTED);

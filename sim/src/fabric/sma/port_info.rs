@@ -2,6 +2,7 @@
 //!
 //! AttributeModifier: a switch's port number (0 = its management port); on a CA, 0 means the
 //! port the SMP arrived on, and a Set must address that port (ibsim refuses the others too).
+//! A CA's port named by another port's SMP is guarded by its own M_Key as well (`mkey.rs`).
 //! LocalPortNum always reports the port the SMP arrived on.
 //!
 //! A Set is checked whole before anything changes: a field the port cannot take makes the
@@ -66,6 +67,10 @@ const BAD: Status = status::INVALID_ATTR_VALUE;
 /// The port bits of PortInfo's attribute modifier.
 const PORT_MASK: u32 = 0xff;
 
+/// The reserved bits of PortInfo's attribute modifier: bits 30:8 (bit 31 is
+/// SMSupportsExtendedSpeeds).
+const RESERVED_MASK: u32 = 0x7fff_ff00;
+
 /// What the SMP reaching PortInfo may see and cause, decided by its M_Key check and its route.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Access {
@@ -91,7 +96,7 @@ impl Sma<'_> {
         let is_switch = n.kind() == NodeType::Switch;
         // Bits 7:0 name the port; bit 31 is SMSupportsExtendedSpeeds (smpquery -x sets it,
         // OpenSM sets it on its PortInfo Sets); bits 30:8 are reserved.
-        if attr_mod & 0x7fff_ff00 != 0 {
+        if attr_mod & RESERVED_MASK != 0 {
             return BAD;
         }
         let port = attr_mod & PORT_MASK;
@@ -123,6 +128,26 @@ impl Sma<'_> {
         repr.client_reregister = rereg;
         repr.emit(&mut PortInfo::new_checked(&mut data[..]).expect("64 bytes"));
         st
+    }
+
+    /// The port of CA `node` other than `in_port` that PortInfo modifier `attr_mod` names,
+    /// if it names one that exists: its M_Key guards the SMP too (`mkey.rs`). `None` for a
+    /// switch (its port 0's M_Key guards all its ports), for modifier 0 or `in_port`, and
+    /// for a modifier the handler refuses with 0x001C.
+    pub(super) fn named_other_port(
+        &self,
+        node: NodeId,
+        in_port: u8,
+        attr_mod: u32,
+    ) -> Option<PortId> {
+        if self.fabric.node(node).kind() == NodeType::Switch || attr_mod & RESERVED_MASK != 0 {
+            return None;
+        }
+        let n = u8::try_from(attr_mod & PORT_MASK).ok()?;
+        if n == 0 || n == in_port {
+            return None;
+        }
+        self.fabric.port_id(node, n)
     }
 
     /// The PortInfo of `port` as its SMA reports it to an SMP that arrived on `in_port`.
