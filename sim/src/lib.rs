@@ -10,6 +10,7 @@ pub mod device;
 pub mod edu;
 pub mod fabric;
 mod idmap;
+pub mod input_file;
 pub mod link;
 pub mod mlx5;
 pub mod net;

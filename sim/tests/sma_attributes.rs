@@ -822,3 +822,75 @@ fn trap_repress_of_notice_is_taken_and_of_another_attribute_refused() {
         }
     }
 }
+
+/// Mellanox ExtendedPortInfo byte offsets, written out from OpenSM's `ib_mlnx_ext_port_info_t`
+/// (three reserved bytes before each field): StateChangeEnable, LinkSpeedSupported,
+/// LinkSpeedEnabled, LinkSpeedActive.
+const EPI_SCE: usize = 3;
+const EPI_SUPPORTED: usize = 7;
+const EPI_ENABLED: usize = 11;
+const EPI_ACTIVE: usize = 15;
+
+/// (Supported, Enabled, Active) of an ExtendedPortInfo; the other bytes must be 0.
+fn epi(data: &[u8; 64]) -> (u8, u8, u8) {
+    for (i, b) in data.iter().enumerate() {
+        if ![EPI_SUPPORTED, EPI_ENABLED, EPI_ACTIVE].contains(&i) {
+            assert_eq!(
+                *b, 0,
+                "byte {i} of ExtendedPortInfo is reserved or StateChangeEnable"
+            );
+        }
+    }
+    (data[EPI_SUPPORTED], data[EPI_ENABLED], data[EPI_ACTIVE])
+}
+
+#[test]
+fn mellanox_extended_port_info_reports_fdr10() {
+    // A Switch-IB (DeviceID 0xcb20, which ibportstate and libibnetdisc ask ExtendedPortInfo
+    // of) with an EDR, an FDR10 and a QDR link.
+    let fabric = sim::fabric::Fabric::parse_str(
+        "epi.topo",
+        "vendid=0x2c9\ndevid=0xcb20\nSwitch 36 \"S\"\n\
+         [1] \"A\"[1] # lid 0 4xEDR\n[2] \"B\"[1] # lid 0 4xFDR10\n[3] \"C\"[1] # lid 0 4xQDR\n\n\
+         devid=0x1013\nCa 1 \"A\"\n[1] \"S\"[1] # lid 0 lmc 0 \"S\" lid 0 4xEDR\n\n\
+         Ca 1 \"B\"\n[1] \"S\"[2] # lid 0 lmc 0 \"S\" lid 0 4xFDR10\n\n\
+         Ca 1 \"C\"\n[1] \"S\"[3] # lid 0 lmc 0 \"S\" lid 0 4xQDR\n",
+    )
+    .unwrap();
+    let net = network(fabric);
+    let d = attach(&net, "A", 1);
+    let epi_attr = attr_id::sm::MLNX_EXTENDED_PORT_INFO;
+    assert_eq!(epi_attr, 0xFF90);
+    let get = |path: &[u8], port: u32| {
+        let (s, data) = dr_get(&net, &d, path, epi_attr, port);
+        assert_eq!(s, OK, "path {path:?} port {port}");
+        epi(&data)
+    };
+    // EDR link: FDR10 supported and enabled (the EDR token enables it, as in ibsim) but not
+    // active, the link runs EDR.
+    assert_eq!(get(SW, 1), (1, 1, 0));
+    // FDR10 link: all three.
+    assert_eq!(get(SW, 2), (1, 1, 1));
+    // QDR link: none.
+    assert_eq!(get(SW, 3), (0, 0, 0));
+    // A CA: 0 is the port the SMP came in by; B is reached by switch port 2.
+    assert_eq!(get(&[1, 2], 0), (1, 1, 1));
+    assert_eq!(get(&[1, 2], 1), (1, 1, 1));
+    // Beyond the ports: 0x001C.
+    assert_eq!(st(dr_get(&net, &d, SW, epi_attr, 37)), BAD);
+    assert_eq!(st(dr_get(&net, &d, &[1, 3], epi_attr, 2)), BAD);
+
+    // A Set without StateChangeEnable changes nothing and answers the current value.
+    let mut data = [0u8; 64];
+    let (s, back) = dr_set(&net, &d, SW, epi_attr, 2, data);
+    assert_eq!((s, epi(&back)), (OK, (1, 1, 1)));
+    // With it, writing the enable the port has is accepted...
+    data[EPI_SCE] = 1;
+    data[EPI_ENABLED] = 1;
+    assert_eq!(st(dr_set(&net, &d, SW, epi_attr, 2, data)), OK);
+    // ...and changing it is refused, changing nothing.
+    data[EPI_ENABLED] = 0;
+    let (s, back) = dr_set(&net, &d, SW, epi_attr, 2, data);
+    assert_eq!((s, epi(&back)), (BAD, (1, 1, 1)));
+    assert_eq!(get(SW, 2), (1, 1, 1));
+}

@@ -182,7 +182,7 @@ fn malformed_files_name_the_line() {
     let err = fresh
         .load_state(std::path::Path::new("/nonexistent/state"))
         .unwrap_err();
-    assert!(matches!(err, NetError::StateFile { .. }));
+    assert!(matches!(err, NetError::StateFileRead { .. }), "{err}");
     assert!(err.to_string().contains("/nonexistent/state"), "{err}");
 }
 

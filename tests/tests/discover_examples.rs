@@ -126,7 +126,7 @@ fn one_smp_at_a_time_finds_the_same_fabric() {
 #[test]
 fn mellanox_qdr_ports_get_their_extended_port_info_asked() {
     // libibnetdisc asks Mellanox devices' QDR ports for ExtendedPortInfo (FDR10 shows only
-    // there); the simulated SMA does not have it and says so, which is not a failure.
+    // there); the simulated SMA answers it, as ibsim and the devices do.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mellanox-qdr.topo");
     let expected = Fabric::parse_file(&path).unwrap();
     let t = check(
@@ -134,8 +134,17 @@ fn mellanox_qdr_ports_get_their_extended_port_info_asked() {
         &expected,
         &Config::default(),
     );
-    // Two switch ports and the two HCA ports, all linked at QDR.
-    assert_eq!(t.stats.ext_port_info_unsupported, 4);
+    assert_eq!(t.stats.ext_port_info_unsupported, 0);
+    let linked = |t: &Topology| {
+        t.nodes
+            .iter()
+            .flat_map(|n| n.ports.iter())
+            .filter(|p| p.remote.is_some())
+            .map(|p| p.fdr10_active)
+            .collect::<Vec<_>>()
+    };
+    // Two switch ports and the two HCA ports, all linked at QDR: none FDR10.
+    assert_eq!(linked(&t), [false; 4]);
     let t2 = {
         let rig = DiscoverRig::new(Fabric::parse_file(&path).unwrap(), &first_ca(&expected));
         let t = rig.discover(&Config {
@@ -145,8 +154,19 @@ fn mellanox_qdr_ports_get_their_extended_port_info_asked() {
         rig.finish();
         t
     };
-    assert_eq!(t2.stats.ext_port_info_unsupported, 0);
     assert_eq!(t.stats.smps, t2.stats.smps + 4);
+
+    // The same links at FDR10: ExtendedPortInfo is where it shows.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("4xQDR", "4xFDR10");
+    let fdr10 = Fabric::parse_str("mellanox-fdr10", &text).unwrap();
+    let t = check(
+        Fabric::parse_str("mellanox-fdr10", &text).unwrap(),
+        &fdr10,
+        &Config::default(),
+    );
+    assert_eq!(linked(&t), [true; 4]);
 }
 
 /// What `hca discover` writes of `t` in each format, but the JSON's `stats` line (the run's

@@ -19,13 +19,14 @@ pub enum FabricError {
     /// A fabric built through [`FabricBuilder`](super::FabricBuilder) is inconsistent.
     #[error("invalid fabric: {0}")]
     Invalid(Problem),
-    /// A topology file could not be read.
+    /// A topology file could not be read, or was refused unread (not a regular file, too
+    /// large, not UTF-8).
     #[error("cannot read topology file `{}`: {source}", path.display())]
     Io {
         /// The file that failed.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        source: crate::input_file::InputFileError,
     },
     /// Writing a topology failed in the output stream.
     #[error("cannot write the topology: {0}")]

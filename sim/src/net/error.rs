@@ -55,7 +55,16 @@ pub enum NetError {
         /// The port.
         port: u8,
     },
-    /// A state file could not be read, written or applied.
+    /// A state file could not be read, or was refused unread (not a regular file, larger than
+    /// any state saved from this fabric, not UTF-8).
+    #[error("cannot read simulated fabric state {path}: {source}")]
+    StateFileRead {
+        /// The file.
+        path: String,
+        /// Why.
+        source: crate::input_file::InputFileError,
+    },
+    /// A state file could not be written or applied.
     #[error(
         "simulated fabric state {path}{}: {problem}",
         if *line > 0 { format!(" line {line}") } else { String::new() }

@@ -38,8 +38,10 @@ use super::engine::NetState;
 use super::{NetError, Network};
 use crate::fabric::rate::{ActiveRates, LinkRates};
 use crate::fabric::sma::PortExtra;
+use crate::fabric::sma::defaults::CA_PARTITION_CAP;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, PortId};
+use crate::input_file::read_text;
 
 /// The first line of a state file.
 pub const MAGIC: &str = "hca-sim-state";
@@ -67,12 +69,17 @@ impl Network {
     }
 
     /// Load a state saved by [`Network::save_state`] from a network of the same topology.
-    /// Nothing changes if the file is malformed or was saved from another fabric.
+    /// Nothing changes if the file is malformed or was saved from another fabric. Only a
+    /// regular file no larger than any state this fabric can save ([`max_state_bytes`]) is
+    /// read: a device such as `/dev/zero` or a FIFO is refused rather than read without end.
     pub fn load_state(&self, path: &Path) -> Result<(), NetError> {
-        let text = std::fs::read_to_string(path).map_err(|e| NetError::StateFile {
+        let (limit, nodes) = self
+            .shared
+            .run(|st| (max_state_bytes(&st.fabric), st.fabric.node_count()));
+        let why = format!("the most a state saved from this fabric of {nodes} nodes can hold");
+        let text = read_text(path, limit, &why).map_err(|source| NetError::StateFileRead {
             path: path.display().to_string(),
-            line: 0,
-            problem: e.to_string(),
+            source,
         })?;
         self.load_state_text(&text)
             .map_err(|(line, problem)| NetError::StateFile {
@@ -89,6 +96,30 @@ impl Network {
             apply(st, parsed).map_err(|p| (0, p))
         })
     }
+}
+
+/// The most a state file saved from `f` can hold, with room to spare for hand-added comments:
+/// twice the longest every record can be written (a port, its `extra` and a full P_Key table
+/// per port slot; a switch line with a full LFT and MFT per switch), plus 1 MiB.
+pub fn max_state_bytes(f: &Fabric) -> u64 {
+    // Longest line of each fixed-size record, rounded up: `port` ~330 bytes, `extra` ~110,
+    // `switch` ~110, the GUID and port number prefix of `pkeys`, `lft` and `mft` ~25.
+    const PORT_RECORDS: u64 = 1024;
+    const SWITCH_RECORD: u64 = 256;
+    const PREFIX: u64 = 64;
+    let mut total: u64 = 0;
+    for n in f.node_ids() {
+        let slots = u64::from(f.node(n).num_ports()) + 1;
+        // A P_Key is 4 hex digits and a comma; no port's table is longer than a CA's.
+        total += slots * (PORT_RECORDS + PREFIX + 5 * u64::from(CA_PARTITION_CAP));
+        if let Some(sw) = f.switch(n) {
+            // A port per LID in 2 hex digits; a 16-bit mask word per MLID and position in 4.
+            let lft = 2 * u64::from(sw.info.linear_fdb_cap);
+            let mft = 4 * u64::from(sw.info.multicast_fdb_cap) * u64::from(sw.mft_positions);
+            total += SWITCH_RECORD + 2 * PREFIX + lft + mft;
+        }
+    }
+    2 * total + (1 << 20)
 }
 
 /// What a state file must have been saved from: node and port counts and the NodeGUIDs in

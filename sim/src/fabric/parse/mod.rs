@@ -48,9 +48,17 @@ use super::builder::{FabricBuilder, MAX_NAME_LEN, NodeSpec, Subject, check_text}
 use super::error::{FabricError, Problem};
 use super::model::{Fabric, NONE, NodeId, NodeType, PortId};
 use super::rate::{LinkRates, SPEED_QDR};
+use crate::input_file::{MAX_TOPOLOGY_BYTES, read_text, read_text_io};
 
 /// How deep `include` may nest (ibsim `MAX_INCLUDE` 9 files in all).
 pub const MAX_INCLUDE_DEPTH: usize = 8;
+
+/// Where the bound on a topology file comes from, for the error.
+const TOPOLOGY_BOUND: &str = "the most a topology file may hold (64 MiB, several times a \
+     fabric that uses every unicast LID)";
+/// Where the bound on an included file comes from, for the error.
+const INCLUDE_BOUND: &str = "what is left of the 64 MiB a topology may hold with all its \
+     includes (several times a fabric that uses every unicast LID)";
 
 /// Reads the text of an included file.
 type Loader<'l> = dyn FnMut(&Path) -> std::io::Result<String> + 'l;
@@ -102,14 +110,25 @@ struct Parser<'l> {
 }
 
 impl Fabric {
-    /// Reads a topology file, following its `include`s.
+    /// Reads a topology file, following its `include`s. Only regular files are read, and at
+    /// most [`MAX_TOPOLOGY_BYTES`] in all (the file and everything it includes): a device such
+    /// as `/dev/zero` or a FIFO is refused rather than read without end.
     pub fn parse_file(path: impl AsRef<Path>) -> Result<Fabric, FabricError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| FabricError::Io {
-            path: path.to_owned(),
-            source,
+        let text = read_text(path, MAX_TOPOLOGY_BYTES, TOPOLOGY_BOUND).map_err(|source| {
+            FabricError::Io {
+                path: path.to_owned(),
+                source,
+            }
         })?;
-        let mut load = |p: &Path| std::fs::read_to_string(p);
+        // The bound is on the whole topology: a file including a large file many times would
+        // otherwise read 64 MiB per include.
+        let mut left = MAX_TOPOLOGY_BYTES - text.len() as u64;
+        let mut load = |p: &Path| {
+            let t = read_text_io(p, left, INCLUDE_BOUND)?;
+            left -= t.len() as u64;
+            Ok(t)
+        };
         let mut parser = Parser::new(Some(&mut load));
         parser.parse_text(&path.display().to_string(), path.parent(), &text, 0)?;
         parser.finish()

@@ -15,6 +15,7 @@
 //! | SwitchInfo, LinearForwardingTable, MulticastForwardingTable | switches | switches | 0x000C on CAs |
 //! | P_KeyTable, SLtoVLMappingTable, VLArbitrationTable, GUIDInfo | yes | yes | modifiers checked |
 //! | SMInfo | passed to the SM | passed to the SM | 0x000C where no SM (IsSM clear) |
+//! | Mellanox ExtendedPortInfo (0xFF90) | yes | no change only | FDR10; see `ext_port_info.rs` |
 //!
 //! Status codes: 0x0004 class version other than 1, 0x0008 unknown method, 0x000C attribute
 //! not supported (or not with this method), 0x001C bad modifier or field. A Set that fails
@@ -58,6 +59,7 @@
 //!   PortRcvConstraintErrors and PortXmitConstraintErrors stay 0).
 
 pub mod defaults;
+mod ext_port_info;
 mod keys;
 mod link;
 mod mkey;
@@ -396,6 +398,9 @@ impl Sma<'_> {
             attr_id::sm::SL_TO_VL_TABLE => self.sl2vl(node, in_port, set, attr_mod, data),
             attr_id::sm::VL_ARB_TABLE => self.vl_arb(node, in_port, set, attr_mod, data),
             attr_id::sm::GUID_INFO => self.guid_info(node, in_port, set, attr_mod, data),
+            attr_id::sm::MLNX_EXTENDED_PORT_INFO => {
+                self.ext_port_info(node, in_port, set, attr_mod, data)
+            }
             attr_id::sm::SM_INFO => {
                 if self.fabric.port(key_port).state.capability_mask
                     & mad_wire::attr::port_info::cap_mask::IS_SM
