@@ -12,9 +12,9 @@ use driver::mlx5::{Mlx5Hca, Mlx5Port};
 use driver::verbs::{
     GRH_LEN, Hca, HcaOptions, HcaPort, RecvWr, SendWr, Sge, SpecialQp, UdDest, WorkCompletion,
 };
-use sim::ClockMode;
-use sim::mlx5::Mlx5;
+use sim::mlx5::{MELLANOX_OUI, Mlx5, Mlx5Config};
 use sim::net::Network;
+use sim::{ClockMode, Scheduler, Standalone, StandaloneInit};
 
 /// Bytes of a MAD.
 pub const MAD: usize = 256;
@@ -41,6 +41,52 @@ impl SimHca {
     pub fn with_clock(clock: ClockMode) -> SimHca {
         let (model, net) = Mlx5::standalone_default(clock).expect("simulated ConnectX");
         let model = Arc::new(model);
+        let backend = embed::backend_for(model.clone(), "sim:model=mlx5");
+        SimHca {
+            model,
+            net,
+            backend,
+        }
+    }
+
+    /// A ConnectX described by `cfg`, alone on its network with Active ports, on a virtual
+    /// clock.
+    pub fn with_config(cfg: Mlx5Config) -> SimHca {
+        Self::with_config_and_pkeys(cfg, None)
+    }
+
+    /// [`SimHca::with_config`] whose port 1 has `pkeys` as its P_Key table from the start
+    /// (loaded into the SMA before the device is attached, so that the device's view and
+    /// the MAD_IFC answers agree); the rest of the table is empty.
+    pub fn with_config_and_pkeys(cfg: Mlx5Config, pkeys: Option<&[u16]>) -> SimHca {
+        let sched = Arc::new(Scheduler::new(ClockMode::Virtual));
+        let net = Network::standalone(
+            &Standalone {
+                name: "sim-hca".to_owned(),
+                num_ports: cfg.ports,
+                node_guid: Some(cfg.node_guid),
+                vendor_id: MELLANOX_OUI,
+                device_id: cfg.device_id,
+                init: StandaloneInit::Active,
+            },
+            sched,
+        )
+        .expect("one-node network");
+        if let Some(pkeys) = pkeys {
+            // A CA's table holds 64 entries (PartitionCap); the state file gives them all.
+            let mut table = pkeys.to_vec();
+            table.resize(64, 0);
+            let list: Vec<String> = table.iter().map(|k| format!("{k:x}")).collect();
+            let text = format!(
+                "{}pkeys {:x} 1 {}\n",
+                net.state_text(),
+                cfg.node_guid,
+                list.join(",")
+            );
+            net.load_state_text(&text).expect("P_Key table loads");
+        }
+        let model =
+            Arc::new(Mlx5::on_network(cfg, &net, "sim-hca", 1).expect("simulated ConnectX"));
         let backend = embed::backend_for(model.clone(), "sim:model=mlx5");
         SimHca {
             model,

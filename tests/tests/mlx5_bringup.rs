@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use driver::verbs::{Hca, HcaOptions, HcaPort, PortState};
+use driver::verbs::{Hca, HcaOptions, HcaPort, PortState, WcStatus};
 use driver::{DeviceBackend, DriverError};
-use hca_tests::mlx5::{SimHca, port};
+use hca_tests::mlx5::{MAD, RECV_BUF, SimHca, lease, mad, poll_n, port, recv_wr, send_wr, to_self};
 
 #[test]
 fn bring_up_reports_firmware_caps_and_an_active_port() {
@@ -302,5 +302,89 @@ fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
     let s = hca.stats();
     assert_eq!(s.pages.returned, s.pages.given, "every page came back");
     assert_eq!(sim.model.counters().function_resets, 1);
+    sim.assert_clean(&hca);
+}
+
+/// A device whose send queues support real-time timestamps only (`sq_ts_format` 1) refuses
+/// a QP asking for free-running ones; the driver asks for DEFAULT there, as
+/// `mlx5_get_qp_default_ts` does, so QP0 and QP1 are created and MADs loop back.
+#[test]
+fn a_device_with_real_time_timestamps_only_opens_and_passes_mads() {
+    let sim = SimHca::with_config(sim::mlx5::Mlx5Config {
+        sq_ts_format: firmware_cmds::mlx5::caps::ts_format_cap::REAL_TIME,
+        ..sim::mlx5::Mlx5Config::default()
+    });
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let lid = p.attrs().unwrap().lid;
+    let qp = driver::verbs::SpecialQp::Gsi;
+    let rbuf = lease(p.as_ref(), RECV_BUF);
+    p.post_recv(qp, &recv_wr(7, &rbuf)).unwrap();
+    let sbuf = lease(p.as_ref(), MAD);
+    sbuf.write(0, &mad(0x09, 1, 1)).unwrap();
+    p.post_send(qp, &send_wr(1, &sbuf, to_self(lid, qp)))
+        .unwrap();
+    let wcs = poll_n(p.as_ref(), 2, Duration::from_secs(1));
+    assert_eq!(wcs.len(), 2, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    drop((p, rbuf, sbuf));
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+}
+
+/// Firmware that reports no ISSI at all (`supported_issi_dw0` 0) speaks ISSI 0: the kernel's
+/// `mlx5_core_set_issi` carries on with 0 (`sup_issi & 1 || !sup_issi`), and so does the
+/// driver, without a SET_ISSI.
+#[test]
+fn firmware_reporting_no_issi_is_brought_up_with_issi_0() {
+    let sim = SimHca::with_config(sim::mlx5::Mlx5Config {
+        supported_issi: 0,
+        ..sim::mlx5::Mlx5Config::default()
+    });
+    let hca = sim.open_strict();
+    let info = hca.info();
+    assert!(
+        info.caps.iter().any(|(k, v)| *k == "ISSI" && v == "0"),
+        "{:?}",
+        info.caps
+    );
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+}
+
+/// A BlueField's embedded CPU function (`initializing` bit 23) names itself with
+/// `embedded_cpu_function` in ENABLE_HCA, QUERY_PAGES, the startup GIVEs and DISABLE_HCA
+/// (`mlx5_core_is_ecpf`); the simulated ECPF refuses those commands without the flag
+/// (function 0 without it is the host PF). Its pages are held for (0, embedded CPU), a
+/// run-time request for them is served, and everything comes back at close.
+#[test]
+fn an_embedded_cpu_function_names_itself_in_its_hca_and_page_commands() {
+    let sim = SimHca::with_config(sim::mlx5::Mlx5Config {
+        embedded_cpu: true,
+        ..sim::mlx5::Mlx5Config::default()
+    });
+    let hca = sim.open_strict();
+    let own = sim.model.pages_held_for(0, true);
+    assert!(own > 0, "boot and init pages given for the ECPF itself");
+    assert_eq!(
+        sim.model.pages_held_for(0, false),
+        0,
+        "none for the host PF"
+    );
+    let p = port(&hca, 1);
+    assert!(sim.model.faults().page_request(5));
+    let end = p.now() + Duration::from_secs(1);
+    while sim.model.pages_held_for(0, true) < own + 5 && p.now() < end {
+        p.events();
+        p.wait(p.now() + Duration::from_micros(50));
+    }
+    assert_eq!(sim.model.pages_held_for(0, true), own + 5);
+    drop(p);
+    hca.close().unwrap();
+    assert_eq!(
+        sim.model.pages_held_for(0, true),
+        0,
+        "reclaimed from the ECPF"
+    );
     sim.assert_clean(&hca);
 }

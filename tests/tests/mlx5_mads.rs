@@ -274,3 +274,44 @@ fn on_the_real_clock_a_loopback_completes_within_its_post_and_polling_raises_no_
     hca.close().unwrap();
     sim.assert_clean(&hca);
 }
+
+/// The special QPs take the P_Key index of the default P_Key (`ib_mad_port_start`), not
+/// index 0: on a port whose table holds 0x8001 at index 0 and 0xFFFF at index 1, a MAD sent
+/// on QP1 carries 0xFFFF, so it comes back reported at P_Key index 1 (0x8001 would be
+/// index 0); a GSI send naming another index is refused, since every send carries the QP's
+/// P_Key.
+#[test]
+fn the_special_qps_use_the_index_of_the_default_pkey() {
+    let sim =
+        SimHca::with_config_and_pkeys(sim::mlx5::Mlx5Config::default(), Some(&[0x8001, 0xffff]));
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let lid = p.attrs().unwrap().lid;
+    let qp = SpecialQp::Gsi;
+    let rbuf = lease(p.as_ref(), RECV_BUF);
+    p.post_recv(qp, &recv_wr(7, &rbuf)).unwrap();
+    let sbuf = lease(p.as_ref(), MAD);
+    sbuf.write(0, &mad(0x09, 1, 1)).unwrap();
+    let mut dest = to_self(lid, qp);
+    dest.pkey_index = 0;
+    assert!(
+        matches!(
+            p.post_send(qp, &send_wr(1, &sbuf, dest)),
+            Err(PostError::Invalid(_))
+        ),
+        "index 0 is not the GSI QP's"
+    );
+    dest.pkey_index = 1;
+    p.post_send(qp, &send_wr(2, &sbuf, dest)).unwrap();
+    let wcs = poll_n(p.as_ref(), 2, Duration::from_secs(1));
+    assert_eq!(wcs.len(), 2, "{wcs:?}");
+    let recv = wcs
+        .iter()
+        .find(|w| w.opcode == WcOpcode::Recv)
+        .expect("the MAD came back");
+    assert_eq!(recv.status, WcStatus::Success, "{recv:?}");
+    assert_eq!(recv.pkey_index, 1, "the MAD carried 0xFFFF");
+    drop((p, rbuf, sbuf));
+    hca.close().unwrap();
+    sim.assert_clean(&hca);
+}

@@ -5,14 +5,17 @@
 //! 2. bus mastering on, command queue set up, timeouts read from the init segment;
 //! 3. wait for `initializing` again (FW_INIT, 2 s or `cmd_q_init_to`, at most 120 s; the
 //!    command timeout from `cmd_exec_to`, at most 300 s); health polling starts;
-//! 4. ENABLE_HCA; QUERY_ISSI / SET_ISSI (1 when offered, else 0);
+//! 4. the embedded-CPU bit of `initializing` read; ENABLE_HCA (with `embedded_cpu_function`
+//!    on an ECPF, as QUERY_PAGES, the startup GIVEs and DISABLE_HCA); QUERY_ISSI / SET_ISSI
+//!    (1 when offered, else 0);
 //! 5. QUERY_PAGES boot → MANAGE_PAGES GIVE;
 //! 6. ACCESS_REG HOST_ENDIANNESS (physical functions);
 //! 7. QUERY_HCA_CAP (max, current) → SET_HCA_CAP;
 //! 8. QUERY_PAGES init → MANAGE_PAGES GIVE; INIT_HCA; QUERY_HCA_CAP current;
 //! 9. interrupts, ALLOC_UAR, the command EQ (commands switch to events), the async and
 //!    completion EQs; QUERY_SPECIAL_CONTEXTS (the reserved lkey), ALLOC_PD;
-//! 10. per port: CQ, QP0 (when the function has an SMI) and QP1 to RTS, the P_Key cache.
+//! 10. per port: CQ, the P_Key cache, QP0 (when the function has an SMI) and QP1 to RTS on
+//!     the index of the default P_Key.
 //!
 //! Teardown undoes whatever exists, in reverse: QPs to RESET and destroyed (their outstanding
 //! work requests flushed in software), CQs, EQs (commands back to polling before the command
@@ -173,7 +176,9 @@ fn set_hca_caps(dev: &Dev) -> Result<HcaCaps, DriverError> {
     Ok(max)
 }
 
-/// ISSI 1 when the firmware offers it, 0 otherwise (`mlx5_core_set_issi`).
+/// ISSI 1 when the firmware offers it, 0 otherwise (`mlx5_core_set_issi`): a
+/// `supported_issi_dw0` of 0 means ISSI 0 too (firmware that predates the field), as the
+/// kernel's `sup_issi & 1 || !sup_issi`.
 fn negotiate_issi(dev: &Dev) -> Result<u16, DriverError> {
     let q = match dev.exec(&QueryIssi) {
         Ok(q) => q,
@@ -186,7 +191,7 @@ fn negotiate_issi(dev: &Dev) -> Result<u16, DriverError> {
     if q.supports(1) {
         dev.exec(&SetIssi { current_issi: 1 })?;
         Ok(1)
-    } else if q.supports(0) {
+    } else if q.supports(0) || q.supported_issi_dw0 == 0 {
         Ok(0)
     } else {
         Err(DriverError::DeviceUnsupported {
@@ -239,9 +244,21 @@ fn bring_up_steps(dev: &Arc<Dev>, ports: &mut Vec<Arc<Mlx5Port>>) -> Result<(), 
         dev.stage().cmd_up = true;
         wait_fw_init(dev, fw_init, "initializing")?;
     }
+    let embedded_cpu =
+        Initializing::decode(dev.bar.read32(init_seg::off::INITIALIZING as u64)).embedded_cpu;
+    dev.info
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .embedded_cpu = embedded_cpu;
+    if embedded_cpu {
+        tracing::info!("the function is an embedded CPU function (ECPF)");
+    }
     dev.lock_health().start(dev.backend.now());
 
-    dev.exec(&EnableHca::default())?;
+    dev.exec(&EnableHca {
+        function_id: 0,
+        embedded_cpu_function: embedded_cpu,
+    })?;
     dev.stage().enabled = true;
     let issi = negotiate_issi(dev)?;
     dev.give_startup_pages(PagesKind::Boot)?;
@@ -380,6 +397,12 @@ fn create_port(
         .store(cq.cqn, std::sync::atomic::Ordering::Relaxed);
     *port.cq.lock().unwrap_or_else(PoisonError::into_inner) = Some(cq);
 
+    // The P_Key table first: the special QPs take the index of the default P_Key, as
+    // `ib_mad_port_start` does with the cache the core filled before the MAD layer started.
+    port.refresh_pkeys();
+    let pkey_index = port.default_pkey_index();
+    let ts_format = super::qp::default_ts_format(caps);
+    let user_index = super::qp::default_user_index(caps);
     for (i, kind) in [SpecialQp::Smi, SpecialQp::Gsi].into_iter().enumerate() {
         if kind == SpecialQp::Smi && !has_smi {
             continue;
@@ -396,6 +419,9 @@ fn create_port(
                 uar: uar.index,
                 bf: BfReg::new(uar.base, bfreg, caps.log_bf_reg_size()),
                 lkey,
+                ts_format,
+                user_index,
+                pkey_index,
             },
         )?;
         let slot = match kind {
@@ -405,7 +431,6 @@ fn create_port(
         slot.store(qp.qpn, std::sync::atomic::Ordering::Relaxed);
         *port.qps[i].lock().unwrap_or_else(PoisonError::into_inner) = Some(qp);
     }
-    port.refresh_pkeys();
     if let Some(cq) = port
         .cq
         .lock()
@@ -557,7 +582,11 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
         }
     }
     if enabled {
-        note("DISABLE_HCA", dev.exec(&DisableHca::default()).map(drop));
+        let disable = DisableHca {
+            function_id: 0,
+            embedded_cpu_function: dev.is_ecpf(),
+        };
+        note("DISABLE_HCA", dev.exec(&disable).map(drop));
     }
     // Commands other threads still run get a bounded time to complete; no new one is posted.
     let left = dev.close_commands(cmd::CLOSE_DRAIN);

@@ -92,6 +92,10 @@ pub(crate) struct DevInfo {
     pub(crate) pd: u32,
     pub(crate) lkey: u32,
     pub(crate) node_guid: u64,
+    /// The function is a BlueField's embedded CPU (`initializing` bit 23, read once the
+    /// firmware is initialized, as `mlx5_read_embedded_cpu`): ENABLE/DISABLE_HCA, QUERY_PAGES
+    /// and the startup GIVEs then name it with `embedded_cpu_function` (`mlx5_core_is_ecpf`).
+    pub(crate) embedded_cpu: bool,
 }
 
 /// What the bring-up got to, so that teardown undoes exactly that.
@@ -275,6 +279,11 @@ impl Dev {
     pub(crate) fn pkey_table_len(&self) -> u16 {
         firmware_cmds::mlx5::caps::pkey_table_entries(self.read_info().caps.pkey_table_size())
             .map_or(0, |n| n as u16)
+    }
+
+    /// The function is an ECPF (see [`DevInfo::embedded_cpu`]).
+    pub(crate) fn is_ecpf(&self) -> bool {
+        self.read_info().embedded_cpu
     }
 
     /// Ports of the function.

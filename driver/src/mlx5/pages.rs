@@ -317,12 +317,15 @@ fn check_count(what: &'static str, n: i32) -> Result<u32, DriverError> {
 }
 
 impl Dev {
-    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`).
+    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`). Both
+    /// carry `embedded_cpu_function` from the function itself (`mlx5_core_is_ecpf`), not from
+    /// the QUERY_PAGES output, as the kernel does.
     pub(crate) fn give_startup_pages(&self, kind: PagesKind) -> Result<(), DriverError> {
+        let ecpf = self.is_ecpf();
         let q = self.exec(&QueryPages {
             kind,
             function_id: 0,
-            embedded_cpu_function: false,
+            embedded_cpu_function: ecpf,
         })?;
         if q.num_pages <= 0 {
             tracing::debug!(?kind, num_pages = q.num_pages, "no startup pages wanted");
@@ -335,13 +338,13 @@ impl Dev {
         let give = ManagePages {
             op: PagesOp::Give(leases.iter().map(DmaLease::iova).collect()),
             function_id: q.function_id,
-            embedded_cpu_function: q.embedded_cpu_function,
+            embedded_cpu_function: ecpf,
         };
         match self.exec(&give) {
             Ok(_) => {
                 let f = Function {
                     id: q.function_id,
-                    ec: q.embedded_cpu_function,
+                    ec: ecpf,
                 };
                 self.lock_pages().accept(f, leases);
                 tracing::debug!(?kind, pages = n, "startup pages given");

@@ -156,19 +156,39 @@ impl Mlx5Port {
             return (hit >> 16) as u16;
         }
         let pkeys = lock(&self.pkeys);
-        if let Some(index) = smp::find_pkey(&pkeys, pkey) {
+        if let Some(index) = smp::find_cached_pkey(&pkeys, pkey) {
             self.pkey_hit.store(
                 PKEY_HIT_VALID | u64::from(index) << 16 | u64::from(pkey),
                 Ordering::Release,
             );
             return index;
         }
+        // The kernel's mlx5 leaves (u16)-1 here (`ib_find_cached_pkey` sets it before
+        // searching), an index of no entry. The device delivers to QP1 only packets whose
+        // P_Key the table holds, so a miss means the cached table is stale (a change not yet
+        // re-read) or could not be read; 0 is reported instead, a valid index whose P_Key
+        // a reply to the MAD goes out with when it is the GSI QP's own.
         tracing::debug!(
             port = self.port_num,
             pkey,
-            "P_Key not in the table; index 0"
+            "P_Key not in the cached table; index 0"
         );
         0
+    }
+
+    /// The index the special QPs' contexts take (`ib_mad_port_start`): that of the default
+    /// P_Key 0xFFFF in the table read by [`Mlx5Port::refresh_pkeys`], else 0 (logged).
+    pub(crate) fn default_pkey_index(&self) -> u16 {
+        let pkeys = lock(&self.pkeys);
+        smp::find_pkey(&pkeys, smp::DEFAULT_PKEY).unwrap_or_else(|| {
+            tracing::warn!(
+                port = self.port_num,
+                entries = pkeys.len(),
+                "the default P_Key 0xFFFF is not in the port's P_Key table; the special QPs \
+                 use P_Key index 0"
+            );
+            0
+        })
     }
 
     /// SubnGet through MAD_IFC (M_Key and B_Key ignored, as the kernel's queries do).

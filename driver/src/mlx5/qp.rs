@@ -11,12 +11,13 @@
 use std::collections::VecDeque;
 
 use dma::{Access, DmaLease};
+use firmware_cmds::mlx5::caps::{HcaCaps, ts_format_cap};
 use firmware_cmds::mlx5::doorbell::{DB_RECORD_LEN, QpDbRecord, RCV_DBR, SND_DBR};
 use firmware_cmds::mlx5::ops::qp::{CreateQp, DestroyQp, QueryQp};
 use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
-use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, pm_state};
+use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, pm_state, ts_format};
 use firmware_cmds::mlx5::syndrome::WcError;
 use firmware_cmds::mlx5::wqe::{
     CtrlSeg, DATAGRAM_SEG_LEN, DataSeg, DatagramSeg, SEND_WQE_BB, SINGLE_DATA_WQE_LEN, UdSendWqe,
@@ -46,6 +47,40 @@ pub(crate) const SQERR2RTS_ATTEMPTS: u32 = 3;
 
 /// Q_Key of QP1 (`IB_QP1_QKEY`); QP0 uses 0.
 pub const QP1_QKEY: u32 = 0x8001_0000;
+
+/// QPC `mtu` of the special QPs: 256 bytes (`IB_MTU_256`, `MLX5_QPC_MTU_256_BYTES`), with
+/// [`SPECIAL_QP_LOG_MSG_MAX`], as `__mlx5_ib_modify_qp` sets for QP0 and QP1 on every
+/// transition: a MAD is one 256-byte packet.
+pub(crate) const SPECIAL_QP_MTU: u8 = 1;
+
+/// QPC `log_msg_max` of the special QPs: 2^8 bytes, one MAD.
+pub(crate) const SPECIAL_QP_LOG_MSG_MAX: u8 = 8;
+
+/// QPC `user_index` when the device reports `cqe_version` 1 (`MLX5_IB_DEFAULT_UIDX`): the
+/// kernel writes it on every kernel QP ("0xffffff means we ask to work with cqe version 0").
+pub(crate) const DEFAULT_USER_INDEX: u32 = 0x00ff_ffff;
+
+/// The QPC `ts_format` of a new QP (`mlx5_get_qp_default_ts`, InfiniBand, so the general
+/// `sq_ts_format` rather than RoCE's `qp_ts_format`): free-running when that is all the
+/// device offers (the capability is 0, also on firmware that predates it), DEFAULT when it
+/// offers real time, so that a device with a real-time clock only accepts the QP.
+pub(crate) fn default_ts_format(caps: &HcaCaps) -> u8 {
+    if caps.sq_ts_format() == ts_format_cap::FREE_RUNNING {
+        ts_format::FREE_RUNNING
+    } else {
+        ts_format::DEFAULT
+    }
+}
+
+/// The QPC `user_index` of a new QP: [`DEFAULT_USER_INDEX`] with `cqe_version` 1, else 0
+/// (the field is reserved then).
+pub(crate) fn default_user_index(caps: &HcaCaps) -> u32 {
+    if caps.cqe_version() == 1 {
+        DEFAULT_USER_INDEX
+    } else {
+        0
+    }
+}
 
 /// Bytes of a receive WQE: one data segment (MADs are one buffer).
 pub(crate) const RECV_WQE_SIZE: usize = 16;
@@ -150,13 +185,16 @@ pub(crate) struct Qp {
     pub(crate) recovering: bool,
     bf: BfReg,
     lkey: u32,
+    /// P_Key index of the QP's context (RST2INIT): the index of the default P_Key.
+    pkey_index: u16,
     /// The last destination sent to and its encoded datagram segment: the MAD layer sends
     /// to few destinations (every directed-route SMP to one), so most WQEs copy it rather
     /// than check and encode it again.
     av_cache: Option<(UdDest, [u8; DATAGRAM_SEG_LEN])>,
 }
 
-/// [`send_wqe_with_av`] into a new array, the datagram segment encoded from `wr.dest`.
+/// [`send_wqe_with_av`] into a new array, the datagram segment encoded from `wr.dest` for a
+/// GSI QP on P_Key index 0.
 #[cfg(test)]
 pub(crate) fn send_wqe(
     qpn: u32,
@@ -165,15 +203,24 @@ pub(crate) fn send_wqe(
     lkey: u32,
 ) -> Result<[u8; SINGLE_DATA_WQE_LEN], PostError> {
     let mut b = [0u8; SINGLE_DATA_WQE_LEN];
-    send_wqe_with_av(qpn, index, wr, lkey, &datagram_seg(&wr.dest)?, &mut b)?;
+    let av = datagram_seg(&wr.dest, SpecialQp::Gsi, 0)?;
+    send_wqe_with_av(qpn, index, wr, lkey, &av, &mut b)?;
     Ok(b)
 }
 
-/// The datagram segment (address vector) of `d`, checked and encoded.
-pub(crate) fn datagram_seg(d: &UdDest) -> Result<[u8; DATAGRAM_SEG_LEN], PostError> {
-    if d.pkey_index != 0 {
+/// The datagram segment (address vector) of `d`, checked and encoded, for a send on `kind`
+/// whose context holds P_Key index `qp_pkey_index`. An mlx5 WQE has no P_Key: every send
+/// carries the QP's. So a GSI send must name that index (per-P_Key GSI send QPs, which the
+/// kernel uses with `set_deth_sqpn`, are not implemented); an SMP's P_Key is not checked by
+/// its receiver, and the kernel ignores the index on QP0, as this does.
+pub(crate) fn datagram_seg(
+    d: &UdDest,
+    kind: SpecialQp,
+    qp_pkey_index: u16,
+) -> Result<[u8; DATAGRAM_SEG_LEN], PostError> {
+    if kind == SpecialQp::Gsi && d.pkey_index != qp_pkey_index {
         return Err(PostError::Invalid(format!(
-            "P_Key index {}: sends on the mlx5 special QPs use the QP's P_Key index 0 \
+            "P_Key index {}: sends on the mlx5 GSI QP carry its P_Key, index {qp_pkey_index} \
              (per-P_Key GSI send QPs are not implemented)",
             d.pkey_index
         )));
@@ -252,6 +299,59 @@ pub(crate) struct QpParams {
     pub(crate) uar: u32,
     pub(crate) bf: BfReg,
     pub(crate) lkey: u32,
+    /// QPC `ts_format` ([`default_ts_format`]).
+    pub(crate) ts_format: u8,
+    /// QPC `user_index` ([`default_user_index`]).
+    pub(crate) user_index: u32,
+    /// P_Key index for RST2INIT: that of the default P_Key 0xFFFF, else 0
+    /// (`ib_mad_port_start`).
+    pub(crate) pkey_index: u16,
+}
+
+/// The CREATE_QP context of a special QP (`create_kernel_qp`).
+fn create_ctx(p: &QpParams, dbr_addr: u64) -> Qpc {
+    let geo = p.geo;
+    Qpc {
+        st: service_type(p.kind),
+        pm_state: pm_state::MIGRATED,
+        pd: p.pd,
+        log_rq_size: geo.rq_cnt.trailing_zeros() as u8,
+        log_rq_stride: (RECV_WQE_SIZE.trailing_zeros() - 4) as u8,
+        log_sq_size: geo.sq_bbs.trailing_zeros() as u8,
+        ts_format: p.ts_format,
+        rlky: true,
+        fre: true,
+        uar_page: p.uar,
+        user_index: p.user_index,
+        log_page_size: 0,
+        cqn_snd: p.cqn,
+        cqn_rcv: p.cqn,
+        dbr_addr,
+        ..Qpc::default()
+    }
+}
+
+/// The context of the special QPs' modify commands (`__mlx5_ib_modify_qp`, with the
+/// attributes of `ib_mad_port_start`): port, P_Key index, Q_Key, and the 256-byte MTU and
+/// message size the kernel sets on QP0 and QP1.
+fn modify_ctx(kind: SpecialQp, qpn: u32, port: u8, pkey_index: u16) -> ModifyQp {
+    ModifyQp {
+        qpn,
+        opt_param_mask: 0,
+        ctx: Qpc {
+            st: service_type(kind),
+            pm_state: pm_state::MIGRATED,
+            mtu: SPECIAL_QP_MTU,
+            log_msg_max: SPECIAL_QP_LOG_MSG_MAX,
+            port,
+            pkey_index,
+            q_key: match kind {
+                SpecialQp::Smi => 0,
+                SpecialQp::Gsi => QP1_QKEY,
+            },
+            ..Qpc::default()
+        },
+    }
 }
 
 fn service_type(kind: SpecialQp) -> QpServiceType {
@@ -262,7 +362,7 @@ fn service_type(kind: SpecialQp) -> QpServiceType {
 }
 
 impl Qp {
-    /// CREATE_QP, then RST2INIT (port, P_Key index 0, Q_Key), INIT2RTR and RTR2RTS (PSN 0).
+    /// CREATE_QP, then RST2INIT (port, P_Key index, Q_Key), INIT2RTR and RTR2RTS (PSN 0).
     pub(crate) fn create(dev: &Dev, p: &QpParams) -> Result<Qp, DriverError> {
         let geo = p.geo;
         let page = firmware_cmds::mlx5::ops::pas::ADAPTER_PAGE_SIZE as usize;
@@ -272,22 +372,7 @@ impl Qp {
         let db = dev
             .pool
             .lease(DB_RECORD_LEN, DB_RECORD_LEN, Access::ReadWrite)?;
-        let ctx = Qpc {
-            st: service_type(p.kind),
-            pm_state: pm_state::MIGRATED,
-            pd: p.pd,
-            log_rq_size: geo.rq_cnt.trailing_zeros() as u8,
-            log_rq_stride: (RECV_WQE_SIZE.trailing_zeros() - 4) as u8,
-            log_sq_size: geo.sq_bbs.trailing_zeros() as u8,
-            rlky: true,
-            fre: true,
-            uar_page: p.uar,
-            log_page_size: 0,
-            cqn_snd: p.cqn,
-            cqn_rcv: p.cqn,
-            dbr_addr: db.iova(),
-            ..Qpc::default()
-        };
+        let ctx = create_ctx(p, db.iova());
         barrier::to_device();
         let out = match dev.exec(&CreateQp {
             ctx,
@@ -319,6 +404,7 @@ impl Qp {
             recovering: false,
             bf: p.bf,
             lkey: p.lkey,
+            pkey_index: p.pkey_index,
             av_cache: None,
         };
         if let Err(e) = qp.to_rts(dev) {
@@ -336,21 +422,7 @@ impl Qp {
     }
 
     fn modify_ctx(&self) -> ModifyQp {
-        ModifyQp {
-            qpn: self.qpn,
-            opt_param_mask: 0,
-            ctx: Qpc {
-                st: service_type(self.kind),
-                pm_state: pm_state::MIGRATED,
-                port: self.port,
-                pkey_index: 0,
-                q_key: match self.kind {
-                    SpecialQp::Smi => 0,
-                    SpecialQp::Gsi => QP1_QKEY,
-                },
-                ..Qpc::default()
-            },
-        }
+        modify_ctx(self.kind, self.qpn, self.port, self.pkey_index)
     }
 
     fn to_rts(&self, dev: &Dev) -> Result<(), DriverError> {
@@ -521,7 +593,7 @@ impl Qp {
         let av = match &self.av_cache {
             Some((dest, av)) if *dest == wr.dest => av,
             _ => {
-                let av = datagram_seg(&wr.dest)?;
+                let av = datagram_seg(&wr.dest, self.kind, self.pkey_index)?;
                 &self.av_cache.insert((wr.dest, av)).1
             }
         };
@@ -964,6 +1036,7 @@ mod tests {
             recovering: false,
             bf: BfReg::new(0x2000, 0, 9),
             lkey: 0x100,
+            pkey_index: 0,
             av_cache: None,
         };
         (pool, rec, bar, q)
@@ -1386,6 +1459,77 @@ mod tests {
             send_wqe(1, 0, &wr(3, None), 0),
             Err(PostError::Invalid(m)) if m.contains("P_Key index 3")
         ));
+    }
+
+    #[test]
+    fn a_gsi_send_must_name_the_qps_pkey_index_and_an_smp_need_not() {
+        let d = wr(1, None).dest;
+        assert!(datagram_seg(&d, SpecialQp::Gsi, 1).is_ok());
+        assert!(datagram_seg(&wr(0, None).dest, SpecialQp::Gsi, 1).is_err());
+        assert!(datagram_seg(&wr(0, None).dest, SpecialQp::Smi, 1).is_ok());
+    }
+
+    fn params(caps: &HcaCaps) -> QpParams {
+        QpParams {
+            kind: SpecialQp::Gsi,
+            port: 1,
+            geo: Geometry::new(4, 4, 15).unwrap(),
+            cqn: 5,
+            pd: 6,
+            uar: 7,
+            bf: BfReg::new(0x2000, 0, 9),
+            lkey: 0x100,
+            ts_format: default_ts_format(caps),
+            user_index: default_user_index(caps),
+            pkey_index: 0,
+        }
+    }
+
+    fn encoded(ctx: &Qpc) -> [u8; firmware_cmds::mlx5::qpc::QPC_LEN] {
+        let mut b = [0u8; firmware_cmds::mlx5::qpc::QPC_LEN];
+        ctx.encode_into(&mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn create_qp_asks_for_free_running_timestamps_only_when_that_is_all_the_device_has() {
+        // mlx5_get_qp_default_ts: sq_ts_format 0 (free-running only) gives FREE_RUNNING (0),
+        // 1 (real time only) and 2 (both) give DEFAULT (1). QPC ts_format is bits 0x58..0x5a:
+        // the top two bits of byte 0x0b.
+        for (cap, want, byte) in [(0, 0, 0x00), (1, 1, 0x40), (2, 1, 0x40)] {
+            let mut caps = HcaCaps::zeroed();
+            caps.set_sq_ts_format(cap).unwrap();
+            let p = params(&caps);
+            assert_eq!(p.ts_format, want, "sq_ts_format {cap}");
+            let b = encoded(&create_ctx(&p, 0x1000));
+            assert_eq!(b[0x0b] & 0xc0, byte, "sq_ts_format {cap}");
+        }
+    }
+
+    #[test]
+    fn create_qp_writes_the_default_user_index_with_cqe_version_1() {
+        // MLX5_IB_DEFAULT_UIDX 0xffffff in user_index (bits 0x88..0xa0: bytes 0x11..0x14)
+        // when cqe_version is 1; nothing otherwise.
+        let mut caps = HcaCaps::zeroed();
+        caps.set_cqe_version(1).unwrap();
+        let b = encoded(&create_ctx(&params(&caps), 0x1000));
+        assert_eq!(&b[0x10..0x14], &[0x00, 0xff, 0xff, 0xff]);
+        caps.set_cqe_version(0).unwrap();
+        let b = encoded(&create_ctx(&params(&caps), 0x1000));
+        assert_eq!(&b[0x10..0x14], &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn special_qp_transitions_carry_mtu_256_log_msg_max_8_and_the_pkey_index() {
+        // __mlx5_ib_modify_qp for QP0/QP1: mtu IB_MTU_256 (1) and log_msg_max 8, the old
+        // `mtu_msgmax = (IB_MTU_256 << 5) | 8` = 0x28 in byte 8.
+        for kind in [SpecialQp::Smi, SpecialQp::Gsi] {
+            let m = modify_ctx(kind, 0x48, 2, 3);
+            let b = encoded(&m.ctx);
+            assert_eq!(b[0x08], 0x28, "{kind:?}");
+            assert_eq!(m.ctx.pkey_index, 3);
+            assert_eq!(m.ctx.port, 2);
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@ pub(crate) const ATTR_PORT_INFO: u16 = 0x0015;
 pub(crate) const ATTR_PKEY_TABLE: u16 = 0x0016;
 /// P_Keys per P_KeyTable block.
 pub(crate) const PKEYS_PER_BLOCK: usize = 32;
+/// The default P_Key, full member (`IB_DEFAULT_PKEY_FULL`).
+pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
 
 /// Offset of the SMP data in a LID-routed SMP.
 const SMP_DATA: usize = 64;
@@ -117,17 +119,51 @@ pub(crate) fn pkey_block(d: &[u8]) -> Vec<u16> {
     (0..PKEYS_PER_BLOCK).map(|i| be16(d, 2 * i)).collect()
 }
 
-/// The index of `pkey` in `table` (`ib_find_cached_pkey`): an exact match first, then a
-/// match of the low 15 bits (the other membership), else `None`.
-pub(crate) fn find_pkey(table: &[u16], pkey: u16) -> Option<u16> {
+/// Which limited-member match wins when `table` holds no full member of the partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LimitedMatch {
+    /// The first (`ib_find_pkey`, core/device.c).
+    First,
+    /// The last (`ib_find_cached_pkey`, core/cache.c).
+    Last,
+}
+
+/// The kernel's P_Key search: the first entry whose low 15 bits match `pkey`'s and that is
+/// a full member (bit 15) wins, whatever `pkey`'s own membership bit; without one, a
+/// limited-member match, the first or the last as `limited` says; `None` when nothing
+/// matches. Unlike the kernel, the invalid P_Key (low 15 bits 0, IBA 10.9.1.2) matches
+/// nothing, not the table's empty entries.
+fn search_pkey(table: &[u16], pkey: u16, limited: LimitedMatch) -> Option<u16> {
     if pkey & 0x7fff == 0 {
         return None;
     }
-    table
-        .iter()
-        .position(|&p| p == pkey)
-        .or_else(|| table.iter().position(|&p| p & 0x7fff == pkey & 0x7fff))
-        .map(|i| i as u16)
+    let mut partial = None;
+    for (i, &p) in table.iter().enumerate() {
+        if p & 0x7fff != pkey & 0x7fff {
+            continue;
+        }
+        if p & 0x8000 != 0 {
+            return u16::try_from(i).ok();
+        }
+        if limited == LimitedMatch::Last || partial.is_none() {
+            partial = Some(i);
+        }
+    }
+    partial.and_then(|i| u16::try_from(i).ok())
+}
+
+/// The index of `pkey` in `table` as `ib_find_cached_pkey` finds it (what the kernel's mlx5
+/// reports as a QP1 receive's P_Key index): the first full member of the partition, else
+/// the last limited member, else `None`.
+pub(crate) fn find_cached_pkey(table: &[u16], pkey: u16) -> Option<u16> {
+    search_pkey(table, pkey, LimitedMatch::Last)
+}
+
+/// The index of `pkey` in `table` as `ib_find_pkey` finds it (what `ib_mad_port_start` puts
+/// in the special QPs' contexts for the default P_Key): the first full member of the
+/// partition, else the first limited member, else `None`.
+pub(crate) fn find_pkey(table: &[u16], pkey: u16) -> Option<u16> {
+    search_pkey(table, pkey, LimitedMatch::First)
 }
 
 #[cfg(test)]
@@ -188,16 +224,48 @@ mod tests {
     }
 
     #[test]
-    fn pkeys_are_found_exactly_then_by_membership() {
-        let t = [0xffff, 0x8001, 0x0002, 0];
-        assert_eq!(find_pkey(&t, 0xffff), Some(0));
+    fn a_full_member_wins_over_an_earlier_limited_one() {
+        // core/cache.c and core/device.c: the first entry with the same low 15 bits and
+        // the full-member bit wins, whether the P_Key asked for is full or limited.
+        assert_eq!(find_cached_pkey(&[0x7fff, 0xffff], 0x7fff), Some(1));
+        assert_eq!(find_cached_pkey(&[0x7fff, 0xffff], 0xffff), Some(1));
+        assert_eq!(find_pkey(&[0x7fff, 0xffff], 0xffff), Some(1));
+        assert_eq!(find_pkey(&[0x7fff, 0xffff], 0x7fff), Some(1));
         assert_eq!(
-            find_pkey(&t, 0x7fff),
+            find_cached_pkey(&[0x8005, 0x8005], 0x0005),
             Some(0),
-            "limited member of the default"
+            "the first"
         );
-        assert_eq!(find_pkey(&t, 0x8002), Some(2));
+    }
+
+    #[test]
+    fn without_a_full_member_the_cache_takes_the_last_limited_match_and_find_pkey_the_first() {
+        // ib_find_cached_pkey overwrites partial_ix on every limited match; ib_find_pkey
+        // keeps the first (`if (partial_ix < 0)`).
+        assert_eq!(find_cached_pkey(&[0x0005, 0x0005], 0x8005), Some(1));
+        assert_eq!(find_pkey(&[0x0005, 0x0005], 0x8005), Some(0));
+        assert_eq!(
+            find_cached_pkey(&[0x0001, 0x0005, 0x0002, 0x0005, 0], 0x0005),
+            Some(3)
+        );
+        assert_eq!(
+            find_pkey(&[0x0001, 0x0005, 0x0002, 0x0005, 0], 0x0005),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn no_match_and_the_invalid_pkey_find_nothing() {
+        let t = [0xffff, 0x8001, 0x0002, 0];
+        assert_eq!(find_cached_pkey(&t, 0x1234), None);
         assert_eq!(find_pkey(&t, 0x1234), None);
-        assert_eq!(find_pkey(&t, 0), None, "the invalid P_Key matches nothing");
+        assert_eq!(
+            find_cached_pkey(&t, 0x8002),
+            Some(2),
+            "limited only: still found"
+        );
+        assert_eq!(find_cached_pkey(&t, 0), None, "not the empty entry");
+        assert_eq!(find_pkey(&t, 0x8000), None);
+        assert_eq!(find_cached_pkey(&[], 0xffff), None);
     }
 }

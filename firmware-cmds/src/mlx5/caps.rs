@@ -104,6 +104,9 @@ pub mod field {
     pub const MAX_WQE_SZ_RQ: Field = Field::new("max_wqe_sz_rq", 0x2b0, 16);
     /// `log_max_pd`: log2 of the number of PDs.
     pub const LOG_MAX_PD: Field = Field::new("log_max_pd", 0x32b, 5);
+    /// `sq_ts_format`: the timestamp formats send queues (and so QPs, without RoCE) support
+    /// ([`super::ts_format_cap`]).
+    pub const SQ_TS_FORMAT: Field = Field::new("sq_ts_format", 0x440, 2);
     /// `log_uar_page_sz`: log2 of the UAR page size in 4 KiB units (PAGE_SHIFT - 12).
     pub const LOG_UAR_PAGE_SZ: Field = Field::new("log_uar_page_sz", 0x490, 16);
     /// `num_of_uars_per_page`: 4 KiB UARs per system page when `uar_4k` is set.
@@ -196,6 +199,7 @@ pub mod field {
         MAX_WQE_SZ_SQ,
         MAX_WQE_SZ_RQ,
         LOG_MAX_PD,
+        SQ_TS_FORMAT,
         LOG_UAR_PAGE_SZ,
         NUM_OF_UARS_PER_PAGE,
         HCA_CAP_2,
@@ -229,6 +233,18 @@ pub mod field {
         CQE_COMPRESSION,
         SW_OWNER_ID,
     ];
+}
+
+/// Values of the timestamp-format capabilities `sq_ts_format`, `rq_ts_format` and RoCE's
+/// `qp_ts_format` (`MLX5_TIMESTAMP_FORMAT_CAP_*`): which CQE timestamp formats a queue may be
+/// created with. The QPC's own `ts_format` values are in [`crate::mlx5::qpc::ts_format`].
+pub mod ts_format_cap {
+    /// Free-running only (also what firmware that predates the field reports).
+    pub const FREE_RUNNING: u32 = 0x0;
+    /// Real time only: a queue asking for free-running timestamps is refused.
+    pub const REAL_TIME: u32 = 0x1;
+    /// Both.
+    pub const FREE_RUNNING_AND_REAL_TIME: u32 = 0x2;
 }
 
 /// A capability page, as raw bytes with typed accessors for the general capabilities.
@@ -473,6 +489,16 @@ impl HcaCaps {
     /// Sets `cqe_version`; rejects a value wider than 4 bits.
     pub fn set_cqe_version(&mut self, value: u32) -> Result<()> {
         self.set(field::CQE_VERSION, value)
+    }
+
+    /// `sq_ts_format`: the timestamp formats send queues support ([`ts_format_cap`]).
+    pub fn sq_ts_format(&self) -> u32 {
+        self.rd(field::SQ_TS_FORMAT)
+    }
+
+    /// Sets `sq_ts_format`; rejects a value wider than 2 bits.
+    pub fn set_sq_ts_format(&mut self, value: u32) -> Result<()> {
+        self.set(field::SQ_TS_FORMAT, value)
     }
 
     /// `cmdif_checksum`: Command-interface checksum mode (0 off; 3 when supported in the max caps).
@@ -886,6 +912,19 @@ mod tests {
         assert_eq!(c.as_bytes().len(), CAP_LEN);
         assert_eq!(c.log_max_qp(), 31);
         assert_eq!(c.as_bytes()[0x100], 0);
+    }
+
+    #[test]
+    fn sq_ts_format_is_the_top_two_bits_of_byte_0x88() {
+        // mlx5_ifc.h cmd_hca_cap: sq_ts_format[0x2] at bit 0x440 (after general_obj_types),
+        // then rq_ts_format[0x2].
+        let mut c = HcaCaps::zeroed();
+        c.set_sq_ts_format(ts_format_cap::REAL_TIME).unwrap();
+        assert_eq!(c.as_bytes()[0x88], 0x40);
+        c.set_sq_ts_format(ts_format_cap::FREE_RUNNING_AND_REAL_TIME)
+            .unwrap();
+        assert_eq!(c.as_bytes()[0x88], 0x80);
+        assert!(c.set_sq_ts_format(4).is_err());
     }
 
     #[test]

@@ -178,6 +178,19 @@ pub mod rq_type {
     pub const ZERO_LEN: u8 = 3;
 }
 
+/// QPC `ts_format` values (`MLX5_TIMESTAMP_FORMAT_*`): the format of the timestamps in the
+/// QP's CQEs. Which ones a device accepts its `sq_ts_format` capability says
+/// ([`crate::mlx5::caps::ts_format_cap`]).
+pub mod ts_format {
+    /// Free-running device clock.
+    pub const FREE_RUNNING: u8 = 0x0;
+    /// Whatever the device uses by default (what the kernel asks for when the capability
+    /// reports real-time support).
+    pub const DEFAULT: u8 = 0x1;
+    /// Real-time clock.
+    pub const REAL_TIME: u8 = 0x2;
+}
+
 /// Optional-parameter mask bits of the modify-QP commands (`MLX5_QP_OPTPAR_*`).
 pub mod optpar {
     /// Alternate address path.
@@ -240,7 +253,7 @@ pub mod field {
     pub const NO_SQ: Field = Field::new("no_sq", 0x50, 1);
     /// `log_sq_size`: log2 of SQ WQE basic blocks.
     pub const LOG_SQ_SIZE: Field = Field::new("log_sq_size", 0x51, 4);
-    /// `ts_format`: CQE timestamp format (0 free running).
+    /// `ts_format`: CQE timestamp format ([`super::ts_format`]).
     pub const TS_FORMAT: Field = Field::new("ts_format", 0x58, 2);
     /// `rlky`: the reserved lkey may be used (the kernel sets it on every kernel QP).
     pub const RLKY: Field = Field::new("rlky", 0x5b, 1);

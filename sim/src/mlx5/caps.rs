@@ -37,6 +37,7 @@ pub(crate) fn max_caps(cfg: &Mlx5Config) -> HcaCaps {
     set(&mut c, field::MAX_WQE_SZ_RQ, 512);
     set(&mut c, field::LOG_UAR_PAGE_SZ, 0);
     set(&mut c, field::NUM_OF_UARS_PER_PAGE, 1);
+    set(&mut c, field::SQ_TS_FORMAT, cfg.sq_ts_format);
     for f in [
         field::EVENT_CAP,
         field::FORCE_TEARDOWN,

@@ -81,6 +81,17 @@ pub struct Mlx5Config {
     pub health_tick: Duration,
     /// Node GUID the model reports when no fabric answers for its port.
     pub node_guid: u64,
+    /// The `sq_ts_format` capability (`caps::ts_format_cap`): which CQE timestamp formats
+    /// CREATE_QP accepts. Default free-running only, as a ConnectX-5 (no real-time clock);
+    /// real-time only models a device that refuses free-running QPs.
+    pub sq_ts_format: u32,
+    /// Bit 23 of `initializing`: the function is a BlueField's embedded CPU (ECPF). Its own
+    /// function is then addressed with `embedded_cpu_function` set; function 0 without it
+    /// is the host PF, which the model does not have.
+    pub embedded_cpu: bool,
+    /// QUERY_ISSI's `supported_issi_dw0` (bit n: ISSI n). Default 0b11; 0 models firmware
+    /// that reports no ISSI (which means ISSI 0 only).
+    pub supported_issi: u32,
 }
 
 impl Default for Mlx5Config {
@@ -99,6 +110,9 @@ impl Default for Mlx5Config {
             init_delay: Duration::from_millis(10),
             health_tick: Duration::from_millis(100),
             node_guid: 0x0002_c903_0000_0001,
+            sq_ts_format: firmware_cmds::mlx5::caps::ts_format_cap::FREE_RUNNING,
+            embedded_cpu: false,
+            supported_issi: 0b11,
         }
     }
 }
@@ -129,6 +143,19 @@ impl Mlx5Config {
             return Err(format!(
                 "msix vectors {}: must be 1..=2048",
                 self.msix_vectors
+            ));
+        }
+        if self.sq_ts_format > firmware_cmds::mlx5::caps::ts_format_cap::FREE_RUNNING_AND_REAL_TIME
+        {
+            return Err(format!(
+                "sq_ts_format {}: 0 (free-running), 1 (real-time) or 2 (both)",
+                self.sq_ts_format
+            ));
+        }
+        if self.supported_issi & !0b11 != 0 {
+            return Err(format!(
+                "supported ISSI {:#x}: the model implements ISSI 0 and 1 only",
+                self.supported_issi
             ));
         }
         if self.health_tick.is_zero() {

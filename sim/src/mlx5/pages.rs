@@ -26,21 +26,34 @@ pub(crate) enum GiveProblem {
 /// A function pages are given for: (`function_id`, `embedded_cpu_function`).
 pub(crate) type Function = (u16, bool);
 
-/// The function itself (the PF the driver runs on).
-pub(crate) const OWN: Function = (0, false);
+/// The function itself: 0, with `embedded_cpu_function` set when it is an ECPF (on a
+/// BlueField's ARM, function 0 without the flag is the host PF).
+pub(crate) fn own(embedded_cpu: bool) -> Function {
+    (0, embedded_cpu)
+}
 
 /// The pages the firmware holds and the demands it has made.
 #[derive(Debug, Default)]
 pub(crate) struct Pages {
     held: Vec<(Function, u64)>,
     set: HashSet<u64>,
-    /// Pages of [`OWN`] the firmware cannot give back now (its working set once initialized).
+    /// The function itself ([`own`]).
+    pub own: Function,
+    /// Pages of [`Pages::own`] the firmware cannot give back now (its working set once initialized).
     pub need: u64,
     /// Outstanding run-time request: > 0 pages wanted, < 0 pages offered back.
     pub request: i64,
 }
 
 impl Pages {
+    /// No pages yet, for the function `own`.
+    pub(crate) fn new(own: Function) -> Self {
+        Pages {
+            own,
+            ..Pages::default()
+        }
+    }
+
     /// Pages held, for every function.
     pub(crate) fn held(&self) -> u64 {
         self.held.len() as u64
@@ -82,10 +95,10 @@ impl Pages {
         Ok(())
     }
 
-    /// Gives back up to `max` pages of `f` beyond the working set (of [`OWN`] only), most
+    /// Gives back up to `max` pages of `f` beyond the working set (of [`Pages::own`] only), most
     /// recently given first.
     pub(crate) fn take(&mut self, f: Function, max: u64) -> Vec<u64> {
-        let need = if f == OWN { self.need } else { 0 };
+        let need = if f == self.own { self.need } else { 0 };
         let spare = self.held_by(f).saturating_sub(need);
         let mut n = spare.min(max);
         let mut out = Vec::new();

@@ -64,7 +64,7 @@ pub(crate) fn read32(st: &State, offset: usize, now: Duration) -> u32 {
             initializing: initializing(st, now),
             fw_reset_supported: false,
             nic_interface_supported: 0,
-            embedded_cpu: false,
+            embedded_cpu: st.cfg.embedded_cpu,
         }
         .encode(),
         off::INTERNAL_TIMER_H | off::REAL_TIME_H => (ns >> 32) as u32,

@@ -189,6 +189,7 @@ impl State {
         let caps_max = caps::max_caps(&cfg);
         let caps_cur = caps::initial_current(&caps_max);
         let born = sched.now();
+        let own = super::pages::own(cfg.embedded_cpu);
         let ports = (0..cfg.ports)
             .map(|_| PortView::unlinked(128, cfg.node_guid))
             .collect();
@@ -215,7 +216,7 @@ impl State {
             caps_cur,
             host_endianness: 0,
             cmd: CmdSlots::default(),
-            pages: Pages::default(),
+            pages: Pages::new(own),
             uars: BTreeSet::new(),
             pds: BTreeMap::new(),
             next_pd: 1,

@@ -35,8 +35,12 @@ fn bad_param(s: u32) -> Failure {
     (CmdStatus::BAD_PARAM_ERR, s)
 }
 
-fn own_function(function_id: u16, ecpu: bool) -> Result<(), Failure> {
-    if function_id != 0 || ecpu {
+/// The function's own id and embedded-CPU flag: 0, with the flag exactly when the function
+/// is an ECPF (`initializing` bit 23). On an ECPF, function 0 without the flag names the host
+/// PF (the kernel's `func_id_to_type`), which the model does not have: a driver that forgets
+/// the flag there is refused rather than silently served.
+fn own_function(st: &State, function_id: u16, ecpu: bool) -> Result<(), Failure> {
+    if function_id != 0 || ecpu != st.cfg.embedded_cpu {
         return Err(bad_param(synd::FUNCTION));
     }
     Ok(())
@@ -44,7 +48,7 @@ fn own_function(function_id: u16, ecpu: bool) -> Result<(), Failure> {
 
 pub(super) fn enable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     let c: EnableHca = decode(input)?;
-    own_function(c.function_id, c.embedded_cpu_function)?;
+    own_function(st, c.function_id, c.embedded_cpu_function)?;
     st.phase = Phase::Enabled;
     ok(&NoPayload::<{ firmware_cmds::mlx5::ops::hca::ENABLE_HCA_OUT_LEN }>)
 }
@@ -68,7 +72,7 @@ fn touch_unsettled_memory(st: &mut State) {
 
 pub(super) fn disable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     let c: DisableHca = decode(input)?;
-    own_function(c.function_id, c.embedded_cpu_function)?;
+    own_function(st, c.function_id, c.embedded_cpu_function)?;
     touch_unsettled_memory(st);
     st.drop_resources();
     st.phase = Phase::Disabled;
@@ -79,7 +83,7 @@ pub(super) fn disable_hca(st: &mut State, input: &[u8], _: u32) -> Out {
 pub(super) fn init_hca(st: &mut State, input: &[u8], _: u32) -> Out {
     let _: InitHca = decode(input)?;
     let need = u64::from(st.cfg.boot_pages) + u64::from(st.cfg.init_pages);
-    if st.pages.held() < need {
+    if st.pages.held_by(st.pages.own) < need {
         return Err((CmdStatus::NO_RES_ERR, synd::NOT_ENOUGH_PAGES));
     }
     st.pages.need = need;
@@ -108,13 +112,15 @@ pub(super) fn query_issi(st: &mut State, input: &[u8], _: u32) -> Out {
     let _: QueryIssi = decode(input)?;
     ok(&QueryIssiOut {
         current_issi: st.issi,
-        supported_issi_dw0: 0b11,
+        supported_issi_dw0: st.cfg.supported_issi,
     })
 }
 
 pub(super) fn set_issi(st: &mut State, input: &[u8], _: u32) -> Out {
     let c: SetIssi = decode(input)?;
-    if c.current_issi > 1 {
+    // ISSI 0 always (a firmware reporting no ISSI speaks 0); 1 only when reported.
+    let offered = st.cfg.supported_issi | 1;
+    if c.current_issi > 1 || offered & (1 << c.current_issi) == 0 {
         return Err(bad_param(synd::ISSI));
     }
     st.issi = c.current_issi;

@@ -102,6 +102,8 @@ pub(crate) mod synd {
     pub const MAD_DISCARDED: u32 = 0x5100_0021;
     /// Internal error of the model.
     pub const INTERNAL: u32 = 0x5100_0022;
+    /// A QP timestamp format the `sq_ts_format` capability does not offer.
+    pub const TS_FORMAT: u32 = 0x5100_0023;
 }
 
 /// The outcome of a command.

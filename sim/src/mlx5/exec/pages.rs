@@ -15,7 +15,7 @@ use firmware_cmds::mlx5::ops::{Command, CommandOutput};
 
 use super::{Failure, decode_failure, encoded, synd};
 use crate::mlx5::cmdq::Unpark;
-use crate::mlx5::pages::{Function, GiveProblem, OWN};
+use crate::mlx5::pages::{Function, GiveProblem};
 use crate::mlx5::state::{Phase, State};
 
 type Out = Result<Vec<u8>, Failure>;
@@ -44,9 +44,11 @@ impl State {
                 .need
                 .saturating_sub(u64::from(num_pages.unsigned_abs()));
         }
+        // On an ECPF its own function is the embedded-CPU one (`func_id_to_type`).
+        let (function_id, ec) = self.pages.own;
         self.post_event(&EqeEvent::PageRequest {
-            ec_function: 0,
-            function_id: 0,
+            ec_function: if ec { page_req::EC_FUNCTION } else { 0 },
+            function_id,
             num_pages,
         })
     }
@@ -71,12 +73,14 @@ impl State {
 
 pub(super) fn query_pages(st: &mut State, input: &[u8], _: u32) -> Out {
     let c = QueryPages::decode(input).map_err(|e| decode_failure(&e))?;
-    if c.function_id != 0 || c.embedded_cpu_function {
+    // The function's own demand only: an ECPF names itself with `embedded_cpu_function`
+    // (the kernel sets it from `mlx5_core_is_ecpf`); without it, function 0 is the host PF.
+    if (c.function_id, c.embedded_cpu_function) != st.pages.own {
         return Err((CmdStatus::BAD_PARAM_ERR, synd::FUNCTION));
     }
     let boot = u64::from(st.cfg.boot_pages);
     let init = u64::from(st.cfg.init_pages);
-    let held = st.pages.held();
+    let held = st.pages.held_by(st.pages.own);
     let num_pages = match (c.kind, st.phase) {
         (PagesKind::Boot, Phase::Enabled) => boot.saturating_sub(held) as i64,
         (PagesKind::Init, Phase::Enabled) => (boot + init).saturating_sub(held).min(init) as i64,
@@ -85,8 +89,8 @@ pub(super) fn query_pages(st: &mut State, input: &[u8], _: u32) -> Out {
     };
     encoded(
         QueryPagesOut {
-            function_id: 0,
-            embedded_cpu_function: false,
+            function_id: st.pages.own.0,
+            embedded_cpu_function: st.pages.own.1,
             num_pages: num_pages.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
         }
         .encode(),
@@ -96,8 +100,11 @@ pub(super) fn query_pages(st: &mut State, input: &[u8], _: u32) -> Out {
 pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
     let c = ManagePages::decode(input).map_err(|e| decode_failure(&e))?;
     // Pages for other functions (VFs, the host PF of an ECPF) are held apart; only the
-    // function's own pages settle its requests.
+    // function's own pages settle its requests. On an ECPF, a GIVE for function 0 without
+    // `embedded_cpu_function` is for the host PF: accepted and held apart, so the function's
+    // own INIT_HCA then lacks them (as a driver that forgot the flag would find).
     let f: Function = (c.function_id, c.embedded_cpu_function);
+    let own = st.pages.own;
     match c.op {
         PagesOp::Give(pas) => {
             let iommu = st.iommu.clone();
@@ -112,13 +119,13 @@ pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
                 };
                 (CmdStatus::BAD_PARAM_ERR, s)
             })?;
-            if f == OWN && st.pages.request > 0 {
+            if f == own && st.pages.request > 0 {
                 st.settle(pas.len() as i64);
             }
             encoded(ManagePagesOut::default().encode())
         }
         PagesOp::CantGive => {
-            if f == OWN && st.pages.request > 0 {
+            if f == own && st.pages.request > 0 {
                 st.pages.need = st.pages.need.saturating_sub(st.pages.request as u64);
                 st.pages.request = 0;
                 if !st.cmd.parked.is_empty() {
@@ -131,7 +138,7 @@ pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
             // No more pages than the output has room for.
             let room = (outlen as usize).saturating_sub(PAS_OFFSET) / PAS_ENTRY;
             let pas = st.pages.take(f, u64::from(n).min(room as u64));
-            if f == OWN && st.pages.request < 0 {
+            if f == own && st.pages.request < 0 {
                 st.settle(pas.len() as i64);
             }
             encoded(ManagePagesOut { pas }.encode())

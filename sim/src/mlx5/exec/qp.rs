@@ -1,6 +1,7 @@
 //! CREATE_QP, DESTROY_QP, QUERY_QP and the modify-QP transitions, for the QP kinds the model
 //! runs: QP0 (SMI), QP1 (GSI) and UD (the kernel's GSI send QPs, with DETH source QPN 1).
 
+use firmware_cmds::mlx5::caps::ts_format_cap;
 use firmware_cmds::mlx5::cmd::header::InHeader;
 use firmware_cmds::mlx5::cmd::status::CmdStatus;
 use firmware_cmds::mlx5::opcode::Opcode;
@@ -11,7 +12,7 @@ use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Err, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
 use firmware_cmds::mlx5::ops::{Command, CommandOutput, NoPayload};
-use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, optpar, rq_type};
+use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc, optpar, rq_type, ts_format};
 use firmware_cmds::mlx5::wqe::SEND_WQE_BB;
 
 use super::{Failure, decode_failure, encoded, synd};
@@ -34,11 +35,30 @@ fn no_object(s: u32) -> Failure {
     (CmdStatus::BAD_RES_ERR, s)
 }
 
+/// Whether a QP may be created with timestamp format `ts` when the `sq_ts_format`
+/// capability is `cap`: DEFAULT always (the device picks), free-running and real-time only
+/// when the capability offers them; 3 is undefined. The kernel's `mlx5_get_qp_default_ts`
+/// asks for free-running only when the capability is 0, and `get_ts_format` refuses
+/// free-running itself when the capability is real-time only, which is what firmware checks.
+fn ts_format_supported(cap: u32, ts: u8) -> bool {
+    match ts {
+        ts_format::DEFAULT => true,
+        ts_format::FREE_RUNNING => cap != ts_format_cap::REAL_TIME,
+        ts_format::REAL_TIME => cap != ts_format_cap::FREE_RUNNING,
+        _ => false,
+    }
+}
+
 pub(super) fn create_qp(st: &mut State, input: &[u8], _: u32) -> Out {
     let c: CreateQp = decode(input)?;
     let ctx = c.ctx;
     if ![QpServiceType::QP0, QpServiceType::QP1, QpServiceType::UD].contains(&ctx.st) {
         return Err(bad_param(synd::QP_TYPE));
+    }
+    // BAD_PARAM, as for any context value the device does not support (the syndrome real
+    // firmware gives is not public).
+    if !ts_format_supported(st.caps_cur.sq_ts_format(), ctx.ts_format) {
+        return Err(bad_param(synd::TS_FORMAT));
     }
     if c.input_qpn != 0 || ctx.page_offset != 0 {
         return Err(bad_param(synd::CONTEXT));
@@ -307,4 +327,30 @@ pub(super) fn modify_qp(st: &mut State, input: &[u8], _: u32) -> Out {
         }
     }
     encoded(NoPayload::<QP_SHORT_LEN>.encode())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_timestamp_formats_are_checked_against_sq_ts_format() {
+        // (cap, ts_format, accepted): FREE_RUNNING 0, DEFAULT 1, REAL_TIME 2 against the
+        // capability's 0 free-running only, 1 real-time only, 2 both.
+        let table = [
+            (0, 0, true),
+            (0, 1, true),
+            (0, 2, false),
+            (1, 0, false),
+            (1, 1, true),
+            (1, 2, true),
+            (2, 0, true),
+            (2, 1, true),
+            (2, 2, true),
+            (2, 3, false),
+        ];
+        for (cap, ts, ok) in table {
+            assert_eq!(ts_format_supported(cap, ts), ok, "cap {cap} ts_format {ts}");
+        }
+    }
 }
