@@ -388,3 +388,122 @@ fn the_bench_counts_error_statuses_and_runs_for_a_time() {
         .unwrap();
     assert!(n > 0, "{r}");
 }
+
+/// A fabric with a dual-port CA, h2 (GUID 0x3000), cabled to switch A (GUID 0x1000) port 4 by
+/// its port 1 and to switch B (GUID 0x1001) port 6 by its port 2; A and B are linked, and a
+/// single-port CA, h1, hangs off A.
+const DUAL: &str = "\
+switchguid=0x1000(1000)
+Switch\t8 \"S-0000000000001000\"\t\t# \"sw-A\" enhanced port 0 lid 16 lmc 0
+[1]\t\"H-0000000000002000\"[1](2001)
+[2]\t\"S-0000000000001001\"[2]
+[4]\t\"H-0000000000003000\"[1](3001)
+
+switchguid=0x1001(1001)
+Switch\t8 \"S-0000000000001001\"\t\t# \"sw-B\" base port 0 lid 2 lmc 0
+[2]\t\"S-0000000000001000\"[2]
+[6]\t\"H-0000000000003000\"[2](3002)
+
+caguid=0x2000
+Ca\t1 \"H-0000000000002000\"\t\t# \"h1\"
+[1](2001)\t\"S-0000000000001000\"[1]
+
+caguid=0x3000
+Ca\t2 \"H-0000000000003000\"\t\t# \"h2\"
+[1](3001)\t\"S-0000000000001000\"[4]
+[2](3002)\t\"S-0000000000001001\"[6]
+";
+
+/// `DUAL` written to a file, and the device string of our HCA as h2 with both ports.
+fn dual_device(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("dual.topo");
+    fs::write(&path, DUAL).unwrap();
+    format!(
+        "sim:clock=virtual,topology={},node=H-0000000000003000,ports=2",
+        path.display()
+    )
+}
+
+#[test]
+fn a_walk_that_comes_back_into_the_hca_by_its_other_port_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = dual_device(&dir);
+    let h2 = "0x0000000000003000";
+    let (sw_a, sw_b, h1) = (
+        "0x0000000000001000",
+        "0x0000000000001001",
+        "0x0000000000002000",
+    );
+    // Walked from either port, the SMPs come back into h2 by the other one, whose own SMA
+    // must answer them.
+    for port in ["1", "2"] {
+        let o = hca(&["discover", "--device", &device, "--port", port, "--json"]);
+        assert!(o.status.success(), "--port {port}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("failed"),
+            "--port {port}: {}",
+            stderr(&o)
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["failures"], serde_json::json!([]), "--port {port}");
+        assert_eq!(v["stats"]["retries"], 0, "--port {port}");
+        assert_eq!(v["stats"]["timeouts"], 0, "--port {port}");
+        // On the virtual clock, a query left unanswered costs its timeout and retries (4 s of
+        // device time); answered, the walk takes a few ms of it.
+        let device_ms = v["stats"]["device_ms"].as_f64().unwrap();
+        assert!(device_ms < 100.0, "--port {port}: {device_ms} ms");
+        // Each link once, its ends in either order (the lower end is the one found first).
+        let mut links: Vec<[(String, u64); 2]> = v["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let end = |e: &serde_json::Value| {
+                    (
+                        e["guid"].as_str().unwrap().to_owned(),
+                        e["port"].as_u64().unwrap(),
+                    )
+                };
+                let mut ends = [end(&l["a"]), end(&l["b"])];
+                ends.sort();
+                assert_eq!(l["rate"], "4xSDR", "--port {port}: {l}");
+                ends
+            })
+            .collect();
+        links.sort();
+        let end = |g: &str, p: u64| (g.to_owned(), p);
+        let mut expected = vec![
+            [end(h2, 1), end(sw_a, 4)],
+            [end(h2, 2), end(sw_b, 6)],
+            [end(sw_a, 1), end(h1, 1)],
+            [end(sw_a, 2), end(sw_b, 2)],
+        ];
+        for e in &mut expected {
+            e.sort();
+        }
+        expected.sort();
+        assert_eq!(links, expected, "--port {port}");
+    }
+}
+
+#[test]
+fn a_bench_route_that_ends_in_the_hca_by_its_other_port_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = dual_device(&dir);
+    // Out by port 1 to switch A, on to switch B, and back into h2 by its port 2.
+    let r = ok(&[
+        "bench",
+        "--device",
+        &device,
+        "--path",
+        "1,2,6",
+        "--count",
+        "50",
+        "--timeout",
+        "100",
+    ]);
+    assert_eq!(
+        field(&r, "round trips"),
+        "50 (0 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+}

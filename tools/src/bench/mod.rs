@@ -247,6 +247,13 @@ struct Sent {
 
 /// Run the bench on `port` (registers an agent of its own, deregistered before returning).
 pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
+    run_with(port, &[], cfg)
+}
+
+/// [`run`] on `port` while keeping `others`, the MAD layer on the HCA's other ports,
+/// answering ([`crate::session::drive`]): a route that ends in the HCA by another port asks
+/// that port's SMA.
+pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, EngineError> {
     if !(1..=1024).contains(&cfg.window) {
         return Err(EngineError::BadSetting {
             what: "window",
@@ -355,7 +362,9 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
         if let Some(reason) = port.fatal_reason() {
             break Err(EngineError::DeviceFatal { reason });
         }
-        let Some(ev) = agent.next_event(port.deadline_after(Duration::from_millis(100))) else {
+        crate::session::drive(others);
+        let slice = crate::session::wait_slice(others, Duration::from_millis(100));
+        let Some(ev) = agent.next_event(port.deadline_after(slice)) else {
             if in_flight.is_empty() {
                 continue;
             }

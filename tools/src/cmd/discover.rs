@@ -154,7 +154,9 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         last: None,
         shown: false,
     };
-    let found = discover::discover(&session.port, &cfg, &mut |p| line.update(p));
+    let found = discover::discover_with(&session.port, &session.others, &cfg, &mut |p| {
+        line.update(p);
+    });
     line.clear();
     let closed = session.close();
     let t = found?;
