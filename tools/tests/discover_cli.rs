@@ -507,3 +507,50 @@ fn a_bench_route_that_ends_in_the_hca_by_its_other_port_is_answered() {
         "50 (0 with an error status, 0 timed out, 0 failed, 0 retries)"
     );
 }
+
+#[test]
+fn a_description_of_64_bytes_is_printed_whole_as_ibnetdiscover_prints_it() {
+    // NodeDescription is 64 bytes with no room for a NUL; libibnetdisc keeps it in a
+    // char[65] and ibnetdiscover prints all 64 (checked against Debian's ibnetdiscover 44.0
+    // over `hca run`).
+    let desc = "0123456789abcdef".repeat(4);
+    assert_eq!(desc.len(), 64);
+    let topo = format!(
+        "switchguid=0x1000(1000)\n\
+         Switch\t8 \"S-0000000000001000\"\t\t# \"{desc}\" enhanced port 0 lid 16 lmc 0\n\
+         [1]\t\"H-0000000000002000\"[1](2001)\n\
+         \n\
+         caguid=0x2000\n\
+         Ca\t1 \"H-0000000000002000\"\t\t# \"h1\"\n\
+         [1](2001)\t\"S-0000000000001000\"[1]\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.topo");
+    fs::write(&path, topo).unwrap();
+    let device = format!(
+        "sim:clock=virtual,topology={},node=H-0000000000002000",
+        path.display()
+    );
+    // ibnetdiscover's lines for the switch and for the CA's port, written out from its
+    // format (`Switch\tN "S-<guid>"\t\t# "<desc>" enhanced port 0 lid L lmc M`, and a CA port's
+    // `[P](<port guid>) \t"S-<guid>"[P]\t\t# lid L lmc M "<desc>" lid L <rate>`).
+    let text = ok(&["discover", "--device", &device]);
+    let switch_line = "Switch\t8 \"S-0000000000001000\"\t\t# \
+         \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\" \
+         enhanced port 0 lid 16 lmc 0";
+    assert!(text.lines().any(|l| l == switch_line), "{text}");
+    let ca_port_line = "[1](2001) \t\"S-0000000000001000\"[1]\t\t# lid 0 lmc 0 \
+         \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\" lid 16 4xSDR";
+    assert!(text.lines().any(|l| l == ca_port_line), "{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["discover", "--device", &device, "--json"])).unwrap();
+    let switch = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["type"] == "switch")
+        .unwrap();
+    assert_eq!(switch["description"], desc.as_str());
+    let dot = ok(&["discover", "--device", &device, "--dot"]);
+    assert!(dot.contains(&format!("label=\"{desc}\\n")), "{dot}");
+}
