@@ -554,3 +554,33 @@ fn a_description_of_64_bytes_is_printed_whole_as_ibnetdiscover_prints_it() {
     let dot = ok(&["discover", "--device", &device, "--dot"]);
     assert!(dot.contains(&format!("label=\"{desc}\\n")), "{dot}");
 }
+
+#[test]
+fn a_walk_cut_short_by_max_hops_says_so() {
+    // From host-1, one hop reaches its leaf; the leaf's links up to host-2 and to the spine
+    // are not followed.
+    let o = hca(&["discover", "--device", DEVICE, "--max-hops", "1", "--stats"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "warning: 2 links up were not followed: their routes would be longer than \
+             --max-hops 1; what lies behind them is missing"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(", 2 links not followed past --max-hops"),
+        "the summary: {err}"
+    );
+    let o = hca(&["discover", "--device", DEVICE, "--max-hops", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["stats"]["beyond_max_hops"], 2);
+    assert_eq!(v["stats"]["nodes"], 2);
+    // The whole walk: nothing left out, nothing said.
+    let o = hca(&["discover", "--device", DEVICE, "--json"]);
+    assert_eq!(stderr(&o), "");
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["stats"]["beyond_max_hops"], 0);
+}
