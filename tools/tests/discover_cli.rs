@@ -584,3 +584,38 @@ fn a_walk_cut_short_by_max_hops_says_so() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["stats"]["beyond_max_hops"], 0);
 }
+
+/// Whether `err` has a log line at ERROR level.
+fn has_error_line(err: &str) -> bool {
+    err.lines().any(|l| l.contains(" ERROR "))
+}
+
+#[test]
+fn settings_are_refused_before_the_device_is_opened() {
+    for (args, says) in [
+        (
+            vec!["discover", "--window", "0"],
+            "window: 0 SMPs in flight",
+        ),
+        (vec!["discover", "--max-hops", "0"], "max hops: 0"),
+        (vec!["discover", "--timeout", "0"], "timeout: 0 ms"),
+        (vec!["bench", "--count", "0"], "count: 0 round trips"),
+        (vec!["bench", "--window", "0"], "window: 0 sends in flight"),
+        (
+            vec!["bench", "--path", "2"],
+            "the first hop 2 is not the port the SMPs leave by (1)",
+        ),
+    ] {
+        // A device that cannot be opened: the setting is refused before it is tried.
+        for device in ["sim:topology=/nonexistent/x.topo,node=h", DEVICE] {
+            let mut all = args.clone();
+            all.extend(["--device", device]);
+            let o = hca(&all);
+            assert_eq!(o.status.code(), Some(1), "{all:?}");
+            let err = stderr(&o);
+            assert!(err.contains(says), "{all:?}: {err}");
+            assert!(!err.contains("cannot open"), "{all:?}: {err}");
+            assert!(!has_error_line(&err), "{all:?}: {err}");
+        }
+    }
+}

@@ -108,6 +108,46 @@ pub struct Config {
     pub retries: u32,
 }
 
+impl Config {
+    /// Refuse a window, timeout, retry count, count or route out of range for SMPs sent from
+    /// port `port` ([`run`] does too; a command checks first, so that a bad setting does
+    /// not cost opening a device). Gives the SMP every send copies.
+    pub fn check(&self, port: u8) -> Result<SmpRepr, EngineError> {
+        if !(1..=1024).contains(&self.window) {
+            return Err(EngineError::BadSetting {
+                what: "window",
+                why: format!("{} sends in flight: give 1 to 1024", self.window),
+            });
+        }
+        crate::discover::engine::check_attempts(self.timeout_ms, self.retries)?;
+        if let Some(&first) = self.path.first()
+            && first != port
+        {
+            // A CA's SMA drops a directed-route SMP whose first hop is not the port it left
+            // by.
+            return Err(EngineError::BadSetting {
+                what: "path",
+                why: format!(
+                    "the first hop {first} is not the port the SMPs leave by ({port}): start \
+                     the path with {port} or pick the port with --port {first}"
+                ),
+            });
+        }
+        if self.stop == Stop::Count(0) {
+            return Err(EngineError::BadSetting {
+                what: "count",
+                why: "0 round trips: give at least 1".into(),
+            });
+        }
+        SmpRepr::directed_get(&self.path, self.attr.id(), self.attr_mod, 0).map_err(|e| {
+            EngineError::BadSetting {
+                what: "path",
+                why: e.to_string(),
+            }
+        })
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -254,39 +294,7 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
 /// answering ([`crate::session::drive`]): a route that ends in the HCA by another port asks
 /// that port's SMA.
 pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, EngineError> {
-    if !(1..=1024).contains(&cfg.window) {
-        return Err(EngineError::BadSetting {
-            what: "window",
-            why: format!("{} sends in flight: give 1 to 1024", cfg.window),
-        });
-    }
-    crate::discover::engine::check_attempts(cfg.timeout_ms, cfg.retries)?;
-    if let Some(&first) = cfg.path.first()
-        && first != port.port_num()
-    {
-        // A CA's SMA drops a directed-route SMP whose first hop is not the port it left by.
-        return Err(EngineError::BadSetting {
-            what: "path",
-            why: format!(
-                "the first hop {first} is not the port the SMPs leave by ({}): start the path \
-                 with {} or pick the port with --port {first}",
-                port.port_num(),
-                port.port_num()
-            ),
-        });
-    }
-    if cfg.stop == Stop::Count(0) {
-        return Err(EngineError::BadSetting {
-            what: "count",
-            why: "0 round trips: give at least 1".into(),
-        });
-    }
-    let repr = SmpRepr::directed_get(&cfg.path, cfg.attr.id(), cfg.attr_mod, 0).map_err(|e| {
-        EngineError::BadSetting {
-            what: "path",
-            why: e.to_string(),
-        }
-    })?;
+    let repr = cfg.check(port.port_num())?;
     let mut template = vec![0u8; 256];
     repr.emit(&mut Smp::new_checked(&mut template[..]).expect("256 bytes hold an SMP"));
     let dest = UdDest::DIRECTED_ROUTE;

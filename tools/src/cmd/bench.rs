@@ -115,6 +115,8 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         timeout_ms: args.timeout,
         retries: args.retries,
     };
+    // Refused before the device is opened, so that a bad setting is the only news.
+    cfg.check(args.port)?;
     let options = driver::OpenOptions {
         sysfs: ctx.sysfs.clone(),
         dev_root: ctx.dev_root.clone(),

@@ -130,6 +130,8 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         max_hops: args.max_hops,
         mlnx_ext_port_info: !args.no_mlnx_epi,
     };
+    // Refuse a bad setting before the device is opened (and its error is the only news).
+    cfg.check()?;
     // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
     // once complete (FILE may be the topology this walk reads).
     let mut file = match &args.output {

@@ -117,7 +117,9 @@ pub(crate) fn check_attempts(timeout_ms: u32, retries: u32) -> Result<(), Engine
 }
 
 impl Config {
-    fn check(&self) -> Result<(), EngineError> {
+    /// Refuse a window, hop limit, timeout or retry count out of range ([`discover`] does
+    /// too; a command checks first, so that a bad setting does not cost opening a device).
+    pub fn check(&self) -> Result<(), EngineError> {
         if !(1..=1024).contains(&self.window) {
             return Err(EngineError::BadSetting {
                 what: "window",
