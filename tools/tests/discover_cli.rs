@@ -619,3 +619,30 @@ fn settings_are_refused_before_the_device_is_opened() {
         }
     }
 }
+
+#[test]
+fn closing_after_a_walk_logs_no_error() {
+    // The MAD layer on both ports of the HCA, each closed with it; and a lone HCA whose walk
+    // times out.
+    let dir = tempfile::tempdir().unwrap();
+    let dual = dual_device(&dir);
+    for device in [dual.as_str(), "sim:clock=virtual"] {
+        for port in ["1", "2"] {
+            if device == "sim:clock=virtual" && port == "2" {
+                continue;
+            }
+            let o = hca(&["discover", "--device", device, "--port", port]);
+            assert!(o.status.success(), "{device} --port {port}: {}", stderr(&o));
+            assert!(
+                !has_error_line(&stderr(&o)),
+                "{device} --port {port}: {}",
+                stderr(&o)
+            );
+        }
+    }
+    let o = hca(&[
+        "bench", "--device", &dual, "--path", "1,2,6", "--count", "10",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!has_error_line(&stderr(&o)), "{}", stderr(&o));
+}
