@@ -646,3 +646,32 @@ fn closing_after_a_walk_logs_no_error() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!has_error_line(&stderr(&o)), "{}", stderr(&o));
 }
+
+#[test]
+fn an_output_that_is_a_directory_is_refused_before_the_walk() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("out");
+    fs::create_dir(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    // With a device that cannot be opened, only a check made before the walk can be what
+    // fails.
+    for args in [
+        vec![
+            "discover",
+            "--device",
+            "sim:topology=/nonexistent/x.topo,node=h",
+            "-o",
+            d,
+        ],
+        vec!["sim", "gen", SPEC, "-o", d],
+    ] {
+        let o = hca(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("cannot write {d}: {d} is a directory")),
+            "{args:?}: {err}"
+        );
+        assert!(!parent.path().join("out.tmp").exists(), "{args:?}");
+    }
+}

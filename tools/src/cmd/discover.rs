@@ -135,10 +135,9 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
     // once complete (FILE may be the topology this walk reads).
     let mut file = match &args.output {
-        Some(p) => Some(
-            ReplaceFile::create(p)
-                .map_err(|e| format!("cannot create {}.tmp: {e}", p.display()))?,
-        ),
+        Some(p) => {
+            Some(ReplaceFile::create(p).map_err(|e| format!("cannot write {}: {e}", p.display()))?)
+        }
         None => None,
     };
     let mut stdout = BufWriter::new(std::io::stdout().lock());
