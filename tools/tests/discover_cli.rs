@@ -675,3 +675,56 @@ fn an_output_that_is_a_directory_is_refused_before_the_walk() {
         assert!(!parent.path().join("out.tmp").exists(), "{args:?}");
     }
 }
+
+#[test]
+fn a_bench_modifier_the_attribute_cannot_take_is_refused() {
+    for (args, says) in [
+        (
+            vec!["--attr", "port-info", "--modifier", "999"],
+            "modifier: 999: PortInfo's modifier is a port number, 0 to 254",
+        ),
+        (
+            vec!["--attr", "port-info", "--modifier", "255"],
+            "modifier: 255: PortInfo's modifier is a port number, 0 to 254",
+        ),
+        (
+            vec!["--attr", "node-info", "--modifier", "1"],
+            "modifier: 1: NodeInfo takes none (its modifier is reserved): give 0",
+        ),
+        (
+            vec!["--attr", "switch-info", "--modifier", "2"],
+            "modifier: 2: SwitchInfo takes none",
+        ),
+        (
+            vec!["--attr", "node-desc", "--modifier", "3"],
+            "modifier: 3: NodeDescription takes none",
+        ),
+    ] {
+        let mut all = vec![
+            "bench",
+            "--device",
+            "sim:topology=/nonexistent/x.topo,node=h",
+        ];
+        all.extend(args);
+        let o = hca(&all);
+        assert_eq!(o.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+    }
+    // A port number in range that the node does not have is only known by asking: the
+    // switch's SMA answers with an error status, which the report counts.
+    let r = ok(&[
+        "bench",
+        "--device",
+        DEVICE,
+        "--attr",
+        "port-info",
+        "--modifier",
+        "254",
+        "--count",
+        "5",
+    ]);
+    assert_eq!(
+        field(&r, "round trips"),
+        "5 (5 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+}

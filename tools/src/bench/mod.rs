@@ -133,6 +133,7 @@ impl Config {
                 ),
             });
         }
+        self.check_modifier()?;
         if self.stop == Stop::Count(0) {
             return Err(EngineError::BadSetting {
                 what: "count",
@@ -144,6 +145,33 @@ impl Config {
                 what: "path",
                 why: e.to_string(),
             }
+        })
+    }
+}
+
+impl Config {
+    /// The modifier as the attribute reads it (IBA 14.2.5; reference/mad-stack.md §2.5):
+    /// PortInfo's is a port number (0, the port the SMP enters by, to 254, the most a switch
+    /// has); NodeInfo, NodeDescription and SwitchInfo have none, their modifier being
+    /// reserved (0 from a sender). Whether the node has the port asked for is known only by
+    /// asking: its SMA answers with an error status, counted in the report.
+    fn check_modifier(&self) -> Result<(), EngineError> {
+        let m = self.attr_mod;
+        let why = match self.attr {
+            Attr::PortInfo if m > 254 => format!(
+                "{m}: {}'s modifier is a port number, 0 to 254 (0: the port the SMPs enter by)",
+                self.attr.name()
+            ),
+            Attr::PortInfo => return Ok(()),
+            _ if m != 0 => format!(
+                "{m}: {} takes none (its modifier is reserved): give 0",
+                self.attr.name()
+            ),
+            _ => return Ok(()),
+        };
+        Err(EngineError::BadSetting {
+            what: "modifier",
+            why,
         })
     }
 }

@@ -55,7 +55,8 @@ pub struct Args {
     /// The attribute: node-info, node-desc, port-info or switch-info.
     #[arg(long, value_name = "ATTR", default_value = "node-info")]
     pub attr: Attr,
-    /// The attribute modifier (the port for port-info).
+    /// The attribute modifier: the port for port-info (0 to 254; a port the node does not
+    /// have is answered with an error status), 0 for the others.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub modifier: u32,
     /// The directed route: egress ports separated by commas (1,3), libibmad's 0,1,3 also
