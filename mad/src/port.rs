@@ -644,13 +644,33 @@ impl PortShared {
     }
 
     pub(crate) fn set_fatal(&self, reason: String) {
+        self.end(reason, true);
+    }
+
+    /// The HCA was closed under the port: the same end as a fatal error, but the order of an
+    /// ordinary close (the HCA first, then the port, so that the buffers come back), not an
+    /// error to log as one.
+    pub(crate) fn set_closed(&self) {
+        self.end("the HCA was closed".into(), false);
+    }
+
+    fn end(&self, reason: String, error: bool) {
         if self.fatal.set(reason).is_ok() {
             bump(&self.cells.fatal_events);
-            tracing::error!(
-                port = self.port_num,
-                reason = self.fatal.get().map(String::as_str),
-                "device fatal: completing every outstanding send with WR_FLUSH_ERR"
-            );
+            let reason = self.fatal.get().map(String::as_str);
+            if error {
+                tracing::error!(
+                    port = self.port_num,
+                    reason,
+                    "device fatal: completing every outstanding send with WR_FLUSH_ERR"
+                );
+            } else {
+                tracing::debug!(
+                    port = self.port_num,
+                    reason,
+                    "completing every outstanding send with WR_FLUSH_ERR"
+                );
+            }
         }
     }
 

@@ -288,7 +288,7 @@ impl PortShared {
             match ev {
                 DeviceEvent::Fatal { reason } => self.set_fatal(reason),
                 DeviceEvent::Removed => self.set_fatal("the device was removed".into()),
-                DeviceEvent::Closed => self.set_fatal("the HCA was closed".into()),
+                DeviceEvent::Closed => self.set_closed(),
                 DeviceEvent::QpFatal { qp, .. } => {
                     tracing::error!(port = self.port_num, qp = ?qp, "special QP in error");
                     st.qp_in_error[qpi(qp)] = true;

@@ -17,15 +17,33 @@ pub struct ReplaceFile {
 
 impl ReplaceFile {
     /// Create `dest.tmp` (in `dest`'s directory, so that the rename stays on one file
-    /// system). Creating it first makes a bad path fail before any work is done.
+    /// system). Creating it first makes a bad path fail before any work is done; a `dest`
+    /// that is a directory is refused then too (the rename over it would fail at the end).
+    /// The error names the path it is about.
     pub fn create(dest: &Path) -> io::Result<Self> {
         let mut name = dest
             .file_name()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} is not a file name", dest.display()),
+                )
+            })?
             .to_os_string();
+        if dest.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                format!(
+                    "{} is a directory: give the name of the file to write",
+                    dest.display()
+                ),
+            ));
+        }
         name.push(".tmp");
         let tmp = dest.with_file_name(name);
-        let file = File::create(&tmp)?;
+        let file = File::create(&tmp).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {}: {e}", tmp.display()))
+        })?;
         Ok(ReplaceFile {
             dest: dest.to_path_buf(),
             tmp,
@@ -97,5 +115,19 @@ mod tests {
         f.commit().unwrap();
         assert_eq!(fs::read_to_string(&dest).unwrap(), "new\n");
         assert!(!dir.path().join("net.topo.tmp").exists());
+    }
+
+    #[test]
+    fn a_directory_is_refused_before_anything_is_written() {
+        let parent = tempfile::tempdir().unwrap();
+        let dest = parent.path().join("out");
+        fs::create_dir(&dest).unwrap();
+        for d in [dest.clone(), parent.path().join("out/")] {
+            let e = ReplaceFile::create(&d).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::IsADirectory, "{}", d.display());
+            assert!(e.to_string().contains("is a directory"), "{e}");
+            assert!(!parent.path().join("out.tmp").exists(), "{}", d.display());
+        }
+        assert!(dest.is_dir());
     }
 }

@@ -591,6 +591,43 @@ fn sim_gen_with_a_bad_spec_says_what_is_missing() {
     );
 }
 
+#[test]
+fn sim_serve_on_a_socket_path_it_cannot_bind_gives_the_server_hint() {
+    let t = tree();
+    let topo = t.path().join("net.topo");
+    let o = hca(
+        t.path(),
+        &[
+            "sim",
+            "gen",
+            "fat-tree:leaves=2,hosts=1,spines=1",
+            "-o",
+            topo.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = hca(
+        t.path(),
+        &[
+            "sim",
+            "serve",
+            "--topology",
+            topo.to_str().unwrap(),
+            "--socket",
+            "/nonexistent/dir/x.sock",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("/nonexistent/dir/x.sock: binding"), "{err}");
+    // The server itself: not the client's "is `hca sim serve` running" hint.
+    assert!(!err.contains("running on this socket"), "{err}");
+    assert!(
+        err.contains("(does the socket's directory exist?)"),
+        "{err}"
+    );
+}
+
 /// `hca run ARGS`: the global options go first, everything after `run` is the program's.
 fn hca_run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hca"))

@@ -388,3 +388,343 @@ fn the_bench_counts_error_statuses_and_runs_for_a_time() {
         .unwrap();
     assert!(n > 0, "{r}");
 }
+
+/// A fabric with a dual-port CA, h2 (GUID 0x3000), cabled to switch A (GUID 0x1000) port 4 by
+/// its port 1 and to switch B (GUID 0x1001) port 6 by its port 2; A and B are linked, and a
+/// single-port CA, h1, hangs off A.
+const DUAL: &str = "\
+switchguid=0x1000(1000)
+Switch\t8 \"S-0000000000001000\"\t\t# \"sw-A\" enhanced port 0 lid 16 lmc 0
+[1]\t\"H-0000000000002000\"[1](2001)
+[2]\t\"S-0000000000001001\"[2]
+[4]\t\"H-0000000000003000\"[1](3001)
+
+switchguid=0x1001(1001)
+Switch\t8 \"S-0000000000001001\"\t\t# \"sw-B\" base port 0 lid 2 lmc 0
+[2]\t\"S-0000000000001000\"[2]
+[6]\t\"H-0000000000003000\"[2](3002)
+
+caguid=0x2000
+Ca\t1 \"H-0000000000002000\"\t\t# \"h1\"
+[1](2001)\t\"S-0000000000001000\"[1]
+
+caguid=0x3000
+Ca\t2 \"H-0000000000003000\"\t\t# \"h2\"
+[1](3001)\t\"S-0000000000001000\"[4]
+[2](3002)\t\"S-0000000000001001\"[6]
+";
+
+/// `DUAL` written to a file, and the device string of our HCA as h2 with both ports.
+fn dual_device(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("dual.topo");
+    fs::write(&path, DUAL).unwrap();
+    format!(
+        "sim:clock=virtual,topology={},node=H-0000000000003000,ports=2",
+        path.display()
+    )
+}
+
+#[test]
+fn a_walk_that_comes_back_into_the_hca_by_its_other_port_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = dual_device(&dir);
+    let h2 = "0x0000000000003000";
+    let (sw_a, sw_b, h1) = (
+        "0x0000000000001000",
+        "0x0000000000001001",
+        "0x0000000000002000",
+    );
+    // Walked from either port, the SMPs come back into h2 by the other one, whose own SMA
+    // must answer them.
+    for port in ["1", "2"] {
+        let o = hca(&["discover", "--device", &device, "--port", port, "--json"]);
+        assert!(o.status.success(), "--port {port}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("failed"),
+            "--port {port}: {}",
+            stderr(&o)
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["failures"], serde_json::json!([]), "--port {port}");
+        assert_eq!(v["stats"]["retries"], 0, "--port {port}");
+        assert_eq!(v["stats"]["timeouts"], 0, "--port {port}");
+        // On the virtual clock, a query left unanswered costs its timeout and retries (4 s of
+        // device time); answered, the walk takes a few ms of it.
+        let device_ms = v["stats"]["device_ms"].as_f64().unwrap();
+        assert!(device_ms < 100.0, "--port {port}: {device_ms} ms");
+        // Each link once, its ends in either order (the lower end is the one found first).
+        let mut links: Vec<[(String, u64); 2]> = v["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let end = |e: &serde_json::Value| {
+                    (
+                        e["guid"].as_str().unwrap().to_owned(),
+                        e["port"].as_u64().unwrap(),
+                    )
+                };
+                let mut ends = [end(&l["a"]), end(&l["b"])];
+                ends.sort();
+                assert_eq!(l["rate"], "4xSDR", "--port {port}: {l}");
+                ends
+            })
+            .collect();
+        links.sort();
+        let end = |g: &str, p: u64| (g.to_owned(), p);
+        let mut expected = vec![
+            [end(h2, 1), end(sw_a, 4)],
+            [end(h2, 2), end(sw_b, 6)],
+            [end(sw_a, 1), end(h1, 1)],
+            [end(sw_a, 2), end(sw_b, 2)],
+        ];
+        for e in &mut expected {
+            e.sort();
+        }
+        expected.sort();
+        assert_eq!(links, expected, "--port {port}");
+    }
+}
+
+#[test]
+fn a_bench_route_that_ends_in_the_hca_by_its_other_port_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = dual_device(&dir);
+    // Out by port 1 to switch A, on to switch B, and back into h2 by its port 2.
+    let r = ok(&[
+        "bench",
+        "--device",
+        &device,
+        "--path",
+        "1,2,6",
+        "--count",
+        "50",
+        "--timeout",
+        "100",
+    ]);
+    assert_eq!(
+        field(&r, "round trips"),
+        "50 (0 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+}
+
+#[test]
+fn a_description_of_64_bytes_is_printed_whole_as_ibnetdiscover_prints_it() {
+    // NodeDescription is 64 bytes with no room for a NUL; libibnetdisc keeps it in a
+    // char[65] and ibnetdiscover prints all 64 (checked against Debian's ibnetdiscover 44.0
+    // over `hca run`).
+    let desc = "0123456789abcdef".repeat(4);
+    assert_eq!(desc.len(), 64);
+    let topo = format!(
+        "switchguid=0x1000(1000)\n\
+         Switch\t8 \"S-0000000000001000\"\t\t# \"{desc}\" enhanced port 0 lid 16 lmc 0\n\
+         [1]\t\"H-0000000000002000\"[1](2001)\n\
+         \n\
+         caguid=0x2000\n\
+         Ca\t1 \"H-0000000000002000\"\t\t# \"h1\"\n\
+         [1](2001)\t\"S-0000000000001000\"[1]\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.topo");
+    fs::write(&path, topo).unwrap();
+    let device = format!(
+        "sim:clock=virtual,topology={},node=H-0000000000002000",
+        path.display()
+    );
+    // ibnetdiscover's lines for the switch and for the CA's port, written out from its
+    // format (`Switch\tN "S-<guid>"\t\t# "<desc>" enhanced port 0 lid L lmc M`, and a CA port's
+    // `[P](<port guid>) \t"S-<guid>"[P]\t\t# lid L lmc M "<desc>" lid L <rate>`).
+    let text = ok(&["discover", "--device", &device]);
+    let switch_line = "Switch\t8 \"S-0000000000001000\"\t\t# \
+         \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\" \
+         enhanced port 0 lid 16 lmc 0";
+    assert!(text.lines().any(|l| l == switch_line), "{text}");
+    let ca_port_line = "[1](2001) \t\"S-0000000000001000\"[1]\t\t# lid 0 lmc 0 \
+         \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\" lid 16 4xSDR";
+    assert!(text.lines().any(|l| l == ca_port_line), "{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["discover", "--device", &device, "--json"])).unwrap();
+    let switch = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["type"] == "switch")
+        .unwrap();
+    assert_eq!(switch["description"], desc.as_str());
+    let dot = ok(&["discover", "--device", &device, "--dot"]);
+    assert!(dot.contains(&format!("label=\"{desc}\\n")), "{dot}");
+}
+
+#[test]
+fn a_walk_cut_short_by_max_hops_says_so() {
+    // From host-1, one hop reaches its leaf; the leaf's links up to host-2 and to the spine
+    // are not followed.
+    let o = hca(&["discover", "--device", DEVICE, "--max-hops", "1", "--stats"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "warning: 2 links up were not followed: their routes would be longer than \
+             --max-hops 1; what lies behind them is missing"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(", 2 links not followed past --max-hops"),
+        "the summary: {err}"
+    );
+    let o = hca(&["discover", "--device", DEVICE, "--max-hops", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["stats"]["beyond_max_hops"], 2);
+    assert_eq!(v["stats"]["nodes"], 2);
+    // The whole walk: nothing left out, nothing said.
+    let o = hca(&["discover", "--device", DEVICE, "--json"]);
+    assert_eq!(stderr(&o), "");
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["stats"]["beyond_max_hops"], 0);
+}
+
+/// Whether `err` has a log line at ERROR level.
+fn has_error_line(err: &str) -> bool {
+    err.lines().any(|l| l.contains(" ERROR "))
+}
+
+#[test]
+fn settings_are_refused_before_the_device_is_opened() {
+    for (args, says) in [
+        (
+            vec!["discover", "--window", "0"],
+            "window: 0 SMPs in flight",
+        ),
+        (vec!["discover", "--max-hops", "0"], "max hops: 0"),
+        (vec!["discover", "--timeout", "0"], "timeout: 0 ms"),
+        (vec!["bench", "--count", "0"], "count: 0 round trips"),
+        (vec!["bench", "--window", "0"], "window: 0 sends in flight"),
+        (
+            vec!["bench", "--path", "2"],
+            "the first hop 2 is not the port the SMPs leave by (1)",
+        ),
+    ] {
+        // A device that cannot be opened: the setting is refused before it is tried.
+        for device in ["sim:topology=/nonexistent/x.topo,node=h", DEVICE] {
+            let mut all = args.clone();
+            all.extend(["--device", device]);
+            let o = hca(&all);
+            assert_eq!(o.status.code(), Some(1), "{all:?}");
+            let err = stderr(&o);
+            assert!(err.contains(says), "{all:?}: {err}");
+            assert!(!err.contains("cannot open"), "{all:?}: {err}");
+            assert!(!has_error_line(&err), "{all:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn closing_after_a_walk_logs_no_error() {
+    // The MAD layer on both ports of the HCA, each closed with it; and a lone HCA whose walk
+    // times out.
+    let dir = tempfile::tempdir().unwrap();
+    let dual = dual_device(&dir);
+    for device in [dual.as_str(), "sim:clock=virtual"] {
+        for port in ["1", "2"] {
+            if device == "sim:clock=virtual" && port == "2" {
+                continue;
+            }
+            let o = hca(&["discover", "--device", device, "--port", port]);
+            assert!(o.status.success(), "{device} --port {port}: {}", stderr(&o));
+            assert!(
+                !has_error_line(&stderr(&o)),
+                "{device} --port {port}: {}",
+                stderr(&o)
+            );
+        }
+    }
+    let o = hca(&[
+        "bench", "--device", &dual, "--path", "1,2,6", "--count", "10",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!has_error_line(&stderr(&o)), "{}", stderr(&o));
+}
+
+#[test]
+fn an_output_that_is_a_directory_is_refused_before_the_walk() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("out");
+    fs::create_dir(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    // With a device that cannot be opened, only a check made before the walk can be what
+    // fails.
+    for args in [
+        vec![
+            "discover",
+            "--device",
+            "sim:topology=/nonexistent/x.topo,node=h",
+            "-o",
+            d,
+        ],
+        vec!["sim", "gen", SPEC, "-o", d],
+    ] {
+        let o = hca(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("cannot write {d}: {d} is a directory")),
+            "{args:?}: {err}"
+        );
+        assert!(!parent.path().join("out.tmp").exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_bench_modifier_the_attribute_cannot_take_is_refused() {
+    for (args, says) in [
+        (
+            vec!["--attr", "port-info", "--modifier", "999"],
+            "modifier: 999: PortInfo's modifier is a port number, 0 to 254",
+        ),
+        (
+            vec!["--attr", "port-info", "--modifier", "255"],
+            "modifier: 255: PortInfo's modifier is a port number, 0 to 254",
+        ),
+        (
+            vec!["--attr", "node-info", "--modifier", "1"],
+            "modifier: 1: NodeInfo takes none (its modifier is reserved): give 0",
+        ),
+        (
+            vec!["--attr", "switch-info", "--modifier", "2"],
+            "modifier: 2: SwitchInfo takes none",
+        ),
+        (
+            vec!["--attr", "node-desc", "--modifier", "3"],
+            "modifier: 3: NodeDescription takes none",
+        ),
+    ] {
+        let mut all = vec![
+            "bench",
+            "--device",
+            "sim:topology=/nonexistent/x.topo,node=h",
+        ];
+        all.extend(args);
+        let o = hca(&all);
+        assert_eq!(o.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+    }
+    // A port number in range that the node does not have is only known by asking: the
+    // switch's SMA answers with an error status, which the report counts.
+    let r = ok(&[
+        "bench",
+        "--device",
+        DEVICE,
+        "--attr",
+        "port-info",
+        "--modifier",
+        "254",
+        "--count",
+        "5",
+    ]);
+    assert_eq!(
+        field(&r, "round trips"),
+        "5 (5 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+}

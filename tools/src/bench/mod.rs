@@ -108,6 +108,74 @@ pub struct Config {
     pub retries: u32,
 }
 
+impl Config {
+    /// Refuse a window, timeout, retry count, count or route out of range for SMPs sent from
+    /// port `port` ([`run`] does too; a command checks first, so that a bad setting does
+    /// not cost opening a device). Gives the SMP every send copies.
+    pub fn check(&self, port: u8) -> Result<SmpRepr, EngineError> {
+        if !(1..=1024).contains(&self.window) {
+            return Err(EngineError::BadSetting {
+                what: "window",
+                why: format!("{} sends in flight: give 1 to 1024", self.window),
+            });
+        }
+        crate::discover::engine::check_attempts(self.timeout_ms, self.retries)?;
+        if let Some(&first) = self.path.first()
+            && first != port
+        {
+            // A CA's SMA drops a directed-route SMP whose first hop is not the port it left
+            // by.
+            return Err(EngineError::BadSetting {
+                what: "path",
+                why: format!(
+                    "the first hop {first} is not the port the SMPs leave by ({port}): start \
+                     the path with {port} or pick the port with --port {first}"
+                ),
+            });
+        }
+        self.check_modifier()?;
+        if self.stop == Stop::Count(0) {
+            return Err(EngineError::BadSetting {
+                what: "count",
+                why: "0 round trips: give at least 1".into(),
+            });
+        }
+        SmpRepr::directed_get(&self.path, self.attr.id(), self.attr_mod, 0).map_err(|e| {
+            EngineError::BadSetting {
+                what: "path",
+                why: e.to_string(),
+            }
+        })
+    }
+}
+
+impl Config {
+    /// The modifier as the attribute reads it (IBA 14.2.5; reference/mad-stack.md §2.5):
+    /// PortInfo's is a port number (0, the port the SMP enters by, to 254, the most a switch
+    /// has); NodeInfo, NodeDescription and SwitchInfo have none, their modifier being
+    /// reserved (0 from a sender). Whether the node has the port asked for is known only by
+    /// asking: its SMA answers with an error status, counted in the report.
+    fn check_modifier(&self) -> Result<(), EngineError> {
+        let m = self.attr_mod;
+        let why = match self.attr {
+            Attr::PortInfo if m > 254 => format!(
+                "{m}: {}'s modifier is a port number, 0 to 254 (0: the port the SMPs enter by)",
+                self.attr.name()
+            ),
+            Attr::PortInfo => return Ok(()),
+            _ if m != 0 => format!(
+                "{m}: {} takes none (its modifier is reserved): give 0",
+                self.attr.name()
+            ),
+            _ => return Ok(()),
+        };
+        Err(EngineError::BadSetting {
+            what: "modifier",
+            why,
+        })
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -247,39 +315,14 @@ struct Sent {
 
 /// Run the bench on `port` (registers an agent of its own, deregistered before returning).
 pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
-    if !(1..=1024).contains(&cfg.window) {
-        return Err(EngineError::BadSetting {
-            what: "window",
-            why: format!("{} sends in flight: give 1 to 1024", cfg.window),
-        });
-    }
-    crate::discover::engine::check_attempts(cfg.timeout_ms, cfg.retries)?;
-    if let Some(&first) = cfg.path.first()
-        && first != port.port_num()
-    {
-        // A CA's SMA drops a directed-route SMP whose first hop is not the port it left by.
-        return Err(EngineError::BadSetting {
-            what: "path",
-            why: format!(
-                "the first hop {first} is not the port the SMPs leave by ({}): start the path \
-                 with {} or pick the port with --port {first}",
-                port.port_num(),
-                port.port_num()
-            ),
-        });
-    }
-    if cfg.stop == Stop::Count(0) {
-        return Err(EngineError::BadSetting {
-            what: "count",
-            why: "0 round trips: give at least 1".into(),
-        });
-    }
-    let repr = SmpRepr::directed_get(&cfg.path, cfg.attr.id(), cfg.attr_mod, 0).map_err(|e| {
-        EngineError::BadSetting {
-            what: "path",
-            why: e.to_string(),
-        }
-    })?;
+    run_with(port, &[], cfg)
+}
+
+/// [`run`] on `port` while keeping `others`, the MAD layer on the HCA's other ports,
+/// answering ([`crate::session::drive`]): a route that ends in the HCA by another port asks
+/// that port's SMA.
+pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, EngineError> {
+    let repr = cfg.check(port.port_num())?;
     let mut template = vec![0u8; 256];
     repr.emit(&mut Smp::new_checked(&mut template[..]).expect("256 bytes hold an SMP"));
     let dest = UdDest::DIRECTED_ROUTE;
@@ -355,7 +398,9 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
         if let Some(reason) = port.fatal_reason() {
             break Err(EngineError::DeviceFatal { reason });
         }
-        let Some(ev) = agent.next_event(port.deadline_after(Duration::from_millis(100))) else {
+        crate::session::drive(others);
+        let slice = crate::session::wait_slice(others, Duration::from_millis(100));
+        let Some(ev) = agent.next_event(port.deadline_after(slice)) else {
             if in_flight.is_empty() {
                 continue;
             }

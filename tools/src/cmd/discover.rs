@@ -29,7 +29,8 @@ write succeed: it is written as FILE.tmp and renamed):
 
 On a terminal, a progress line on standard error shows the nodes found, the SMPs sent and in
 flight, and the rate; a summary follows. Queries that fail (a node that does not answer, an
-error status) are listed on standard error and the walk goes on past them.
+error status) are listed on standard error and the walk goes on past them; a warning there
+also counts the links up not followed because their route would be longer than --max-hops.
 
 The default device is the built-in simulator with a generated fabric (a two-level fat tree
 of 4 leaf switches with 4 hosts each and 2 spines, 4xHDR links), the HCA being its first host:
@@ -129,13 +130,14 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         max_hops: args.max_hops,
         mlnx_ext_port_info: !args.no_mlnx_epi,
     };
+    // Refuse a bad setting before the device is opened (and its error is the only news).
+    cfg.check()?;
     // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
     // once complete (FILE may be the topology this walk reads).
     let mut file = match &args.output {
-        Some(p) => Some(
-            ReplaceFile::create(p)
-                .map_err(|e| format!("cannot create {}.tmp: {e}", p.display()))?,
-        ),
+        Some(p) => {
+            Some(ReplaceFile::create(p).map_err(|e| format!("cannot write {}: {e}", p.display()))?)
+        }
         None => None,
     };
     let mut stdout = BufWriter::new(std::io::stdout().lock());
@@ -154,7 +156,9 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         last: None,
         shown: false,
     };
-    let found = discover::discover(&session.port, &cfg, &mut |p| line.update(p));
+    let found = discover::discover_with(&session.port, &session.others, &cfg, &mut |p| {
+        line.update(p);
+    });
     line.clear();
     let closed = session.close();
     let t = found?;
@@ -172,6 +176,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
             .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     report_failures(&t);
+    report_cut_short(&t, args.max_hops);
     if terminal || args.stats {
         summary(&t);
     }
@@ -204,12 +209,25 @@ fn report_failures(t: &Topology) {
     }
 }
 
+/// Links up that the walk did not follow because of `--max-hops`: what lies behind them is
+/// missing from the output as surely as behind a failed query.
+fn report_cut_short(t: &Topology, max_hops: u8) {
+    let n = t.stats.beyond_max_hops;
+    if n > 0 {
+        eprintln!(
+            "warning: {n} links up were not followed: their routes would be longer than \
+             --max-hops {max_hops}; what lies behind them is missing"
+        );
+    }
+}
+
 fn summary(t: &Topology) {
     let s = &t.stats;
     let secs = s.wall.as_secs_f64();
     eprintln!(
         "discovered {} nodes ({} switches, {} CAs, {} routers) and {} links in {:.1} ms: {} SMPs \
-         ({:.0}/s), at most {} in flight, {} hops deep, {} retried, {} failed",
+         ({:.0}/s), at most {} in flight, {} hops deep, {} retried, {} failed, {} links not \
+         followed past --max-hops",
         t.nodes.len(),
         t.count_of(NodeType::Switch),
         t.count_of(NodeType::Ca),
@@ -221,6 +239,7 @@ fn summary(t: &Topology) {
         s.max_in_flight,
         s.max_hops,
         s.retries,
-        t.failures.len()
+        t.failures.len(),
+        s.beyond_max_hops
     );
 }

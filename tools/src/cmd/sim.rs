@@ -170,8 +170,8 @@ fn generate(args: &GenArgs) -> CmdResult {
         return Ok(());
     };
     // FILE.tmp, renamed over FILE only when complete: a refused spec leaves FILE as it was.
-    let mut out = ReplaceFile::create(path)
-        .map_err(|e| format!("cannot create {}.tmp: {e}", path.display()))?;
+    let mut out =
+        ReplaceFile::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let fabric = generator::generate_text(&args.spec, &mut out)?;
     out.commit()
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

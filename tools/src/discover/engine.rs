@@ -117,7 +117,9 @@ pub(crate) fn check_attempts(timeout_ms: u32, retries: u32) -> Result<(), Engine
 }
 
 impl Config {
-    fn check(&self) -> Result<(), EngineError> {
+    /// Refuse a window, hop limit, timeout or retry count out of range ([`discover`] does
+    /// too; a command checks first, so that a bad setting does not cost opening a device).
+    pub fn check(&self) -> Result<(), EngineError> {
         if !(1..=1024).contains(&self.window) {
             return Err(EngineError::BadSetting {
                 what: "window",
@@ -247,6 +249,8 @@ pub(crate) fn wants_ext_port_info(cfg: &Config, node: &Node, p: u8, pi: &PortInf
 
 struct Engine<'a> {
     port: &'a Port,
+    /// The HCA's other ports, driven between waits.
+    others: &'a [Port],
     agent: Agent,
     cfg: Config,
     queue: VecDeque<Query>,
@@ -271,12 +275,25 @@ pub fn discover(
     cfg: &Config,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Topology, EngineError> {
+    discover_with(port, &[], cfg, progress)
+}
+
+/// [`discover`] from `port` while keeping `others`, the MAD layer on the HCA's other ports,
+/// answering ([`crate::session::drive`]): a walk that comes back into the HCA by one of them
+/// asks that port's SMA.
+pub fn discover_with(
+    port: &Port,
+    others: &[Port],
+    cfg: &Config,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Topology, EngineError> {
     cfg.check()?;
     let agent = port.register(AgentSpec::responses_only(SpecialQp::Smi))?;
     let started = Instant::now();
     let device_start = port.now();
     let mut e = Engine {
         port,
+        others,
         agent,
         cfg: *cfg,
         queue: VecDeque::new(),
@@ -328,8 +345,9 @@ impl Engine<'_> {
             if self.in_flight.is_empty() && self.queue.is_empty() {
                 return Ok(());
             }
-            let deadline = self.port.deadline_after(Duration::from_millis(100));
-            if let Some(ev) = self.agent.next_event(deadline) {
+            crate::session::drive(self.others);
+            let slice = crate::session::wait_slice(self.others, Duration::from_millis(100));
+            if let Some(ev) = self.agent.next_event(self.port.deadline_after(slice)) {
                 self.handle(ev)?;
                 while let Some(ev) = self.agent.try_event() {
                     self.handle(ev)?;

@@ -11,7 +11,7 @@
 //! or `caguid=`/`rtguid=`, the header line (`Switch\tN "S-<guid>"\t\t# "<desc>" base|enhanced
 //! port 0 lid L lmc M`, or `Ca\tN "H-<guid>"\t\t# "<desc>"`), and one line per linked port
 //! with the remote end, its description and LID, and the active width and speed (`4xHDR`).
-//! Descriptions are cleaned as ibnetdiscover does (printable ASCII, at most 63 bytes).
+//! Descriptions are cleaned as ibnetdiscover does (printable ASCII, all 64 bytes at most).
 //!
 //! Only the date differs from the real tool's: ours is UTC (ctime's format, not its zone).
 

@@ -5,7 +5,9 @@
 //!   "schema": "hca-discover/1",
 //!   "from": {"node": GUID, "port": N},              the local node and port
 //!   "stats": {"nodes", "switches", "cas", "routers", "links", "smps", "responses",
-//!             "retries", "timeouts", "failures", "max_in_flight", "max_hops": numbers,
+//!             "retries", "timeouts", "failures", "max_in_flight", "max_hops",
+//!             "beyond_max_hops" (links up not followed because their route would have
+//!             been longer than the hop limit): numbers,
 //!             "wall_ms", "device_ms": numbers (ms, fractional)},
 //!   "nodes": [{                                      in the order below
 //!     "guid": GUID, "type": "switch" | "ca" | "router" | "unknown",
@@ -236,7 +238,7 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
         out,
         "  \"stats\": {{\"nodes\": {}, \"switches\": {}, \"cas\": {}, \"routers\": {}, \"links\": {}, \
          \"smps\": {}, \"responses\": {}, \"retries\": {}, \"timeouts\": {}, \"failures\": {}, \"max_in_flight\": {}, \
-         \"max_hops\": {}, \"wall_ms\": {:.3}, \"device_ms\": {:.3}}},",
+         \"max_hops\": {}, \"beyond_max_hops\": {}, \"wall_ms\": {:.3}, \"device_ms\": {:.3}}},",
         t.nodes.len(),
         t.count_of(NodeType::Switch),
         t.count_of(NodeType::Ca),
@@ -249,6 +251,7 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
         t.failures.len(),
         s.max_in_flight,
         s.max_hops,
+        s.beyond_max_hops,
         s.wall.as_secs_f64() * 1e3,
         s.device.as_secs_f64() * 1e3
     )?;

@@ -10,7 +10,7 @@ pub mod json;
 mod order;
 pub mod topology;
 
-pub use engine::{Config, Progress, discover};
+pub use engine::{Config, Progress, discover, discover_with};
 pub use topology::{
     Failure, FailureKind, Node, NodeIndex, Port, PortRef, Stats, Topology, route_text,
 };

@@ -126,15 +126,16 @@ impl Node {
         self.kind == NodeType::Switch
     }
 
-    /// The description as ibnetdiscover prints it: up to the first NUL, at most 63 bytes,
-    /// every byte that is not printable ASCII replaced by a space (`clean_nodedesc`). Empty
-    /// when it was never read.
+    /// The description as ibnetdiscover prints it: up to the first NUL, at most the 64 bytes
+    /// of the attribute (libibnetdisc keeps it in a `char[IB_SMP_DATA_SIZE + 1]` and
+    /// `clean_nodedesc` ends it at `IB_SMP_DATA_SIZE`), every byte that is not printable
+    /// ASCII replaced by a space. Empty when it was never read.
     pub fn description_text(&self) -> String {
         let Some(raw) = &self.description else {
             return String::new();
         };
         raw.iter()
-            .take(63)
+            .take(64)
             .take_while(|&&b| b != 0)
             .map(|&b| {
                 if b == b' ' || b.is_ascii_graphic() {

@@ -7,9 +7,21 @@ use super::wire::{RefuseCode, WireError};
 /// What went wrong between a fabric server and a client.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    /// A socket operation failed.
+    /// A socket operation of a client failed.
     #[error("fabric server socket {path}: {what}: {source}{}", hint(source))]
     Io {
+        /// The socket's path.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A socket operation of the server itself failed (claiming, binding, looking at its
+    /// socket, starting its threads): told with the server's hints, not a client's.
+    #[error("fabric server socket {path}: {what}: {source}{}", server_hint(source))]
+    ServerIo {
         /// The socket's path.
         path: PathBuf,
         /// What was being done.
@@ -76,7 +88,18 @@ pub enum RemoteError {
     VirtualClock,
 }
 
-/// A hint for the errors users meet first.
+/// A hint for the errors a server's users meet first.
+fn server_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => " (does the socket's directory exist?)",
+        std::io::ErrorKind::PermissionDenied => {
+            " (may this user create files in the socket's directory?)"
+        }
+        _ => "",
+    }
+}
+
+/// A hint for the errors a client's users meet first.
 fn hint(e: &std::io::Error) -> &'static str {
     match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {

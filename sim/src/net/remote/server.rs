@@ -114,7 +114,7 @@ fn claim(path: &Path) -> Result<(), RemoteError> {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => {
-            return Err(RemoteError::Io {
+            return Err(RemoteError::ServerIo {
                 path: path.to_owned(),
                 what: "looking at the socket path",
                 source: e,
@@ -132,13 +132,13 @@ fn claim(path: &Path) -> Result<(), RemoteError> {
         }),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
             tracing::info!(path = %path.display(), "removing a stale fabric server socket");
-            std::fs::remove_file(path).map_err(|e| RemoteError::Io {
+            std::fs::remove_file(path).map_err(|e| RemoteError::ServerIo {
                 path: path.to_owned(),
                 what: "removing a stale socket",
                 source: e,
             })
         }
-        Err(e) => Err(RemoteError::Io {
+        Err(e) => Err(RemoteError::ServerIo {
             path: path.to_owned(),
             what: "checking whether a server answers",
             source: e,
@@ -155,12 +155,12 @@ impl FabricServer {
             return Err(RemoteError::VirtualClock);
         }
         claim(path)?;
-        let listener = UnixListener::bind(path).map_err(|e| RemoteError::Io {
+        let listener = UnixListener::bind(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "binding",
             source: e,
         })?;
-        let meta = std::fs::symlink_metadata(path).map_err(|e| RemoteError::Io {
+        let meta = std::fs::symlink_metadata(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "looking at the new socket",
             source: e,
@@ -175,7 +175,7 @@ impl FabricServer {
             #[cfg(test)]
             after_attach: Mutex::new(None),
         });
-        let spawn_err = |e| RemoteError::Io {
+        let spawn_err = |e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "starting a server thread",
             source: e,
