@@ -140,6 +140,7 @@ fn cmd_hca_cap_fields() {
         (c::MAX_WQE_SZ_SQ, 0x290, 16),
         (c::MAX_WQE_SZ_RQ, 0x2b0, 16),
         (c::LOG_MAX_PD, 0x32b, 5),
+        (c::SQ_TS_FORMAT, 0x440, 2),
         (c::LOG_UAR_PAGE_SZ, 0x490, 16),
         (c::NUM_OF_UARS_PER_PAGE, 0x520, 32),
         (c::HCA_CAP_2, 0x20, 1),
