@@ -1026,6 +1026,54 @@ fn smps_to_our_port_are_answered_by_the_local_agent_except_sminfo() {
     r.assert_clean();
 }
 
+/// mlx5's `process_mad` takes Get and Set of PerfMgt, the Mellanox vendor classes (0x09,
+/// 0x0A) and Congestion Control (0x21) before any client agent: a registered agent sees them
+/// only when `process_mad` fails, and the other methods of those classes always.
+#[test]
+fn vendor_and_cc_gets_and_sets_go_to_the_device_before_any_agent() {
+    let r = rig();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    r.fake.set_process_mad(move |m| {
+        log.lock().unwrap().push((m[1], m[3]));
+        let mut a = *m;
+        a[3] = 0x81;
+        a[4..6].copy_from_slice(&0x000Cu16.to_be_bytes());
+        Ok(a)
+    });
+    let vs = r.agent(AgentSpec::class(
+        0x0A,
+        1,
+        MethodMask::of(&[0x01, 0x02, 0x03]),
+    ));
+    let cc = r.agent(AgentSpec::class(0x21, 1, MethodMask::of(&[0x01, 0x02])));
+    for (class, method, tid) in [(0x0A, 0x01, 1), (0x21, 0x02, 2), (0x0A, 0x03, 3)] {
+        r.fake.inject(Inbound::new(
+            SpecialQp::Gsi,
+            mad(class, 1, method, 0x10, tid).try_into().unwrap(),
+            9,
+        ));
+    }
+    let ev = r.collect(&vs, Duration::from_millis(5));
+    let rx = recvs(&ev);
+    assert_eq!(rx.len(), 1, "only the Send reaches the vendor agent");
+    assert_eq!((rx[0].header().method(), tid_of(&rx[0].mad)), (0x03, 3));
+    assert!(r.collect(&cc, Duration::from_millis(5)).is_empty());
+    assert_eq!(*seen.lock().unwrap(), vec![(0x0A, 0x01), (0x21, 0x02)]);
+    let sent = r.fake.sent();
+    assert_eq!(
+        sent.iter()
+            .map(|o| (o.mad[1], o.mad[3], tid_of(&o.mad), o.dest.dlid))
+            .collect::<Vec<_>>(),
+        vec![(0x0A, 0x81, 1, 9), (0x21, 0x81, 2, 9)],
+        "the device's answers went back to the requester"
+    );
+    assert_eq!(r.port.counters().local_replies, 2);
+    vs.deregister();
+    cc.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn received_mads_are_validated() {
     let r = rig();
