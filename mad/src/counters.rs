@@ -33,7 +33,8 @@ impl StatusCounts {
 /// Why a received MAD (or an event) was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
-    /// A response whose TID names no send of this port.
+    /// A response whose TID names no send of this port (a BM Get or Set among them is
+    /// answered with 0x000C instead, counted in `unmatched_replies`).
     UnknownTid,
     /// A response for a send that already finished (timed out, answered, canceled).
     Late,

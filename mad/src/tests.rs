@@ -865,6 +865,80 @@ fn path13_solicited_limit_holds_sa_sends_back() {
     r.assert_clean();
 }
 
+/// A BM MAD with AttributeModifier bit 0 set is a response (`ib_response_mad`): routed by
+/// its TID. When no send of the stack holds the TID's upper half (the kernel: no agent holds
+/// the `hi_tid`), `ib_mad_recv_done` still calls `generate_unmatched_resp`, which answers a
+/// Get or Set with GetResp 0x000C; anything else is dropped, and so is one whose upper half
+/// a send holds (the kernel: the agent is found, its send is not).
+#[test]
+fn an_unclaimed_bm_response_get_or_set_is_answered_with_0x000c() {
+    const BM: u8 = 0x05;
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(mad(BM, 1, 0x01, 0x10, 1), gsi(5)).timeout_ms(1000))
+        .unwrap();
+    r.port.progress();
+    let sent = r.fake.sent()[0].mad;
+    let bm = |method: u8, f: &dyn Fn(&mut [u8; MAD_LEN])| {
+        let mut m = sent;
+        m[3] = method;
+        m[23] |= 1;
+        f(&mut m);
+        m
+    };
+    let foreign = |m: &mut [u8; MAD_LEN]| m[8..16].copy_from_slice(&77u64.to_be_bytes());
+    let other_slot = |m: &mut [u8; MAD_LEN]| m[10] ^= 0x0F;
+    let other_low_half = |m: &mut [u8; MAD_LEN]| m[15] ^= 1;
+    for m in [
+        bm(0x01, &foreign),
+        bm(0x02, &other_slot),
+        bm(0x03, &foreign),
+        bm(0x01, &other_low_half),
+    ] {
+        r.fake.inject(Inbound::new(SpecialQp::Gsi, m, 9));
+    }
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(ev.is_empty(), "{ev:?}");
+    let answers: Vec<_> = r.fake.sent()[1..]
+        .iter()
+        .map(|o| {
+            let m = &o.mad;
+            (
+                m[1],
+                m[3],
+                u16::from_be_bytes([m[4], m[5]]),
+                tid_of(m),
+                m[23] & 1,
+                o.dest.dlid,
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (BM, 0x81, 0x000C, 77, 1, 9),
+            (BM, 0x81, 0x000C, tid_of(&bm(0x02, &other_slot)), 1, 9),
+        ],
+        "the Get and the Set whose TID no send holds"
+    );
+    let k = r.port.counters();
+    assert_eq!(k.unmatched_replies, 2);
+    assert_eq!(
+        k.drops.get(DropReason::UnknownTid),
+        2,
+        "the Send, the held half"
+    );
+    // The response to the send still matches.
+    r.fake
+        .inject(Inbound::new(SpecialQp::Gsi, bm(0x01, &|_| {}), 5));
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(recvs(&ev).len(), 1);
+    assert_eq!(completions(&ev)[&id].0, WcStatus::Success);
+    a.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn path14_responses_that_match_nothing_are_dropped_and_counted() {
     let r = rig();
