@@ -221,7 +221,8 @@ counter_set! {
         unmatched_replies,
         /// Receive completions with an error status.
         recv_errors,
-        /// Receive buffers the device refused back (kept, not lost).
+        /// Receive buffers not given back to the device, because their QP is in error or
+        /// the device refused them (kept, not lost).
         recv_repost_failures,
         /// Send completions with a per-work-request error (not a flush).
         send_errors,

@@ -774,16 +774,17 @@ impl PortShared {
                     bump(&self.cells.recv_errors);
                     tracing::debug!(port = self.port_num, qp = ?qp, status = %wc.status, "receive error");
                 }
-                if wc.status == WcStatus::WrFlushErr {
-                    // Receives are only flushed from a QP in error.
-                    st.qp_in_error[qpi(qp)] = true;
-                }
+                // Any receive error means the QP has entered the error state (the kernel's
+                // `ib_mad_recv_done` says so; an mlx5 error CQE moves the QP to ERR, a flush
+                // comes only from ERR): what it would take back would only be flushed.
+                st.qp_in_error[qpi(qp)] = true;
                 None
             };
             // The buffer goes back to the device with the others of this poll batch (the MAD
             // is copied out; see `repost_recvs`). If the device is dead it is released
             // instead: its completion says the device is done with it, and a dead device takes
-            // no buffer back. A QP in error keeps it.
+            // no buffer back. A QP in error keeps it, as the kernel leaves it on its list
+            // until the port closes.
             if fatal {
                 rr.release(index);
             } else if st.qp_in_error[qpi(qp)] {

@@ -1188,12 +1188,43 @@ fn received_mads_are_validated() {
 }
 
 #[test]
-fn receive_errors_keep_the_buffer() {
+/// Any receive error means the QP has entered the error state (`ib_mad_recv_done`; the mlx5
+/// driver moves the QP to ERR on every receive error CQE): the buffer is kept, not reposted,
+/// and so is that of every later receive of the QP. The other QP goes on.
+fn a_receive_error_marks_the_qp_in_error_and_keeps_the_buffer() {
     let r = rig();
     r.fake.fail_next_recv(SpecialQp::Gsi, WcStatus::LocLenErr);
     r.port.progress();
-    assert_eq!(r.port.counters().recv_errors, 1);
-    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 64, "reposted");
+    let k = r.port.counters();
+    assert_eq!((k.recv_errors, k.recv_repost_failures), (1, 1));
+    let c = r.port.census();
+    assert_eq!((c.gsi.recv_posted, c.gsi.recv_idle), (63, 1), "kept");
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 63);
+    // A MAD the device still delivers on that QP is handled; its buffer is kept too.
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x06, 1, 0x01, 0x10, 1).try_into().unwrap(),
+        9,
+    ));
+    r.port.progress();
+    r.port.progress();
+    let k = r.port.counters();
+    assert_eq!((k.unmatched_replies, k.recv_repost_failures), (1, 2));
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 62);
+    assert_eq!(r.port.census().gsi.recv_idle, 2);
+    // QP0 is not in error: its buffers go back.
+    r.fake.inject(Inbound::new(
+        SpecialQp::Smi,
+        mad(0x01, 1, 0x81, 0x11, 2).try_into().unwrap(),
+        9,
+    ));
+    r.port.progress();
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Smi), 64);
+    assert_eq!(
+        r.fake.accounting().leases_out,
+        r.base.leases_out,
+        "no buffer lost"
+    );
     r.assert_clean();
 }
 
@@ -1667,7 +1698,11 @@ fn flushed_receives_mark_the_qp_in_error_and_are_kept() {
     );
     assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 63);
     // The error stays on QP1: QP0 still reposts.
-    r.fake.fail_next_recv(SpecialQp::Smi, WcStatus::LocLenErr);
+    r.fake.inject(Inbound::new(
+        SpecialQp::Smi,
+        mad(0x01, 1, 0x81, 0x11, 2).try_into().unwrap(),
+        9,
+    ));
     r.port.progress();
     assert_eq!(r.port.census().smi.unwrap().recv_posted, 64);
     assert_eq!(
