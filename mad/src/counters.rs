@@ -33,7 +33,8 @@ impl StatusCounts {
 /// Why a received MAD (or an event) was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
-    /// A response whose TID names no send of this port.
+    /// A response whose TID names no send of this port (a BM Get or Set among them is
+    /// answered with 0x000C instead, counted in `unmatched_replies`).
     UnknownTid,
     /// A response for a send that already finished (timed out, answered, canceled).
     Late,
@@ -220,7 +221,8 @@ counter_set! {
         unmatched_replies,
         /// Receive completions with an error status.
         recv_errors,
-        /// Receive buffers the device refused back (kept, not lost).
+        /// Receive buffers not given back to the device, because their QP is in error or
+        /// the device refused them (kept, not lost).
         recv_repost_failures,
         /// Send completions with a per-work-request error (not a flush).
         send_errors,

@@ -103,8 +103,8 @@ pub(crate) struct ProgressState {
     pub(crate) last_tid: [Vec<u64>; 2],
     pub(crate) local: LocalPort,
     pub(crate) fatal_handled: bool,
-    /// A QP the device moved to error (its receives come back flushed): its buffers are kept
-    /// unposted, since a repost would only be flushed again.
+    /// A QP the device moved to error (a receive completed with an error, or a fatal QP
+    /// event): its buffers are kept unposted, since a repost would only be flushed.
     pub(crate) qp_in_error: [bool; 2],
     /// A send queue whose recovery failed (its QP still refused posts as in SQE): the device
     /// time before which a refused post does not bring another attempt.

@@ -774,16 +774,17 @@ impl PortShared {
                     bump(&self.cells.recv_errors);
                     tracing::debug!(port = self.port_num, qp = ?qp, status = %wc.status, "receive error");
                 }
-                if wc.status == WcStatus::WrFlushErr {
-                    // Receives are only flushed from a QP in error.
-                    st.qp_in_error[qpi(qp)] = true;
-                }
+                // Any receive error means the QP has entered the error state (the kernel's
+                // `ib_mad_recv_done` says so; an mlx5 error CQE moves the QP to ERR, a flush
+                // comes only from ERR): what it would take back would only be flushed.
+                st.qp_in_error[qpi(qp)] = true;
                 None
             };
             // The buffer goes back to the device with the others of this poll batch (the MAD
             // is copied out; see `repost_recvs`). If the device is dead it is released
             // instead: its completion says the device is done with it, and a dead device takes
-            // no buffer back. A QP in error keeps it.
+            // no buffer back. A QP in error keeps it, as the kernel leaves it on its list
+            // until the port closes.
             if fatal {
                 rr.release(index);
             } else if st.qp_in_error[qpi(qp)] {
@@ -888,7 +889,9 @@ impl PortShared {
     }
 
     /// A response: find its send from the TID's upper half, check TID, class and address
-    /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP).
+    /// (§1.3), then deliver it and finish the send (or leave it to its CQE: EARLY_RESP). One
+    /// whose TID names no send is dropped, or answered if it is a BM Get or Set
+    /// ([`Self::unclaimed_response`]).
     /// `recv.rmpp` holds the whole message when RMPP reassembled it (`recv.mad` is then its
     /// first segment); the box becomes the event as it is.
     pub(crate) fn on_response(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: RecvBox) {
@@ -897,8 +900,7 @@ impl PortShared {
         let mgmt_class = hdr.mgmt_class();
         let Some(ring) = self.ring(qp) else { return };
         let Some(t) = ring.layout.decode(tid, ring.slot_count()) else {
-            self.cells.dropped(DropReason::UnknownTid);
-            return;
+            return self.unclaimed_response(qp, &recv);
         };
         let slot = &ring.slots[t.index as usize];
         let w = slot.state.load();
@@ -907,13 +909,11 @@ impl PortShared {
                 .layout
                 .generation_matches(t.generation_bits, w.generation())
         {
-            let late = st.last_tid[qpi(qp)].get(t.index as usize) == Some(&tid);
-            self.cells.dropped(if late {
-                DropReason::Late
-            } else {
-                DropReason::UnknownTid
-            });
-            return;
+            if st.last_tid[qpi(qp)].get(t.index as usize) == Some(&tid) {
+                self.cells.dropped(DropReason::Late);
+                return;
+            }
+            return self.unclaimed_response(qp, &recv);
         }
         let generation = w.generation();
         let checked = {
@@ -982,6 +982,21 @@ impl PortShared {
             if counted {
                 self.fc_release(&agent);
             }
+        }
+    }
+
+    /// A response whose TID names no send of this stack: the kernel's `find_mad_agent` finds
+    /// no agent for its `hi_tid`, and `ib_mad_recv_done` calls `generate_unmatched_resp`.
+    /// Only a BM MAD with AttributeModifier bit 0 set (a response for `ib_response_mad`)
+    /// can be a Get or Set here: it is answered with GetResp 0x000C. Anything else is dropped.
+    /// (A BM MAD never goes to `process_mad`, whose failure would suppress the answer.)
+    fn unclaimed_response(&self, qp: SpecialQp, recv: &RecvBox) {
+        match recv_rules::unmatched_response(&recv.mad) {
+            Some(reply) => {
+                bump(&self.cells.unmatched_replies);
+                self.send_internal(qp, &reply, recv.addr.reply_dest());
+            }
+            None => self.cells.dropped(DropReason::UnknownTid),
         }
     }
 

@@ -1,8 +1,8 @@
 //! Receive buffers of one special QP: leased once when the port opens, posted, and reposted
 //! (as one batch per poll) once the MAD is copied out, so no DMA memory is allocated per
-//! receive. A buffer whose
-//! completion carried an error is reposted too; if the device refuses it (a QP in error) it is
-//! kept, not lost, and counted. Owned by the progress loop.
+//! receive. A completion with an error status (a flush among them) means the QP has entered
+//! the error state: from then on its buffers are kept unposted, not lost, and counted, as is
+//! one the device refuses back for another reason. Owned by the progress loop.
 
 use dma::{Access, DmaLease, DmaPool};
 use driver::verbs::{GRH_LEN, HcaPort, PostError, RecvWr, Sge, SpecialQp};

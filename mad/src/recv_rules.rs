@@ -1,8 +1,8 @@
 //! What the receive path decides from a MAD's header alone, after the kernel's
 //! `ib_mad_recv_done`: whether the MAD is acceptable on the QP it arrived on (`validate_mad`),
-//! whether the port's own agent (firmware SMA/PMA, via `HcaPort::process_mad`) gets it first
-//! (the family drivers' `process_mad`), and the answer the stack gives to a Get or Set no
-//! agent claims (`generate_unmatched_resp`).
+//! whether the device gets it first (the firmware's SMA, PMA and vendor agents, via
+//! `HcaPort::process_mad`: mlx5's `process_mad`), and the answer the stack gives to a Get or
+//! Set no agent claims (`generate_unmatched_resp`).
 
 use driver::verbs::SpecialQp;
 use mad_wire::attr_id;
@@ -52,13 +52,29 @@ pub enum LocalAgent {
     Pass,
 }
 
-/// The rule of the mlx5 and mthca `process_mad` (`drivers/infiniband/hw/mlx5/mad.c`):
+/// Mellanox vendor class 1 (`MLX5_IB_VENDOR_CLASS1`, `MTHCA_VENDOR_CLASS1`): served by the
+/// firmware.
+const MLNX_VENDOR_CLASS1: u8 = 0x09;
+/// Mellanox vendor class 2 (`MLX5_IB_VENDOR_CLASS2`, `MTHCA_VENDOR_CLASS2`): served by the
+/// firmware.
+const MLNX_VENDOR_CLASS2: u8 = 0x0A;
+
+/// The rule of mlx5's `process_mad` (`drivers/infiniband/hw/mlx5/mad.c`
+/// `mlx5_ib_process_mad`), which `ib_mad_recv_done` applies before it looks for a client
+/// agent, so a client agent never sees what the device answers:
 ///
 /// - a Trap from SLID 0 is consumed;
 /// - SMPs (0x01, 0x81) with method Get, Set or TrapRepress go to the firmware SMA, except
 ///   SMInfo (the SMA cannot answer for an SM: OpenSM's SMInfo agent gets those);
-/// - PerfMgt (0x04) Get and Set go to the firmware PMA;
+/// - Get and Set of PerfMgt (0x04), of the Mellanox vendor classes 0x09 and 0x0A and of
+///   Congestion Control (0x21) go to the device (MAD_IFC; the firmware answers an attribute
+///   it does not implement with status 0x000C);
 /// - everything else passes to the client agents.
+///
+/// The agent gets them only if `process_mad` fails. mthca's rule (`mthca_process_mad`)
+/// differs only in leaving Congestion Control and vendor-range SMP attributes
+/// (0xFF00–0xFFFF) to the client agents; the mlx5 rule is the one kept here, as the
+/// driver is mlx5's.
 pub fn local_agent(mad: &Mad<&[u8]>, slid: u16) -> LocalAgent {
     let m = mad.method();
     if m == method::TRAP && slid == 0 {
@@ -75,7 +91,11 @@ pub fn local_agent(mad: &Mad<&[u8]>, slid: u16) -> LocalAgent {
             _ => LocalAgent::Pass,
         };
     }
-    if c == class::PERF_MGMT && matches!(m, method::GET | method::SET) {
+    let device_class = matches!(
+        c,
+        class::PERF_MGMT | MLNX_VENDOR_CLASS1 | MLNX_VENDOR_CLASS2 | class::CONG_MGMT
+    );
+    if device_class && matches!(m, method::GET | method::SET) {
         return LocalAgent::Answer;
     }
     LocalAgent::Pass
@@ -173,6 +193,29 @@ mod tests {
         assert_eq!(la(0x04, 0x01, 0x12, 3), LocalAgent::Answer);
         assert_eq!(la(0x04, 0x06, 0x12, 3), LocalAgent::Pass);
         assert_eq!(la(0x03, 0x01, 0x11, 3), LocalAgent::Pass);
+    }
+
+    /// mlx5's `process_mad` hands Get and Set of its vendor classes 1 and 2 (0x09, 0x0A) and
+    /// of Congestion Control (0x21) to MAD_IFC, as it does PerfMgt's; other methods of those
+    /// classes, and the rest of vendor range 1, pass to the client agents.
+    #[test]
+    fn the_port_agent_takes_mellanox_vendor_and_cc_gets_and_sets() {
+        let la = |c, m| local_agent(&Mad::new_checked(&mad(c, m, 0x10)[..]).unwrap(), 5);
+        for c in [0x09, 0x0A, 0x21] {
+            for m in [0x01, 0x02] {
+                assert_eq!(
+                    la(c, m),
+                    LocalAgent::Answer,
+                    "class {c:#04x} method {m:#04x}"
+                );
+            }
+            for m in [0x03, 0x05, 0x06, 0x07, 0x81] {
+                assert_eq!(la(c, m), LocalAgent::Pass, "class {c:#04x} method {m:#04x}");
+            }
+        }
+        for c in [0x0B, 0x0F, 0x20, 0x30] {
+            assert_eq!(la(c, 0x01), LocalAgent::Pass, "class {c:#04x}");
+        }
     }
 
     #[test]

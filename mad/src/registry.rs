@@ -31,7 +31,9 @@ impl MethodMask {
     /// No method: the agent gets responses to its own requests only.
     pub const NONE: MethodMask = MethodMask([0, 0]);
 
-    /// The methods listed (the response bit and anything above 127 are ignored).
+    /// The methods listed. A value with the response bit set (0x80–0xFF) stands for the
+    /// method without it: `of(&[0x81])` holds Get (0x01), as the kernel's receive lookup
+    /// indexes the method table with `method & ~IB_MGMT_METHOD_RESP`.
     pub fn of(methods: &[u8]) -> MethodMask {
         let mut m = MethodMask::NONE;
         for &x in methods {
@@ -51,7 +53,7 @@ impl MethodMask {
         self.0
     }
 
-    /// Add `method` (its response bit is ignored: methods are 0–127).
+    /// Add `method` with its response bit cleared (methods are 0–127: 0x81 adds Get).
     pub fn insert(&mut self, method: u8) {
         let m = method & 0x7F;
         self.0[usize::from(m / 64)] |= 1 << (m % 64);

@@ -865,6 +865,80 @@ fn path13_solicited_limit_holds_sa_sends_back() {
     r.assert_clean();
 }
 
+/// A BM MAD with AttributeModifier bit 0 set is a response (`ib_response_mad`): routed by
+/// its TID. When no send of the stack holds the TID's upper half (the kernel: no agent holds
+/// the `hi_tid`), `ib_mad_recv_done` still calls `generate_unmatched_resp`, which answers a
+/// Get or Set with GetResp 0x000C; anything else is dropped, and so is one whose upper half
+/// a send holds (the kernel: the agent is found, its send is not).
+#[test]
+fn an_unclaimed_bm_response_get_or_set_is_answered_with_0x000c() {
+    const BM: u8 = 0x05;
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(mad(BM, 1, 0x01, 0x10, 1), gsi(5)).timeout_ms(1000))
+        .unwrap();
+    r.port.progress();
+    let sent = r.fake.sent()[0].mad;
+    let bm = |method: u8, f: &dyn Fn(&mut [u8; MAD_LEN])| {
+        let mut m = sent;
+        m[3] = method;
+        m[23] |= 1;
+        f(&mut m);
+        m
+    };
+    let foreign = |m: &mut [u8; MAD_LEN]| m[8..16].copy_from_slice(&77u64.to_be_bytes());
+    let other_slot = |m: &mut [u8; MAD_LEN]| m[10] ^= 0x0F;
+    let other_low_half = |m: &mut [u8; MAD_LEN]| m[15] ^= 1;
+    for m in [
+        bm(0x01, &foreign),
+        bm(0x02, &other_slot),
+        bm(0x03, &foreign),
+        bm(0x01, &other_low_half),
+    ] {
+        r.fake.inject(Inbound::new(SpecialQp::Gsi, m, 9));
+    }
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(ev.is_empty(), "{ev:?}");
+    let answers: Vec<_> = r.fake.sent()[1..]
+        .iter()
+        .map(|o| {
+            let m = &o.mad;
+            (
+                m[1],
+                m[3],
+                u16::from_be_bytes([m[4], m[5]]),
+                tid_of(m),
+                m[23] & 1,
+                o.dest.dlid,
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (BM, 0x81, 0x000C, 77, 1, 9),
+            (BM, 0x81, 0x000C, tid_of(&bm(0x02, &other_slot)), 1, 9),
+        ],
+        "the Get and the Set whose TID no send holds"
+    );
+    let k = r.port.counters();
+    assert_eq!(k.unmatched_replies, 2);
+    assert_eq!(
+        k.drops.get(DropReason::UnknownTid),
+        2,
+        "the Send, the held half"
+    );
+    // The response to the send still matches.
+    r.fake
+        .inject(Inbound::new(SpecialQp::Gsi, bm(0x01, &|_| {}), 5));
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(recvs(&ev).len(), 1);
+    assert_eq!(completions(&ev)[&id].0, WcStatus::Success);
+    a.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn path14_responses_that_match_nothing_are_dropped_and_counted() {
     let r = rig();
@@ -1026,6 +1100,54 @@ fn smps_to_our_port_are_answered_by_the_local_agent_except_sminfo() {
     r.assert_clean();
 }
 
+/// mlx5's `process_mad` takes Get and Set of PerfMgt, the Mellanox vendor classes (0x09,
+/// 0x0A) and Congestion Control (0x21) before any client agent: a registered agent sees them
+/// only when `process_mad` fails, and the other methods of those classes always.
+#[test]
+fn vendor_and_cc_gets_and_sets_go_to_the_device_before_any_agent() {
+    let r = rig();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    r.fake.set_process_mad(move |m| {
+        log.lock().unwrap().push((m[1], m[3]));
+        let mut a = *m;
+        a[3] = 0x81;
+        a[4..6].copy_from_slice(&0x000Cu16.to_be_bytes());
+        Ok(a)
+    });
+    let vs = r.agent(AgentSpec::class(
+        0x0A,
+        1,
+        MethodMask::of(&[0x01, 0x02, 0x03]),
+    ));
+    let cc = r.agent(AgentSpec::class(0x21, 1, MethodMask::of(&[0x01, 0x02])));
+    for (class, method, tid) in [(0x0A, 0x01, 1), (0x21, 0x02, 2), (0x0A, 0x03, 3)] {
+        r.fake.inject(Inbound::new(
+            SpecialQp::Gsi,
+            mad(class, 1, method, 0x10, tid).try_into().unwrap(),
+            9,
+        ));
+    }
+    let ev = r.collect(&vs, Duration::from_millis(5));
+    let rx = recvs(&ev);
+    assert_eq!(rx.len(), 1, "only the Send reaches the vendor agent");
+    assert_eq!((rx[0].header().method(), tid_of(&rx[0].mad)), (0x03, 3));
+    assert!(r.collect(&cc, Duration::from_millis(5)).is_empty());
+    assert_eq!(*seen.lock().unwrap(), vec![(0x0A, 0x01), (0x21, 0x02)]);
+    let sent = r.fake.sent();
+    assert_eq!(
+        sent.iter()
+            .map(|o| (o.mad[1], o.mad[3], tid_of(&o.mad), o.dest.dlid))
+            .collect::<Vec<_>>(),
+        vec![(0x0A, 0x81, 1, 9), (0x21, 0x81, 2, 9)],
+        "the device's answers went back to the requester"
+    );
+    assert_eq!(r.port.counters().local_replies, 2);
+    vs.deregister();
+    cc.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn received_mads_are_validated() {
     let r = rig();
@@ -1066,12 +1188,43 @@ fn received_mads_are_validated() {
 }
 
 #[test]
-fn receive_errors_keep_the_buffer() {
+/// Any receive error means the QP has entered the error state (`ib_mad_recv_done`; the mlx5
+/// driver moves the QP to ERR on every receive error CQE): the buffer is kept, not reposted,
+/// and so is that of every later receive of the QP. The other QP goes on.
+fn a_receive_error_marks_the_qp_in_error_and_keeps_the_buffer() {
     let r = rig();
     r.fake.fail_next_recv(SpecialQp::Gsi, WcStatus::LocLenErr);
     r.port.progress();
-    assert_eq!(r.port.counters().recv_errors, 1);
-    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 64, "reposted");
+    let k = r.port.counters();
+    assert_eq!((k.recv_errors, k.recv_repost_failures), (1, 1));
+    let c = r.port.census();
+    assert_eq!((c.gsi.recv_posted, c.gsi.recv_idle), (63, 1), "kept");
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 63);
+    // A MAD the device still delivers on that QP is handled; its buffer is kept too.
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(0x06, 1, 0x01, 0x10, 1).try_into().unwrap(),
+        9,
+    ));
+    r.port.progress();
+    r.port.progress();
+    let k = r.port.counters();
+    assert_eq!((k.unmatched_replies, k.recv_repost_failures), (1, 2));
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 62);
+    assert_eq!(r.port.census().gsi.recv_idle, 2);
+    // QP0 is not in error: its buffers go back.
+    r.fake.inject(Inbound::new(
+        SpecialQp::Smi,
+        mad(0x01, 1, 0x81, 0x11, 2).try_into().unwrap(),
+        9,
+    ));
+    r.port.progress();
+    assert_eq!(r.fake.posted_recvs(SpecialQp::Smi), 64);
+    assert_eq!(
+        r.fake.accounting().leases_out,
+        r.base.leases_out,
+        "no buffer lost"
+    );
     r.assert_clean();
 }
 
@@ -1545,7 +1698,11 @@ fn flushed_receives_mark_the_qp_in_error_and_are_kept() {
     );
     assert_eq!(r.fake.posted_recvs(SpecialQp::Gsi), 63);
     // The error stays on QP1: QP0 still reposts.
-    r.fake.fail_next_recv(SpecialQp::Smi, WcStatus::LocLenErr);
+    r.fake.inject(Inbound::new(
+        SpecialQp::Smi,
+        mad(0x01, 1, 0x81, 0x11, 2).try_into().unwrap(),
+        9,
+    ));
     r.port.progress();
     assert_eq!(r.port.census().smi.unwrap().recv_posted, 64);
     assert_eq!(

@@ -109,6 +109,50 @@ fn path02_an_smp_to_our_own_port_is_answered_by_the_firmware_sma() {
 }
 
 #[test]
+fn path02_a_vendor_class_get_is_answered_by_the_device_before_any_agent() {
+    // mlx5's process_mad hands Get and Set of Mellanox vendor class 2 (0x0A) to MAD_IFC
+    // before it looks for a client agent. The simulated firmware implements no attribute of
+    // that class: it answers GetResp with status 0x000C. Other methods reach the agent.
+    let rig = MadRig::new();
+    let vendor = rig.listener(0x0A);
+    let a = rig.requester();
+    let mut t = Tracker::default();
+    let get = a.send(rig.request(0x0A, 5, 200, 0)).unwrap();
+    let send = a
+        .send(SendRequest::new(
+            mad(0x0A, SEND, 6),
+            rig.to_self(SpecialQp::Gsi),
+        ))
+        .unwrap();
+    assert!(rig.pump_until(None, &[&a, &vendor], &mut t, ms(100), |t| {
+        t.all_done(&[get, send]) && t.recvs.len() == 2
+    }));
+    rig.pump(None, &[&a, &vendor], &mut t, ms(5));
+    assert_eq!(t.status(get), Some(WcStatus::Success));
+    let to_vendor: Vec<_> = t.recvs.iter().filter(|r| r.agent == vendor.id()).collect();
+    assert_eq!(to_vendor.len(), 1, "only the Send reaches the agent");
+    assert_eq!(
+        (
+            to_vendor[0].header().method(),
+            tid_of(&to_vendor[0].mad) & 0xFFFF_FFFF
+        ),
+        (SEND, 6)
+    );
+    let r = t
+        .recvs
+        .iter()
+        .find(|r| r.response_to.map(|s| s.id) == Some(get))
+        .expect("the Get was answered");
+    assert_eq!((r.header().method(), r.header().status()), (0x81, 0x000C));
+    assert_eq!(r.header().mgmt_class(), 0x0A);
+    assert_eq!(rig.port.counters().local_replies, 1);
+    deregister(a, &mut t);
+    deregister(vendor, &mut t);
+    rig.assert_clean();
+    rig.finish();
+}
+
+#[test]
 fn path03_early_response_completes_the_send_only_at_its_cqe() {
     let rig = MadRig::new();
     let responder = rig.listener(ANSWERED);
