@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -663,4 +663,30 @@ fn shutdown_disconnects_every_client_and_joins_its_threads() {
         assert_eq!(c.changes()[0].1, PortChange::Down);
         assert!(c.link.dead().is_some());
     }
+}
+
+// A server's socket file may be removed and the path taken by another server; stopping the
+// first must neither wait for ever nor knock on the second's door.
+#[test]
+fn shutdown_returns_when_another_server_took_the_socket_path() {
+    let dir = TempDir::new("takenpath");
+    let path = dir.join("fabric.sock");
+    let a = FabricServer::start(fabric(), &path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let b = FabricServer::start(fabric(), &path).unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        a.shutdown();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(PATIENCE)
+        .expect("the first server's shutdown returned");
+    assert_eq!(
+        b.stats().connections,
+        0,
+        "the first server's stop is no client of the second"
+    );
+    assert!(path.exists(), "the second server's socket is left in place");
+    let c = connect(&b, "Hca1");
+    assert!(c.link.dead().is_none());
 }

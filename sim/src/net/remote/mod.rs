@@ -62,6 +62,7 @@ mod client;
 mod error;
 mod server;
 mod sock;
+mod wake;
 pub mod wire;
 
 use std::path::PathBuf;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use super::error::RemoteError;
 use super::sock::send_all;
+use super::wake::{Stop, StopSignal, Woken, stop_pair};
 use super::wire::{ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame};
 use crate::clock::ClockMode;
 use crate::link::{PortChange, PortLink, PortSink};
@@ -93,6 +94,8 @@ pub struct FabricServer {
     path: PathBuf,
     /// Device and inode of the socket file this server bound.
     identity: (u64, u64),
+    /// Wakes the accept thread at the stop (not a connection to the path: see `wake.rs`).
+    wake: Stop,
     accept: Option<JoinHandle<()>>,
     clock: Option<JoinHandle<()>>,
 }
@@ -160,6 +163,20 @@ impl FabricServer {
             what: "binding",
             source: e,
         })?;
+        // Non-blocking: the accept thread accepts only what poll() reported, and a client
+        // that went away meanwhile must not leave it blocked in accept().
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| RemoteError::ServerIo {
+                path: path.to_owned(),
+                what: "making the socket non-blocking",
+                source: e,
+            })?;
+        let (wake, signal) = stop_pair().map_err(|e| RemoteError::ServerIo {
+            path: path.to_owned(),
+            what: "making the stop signal",
+            source: e,
+        })?;
         let meta = std::fs::symlink_metadata(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "looking at the new socket",
@@ -188,11 +205,12 @@ impl FabricServer {
         let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("fabric-accept".into())
-            .spawn(move || accept_loop(&s, &listener));
+            .spawn(move || accept_loop(&s, &listener, &signal));
         let mut server = FabricServer {
             shared,
             path: path.to_owned(),
             identity: (meta.dev(), meta.ino()),
+            wake,
             accept: None,
             clock: Some(clock),
         };
@@ -239,18 +257,9 @@ impl FabricServer {
         if self.shared.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        // The accept thread is blocked in accept(): a connection of our own wakes it.
-        let woke = UnixStream::connect(&self.path).is_ok();
+        self.wake.ask();
         if let Some(t) = self.accept.take() {
-            if woke {
-                let _ = t.join();
-            } else {
-                tracing::warn!(
-                    path = %self.path.display(),
-                    "cannot reach the server socket to stop its accept thread (was the file \
-                     removed?); leaving the thread"
-                );
-            }
+            let _ = t.join();
         }
         self.shared
             .net
@@ -290,10 +299,21 @@ fn run_clock(shared: &Shared) {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSignal) {
     loop {
+        match super::wake::wait(listener, signal) {
+            Ok(Woken::Stop) => return,
+            Ok(Woken::Connection) => {}
+            Err(e) => {
+                tracing::warn!("fabric server: waiting for connections failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        }
         let stream = match listener.accept() {
             Ok((s, _)) => s,
+            // The client gave up between poll() and accept().
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 if shared.stop.load(Ordering::SeqCst) {
                     return;
@@ -306,6 +326,12 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         };
         if shared.stop.load(Ordering::SeqCst) {
             return;
+        }
+        // Connections do not inherit the listener's O_NONBLOCK on Linux; make sure anyway,
+        // since every read and write of a connection relies on blocking with a timeout.
+        if let Err(e) = stream.set_nonblocking(false) {
+            tracing::warn!("fabric server: a new connection: {e}; closing it");
+            continue;
         }
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -686,6 +712,33 @@ mod tests {
         }
         drop(stream);
         server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // With its socket file removed, nothing can connect to the server to wake its accept
+    // thread: the stop must still end that thread and let the network go.
+    #[test]
+    fn shutdown_ends_every_thread_when_the_socket_file_was_removed() {
+        let topo = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/net-examples/net.2sw2path4hca"
+        );
+        let net = Network::new(
+            Fabric::parse_file(topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Real)),
+        );
+        let dir = std::env::temp_dir().join(format!("sim-removed-sock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("fabric.sock");
+        let server = FabricServer::start(net, &path).unwrap();
+        let shared = Arc::downgrade(&server.shared);
+        std::fs::remove_file(&path).unwrap();
+        server.shutdown();
+        assert!(
+            shared.upgrade().is_none(),
+            "a server thread still holds the network after shutdown"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
