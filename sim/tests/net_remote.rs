@@ -16,9 +16,9 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
-use mad_wire::attr::port_info::cap_mask;
+use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortState, cap_mask};
 use mad_wire::{attr_id, method, status};
-use netutil::{data, dr_smp, local_get, smp_of};
+use netutil::{data, dr_smp, local_get, local_smp, smp_of};
 use sim::fabric::Fabric;
 use sim::link::{PortChange, PortLink, PortSink};
 use sim::net::Network;
@@ -523,6 +523,14 @@ fn malformed_and_out_of_turn_frames_end_only_that_connection() {
     assert_eq!(good.link.port_info().node_guid, 0x10_0003);
 }
 
+/// A MAD answered by `local_mad`, as a packet for `smp_of`.
+fn packet_of(mad: [u8; 256]) -> Packet {
+    Packet {
+        mad: Box::new(mad),
+        ..dr_smp(method::GET, &[], 0, 0, [0; 64])
+    }
+}
+
 #[test]
 fn a_dead_server_is_a_port_gone_down() {
     let dir = TempDir::new("dead");
@@ -530,6 +538,16 @@ fn a_dead_server_is_a_port_gone_down() {
     let c = connect(&server, "Hca2");
     c.link.modify_capability_mask(cap_mask::IS_SM, 0);
     let alive = c.link.port_info();
+    let live_node_info = smp_of(&packet_of(
+        c.link
+            .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true)
+            .unwrap(),
+    ));
+    let live_port_info = smp_of(&packet_of(
+        c.link
+            .local_mad(&local_get(attr_id::sm::PORT_INFO, 1), false)
+            .unwrap(),
+    ));
     server.shutdown();
     let changes = c.changes();
     assert_eq!(changes.len(), 1);
@@ -547,9 +565,41 @@ fn a_dead_server_is_a_port_gone_down() {
         (s.port_guid, s.capability_mask),
         (alive.port_guid, alive.capability_mask)
     );
+    // The port's own SMA (the firmware's on hardware) still answers the host's reads of its
+    // port, from the server's last answers, with the port Down; what it never answered, and
+    // Sets, get no answer.
+    let node_info = c
+        .link
+        .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true)
+        .expect("NodeInfo still answered");
+    assert_eq!(smp_of(&packet_of(node_info)).data, live_node_info.data);
+    let pi = smp_of(&packet_of(
+        c.link
+            .local_mad(&local_get(attr_id::sm::PORT_INFO, 1), false)
+            .expect("PortInfo still answered"),
+    ));
+    assert_eq!(
+        (pi.method, pi.status & 0x7fff),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    let view = PortInfo::new_checked(&pi.data[..]).unwrap();
+    assert_eq!(view.port_state(), PortState::Down);
+    assert_eq!(view.port_physical_state(), PhysPortState::Polling);
+    let live = PortInfo::new_checked(&live_port_info.data[..]).unwrap();
+    assert_eq!(
+        (view.lid(), view.capability_mask(), view.local_port_num()),
+        (live.lid(), live.capability_mask(), live.local_port_num())
+    );
     assert_eq!(
         c.link
-            .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true),
+            .local_mad(&local_get(attr_id::sm::SL_TO_VL_TABLE, 0), true),
+        None
+    );
+    assert_eq!(
+        c.link.local_mad(
+            &local_smp(method::SET, attr_id::sm::PORT_INFO, 1, pi.data),
+            true
+        ),
         None
     );
     assert_eq!(

@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use mad_wire::attr_id;
+
 use super::error::RemoteError;
+use super::last_answers::{LastAnswers, local_get};
 use super::sock::send_all;
 use super::wire::{ClientMsg, ServerMsg, VERSION, WireError, read_frame};
 use crate::link::{PortChange, PortLink, PortSink, PortSnapshot};
@@ -88,6 +91,8 @@ struct Shared {
     calls: Mutex<Calls>,
     /// The last snapshot the server gave; what a dead link reports (as Down).
     last: Mutex<PortSnapshot>,
+    /// The last answers of the port's own SMA; what a dead link answers MAD_IFC with.
+    answers: LastAnswers,
     /// The link is being dropped: its end is not news for the device.
     closing: AtomicBool,
     sink: Weak<dyn PortSink>,
@@ -106,8 +111,11 @@ struct Shared {
 /// a call gets no answer within the timeout, the link is dead for good: the device hears
 /// [`PortChange::Down`] (as an event on its scheduler), [`port_info`](PortLink::port_info)
 /// reports the last state the server gave with PortState Down and PortPhysicalState
-/// Polling (a pulled cable), [`local_mad`](PortLink::local_mad) answers `None` (MAD_IFC
-/// fails), [`transmit`](PortLink::transmit) drops the packet (counted in
+/// Polling (a pulled cable), [`local_mad`](PortLink::local_mad) answers as the HCA's own
+/// SMA (in its firmware on hardware) would with the cable pulled: Gets of NodeInfo,
+/// NodeDescription, PortInfo (Down, Polling), P_KeyTable and GUIDInfo from the last answers
+/// the server gave (NodeInfo, NodeDescription and PortInfo are asked at the attach for this),
+/// anything else `None` (MAD_IFC fails; see `last_answers.rs`), [`transmit`](PortLink::transmit) drops the packet (counted in
 /// [`RemoteStats::dropped`]), and
 /// [`modify_capability_mask`](PortLink::modify_capability_mask) changes nothing and returns
 /// the last mask known. [`RemoteLink::dead`] says why. A new server means a new link (the
@@ -219,6 +227,7 @@ impl RemoteLink {
                 dead: None,
             }),
             last: Mutex::new(PortSnapshot::default()),
+            answers: LastAnswers::new(target.port),
             closing: AtomicBool::new(false),
             sink: Arc::downgrade(sink),
             sched: Arc::downgrade(sched),
@@ -235,10 +244,21 @@ impl RemoteLink {
             .name(format!("fabric-link-{device_port}"))
             .spawn(move || read_loop(&s, &reader_stream))
             .map_err(io(path, "starting the reader thread"))?;
-        Ok(Arc::new(RemoteLink {
+        let link = Arc::new(RemoteLink {
             shared,
             reader: Mutex::new(Some(reader)),
-        }))
+        });
+        // What the kernel reads of its own port at registration (mlx5_ib's MAD_IFC queries):
+        // kept, so that the port's SMA still answers them once the server is gone. The link
+        // may die here; the device then sees its port Down.
+        for (attr, tid) in [
+            (attr_id::sm::NODE_INFO, 1),
+            (attr_id::sm::NODE_DESCRIPTION, 2),
+            (attr_id::sm::PORT_INFO, 3),
+        ] {
+            link.local_mad(&local_get(attr, 0, 0x6863_6166_0000_0000 | tid), true);
+        }
+        Ok(link)
     }
 
     /// Why the link is dead, or `None` while it is alive.
@@ -413,17 +433,24 @@ impl PortLink for RemoteLink {
     }
 
     fn local_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Option<[u8; 256]> {
+        let s = &self.shared;
         match self.call(|id| ClientMsg::LocalMad {
             id,
             ignore_mkey,
             mad: Box::new(*mad),
-        })? {
-            ServerMsg::MadAnswer { mad, .. } => mad.map(|m| *m),
-            other => {
-                self.shared
-                    .die(&format!("the server answered LOCAL_MAD with {other:?}"));
-                None
+        }) {
+            Some(ServerMsg::MadAnswer { mad: answer, .. }) => {
+                let answer = answer.map(|m| *m);
+                if let Some(a) = &answer {
+                    s.answers.keep(mad, a);
+                }
+                answer
             }
+            Some(other) => {
+                s.die(&format!("the server answered LOCAL_MAD with {other:?}"));
+                s.answers.answer(mad, ignore_mkey, &self.down_snapshot())
+            }
+            None => s.answers.answer(mad, ignore_mkey, &self.down_snapshot()),
         }
     }
 

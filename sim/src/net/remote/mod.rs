@@ -60,6 +60,7 @@
 
 mod client;
 mod error;
+mod last_answers;
 mod server;
 mod sock;
 mod wake;
