@@ -740,3 +740,62 @@ fn shutdown_returns_when_another_server_took_the_socket_path() {
     let c = connect(&b, "Hca1");
     assert!(c.link.dead().is_none());
 }
+
+// Closing a device and reopening it at once is what a program run twice in a row does: the
+// port must be free again the moment the link is dropped, not when the server gets round to
+// it.
+#[test]
+fn a_dropped_link_frees_its_port_before_the_drop_returns() {
+    let dir = TempDir::new("reopen");
+    let server = serve(&dir);
+    for cycle in 0..200 {
+        let c =
+            try_connect(server.path(), "Hca3", 1).unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+        drop(c);
+        assert!(
+            server.attached().is_empty(),
+            "cycle {cycle}: still attached"
+        );
+    }
+    assert_eq!(server.stats().refused, 0);
+}
+
+// A server that never closes its end must not hold up a drop for longer than the timeout.
+#[test]
+fn a_drop_waits_for_the_server_no_longer_than_the_timeout() {
+    let dir = TempDir::new("noclose");
+    let path = dir.join("noclose.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let (release, held) = mpsc::channel::<()>();
+    // A "server" that answers the attach and every request (no SMA answer), and keeps its
+    // end open after the client's end of the stream until the test lets it go.
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        wire::read_frame(&mut s).unwrap().unwrap();
+        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
+            .unwrap();
+        while let Ok(Some(body)) = wire::read_frame(&mut s) {
+            if let Ok(ClientMsg::LocalMad { id, .. }) = ClientMsg::decode(&body) {
+                s.write_all(&ServerMsg::MadAnswer { id, mad: None }.encode())
+                    .unwrap();
+            }
+        }
+        let _ = held.recv();
+    });
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(&path, "Hca1", 1);
+    target.timeout = Duration::from_millis(300);
+    let link = RemoteLink::connect(&target, 1, &sink, &sched).unwrap();
+    assert!(link.dead().is_none());
+    let start = Instant::now();
+    drop(link);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < PATIENCE,
+        "the drop waited {took:?}"
+    );
+    release.send(()).unwrap();
+    t.join().unwrap();
+}

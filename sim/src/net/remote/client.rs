@@ -102,8 +102,9 @@ struct Shared {
     dropped: AtomicU64,
 }
 
-/// A device port attached to a fabric server. Dropping it disconnects (the server detaches
-/// the port and clears the IsSM bit this port set).
+/// A device port attached to a fabric server. Dropping it disconnects: the server detaches
+/// the port and clears the IsSM bit this port set before the drop returns (unless the server
+/// does not close the connection within the timeout), so the port may be taken again at once.
 ///
 /// # A dead server
 ///
@@ -123,6 +124,8 @@ struct Shared {
 pub struct RemoteLink {
     shared: Arc<Shared>,
     reader: Mutex<Option<JoinHandle<()>>>,
+    /// Disconnected when the reader has ended.
+    reader_done: Mutex<Option<mpsc::Receiver<()>>>,
 }
 
 impl std::fmt::Debug for RemoteLink {
@@ -240,13 +243,19 @@ impl RemoteLink {
             .try_clone()
             .map_err(io(path, "cloning the socket"))?;
         let s = shared.clone();
+        // Dropped (disconnected) when the reader ends.
+        let (done_tx, done) = mpsc::channel::<()>();
         let reader = std::thread::Builder::new()
             .name(format!("fabric-link-{device_port}"))
-            .spawn(move || read_loop(&s, &reader_stream))
+            .spawn(move || {
+                let _done = done_tx;
+                read_loop(&s, &reader_stream);
+            })
             .map_err(io(path, "starting the reader thread"))?;
         let link = Arc::new(RemoteLink {
             shared,
             reader: Mutex::new(Some(reader)),
+            reader_done: Mutex::new(Some(done)),
         });
         // What the kernel reads of its own port at registration (mlx5_ib's MAD_IFC queries):
         // kept, so that the port's SMA still answers them once the server is gone. The link
@@ -326,6 +335,11 @@ impl Shared {
     /// The link is dead: fail the waiting calls, close the socket, and (unless the link is
     /// being dropped) tell the device its port went down, through its scheduler.
     fn die(&self, reason: &str) {
+        self.end(reason, std::net::Shutdown::Both);
+    }
+
+    /// [`Shared::die`], shutting `how` of the socket.
+    fn end(&self, reason: &str, how: std::net::Shutdown) {
         let waiting = {
             let mut c = lock(&self.calls);
             if c.dead.is_some() {
@@ -336,7 +350,7 @@ impl Shared {
         };
         // Dropping the senders ends every waiting call.
         drop(waiting);
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        let _ = self.stream.shutdown(how);
         if self.closing.load(Ordering::SeqCst) {
             return;
         }
@@ -378,6 +392,10 @@ fn read_loop(s: &Shared, mut stream: &UnixStream) {
             Ok(None) => return s.die("the server closed the connection"),
             Err(e) => return s.die(&format!("reading from the server: {e}")),
         };
+        if s.closing.load(Ordering::SeqCst) {
+            // Dropped: what comes before the server's end of the stream is for nobody.
+            continue;
+        }
         match ServerMsg::decode(&body) {
             Ok(ServerMsg::Deliver(p)) => {
                 s.delivered.fetch_add(1, Ordering::Relaxed);
@@ -487,9 +505,26 @@ impl PortLink for RemoteLink {
 }
 
 impl Drop for RemoteLink {
+    /// Disconnects and waits (up to the timeout) for the server to close its end, which it
+    /// does only once it has detached the port: so the port is free when the drop returns,
+    /// and reopening the device at once is not refused as taken.
     fn drop(&mut self) {
-        self.shared.closing.store(true, Ordering::SeqCst);
-        self.shared.die("the link was dropped");
+        let s = &self.shared;
+        s.closing.store(true, Ordering::SeqCst);
+        // Our end of the stream: the server reads EOF, detaches, then closes its end, which
+        // ends the reader. A server that does not within the timeout is cut off.
+        s.end("the link was dropped", std::net::Shutdown::Write);
+        if let Some(done) = lock(&self.reader_done).take() {
+            if let Err(RecvTimeoutError::Timeout) = done.recv_timeout(s.timeout) {
+                tracing::warn!(
+                    "fabric server {} did not close the link of device port {} within {:?}",
+                    s.path.display(),
+                    s.device_port,
+                    s.timeout
+                );
+            }
+        }
+        let _ = s.stream.shutdown(std::net::Shutdown::Both);
         if let Some(t) = lock(&self.reader).take() {
             // The last handle may go on the reader's own thread only if a scheduled event
             // dropped the device there, which events never do; guard anyway.

@@ -48,7 +48,9 @@
 //! when the fabric has them. A second ATTACH, a malformed frame or an unknown type ends the
 //! connection with REFUSED (the server logs it; other clients are not affected). When the
 //! connection ends for any reason the server detaches the port and clears the IsSM bit it
-//! had set, as closing the `issm` device does.
+//! had set, as closing the `issm` device does, and only then closes its end: a client that
+//! shuts down its sending side and reads to the end of the stream knows the port is free
+//! (what [`RemoteLink`]'s drop does).
 //!
 //! # Where things run
 //!

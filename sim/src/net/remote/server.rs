@@ -540,7 +540,8 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
     let _ = stream.set_read_timeout(None);
     let why = read_loop(shared, id, stream, &link, &tx);
     // Detach first (the network forgets the client and clears the IsSM it set), then let the
-    // writer drain what is queued and end.
+    // writer drain what is queued and end, and only then close our end: a client that reads
+    // the end of the stream knows its port is free (a dropped RemoteLink waits for it).
     drop(link);
     lock(&shared.attached).remove(&id);
     drop(sink);
