@@ -799,3 +799,43 @@ fn a_drop_waits_for_the_server_no_longer_than_the_timeout() {
     release.send(()).unwrap();
     t.join().unwrap();
 }
+
+// A client process that does not run its device's scheduler (its driver neither waits nor
+// rings a doorbell) must not pile up every delivery the server sends it: beyond the limit
+// they are dropped and counted, and once the device has taken what waited, room is back.
+#[test]
+fn deliveries_waiting_for_the_device_are_capped() {
+    let dir = TempDir::new("cap");
+    let server = serve(&dir);
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(server.path(), "Hca1", 1);
+    target.max_pending = 50;
+    let a = Client {
+        rec,
+        _sink: sink.clone(),
+        sched: sched.clone(),
+        link: RemoteLink::connect(&target, 1, &sink, &sched).unwrap(),
+    };
+    let b = connect(&server, "Hca2");
+    let to_a = || dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+    for _ in 0..200 {
+        b.link.transmit(to_a());
+    }
+    eventually("every packet reached the client", || {
+        let st = a.link.stats();
+        st.delivered + st.overflowed == 200
+    });
+    let st = a.link.stats();
+    assert_eq!((st.delivered, st.overflowed), (50, 150), "{st:?}");
+    assert_eq!(a.sched.pending(), 50);
+    assert_eq!(a.packets(50).len(), 50);
+    // The device took them: there is room again.
+    for _ in 0..10 {
+        b.link.transmit(to_a());
+    }
+    assert_eq!(a.packets(10).len(), 10);
+    assert_eq!(a.link.stats().overflowed, 150);
+    assert_eq!(server.stats().queue_drops, 0, "the server dropped none");
+}

@@ -4,13 +4,15 @@
 //! the device's [`Scheduler`] (the delivery rule: the device's sink never runs on the
 //! reader's stack, nor on the stack of a call the device made), each followed by
 //! [`Scheduler::notify`] so that a waiting driver wakes; answers go to the call waiting for
-//! them. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
+//! them. That scheduler runs only when the device's driver waits or rings a doorbell, so the
+//! deliveries waiting there are capped ([`RemoteTarget::max_pending`]); beyond, they are
+//! dropped and counted, as a receive queue without WQEs drops packets. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
 //! timeout.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
@@ -20,6 +22,7 @@ use mad_wire::attr_id;
 
 use super::error::RemoteError;
 use super::last_answers::{LastAnswers, local_get};
+use super::server::CLIENT_QUEUE;
 use super::sock::send_all;
 use super::wire::{ClientMsg, ServerMsg, VERSION, WireError, read_frame};
 use crate::link::{PortChange, PortLink, PortSink, PortSnapshot};
@@ -49,6 +52,10 @@ pub struct RemoteTarget {
     pub port: u8,
     /// How long the attach and every later call may wait for the server.
     pub timeout: Duration,
+    /// Deliveries that may wait on the device's scheduler (which runs only when the driver
+    /// waits or rings a doorbell) before more are dropped, as a receive queue without WQEs
+    /// drops them: [`CLIENT_QUEUE`] by default, the server's own limit per client.
+    pub max_pending: usize,
 }
 
 impl RemoteTarget {
@@ -59,6 +66,7 @@ impl RemoteTarget {
             node: node.to_owned(),
             port,
             timeout: DEFAULT_TIMEOUT,
+            max_pending: CLIENT_QUEUE,
         }
     }
 }
@@ -72,6 +80,9 @@ pub struct RemoteStats {
     pub delivered: u64,
     /// Packets the device transmitted after the link died (dropped).
     pub dropped: u64,
+    /// Packets the server delivered that were dropped because
+    /// [`max_pending`](RemoteTarget::max_pending) deliveries already waited for the device.
+    pub overflowed: u64,
 }
 
 /// Calls waiting for an answer, and whether the link is dead.
@@ -100,6 +111,11 @@ struct Shared {
     transmitted: AtomicU64,
     delivered: AtomicU64,
     dropped: AtomicU64,
+    overflowed: AtomicU64,
+    /// Deliveries scheduled on the device's scheduler and not run yet (shared with the
+    /// events, which outlive nothing of the link's but this).
+    pending: Arc<AtomicUsize>,
+    max_pending: usize,
 }
 
 /// A device port attached to a fabric server. Dropping it disconnects: the server detaches
@@ -237,6 +253,9 @@ impl RemoteLink {
             transmitted: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
+            pending: Arc::new(AtomicUsize::new(0)),
+            max_pending: target.max_pending,
         });
         let reader_stream = shared
             .stream
@@ -282,6 +301,7 @@ impl RemoteLink {
             transmitted: s.transmitted.load(Ordering::Relaxed),
             delivered: s.delivered.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
+            overflowed: s.overflowed.load(Ordering::Relaxed),
         }
     }
 
@@ -362,10 +382,41 @@ impl Shared {
         self.schedule(move |sink, port| sink.port_changed(port, PortChange::Down));
     }
 
-    /// Runs `f` on the device's sink as an event on its scheduler, then wakes its driver.
-    fn schedule(&self, f: impl FnOnce(&dyn PortSink, u8) + Send + 'static) {
-        let Some(sched) = self.sched.upgrade() else {
+    /// Schedules the delivery of `p` to the device, or drops it when
+    /// [`RemoteTarget::max_pending`] deliveries already wait.
+    fn deliver(&self, p: Packet) {
+        // Only this thread adds, so the count cannot pass the limit between the check and
+        // the increment; events running meanwhile only lower it.
+        if self.pending.load(Ordering::SeqCst) >= self.max_pending {
+            let n = self.overflowed.fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    "fabric link to {} (device port {}): {} deliveries wait for the device; \
+                     {} dropped so far",
+                    self.path.display(),
+                    self.device_port,
+                    self.max_pending,
+                    n + 1
+                );
+            }
             return;
+        }
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        let pending = self.pending.clone();
+        if !self.schedule(move |sink, port| {
+            pending.fetch_sub(1, Ordering::SeqCst);
+            sink.deliver(port, p);
+        }) {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Runs `f` on the device's sink as an event on its scheduler, then wakes its driver.
+    /// `false` when the device's scheduler is gone (nothing scheduled).
+    fn schedule(&self, f: impl FnOnce(&dyn PortSink, u8) + Send + 'static) -> bool {
+        let Some(sched) = self.sched.upgrade() else {
+            return false;
         };
         let sink = self.sink.clone();
         let weak = self.sched.clone();
@@ -381,6 +432,7 @@ impl Shared {
                 }
             }),
         );
+        true
     }
 }
 
@@ -397,10 +449,7 @@ fn read_loop(s: &Shared, mut stream: &UnixStream) {
             continue;
         }
         match ServerMsg::decode(&body) {
-            Ok(ServerMsg::Deliver(p)) => {
-                s.delivered.fetch_add(1, Ordering::Relaxed);
-                s.schedule(move |sink, port| sink.deliver(port, p));
-            }
+            Ok(ServerMsg::Deliver(p)) => s.deliver(p),
             Ok(ServerMsg::PortChanged(c)) => {
                 s.schedule(move |sink, port| sink.port_changed(port, c));
             }
