@@ -23,7 +23,9 @@ use sim::fabric::Fabric;
 use sim::link::{PortChange, PortLink, PortSink};
 use sim::net::Network;
 use sim::net::remote::wire::{self, ClientMsg, ServerMsg};
-use sim::net::remote::{FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget};
+use sim::net::remote::{
+    FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget, ServerLimits,
+};
 use sim::packet::Packet;
 use sim::{ClockMode, Scheduler};
 
@@ -838,4 +840,106 @@ fn deliveries_waiting_for_the_device_are_capped() {
     assert_eq!(a.packets(10).len(), 10);
     assert_eq!(a.link.stats().overflowed, 150);
     assert_eq!(server.stats().queue_drops, 0, "the server dropped none");
+}
+
+fn serve_with(dir: &TempDir, limits: ServerLimits) -> FabricServer {
+    FabricServer::start_with(fabric(), &dir.join("fabric.sock"), limits).unwrap()
+}
+
+// Each connection not yet attached holds a thread and two descriptors: beyond the limit new
+// ones are refused at once, and a place frees when one of them ends.
+#[test]
+fn connections_waiting_to_attach_are_capped() {
+    let dir = TempDir::new("handshakes");
+    let server = serve_with(
+        &dir,
+        ServerLimits {
+            attach_timeout: PATIENCE * 3,
+            max_handshakes: 4,
+        },
+    );
+    let mut silent: Vec<Raw> = (0..4).map(|_| Raw::new(server.path())).collect();
+    let mut fifth = Raw::new(server.path());
+    let (code, message) = fifth.refused();
+    assert_eq!(code, RefuseCode::Busy, "{message}");
+    assert!(message.contains('4'), "{message}");
+    let st = server.stats();
+    assert_eq!((st.busy, st.refused, st.malformed), (1, 1, 0), "{st:?}");
+    // One of the silent ones goes: its place is free for a client that attaches.
+    drop(silent.pop());
+    let end = Instant::now() + PATIENCE;
+    let c = loop {
+        match try_connect(server.path(), "Hca1", 1) {
+            Ok(c) => break c,
+            Err(RemoteError::Refused {
+                code: RefuseCode::Busy,
+                ..
+            }) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(c.link.dead().is_none());
+    assert_eq!(server.attached(), vec![("Hca1".to_owned(), 1)]);
+}
+
+// The attach timeout is one deadline for the whole ATTACH, not a wait per read that each
+// byte restarts.
+#[test]
+fn the_attach_deadline_holds_however_slowly_the_attach_comes() {
+    let dir = TempDir::new("slowattach");
+    let server = serve_with(
+        &dir,
+        ServerLimits {
+            attach_timeout: Duration::from_millis(500),
+            ..ServerLimits::default()
+        },
+    );
+    let mut raw = Raw::new(server.path());
+    let attach = ClientMsg::Attach {
+        version: wire::VERSION,
+        node: "Hca1".into(),
+        port: 1,
+    }
+    .encode();
+    // One byte every 100 ms: the whole frame would take about 2 s.
+    assert!(attach.len() >= 18);
+    let mut w = raw.0.try_clone().unwrap();
+    let start = Instant::now();
+    let dripper = std::thread::spawn(move || {
+        for b in attach {
+            if w.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let (code, message) = raw.refused();
+    let took = start.elapsed();
+    assert_eq!(code, RefuseCode::Timeout, "{message}");
+    assert!(took < Duration::from_millis(1500), "refused after {took:?}");
+    assert!(server.attached().is_empty());
+    dripper.join().unwrap();
+}
+
+// A connection that says nothing is late, not malformed.
+#[test]
+fn a_silent_connection_is_refused_as_late_not_malformed() {
+    let dir = TempDir::new("silentconn");
+    let server = serve_with(
+        &dir,
+        ServerLimits {
+            attach_timeout: Duration::from_millis(200),
+            ..ServerLimits::default()
+        },
+    );
+    let mut raw = Raw::new(server.path());
+    let (code, message) = raw.refused();
+    assert_eq!(code, RefuseCode::Timeout, "{message}");
+    assert!(message.contains("no ATTACH within"), "{message}");
+    let st = server.stats();
+    assert_eq!(
+        (st.timed_out, st.malformed, st.refused),
+        (1, 0, 1),
+        "{st:?}"
+    );
 }

@@ -8,14 +8,15 @@
 //! receive queue drops them on hardware).
 
 use std::collections::HashMap;
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::error::RemoteError;
 use super::sock::send_all;
@@ -30,6 +31,32 @@ use crate::packet::Packet;
 pub const CLIENT_QUEUE: usize = 16 * 1024;
 /// How long a new connection may take to send its ATTACH, and a write to a client may block.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections accepted and not yet attached, by default, before more are refused.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// What a server lets its connections take before they attach. Attached connections need no
+/// limit of their own: each holds a CA port of the topology, which one connection at a time
+/// may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// How long a new connection may take to send its whole ATTACH ([`IO_TIMEOUT`]).
+    pub attach_timeout: Duration,
+    /// Connections accepted and not yet attached (each a thread and two descriptors) beyond
+    /// which a new one is refused with [`RefuseCode::Busy`] ([`MAX_HANDSHAKES`]).
+    pub max_handshakes: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits {
+            attach_timeout: IO_TIMEOUT,
+            max_handshakes: MAX_HANDSHAKES,
+        }
+    }
+}
+
+/// How long the accept thread may wait to write a refusal for a server too busy.
+const BUSY_WRITE: Duration = Duration::from_millis(100);
 /// How often the scheduler thread looks at the stop flag when nothing happens.
 const CLOCK_TICK: Duration = Duration::from_millis(200);
 
@@ -44,10 +71,17 @@ pub struct ServerStats {
     pub connections: u64,
     /// Attaches granted.
     pub attaches: u64,
-    /// Connections refused (bad attach, version, malformed or out-of-turn frames).
+    /// Connections refused (bad attach, version, malformed or out-of-turn frames, too many
+    /// waiting to attach, no ATTACH in time).
     pub refused: u64,
     /// Connections closed for a malformed frame (also counted in `refused`).
     pub malformed: u64,
+    /// Connections refused because [`ServerLimits::max_handshakes`] connections were already
+    /// waiting to attach (also counted in `refused`).
+    pub busy: u64,
+    /// Connections that sent no whole ATTACH within [`ServerLimits::attach_timeout`] (also
+    /// counted in `refused`).
+    pub timed_out: u64,
     /// Packets and port changes dropped because a client's queue was full.
     pub queue_drops: u64,
 }
@@ -58,6 +92,8 @@ struct Counters {
     attaches: AtomicU64,
     refused: AtomicU64,
     malformed: AtomicU64,
+    busy: AtomicU64,
+    timed_out: AtomicU64,
     queue_drops: AtomicU64,
 }
 
@@ -74,8 +110,11 @@ struct Shared {
     conns: Mutex<Vec<Conn>>,
     /// Attached clients by connection number: node name and port.
     attached: Mutex<HashMap<u64, (String, u8)>>,
+    /// Connections accepted and not yet attached (or refused).
+    handshakes: AtomicUsize,
     next_conn: AtomicU64,
     counters: Counters,
+    limits: ServerLimits,
     /// Runs right after a client's port is attached, for a test to make the network deliver
     /// to the client at the earliest moment it can.
     #[cfg(test)]
@@ -150,10 +189,19 @@ fn claim(path: &Path) -> Result<(), RemoteError> {
 }
 
 impl FabricServer {
-    /// Serves `net` on a new socket at `path`. Refuses a path where a server answers
-    /// ([`RemoteError::Live`]) or that is not a socket; replaces a stale socket. The network
-    /// must run on real time.
+    /// Serves `net` on a new socket at `path`, with the default [`ServerLimits`]. Refuses a
+    /// path where a server answers ([`RemoteError::Live`]) or that is not a socket; replaces
+    /// a stale socket. The network must run on real time.
     pub fn start(net: Network, path: &Path) -> Result<FabricServer, RemoteError> {
+        FabricServer::start_with(net, path, ServerLimits::default())
+    }
+
+    /// [`FabricServer::start`] with `limits`.
+    pub fn start_with(
+        net: Network,
+        path: &Path,
+        limits: ServerLimits,
+    ) -> Result<FabricServer, RemoteError> {
         if net.scheduler().clock().mode() != ClockMode::Real {
             return Err(RemoteError::VirtualClock);
         }
@@ -187,8 +235,10 @@ impl FabricServer {
             stop: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             attached: Mutex::new(HashMap::new()),
+            handshakes: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
             counters: Counters::default(),
+            limits,
             #[cfg(test)]
             after_attach: Mutex::new(None),
         });
@@ -244,6 +294,8 @@ impl FabricServer {
             attaches: c.attaches.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             malformed: c.malformed.load(Ordering::Relaxed),
+            busy: c.busy.load(Ordering::Relaxed),
+            timed_out: c.timed_out.load(Ordering::Relaxed),
             queue_drops: c.queue_drops.load(Ordering::Relaxed),
         }
     }
@@ -335,6 +387,22 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
         }
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        // Only this thread adds, so the count cannot pass the limit between the check and the
+        // increment.
+        let max = shared.limits.max_handshakes;
+        if shared.handshakes.load(Ordering::SeqCst) >= max {
+            shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+            let m = format!(
+                "{max} connections are already waiting to attach; try again when they have"
+            );
+            tracing::warn!("fabric server: connection {id}: {m}; refusing it");
+            // A fresh socket's buffer takes the refusal at once; never wait on it here.
+            let _ = stream.set_write_timeout(Some(BUSY_WRITE));
+            refuse_now(shared, &stream, RefuseCode::Busy, &m);
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            continue;
+        }
+        let handshake = Handshake::begin(shared);
         let Ok(handle) = stream.try_clone() else {
             tracing::warn!("fabric server: cannot clone connection {id}; closing it");
             continue;
@@ -342,7 +410,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("fabric-client-{id}"))
-            .spawn(move || serve(&s, id, &stream));
+            .spawn(move || serve(&s, id, &stream, handshake));
         let mut conns = lock(&shared.conns);
         conns.retain(|c| !c.thread.is_finished());
         match thread {
@@ -412,22 +480,58 @@ fn refusal_of(e: &NetError) -> RefuseCode {
     }
 }
 
+/// A connection read against one deadline: each read may wait only what is left of it (a
+/// socket's receive timeout alone restarts with every read, so a byte at a time could hold a
+/// connection for ever).
+struct Deadline<'a> {
+    stream: &'a UnixStream,
+    by: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
 /// The first frame of a connection: (node, port) of a valid ATTACH, or the refusal sent.
 fn handshake(shared: &Shared, id: u64, stream: &UnixStream) -> Option<(String, u8)> {
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let body = match read_frame(&mut &*stream) {
+    let limit = shared.limits.attach_timeout;
+    let mut by_deadline = Deadline {
+        stream,
+        by: Instant::now() + limit,
+    };
+    let body = match read_frame(&mut by_deadline) {
         Ok(Some(b)) => b,
         Ok(None) => {
             tracing::debug!("fabric server: connection {id} closed before attaching");
             return None;
         }
+        Err(_) if shared.stop.load(Ordering::SeqCst) => return None,
+        Err(WireError::Io {
+            kind: ErrorKind::WouldBlock | ErrorKind::TimedOut,
+            ..
+        }) => {
+            let m = format!("no ATTACH within {limit:?} of connecting");
+            tracing::info!("fabric server: connection {id}: {m}; closing it");
+            shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            refuse_now(shared, stream, RefuseCode::Timeout, &m);
+            return None;
+        }
+        Err(e @ WireError::Io { .. }) => {
+            tracing::debug!("fabric server: connection {id} failed before attaching: {e}");
+            return None;
+        }
         Err(e) => {
-            if !shared.stop.load(Ordering::SeqCst) {
-                tracing::warn!("fabric server: connection {id}: {e}; closing it");
-                shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                refuse_now(shared, stream, RefuseCode::Malformed, &e.to_string());
-            }
+            tracing::warn!("fabric server: connection {id}: {e}; closing it");
+            shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            refuse_now(shared, stream, RefuseCode::Malformed, &e.to_string());
             return None;
         }
     };
@@ -482,9 +586,28 @@ fn kind(m: &ClientMsg) -> &'static str {
     }
 }
 
+/// A connection counted in [`Shared::handshakes`] until this is dropped (also when its
+/// thread could not be started).
+struct Handshake(Arc<Shared>);
+
+impl Handshake {
+    fn begin(shared: &Arc<Shared>) -> Handshake {
+        shared.handshakes.fetch_add(1, Ordering::SeqCst);
+        Handshake(shared.clone())
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        self.0.handshakes.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// One connection, from its ATTACH to its end.
-fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
-    let Some((node, port)) = handshake(shared, id, stream) else {
+fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake) {
+    let attach = handshake(shared, id, stream);
+    drop(counted);
+    let Some((node, port)) = attach else {
         let _ = stream.shutdown(std::net::Shutdown::Both);
         return;
     };
