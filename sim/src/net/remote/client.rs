@@ -162,6 +162,65 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
+/// Sends the ATTACH of `target` on `stream` and reads the answer: `Ok` when attached.
+fn attach(stream: &UnixStream, target: &RemoteTarget) -> Result<(), RemoteError> {
+    let path = target.path.as_path();
+    let attach = ClientMsg::Attach {
+        version: VERSION,
+        node: target.node.clone(),
+        port: target.port,
+    };
+    // A server that refuses before reading (too many connections waiting to attach) may
+    // have closed its end before the ATTACH went out: its REFUSED can still be read, and
+    // says more than the failed write.
+    let sent = send_all(stream, &attach.encode());
+    let answer = read_frame(&mut &*stream);
+    if let Err(e) = sent {
+        if !matches!(answer, Ok(Some(_))) {
+            return Err(io(path, "sending the attach")(e));
+        }
+    }
+    let body = match answer {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            return Err(RemoteError::Closed {
+                path: path.to_owned(),
+            });
+        }
+        Err(WireError::Io { kind, message }) => {
+            return Err(RemoteError::Io {
+                path: path.to_owned(),
+                what: "waiting for the attach's answer",
+                source: std::io::Error::new(kind, message),
+            });
+        }
+        Err(source) => {
+            return Err(RemoteError::Malformed {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    match ServerMsg::decode(&body) {
+        Ok(ServerMsg::Attached { version }) if version == VERSION => Ok(()),
+        Ok(ServerMsg::Refused { code, message }) => Err(RemoteError::Refused {
+            path: path.to_owned(),
+            node: target.node.clone(),
+            port: target.port,
+            code,
+            message,
+        }),
+        Ok(other) => Err(RemoteError::Unexpected {
+            path: path.to_owned(),
+            got: format!("{other:?}"),
+        }),
+        Err(source) => Err(RemoteError::Malformed {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
 impl RemoteLink {
     /// Attaches to `target` for the device port `device_port`: packets and port changes from
     /// the server reach `sink` (held weakly; the device owns it) as events on `sched` (the
@@ -180,57 +239,7 @@ impl RemoteLink {
         stream
             .set_read_timeout(Some(target.timeout))
             .map_err(io(path, "setting a timeout"))?;
-        let attach = ClientMsg::Attach {
-            version: VERSION,
-            node: target.node.clone(),
-            port: target.port,
-        };
-        send_all(&stream, &attach.encode()).map_err(io(path, "sending the attach"))?;
-        let body = match read_frame(&mut &stream) {
-            Ok(Some(b)) => b,
-            Ok(None) => {
-                return Err(RemoteError::Closed {
-                    path: path.to_owned(),
-                });
-            }
-            Err(WireError::Io { kind, message }) => {
-                return Err(RemoteError::Io {
-                    path: path.to_owned(),
-                    what: "waiting for the attach's answer",
-                    source: std::io::Error::new(kind, message),
-                });
-            }
-            Err(source) => {
-                return Err(RemoteError::Malformed {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        };
-        match ServerMsg::decode(&body) {
-            Ok(ServerMsg::Attached { version }) if version == VERSION => {}
-            Ok(ServerMsg::Refused { code, message }) => {
-                return Err(RemoteError::Refused {
-                    path: path.to_owned(),
-                    node: target.node.clone(),
-                    port: target.port,
-                    code,
-                    message,
-                });
-            }
-            Ok(other) => {
-                return Err(RemoteError::Unexpected {
-                    path: path.to_owned(),
-                    got: format!("{other:?}"),
-                });
-            }
-            Err(source) => {
-                return Err(RemoteError::Malformed {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        }
+        attach(&stream, target)?;
         stream
             .set_read_timeout(None)
             .map_err(io(path, "clearing the read timeout"))?;
@@ -580,6 +589,36 @@ impl Drop for RemoteLink {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::remote::wire::RefuseCode;
+
+    // The server may refuse and close before the client's ATTACH is written: the write
+    // fails, and the refusal waiting on the socket is what the caller must hear.
+    #[test]
+    fn a_refusal_sent_before_the_attach_is_heard_despite_the_failed_write() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let refused = ServerMsg::Refused {
+            code: RefuseCode::Busy,
+            message: "busy".into(),
+        };
+        send_all(&server, &refused.encode()).unwrap();
+        drop(server);
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let target = RemoteTarget::new("/nowhere.sock", "Hca1", 1);
+        match attach(&client, &target) {
+            Err(RemoteError::Refused {
+                code: RefuseCode::Busy,
+                ..
+            }) => {}
+            other => panic!("expected the refusal, got {other:?}"),
         }
     }
 }
