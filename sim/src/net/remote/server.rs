@@ -29,7 +29,8 @@ use crate::packet::Packet;
 
 /// Frames waiting for one client before packets for it are dropped.
 pub const CLIENT_QUEUE: usize = 16 * 1024;
-/// How long a new connection may take to send its ATTACH, and a write to a client may block.
+/// How long a new connection may take to send its ATTACH by default ([`ServerLimits`]), and
+/// how long a write to a client may block.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections accepted and not yet attached, by default, before more are refused.
 pub const MAX_HANDSHAKES: usize = 64;
