@@ -11,19 +11,21 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
-use mad_wire::attr::port_info::cap_mask;
+use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortState, cap_mask};
 use mad_wire::{attr_id, method, status};
-use netutil::{data, dr_smp, local_get, smp_of};
+use netutil::{data, dr_smp, local_get, local_smp, smp_of};
 use sim::fabric::Fabric;
 use sim::link::{PortChange, PortLink, PortSink};
 use sim::net::Network;
 use sim::net::remote::wire::{self, ClientMsg, ServerMsg};
-use sim::net::remote::{FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget};
+use sim::net::remote::{
+    FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget, ServerLimits,
+};
 use sim::packet::Packet;
 use sim::{ClockMode, Scheduler};
 
@@ -523,6 +525,14 @@ fn malformed_and_out_of_turn_frames_end_only_that_connection() {
     assert_eq!(good.link.port_info().node_guid, 0x10_0003);
 }
 
+/// A MAD answered by `local_mad`, as a packet for `smp_of`.
+fn packet_of(mad: [u8; 256]) -> Packet {
+    Packet {
+        mad: Box::new(mad),
+        ..dr_smp(method::GET, &[], 0, 0, [0; 64])
+    }
+}
+
 #[test]
 fn a_dead_server_is_a_port_gone_down() {
     let dir = TempDir::new("dead");
@@ -530,6 +540,16 @@ fn a_dead_server_is_a_port_gone_down() {
     let c = connect(&server, "Hca2");
     c.link.modify_capability_mask(cap_mask::IS_SM, 0);
     let alive = c.link.port_info();
+    let live_node_info = smp_of(&packet_of(
+        c.link
+            .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true)
+            .unwrap(),
+    ));
+    let live_port_info = smp_of(&packet_of(
+        c.link
+            .local_mad(&local_get(attr_id::sm::PORT_INFO, 1), false)
+            .unwrap(),
+    ));
     server.shutdown();
     let changes = c.changes();
     assert_eq!(changes.len(), 1);
@@ -547,9 +567,41 @@ fn a_dead_server_is_a_port_gone_down() {
         (s.port_guid, s.capability_mask),
         (alive.port_guid, alive.capability_mask)
     );
+    // The port's own SMA (the firmware's on hardware) still answers the host's reads of its
+    // port, from the server's last answers, with the port Down; what it never answered, and
+    // Sets, get no answer.
+    let node_info = c
+        .link
+        .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true)
+        .expect("NodeInfo still answered");
+    assert_eq!(smp_of(&packet_of(node_info)).data, live_node_info.data);
+    let pi = smp_of(&packet_of(
+        c.link
+            .local_mad(&local_get(attr_id::sm::PORT_INFO, 1), false)
+            .expect("PortInfo still answered"),
+    ));
+    assert_eq!(
+        (pi.method, pi.status & 0x7fff),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    let view = PortInfo::new_checked(&pi.data[..]).unwrap();
+    assert_eq!(view.port_state(), PortState::Down);
+    assert_eq!(view.port_physical_state(), PhysPortState::Polling);
+    let live = PortInfo::new_checked(&live_port_info.data[..]).unwrap();
+    assert_eq!(
+        (view.lid(), view.capability_mask(), view.local_port_num()),
+        (live.lid(), live.capability_mask(), live.local_port_num())
+    );
     assert_eq!(
         c.link
-            .local_mad(&local_get(attr_id::sm::NODE_INFO, 0), true),
+            .local_mad(&local_get(attr_id::sm::SL_TO_VL_TABLE, 0), true),
+        None
+    );
+    assert_eq!(
+        c.link.local_mad(
+            &local_smp(method::SET, attr_id::sm::PORT_INFO, 1, pi.data),
+            true
+        ),
         None
     );
     assert_eq!(
@@ -663,4 +715,231 @@ fn shutdown_disconnects_every_client_and_joins_its_threads() {
         assert_eq!(c.changes()[0].1, PortChange::Down);
         assert!(c.link.dead().is_some());
     }
+}
+
+// A server's socket file may be removed and the path taken by another server; stopping the
+// first must neither wait for ever nor knock on the second's door.
+#[test]
+fn shutdown_returns_when_another_server_took_the_socket_path() {
+    let dir = TempDir::new("takenpath");
+    let path = dir.join("fabric.sock");
+    let a = FabricServer::start(fabric(), &path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let b = FabricServer::start(fabric(), &path).unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        a.shutdown();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(PATIENCE)
+        .expect("the first server's shutdown returned");
+    assert_eq!(
+        b.stats().connections,
+        0,
+        "the first server's stop is no client of the second"
+    );
+    assert!(path.exists(), "the second server's socket is left in place");
+    let c = connect(&b, "Hca1");
+    assert!(c.link.dead().is_none());
+}
+
+// Closing a device and reopening it at once is what a program run twice in a row does: the
+// port must be free again the moment the link is dropped, not when the server gets round to
+// it.
+#[test]
+fn a_dropped_link_frees_its_port_before_the_drop_returns() {
+    let dir = TempDir::new("reopen");
+    let server = serve(&dir);
+    for cycle in 0..200 {
+        let c =
+            try_connect(server.path(), "Hca3", 1).unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+        drop(c);
+        assert!(
+            server.attached().is_empty(),
+            "cycle {cycle}: still attached"
+        );
+    }
+    assert_eq!(server.stats().refused, 0);
+}
+
+// A server that never closes its end must not hold up a drop for longer than the timeout.
+#[test]
+fn a_drop_waits_for_the_server_no_longer_than_the_timeout() {
+    let dir = TempDir::new("noclose");
+    let path = dir.join("noclose.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let (release, held) = mpsc::channel::<()>();
+    // A "server" that answers the attach and every request (no SMA answer), and keeps its
+    // end open after the client's end of the stream until the test lets it go.
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        wire::read_frame(&mut s).unwrap().unwrap();
+        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
+            .unwrap();
+        while let Ok(Some(body)) = wire::read_frame(&mut s) {
+            if let Ok(ClientMsg::LocalMad { id, .. }) = ClientMsg::decode(&body) {
+                s.write_all(&ServerMsg::MadAnswer { id, mad: None }.encode())
+                    .unwrap();
+            }
+        }
+        let _ = held.recv();
+    });
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(&path, "Hca1", 1);
+    target.timeout = Duration::from_millis(300);
+    let link = RemoteLink::connect(&target, 1, &sink, &sched).unwrap();
+    assert!(link.dead().is_none());
+    let start = Instant::now();
+    drop(link);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < PATIENCE,
+        "the drop waited {took:?}"
+    );
+    release.send(()).unwrap();
+    t.join().unwrap();
+}
+
+// A client process that does not run its device's scheduler (its driver neither waits nor
+// rings a doorbell) must not pile up every delivery the server sends it: beyond the limit
+// they are dropped and counted, and once the device has taken what waited, room is back.
+#[test]
+fn deliveries_waiting_for_the_device_are_capped() {
+    let dir = TempDir::new("cap");
+    let server = serve(&dir);
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(server.path(), "Hca1", 1);
+    target.max_pending = 50;
+    let a = Client {
+        rec,
+        _sink: sink.clone(),
+        sched: sched.clone(),
+        link: RemoteLink::connect(&target, 1, &sink, &sched).unwrap(),
+    };
+    let b = connect(&server, "Hca2");
+    let to_a = || dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+    for _ in 0..200 {
+        b.link.transmit(to_a());
+    }
+    eventually("every packet reached the client", || {
+        let st = a.link.stats();
+        st.delivered + st.overflowed == 200
+    });
+    let st = a.link.stats();
+    assert_eq!((st.delivered, st.overflowed), (50, 150), "{st:?}");
+    assert_eq!(a.sched.pending(), 50);
+    assert_eq!(a.packets(50).len(), 50);
+    // The device took them: there is room again.
+    for _ in 0..10 {
+        b.link.transmit(to_a());
+    }
+    assert_eq!(a.packets(10).len(), 10);
+    assert_eq!(a.link.stats().overflowed, 150);
+    assert_eq!(server.stats().queue_drops, 0, "the server dropped none");
+}
+
+fn serve_with(dir: &TempDir, limits: ServerLimits) -> FabricServer {
+    FabricServer::start_with(fabric(), &dir.join("fabric.sock"), limits).unwrap()
+}
+
+// Each connection not yet attached holds a thread and two descriptors: beyond the limit new
+// ones are refused at once, and a place frees when one of them ends.
+#[test]
+fn connections_waiting_to_attach_are_capped() {
+    let dir = TempDir::new("handshakes");
+    let server = serve_with(
+        &dir,
+        ServerLimits {
+            attach_timeout: PATIENCE * 3,
+            max_handshakes: 4,
+        },
+    );
+    let mut silent: Vec<Raw> = (0..4).map(|_| Raw::new(server.path())).collect();
+    let mut fifth = Raw::new(server.path());
+    let (code, message) = fifth.refused();
+    assert_eq!(code, RefuseCode::Busy, "{message}");
+    assert!(message.contains('4'), "{message}");
+    let st = server.stats();
+    assert_eq!((st.busy, st.refused, st.malformed), (1, 1, 0), "{st:?}");
+    // One of the silent ones goes: its place is free for a client that attaches.
+    drop(silent.pop());
+    let end = Instant::now() + PATIENCE;
+    let c = loop {
+        match try_connect(server.path(), "Hca1", 1) {
+            Ok(c) => break c,
+            Err(RemoteError::Refused {
+                code: RefuseCode::Busy,
+                ..
+            }) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(c.link.dead().is_none());
+    assert_eq!(server.attached(), vec![("Hca1".to_owned(), 1)]);
+}
+
+// The attach timeout is one deadline for the whole ATTACH, not a wait per read that each
+// byte restarts.
+#[test]
+fn the_attach_deadline_holds_however_slowly_the_attach_comes() {
+    let dir = TempDir::new("slowattach");
+    let server = serve_with(
+        &dir,
+        ServerLimits {
+            attach_timeout: Duration::from_millis(500),
+            ..ServerLimits::default()
+        },
+    );
+    let mut raw = Raw::new(server.path());
+    let attach = ClientMsg::Attach {
+        version: wire::VERSION,
+        node: "Hca1".into(),
+        port: 1,
+    }
+    .encode();
+    // One byte every 100 ms: the whole frame would take about 2 s.
+    assert!(attach.len() >= 18);
+    let mut w = raw.0.try_clone().unwrap();
+    let start = Instant::now();
+    let dripper = std::thread::spawn(move || {
+        for b in attach {
+            if w.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let (code, message) = raw.refused();
+    let took = start.elapsed();
+    assert_eq!(code, RefuseCode::Timeout, "{message}");
+    assert!(took < Duration::from_millis(1500), "refused after {took:?}");
+    assert!(server.attached().is_empty());
+    dripper.join().unwrap();
+}
+
+// A connection that says nothing is late, not malformed.
+#[test]
+fn a_silent_connection_is_refused_as_late_not_malformed() {
+    let dir = TempDir::new("silentconn");
+    let server = serve_with(
+        &dir,
+        ServerLimits {
+            attach_timeout: Duration::from_millis(200),
+            ..ServerLimits::default()
+        },
+    );
+    let mut raw = Raw::new(server.path());
+    let (code, message) = raw.refused();
+    assert_eq!(code, RefuseCode::Timeout, "{message}");
+    assert!(message.contains("no ATTACH within"), "{message}");
+    let st = server.stats();
+    assert_eq!(
+        (st.timed_out, st.malformed, st.refused),
+        (1, 0, 1),
+        "{st:?}"
+    );
 }

@@ -4,19 +4,25 @@
 //! the device's [`Scheduler`] (the delivery rule: the device's sink never runs on the
 //! reader's stack, nor on the stack of a call the device made), each followed by
 //! [`Scheduler::notify`] so that a waiting driver wakes; answers go to the call waiting for
-//! them. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
+//! them. That scheduler runs only when the device's driver waits or rings a doorbell, so the
+//! deliveries waiting there are capped ([`RemoteTarget::max_pending`]); beyond, they are
+//! dropped and counted, as a receive queue without WQEs drops packets. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
 //! timeout.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use mad_wire::attr_id;
+
 use super::error::RemoteError;
+use super::last_answers::{LastAnswers, local_get};
+use super::server::CLIENT_QUEUE;
 use super::sock::send_all;
 use super::wire::{ClientMsg, ServerMsg, VERSION, WireError, read_frame};
 use crate::link::{PortChange, PortLink, PortSink, PortSnapshot};
@@ -46,6 +52,10 @@ pub struct RemoteTarget {
     pub port: u8,
     /// How long the attach and every later call may wait for the server.
     pub timeout: Duration,
+    /// Deliveries that may wait on the device's scheduler (which runs only when the driver
+    /// waits or rings a doorbell) before more are dropped, as a receive queue without WQEs
+    /// drops them: [`CLIENT_QUEUE`] by default, the server's own limit per client.
+    pub max_pending: usize,
 }
 
 impl RemoteTarget {
@@ -56,6 +66,7 @@ impl RemoteTarget {
             node: node.to_owned(),
             port,
             timeout: DEFAULT_TIMEOUT,
+            max_pending: CLIENT_QUEUE,
         }
     }
 }
@@ -69,6 +80,9 @@ pub struct RemoteStats {
     pub delivered: u64,
     /// Packets the device transmitted after the link died (dropped).
     pub dropped: u64,
+    /// Packets the server delivered that were dropped because
+    /// [`max_pending`](RemoteTarget::max_pending) deliveries already waited for the device.
+    pub overflowed: u64,
 }
 
 /// Calls waiting for an answer, and whether the link is dead.
@@ -88,6 +102,8 @@ struct Shared {
     calls: Mutex<Calls>,
     /// The last snapshot the server gave; what a dead link reports (as Down).
     last: Mutex<PortSnapshot>,
+    /// The last answers of the port's own SMA; what a dead link answers MAD_IFC with.
+    answers: LastAnswers,
     /// The link is being dropped: its end is not news for the device.
     closing: AtomicBool,
     sink: Weak<dyn PortSink>,
@@ -95,10 +111,16 @@ struct Shared {
     transmitted: AtomicU64,
     delivered: AtomicU64,
     dropped: AtomicU64,
+    overflowed: AtomicU64,
+    /// Deliveries scheduled on the device's scheduler and not run yet (shared with the
+    /// events, which outlive nothing of the link's but this).
+    pending: Arc<AtomicUsize>,
+    max_pending: usize,
 }
 
-/// A device port attached to a fabric server. Dropping it disconnects (the server detaches
-/// the port and clears the IsSM bit this port set).
+/// A device port attached to a fabric server. Dropping it disconnects: the server detaches
+/// the port and clears the IsSM bit this port set before the drop returns (unless the server
+/// does not close the connection within the timeout), so the port may be taken again at once.
 ///
 /// # A dead server
 ///
@@ -106,8 +128,11 @@ struct Shared {
 /// a call gets no answer within the timeout, the link is dead for good: the device hears
 /// [`PortChange::Down`] (as an event on its scheduler), [`port_info`](PortLink::port_info)
 /// reports the last state the server gave with PortState Down and PortPhysicalState
-/// Polling (a pulled cable), [`local_mad`](PortLink::local_mad) answers `None` (MAD_IFC
-/// fails), [`transmit`](PortLink::transmit) drops the packet (counted in
+/// Polling (a pulled cable), [`local_mad`](PortLink::local_mad) answers as the HCA's own
+/// SMA (in its firmware on hardware) would with the cable pulled: Gets of NodeInfo,
+/// NodeDescription, PortInfo (Down, Polling), P_KeyTable and GUIDInfo from the last answers
+/// the server gave (NodeInfo, NodeDescription and PortInfo are asked at the attach for this),
+/// anything else `None` (MAD_IFC fails; see `last_answers.rs`), [`transmit`](PortLink::transmit) drops the packet (counted in
 /// [`RemoteStats::dropped`]), and
 /// [`modify_capability_mask`](PortLink::modify_capability_mask) changes nothing and returns
 /// the last mask known. [`RemoteLink::dead`] says why. A new server means a new link (the
@@ -115,6 +140,8 @@ struct Shared {
 pub struct RemoteLink {
     shared: Arc<Shared>,
     reader: Mutex<Option<JoinHandle<()>>>,
+    /// Disconnected when the reader has ended.
+    reader_done: Mutex<Option<mpsc::Receiver<()>>>,
 }
 
 impl std::fmt::Debug for RemoteLink {
@@ -132,6 +159,65 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
         path: path.to_owned(),
         what,
         source,
+    }
+}
+
+/// Sends the ATTACH of `target` on `stream` and reads the answer: `Ok` when attached.
+fn attach(stream: &UnixStream, target: &RemoteTarget) -> Result<(), RemoteError> {
+    let path = target.path.as_path();
+    let attach = ClientMsg::Attach {
+        version: VERSION,
+        node: target.node.clone(),
+        port: target.port,
+    };
+    // A server that refuses before reading (too many connections waiting to attach) may
+    // have closed its end before the ATTACH went out: its REFUSED can still be read, and
+    // says more than the failed write.
+    let sent = send_all(stream, &attach.encode());
+    let answer = read_frame(&mut &*stream);
+    if let Err(e) = sent {
+        if !matches!(answer, Ok(Some(_))) {
+            return Err(io(path, "sending the attach")(e));
+        }
+    }
+    let body = match answer {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            return Err(RemoteError::Closed {
+                path: path.to_owned(),
+            });
+        }
+        Err(WireError::Io { kind, message }) => {
+            return Err(RemoteError::Io {
+                path: path.to_owned(),
+                what: "waiting for the attach's answer",
+                source: std::io::Error::new(kind, message),
+            });
+        }
+        Err(source) => {
+            return Err(RemoteError::Malformed {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    match ServerMsg::decode(&body) {
+        Ok(ServerMsg::Attached { version }) if version == VERSION => Ok(()),
+        Ok(ServerMsg::Refused { code, message }) => Err(RemoteError::Refused {
+            path: path.to_owned(),
+            node: target.node.clone(),
+            port: target.port,
+            code,
+            message,
+        }),
+        Ok(other) => Err(RemoteError::Unexpected {
+            path: path.to_owned(),
+            got: format!("{other:?}"),
+        }),
+        Err(source) => Err(RemoteError::Malformed {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -153,57 +239,7 @@ impl RemoteLink {
         stream
             .set_read_timeout(Some(target.timeout))
             .map_err(io(path, "setting a timeout"))?;
-        let attach = ClientMsg::Attach {
-            version: VERSION,
-            node: target.node.clone(),
-            port: target.port,
-        };
-        send_all(&stream, &attach.encode()).map_err(io(path, "sending the attach"))?;
-        let body = match read_frame(&mut &stream) {
-            Ok(Some(b)) => b,
-            Ok(None) => {
-                return Err(RemoteError::Closed {
-                    path: path.to_owned(),
-                });
-            }
-            Err(WireError::Io { kind, message }) => {
-                return Err(RemoteError::Io {
-                    path: path.to_owned(),
-                    what: "waiting for the attach's answer",
-                    source: std::io::Error::new(kind, message),
-                });
-            }
-            Err(source) => {
-                return Err(RemoteError::Malformed {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        };
-        match ServerMsg::decode(&body) {
-            Ok(ServerMsg::Attached { version }) if version == VERSION => {}
-            Ok(ServerMsg::Refused { code, message }) => {
-                return Err(RemoteError::Refused {
-                    path: path.to_owned(),
-                    node: target.node.clone(),
-                    port: target.port,
-                    code,
-                    message,
-                });
-            }
-            Ok(other) => {
-                return Err(RemoteError::Unexpected {
-                    path: path.to_owned(),
-                    got: format!("{other:?}"),
-                });
-            }
-            Err(source) => {
-                return Err(RemoteError::Malformed {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        }
+        attach(&stream, target)?;
         stream
             .set_read_timeout(None)
             .map_err(io(path, "clearing the read timeout"))?;
@@ -219,26 +255,47 @@ impl RemoteLink {
                 dead: None,
             }),
             last: Mutex::new(PortSnapshot::default()),
+            answers: LastAnswers::new(target.port),
             closing: AtomicBool::new(false),
             sink: Arc::downgrade(sink),
             sched: Arc::downgrade(sched),
             transmitted: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
+            pending: Arc::new(AtomicUsize::new(0)),
+            max_pending: target.max_pending,
         });
         let reader_stream = shared
             .stream
             .try_clone()
             .map_err(io(path, "cloning the socket"))?;
         let s = shared.clone();
+        // Dropped (disconnected) when the reader ends.
+        let (done_tx, done) = mpsc::channel::<()>();
         let reader = std::thread::Builder::new()
             .name(format!("fabric-link-{device_port}"))
-            .spawn(move || read_loop(&s, &reader_stream))
+            .spawn(move || {
+                let _done = done_tx;
+                read_loop(&s, &reader_stream);
+            })
             .map_err(io(path, "starting the reader thread"))?;
-        Ok(Arc::new(RemoteLink {
+        let link = Arc::new(RemoteLink {
             shared,
             reader: Mutex::new(Some(reader)),
-        }))
+            reader_done: Mutex::new(Some(done)),
+        });
+        // What the kernel reads of its own port at registration (mlx5_ib's MAD_IFC queries):
+        // kept, so that the port's SMA still answers them once the server is gone. The link
+        // may die here; the device then sees its port Down.
+        for (attr, tid) in [
+            (attr_id::sm::NODE_INFO, 1),
+            (attr_id::sm::NODE_DESCRIPTION, 2),
+            (attr_id::sm::PORT_INFO, 3),
+        ] {
+            link.local_mad(&local_get(attr, 0, 0x6863_6166_0000_0000 | tid), true);
+        }
+        Ok(link)
     }
 
     /// Why the link is dead, or `None` while it is alive.
@@ -253,6 +310,7 @@ impl RemoteLink {
             transmitted: s.transmitted.load(Ordering::Relaxed),
             delivered: s.delivered.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
+            overflowed: s.overflowed.load(Ordering::Relaxed),
         }
     }
 
@@ -306,6 +364,11 @@ impl Shared {
     /// The link is dead: fail the waiting calls, close the socket, and (unless the link is
     /// being dropped) tell the device its port went down, through its scheduler.
     fn die(&self, reason: &str) {
+        self.end(reason, std::net::Shutdown::Both);
+    }
+
+    /// [`Shared::die`], shutting `how` of the socket.
+    fn end(&self, reason: &str, how: std::net::Shutdown) {
         let waiting = {
             let mut c = lock(&self.calls);
             if c.dead.is_some() {
@@ -316,7 +379,7 @@ impl Shared {
         };
         // Dropping the senders ends every waiting call.
         drop(waiting);
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        let _ = self.stream.shutdown(how);
         if self.closing.load(Ordering::SeqCst) {
             return;
         }
@@ -328,10 +391,41 @@ impl Shared {
         self.schedule(move |sink, port| sink.port_changed(port, PortChange::Down));
     }
 
-    /// Runs `f` on the device's sink as an event on its scheduler, then wakes its driver.
-    fn schedule(&self, f: impl FnOnce(&dyn PortSink, u8) + Send + 'static) {
-        let Some(sched) = self.sched.upgrade() else {
+    /// Schedules the delivery of `p` to the device, or drops it when
+    /// [`RemoteTarget::max_pending`] deliveries already wait.
+    fn deliver(&self, p: Packet) {
+        // Only this thread adds, so the count cannot pass the limit between the check and
+        // the increment; events running meanwhile only lower it.
+        if self.pending.load(Ordering::SeqCst) >= self.max_pending {
+            let n = self.overflowed.fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    "fabric link to {} (device port {}): {} deliveries wait for the device; \
+                     {} dropped so far",
+                    self.path.display(),
+                    self.device_port,
+                    self.max_pending,
+                    n + 1
+                );
+            }
             return;
+        }
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        let pending = self.pending.clone();
+        if !self.schedule(move |sink, port| {
+            pending.fetch_sub(1, Ordering::SeqCst);
+            sink.deliver(port, p);
+        }) {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Runs `f` on the device's sink as an event on its scheduler, then wakes its driver.
+    /// `false` when the device's scheduler is gone (nothing scheduled).
+    fn schedule(&self, f: impl FnOnce(&dyn PortSink, u8) + Send + 'static) -> bool {
+        let Some(sched) = self.sched.upgrade() else {
+            return false;
         };
         let sink = self.sink.clone();
         let weak = self.sched.clone();
@@ -347,6 +441,7 @@ impl Shared {
                 }
             }),
         );
+        true
     }
 }
 
@@ -358,11 +453,12 @@ fn read_loop(s: &Shared, mut stream: &UnixStream) {
             Ok(None) => return s.die("the server closed the connection"),
             Err(e) => return s.die(&format!("reading from the server: {e}")),
         };
+        if s.closing.load(Ordering::SeqCst) {
+            // Dropped: what comes before the server's end of the stream is for nobody.
+            continue;
+        }
         match ServerMsg::decode(&body) {
-            Ok(ServerMsg::Deliver(p)) => {
-                s.delivered.fetch_add(1, Ordering::Relaxed);
-                s.schedule(move |sink, port| sink.deliver(port, p));
-            }
+            Ok(ServerMsg::Deliver(p)) => s.deliver(p),
             Ok(ServerMsg::PortChanged(c)) => {
                 s.schedule(move |sink, port| sink.port_changed(port, c));
             }
@@ -413,17 +509,24 @@ impl PortLink for RemoteLink {
     }
 
     fn local_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Option<[u8; 256]> {
+        let s = &self.shared;
         match self.call(|id| ClientMsg::LocalMad {
             id,
             ignore_mkey,
             mad: Box::new(*mad),
-        })? {
-            ServerMsg::MadAnswer { mad, .. } => mad.map(|m| *m),
-            other => {
-                self.shared
-                    .die(&format!("the server answered LOCAL_MAD with {other:?}"));
-                None
+        }) {
+            Some(ServerMsg::MadAnswer { mad: answer, .. }) => {
+                let answer = answer.map(|m| *m);
+                if let Some(a) = &answer {
+                    s.answers.keep(mad, a);
+                }
+                answer
             }
+            Some(other) => {
+                s.die(&format!("the server answered LOCAL_MAD with {other:?}"));
+                s.answers.answer(mad, ignore_mkey, &self.down_snapshot())
+            }
+            None => s.answers.answer(mad, ignore_mkey, &self.down_snapshot()),
         }
     }
 
@@ -460,15 +563,62 @@ impl PortLink for RemoteLink {
 }
 
 impl Drop for RemoteLink {
+    /// Disconnects and waits (up to the timeout) for the server to close its end, which it
+    /// does only once it has detached the port: so the port is free when the drop returns,
+    /// and reopening the device at once is not refused as taken.
     fn drop(&mut self) {
-        self.shared.closing.store(true, Ordering::SeqCst);
-        self.shared.die("the link was dropped");
+        let s = &self.shared;
+        s.closing.store(true, Ordering::SeqCst);
+        // Our end of the stream: the server reads EOF, detaches, then closes its end, which
+        // ends the reader. A server that does not within the timeout is cut off.
+        s.end("the link was dropped", std::net::Shutdown::Write);
+        if let Some(done) = lock(&self.reader_done).take() {
+            if let Err(RecvTimeoutError::Timeout) = done.recv_timeout(s.timeout) {
+                tracing::warn!(
+                    "fabric server {} did not close the link of device port {} within {:?}",
+                    s.path.display(),
+                    s.device_port,
+                    s.timeout
+                );
+            }
+        }
+        let _ = s.stream.shutdown(std::net::Shutdown::Both);
         if let Some(t) = lock(&self.reader).take() {
             // The last handle may go on the reader's own thread only if a scheduled event
             // dropped the device there, which events never do; guard anyway.
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::remote::wire::RefuseCode;
+
+    // The server may refuse and close before the client's ATTACH is written: the write
+    // fails, and the refusal waiting on the socket is what the caller must hear.
+    #[test]
+    fn a_refusal_sent_before_the_attach_is_heard_despite_the_failed_write() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let refused = ServerMsg::Refused {
+            code: RefuseCode::Busy,
+            message: "busy".into(),
+        };
+        send_all(&server, &refused.encode()).unwrap();
+        drop(server);
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let target = RemoteTarget::new("/nowhere.sock", "Hca1", 1);
+        match attach(&client, &target) {
+            Err(RemoteError::Refused {
+                code: RefuseCode::Busy,
+                ..
+            }) => {}
+            other => panic!("expected the refusal, got {other:?}"),
         }
     }
 }

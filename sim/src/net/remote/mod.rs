@@ -39,16 +39,21 @@
 //! | 0x86 | PORT_INFO_ANSWER | request id u32, PortState u8, PhysState u8, LMC u8, SM SL u8, LID u16, SM LID u16, port GUID u64, node GUID u64, subnet prefix u64, CapabilityMask u32, P_Key table length u16 |
 //! | 0x87 | CAP_MASK_ANSWER | request id u32, the new CapabilityMask u32 |
 //!
-//! The conversation: the client's first frame is ATTACH (within 10 s of connecting). The
-//! server answers ATTACHED, or REFUSED and closes: version mismatch (the versions must be
-//! equal), unknown node, port 0 or beyond the node's ports, a switch or router, a port
-//! another client holds, a malformed frame. Then, in any order: the client sends TRANSMIT
+//! The conversation: the client's first frame is ATTACH, whole within the server's attach
+//! timeout (10 s by default: one deadline from the connection, however the bytes come). A
+//! server with too many connections waiting to attach (64 by default) refuses a new one at
+//! once, before reading it, with REFUSED Busy. The server answers ATTACHED, or REFUSED and
+//! closes: version mismatch (the versions must be equal), unknown node, port 0 or beyond the
+//! node's ports, a switch or router, a port another client holds, a malformed frame, no
+//! ATTACH in time (Timeout). Then, in any order: the client sends TRANSMIT
 //! (no answer), and requests (each answered by the frame of the same id; ids are the
 //! client's, answers come in request order); the server sends DELIVER and PORT_CHANGED
 //! when the fabric has them. A second ATTACH, a malformed frame or an unknown type ends the
 //! connection with REFUSED (the server logs it; other clients are not affected). When the
 //! connection ends for any reason the server detaches the port and clears the IsSM bit it
-//! had set, as closing the `issm` device does.
+//! had set, as closing the `issm` device does, and only then closes its end: a client that
+//! shuts down its sending side and reads to the end of the stream knows the port is free
+//! (what [`RemoteLink`]'s drop does).
 //!
 //! # Where things run
 //!
@@ -60,15 +65,19 @@
 
 mod client;
 mod error;
+mod last_answers;
 mod server;
 mod sock;
+mod wake;
 pub mod wire;
 
 use std::path::PathBuf;
 
 pub use self::client::{DEFAULT_TIMEOUT, RemoteLink, RemoteStats, RemoteTarget};
 pub use self::error::RemoteError;
-pub use self::server::{CLIENT_QUEUE, FabricServer, IO_TIMEOUT, ServerStats};
+pub use self::server::{
+    CLIENT_QUEUE, FabricServer, IO_TIMEOUT, MAX_HANDSHAKES, ServerLimits, ServerStats,
+};
 pub use self::wire::RefuseCode;
 
 /// The socket's file name in the default directory.

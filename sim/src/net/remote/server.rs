@@ -8,17 +8,19 @@
 //! receive queue drops them on hardware).
 
 use std::collections::HashMap;
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::error::RemoteError;
 use super::sock::send_all;
+use super::wake::{Stop, StopSignal, Woken, stop_pair};
 use super::wire::{ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame};
 use crate::clock::ClockMode;
 use crate::link::{PortChange, PortLink, PortSink};
@@ -27,8 +29,35 @@ use crate::packet::Packet;
 
 /// Frames waiting for one client before packets for it are dropped.
 pub const CLIENT_QUEUE: usize = 16 * 1024;
-/// How long a new connection may take to send its ATTACH, and a write to a client may block.
+/// How long a new connection may take to send its ATTACH by default ([`ServerLimits`]), and
+/// how long a write to a client may block.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections accepted and not yet attached, by default, before more are refused.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// What a server lets its connections take before they attach. Attached connections need no
+/// limit of their own: each holds a CA port of the topology, which one connection at a time
+/// may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// How long a new connection may take to send its whole ATTACH ([`IO_TIMEOUT`]).
+    pub attach_timeout: Duration,
+    /// Connections accepted and not yet attached (each a thread and two descriptors) beyond
+    /// which a new one is refused with [`RefuseCode::Busy`] ([`MAX_HANDSHAKES`]).
+    pub max_handshakes: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits {
+            attach_timeout: IO_TIMEOUT,
+            max_handshakes: MAX_HANDSHAKES,
+        }
+    }
+}
+
+/// How long the accept thread may wait to write a refusal for a server too busy.
+const BUSY_WRITE: Duration = Duration::from_millis(100);
 /// How often the scheduler thread looks at the stop flag when nothing happens.
 const CLOCK_TICK: Duration = Duration::from_millis(200);
 
@@ -43,10 +72,17 @@ pub struct ServerStats {
     pub connections: u64,
     /// Attaches granted.
     pub attaches: u64,
-    /// Connections refused (bad attach, version, malformed or out-of-turn frames).
+    /// Connections refused (bad attach, version, malformed or out-of-turn frames, too many
+    /// waiting to attach, no ATTACH in time).
     pub refused: u64,
     /// Connections closed for a malformed frame (also counted in `refused`).
     pub malformed: u64,
+    /// Connections refused because [`ServerLimits::max_handshakes`] connections were already
+    /// waiting to attach (also counted in `refused`).
+    pub busy: u64,
+    /// Connections that sent no whole ATTACH within [`ServerLimits::attach_timeout`] (also
+    /// counted in `refused`).
+    pub timed_out: u64,
     /// Packets and port changes dropped because a client's queue was full.
     pub queue_drops: u64,
 }
@@ -57,6 +93,8 @@ struct Counters {
     attaches: AtomicU64,
     refused: AtomicU64,
     malformed: AtomicU64,
+    busy: AtomicU64,
+    timed_out: AtomicU64,
     queue_drops: AtomicU64,
 }
 
@@ -73,8 +111,11 @@ struct Shared {
     conns: Mutex<Vec<Conn>>,
     /// Attached clients by connection number: node name and port.
     attached: Mutex<HashMap<u64, (String, u8)>>,
+    /// Connections accepted and not yet attached (or refused).
+    handshakes: AtomicUsize,
     next_conn: AtomicU64,
     counters: Counters,
+    limits: ServerLimits,
     /// Runs right after a client's port is attached, for a test to make the network deliver
     /// to the client at the earliest moment it can.
     #[cfg(test)]
@@ -93,6 +134,8 @@ pub struct FabricServer {
     path: PathBuf,
     /// Device and inode of the socket file this server bound.
     identity: (u64, u64),
+    /// Wakes the accept thread at the stop (not a connection to the path: see `wake.rs`).
+    wake: Stop,
     accept: Option<JoinHandle<()>>,
     clock: Option<JoinHandle<()>>,
 }
@@ -147,10 +190,19 @@ fn claim(path: &Path) -> Result<(), RemoteError> {
 }
 
 impl FabricServer {
-    /// Serves `net` on a new socket at `path`. Refuses a path where a server answers
-    /// ([`RemoteError::Live`]) or that is not a socket; replaces a stale socket. The network
-    /// must run on real time.
+    /// Serves `net` on a new socket at `path`, with the default [`ServerLimits`]. Refuses a
+    /// path where a server answers ([`RemoteError::Live`]) or that is not a socket; replaces
+    /// a stale socket. The network must run on real time.
     pub fn start(net: Network, path: &Path) -> Result<FabricServer, RemoteError> {
+        FabricServer::start_with(net, path, ServerLimits::default())
+    }
+
+    /// [`FabricServer::start`] with `limits`.
+    pub fn start_with(
+        net: Network,
+        path: &Path,
+        limits: ServerLimits,
+    ) -> Result<FabricServer, RemoteError> {
         if net.scheduler().clock().mode() != ClockMode::Real {
             return Err(RemoteError::VirtualClock);
         }
@@ -158,6 +210,20 @@ impl FabricServer {
         let listener = UnixListener::bind(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "binding",
+            source: e,
+        })?;
+        // Non-blocking: the accept thread accepts only what poll() reported, and a client
+        // that went away meanwhile must not leave it blocked in accept().
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| RemoteError::ServerIo {
+                path: path.to_owned(),
+                what: "making the socket non-blocking",
+                source: e,
+            })?;
+        let (wake, signal) = stop_pair().map_err(|e| RemoteError::ServerIo {
+            path: path.to_owned(),
+            what: "making the stop signal",
             source: e,
         })?;
         let meta = std::fs::symlink_metadata(path).map_err(|e| RemoteError::ServerIo {
@@ -170,8 +236,10 @@ impl FabricServer {
             stop: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             attached: Mutex::new(HashMap::new()),
+            handshakes: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
             counters: Counters::default(),
+            limits,
             #[cfg(test)]
             after_attach: Mutex::new(None),
         });
@@ -188,11 +256,12 @@ impl FabricServer {
         let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("fabric-accept".into())
-            .spawn(move || accept_loop(&s, &listener));
+            .spawn(move || accept_loop(&s, &listener, &signal));
         let mut server = FabricServer {
             shared,
             path: path.to_owned(),
             identity: (meta.dev(), meta.ino()),
+            wake,
             accept: None,
             clock: Some(clock),
         };
@@ -226,6 +295,8 @@ impl FabricServer {
             attaches: c.attaches.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             malformed: c.malformed.load(Ordering::Relaxed),
+            busy: c.busy.load(Ordering::Relaxed),
+            timed_out: c.timed_out.load(Ordering::Relaxed),
             queue_drops: c.queue_drops.load(Ordering::Relaxed),
         }
     }
@@ -239,18 +310,9 @@ impl FabricServer {
         if self.shared.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        // The accept thread is blocked in accept(): a connection of our own wakes it.
-        let woke = UnixStream::connect(&self.path).is_ok();
+        self.wake.ask();
         if let Some(t) = self.accept.take() {
-            if woke {
-                let _ = t.join();
-            } else {
-                tracing::warn!(
-                    path = %self.path.display(),
-                    "cannot reach the server socket to stop its accept thread (was the file \
-                     removed?); leaving the thread"
-                );
-            }
+            let _ = t.join();
         }
         self.shared
             .net
@@ -290,10 +352,21 @@ fn run_clock(shared: &Shared) {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSignal) {
     loop {
+        match super::wake::wait(listener, signal) {
+            Ok(Woken::Stop) => return,
+            Ok(Woken::Connection) => {}
+            Err(e) => {
+                tracing::warn!("fabric server: waiting for connections failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        }
         let stream = match listener.accept() {
             Ok((s, _)) => s,
+            // The client gave up between poll() and accept().
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 if shared.stop.load(Ordering::SeqCst) {
                     return;
@@ -307,8 +380,30 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
+        // Connections do not inherit the listener's O_NONBLOCK on Linux; make sure anyway,
+        // since every read and write of a connection relies on blocking with a timeout.
+        if let Err(e) = stream.set_nonblocking(false) {
+            tracing::warn!("fabric server: a new connection: {e}; closing it");
+            continue;
+        }
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        // Only this thread adds, so the count cannot pass the limit between the check and the
+        // increment.
+        let max = shared.limits.max_handshakes;
+        if shared.handshakes.load(Ordering::SeqCst) >= max {
+            shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+            let m = format!(
+                "{max} connections are already waiting to attach; try again when they have"
+            );
+            tracing::warn!("fabric server: connection {id}: {m}; refusing it");
+            // A fresh socket's buffer takes the refusal at once; never wait on it here.
+            let _ = stream.set_write_timeout(Some(BUSY_WRITE));
+            refuse_now(shared, &stream, RefuseCode::Busy, &m);
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            continue;
+        }
+        let handshake = Handshake::begin(shared);
         let Ok(handle) = stream.try_clone() else {
             tracing::warn!("fabric server: cannot clone connection {id}; closing it");
             continue;
@@ -316,7 +411,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("fabric-client-{id}"))
-            .spawn(move || serve(&s, id, &stream));
+            .spawn(move || serve(&s, id, &stream, handshake));
         let mut conns = lock(&shared.conns);
         conns.retain(|c| !c.thread.is_finished());
         match thread {
@@ -386,22 +481,58 @@ fn refusal_of(e: &NetError) -> RefuseCode {
     }
 }
 
+/// A connection read against one deadline: each read may wait only what is left of it (a
+/// socket's receive timeout alone restarts with every read, so a byte at a time could hold a
+/// connection for ever).
+struct Deadline<'a> {
+    stream: &'a UnixStream,
+    by: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
 /// The first frame of a connection: (node, port) of a valid ATTACH, or the refusal sent.
 fn handshake(shared: &Shared, id: u64, stream: &UnixStream) -> Option<(String, u8)> {
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let body = match read_frame(&mut &*stream) {
+    let limit = shared.limits.attach_timeout;
+    let mut by_deadline = Deadline {
+        stream,
+        by: Instant::now() + limit,
+    };
+    let body = match read_frame(&mut by_deadline) {
         Ok(Some(b)) => b,
         Ok(None) => {
             tracing::debug!("fabric server: connection {id} closed before attaching");
             return None;
         }
+        Err(_) if shared.stop.load(Ordering::SeqCst) => return None,
+        Err(WireError::Io {
+            kind: ErrorKind::WouldBlock | ErrorKind::TimedOut,
+            ..
+        }) => {
+            let m = format!("no ATTACH within {limit:?} of connecting");
+            tracing::info!("fabric server: connection {id}: {m}; closing it");
+            shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            refuse_now(shared, stream, RefuseCode::Timeout, &m);
+            return None;
+        }
+        Err(e @ WireError::Io { .. }) => {
+            tracing::debug!("fabric server: connection {id} failed before attaching: {e}");
+            return None;
+        }
         Err(e) => {
-            if !shared.stop.load(Ordering::SeqCst) {
-                tracing::warn!("fabric server: connection {id}: {e}; closing it");
-                shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                refuse_now(shared, stream, RefuseCode::Malformed, &e.to_string());
-            }
+            tracing::warn!("fabric server: connection {id}: {e}; closing it");
+            shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            refuse_now(shared, stream, RefuseCode::Malformed, &e.to_string());
             return None;
         }
     };
@@ -456,9 +587,28 @@ fn kind(m: &ClientMsg) -> &'static str {
     }
 }
 
+/// A connection counted in [`Shared::handshakes`] until this is dropped (also when its
+/// thread could not be started).
+struct Handshake(Arc<Shared>);
+
+impl Handshake {
+    fn begin(shared: &Arc<Shared>) -> Handshake {
+        shared.handshakes.fetch_add(1, Ordering::SeqCst);
+        Handshake(shared.clone())
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        self.0.handshakes.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// One connection, from its ATTACH to its end.
-fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
-    let Some((node, port)) = handshake(shared, id, stream) else {
+fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake) {
+    let attach = handshake(shared, id, stream);
+    drop(counted);
+    let Some((node, port)) = attach else {
         let _ = stream.shutdown(std::net::Shutdown::Both);
         return;
     };
@@ -514,7 +664,8 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream) {
     let _ = stream.set_read_timeout(None);
     let why = read_loop(shared, id, stream, &link, &tx);
     // Detach first (the network forgets the client and clears the IsSM it set), then let the
-    // writer drain what is queued and end.
+    // writer drain what is queued and end, and only then close our end: a client that reads
+    // the end of the stream knows its port is free (a dropped RemoteLink waits for it).
     drop(link);
     lock(&shared.attached).remove(&id);
     drop(sink);
@@ -686,6 +837,33 @@ mod tests {
         }
         drop(stream);
         server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // With its socket file removed, nothing can connect to the server to wake its accept
+    // thread: the stop must still end that thread and let the network go.
+    #[test]
+    fn shutdown_ends_every_thread_when_the_socket_file_was_removed() {
+        let topo = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/net-examples/net.2sw2path4hca"
+        );
+        let net = Network::new(
+            Fabric::parse_file(topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Real)),
+        );
+        let dir = std::env::temp_dir().join(format!("sim-removed-sock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("fabric.sock");
+        let server = FabricServer::start(net, &path).unwrap();
+        let shared = Arc::downgrade(&server.shared);
+        std::fs::remove_file(&path).unwrap();
+        server.shutdown();
+        assert!(
+            shared.upgrade().is_none(),
+            "a server thread still holds the network after shutdown"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -131,6 +131,11 @@ pub enum RefuseCode {
     Protocol = 7,
     /// The server is stopping.
     ShuttingDown = 8,
+    /// Too many connections are waiting to attach (the server's `max_handshakes`): try
+    /// again later.
+    Busy = 9,
+    /// No whole ATTACH came within the server's attach timeout.
+    Timeout = 10,
 }
 
 impl RefuseCode {
@@ -144,6 +149,8 @@ impl RefuseCode {
             6 => RefuseCode::Malformed,
             7 => RefuseCode::Protocol,
             8 => RefuseCode::ShuttingDown,
+            9 => RefuseCode::Busy,
+            10 => RefuseCode::Timeout,
             _ => return None,
         })
     }
