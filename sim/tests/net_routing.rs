@@ -445,6 +445,29 @@ fn the_pma_counts_real_traffic_and_set_clears() {
     );
 }
 
+#[test]
+fn port_counters_answers_what_it_counts_and_zeros_the_rest() {
+    let (net, d) = setup();
+    sweep::configure(&net, &d);
+    // A Get carrying junk in QP1Dropped (byte 20) and past the attribute's 44 bytes.
+    let mut p = counters_request(method::GET, LID_SWITCH2, 1, 0);
+    let data_at = mad_wire::perf::DATA_OFFSET;
+    p.mad[data_at + 20] = 0xAB;
+    p.mad[data_at + 21] = 0xCD;
+    p.mad[data_at + 44] = 0xEF;
+    p.mad[data_at + 191] = 0x5A;
+    let resp = d.request(&net, p);
+    let (st, c) = counters_of(&resp);
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(c.qp1_dropped, 0);
+    let pm = PerfMad::new_checked(&resp.mad[..]).unwrap();
+    assert!(
+        pm.data()[44..].iter().all(|&b| b == 0),
+        "{:?}",
+        &pm.data()[44..]
+    );
+}
+
 fn ext_request(m: u8, dlid: u16, select: u8, clear: u16) -> Packet {
     let mut data = [0u8; 72];
     let repr = PortCountersExtRepr {

@@ -238,6 +238,8 @@ impl PortCounters {
         r.port_xmit_packets = c32(self.xmit_packets);
         r.port_rcv_packets = c32(self.rcv_packets);
         r.port_xmit_wait = c32(self.xmit_wait);
+        // QP1Dropped is not counted (the capability mask does not claim IsQP1DropSupported).
+        r.qp1_dropped = 0;
     }
 
     /// Writes the 64-bit counters into `r`: kept in 64 bits, they saturate there.
@@ -369,6 +371,9 @@ impl Sma<'_> {
             total = total.plus(self.agents.counters(p));
         }
         total.report(&mut repr);
+        // Only PortSelect and the CounterSelects come from the request: what this PMA does
+        // not count, and everything after the attribute, reads zero.
+        data.fill(0);
         repr.emit(&mut PortCountersView::new_checked(&mut data[..]).expect("192 bytes"));
         status::SUCCESS
     }
