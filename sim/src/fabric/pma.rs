@@ -6,8 +6,9 @@
 //!   PortXmitWait and IsExtendedWidthSupported (PortCountersExtended with its unicast and
 //!   multicast counters, which the network counts), plus AllPortSelect on switches: the mask
 //!   ibsim gives.
-//! - PortCounters Get and Set (Set clears the counters CounterSelect names, CounterSelect2
-//!   clearing PortXmitWait, as ibsim): a CA answers for the port the MAD arrived on only
+//! - PortCounters Get and Set (Set clears the counters CounterSelect names, and PortXmitWait
+//!   when CounterSelect2 has bit 0, the bit libibmad's reset mask puts there for it; ibsim
+//!   clears it for any non-zero CounterSelect2): a CA answers for the port the MAD arrived on only
 //!   (another PortSelect is 0x001C, as ibsim and the kernel's PMAs); a switch for any of its
 //!   ports, or all of them summed with PortSelect 255. The modifier must be 0.
 //! - PortCountersExtended Get and Set, the same ports selected; Set clears what CounterSelect
@@ -19,6 +20,7 @@
 use mad_wire::attr::class_port_info::{ClassPortInfo, ClassPortInfoRepr, pma_cap};
 use mad_wire::attr::port_counters::{
     ALL_PORTS, PortCounters as PortCountersView, PortCountersRepr, counter_select as sel,
+    counter_select2 as sel2,
 };
 use mad_wire::attr::port_counters_ext::{
     PortCountersExt as PortCountersExtView, PortCountersExtRepr, counter_select as xsel,
@@ -125,6 +127,13 @@ impl PortCounters {
         if xmit_wait {
             self.xmit_wait = 0;
         }
+    }
+
+    /// Clears what a PortCounters Set names: the counters of `select` (CounterSelect), and
+    /// PortXmitWait if `select2` (CounterSelect2) has its bit 0. Its other bits name counters
+    /// this PMA does not keep (bit 1: QP1Dropped).
+    pub fn clear_selected(&mut self, select: u16, select2: u8) {
+        self.clear(select, select2 & sel2::PORT_XMIT_WAIT != 0);
     }
 
     /// Clears the counters `mask` (PortCountersExtended CounterSelect bits) names.
@@ -366,7 +375,7 @@ impl Sma<'_> {
             if set {
                 self.agents
                     .counters_mut(p)
-                    .clear(repr.counter_select, repr.counter_select2 != 0);
+                    .clear_selected(repr.counter_select, repr.counter_select2);
             }
             total = total.plus(self.agents.counters(p));
         }
@@ -412,5 +421,29 @@ impl Sma<'_> {
         data.fill(0);
         repr.emit(&mut PortCountersExtView::new_checked(&mut data[..]).expect("192 bytes"));
         status::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_counter_select2_bit_0_clears_port_xmit_wait() {
+        let waited = PortCounters {
+            xmit_wait: 7,
+            vl15_dropped: 3,
+            ..PortCounters::default()
+        };
+        // Bit 1 is QP1Dropped (perfquery's reset mask bit 17): PortXmitWait stays.
+        let mut c = waited;
+        c.clear_selected(0, 0x02);
+        assert_eq!(c, waited);
+        let mut c = waited;
+        c.clear_selected(0, 0x01);
+        assert_eq!((c.xmit_wait, c.vl15_dropped), (0, 3));
+        let mut c = waited;
+        c.clear_selected(sel::VL15_DROPPED, 0);
+        assert_eq!((c.xmit_wait, c.vl15_dropped), (7, 0));
     }
 }
