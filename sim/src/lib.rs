@@ -20,7 +20,7 @@ pub mod sched;
 
 pub use clock::{ClockMode, SimClock};
 pub use device::{Bar, Device, IrqKind, IrqLines, IrqSignal};
-pub use link::{PortChange, PortLink, PortSink, PortSnapshot};
+pub use link::{PortChange, PortLink, PortSink, PortSnapshot, ReceiveDrop};
 pub use net::{Network, NodeRef, Standalone, StandaloneInit};
 pub use packet::{Packet, PacketGrh};
 pub use sched::Scheduler;

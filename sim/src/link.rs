@@ -38,6 +38,24 @@ pub trait PortLink: Send + Sync {
     /// host asks its firmware for IsSM when an SM opens the port (the kernel's
     /// `ib_modify_port` through the issm device; on mlx5, MODIFY_HCA_VPORT_CONTEXT).
     fn modify_capability_mask(&self, set: u32, clear: u32) -> u32;
+
+    /// The device dropped a packet this port received, for a reason the port's PMA counts:
+    /// the drops happen inside the device, the counters live with the fabric's port. A device
+    /// calls it with none of its own locks held (it may from its [`PortSink::deliver`]: the
+    /// fabric holds no lock of its own there either). The default counts nothing, for a link
+    /// with no PMA behind it.
+    fn count_drop(&self, drop: ReceiveDrop) {
+        let _ = drop;
+    }
+}
+
+/// A received packet the device dropped, by the port counter that counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiveDrop {
+    /// A VL15 packet (an SMP for QP0) dropped for want of resources: QP0 not in a state that
+    /// receives, or no receive posted (PortCounters:VL15Dropped, IBA 16.1.3.5; mlx5 firmware
+    /// reports its `vl_15_dropped` there).
+    Vl15,
 }
 
 /// What a device receives from the fabric.

@@ -1,6 +1,7 @@
 //! The simulated ConnectX on the simulated network: alone on its one-node fabric (the
 //! network's SMA answers MAD_IFC and packets to its own LID loop back), the P_Key table and
-//! LID it reads from the SMA, and port changes an SMP causes.
+//! LID it reads from the SMA, port changes an SMP causes, and the SMPs QP0 drops counted in
+//! the port's VL15Dropped.
 
 mod mlx5rig;
 
@@ -10,12 +11,13 @@ use firmware_cmds::mlx5::ops::mad_ifc::MadIfc;
 use firmware_cmds::mlx5::ops::vport::QueryHcaVportContext;
 use firmware_cmds::mlx5::qpc::QpServiceType;
 use mad_wire::attr::node_info::NodeInfo;
+use mad_wire::attr::port_counters::PortCounters;
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortState};
 use mad_wire::attr_id::sm;
-use mad_wire::smp::{Smp, SmpRepr};
+use mad_wire::smp::{Smp, SmpRepr, SmpRoute};
 use mad_wire::{MAD_LEN, method};
 use mlx5rig::{QP1_QKEY, Rig, SendSpec};
-use sim::mlx5::{Mlx5, Mlx5Config};
+use sim::mlx5::{DropReason, Mlx5, Mlx5Config};
 use sim::net::StandaloneInit;
 use sim::{ClockMode, Device};
 
@@ -150,4 +152,76 @@ fn a_gsi_mad_to_the_own_lid_comes_back_through_the_network() {
     };
     assert_eq!((r.src_qpn, r.slid, r.pkey()), (1, 1, 0xffff));
     assert_eq!(rig.mem.bytes(rbuf + 40, 256), mad.to_vec());
+}
+
+/// A PerfMgt Get(PortCounters) of port 1 through MAD_IFC, as the host's perfquery asks its own
+/// port: the VL15Dropped it answers.
+fn vl15_dropped_by_mad_ifc(rig: &mut Rig) -> u16 {
+    let mut mad = [0u8; MAD_LEN];
+    mad[0] = 1;
+    mad[1] = mad_wire::class::PERF_MGMT;
+    mad[2] = 1;
+    mad[3] = method::GET;
+    mad[16..18].copy_from_slice(&mad_wire::attr_id::pma::PORT_COUNTERS.to_be_bytes());
+    mad[64 + 1] = 1; // PortSelect
+    let out = rig
+        .exec(&MadIfc {
+            ignore_mkey: true,
+            ignore_bkey: false,
+            remote_lid: 0,
+            port: 1,
+            mad,
+        })
+        .unwrap();
+    let pm = mad_wire::perf::PerfMad::new_checked(&out.mad[..]).unwrap();
+    assert_eq!(pm.header().status(), 0);
+    PortCounters::new_checked(pm.data()).unwrap().vl15_dropped()
+}
+
+#[test]
+fn an_smp_qp0_cannot_take_counts_in_the_ports_vl15_dropped() {
+    let (dev, net) = Mlx5::standalone(
+        Mlx5Config::default(),
+        ClockMode::Virtual,
+        "hca-under-test",
+        StandaloneInit::Active,
+    )
+    .unwrap();
+    let port = net.port("hca-under-test", 1).unwrap();
+    let mut rig = Rig::on(dev);
+    rig.up(false);
+    let eq = rig.create_eq(&[EventType::COMP.0], 4, 0);
+    let scq = rig.create_cq(eq.eqn, 4);
+    let rcq = rig.create_cq(eq.eqn, 4);
+    let mut qp = rig.create_qp(QpServiceType::QP0, &scq, &rcq, 4, 4);
+    rig.qp_to_rts(&qp, 0);
+    // A LID-routed SMP from QP0 to the port's own LID: it loops back to QP0, which has no
+    // receive posted.
+    let req = SmpRepr::request(method::GET, SmpRoute::LidRouted, sm::NODE_INFO, 0, 0x77);
+    let addr = rig.alloc(256, 64);
+    rig.mem.write(addr, &smp_bytes(&req));
+    let spec = SendSpec {
+        dlid: 1,
+        dqpn: 0,
+        qkey: 0,
+        ..SendSpec::mad(addr)
+    };
+    let send = |rig: &mut Rig, qp: &mut mlx5rig::QpRing| {
+        let ctrl = qp.write_send(rig, &spec);
+        rig.ring_send(&ctrl);
+        rig.settle();
+    };
+    assert_eq!(net.counters(port).vl15_dropped, 0);
+    send(&mut rig, &mut qp);
+    let drops = rig.dev.counters().dropped(DropReason::NoRecvWqe);
+    assert_eq!(drops, 1, "the device dropped it");
+    assert_eq!(net.counters(port).vl15_dropped, 1, "and the port counts it");
+    assert_eq!(vl15_dropped_by_mad_ifc(&mut rig), 1);
+    // With a receive posted the next one is taken, not counted.
+    let rbuf = rig.alloc(512, 64);
+    qp.post_recv(&rig, rbuf, 512);
+    send(&mut rig, &mut qp);
+    let mut rcq = rcq;
+    assert!(rcq.poll(&rig).is_some(), "QP0 took the second SMP");
+    assert_eq!(net.counters(port).vl15_dropped, 1);
 }

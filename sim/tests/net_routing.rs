@@ -9,6 +9,9 @@ mod netutil;
 use mad_wire::attr::class_port_info::{ClassPortInfo, ClassPortInfoRepr, pma_cap};
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr, counter_select};
+use mad_wire::attr::port_counters_ext::{
+    PortCountersExt, PortCountersExtRepr, counter_select as ext_select,
+};
 use mad_wire::perf::PerfMad;
 use mad_wire::smp::SmpRoute;
 use mad_wire::{MadHeaderRepr, attr_id, method, status};
@@ -312,7 +315,7 @@ fn data_packets_need_active_ports_and_vl15_is_for_smps() {
     .unwrap();
     assert_eq!(
         cpi.capability_mask,
-        pma_cap::ALL_PORT_SELECT | pma_cap::XMIT_WAIT
+        pma_cap::ALL_PORT_SELECT | pma_cap::EXT_WIDTH | pma_cap::XMIT_WAIT
     );
     assert_eq!((cpi.class_version, cpi.resp_time_value), (1, 18));
     // An SMP on a data VL, a GSI MAD on VL15, an SMP to QP1: dropped where they enter.
@@ -440,6 +443,127 @@ fn the_pma_counts_real_traffic_and_set_clears() {
         u64::from(c.port_xmit_packets),
         net.counters(hca1).xmit_packets
     );
+}
+
+#[test]
+fn port_counters_answers_what_it_counts_and_zeros_the_rest() {
+    let (net, d) = setup();
+    sweep::configure(&net, &d);
+    // A Get carrying junk in QP1Dropped (byte 20) and past the attribute's 44 bytes.
+    let mut p = counters_request(method::GET, LID_SWITCH2, 1, 0);
+    let data_at = mad_wire::perf::DATA_OFFSET;
+    p.mad[data_at + 20] = 0xAB;
+    p.mad[data_at + 21] = 0xCD;
+    p.mad[data_at + 44] = 0xEF;
+    p.mad[data_at + 191] = 0x5A;
+    let resp = d.request(&net, p);
+    let (st, c) = counters_of(&resp);
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(c.qp1_dropped, 0);
+    let pm = PerfMad::new_checked(&resp.mad[..]).unwrap();
+    assert!(
+        pm.data()[44..].iter().all(|&b| b == 0),
+        "{:?}",
+        &pm.data()[44..]
+    );
+}
+
+fn ext_request(m: u8, dlid: u16, select: u8, clear: u16) -> Packet {
+    let mut data = [0u8; 72];
+    let repr = PortCountersExtRepr {
+        port_select: select,
+        counter_select: clear,
+        ..PortCountersExtRepr::default()
+    };
+    repr.emit(&mut PortCountersExt::new_checked(&mut data[..]).unwrap());
+    pma(m, LID_HCA1, dlid, attr_id::pma::PORT_COUNTERS_EXT, &data)
+}
+
+fn ext_of(p: &Packet) -> (u16, PortCountersExtRepr) {
+    let pm = PerfMad::new_checked(&p.mad[..]).unwrap();
+    let st = pm.header().status();
+    (
+        st,
+        PortCountersExtRepr::parse(&PortCountersExt::new_checked(pm.data()).unwrap()).unwrap(),
+    )
+}
+
+#[test]
+fn port_counters_extended_counts_in_64_bits_and_set_clears_what_it_names() {
+    let (net, d) = setup();
+    sweep::configure(&net, &d);
+    // Clear Switch2 port 1 (toward Hca2) through PortCountersExtended, then send 5 SMPs to
+    // Hca2 through it and back.
+    let (st, c) = ext_of(&d.request(&net, ext_request(method::SET, LID_SWITCH2, 1, 0x00FF)));
+    assert_eq!((st, c.port_xmit_packets, c.port_rcv_packets), (0, 0, 0));
+    for _ in 0..5 {
+        d.request(
+            &net,
+            lid_smp(
+                method::GET,
+                LID_HCA1,
+                LID_HCA2,
+                attr_id::sm::NODE_INFO,
+                0,
+                [0; 64],
+            ),
+        );
+    }
+    let resp = d.request(&net, ext_request(method::GET, LID_SWITCH2, 1, 0));
+    let (st, c) = ext_of(&resp);
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(
+        c,
+        PortCountersExtRepr {
+            port_select: 1,
+            counter_select: 0,
+            port_xmit_data: 5 * 72,
+            port_rcv_data: 5 * 72,
+            port_xmit_packets: 5,
+            port_rcv_packets: 5,
+            port_unicast_xmit_packets: 5,
+            port_unicast_rcv_packets: 5,
+            port_multicast_xmit_packets: 0,
+            port_multicast_rcv_packets: 0,
+        }
+    );
+    // Nothing after the attribute's 72 bytes.
+    let pm = PerfMad::new_checked(&resp.mad[..]).unwrap();
+    assert!(pm.data()[72..].iter().all(|&b| b == 0));
+    // Set clears only what CounterSelect names: PortRcvPkts clears the received count, not
+    // the transmitted one; PortUnicastXmitPkts its own.
+    let (st, c) = ext_of(&d.request(
+        &net,
+        ext_request(
+            method::SET,
+            LID_SWITCH2,
+            1,
+            ext_select::PORT_RCV_PACKETS | ext_select::PORT_UNICAST_XMIT_PACKETS,
+        ),
+    ));
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(
+        (
+            c.port_xmit_packets,
+            c.port_rcv_packets,
+            c.port_unicast_xmit_packets,
+            c.port_unicast_rcv_packets,
+            c.port_xmit_data,
+        ),
+        (5, 0, 0, 5, 5 * 72)
+    );
+    // The same counters PortCounters shows.
+    let (_, pc) = counters_of(&d.request(&net, counters_request(method::GET, LID_SWITCH2, 1, 0)));
+    assert_eq!((pc.port_xmit_packets, pc.port_rcv_packets), (5, 0));
+    // All ports summed on a switch; a CA only for its own port.
+    let (st, all) = ext_of(&d.request(&net, ext_request(method::GET, LID_SWITCH2, 0xFF, 0)));
+    assert_eq!(st, status::SUCCESS);
+    assert!(all.port_xmit_packets > 5);
+    let (st, _) = ext_of(&d.request(&net, ext_request(method::GET, LID_HCA2, 2, 0)));
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    let (st, c) = ext_of(&d.request(&net, ext_request(method::GET, LID_HCA2, 1, 0)));
+    assert_eq!(st, status::SUCCESS);
+    assert!(c.port_rcv_packets >= 6);
 }
 
 /// The LIDs of Hca3 and Hca4 as the test moves them.

@@ -1,8 +1,8 @@
 //! The diagnostic tools, unmodified, over this project's libibumad on a fabric OpenSM
 //! configured (ibsim's `net.2sw2path4hca`, `opensm -o` run first in its own process, the
 //! fabric's state kept in a file), compared with the same tools under ibsim and umad2sim after
-//! the same OpenSM run there: `ibstat`, `smpquery nodeinfo|portinfo|switchinfo`, `perfquery`,
-//! `ibroute`, `sminfo`.
+//! the same OpenSM run there: `ibstat`, `smpquery nodeinfo|portinfo|switchinfo`, `perfquery`
+//! (PortCounters and, with `-x`, PortCountersExtended), `ibroute`, `sminfo`.
 //!
 //! Where the outputs differ, the difference is ibsim 0.10's, and is compared field by field
 //! rather than hidden:
@@ -14,7 +14,9 @@
 //!   defaults: 0, "set to supported", 18, 8, 8, enforcement on).
 //! - SwitchInfo LinearFDBCap: 30720 in ibsim 0.10, 48K (ibsim 0.12, what the simulator models).
 //! - PerfMgt: the traffic counters count each simulator's own history (ibsim's include the
-//!   OpenSM run, ours start with the process); ibsim advertises one more ClassPortInfo bit.
+//!   OpenSM run, ours start with the process). Both claim IsExtendedWidthSupported, but
+//!   ibsim 0.10 never counts PortUnicast*Pkts (it reports 0); ours count every packet to a
+//!   unicast or the permissive DLID there.
 //! - SMInfo: after `opensm -o` no SM runs in either world (ours: each process has its own
 //!   simulator), so both fail the same query.
 
@@ -228,13 +230,7 @@ fn the_tools_answer_on_the_configured_fabric_as_under_ibsim() {
             "perfquery",
             &a,
             &b.ok(),
-            &[
-                "# Port counters",
-                "PortXmitData",
-                "PortRcvData",
-                "PortXmitPkts",
-                "PortRcvPkts",
-            ],
+            &["PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts"],
         );
     }
     let f = fields(&a.stdout);
@@ -242,6 +238,36 @@ fn the_tools_answer_on_the_configured_fabric_as_under_ibsim() {
     assert!(
         field(&f, "PortRcvPkts").parse::<u64>().unwrap() > 0,
         "this query itself"
+    );
+
+    // Extended port counters (perfquery -x): the same capability mask and fields as ibsim.
+    let Some((a, b)) = both(&w, "perfquery", &["-x", HCA2, "1"]) else {
+        return;
+    };
+    let a = a.ok();
+    let traffic = [
+        "PortXmitData",
+        "PortRcvData",
+        "PortXmitPkts",
+        "PortRcvPkts",
+        "PortUnicastXmitPkts",
+        "PortUnicastRcvPkts",
+        "PortMulticastXmitPkts",
+        "PortMulticastRcvPkts",
+    ];
+    if let Some(b) = b {
+        compare("perfquery -x", &a, &b.ok(), &traffic);
+    }
+    let f = fields(&a.stdout);
+    assert_eq!(field(&f, "PortSelect"), "1");
+    let count = |k: &str| field(&f, k).parse::<u64>().unwrap();
+    assert!(count("PortRcvPkts") > 0, "this query itself");
+    assert_eq!(count("PortUnicastRcvPkts"), count("PortRcvPkts"));
+    assert_eq!(count("PortMulticastRcvPkts"), 0);
+    assert_eq!(
+        count("PortXmitData"),
+        72 * count("PortXmitPkts"),
+        "72 words a MAD"
     );
 
     // SMInfo: no SM runs after opensm -o, in either world.

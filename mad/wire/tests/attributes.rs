@@ -16,6 +16,7 @@ use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
 use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
+use mad_wire::attr::port_counters_ext::{PortCountersExt, PortCountersExtRepr};
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask};
 use mad_wire::attr::sl_to_vl_table::{SlToVlAttrMod, SlToVlTable, SlToVlTableRepr};
 use mad_wire::attr::sm_info::{SmInfo, SmInfoRepr, SmState};
@@ -824,4 +825,51 @@ fn attribute_modifiers_split_as_the_spec_says() {
             position: 2
         }
     );
+}
+
+/// PortCountersExtended, laid out from libibmad `fields.c` (`IB_PC_EXT_*`: PortSelect bits
+/// 8–15, CounterSelect 16–31, then eight 64-bit counters from bit 64) and the kernel's
+/// `struct ib_pma_portcounters_ext` (reserved u8, port_select, counter_select, reserved u32).
+const PORT_COUNTERS_EXT: [u8; 72] = [
+    0x00, // reserved
+    0x05, // PortSelect
+    0x00, 0xA5, // CounterSelect
+    0x00, 0x00, 0x00, 0x00, // reserved
+    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // 8: PortXmitData
+    0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, // 16: PortRcvData
+    0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, // 24: PortXmitPkts
+    0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, // 32: PortRcvPkts
+    0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48, // 40: PortUnicastXmitPkts
+    0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, // 48: PortUnicastRcvPkts
+    0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, // 56: PortMulticastXmitPkts
+    0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, // 64: PortMulticastRcvPkts
+];
+
+#[test]
+fn port_counters_ext_round_trip() {
+    let repr =
+        PortCountersExtRepr::parse(&PortCountersExt::new_checked(&PORT_COUNTERS_EXT[..]).unwrap())
+            .unwrap();
+    assert_eq!(
+        repr,
+        PortCountersExtRepr {
+            port_select: 5,
+            counter_select: 0x00A5,
+            port_xmit_data: 0x0102_0304_0506_0708,
+            port_rcv_data: 0x1112_1314_1516_1718,
+            port_xmit_packets: 0x2122_2324_2526_2728,
+            port_rcv_packets: 0x3132_3334_3536_3738,
+            port_unicast_xmit_packets: 0x4142_4344_4546_4748,
+            port_unicast_rcv_packets: 0x5152_5354_5556_5758,
+            port_multicast_xmit_packets: 0x6162_6364_6566_6768,
+            port_multicast_rcv_packets: 0x7172_7374_7576_7778,
+        }
+    );
+    let mut out = [0xFFu8; 72];
+    repr.emit(&mut PortCountersExt::new_checked(&mut out[..]).unwrap());
+    assert_eq!(out, PORT_COUNTERS_EXT);
+    assert!(matches!(
+        PortCountersExt::new_checked(&PORT_COUNTERS_EXT[..71]),
+        Err(Error::Truncated { .. })
+    ));
 }

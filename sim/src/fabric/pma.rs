@@ -3,12 +3,16 @@
 //! ([`PortCounters`]); the PMA answers:
 //!
 //! - ClassPortInfo Get: BaseVersion 1, ClassVersion 1, RespTimeValue 18 (ibsim), capability
-//!   PortXmitWait, plus AllPortSelect on switches. ibsim also claims the extended-width
-//!   counters; this PMA does not serve PortCountersExtended, so it does not claim them.
-//! - PortCounters Get and Set (Set clears the counters CounterSelect names, CounterSelect2
-//!   clearing PortXmitWait, as ibsim): a CA answers for the port the MAD arrived on only
+//!   PortXmitWait and IsExtendedWidthSupported (PortCountersExtended with its unicast and
+//!   multicast counters, which the network counts), plus AllPortSelect on switches: the mask
+//!   ibsim gives.
+//! - PortCounters Get and Set (Set clears the counters CounterSelect names, and PortXmitWait
+//!   when CounterSelect2 has bit 0, the bit libibmad's reset mask puts there for it; ibsim
+//!   clears it for any non-zero CounterSelect2): a CA answers for the port the MAD arrived on only
 //!   (another PortSelect is 0x001C, as ibsim and the kernel's PMAs); a switch for any of its
 //!   ports, or all of them summed with PortSelect 255. The modifier must be 0.
+//! - PortCountersExtended Get and Set, the same ports selected; Set clears what CounterSelect
+//!   bits 0-7 name.
 //!
 //! Counters saturate at their field's width and stay there until cleared, as IBA 16.1.3.5
 //! says; they are kept in 64 bits and clamped when reported.
@@ -16,11 +20,15 @@
 use mad_wire::attr::class_port_info::{ClassPortInfo, ClassPortInfoRepr, pma_cap};
 use mad_wire::attr::port_counters::{
     ALL_PORTS, PortCounters as PortCountersView, PortCountersRepr, counter_select as sel,
+    counter_select2 as sel2,
+};
+use mad_wire::attr::port_counters_ext::{
+    PortCountersExt as PortCountersExtView, PortCountersExtRepr, counter_select as xsel,
 };
 use mad_wire::perf::DATA_OFFSET;
 use mad_wire::{attr_id, class, method, status};
 
-use super::model::{NodeId, NodeType};
+use super::model::{NodeId, NodeType, PortId};
 use super::sma::defaults::PMA_RESP_TIME_VALUE;
 use super::sma::respond;
 use super::sma::{Reply, Sma};
@@ -62,6 +70,14 @@ pub struct PortCounters {
     pub rcv_packets: u64,
     /// PortXmitWait.
     pub xmit_wait: u64,
+    /// PortUnicastXmitPkts: packets sent to a unicast (or the permissive) DLID.
+    pub unicast_xmit_packets: u64,
+    /// PortUnicastRcvPkts.
+    pub unicast_rcv_packets: u64,
+    /// PortMulticastXmitPkts: packets sent to a multicast DLID (0xC000-0xFFFE).
+    pub multicast_xmit_packets: u64,
+    /// PortMulticastRcvPkts.
+    pub multicast_rcv_packets: u64,
 }
 
 impl PortCounters {
@@ -113,6 +129,44 @@ impl PortCounters {
         }
     }
 
+    /// Clears what a PortCounters Set names: the counters of `select` (CounterSelect), and
+    /// PortXmitWait if `select2` (CounterSelect2) has its bit 0. Its other bits name counters
+    /// this PMA does not keep (bit 1: QP1Dropped).
+    pub fn clear_selected(&mut self, select: u16, select2: u8) {
+        self.clear(select, select2 & sel2::PORT_XMIT_WAIT != 0);
+    }
+
+    /// Clears the counters `mask` (PortCountersExtended CounterSelect bits) names.
+    pub fn clear_ext(&mut self, mask: u16) {
+        let fields: [(u16, &mut u64); 8] = [
+            (xsel::PORT_XMIT_DATA, &mut self.xmit_data),
+            (xsel::PORT_RCV_DATA, &mut self.rcv_data),
+            (xsel::PORT_XMIT_PACKETS, &mut self.xmit_packets),
+            (xsel::PORT_RCV_PACKETS, &mut self.rcv_packets),
+            (
+                xsel::PORT_UNICAST_XMIT_PACKETS,
+                &mut self.unicast_xmit_packets,
+            ),
+            (
+                xsel::PORT_UNICAST_RCV_PACKETS,
+                &mut self.unicast_rcv_packets,
+            ),
+            (
+                xsel::PORT_MULTICAST_XMIT_PACKETS,
+                &mut self.multicast_xmit_packets,
+            ),
+            (
+                xsel::PORT_MULTICAST_RCV_PACKETS,
+                &mut self.multicast_rcv_packets,
+            ),
+        ];
+        for (bit, field) in fields {
+            if mask & bit != 0 {
+                *field = 0;
+            }
+        }
+    }
+
     /// The sum of two ports' counters (PortSelect 255).
     fn plus(self, o: PortCounters) -> PortCounters {
         PortCounters {
@@ -147,6 +201,18 @@ impl PortCounters {
             xmit_packets: self.xmit_packets.saturating_add(o.xmit_packets),
             rcv_packets: self.rcv_packets.saturating_add(o.rcv_packets),
             xmit_wait: self.xmit_wait.saturating_add(o.xmit_wait),
+            unicast_xmit_packets: self
+                .unicast_xmit_packets
+                .saturating_add(o.unicast_xmit_packets),
+            unicast_rcv_packets: self
+                .unicast_rcv_packets
+                .saturating_add(o.unicast_rcv_packets),
+            multicast_xmit_packets: self
+                .multicast_xmit_packets
+                .saturating_add(o.multicast_xmit_packets),
+            multicast_rcv_packets: self
+                .multicast_rcv_packets
+                .saturating_add(o.multicast_rcv_packets),
         }
     }
 
@@ -181,6 +247,20 @@ impl PortCounters {
         r.port_xmit_packets = c32(self.xmit_packets);
         r.port_rcv_packets = c32(self.rcv_packets);
         r.port_xmit_wait = c32(self.xmit_wait);
+        // QP1Dropped is not counted (the capability mask does not claim IsQP1DropSupported).
+        r.qp1_dropped = 0;
+    }
+
+    /// Writes the 64-bit counters into `r`: kept in 64 bits, they saturate there.
+    fn report_ext(&self, r: &mut PortCountersExtRepr) {
+        r.port_xmit_data = self.xmit_data;
+        r.port_rcv_data = self.rcv_data;
+        r.port_xmit_packets = self.xmit_packets;
+        r.port_rcv_packets = self.rcv_packets;
+        r.port_unicast_xmit_packets = self.unicast_xmit_packets;
+        r.port_unicast_rcv_packets = self.unicast_rcv_packets;
+        r.port_multicast_xmit_packets = self.multicast_xmit_packets;
+        r.port_multicast_rcv_packets = self.multicast_rcv_packets;
     }
 }
 
@@ -203,7 +283,7 @@ impl Sma<'_> {
         let is_switch = self.fabric.node(node).kind() == NodeType::Switch;
         let st = match attr {
             attr_id::pma::CLASS_PORT_INFO if !set => {
-                let mut cap = pma_cap::XMIT_WAIT;
+                let mut cap = pma_cap::XMIT_WAIT | pma_cap::EXT_WIDTH;
                 if is_switch {
                     cap |= pma_cap::ALL_PORT_SELECT;
                 }
@@ -237,9 +317,41 @@ impl Sma<'_> {
                 status::SUCCESS
             }
             attr_id::pma::PORT_COUNTERS => self.port_counters(node, in_port, set, attr_mod, mad),
+            attr_id::pma::PORT_COUNTERS_EXT => {
+                self.port_counters_ext(node, in_port, set, attr_mod, mad)
+            }
             _ => status::METHOD_ATTR_UNSUPPORTED,
         };
         respond(mad, st)
+    }
+
+    /// The ports PortSelect `select` names at `node` for a MAD that came in by `in_port`, or
+    /// `None` when the request is invalid: a CA answers for the port the MAD arrived on only,
+    /// a switch for any of its ports or all of them (255); the modifier must be 0.
+    fn selected_ports(
+        &self,
+        node: NodeId,
+        in_port: u8,
+        select: u8,
+        attr_mod: u32,
+    ) -> Option<Vec<PortId>> {
+        let n = self.fabric.node(node);
+        let ok = attr_mod == 0
+            && if n.kind() == NodeType::Switch {
+                select <= n.num_ports() || select == ALL_PORTS
+            } else {
+                select == in_port
+            };
+        if !ok {
+            return None;
+        }
+        Some(if select == ALL_PORTS {
+            (0..=n.num_ports())
+                .filter_map(|p| self.fabric.port_id(node, p))
+                .collect()
+        } else {
+            self.fabric.port_id(node, select).into_iter().collect()
+        })
     }
 
     fn port_counters(
@@ -255,36 +367,83 @@ impl Sma<'_> {
             &PortCountersView::new_checked(&data[..]).expect("192 bytes hold PortCounters"),
         )
         .expect("PortCounters parses");
-        let n = self.fabric.node(node);
-        let is_switch = n.kind() == NodeType::Switch;
-        let select = repr.port_select;
-        let ok = attr_mod == 0
-            && if is_switch {
-                select <= n.num_ports() || select == ALL_PORTS
-            } else {
-                select == in_port
-            };
-        if !ok {
+        let Some(ports) = self.selected_ports(node, in_port, repr.port_select, attr_mod) else {
             return status::INVALID_ATTR_VALUE;
-        }
-        let ports: Vec<_> = if select == ALL_PORTS {
-            (0..=n.num_ports())
-                .filter_map(|p| self.fabric.port_id(node, p))
-                .collect()
-        } else {
-            self.fabric.port_id(node, select).into_iter().collect()
         };
         let mut total = PortCounters::default();
         for p in ports {
             if set {
                 self.agents
                     .counters_mut(p)
-                    .clear(repr.counter_select, repr.counter_select2 != 0);
+                    .clear_selected(repr.counter_select, repr.counter_select2);
             }
             total = total.plus(self.agents.counters(p));
         }
         total.report(&mut repr);
+        // Only PortSelect and the CounterSelects come from the request: what this PMA does
+        // not count, and everything after the attribute, reads zero.
+        data.fill(0);
         repr.emit(&mut PortCountersView::new_checked(&mut data[..]).expect("192 bytes"));
         status::SUCCESS
+    }
+
+    /// PortCountersExtended Get and Set (Set clears what CounterSelect bits 0-7 name), with
+    /// the port selection of PortCounters. What follows the attribute reads zero.
+    fn port_counters_ext(
+        &mut self,
+        node: NodeId,
+        in_port: u8,
+        set: bool,
+        attr_mod: u32,
+        mad: &mut [u8; 256],
+    ) -> u16 {
+        let data = &mut mad[DATA_OFFSET..];
+        let req = PortCountersExtRepr::parse(
+            &PortCountersExtView::new_checked(&data[..]).expect("192 bytes hold it"),
+        )
+        .expect("PortCountersExtended parses");
+        let Some(ports) = self.selected_ports(node, in_port, req.port_select, attr_mod) else {
+            return status::INVALID_ATTR_VALUE;
+        };
+        let mut total = PortCounters::default();
+        for p in ports {
+            if set {
+                self.agents.counters_mut(p).clear_ext(req.counter_select);
+            }
+            total = total.plus(self.agents.counters(p));
+        }
+        let mut repr = PortCountersExtRepr {
+            port_select: req.port_select,
+            counter_select: req.counter_select,
+            ..PortCountersExtRepr::default()
+        };
+        total.report_ext(&mut repr);
+        data.fill(0);
+        repr.emit(&mut PortCountersExtView::new_checked(&mut data[..]).expect("192 bytes"));
+        status::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_counter_select2_bit_0_clears_port_xmit_wait() {
+        let waited = PortCounters {
+            xmit_wait: 7,
+            vl15_dropped: 3,
+            ..PortCounters::default()
+        };
+        // Bit 1 is QP1Dropped (perfquery's reset mask bit 17): PortXmitWait stays.
+        let mut c = waited;
+        c.clear_selected(0, 0x02);
+        assert_eq!(c, waited);
+        let mut c = waited;
+        c.clear_selected(0, 0x01);
+        assert_eq!((c.xmit_wait, c.vl15_dropped), (0, 3));
+        let mut c = waited;
+        c.clear_selected(sel::VL15_DROPPED, 0);
+        assert_eq!((c.xmit_wait, c.vl15_dropped), (7, 0));
     }
 }

@@ -2,10 +2,11 @@
 //! each port (its PortInfo snapshot and P_Key table) the device refreshes from its
 //! [`PortLink`](crate::link::PortLink).
 //!
-//! Re-entrancy: the device never calls its link while holding its lock, and never calls back
-//! into the link from inside a [`PortSink`] callback (the fabric may hold its own lock while it
-//! delivers). A port change only marks the view stale and posts the PORT_CHANGE event; the view
-//! is refreshed on the next driver action (a doorbell, a command, a wait).
+//! Re-entrancy: the device never calls its link while holding its lock. From inside a
+//! [`PortSink`] callback it makes one call only, [`PortLink::count_drop`] after a delivery it
+//! dropped, its lock released (the fabric runs deliveries with no lock of its own held, as
+//! [`crate::net`] says). A port change only marks the view stale and posts the PORT_CHANGE
+//! event; the view is refreshed on the next driver action (a doorbell, a command, a wait).
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -128,16 +129,22 @@ impl PortSink for Sink {
 impl Inner {
     /// A packet from the fabric, at `now`.
     pub(crate) fn deliver(&self, port: u8, packet: Packet, now: Duration) {
-        self.with_at(now, |st| {
-            if self.down() || st.health.fatal {
+        let counted = self.with_at(now, |st| {
+            let counted = if self.down() || st.health.fatal {
                 st.counters.drop_packet(DropReason::DeviceDown);
+                None
             } else {
-                st.receive(port, &packet);
-            }
+                st.receive(port, &packet)
+            };
             // Keep the MAD buffer for the next send.
             if st.mad_pool.len() < MAD_POOL_MAX {
                 st.mad_pool.push(packet.mad);
             }
+            counted
         });
+        // The port's PMA counts it, outside the device lock.
+        if let (Some(drop), Some(link)) = (counted, self.link(port)) {
+            link.count_drop(drop);
+        }
     }
 }

@@ -17,6 +17,7 @@ use super::counters::DropReason;
 use super::faults::WqeQueue;
 use super::qp::Qp;
 use super::state::{State, WQE_SCRATCH};
+use crate::link::ReceiveDrop;
 use crate::packet::{Packet, pkey_match};
 
 /// Bytes a UD receive consumes: the GRH area and the MAD.
@@ -31,14 +32,18 @@ const GRH_PAYLOAD_LEN: u16 = 12 + 8 + 256 + 4;
 const CQE_L3_GRH: u8 = 1;
 
 impl State {
-    /// A packet arrived at `port`.
-    pub(crate) fn receive(&mut self, port: u8, pkt: &Packet) {
+    /// A packet arrived at `port`. Returns the drop the port's PMA counts, if the packet was
+    /// dropped for one: an SMP that QP0 could not take (not receiving, or no receive posted)
+    /// is a VL15 packet dropped for want of resources.
+    pub(crate) fn receive(&mut self, port: u8, pkt: &Packet) -> Option<ReceiveDrop> {
         let mut raw = self.take_scratch();
         let r = self.try_receive(port, pkt, &mut raw[..MAX_RECV_WQE]);
         self.put_scratch(raw);
-        if let Err(reason) = r {
-            self.counters.drop_packet(reason);
-        }
+        let reason = r.err()?;
+        self.counters.drop_packet(reason);
+        let for_qp0 = pkt.vl15 && pkt.dst_qp == 0;
+        (for_qp0 && matches!(reason, DropReason::QpState | DropReason::NoRecvWqe))
+            .then_some(ReceiveDrop::Vl15)
     }
 
     /// `raw`: room for the receive WQE.

@@ -9,7 +9,7 @@ use super::Shared;
 use super::engine::NetState;
 use crate::fabric::PortId;
 use crate::fabric::sma::Effect;
-use crate::link::{PortLink, PortSnapshot};
+use crate::link::{PortLink, PortSnapshot, ReceiveDrop};
 use crate::packet::Packet;
 
 /// The link between one device port and the network. Dropping it detaches the device (and
@@ -52,6 +52,15 @@ impl PortLink for AttachedPort {
             let old = st.fabric.port(self.port).state.capability_mask;
             set_capability_mask(st, self.port, (old | set) & !clear)
         })
+    }
+
+    fn count_drop(&self, drop: ReceiveDrop) {
+        self.shared.run(|st| {
+            let c = st.agents.counters_mut(self.port);
+            match drop {
+                ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(1),
+            }
+        });
     }
 }
 

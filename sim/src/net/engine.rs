@@ -72,6 +72,12 @@ fn packet_words(p: &Packet) -> u64 {
     (8 + grh + 12 + 8 + 256 + 4) / 4
 }
 
+/// Whether `dlid` is a multicast LID (0xC000-0xFFFE): PortMulticast*Pkts count those packets,
+/// PortUnicast*Pkts the rest (the permissive LID is not a multicast one).
+fn is_multicast(dlid: u16) -> bool {
+    dlid >= MCAST_LID_BASE && dlid != PERMISSIVE_LID
+}
+
 /// Whether `lid` is one of the LIDs of a port with base `base` and LMC `lmc`.
 fn owns(base: u16, lmc: u8, lid: u16) -> bool {
     base != 0 && lid >= base && u32::from(lid) < u32::from(base) + (1u32 << lmc)
@@ -164,10 +170,16 @@ impl NetState {
             return None;
         }
         let words = packet_words(pkt);
+        let multicast = is_multicast(pkt.dlid);
         {
             let c = self.agents.counters_mut(egress);
             c.xmit_packets += 1;
             c.xmit_data += words;
+            if multicast {
+                c.multicast_xmit_packets += 1;
+            } else {
+                c.unicast_xmit_packets += 1;
+            }
         }
         if !self.faults.is_empty() {
             let peer_node = self.fabric.port(peer).node();
@@ -194,6 +206,11 @@ impl NetState {
         let c = self.agents.counters_mut(peer);
         c.rcv_packets += 1;
         c.rcv_data += words;
+        if multicast {
+            c.multicast_rcv_packets += 1;
+        } else {
+            c.unicast_rcv_packets += 1;
+        }
         Some(peer)
     }
 

@@ -25,6 +25,8 @@
 //!   device's port, synchronously, at once.
 //! - [`PortLink::port_info`] is the port's state as its SMA holds it;
 //!   [`PortLink::modify_capability_mask`] is how the host sets IsSM when an SM opens the port.
+//! - [`PortLink::count_drop`]: a packet the device dropped for a reason the port's PMA counts
+//!   (an SMP its QP0 could not take: VL15Dropped).
 //! - Port changes of an attached port (an SM's Set of its LID or state, a link fault) reach
 //!   the device as [`PortSink::port_changed`].
 //! - VL15 carries SMPs only (to and from QP0); anything else on VL15, or an SMP elsewhere, is

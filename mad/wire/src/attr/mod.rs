@@ -13,6 +13,7 @@ pub mod node_info;
 pub mod notice;
 pub mod pkey_table;
 pub mod port_counters;
+pub mod port_counters_ext;
 pub mod port_info;
 pub mod sl_to_vl_table;
 pub mod sm_info;

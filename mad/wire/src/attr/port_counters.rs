@@ -71,6 +71,15 @@ pub mod counter_select {
     pub const PORT_RCV_PACKETS: u16 = 0x8000;
 }
 
+/// CounterSelect2 bits (the byte at offset 18): libibmad's `performance_reset_via` writes its
+/// mask's bits 16 and up there, perfquery's bit 16 being PortXmitWait and bit 17 QP1Dropped.
+pub mod counter_select2 {
+    /// PortXmitWait.
+    pub const PORT_XMIT_WAIT: u8 = 0x01;
+    /// QP1Dropped.
+    pub const QP1_DROPPED: u8 = 0x02;
+}
+
 mod field {
     pub const RESERVED: usize = 0;
     pub const PORT_SELECT: usize = 1;

@@ -7,7 +7,8 @@
 //! them. That scheduler runs only when the device's driver waits or rings a doorbell, so the
 //! deliveries waiting there are capped ([`RemoteTarget::max_pending`]); beyond, they are
 //! dropped and counted, as a receive queue without WQEs drops packets. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
-//! timeout.
+//! timeout. [`PortLink::count_drop`] is not forwarded (the wire protocol has no message for
+//! it): a VL15 packet the device drops is not counted in the server's VL15Dropped.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
