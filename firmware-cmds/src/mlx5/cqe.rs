@@ -428,6 +428,7 @@ impl Cqe {
 
     /// [`encode`](Self::encode) into `b` (every byte of it is written): a device that
     /// writes a CQE per completion builds it where it is sent from, with no copy of its own.
+    #[inline]
     pub fn encode_into(&self, b: &mut [u8; CQE_SIZE]) {
         *b = [0u8; CQE_SIZE];
         let put32 = |b: &mut [u8; CQE_SIZE], at: usize, v: u32| {

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use dma::SimIommu;
-use firmware_cmds::mlx5::cqe::{CQE_SIZE, CQE128_OFFSET, Cqe};
+use firmware_cmds::mlx5::cqe::{CQE_SIZE, CQE128_OFFSET, Cqe, off};
 
 use super::buffer::{self, PageList};
 
@@ -142,7 +142,7 @@ impl Cq {
 
     /// Writes `cqe` with the ownership bit of its pass.
     #[inline]
-    pub(crate) fn post(&mut self, iommu: &SimIommu, mut cqe: Cqe, solicited: bool) -> Posted {
+    pub(crate) fn post(&mut self, iommu: &SimIommu, cqe: &Cqe, solicited: bool) -> Posted {
         if self.error {
             return Posted::InError;
         }
@@ -155,7 +155,6 @@ impl Cq {
             return Posted::Overrun;
         }
         let index = self.pc & (self.nent - 1);
-        cqe.owner = self.pc & self.nent != 0;
         let mut off = u64::from(index) * u64::from(self.stride);
         if self.stride as usize > CQE_SIZE {
             off += CQE128_OFFSET as u64;
@@ -166,6 +165,9 @@ impl Cq {
         };
         let mut entry = [0u8; CQE_SIZE];
         cqe.encode_into(&mut entry);
+        // The ownership bit of this pass, whatever the CQE carried.
+        let owner = u8::from(self.pc & self.nent != 0);
+        entry[off::OP_OWN] = (entry[off::OP_OWN] & !1) | owner;
         if !buffer::write_owned_entry(iommu, at, &entry) {
             self.error = true;
             return Posted::AccessViolation;

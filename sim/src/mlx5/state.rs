@@ -352,7 +352,7 @@ impl State {
                 if cq.late.is_empty() && cq.delayed.is_empty() {
                     let (is_error, is_flush) = cqe_kind(&cqe);
                     let eqn = cq.eqn;
-                    let posted = cq.post(&self.iommu, cqe, solicited || is_error);
+                    let posted = cq.post(&self.iommu, &cqe, solicited || is_error);
                     self.posted(cqn, eqn, posted, is_error, is_flush);
                     return;
                 }
@@ -395,7 +395,7 @@ impl State {
             self.fx.timers.push((due, cqn));
             return;
         }
-        self.write_cqe(cqn, cqe, solicited);
+        self.write_cqe(cqn, &cqe, solicited);
     }
 
     /// Completes on `cqn` at `due`, holding back no other QP's CQE meanwhile (a send
@@ -439,12 +439,12 @@ impl State {
             let Some(d) = cq.delayed.pop_front() else {
                 return;
             };
-            self.write_cqe(cqn, d.cqe, d.solicited);
+            self.write_cqe(cqn, &d.cqe, d.solicited);
         }
     }
 
-    fn write_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
-        let (is_error, is_flush) = cqe_kind(&cqe);
+    fn write_cqe(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) {
+        let (is_error, is_flush) = cqe_kind(cqe);
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             self.counters.snap.cqes_lost += 1;
             return;
