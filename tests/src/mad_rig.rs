@@ -307,9 +307,24 @@ pub fn serve(responder: &Agent, tracker: &mut Tracker) {
     }
 }
 
+/// What kind of event an entry of [`Tracker::log`] was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A received MAD (with the send it answers, if it is a matched response).
+    Recv,
+    /// A send's completion.
+    Send,
+    /// The device died.
+    Fatal,
+}
+
 /// Every event seen, holding each send to exactly one completion.
 #[derive(Default, Debug)]
 pub struct Tracker {
+    /// Every event in the order it was taken in: its kind and the send it names (a
+    /// completion's send, a response's request; `None` for an unsolicited MAD or a fatal
+    /// event). Taken from one agent's queue, this is the order that agent was told things in.
+    pub log: Vec<(Seen, Option<SendId>)>,
     /// The one completion of each send.
     pub done: HashMap<SendId, SendCompletion>,
     /// Sends in the order their completions arrived.
@@ -328,14 +343,27 @@ impl Tracker {
         match e {
             Event::Send(c) => {
                 let id = c.id;
+                self.log.push((Seen::Send, Some(id)));
                 self.order.push(id);
                 if let Some(prev) = self.done.insert(id, c) {
                     panic!("{id} completed twice: first {prev:?}");
                 }
             }
-            Event::Recv(r) => self.recvs.push(*r.into_box()),
-            Event::DeviceFatal { .. } => self.fatal += 1,
+            Event::Recv(r) => {
+                let r = *r.into_box();
+                self.log.push((Seen::Recv, r.response_to.map(|s| s.id)));
+                self.recvs.push(r);
+            }
+            Event::DeviceFatal { .. } => {
+                self.log.push((Seen::Fatal, None));
+                self.fatal += 1;
+            }
         }
+    }
+
+    /// Where in [`Tracker::log`] the first event of `kind` naming `id` is.
+    pub fn position(&self, kind: Seen, id: SendId) -> Option<usize> {
+        self.log.iter().position(|e| *e == (kind, Some(id)))
     }
 
     /// The status of `id`'s completion.

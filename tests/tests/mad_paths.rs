@@ -13,7 +13,8 @@ use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, WcStatus};
 use firmware_cmds::mlx5::health::HealthSyndrome;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{
-    ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Tracker, answer_of, deregister, mad, tid_of,
+    ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Seen, Tracker, answer_of, deregister, mad,
+    tid_of,
 };
 use mad::{AgentSpec, DropReason, Event, MadError, MethodMask, PortConfig, SendRequest, SendState};
 use sim::mlx5::WqeQueue;
@@ -79,6 +80,13 @@ fn path02_the_response_is_delivered_linked_then_the_send_completes() {
     assert_eq!(c.status, WcStatus::Success);
     assert_eq!(r.header().tid(), c.tid, "matched on the TID as sent");
     assert_ne!(c.tid >> 32, 0, "the stack owns the upper half");
+    // The requester's queue told it the response first, then the completion.
+    let (recv, send) = (t.position(Seen::Recv, id), t.position(Seen::Send, id));
+    assert!(
+        matches!((recv, send), (Some(told), Some(done)) if told < done),
+        "the linked response before the completion: {:?}",
+        t.log
+    );
     assert_eq!(rig.port.counters().responses, 1);
     deregister(a, &mut t);
     deregister(responder, &mut t);
@@ -187,6 +195,12 @@ fn path03_early_response_completes_the_send_only_at_its_cqe() {
             .all_done(&[id]))
     );
     assert_eq!(t.status(id), Some(WcStatus::Success));
+    let (recv, send) = (t.position(Seen::Recv, id), t.position(Seen::Send, id));
+    assert!(
+        matches!((recv, send), (Some(told), Some(done)) if told < done),
+        "the early response before the completion: {:?}",
+        t.log
+    );
     assert_eq!(rig.port.counters().early_responses, 1);
     rig.sim
         .model
