@@ -164,6 +164,8 @@ pub fn attach_configured(
         lid,
         base_leases,
         base_mappings,
+        deregistered: std::sync::Mutex::default(),
+        longest_timeout: std::sync::Mutex::new(crate::mad_rig::LONGEST_TIMEOUT),
     }
 }
 

@@ -4,15 +4,15 @@
 //! leak checks each scenario ends with.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use driver::DeviceBackend;
 use driver::mlx5::{Mlx5Hca, Mlx5Port};
 use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, UdDest, WcStatus};
 use mad::{
-    Agent, AgentSpec, Event, MethodMask, Port, PortConfig, QP1_QKEY, RecvMad, SendCompletion,
-    SendId, SendRequest,
+    Agent, AgentId, AgentSpec, Event, EventQueue, MethodMask, Port, PortConfig, QP1_QKEY, RecvMad,
+    SendCompletion, SendId, SendRequest,
 };
 
 use crate::mlx5::SimHca;
@@ -29,6 +29,9 @@ pub const GET: u8 = 0x01;
 pub const SEND: u8 = 0x03;
 /// GetTable (SA; no unmatched-method answer is generated for it).
 pub const GET_TABLE: u8 = 0x12;
+/// The longest response timeout a scenario on a rig gives a send (the 60 s of the sends meant
+/// to wait "forever"); [`MadRig::set_longest_timeout`] changes it for a rig.
+pub const LONGEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A 256-byte MAD of `class` (class version 2 for SA, 1 otherwise) with `method` and the
 /// client's low TID `tid`.
@@ -74,6 +77,12 @@ pub struct MadRig {
     pub base_leases: usize,
     /// IOMMU mappings live once the port was open.
     pub base_mappings: usize,
+    /// The queues of the agents [`MadRig::deregister`] took down: the final check drives the
+    /// port a while longer and then asserts each is still empty.
+    pub(crate) deregistered: Mutex<Vec<(AgentId, Arc<EventQueue>)>>,
+    /// The longest response timeout of the rig's sends (how long the final check drives the
+    /// port after the deregistrations: twice this).
+    pub(crate) longest_timeout: Mutex<Duration>,
 }
 
 impl MadRig {
@@ -105,6 +114,61 @@ impl MadRig {
             lid,
             base_leases,
             base_mappings,
+            deregistered: Mutex::default(),
+            longest_timeout: Mutex::new(LONGEST_TIMEOUT),
+        }
+    }
+
+    /// Declare the longest response timeout the scenario's sends have (default
+    /// [`LONGEST_TIMEOUT`]); on the real clock this keeps the final check short.
+    pub fn set_longest_timeout(&self, longest: Duration) {
+        *self
+            .longest_timeout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = longest;
+    }
+
+    /// Deregister `agent` (see [`deregister_keeping_queue`]) and keep its queue: the final
+    /// check ([`MadRig::finish`], [`MadRig::finish_dead`]) asserts nothing reached it after.
+    pub fn deregister(&self, agent: Agent, tracker: &mut Tracker) {
+        let id = agent.id();
+        let q = deregister_keeping_queue(agent, tracker);
+        self.deregistered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id, q));
+    }
+
+    /// No event after a deregistration returned: drive the port for twice the longest
+    /// response timeout (any timer or late completion still tied to a deregistered agent has
+    /// fired by then), then check every queue [`MadRig::deregister`] kept is empty. The
+    /// final checks run it; a scenario calls it itself to look at the device after.
+    pub fn assert_nothing_after_deregistration(&self) {
+        let kept = std::mem::take(
+            &mut *self
+                .deregistered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if kept.is_empty() {
+            return;
+        }
+        let longest = *self
+            .longest_timeout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let end = self.port.deadline_after(2 * longest);
+        while self.port.now() < end {
+            self.port.progress_until(end);
+        }
+        for (id, q) in &kept {
+            assert!(
+                q.is_empty(),
+                "{id}: an event after its deregistration returned (port driven {:?} \
+                 after): {:?}",
+                2 * longest,
+                q.try_pop()
+            );
         }
     }
 
@@ -237,10 +301,11 @@ impl MadRig {
     /// driver and the MAD layer held is left (no lease, no mapping, no IOMMU fault; the dead
     /// device's own state is not asked).
     pub fn finish_dead(self) {
+        assert_eq!(self.port.census().agents, 0, "deregister every agent first");
+        self.assert_nothing_after_deregistration();
         let MadRig {
             sim, hca, hw, port, ..
         } = self;
-        assert_eq!(port.census().agents, 0, "deregister every agent first");
         hca.close().expect("close");
         drop(port);
         // The layer's last leases went back after close: unmap the pool's idle arenas.
@@ -271,10 +336,11 @@ impl MadRig {
     /// Close the HCA, drop the MAD layer, and check nothing is left anywhere (the driver's
     /// and the device's accounting).
     pub fn finish(self) {
+        assert_eq!(self.port.census().agents, 0, "deregister every agent first");
+        self.assert_nothing_after_deregistration();
         let MadRig {
             sim, hca, hw, port, ..
         } = self;
-        assert_eq!(port.census().agents, 0, "deregister every agent first");
         hca.close().expect("close");
         // After close the device returns every receive buffer (flushed in software): the
         // layer releases them as it is dropped.
@@ -307,9 +373,24 @@ pub fn serve(responder: &Agent, tracker: &mut Tracker) {
     }
 }
 
+/// What kind of event an entry of [`Tracker::log`] was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A received MAD (with the send it answers, if it is a matched response).
+    Recv,
+    /// A send's completion.
+    Send,
+    /// The device died.
+    Fatal,
+}
+
 /// Every event seen, holding each send to exactly one completion.
 #[derive(Default, Debug)]
 pub struct Tracker {
+    /// Every event in the order it was taken in: its kind and the send it names (a
+    /// completion's send, a response's request; `None` for an unsolicited MAD or a fatal
+    /// event). Taken from one agent's queue, this is the order that agent was told things in.
+    pub log: Vec<(Seen, Option<SendId>)>,
     /// The one completion of each send.
     pub done: HashMap<SendId, SendCompletion>,
     /// Sends in the order their completions arrived.
@@ -328,14 +409,27 @@ impl Tracker {
         match e {
             Event::Send(c) => {
                 let id = c.id;
+                self.log.push((Seen::Send, Some(id)));
                 self.order.push(id);
                 if let Some(prev) = self.done.insert(id, c) {
                     panic!("{id} completed twice: first {prev:?}");
                 }
             }
-            Event::Recv(r) => self.recvs.push(*r.into_box()),
-            Event::DeviceFatal { .. } => self.fatal += 1,
+            Event::Recv(r) => {
+                let r = *r.into_box();
+                self.log.push((Seen::Recv, r.response_to.map(|s| s.id)));
+                self.recvs.push(r);
+            }
+            Event::DeviceFatal { .. } => {
+                self.log.push((Seen::Fatal, None));
+                self.fatal += 1;
+            }
         }
+    }
+
+    /// Where in [`Tracker::log`] the first event of `kind` naming `id` is.
+    pub fn position(&self, kind: Seen, id: SendId) -> Option<usize> {
+        self.log.iter().position(|e| *e == (kind, Some(id)))
     }
 
     /// The status of `id`'s completion.
@@ -350,12 +444,15 @@ impl Tracker {
 }
 
 /// Deregister `agent` and take in the events it was given before deregistration returned;
-/// checks that its queue then stays empty.
-pub fn deregister(agent: Agent, tracker: &mut Tracker) {
+/// returns its queue, which must stay empty from now on. Only the port driven for a while
+/// after can show that: [`MadRig::deregister`] keeps the queue for its final check; a test
+/// without a rig drives the port and checks the queue itself.
+#[must_use = "check the queue stays empty after driving the port"]
+pub fn deregister_keeping_queue(agent: Agent, tracker: &mut Tracker) -> Arc<EventQueue> {
     let q = agent.events().clone();
     agent.deregister();
     while let Some(e) = q.try_pop() {
         tracker.absorb(e);
     }
-    assert!(q.is_empty());
+    q
 }

@@ -5,19 +5,23 @@
 //! dropped answers, late send completions, CQE delays, a QP moved to error, a fatal firmware
 //! error, surprise removal, the VFIO device request. The invariants are checked after every
 //! step: no send completes twice, no event after a deregistration returned, no IOMMU fault,
-//! never more work requests posted than the send queue holds; and at every quiesce point (all
-//! agents deregistered, which returns only when each of their sends completed exactly once):
-//! MAD leases and mappings back to their baseline, and after a rebuild nothing left.
+//! never more work requests posted than the send queue holds; a cancel or timeout change
+//! answers Ok or "not outstanding" (or "device dead" once it is), and a send canceled with Ok
+//! completes with WR_FLUSH_ERR; a deregistration returns within [`DEREGISTER_LIMIT`] of device
+//! time; and at every quiesce point (all agents deregistered, which returns only when each of
+//! their sends completed exactly once): MAD leases and mappings back to their baseline, and
+//! after a rebuild nothing left.
 //!
 //! A failure names its seed; `HCA_SEED=<n> cargo test -p hca-tests --test mad_faults --
 //! --ignored replay` runs that seed alone (`HCA_OPS=<n>` changes the count of operations).
 
+use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
 use driver::DeviceBackend;
-use driver::verbs::{Hca, HcaOptions, SpecialQp, UdDest};
+use driver::verbs::{Hca, HcaOptions, SpecialQp, UdDest, WcStatus};
 use firmware_cmds::mlx5::health::HealthSyndrome;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{
@@ -75,6 +79,11 @@ struct World {
     clients: Vec<Client>,
     tracker: Tracker,
     closed: Vec<Arc<EventQueue>>,
+    /// Sends whose cancel returned Ok and whose completion has not been seen yet: each must
+    /// complete with WR_FLUSH_ERR.
+    canceled: HashSet<SendId>,
+    /// Cancels that returned Ok.
+    cancels_ok: usize,
     /// Answers the responder skips (dropped answers).
     skip_answers: u32,
     dead: Option<(Dead, usize)>,
@@ -112,6 +121,8 @@ impl World {
             clients: Vec::new(),
             tracker: Tracker::default(),
             closed: Vec::new(),
+            canceled: HashSet::new(),
+            cancels_ok: 0,
             skip_answers: 0,
             dead: None,
             rebuilds: 0,
@@ -149,16 +160,74 @@ impl World {
                 self.tracker.absorb(e);
             }
         }
-        for c in &mut self.clients {
-            while let Some(e) = c.agent.try_event() {
-                if let Event::Send(s) = &e {
-                    c.open.retain(|i| *i != s.id);
-                }
-                self.tracker.absorb(e);
-            }
+        for i in 0..self.clients.len() {
+            self.absorb_client(i);
         }
         // Received MADs are not kept: only completions are checked.
         self.tracker.recvs.clear();
+    }
+
+    /// Take in the events queued for client `i`.
+    fn absorb_client(&mut self, i: usize) {
+        while let Some(e) = self.clients[i].agent.try_event() {
+            if let Event::Send(s) = &e {
+                self.clients[i].open.retain(|i| *i != s.id);
+            }
+            self.take(e);
+        }
+    }
+
+    /// Take in an event of a client: a send canceled with Ok must complete flushed.
+    fn take(&mut self, e: Event) {
+        if let Event::Send(s) = &e {
+            if self.canceled.remove(&s.id) {
+                assert_eq!(
+                    s.status,
+                    WcStatus::WrFlushErr,
+                    "{} was canceled (Ok) before its completion was queued: {s:?}",
+                    s.id
+                );
+            }
+        }
+        self.tracker.absorb(e);
+    }
+
+    /// Cancel send `id` of client `i`.
+    fn cancel(&mut self, i: usize, id: SendId) {
+        // What was queued before the cancel is taken in first: a completion already queued
+        // is not one the cancel can change.
+        self.absorb_client(i);
+        let queued_before = self.tracker.done.contains_key(&id);
+        match self.clients[i].agent.cancel(id) {
+            Ok(()) => {
+                assert!(
+                    !queued_before,
+                    "cancel of {id} returned Ok after its completion was queued"
+                );
+                self.canceled.insert(id);
+                self.cancels_ok += 1;
+            }
+            Err(MadError::NotOutstanding(_)) => {}
+            Err(e) => self.refused_for_death("cancel", &e),
+        }
+    }
+
+    /// Change the response timeout of send `id` of client `i`.
+    fn modify(&mut self, i: usize, id: SendId, timeout_ms: u32) {
+        match self.clients[i].agent.modify_timeout(id, timeout_ms) {
+            Ok(()) | Err(MadError::NotOutstanding(_)) => {}
+            Err(e) => self.refused_for_death("modify_timeout", &e),
+        }
+    }
+
+    /// `what` failed with `e`: fine only as "device dead" once the device is.
+    fn refused_for_death(&self, what: &str, e: &MadError) {
+        assert!(
+            matches!(e, MadError::DeviceFatal { .. })
+                && matches!(self.dead, Some((Dead::Fatal | Dead::Removed, _))),
+            "{what}: {e} (device {:?})",
+            self.dead
+        );
     }
 
     fn pump(&mut self, d: Duration) {
@@ -199,9 +268,9 @@ impl World {
     fn deregister_at(&mut self, i: usize) {
         let c = self.clients.swap_remove(i);
         let q = c.agent.events().clone();
-        c.agent.deregister();
+        deregister_bounded(&self.rig, c.agent);
         while let Some(e) = q.try_pop() {
-            self.tracker.absorb(e);
+            self.take(e);
         }
         for id in &c.sent {
             assert!(
@@ -307,13 +376,19 @@ impl World {
             silent,
             mut tracker,
             closed,
+            canceled,
             dead,
             rebuilds,
+            cancels_ok,
             ..
         } = old;
+        assert!(
+            canceled.is_empty(),
+            "canceled, never completed: {canceled:?}"
+        );
         for a in [responder, silent] {
             let q = a.events().clone();
-            a.deregister();
+            deregister_bounded(&rig, a);
             while let Some(e) = q.try_pop() {
                 tracker.absorb(e);
             }
@@ -334,6 +409,7 @@ impl World {
             }
         }
         self.rebuilds = rebuilds + 1;
+        self.cancels_ok = cancels_ok;
     }
 
     fn check(&self, step: usize) {
@@ -365,6 +441,35 @@ impl World {
     }
 }
 
+/// How much device time a deregistration may take. A send lives at most 50 ms × 3 attempts
+/// plus a 10 ms late completion; a dead device is seen by the driver's health poll (every
+/// 2 s, a few polls at most) and then everything completes in software. Ten seconds is far
+/// past both: a deregistration still waiting then is waiting for a completion that will
+/// never come.
+const DEREGISTER_LIMIT: Duration = Duration::from_secs(10);
+
+/// Deregister `agent` on a thread of its own (it drives the port itself), failing at once
+/// if it has not returned after [`DEREGISTER_LIMIT`] of device time instead of hanging until
+/// the watchdog. (A deregistration that never returns leaves its thread behind.)
+fn deregister_bounded(rig: &MadRig, agent: Agent) {
+    let start = rig.port.now();
+    let id = agent.id();
+    let h = std::thread::spawn(move || agent.deregister());
+    while !h.is_finished() {
+        let took = rig.port.now().saturating_sub(start);
+        assert!(
+            took <= DEREGISTER_LIMIT,
+            "deregistration did not return: {id} still waiting after {took:?} of device \
+             time (limit {DEREGISTER_LIMIT:?}); census {:?}",
+            rig.port.census()
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    if let Err(e) = h.join() {
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// What a run went through (printed, and checked to be more than nothing).
 #[derive(Default, Debug)]
 struct Summary {
@@ -372,6 +477,7 @@ struct Summary {
     by_status: std::collections::BTreeMap<String, usize>,
     rebuilds: usize,
     deaths: usize,
+    cancels_ok: usize,
 }
 
 fn run(seed: u64, ops: usize) {
@@ -386,14 +492,12 @@ fn run(seed: u64, ops: usize) {
             0..=549 => w.send(&mut rng),
             550..=609 => {
                 if let Some((i, id)) = w.pick_open(&mut rng) {
-                    let _ = w.clients[i].agent.cancel(id);
+                    w.cancel(i, id);
                 }
             }
             610..=639 => {
                 if let Some((i, id)) = w.pick_open(&mut rng) {
-                    let _ = w.clients[i]
-                        .agent
-                        .modify_timeout(id, 1 + rng.below(40) as u32);
+                    w.modify(i, id, 1 + rng.below(40) as u32);
                 }
             }
             640..=869 => w.pump(ms(rng.below(4))),
@@ -479,10 +583,15 @@ fn run(seed: u64, ops: usize) {
     }
     summary.absorb(&w.tracker);
     w.rebuild();
+    summary.cancels_ok = w.cancels_ok;
     eprintln!("seed {seed}: {ops} operations, {summary:?}");
     // A run that never got a send through, or never hit a fault, tested little.
     assert!(summary.by_status.get("IB_WC_SUCCESS").copied().unwrap_or(0) > ops / 100);
     assert!(summary.by_status.len() >= 3, "{summary:?}");
+    assert!(
+        summary.cancels_ok > 0,
+        "no cancel was accepted: {summary:?}"
+    );
 }
 
 impl Summary {

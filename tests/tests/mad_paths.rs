@@ -13,7 +13,8 @@ use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, WcStatus};
 use firmware_cmds::mlx5::health::HealthSyndrome;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{
-    ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Tracker, answer_of, deregister, mad, tid_of,
+    ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Seen, Tracker, answer_of,
+    deregister_keeping_queue, mad, tid_of,
 };
 use mad::{AgentSpec, DropReason, Event, MadError, MethodMask, PortConfig, SendRequest, SendState};
 use sim::mlx5::WqeQueue;
@@ -52,7 +53,7 @@ fn path01_send_without_response_completes_once_after_its_cqe() {
     }
     // Nobody registered for them on our port: they were dropped there, not answered.
     assert_eq!(rig.port.counters().drops.get(DropReason::NoAgent), 8);
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(t.done.len(), 8);
     rig.assert_clean();
     rig.finish();
@@ -79,9 +80,16 @@ fn path02_the_response_is_delivered_linked_then_the_send_completes() {
     assert_eq!(c.status, WcStatus::Success);
     assert_eq!(r.header().tid(), c.tid, "matched on the TID as sent");
     assert_ne!(c.tid >> 32, 0, "the stack owns the upper half");
+    // The requester's queue told it the response first, then the completion.
+    let (recv, send) = (t.position(Seen::Recv, id), t.position(Seen::Send, id));
+    assert!(
+        matches!((recv, send), (Some(told), Some(done)) if told < done),
+        "the linked response before the completion: {:?}",
+        t.log
+    );
     assert_eq!(rig.port.counters().responses, 1);
-    deregister(a, &mut t);
-    deregister(responder, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(responder, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -103,7 +111,7 @@ fn path02_an_smp_to_our_own_port_is_answered_by_the_firmware_sma() {
     assert_eq!((r.header().method(), r.header().status()), (0x81, 0));
     assert_eq!(r.mad[64 + 2], 1, "NodeInfo: NodeType CA");
     assert_eq!(rig.port.counters().local_replies, 1);
-    deregister(sm, &mut t);
+    rig.deregister(sm, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -146,8 +154,8 @@ fn path02_a_vendor_class_get_is_answered_by_the_device_before_any_agent() {
     assert_eq!((r.header().method(), r.header().status()), (0x81, 0x000C));
     assert_eq!(r.header().mgmt_class(), 0x0A);
     assert_eq!(rig.port.counters().local_replies, 1);
-    deregister(a, &mut t);
-    deregister(vendor, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(vendor, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -187,14 +195,20 @@ fn path03_early_response_completes_the_send_only_at_its_cqe() {
             .all_done(&[id]))
     );
     assert_eq!(t.status(id), Some(WcStatus::Success));
+    let (recv, send) = (t.position(Seen::Recv, id), t.position(Seen::Send, id));
+    assert!(
+        matches!((recv, send), (Some(told), Some(done)) if told < done),
+        "the early response before the completion: {:?}",
+        t.log
+    );
     assert_eq!(rig.port.counters().early_responses, 1);
     rig.sim
         .model
         .faults()
         .send_completion_delay(rig.qpn(SpecialQp::Gsi), Duration::ZERO);
     rig.pump(Some(&responder), &[&a], &mut t, ms(30));
-    deregister(a, &mut t);
-    deregister(responder, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(responder, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -239,8 +253,8 @@ fn path04_timeout_after_retries_then_a_late_response_is_dropped() {
     rig.pump(None, &[&a, &silent], &mut t, ms(20));
     assert_eq!(t.recvs.len(), 0, "the late response is not delivered");
     assert_eq!(rig.port.counters().drops.get(DropReason::Late), 1);
-    deregister(a, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -269,8 +283,8 @@ fn path05_cancel_while_on_the_qp_completes_at_the_cqe() {
         .model
         .faults()
         .send_completion_delay(rig.qpn(SpecialQp::Gsi), Duration::ZERO);
-    deregister(a, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -305,8 +319,8 @@ fn path06_cancel_while_waiting_completes_from_the_loop_and_the_response_is_dropp
         1,
         "{d:?}"
     );
-    deregister(a, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -329,8 +343,8 @@ fn path07_modify_timeout_of_an_outstanding_send() {
         a.modify_timeout(id, 10),
         Err(MadError::NotOutstanding(_))
     ));
-    deregister(a, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -412,7 +426,7 @@ fn path08_deregistration_with_sends_in_every_state() {
     assert_eq!(c.gsi.count(SendState::SendStart), 12, "{c:?}");
     assert_eq!(c.gsi.queued, 2, "{c:?}");
     let q = victim.events().clone();
-    deregister(victim, &mut t);
+    rig.deregister(victim, &mut t);
     for id in &ids {
         let s = t
             .status(*id)
@@ -432,8 +446,8 @@ fn path08_deregistration_with_sends_in_every_state() {
         .send_completion_delay(rig.qpn(SpecialQp::Gsi), Duration::ZERO);
     rig.pump(Some(&responder), &[&silent], &mut t, ms(100));
     assert!(q.is_empty(), "no event after deregistration returned");
-    deregister(responder, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(responder, &mut t);
+    rig.deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -485,7 +499,7 @@ fn path09_an_error_cqe_recovers_the_qp_and_the_flushed_are_reposted_once() {
         5,
         "each reposted send reached the wire once"
     );
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -508,7 +522,7 @@ fn path10_a_flush_not_marked_for_retry_is_reported() {
         assert_ne!(c.vendor_err, 5, "a hardware flush, not the stack's");
     }
     assert_eq!(rig.port.counters().qp_recoveries, 0);
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     // The QP is dead: its receive buffers came back flushed and are kept, not lost.
     let c = rig.port.census();
     assert_eq!(c.gsi.recv_posted, 0, "{c:?}");
@@ -601,9 +615,9 @@ fn device_death(death: Death) {
         Err(MadError::DeviceFatal { .. })
     ));
     let before = rig.port.now();
-    deregister(a, &mut t);
-    deregister(b, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(b, &mut t);
+    rig.deregister(silent, &mut t);
     assert!(
         rig.port.now().saturating_sub(before) < ms(10),
         "deregistration after death is prompt"
@@ -668,8 +682,8 @@ fn path13_more_sends_than_the_queue_holds_wait_in_order_none_refused() {
     assert!(got.len() >= 256, "{}", got.len());
     assert!(got.windows(2).all(|w| w[0] < w[1]), "in order on the wire");
     assert_eq!(rig.port.counters().overflowed, 472);
-    deregister(a, &mut t);
-    deregister(sink, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(sink, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -710,7 +724,7 @@ fn path13_the_solicited_mad_limit_holds_an_sa_agent_to_8_outstanding() {
     assert!(ids.iter().all(|i| t.status(*i) == Some(WcStatus::Success)));
     assert!(most <= 8, "at most R/32 = 8 outstanding: {most}");
     assert_eq!(rig.port.counters().backlogged, 32);
-    deregister(sa, &mut t);
+    rig.deregister(sa, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -774,9 +788,9 @@ fn path14_responses_matching_no_send_are_dropped_and_counted() {
         "{d:?}"
     );
     assert_eq!(tid_of(&answer_of(&req)), tid);
-    deregister(a, &mut t);
-    deregister(forger, &mut t);
-    deregister(silent, &mut t);
+    rig.deregister(a, &mut t);
+    rig.deregister(forger, &mut t);
+    rig.deregister(silent, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -863,15 +877,18 @@ fn threads_send_cancel_and_deregister_while_a_progress_thread_runs_on_the_real_c
                         .all(|i| t.status(*i) == Some(WcStatus::Success)),
                     "client {k}"
                 );
-                deregister(a, &mut t);
+                let q = deregister_keeping_queue(a, &mut t);
                 assert!(t.all_done(&ids), "client {k}: every send completed once");
-                t.done.len()
+                (t.done.len(), q)
             })
         })
         .collect();
     let mut total = 0;
+    let mut deregistered = Vec::new();
     for c in clients {
-        total += c.join().unwrap();
+        let (n, q) = c.join().unwrap();
+        total += n;
+        deregistered.push(q);
     }
     assert_eq!(total, 900);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -882,6 +899,15 @@ fn threads_send_cancel_and_deregister_while_a_progress_thread_runs_on_the_real_c
     let end = port.deadline_after(ms(1000));
     while port.census().outstanding > 0 && port.now() < end {
         port.progress_until(port.deadline_after(ms(5)));
+    }
+    // No event after a deregistration returned: the port driven for twice the longest
+    // response timeout (300 ms) after, the clients' queues are still empty.
+    let end = port.deadline_after(2 * ms(300));
+    while port.now() < end {
+        port.progress_until(end);
+    }
+    for (k, q) in deregistered.iter().enumerate() {
+        assert!(q.is_empty(), "client {k}: {:?}", q.try_pop());
     }
     let c = port.census();
     assert_eq!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use driver::verbs::{SpecialQp, WcStatus};
 use hca_tests::mad_fabric::{LID_HCA2, MadFabric, lid_dest};
-use hca_tests::mad_rig::{Tracker, deregister};
+use hca_tests::mad_rig::Tracker;
 use mad::wire::{method, rmpp};
 use mad::{Agent, AgentSpec, DropReason, Event, MethodMask, RecvMad, SendId, SendRequest};
 use sim::net::{DropReason as NetDrop, Fault};
@@ -134,8 +134,8 @@ fn a_get_table_response_of_8_kib_with_a_dropped_segment_is_recovered() {
         "every segment sent arrived but the one lost: {k1:?}"
     );
     assert_eq!(k1.transfers_received, 1, "{k1:?}");
-    deregister(client, &mut t);
-    deregister(sa, &mut ts);
+    f.hca1.deregister(client, &mut t);
+    f.hca2.deregister(sa, &mut ts);
     f.assert_clean();
     f.finish();
 }
@@ -174,8 +174,8 @@ fn a_transfer_whose_acks_never_come_times_out_after_its_retries() {
     );
     assert_eq!(t.status(id), Some(WcStatus::RespTimeoutErr));
     assert!(t.recvs.is_empty());
-    deregister(client, &mut t);
-    deregister(sa, &mut ts);
+    f.hca1.deregister(client, &mut t);
+    f.hca2.deregister(sa, &mut ts);
     f.assert_clean();
     f.finish();
 }
@@ -195,7 +195,7 @@ fn a_transfer_whose_sender_goes_away_is_aborted_by_the_receiver_with_t2l() {
     assert!(f.pump_until(&[], &mut t, Duration::from_secs(1), |_| {
         f.hca2.port.rmpp_counters().acks_received == 1
     }));
-    deregister(sa, &mut ts);
+    f.hca2.deregister(sa, &mut ts);
     assert_eq!(
         ts.done.get(&sid).map(|c| c.status),
         Some(WcStatus::WrFlushErr),
@@ -221,7 +221,7 @@ fn a_transfer_whose_sender_goes_away_is_aborted_by_the_receiver_with_t2l() {
     );
     assert_eq!(t.status(id), Some(WcStatus::RespTimeoutErr));
     assert!(t.recvs.is_empty());
-    deregister(client, &mut t);
+    f.hca1.deregister(client, &mut t);
     f.assert_clean();
     f.finish();
 }

@@ -13,7 +13,7 @@ use driver::verbs::{SpecialQp, UdDest, WcStatus};
 use hca_tests::mad_fabric::{
     HCA2, HCA4, LID_HCA2, LID_SWITCH2, MadFabric, SWITCH2, dr_smp, lid_dest, lid_smp, smp_of,
 };
-use hca_tests::mad_rig::{MadRig, Tracker, deregister};
+use hca_tests::mad_rig::{MadRig, Tracker};
 use mad::wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
 use mad::wire::attr::port_info::{PortInfo, PortInfoRepr};
 use mad::wire::smp::Direction;
@@ -73,7 +73,7 @@ fn a_0_hop_node_info_is_answered_by_the_local_sma_with_nothing_on_the_wire() {
     let k = rig.port.smi_counters();
     assert_eq!((k.local, k.local_answered, k.sent), (1, 1, 0));
     assert_eq!(rig.port.counters().posted, 0, "no work request posted");
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     rig.assert_clean();
     rig.finish();
 }
@@ -113,7 +113,7 @@ fn directed_routes_through_switches_are_answered_and_matched() {
     let k = f.hca1.port.smi_counters();
     assert_eq!((k.sent, k.received, k.local), (2, 2, 0));
     let mut t = Tracker::default();
-    deregister(a, &mut t);
+    f.hca1.deregister(a, &mut t);
     f.assert_clean();
     f.finish();
 }
@@ -178,7 +178,7 @@ fn smps_to_our_port_are_answered_by_our_mad_layer() {
     );
     // Send IDs are per port: Hca2's go to a tracker of their own.
     let mut t2 = Tracker::default();
-    deregister(sm2, &mut t2);
+    f.hca2.deregister(sm2, &mut t2);
     assert_eq!(t2.done.len(), 1, "the SM agent's answer completed once");
     let r = f.dr_call(&a, method::GET, HCA2, attr_id::sm::SM_INFO, 0, [0; 64]);
     assert_eq!(
@@ -187,7 +187,7 @@ fn smps_to_our_port_are_answered_by_our_mad_layer() {
         "no SM there: 0x000C"
     );
     assert_eq!(f.hca2.port.counters().unmatched_replies, 1);
-    deregister(a, &mut t);
+    f.hca1.deregister(a, &mut t);
     f.assert_clean();
     f.finish();
 }
@@ -234,7 +234,7 @@ fn lid_routed_smps_reach_a_switch_and_our_other_port_once_the_subnet_is_configur
     // Hca2's SMA answered the LID-routed Get through Hca2's MAD layer.
     assert!(f.hca2.port.counters().local_replies >= 1);
     let mut t = Tracker::default();
-    deregister(a, &mut t);
+    f.hca1.deregister(a, &mut t);
     f.assert_clean();
     f.finish();
 }
@@ -282,7 +282,7 @@ fn routes_the_send_rules_discard_are_refused_and_nothing_is_sent() {
         before,
         "nothing left the port"
     );
-    deregister(a, &mut t);
+    f.hca1.deregister(a, &mut t);
     f.assert_clean();
     f.finish();
 }

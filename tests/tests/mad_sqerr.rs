@@ -20,7 +20,7 @@ use driver::{DeviceBackend, DriverError};
 use firmware_cmds::mlx5::cmd::status::DeliveryStatus;
 use firmware_cmds::mlx5::opcode::Opcode;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, deregister, mad};
+use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, mad};
 use mad::{Agent, SendId, SendRequest};
 use sim::mlx5::{CmdCorruption, WqeQueue};
 
@@ -133,7 +133,7 @@ fn scenario(how: Unknown) {
         "{how:?}: {k:?}"
     );
 
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(t.done.len(), 6 + 4 + 6, "{how:?}: each send completed once");
     assert_eq!(
         rig.hca.lost_command_slots(),
@@ -285,7 +285,7 @@ fn when_the_qp_state_cannot_be_learned_the_queue_stops_until_a_later_post_brings
     let k = rig.port.counters();
     assert_eq!((k.qp_recoveries, k.recovery_failures), (1, 1), "{k:?}");
     let sent = send_and_see_on_the_wire(&rig, &a, &mut t, 200);
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(t.done.len(), 6 + 4 + sent.len(), "each send completed once");
     assert_eq!(rig.hca.lost_command_slots(), 1);
     // The SQERR2RTS input mailbox and the QUERY_QP output mailbox.
@@ -312,7 +312,7 @@ fn deregistration_during_a_recovery_with_a_withheld_sqerr2rts_completes_every_se
     );
     let ids = send_n(&rig, &a, 0, 6);
     let start = rig.port.now();
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert!(
         rig.port.now().saturating_sub(start) <= Duration::from_secs(70),
         "bounded by the command timeout"
@@ -436,7 +436,7 @@ fn an_sqerr2rts_lost_without_effect_is_issued_again_and_the_queue_runs() {
 
     let more = send_and_see_on_the_wire(&rig, &a, &mut t, 100);
 
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(
         t.done.len(),
         ids.len() + more.len(),
@@ -493,7 +493,7 @@ fn an_sqerr2rts_that_timed_out_and_completes_late_gives_its_slot_back_and_the_qu
         "its EQE was expected"
     );
 
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(
         t.done.len(),
         ids.len() + more.len(),
@@ -597,7 +597,7 @@ fn when_every_sqerr2rts_is_lost_each_send_completes_once_and_a_later_post_brings
     assert_eq!((k.qp_recoveries, k.recovery_failures), (1, 1), "{k:?}");
     let more = send_and_see_on_the_wire(&rig, &a, &mut t, 200);
 
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(
         t.done.len(),
         ids.len() + stopped.len() + more.len(),
@@ -682,7 +682,7 @@ fn a_firmware_that_loses_every_sqerr2rts_costs_spaced_recoveries_then_the_device
     let k = rig.port.counters();
     assert_eq!((k.send_errors, k.qp_recoveries), (1, 0), "{k:?}");
     assert!(k.recovery_failures >= 2, "{k:?}");
-    deregister(a, &mut t);
+    rig.deregister(a, &mut t);
     assert_eq!(t.done.len(), ids.len(), "each send completed once");
     rig.finish_dead_with_one_reset();
 }

@@ -21,7 +21,7 @@ use firmware_cmds::mlx5::Opcode;
 use firmware_cmds::mlx5::cmd::DeliveryStatus;
 use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, deregister, mad as rig_mad};
+use hca_tests::mad_rig::{ANSWERED, MadRig, SEND, Tracker, mad as rig_mad};
 use hca_tests::mlx5::{SimHca, gsi_send_setup, poll_n, port, send_wr, to_self};
 use mad::{MadError, SendRequest};
 use sim::mlx5::{CmdCorruption, WqeQueue};
@@ -582,12 +582,26 @@ fn corrupt_completions_past_the_budget_make_the_device_fatal_and_the_close_gives
             "IOMMU faults"
         );
 
-        deregister(a, &mut t);
+        rig.deregister(a, &mut t);
         assert_eq!(t.done.len(), ids.len(), "each send completed once");
-        // Leases, mappings and IOMMU faults back to nothing: checked by finish_dead.
         let model = rig.sim.model.clone();
+        assert_eq!(
+            model.counters().dma_errors,
+            0,
+            "no DMA of the device failed"
+        );
+        // Driven on after the deregistration, the device executes the 4 completions it held
+        // back: bus mastering has been off since the fatal error, so their writes are refused
+        // (DMA errors on the device's side, no IOMMU fault: finish_dead checks that).
+        rig.assert_nothing_after_deregistration();
+        let refused = model.counters().dma_errors;
+        // Leases, mappings and IOMMU faults back to nothing: checked by finish_dead.
         rig.finish_dead_with_one_reset();
-        assert_eq!(model.counters().dma_errors, 0);
+        assert_eq!(
+            model.counters().dma_errors,
+            refused,
+            "no DMA of the device failed in the close"
+        );
     });
 }
 
