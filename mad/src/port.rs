@@ -887,11 +887,7 @@ impl PortShared {
             // The progress loop drains every ring when its batch is done.
             return;
         }
-        while let Some(seen) = ring.try_begin_drain() {
-            if !self.drain_held(ring, seen, None) {
-                return;
-            }
-        }
+        ring.drain_with(|seen| self.drain_held(ring, seen, None));
     }
 
     /// One drain with the posting flag, taken when the kick count was `seen`; `incoming` is
