@@ -35,7 +35,7 @@ use crate::ring::{
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
-use crate::waiters::{LetGo, Taken, TokenWaiters};
+use crate::waiters::{Driver, LetGo, Taken, TokenWaiters};
 
 /// Settings of a [`Port`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -604,6 +604,43 @@ impl Drop for ProgressThread {
     }
 }
 
+/// The port's progress loop as the waits for its token see it, for a caller whose wait ends
+/// at `deadline` (device time): a pass that did nothing sleeps in the device.
+struct PortDriver<'a> {
+    port: &'a PortShared,
+    deadline: Option<Duration>,
+}
+
+impl<'a> PortDriver<'a> {
+    fn new(port: &'a PortShared, deadline: Option<Duration>) -> Self {
+        PortDriver { port, deadline }
+    }
+}
+
+impl<'a> Driver for PortDriver<'a> {
+    type Guard = MutexGuard<'a, ProgressState>;
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        self.port.try_lock_progress()
+    }
+
+    #[inline]
+    fn expired(&self) -> bool {
+        let now = self.port.hca.now();
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    #[inline]
+    fn run(&mut self, st: &mut Self::Guard) -> usize {
+        let w = self.port.pass(st);
+        if w == 0 {
+            self.port.sleep_in_device(st, self.deadline);
+        }
+        w
+    }
+}
+
 impl PortShared {
     pub(crate) fn ring(&self, qp: SpecialQp) -> Option<&SendRing> {
         self.rings[qpi(qp)].as_ref()
@@ -685,19 +722,26 @@ impl PortShared {
     }
 
     /// The progress loop, unless another thread is running it (a poisoned lock is taken too).
-    /// The release count is read before the try, so that a release between a failed try
-    /// and the park that follows is seen ([`PortShared::park_for_loop`]).
+    /// The release count is read before the try ([`TokenWaiters::try_take`]), so that a
+    /// release between a failed try and the park that follows is seen
+    /// ([`PortShared::park_for_loop`]).
     fn try_progress(&self) -> Result<Token<'_>, Taken> {
-        let taken = self.waiters.before_try();
-        let st = match self.progress.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return Err(taken),
-        };
+        let (st, let_go) = self.waiters.try_take(|| self.try_lock_progress())?;
         Ok(Token {
             st,
-            _let_go: self.waiters.let_go(),
+            _let_go: let_go,
         })
+    }
+
+    /// The progress loop's lock, unless another thread holds it (a poisoned lock is taken
+    /// too). Tried only through [`TokenWaiters::try_take`].
+    #[inline]
+    fn try_lock_progress(&self) -> Option<MutexGuard<'_, ProgressState>> {
+        match self.progress.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 
     /// True once the token found `taken` was let go.
@@ -729,28 +773,10 @@ impl PortShared {
         deadline: Option<Duration>,
         park: &dyn Fn(Duration, &mut dyn FnMut() -> bool),
     ) -> bool {
-        let mut work = 0;
-        loop {
-            if done(work) {
-                return true;
-            }
-            let now = self.hca.now();
-            if deadline.is_some_and(|d| now >= d) {
-                return false;
-            }
-            match self.try_progress() {
-                Ok(mut st) => {
-                    let w = self.pass(&mut st);
-                    work += w;
-                    if w == 0 {
-                        self.sleep_in_device(&st, deadline);
-                    }
-                }
-                Err(taken) => park(self.config.max_sleep, &mut || {
-                    done(work) || self.let_go_since(taken)
-                }),
-            }
-        }
+        self.waiters
+            .drive_until(&mut PortDriver::new(self, deadline), done, &|ready| {
+                park(self.config.max_sleep, ready);
+            })
     }
 
     /// With the progress token: let the device run until the next timer, `deadline` or
@@ -796,17 +822,11 @@ impl PortShared {
     }
 
     pub(crate) fn wait_event(&self, queue: &Arc<EventQueue>, deadline: Duration) -> Option<Event> {
-        if let Some(e) = queue.try_pop() {
-            return Some(e);
-        }
-        // The queue's own wait looks at the condition under the queue's lock. A queue may
-        // be shared with agents of other ports, whose events this port's parking never
-        // hears of: the thread waits on its queue, listed so that letting go of the token
-        // rouses it.
-        self.drive_until(&mut |_| !queue.is_empty(), Some(deadline), &|d, ready| {
-            self.waiters.wait_on_queue(queue, d, ready);
-        });
-        queue.try_pop()
+        self.waiters.wait_event(
+            &mut PortDriver::new(self, Some(deadline)),
+            queue,
+            self.config.max_sleep,
+        )
     }
 
     /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
@@ -867,11 +887,7 @@ impl PortShared {
             // The progress loop drains every ring when its batch is done.
             return;
         }
-        while let Some(seen) = ring.try_begin_drain() {
-            if !self.drain_held(ring, seen, None) {
-                return;
-            }
-        }
+        ring.drain_with(|seen| self.drain_held(ring, seen, None));
     }
 
     /// One drain with the posting flag, taken when the kick count was `seen`; `incoming` is

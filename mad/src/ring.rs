@@ -22,7 +22,7 @@
 //! reach the QP in queue order, and no lock is held while the device is called.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dma::{Access, DmaError, DmaLease, DmaPool};
@@ -33,6 +33,7 @@ use crate::agent::AgentInner;
 use crate::counters::bump;
 use crate::event::SendId;
 use crate::slot_state::SlotState;
+use crate::sync;
 use crate::tid::{TidLayout, WrId};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -148,22 +149,23 @@ impl Slot {
 /// loop (which recycles slots, one thread at a time); the consumer is the drainer, which pops
 /// under the queue lock. Each index is in the ring at most once, so it never overflows. Its
 /// room is a power of two (at least the slot count), so a position is a mask of the free-running
-/// counters rather than a division.
+/// counters rather than a division. Its atomics are loom's under `--cfg loom`
+/// (ring/loom_tests.rs).
 struct FreeRing {
-    buf: Box<[AtomicU32]>,
+    buf: Box<[sync::AtomicU32]>,
     mask: usize,
-    head: AtomicUsize,
-    tail: AtomicUsize,
+    head: sync::AtomicUsize,
+    tail: sync::AtomicUsize,
 }
 
 impl FreeRing {
     fn full(n: u32) -> FreeRing {
         let room = (n as usize).next_power_of_two();
         FreeRing {
-            buf: (0..room as u32).map(AtomicU32::new).collect(),
+            buf: (0..room as u32).map(sync::AtomicU32::new).collect(),
             mask: room - 1,
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(n as usize),
+            head: sync::AtomicUsize::new(0),
+            tail: sync::AtomicUsize::new(n as usize),
         }
     }
 
@@ -187,6 +189,67 @@ impl FreeRing {
         let t = self.tail.load(Ordering::SeqCst);
         let h = self.head.load(Ordering::Acquire);
         t.wrapping_sub(h)
+    }
+}
+
+/// The posting flag: one drainer at a time holds it (a try-flag nobody waits on), and the kick
+/// count, bumped whenever a drain could newly make progress (a job queued, a slot or an entry
+/// freed), so that a drainer giving the flag back does not miss it. A kicker bumps the count
+/// before it tries the flag, a drainer gives the flag back before it reads the count (all
+/// sequentially consistent): either the kicker takes the flag, or the drainer sees the kick
+/// and drains again. Its atomics are loom's under `--cfg loom` (ring/loom_tests.rs).
+struct Posting {
+    flag: sync::AtomicBool,
+    kicks: sync::AtomicU64,
+}
+
+impl Posting {
+    fn new() -> Posting {
+        Posting {
+            flag: sync::AtomicBool::new(false),
+            kicks: sync::AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn kick(&self) {
+        self.kicks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Take the flag; `None` if another thread holds it, else the kick count to hand back to
+    /// [`Posting::end`].
+    #[inline]
+    fn try_begin(&self) -> Option<u64> {
+        sync::seq_cst_order();
+        if self.flag.swap(true, Ordering::SeqCst) {
+            None
+        } else {
+            Some(self.kicks.load(Ordering::SeqCst))
+        }
+    }
+
+    /// Give the flag back (taken when the kick count was `seen`); true if something happened
+    /// meanwhile that the drainer may have missed, so it should try again. A swap, not a
+    /// store: the same instruction on x86-64 (a `SeqCst` store is an `xchg`), and loom orders
+    /// a read-modify-write after the kicker's failed swap of the flag, where it leaves a
+    /// plain store unordered with it (and reports the flag lost, which cannot happen).
+    #[inline]
+    fn end(&self, seen: u64) -> bool {
+        self.flag.swap(false, Ordering::SeqCst);
+        sync::seq_cst_order();
+        self.kicks.load(Ordering::SeqCst) != seen
+    }
+
+    /// Drain while there may be something to drain: `held` drains once with the flag (taken
+    /// when the kick count was the value it is given) and returns [`Posting::end`]'s answer,
+    /// or false if it returned the flag otherwise.
+    #[inline]
+    fn drain(&self, mut held: impl FnMut(u64) -> bool) {
+        while let Some(seen) = self.try_begin() {
+            if !held(seen) {
+                return;
+            }
+        }
     }
 }
 
@@ -299,10 +362,7 @@ pub(crate) struct SendRing {
     free: FreeRing,
     pub(crate) queue: Mutex<Queues>,
     queued: AtomicUsize,
-    posting: AtomicBool,
-    /// Bumped whenever a drain could newly make progress (a job queued, a slot or an entry
-    /// freed), so that a drainer that is finishing does not miss it.
-    kicks: AtomicU64,
+    posting: Posting,
     /// The drainer's chain of work requests (see [`PostBatch`]).
     pub(crate) batch: Mutex<PostBatch>,
     /// The leases of the slots' send buffers (kept in the queue: see [`Queues::buffers`]).
@@ -346,8 +406,7 @@ impl SendRing {
                 ..Queues::default()
             }),
             queued: AtomicUsize::new(0),
-            posting: AtomicBool::new(false),
-            kicks: AtomicU64::new(0),
+            posting: Posting::new(),
             batch: Mutex::new(PostBatch {
                 wrs: Vec::with_capacity(POST_BATCH),
                 meta: Vec::with_capacity(POST_BATCH),
@@ -369,7 +428,7 @@ impl SendRing {
     }
 
     pub(crate) fn kick(&self) {
-        self.kicks.fetch_add(1, Ordering::SeqCst);
+        self.posting.kick();
     }
 
     pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queues> {
@@ -504,18 +563,19 @@ impl SendRing {
     /// Take the posting flag; `None` if another thread is draining, else the kick count to
     /// hand back to [`SendRing::end_drain`].
     pub(crate) fn try_begin_drain(&self) -> Option<u64> {
-        if self.posting.swap(true, Ordering::SeqCst) {
-            None
-        } else {
-            Some(self.kicks.load(Ordering::SeqCst))
-        }
+        self.posting.try_begin()
     }
 
     /// Give the posting flag back; true if something happened meanwhile that the drainer may
     /// have missed, so it should try again.
     pub(crate) fn end_drain(&self, seen: u64) -> bool {
-        self.posting.store(false, Ordering::SeqCst);
-        self.kicks.load(Ordering::SeqCst) != seen
+        self.posting.end(seen)
+    }
+
+    /// Drain while there may be something to drain (see [`Posting::drain`]): `held` drains
+    /// once with the posting flag, taken when the kick count was the value it is given.
+    pub(crate) fn drain_with(&self, held: impl FnMut(u64) -> bool) {
+        self.posting.drain(held);
     }
 
     /// With the posting flag held: the jobs that can go now, under one queue lock (see
@@ -879,3 +939,6 @@ mod tests {
         assert_eq!(f.pop(), None);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests;

@@ -26,7 +26,7 @@ use std::sync::{
 };
 use std::time::Duration;
 
-use crate::event::EventQueue;
+use crate::event::{Event, EventQueue};
 use crate::park::Parking;
 
 /// Who waits for the progress token's holder, and the count of its releases they look at.
@@ -47,6 +47,23 @@ pub(crate) struct TokenWaiters {
     /// own (a negative control: another thread waiting on the same queue is then not roused).
     #[cfg(loom)]
     unlists_all: bool,
+}
+
+/// The progress loop as the waits for its token see it: the try of the token's lock, whether
+/// the caller's deadline passed, and a pass of the loop with the token held. The port's is
+/// `port::PortDriver`; the loom models implement it around a model of the lock, so that they
+/// check these waits, not a copy of them.
+pub(crate) trait Driver {
+    /// The token's lock, held.
+    type Guard;
+    /// The token's lock tried: its guard, or `None` if another thread holds it (called by
+    /// [`TokenWaiters::try_take`], which orders it after the read of the release count).
+    fn try_lock(&self) -> Option<Self::Guard>;
+    /// True once the caller's deadline passed.
+    fn expired(&self) -> bool;
+    /// A pass of the loop with the token held (and a sleep in the device when it did
+    /// nothing): the work it did.
+    fn run(&mut self, guard: &mut Self::Guard) -> usize;
 }
 
 /// The progress token was held by another thread when tried: the count of its releases
@@ -100,14 +117,79 @@ impl TokenWaiters {
     /// The count of releases, read before a try of the token: if the try fails, a release
     /// made between the try and the wait that follows is then seen.
     #[inline]
-    pub(crate) fn before_try(&self) -> Taken {
+    fn before_try(&self) -> Taken {
         Taken(self.releases.load(Ordering::SeqCst))
     }
 
     /// The part of the token's guard that calls [`TokenWaiters::released`] when dropped.
     #[inline]
-    pub(crate) fn let_go(&self) -> LetGo<'_> {
+    fn let_go(&self) -> LetGo<'_> {
         LetGo(self)
+    }
+
+    /// Try the progress token with `try_lock` (`None`: another thread holds it). The release
+    /// count is read BEFORE the try: a release between a failed try and the wait that
+    /// follows is then seen by [`TokenWaiters::let_go_since`] (read after the failure, a
+    /// release just before the read would pass unseen and the waiter sleep through it). On
+    /// success, the token's guard and the wake-up behind it: a tuple drops its fields in
+    /// order, so the lock goes first, then the waiters are woken.
+    #[inline]
+    pub(crate) fn try_take<G>(
+        &self,
+        try_lock: impl FnOnce() -> Option<G>,
+    ) -> Result<(G, LetGo<'_>), Taken> {
+        let taken = self.before_try();
+        match try_lock() {
+            Some(g) => Ok((g, self.let_go())),
+            None => Err(taken),
+        }
+    }
+
+    /// Run the progress loop of `driver` (or wait with `park` for the thread that runs it)
+    /// until `done`, given the work done here, says so (true) or the driver's deadline passes
+    /// (false). A thread that found the token taken waits unless `done` holds or the token
+    /// was let go since its try.
+    #[inline]
+    pub(crate) fn drive_until(
+        &self,
+        driver: &mut impl Driver,
+        done: &mut dyn FnMut(usize) -> bool,
+        park: &dyn Fn(&mut dyn FnMut() -> bool),
+    ) -> bool {
+        let mut work = 0;
+        loop {
+            if done(work) {
+                return true;
+            }
+            if driver.expired() {
+                return false;
+            }
+            match self.try_take(|| driver.try_lock()) {
+                // Kept whole, so that the lock goes before the wake-up (see `try_take`).
+                Ok(mut held) => work += driver.run(&mut held.0),
+                Err(taken) => park(&mut || done(work) || self.let_go_since(taken)),
+            }
+        }
+    }
+
+    /// The next event of `queue`, waiting for it (up to `max_sleep` at a time) while driving
+    /// the loop of `driver` when no other thread does, until the driver's deadline. The
+    /// queue's own wait looks at the condition under the queue's lock. A queue may be shared
+    /// with agents of other ports, whose events this port's parking never hears of: the
+    /// thread waits on its queue, listed so that letting go of the token rouses it.
+    pub(crate) fn wait_event(
+        &self,
+        driver: &mut impl Driver,
+        queue: &Arc<EventQueue>,
+        max_sleep: Duration,
+    ) -> Option<Event> {
+        if let Some(e) = queue.try_pop() {
+            return Some(e);
+        }
+        self.drive_until(driver, &mut |_| !queue.is_empty(), &|ready| {
+            self.wait_on_queue(queue, max_sleep, ready);
+        });
+        queue.try_pop()
     }
 
     /// True once the token found `taken` was let go.

@@ -1,15 +1,17 @@
 //! Model checks of the wait for the progress token's holder: threads waiting on their event
-//! queue ([`TokenWaiters::wait_on_queue`], [`EventQueue::wait_nonempty_unless`]) or parked
-//! ([`TokenWaiters::park_unless`]), against a holder that lets the token go ([`LetGo`]: the
+//! queue ([`TokenWaiters::wait_event`], [`TokenWaiters::wait_on_queue`],
+//! [`EventQueue::wait_nonempty_unless`]) or parked ([`TokenWaiters::drive_until`],
+//! [`TokenWaiters::park_unless`]), against a holder that lets the token go ([`LetGo`]: the
 //! release count, the parked threads' wake-up, the rousal of every listed queue) or pushes an
-//! event to a waiter's queue ([`EventQueue::push`]). The token is tried after
-//! [`TokenWaiters::before_try`] and held with a [`LetGo`] behind it, as
-//! `PortShared::try_progress` builds its `Token`; the waiters loop as `PortShared::drive_until`
-//! does. A waiter ends its wait when its queue has an event, or when it takes the token (it
-//! would then drive the loop itself; the model lets the token go at once, as a pass that found
-//! nothing does). Waits have no timeout under loom: a waiter that sleeps through the only
-//! wake-up waits forever, which loom reports as a deadlock. Models of two threads are
-//! explored exhaustively, those of three up to [`PREEMPTIONS`] preemptions per execution.
+//! event to a waiter's queue ([`EventQueue::push`]). The waits, the try of the token
+//! ([`TokenWaiters::try_take`]) and the order of its parts are the port's own code: the
+//! models give them only a [`Driver`] (as `port::PortDriver` is the port's) around a model of the
+//! token's lock. A waiter ends its wait when its queue has an event, or when it takes the
+//! token (it would then drive the loop itself; the model's pass finds nothing, lets the token
+//! go, and its deadline has passed). Waits have no timeout under loom: a waiter that sleeps
+//! through the only wake-up waits forever, which loom reports as a deadlock. Models of two
+//! threads are explored exhaustively, those of three up to [`PREEMPTIONS`] preemptions per
+//! execution.
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p mad --release --lib loom -- --nocapture`
 //! (which prints how many executions each model check explored).
 
@@ -55,10 +57,6 @@ impl Drop for Locked<'_> {
     }
 }
 
-/// The token held: the lock first, then the wake-up (a tuple drops its fields in order, as
-/// `Token` does).
-type Held<'a> = (Locked<'a>, LetGo<'a>);
-
 impl World {
     fn new(model: Model) -> Arc<World> {
         World::with(TokenWaiters::with_model(model))
@@ -71,21 +69,17 @@ impl World {
         })
     }
 
-    /// `PortShared::try_progress`: the release count is read before the try.
-    fn try_token(&self) -> Result<Held<'_>, Taken> {
-        let taken = self.waiters.before_try();
-        match self
-            .token
+    /// The token's lock tried (what `PortShared::try_lock_progress` does to the mutex).
+    fn try_lock(&self) -> Option<Locked<'_>> {
+        self.token
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-        {
-            Ok(_) => Ok((Locked(&self.token), self.waiters.let_go())),
-            Err(_) => Err(taken),
-        }
+            .ok()
+            .map(|_| Locked(&self.token))
     }
 
     /// The holder's token, taken before any waiter starts.
-    fn hold(&self) -> Held<'_> {
-        match self.try_token() {
+    fn hold(&self) -> (Locked<'_>, LetGo<'_>) {
+        match self.waiters.try_take(|| self.try_lock()) {
             Ok(held) => held,
             Err(_) => unreachable!("the token is free before any waiter starts"),
         }
@@ -102,6 +96,37 @@ impl World {
     }
 }
 
+/// The model's progress loop for one call of a wait (as `port::PortDriver` is the port's):
+/// a pass finds nothing to do, and sleeping in the device until the deadline it then passes
+/// the deadline, so that a waiter that took the token returns (`took` says it did).
+struct ModelDriver<'a> {
+    w: &'a World,
+    took: bool,
+}
+
+impl<'a> ModelDriver<'a> {
+    fn new(w: &'a World) -> Self {
+        ModelDriver { w, took: false }
+    }
+}
+
+impl<'a> Driver for ModelDriver<'a> {
+    type Guard = Locked<'a>;
+
+    fn try_lock(&self) -> Option<Locked<'a>> {
+        self.w.try_lock()
+    }
+
+    fn expired(&self) -> bool {
+        self.took
+    }
+
+    fn run(&mut self, _: &mut Locked<'a>) -> usize {
+        self.took = true;
+        0
+    }
+}
+
 /// How a waiter's wait ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Woke {
@@ -111,34 +136,36 @@ enum Woke {
     Token,
 }
 
-/// A caller of `PortShared::wait_event` that calls again while it gets no event: the event
-/// taken, or `drive_until` with `done` = the queue holds an event, the wait on the queue for
-/// `park`, and the event taken (another thread may have taken it first: then again).
+/// A caller of `Port::wait_event` ([`TokenWaiters::wait_event`], as `PortShared::wait_event`
+/// calls it) that calls again while it gets no event and did not take the token (another
+/// thread may have taken the event it saw first).
 fn wait_event(w: &World, q: &Arc<EventQueue>) -> Woke {
     loop {
-        if q.try_pop().is_some() {
+        let mut driver = ModelDriver::new(w);
+        if w.waiters.wait_event(&mut driver, q, FOREVER).is_some() {
             return Woke::Event;
         }
-        match w.try_token() {
-            Ok(_held) => return Woke::Token,
-            Err(taken) => w.waiters.wait_on_queue(q, FOREVER, &mut || {
-                !q.is_empty() || w.waiters.let_go_since(taken)
-            }),
+        if driver.took {
+            return Woke::Token;
         }
     }
 }
 
-/// `PortShared::drive_until` with the parking wait (`Port::progress_until`, deregistration,
-/// `park_for_loop`): here with nothing to wait for but the token.
+/// A caller of `PortShared::drive_until` ([`TokenWaiters::drive_until`]) with the parking
+/// wait (`Port::progress_until`, deregistration): here with nothing to wait for but the
+/// token.
 fn wait_parked(w: &World) -> Woke {
-    loop {
-        match w.try_token() {
-            Ok(_held) => return Woke::Token,
-            Err(taken) => w
-                .waiters
-                .park_unless(FOREVER, &mut || w.waiters.let_go_since(taken)),
-        }
-    }
+    let mut driver = ModelDriver::new(w);
+    let done = w
+        .waiters
+        .drive_until(&mut driver, &mut |_| false, &|ready| {
+            w.waiters.park_unless(FOREVER, ready);
+        });
+    assert!(
+        !done && driver.took,
+        "the wait ends only when it took the token"
+    );
+    Woke::Token
 }
 
 /// A send completion, the event the holder pushes.
