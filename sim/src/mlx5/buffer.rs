@@ -99,12 +99,21 @@ impl PageList {
     }
 }
 
+/// Whether `len` bytes from `iova` stay below the top of the 64-bit address space: a PCIe
+/// request cannot wrap round to address 0, so a range that would is refused whole.
+fn in_space(iova: u64, len: usize) -> bool {
+    len == 0 || iova.checked_add(len as u64 - 1).is_some()
+}
+
 /// Device read of `buf.len()` bytes at `iova`; false if the IOMMU refused any part (the fault
-/// is recorded by the IOMMU).
+/// is recorded by the IOMMU) or the range wraps past the top of the address space.
 pub(crate) fn read(iommu: &(impl Dma + ?Sized), iova: u64, buf: &mut [u8]) -> bool {
+    if !in_space(iova, buf.len()) {
+        return false;
+    }
     let mut done = 0usize;
     while done < buf.len() {
-        let at = iova.wrapping_add(done as u64);
+        let at = iova + done as u64;
         let room = (ADAPTER_PAGE_SIZE - at % ADAPTER_PAGE_SIZE) as usize;
         let n = room.min(buf.len() - done);
         if iommu.read(at, &mut buf[done..done + n]).is_err() {
@@ -115,11 +124,14 @@ pub(crate) fn read(iommu: &(impl Dma + ?Sized), iova: u64, buf: &mut [u8]) -> bo
     true
 }
 
-/// Device write of `data` at `iova`, split like [`read`].
+/// Device write of `data` at `iova`, split and refused like [`read`].
 pub(crate) fn write(iommu: &(impl Dma + ?Sized), iova: u64, data: &[u8]) -> bool {
+    if !in_space(iova, data.len()) {
+        return false;
+    }
     let mut done = 0usize;
     while done < data.len() {
-        let at = iova.wrapping_add(done as u64);
+        let at = iova + done as u64;
         let room = (ADAPTER_PAGE_SIZE - at % ADAPTER_PAGE_SIZE) as usize;
         let n = room.min(data.len() - done);
         if iommu.write(at, &data[done..done + n]).is_err() {

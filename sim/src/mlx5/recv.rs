@@ -236,7 +236,14 @@ fn scatter(
                 (&pkt.mad[m..m + n], n)
             };
             if !src.is_empty() {
-                ok &= buffer::write(&dma, addr + (pos - at) as u64, src);
+                // A segment address the driver wrote near the top of the address space must
+                // fail the write, not wrap round to a low one.
+                ok = addr
+                    .checked_add((pos - at) as u64)
+                    .is_some_and(|a| buffer::write(&dma, a, src));
+                if !ok {
+                    break;
+                }
             }
             pos += take;
         }

@@ -220,7 +220,8 @@ impl SendCx<'_> {
         let ahead = pending >= 2
             && match (at, qp.sq_bb_addr(start.wrapping_add(1))) {
                 (Some(a), Some(b)) => {
-                    b == a + SEND_WQE_BB as u64 && a % page + 2 * SEND_WQE_BB as u64 <= page
+                    a.checked_add(SEND_WQE_BB as u64) == Some(b)
+                        && a % page + 2 * SEND_WQE_BB as u64 <= page
                 }
                 _ => false,
             };
