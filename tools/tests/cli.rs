@@ -799,3 +799,30 @@ fn sim_serve_whose_log_reader_went_away_still_stops_cleanly_and_saves_its_state(
     assert!(state.is_file(), "no state saved at {}", state.display());
     assert!(!socket.exists(), "the socket was left behind");
 }
+
+/// Runs `hca args` with its address space bounded to 1 GiB and `stdin`, so that a read
+/// without a bound fails (allocation failure) instead of taking the machine's memory.
+fn hca_memory_bounded(args: &[&std::ffi::OsStr], stdin: std::process::Stdio) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_hca"))
+        .args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(stdin)
+        .output()
+        .expect("run hca")
+}
+
+#[test]
+fn decode_of_an_endless_standard_input_is_refused_with_the_bound() {
+    let zero = fs::File::open("/dev/zero").unwrap();
+    let o = hca_memory_bounded(&["decode".as_ref(), "cqe".as_ref()], zero.into());
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("standard input is larger than 65536 bytes"),
+        "{err}"
+    );
+}
