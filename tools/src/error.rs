@@ -50,6 +50,17 @@ pub enum ToolError {
     /// Standard input is not UTF-8 text.
     #[error("standard input is not UTF-8 text: give a hex dump")]
     StdinNotText,
+    /// A bind record is not a file `hca bind` could have written.
+    #[error(
+        "bind record {path}: {problem}: it is not a record `hca bind` wrote; remove it (then \
+         `hca unbind` lets the kernel choose the driver, or give --to DRIVER)"
+    )]
+    BadBindRecord {
+        /// The record's path.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// Nothing to decode.
     #[error("no bytes to decode: give the hex dump as arguments or on standard input")]
     NoInput,

@@ -826,3 +826,30 @@ fn decode_of_an_endless_standard_input_is_refused_with_the_bound() {
         "{err}"
     );
 }
+
+#[test]
+fn unbind_with_a_device_as_bind_record_refuses_the_record_and_goes_on() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    symlink("/dev/zero", t.path().join("state/0000:03:00.0.driver")).unwrap();
+    let o = hca_memory_bounded(
+        &[
+            "unbind".as_ref(),
+            "0000:03:00.0".as_ref(),
+            "--sysfs-root".as_ref(),
+            t.path().as_os_str(),
+            "--state-dir".as_ref(),
+            t.path().join("state").as_os_str(),
+        ],
+        std::process::Stdio::null(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("cannot read the bind record of 0000:03:00.0")
+            && err.contains("it is a character device, not a regular file"),
+        "{err}"
+    );
+    assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
+}
