@@ -39,6 +39,28 @@ pub enum ToolError {
     /// Standard input could not be read.
     #[error("reading standard input: {0}")]
     Stdin(String),
+    /// Standard input holds more than the command reads.
+    #[error("standard input is larger than {limit} bytes, {why}: give the dump of one entry only")]
+    StdinTooLarge {
+        /// The bound, in bytes.
+        limit: u64,
+        /// Where the bound comes from.
+        why: &'static str,
+    },
+    /// Standard input is not UTF-8 text.
+    #[error("standard input is not UTF-8 text: give a hex dump")]
+    StdinNotText,
+    /// A bind record is not a file `hca bind` could have written.
+    #[error(
+        "bind record {path}: {problem}: it is not a record `hca bind` wrote; remove it (then \
+         `hca unbind` lets the kernel choose the driver, or give --to DRIVER)"
+    )]
+    BadBindRecord {
+        /// The record's path.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// Nothing to decode.
     #[error("no bytes to decode: give the hex dump as arguments or on standard input")]
     NoInput,

@@ -113,6 +113,10 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        // A failed write of a log line is otherwise reported with `eprintln!`, to the same
+        // stderr that just failed, which panics the logging thread; `hca sim serve` runs on
+        // with SIGPIPE ignored when its log's reader has gone, and must not.
+        .log_internal_errors(false)
         .init();
 }
 

@@ -719,3 +719,137 @@ fn run_ibstat_shows_the_simulated_ca() {
     assert!(out.contains("State: Active"), "{out}");
     assert!(out.contains("Link layer: InfiniBand"), "{out}");
 }
+
+/// Waits up to 20 s for `child` to exit; kills it and panics otherwise.
+fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sim_serve_whose_log_reader_went_away_still_stops_cleanly_and_saves_its_state() {
+    use std::io::BufRead as _;
+    use std::os::unix::process::ExitStatusExt as _;
+    let t = tree();
+    let topo = t.path().join("net.topo");
+    let o = hca(
+        t.path(),
+        &[
+            "sim",
+            "gen",
+            "fat-tree:leaves=2,hosts=1,spines=1",
+            "-o",
+            topo.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let socket = t.path().join("fabric.sock");
+    let state = t.path().join("fabric.state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["sim", "serve", "--topology"])
+        .arg(&topo)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state")
+        .arg(&state)
+        // Debug, so that a connection closed before attaching is logged by the server's
+        // connection thread, and its stop by the main thread.
+        .env("HCA_LOG", "debug")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run hca");
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving ") {
+        line.clear();
+        let n = err.read_line(&mut line).unwrap();
+        assert!(n > 0, "hca sim serve ended before serving");
+    }
+    // The reader of the server's log goes away, as `hca sim serve 2>&1 | head` ends up.
+    drop(err);
+    // A log line from a connection thread: a client that connects and leaves at once.
+    drop(std::os::unix::net::UnixStream::connect(&socket).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "hca sim serve died of a log line to a closed pipe"
+    );
+    // SAFETY: kill() with our own child's pid and SIGTERM; the child is not yet waited for.
+    let rc = unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = wait_bounded(&mut child, "hca sim serve");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{status:?} (signal {:?})",
+        status.signal()
+    );
+    assert!(state.is_file(), "no state saved at {}", state.display());
+    assert!(!socket.exists(), "the socket was left behind");
+}
+
+/// Runs `hca args` with its address space bounded to 1 GiB and `stdin`, so that a read
+/// without a bound fails (allocation failure) instead of taking the machine's memory.
+fn hca_memory_bounded(args: &[&std::ffi::OsStr], stdin: std::process::Stdio) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_hca"))
+        .args(args)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(stdin)
+        .output()
+        .expect("run hca")
+}
+
+#[test]
+fn decode_of_an_endless_standard_input_is_refused_with_the_bound() {
+    let zero = fs::File::open("/dev/zero").unwrap();
+    let o = hca_memory_bounded(&["decode".as_ref(), "cqe".as_ref()], zero.into());
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("standard input is larger than 65536 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unbind_with_a_device_as_bind_record_refuses_the_record_and_goes_on() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    symlink("/dev/zero", t.path().join("state/0000:03:00.0.driver")).unwrap();
+    let o = hca_memory_bounded(
+        &[
+            "unbind".as_ref(),
+            "0000:03:00.0".as_ref(),
+            "--sysfs-root".as_ref(),
+            t.path().as_os_str(),
+            "--state-dir".as_ref(),
+            t.path().join("state").as_os_str(),
+        ],
+        std::process::Stdio::null(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("cannot read the bind record of 0000:03:00.0")
+            && err.contains("it is a character device, not a regular file"),
+        "{err}"
+    );
+    assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
+}

@@ -221,12 +221,32 @@ pub fn describe_status(status: u8, syndrome: u32) -> String {
     format!("{r}\n")
 }
 
+/// The most `hca decode` reads from standard input: 64 KiB. The largest entry it decodes is a
+/// 128-byte CQE slot, whose dump in the wordiest accepted form (`xxd` lines: offset, 16 bytes
+/// and their ASCII, under 80 characters) takes under 1 KiB; standard input may be a device
+/// (`< /dev/zero`) that never ends.
+pub const MAX_STDIN_BYTES: u64 = 64 << 10;
+
+/// Reads all of `input` as text, refusing more than `limit` bytes.
+fn read_bounded(input: impl Read, limit: u64) -> Result<String, ToolError> {
+    let mut bytes = Vec::new();
+    // One byte past the limit tells input at the limit from input above it.
+    input
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::Stdin(e.to_string()))?;
+    if bytes.len() as u64 > limit {
+        return Err(ToolError::StdinTooLarge {
+            limit,
+            why: "many times the dump of the largest entry (a 128-byte CQE slot)",
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| ToolError::StdinNotText)
+}
+
 fn read_input(args: &Args) -> Result<String, ToolError> {
     if args.hex.is_empty() || (args.hex.len() == 1 && args.hex[0] == "-") {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|e| ToolError::Stdin(e.to_string()))?;
+        let s = read_bounded(std::io::stdin().lock(), MAX_STDIN_BYTES)?;
         if s.trim().is_empty() {
             return Err(ToolError::NoInput);
         }
@@ -255,6 +275,21 @@ pub fn run(args: &Args) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn standard_input_is_read_up_to_the_bound_and_refused_past_it() {
+        let at = [b'0'; 16];
+        assert_eq!(read_bounded(&at[..], 16).unwrap().len(), 16);
+        let over = [b'0'; 17];
+        assert!(matches!(
+            read_bounded(&over[..], 16),
+            Err(ToolError::StdinTooLarge { limit: 16, .. })
+        ));
+        assert!(matches!(
+            read_bounded(&[0xff_u8][..], 16),
+            Err(ToolError::StdinNotText)
+        ));
+    }
 
     #[test]
     fn hex_dumps_in_common_forms_parse_to_the_same_bytes() {

@@ -122,6 +122,7 @@ fn serve(args: &ServeArgs) -> CmdResult {
     // First, before the server starts its threads, so that they inherit the blocked mask and
     // the signals reach only the wait below.
     let signals = ExitSignals::block()?;
+    ignore_sigpipe();
     let opts = ServeOptions {
         topology: args.topology.clone(),
         socket: args
@@ -139,26 +140,50 @@ fn serve(args: &ServeArgs) -> CmdResult {
             .count();
         (f.node_count(), cas)
     });
-    eprintln!(
+    note(format_args!(
         "serving {} ({nodes} nodes, {cas} CAs) on {} (pid {}); programs attach with \
          --device sim:server={},node=NAME; SIGINT or SIGTERM stops it",
         args.topology.display(),
         serving.socket().display(),
         std::process::id(),
         serving.socket().display(),
-    );
+    ));
     let sig = loop {
         if let Some(sig) = signals.wait(Duration::from_secs(1))? {
             break sig;
         }
     };
     let name = if sig == 2 { "SIGINT" } else { "SIGTERM" };
-    eprintln!("{name}: stopping the fabric server");
+    note(format_args!("{name}: stopping the fabric server"));
     serving.stop()?;
     if let Some(state) = &args.state {
-        eprintln!("saved the fabric's state to {}", state.display());
+        note(format_args!(
+            "saved the fabric's state to {}",
+            state.display()
+        ));
     }
     Ok(())
+}
+
+/// Ignores SIGPIPE for the rest of the server's life.
+///
+/// `main` restores the default action, which ends a tool quietly when the reader of its
+/// output goes away (`| head`). A server must not die that way: its stderr may be a pipe whose
+/// reader has gone (`hca sim serve 2>&1 | tee log`, the terminal of a closed session), and
+/// dying of the next log line would skip what SIGINT and SIGTERM do (clients detached, state
+/// saved, socket removed). Ignored, the write fails with EPIPE instead, which [`note`] and the
+/// log writer drop. Called before any thread starts, like [`ExitSignals::block`].
+fn ignore_sigpipe() {
+    // SAFETY: `signal` with SIG_IGN installs no handler of ours; no other thread exists yet.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// A line of the server's to stderr; a failed write is dropped, since the server's work does
+/// not depend on anyone reading it (`eprintln!` would panic on it).
+fn note(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn generate(args: &GenArgs) -> CmdResult {

@@ -234,6 +234,9 @@ impl RemoteLink {
     ) -> Result<Arc<RemoteLink>, RemoteError> {
         let path = target.path.as_path();
         let stream = UnixStream::connect(path).map_err(io(path, "connecting"))?;
+        // Before a frame is sent or read: the path may be another user's.
+        let server = super::peer::peer_uid(&stream).map_err(io(path, "asking whose it is"))?;
+        super::peer::check_owner(path, server, super::peer::our_uid())?;
         stream
             .set_write_timeout(Some(target.timeout))
             .map_err(io(path, "setting a timeout"))?;

@@ -82,6 +82,21 @@ pub enum RemoteError {
         /// The socket's path.
         path: PathBuf,
     },
+    /// The process listening on the socket runs as another user (not as us, not as root), so
+    /// it is not trusted with the port's MADs.
+    #[error(
+        "the fabric server at {path} runs as uid {uid}, not as this user (uid {ours}) or root: \
+         another user's program may have taken the path; use a socket in a directory only you \
+         can write (set XDG_RUNTIME_DIR, or give the path with sim:server=)"
+    )]
+    ForeignServer {
+        /// The socket's path.
+        path: PathBuf,
+        /// The server's user id.
+        uid: u32,
+        /// Ours.
+        ours: u32,
+    },
     /// The network behind the server runs on virtual time, which only a driver waiting on it
     /// moves; a server of many processes needs the wall clock.
     #[error("a fabric server needs a network on real time (ClockMode::Real)")]

@@ -66,6 +66,7 @@
 mod client;
 mod error;
 mod last_answers;
+mod peer;
 mod server;
 mod sock;
 mod wake;
@@ -85,7 +86,9 @@ pub const SOCKET_NAME: &str = "hca-fabric.sock";
 
 /// Where a fabric server listens when not told: `$XDG_RUNTIME_DIR/hca-fabric.sock` when the
 /// variable is set (a per-user directory), else `hca-fabric-$USER.sock` (or
-/// `hca-fabric.sock` without `USER`) in the temporary directory.
+/// `hca-fabric.sock` without `USER`) in the temporary directory. Another user may create that
+/// path first; a client checks whose server answers there and refuses another user's
+/// ([`RemoteError::ForeignServer`]).
 pub fn default_socket_path() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir).join(SOCKET_NAME);
