@@ -51,6 +51,7 @@ pub mod recv_rules;
 pub mod registry;
 mod ring;
 pub mod rmpp;
+mod slot_events;
 pub mod slot_state;
 pub mod smi;
 mod sync;

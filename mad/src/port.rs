@@ -32,6 +32,7 @@ use crate::registry::{self, Registry};
 use crate::ring::{
     BUFS_PER_LEASE, Drained, Job, POST_BATCH, Pending, PostBatch, Queues, Record, SendRing, lock,
 };
+use crate::slot_events;
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
@@ -1234,17 +1235,15 @@ impl PortShared {
                         if slot.owner.load(Ordering::Acquire) != agent.id.0 {
                             return Err(MadError::NotOutstanding(id));
                         }
-                        return match slot.state.cancel(generation) {
-                            CancelOutcome::Canceled { on_qp } => {
-                                if !on_qp {
-                                    lock(&self.reap).push(SlotRef {
-                                        qp: ring.qp,
-                                        index: index as u32,
-                                        generation,
-                                    });
-                                }
-                                Ok(())
-                            }
+                        let out = slot_events::cancel(&slot.state, generation, || {
+                            lock(&self.reap).push(SlotRef {
+                                qp: ring.qp,
+                                index: index as u32,
+                                generation,
+                            });
+                        });
+                        return match out {
+                            CancelOutcome::Canceled { .. } => Ok(()),
                             _ => Err(MadError::NotOutstanding(id)),
                         };
                     }
@@ -1349,13 +1348,13 @@ impl PortShared {
             let mut reap = Vec::new();
             for (index, slot) in ring.slots.iter().enumerate() {
                 if let Some(generation) = slot.active_generation_of_agent(agent.id.0) {
-                    if slot.state.cancel(generation) == (CancelOutcome::Canceled { on_qp: false }) {
+                    slot_events::cancel(&slot.state, generation, || {
                         reap.push(SlotRef {
                             qp: ring.qp,
                             index: index as u32,
                             generation,
                         });
-                    }
+                    });
                 }
             }
             lock(&self.reap).extend(reap);

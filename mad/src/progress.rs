@@ -27,9 +27,8 @@ use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
 use crate::ring::{Job, Pending, Record, lock};
-use crate::slot_state::{
-    CqeOutcome, Finish, RespOutcome, SendState, TimeoutAction, TimeoutOutcome,
-};
+use crate::slot_events;
+use crate::slot_state::{CqeOutcome, Finish, SendState, TimeoutOutcome};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
 
 /// Most completions one pass takes before it looks at timers and cancels.
@@ -150,8 +149,9 @@ impl PortShared {
         let reap = std::mem::take(&mut *lock(&self.reap));
         for r in &reap {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
-                if slot.state.reap(r.generation) {
-                    self.finish(st, *r, WcStatus::WrFlushErr, self.flush_vendor());
+                if let Some(f) = slot_events::reap(&slot.state, r.generation) {
+                    let (status, vendor) = self.status_of(f);
+                    self.finish(st, *r, status, vendor);
                 }
             }
         }
@@ -383,11 +383,7 @@ impl PortShared {
             return self.bad_completion(wc, "slot holds no send of that generation");
         }
         let timeout_ms = slot.timeout_ms.load(Ordering::Acquire);
-        let allow_retry = wc.status == WcStatus::WrFlushErr && !fatal;
-        match slot
-            .state
-            .send_cqe(r.generation, ok, timeout_ms > 0 && !fatal, allow_retry)
-        {
+        match slot_events::send_cqe(&slot.state, r.generation, wc.status, fatal, timeout_ms) {
             CqeOutcome::Wait => {
                 let now = *st.batch_now.get_or_insert_with(|| self.hca.now());
                 let deadline = now + ms(timeout_ms);
@@ -396,7 +392,6 @@ impl PortShared {
             }
             CqeOutcome::Done(f) => {
                 let (status, vendor) = match f {
-                    Finish::Sent if fatal && timeout_ms > 0 => (WcStatus::WrFlushErr, 5),
                     Finish::Failed => (wc.status, wc.vendor_err),
                     f => self.status_of(f),
                 };
@@ -612,14 +607,9 @@ impl PortShared {
             ),
             _ => return,
         };
-        let action = if !retry {
-            TimeoutAction::Expire
-        } else if solicited && !lock(&agent.fc).backlog.is_empty() {
-            TimeoutAction::Queue
-        } else {
-            TimeoutAction::Retry
-        };
-        match slot.state.timeout(r.generation, action) {
+        match slot_events::timer(&slot.state, r.generation, retry, || {
+            solicited && !lock(&agent.fc).backlog.is_empty()
+        }) {
             TimeoutOutcome::Reposted => {
                 if let Some(d) = lock(&slot.data).as_mut() {
                     d.retries_used += 1;
@@ -946,18 +936,14 @@ impl PortShared {
             agent.cells.dropped(reason);
             return;
         }
-        let outcome = slot.state.response(generation);
-        let reason = match outcome {
-            RespOutcome::Done | RespOutcome::Early => None,
-            RespOutcome::Canceled => Some(DropReason::Canceled),
-            RespOutcome::Duplicate => Some(DropReason::Duplicate),
-            RespOutcome::Stale => Some(DropReason::Late),
+        let finished = match slot_events::response(&slot.state, generation) {
+            slot_events::Response::Deliver(finished) => finished,
+            slot_events::Response::Drop(reason) => {
+                self.cells.dropped(reason);
+                agent.cells.dropped(reason);
+                return;
+            }
         };
-        if let Some(reason) = reason {
-            self.cells.dropped(reason);
-            agent.cells.dropped(reason);
-            return;
-        }
         solo(st, &self.solo_cells.responses);
         solo(st, &agent.solo_cells.responses);
         recv.agent = agent.id;
@@ -967,10 +953,11 @@ impl PortShared {
             index: t.index,
             generation,
         };
-        if outcome == RespOutcome::Done {
+        if let Some(f) = finished {
             // Staged before the send's completion, which `finish` stages: told in that order.
             stage(st, agent, Event::Recv(recv), false);
-            self.finish(st, r, WcStatus::Success, 0);
+            let (status, vendor) = self.status_of(f);
+            self.finish(st, r, status, vendor);
         } else {
             stage(st, Arc::clone(&agent), Event::Recv(recv), false);
             bump(&self.cells.early_responses);
