@@ -798,12 +798,9 @@ mod tests {
         ServerMsg::decode(&body).unwrap()
     }
 
-    // The network may deliver to a client's port from the moment it is attached (an SM
-    // sweeping the fabric does), before the server's thread for the connection has moved on.
-    // The client must still read ATTACHED first: it refuses an attach answered by anything
-    // else.
-    #[test]
-    fn attached_comes_before_a_delivery_made_the_moment_the_port_is_attached() {
+    /// A real-time server of ibsim's net.2sw2path4hca on `fabric.sock` in a fresh directory
+    /// named after `tag` (removed by the caller).
+    fn serve_example(tag: &str) -> (FabricServer, std::path::PathBuf) {
         let topo = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/net-examples/net.2sw2path4hca"
@@ -812,10 +809,20 @@ mod tests {
             Fabric::parse_file(topo).unwrap(),
             Arc::new(Scheduler::new(ClockMode::Real)),
         );
-        let dir = std::env::temp_dir().join(format!("sim-attach-order-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let server = FabricServer::start(net, &dir.join("fabric.sock")).unwrap();
+        (server, dir)
+    }
+
+    // The network may deliver to a client's port from the moment it is attached (an SM
+    // sweeping the fabric does), before the server's thread for the connection has moved on.
+    // The client must still read ATTACHED first: it refuses an attach answered by anything
+    // else.
+    #[test]
+    fn attached_comes_before_a_delivery_made_the_moment_the_port_is_attached() {
+        let (server, dir) = serve_example("sim-attach-order");
         *lock(&server.shared.after_attach) = Some(Box::new(|sink| sink.deliver(1, packet())));
 
         let mut stream = UnixStream::connect(server.path()).unwrap();
@@ -844,19 +851,8 @@ mod tests {
     // thread: the stop must still end that thread and let the network go.
     #[test]
     fn shutdown_ends_every_thread_when_the_socket_file_was_removed() {
-        let topo = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/net-examples/net.2sw2path4hca"
-        );
-        let net = Network::new(
-            Fabric::parse_file(topo).unwrap(),
-            Arc::new(Scheduler::new(ClockMode::Real)),
-        );
-        let dir = std::env::temp_dir().join(format!("sim-removed-sock-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let (server, dir) = serve_example("sim-removed-sock");
         let path = dir.join("fabric.sock");
-        let server = FabricServer::start(net, &path).unwrap();
         let shared = Arc::downgrade(&server.shared);
         std::fs::remove_file(&path).unwrap();
         server.shutdown();
