@@ -25,8 +25,8 @@ use mad::wire::class::is_rmpp_capable;
 use mad::wire::header::{MAD_LEN, is_response};
 use mad::wire::rmpp::{Rmpp, flags as rmpp_flags};
 use mad::{
-    Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, SendRequest,
-    SpecialQp, WcStatus,
+    Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, RecvBox,
+    SendRequest, SpecialQp, WcStatus,
 };
 
 use crate::abi::{
@@ -76,6 +76,13 @@ struct Sent {
 struct State {
     slots: Vec<Slot>,
     by_agent: HashMap<AgentId, u32>,
+    /// MADs delivered to an agent of no slot while a slot is [`Slot::Reserved`]: the MAD
+    /// layer delivers to an agent as soon as it is registered, before the file knows it
+    /// (the kernel holds the file's lock across `ib_register_mad_agent`, so its
+    /// `queue_packet` waits and loses nothing). The agent's registration takes them; the
+    /// rest (MADs of agents just unregistered, which the kernel drops too) go when no slot
+    /// is reserved any more.
+    pending: Vec<RecvBox>,
     queue: ReadQueue,
     sends: HashMap<u64, Sent>,
     next_seq: u64,
@@ -113,6 +120,7 @@ impl UmadFile {
             state: Mutex::new(State {
                 slots: (0..MAX_AGENTS).map(|_| Slot::Free).collect(),
                 by_agent: HashMap::new(),
+                pending: Vec::new(),
                 queue,
                 sends: HashMap::new(),
                 next_seq: 1,
@@ -173,6 +181,13 @@ impl UmadFile {
 
     /// `REGISTER_AGENT(2)`: the lowest free agent ID.
     pub fn register(&self, r: &Registration) -> Result<u32, UmadError> {
+        self.register_with(r, || {})
+    }
+
+    /// [`UmadFile::register`], calling `between` once the MAD layer has registered the agent
+    /// and before the file takes it (where a MAD may already arrive for it: the tests make
+    /// one arrive there).
+    fn register_with(&self, r: &Registration, between: impl FnOnce()) -> Result<u32, UmadError> {
         if let Some(reason) = self.port.removed() {
             return Err(UmadError::RegisterRemoved { reason });
         }
@@ -197,7 +212,10 @@ impl UmadFile {
             st.slots[id] = Slot::Reserved;
             id
         };
-        let release = |st: &mut State| st.slots[id] = Slot::Free;
+        let release = |st: &mut State| {
+            st.slots[id] = Slot::Free;
+            st.forget_pending();
+        };
         let class = (r.class != 0).then(|| ClassRegistration {
             class: r.class,
             version: r.version,
@@ -245,6 +263,7 @@ impl UmadFile {
                 });
             }
         };
+        between();
         let mut st = lock(&self.state);
         if st.closed {
             release(&mut st);
@@ -253,10 +272,20 @@ impl UmadFile {
             return Err(UmadError::NotAPort { fd: self.fd });
         }
         st.by_agent.insert(agent.id(), id as u32);
+        // What arrived for it before this: in order, ahead of anything later (which
+        // `take_events` queues under this lock, now that `by_agent` has it).
+        let (early, rest): (Vec<RecvBox>, Vec<RecvBox>) = std::mem::take(&mut st.pending)
+            .into_iter()
+            .partition(|m| m.agent == agent.id());
+        st.pending = rest;
+        for m in early {
+            st.queue_recv(id as u32, &m);
+        }
         st.slots[id] = Slot::Active {
             agent: Arc::new(agent),
             rmpp: rmpp != 0,
         };
+        st.forget_pending();
         debug("umad_register", || {
             format!(
                 "fd {} registered agent {id} qp {} class {:#x} version {}",
@@ -494,6 +523,7 @@ impl UmadFile {
             let mut st = lock(&self.state);
             st.closed = true;
             st.by_agent.clear();
+            st.pending.clear();
             st.sends.clear();
             let agents = st
                 .slots
@@ -523,27 +553,13 @@ impl UmadFile {
         let mut st = lock(&self.state);
         for ev in evs {
             match ev {
-                Event::Recv(r) => {
-                    let Some(&slot) = st.by_agent.get(&r.agent) else {
-                        continue;
-                    };
-                    // A reassembled RMPP message goes up whole, as the kernel's umad hands it
-                    // to read() (ENOSPC first when the reader's buffer is short).
-                    let data = match &r.rmpp {
-                        Some(message) => message.clone(),
-                        None => r.mad.to_vec(),
-                    };
-                    let hdr = recv_header(slot, &r, HDR_LEN, data.len());
-                    let exempt = r.response_to.is_some();
-                    st.queue.push(
-                        Packet {
-                            hdr,
-                            data,
-                            received: true,
-                        },
-                        exempt,
-                    );
-                }
+                Event::Recv(r) => match st.by_agent.get(&r.agent) {
+                    Some(&slot) => st.queue_recv(slot, &r),
+                    None if !st.closed && st.slots.iter().any(|s| matches!(s, Slot::Reserved)) => {
+                        st.pending.push(r);
+                    }
+                    None => {}
+                },
                 Event::Send(c) => {
                     let Some(sent) = st.sends.remove(&c.context) else {
                         continue;
@@ -571,6 +587,35 @@ impl UmadFile {
                     }
                 }
             }
+        }
+    }
+}
+
+impl State {
+    /// Queue MAD `r` received for agent `slot`.
+    fn queue_recv(&mut self, slot: u32, r: &mad::RecvMad) {
+        // A reassembled RMPP message goes up whole, as the kernel's umad hands it to read()
+        // (ENOSPC first when the reader's buffer is short).
+        let data = match &r.rmpp {
+            Some(message) => message.clone(),
+            None => r.mad.to_vec(),
+        };
+        let hdr = recv_header(slot, r, HDR_LEN, data.len());
+        let exempt = r.response_to.is_some();
+        self.queue.push(
+            Packet {
+                hdr,
+                data,
+                received: true,
+            },
+            exempt,
+        );
+    }
+
+    /// Drop the pending MADs once no registration is under way: no agent will claim them.
+    fn forget_pending(&mut self) {
+        if !self.slots.iter().any(|s| matches!(s, Slot::Reserved)) {
+            self.pending.clear();
         }
     }
 }
@@ -678,5 +723,97 @@ fn deregister(mut a: Arc<Agent>) {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Context;
+    use std::time::Instant;
+
+    /// A context over a standalone simulated ConnectX (LID 1), and the port.
+    fn rig() -> (Context, Arc<CaPort>, sim::net::Network) {
+        let (model, net) =
+            sim::mlx5::Mlx5::standalone_default(sim::ClockMode::Real).expect("simulated ConnectX");
+        let backend = embed::backend_for(Arc::new(model), "sim");
+        let ctx = Context::from_backends(vec![("sim".into(), backend)]).expect("context");
+        let port = Arc::clone(&ctx.cas()[0].ports[0]);
+        (ctx, port, net)
+    }
+
+    fn sa(methods: u64) -> Registration {
+        Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [methods, 0],
+            oui: 0,
+            rmpp_version: 0,
+            flags: 0,
+        }
+    }
+
+    /// An SA Get from `agent` to LID 1, QP1.
+    fn sa_get(agent: u32, tid: u64) -> Vec<u8> {
+        let mut h = IbUserMad {
+            agent_id: agent,
+            timeout_ms: 1000,
+            ..IbUserMad::default()
+        };
+        h.addr.lid = 1u16.to_be();
+        h.addr.qpn = 1u32.to_be();
+        h.addr.qkey = 0x8001_0000u32.to_be();
+        let mut b = h.to_bytes().to_vec();
+        let mut m = [0u8; MAD_LEN];
+        (m[0], m[1], m[2], m[3]) = (1, 0x03, 2, 0x01);
+        m[8..16].copy_from_slice(&tid.to_be_bytes());
+        m[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+        b.extend_from_slice(&m);
+        b
+    }
+
+    #[test]
+    fn a_mad_arriving_while_its_agent_registers_is_read() {
+        let (ctx, port, _net) = rig();
+        let client = ctx.open_file(&port).unwrap();
+        let server = ctx.open_file(&port).unwrap();
+        let c = client.register(&sa(0)).unwrap();
+        let id = server
+            .register_with(&sa(1 << 0x01), || {
+                // The MAD layer has the server's agent; the file does not yet.
+                let before = port.mad.counters().unsolicited;
+                client.write(&sa_get(c, 0x5151)).unwrap();
+                let end = Instant::now() + Duration::from_secs(5);
+                while port.mad.counters().unsolicited == before {
+                    assert!(Instant::now() < end, "the Get was never delivered");
+                    port.mad.progress();
+                }
+            })
+            .unwrap();
+        let mut buf = vec![0u8; HDR_LEN + MAD_LEN];
+        let n = server
+            .read(&mut buf)
+            .expect("the Get that arrived during registration");
+        assert_eq!(n, HDR_LEN + MAD_LEN);
+        let h = IbUserMad::from_bytes(buf[..HDR_LEN].try_into().unwrap());
+        assert_eq!(h.agent_id, id);
+        let m = &buf[HDR_LEN..];
+        assert_eq!((m[1], m[3]), (0x03, 0x01));
+        assert_eq!(
+            u64::from_be_bytes(m[8..16].try_into().unwrap()) as u32,
+            0x5151
+        );
+        assert!(
+            matches!(server.read(&mut buf), Err(UmadError::Again)),
+            "once"
+        );
+        assert!(
+            lock(&server.state).pending.is_empty(),
+            "nothing left pending"
+        );
+        ctx.close_file(client.fd()).unwrap();
+        ctx.close_file(server.fd()).unwrap();
+        ctx.close().unwrap();
     }
 }
