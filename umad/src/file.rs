@@ -407,7 +407,7 @@ impl UmadFile {
         if kernel_rmpp && is_rmpp_capable(class) {
             kernel_rmpp_header(&mut message, active);
         }
-        let req = SendRequest::new(message, dest_of(&hdr, true))
+        let req = SendRequest::new(message, dest_of(&hdr, true, agent.qp()))
             .timeout_ms(hdr.timeout_ms)
             .retries(hdr.retries)
             .context(seq);

@@ -226,6 +226,36 @@ fn a_request_whose_send_fails_on_the_device_comes_back_as_a_timeout() {
 }
 
 #[test]
+fn a_gsi_send_uses_qp1s_qkey_whatever_the_header_says() {
+    // ib_umad_write builds the address handle from LID, SL, path bits and GRH, and
+    // ib_create_send_mad sends with the QP's own Q_Key: the header's qkey is not used.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = perf_agent(&f);
+    for (tid, qkey) in [(0x401u64, 0u32), (0x402, 0x1234_5678)] {
+        let mut get = perf_get(a, 1, tid, 1000, 0);
+        let mut sent = IbUserMad::from_bytes(get[..HDR_LEN].try_into().unwrap());
+        sent.addr.qkey = qkey.to_be();
+        get[..HDR_LEN].copy_from_slice(&sent.to_bytes());
+        f.write(&get).unwrap();
+        let (hdr, mad) = read(&f, Duration::from_secs(2)).unwrap();
+        assert_eq!(
+            (hdr.status, mad[3]),
+            (0, 0x81),
+            "answered with header qkey {qkey:#x}"
+        );
+        assert_eq!(
+            u64::from_be_bytes(mad[8..16].try_into().unwrap()) as u32,
+            tid as u32
+        );
+        assert_eq!(hdr.addr.qkey, 0, "a received header's qkey is 0");
+    }
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
 fn capability_mask_changes_reach_the_fabric_port() {
     let r = rig();
     let port = r.ctx.cas()[0].ports[0].clone();
