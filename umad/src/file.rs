@@ -332,7 +332,7 @@ impl UmadFile {
     ) -> Result<(), UmadError> {
         let hdr = check_head(head, mad_len)?;
         let active = rmpp_active(&head[HDR_LEN..]);
-        admit(&lock(&self.state), &hdr, active, mad_len).map(|_| ())
+        admit(&lock(&self.state), &hdr, head[HDR_LEN + 1], active, mad_len).map(|_| ())
     }
 
     /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken. As
@@ -353,7 +353,8 @@ impl UmadFile {
     ///
     /// The kernel's checks, in its order, under the file's lock once: a MAD of at least 36
     /// bytes (else EINVAL), an agent ID in range (EINVAL), the device alive (EIO), the agent
-    /// registered (EIO), a length the send may have, one MAD or any length for an RMPP-active
+    /// registered (EIO), a length the send may have: at least the class's headers (EINVAL),
+    /// then one MAD or any length for an RMPP-active
     /// send of an agent the MAD layer does RMPP for (`ib_create_send_mad`, EINVAL), and no
     /// outstanding duplicate (`is_duplicate`, EINVAL; not asked of an RMPP-active segment of
     /// an agent the MAD layer does no RMPP for). The RMPP header of an RMPP-class MAD of
@@ -379,7 +380,7 @@ impl UmadFile {
         };
         let (agent, seq, kernel_rmpp) = {
             let mut st = lock(&self.state);
-            let (agent, kernel_rmpp) = admit(&st, &hdr, active, mad_len)?;
+            let (agent, kernel_rmpp) = admit(&st, &hdr, class, active, mad_len)?;
             // ib_umad_write (drivers/infiniband/core/user_mad.c) adds an RMPP-active MAD of
             // an agent without the MAD layer's RMPP to the send list without is_duplicate:
             // such an agent sends a transfer's segments one by one, all with its TID. It is
@@ -649,12 +650,15 @@ fn rmpp_active(mad: &[u8]) -> bool {
 }
 
 /// The checks of a write made under the file's lock (`st`), but the duplicate rule: the
-/// device alive, the agent registered, and a length the send may have. Returns the agent and
+/// device alive, the agent registered, and a length the send may have: at least the
+/// headers of the MAD's `class` (`ib_umad_write`'s `check_sub_overflow` against
+/// `ib_get_mad_data_offset`), and no more than one MAD but for RMPP. Returns the agent and
 /// whether the MAD layer does RMPP for it. `active`: the MAD is an RMPP-active one of an
 /// RMPP-capable class ([`rmpp_active`]).
 fn admit(
     st: &State,
     hdr: &IbUserMad,
+    class: u8,
     active: bool,
     mad_len: usize,
 ) -> Result<(Arc<Agent>, bool), UmadError> {
@@ -664,6 +668,14 @@ fn admit(
     let Slot::Active { agent, rmpp } = &st.slots[hdr.agent_id as usize] else {
         return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
     };
+    let need = mad::wire::class::data_offset(class);
+    if mad_len < need {
+        return Err(UmadError::ShortForClass {
+            len: mad_len,
+            class,
+            need,
+        });
+    }
     if !(*rmpp && active) && mad_len > MAD_LEN {
         return Err(UmadError::Send(mad::MadError::MadTooLarge {
             len: mad_len,

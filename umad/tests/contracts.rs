@@ -335,6 +335,46 @@ fn a_write_may_exceed_one_mad_only_as_an_rmpp_active_send_of_a_kernel_rmpp_agent
     r.ctx.close().unwrap();
 }
 
+#[test]
+fn a_write_shorter_than_its_classs_headers_is_einval() {
+    // ib_umad_write: check_sub_overflow(count, hdr_size + ib_get_mad_data_offset(class)):
+    // 56 bytes for the SA, 64 for DevMgt/DevAdm/BIS, 40 for vendor range 2, 24 otherwise
+    // (where the 36 bytes every write needs rule).
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = register_sa(&f, 0, 0);
+    for (class, need) in [
+        (0x03u8, 56usize),
+        (0x06, 64),
+        (0x10, 64),
+        (0x12, 64),
+        (0x30, 40),
+        (0x4F, 40),
+        (0x04, 36),
+        (0x81, 36),
+    ] {
+        let head = write_head(a, class, false);
+        match f.check_write(&head, need - 1) {
+            Err(e) => assert_eq!(e.errno(), libc::EINVAL, "class {class:#x}: {e}"),
+            Ok(()) => panic!("class {class:#x}: {} bytes accepted", need - 1),
+        }
+        assert!(
+            f.check_write(&head, need).is_ok(),
+            "class {class:#x}: {need} bytes"
+        );
+    }
+    assert_eq!(
+        f.check_write(&write_head(9, 0x03, false), 40)
+            .unwrap_err()
+            .errno(),
+        libc::EIO,
+        "an unregistered agent is EIO before the class's length is looked at"
+    );
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
 /// An SA request from `agent` to LID 1 (the simulated HCA's own port), method `m`, `data_len`
 /// bytes of data after the SA header, and the user's bytes 24 to 35 (the RMPP header) as
 /// `rmpp_hdr`.
