@@ -48,7 +48,8 @@ pub struct Registration {
     pub version: u8,
     /// Unsolicited methods to receive.
     pub methods: [u64; 2],
-    /// OUI, used for vendor range-2 classes.
+    /// OUI, used for vendor range-2 classes; with a class, wider than 24 bits is EINVAL
+    /// (`REGISTER_AGENT2`).
     pub oui: u32,
     /// RMPP version.
     pub rmpp_version: u8,
@@ -216,6 +217,16 @@ impl UmadFile {
             st.slots[id] = Slot::Free;
             st.forget_pending();
         };
+        // ib_umad_reg_agent2 refuses an OUI wider than 24 bits with any class (after the
+        // free ID is found).
+        if r.class != 0 && r.oui & 0xff00_0000 != 0 {
+            release(&mut lock(&self.state));
+            return Err(UmadError::Registration(
+                mad::MadError::InvalidRegistration {
+                    reason: format!("OUI {:#010x} is wider than 24 bits", r.oui),
+                },
+            ));
+        }
         let class = (r.class != 0).then(|| ClassRegistration {
             class: r.class,
             version: r.version,

@@ -283,6 +283,9 @@ fn register2_and_register_oui_follow_libibumad() {
             ("oui_bad_class", "-22"),
             ("oui_ok", "1"),
             ("null_attr", "22"),
+            ("reg2_wide_oui", "0 id_set=1"),
+            ("reg2_wide_oui_flags", "22 id=99 flags_after=0"),
+            ("reg2_narrow_oui_flags", "0"),
         ],
     );
 }

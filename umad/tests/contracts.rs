@@ -375,6 +375,38 @@ fn a_write_shorter_than_its_classs_headers_is_einval() {
     r.ctx.close().unwrap();
 }
 
+#[test]
+fn an_oui_wider_than_24_bits_is_einval_with_any_class() {
+    // ib_umad_reg_agent2: `ureq.oui & 0xff000000` is EINVAL whenever a class is given.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let reg = |class: u8, oui: u32| {
+        f.register(&Registration {
+            qpn: 1,
+            class,
+            version: u8::from(class != 0),
+            methods: [0, 0],
+            oui,
+            rmpp_version: 0,
+            flags: 0,
+        })
+    };
+    for class in [0x04u8, 0x09, 0x31] {
+        let e = reg(class, 0x0100_1405).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "class {class:#x}: {e}");
+    }
+    assert_eq!(f.agents(), 0, "nothing registered");
+    assert_eq!(
+        reg(0, 0x0100_0000).unwrap(),
+        0,
+        "no class: the OUI is not looked at"
+    );
+    assert_eq!(reg(0x04, 0x00ff_ffff).unwrap(), 1, "24 bits are fine");
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
 /// An SA request from `agent` to LID 1 (the simulated HCA's own port), method `m`, `data_len`
 /// bytes of data after the SA header, and the user's bytes 24 to 35 (the RMPP header) as
 /// `rmpp_hdr`.

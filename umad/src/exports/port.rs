@@ -211,8 +211,10 @@ pub unsafe extern "C" fn umad_register_oui(
 }
 
 /// `umad_register2`: registration with flags and a 24-bit OUI. Returns 0 with the ID in
-/// `*agent_id`, or a positive errno (EINVAL for an invalid vendor OUI or unknown flags, in
-/// which case `attr->flags` is cleared as libibumad does).
+/// `*agent_id`, or a positive errno (EINVAL for an invalid vendor OUI, unknown flags, or an
+/// OUI wider than 24 bits with flags, in which case `attr->flags` is cleared as libibumad
+/// does). Without flags libibumad retries a refused registration with `REGISTER_AGENT`,
+/// which keeps 24 bits of the OUI: so does this.
 ///
 /// # Safety
 /// `attr` and `agent_id` are NULL or valid.
@@ -237,7 +239,13 @@ pub unsafe extern "C" fn umad_register2(
             class: a.mgmt_class,
             version: a.mgmt_class_version,
             methods: a.method_mask,
-            oui: a.oui,
+            // REGISTER_AGENT2 refuses a wider OUI; libibumad then retries without flags
+            // through REGISTER_AGENT, whose OUI has 3 bytes: what that retry registers.
+            oui: if a.flags == 0 {
+                a.oui & 0x00ff_ffff
+            } else {
+                a.oui
+            },
             rmpp_version: a.rmpp_version,
             flags: a.flags,
         };

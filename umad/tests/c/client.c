@@ -303,6 +303,20 @@ static int mode_register2(void)
 	printf("oui_bad_class=%d\n", umad_register_oui(fd, 0x20, 0, oui, NULL));
 	printf("oui_ok=%d\n", umad_register_oui(fd, 0x31, 0, oui, NULL) >= 0);
 	printf("null_attr=%d\n", umad_register2(fd, NULL, &id));
+	/* A wide OUI with a class: REGISTER_AGENT2 refuses it; without flags libibumad's
+	 * retry through REGISTER_AGENT (3-byte OUI) registers, with flags it cannot. */
+	struct umad_reg_attr w = {.mgmt_class = PERF, .mgmt_class_version = 1, .oui = 0x01001405};
+	id = 99;
+	r = umad_register2(fd, &w, &id);
+	printf("reg2_wide_oui=%d id_set=%d\n", r, id != 99);
+	struct umad_reg_attr ws = {.mgmt_class = 0x03, .mgmt_class_version = 2, .rmpp_version = 1,
+				   .flags = UMAD_USER_RMPP, .oui = 0x01001405};
+	id = 99;
+	r = umad_register2(fd, &ws, &id);
+	printf("reg2_wide_oui_flags=%d id=%u flags_after=%u\n", r, id, ws.flags);
+	ws.oui = 0x001405;
+	ws.flags = UMAD_USER_RMPP;
+	printf("reg2_narrow_oui_flags=%d\n", umad_register2(fd, &ws, &id));
 	umad_close_port(fd);
 	return 0;
 }
