@@ -82,6 +82,12 @@ fn ca_and_port_are_filled_as_libibumad_fills_them_from_sysfs() {
             ("port1.link_layer", "InfiniBand"),
             ("release_ca", "0"),
             ("unknown_ca", "-2"),
+            // resolve_ca_name takes a name with a port as it is; dev_to_umad_id then finds
+            // no umad device: -EINVAL. With port 0 resolve_ca_port fails: -ENODEV.
+            ("open_unknown_ca", "-22"),
+            ("open_unknown_ca_port0", "-19"),
+            ("issm_unknown_ca", "-22"),
+            ("issm_unknown_ca_port0", "-19"),
             ("portguids", "3"),
             ("portguid0", "0000000000000000"),
             ("portguid1", "0002c90300001001"),

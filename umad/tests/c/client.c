@@ -114,6 +114,11 @@ static int mode_enum(void)
 	}
 	printf("release_ca=%d\n", umad_release_ca(&ca));
 	printf("unknown_ca=%d\n", umad_get_ca("nosuch0", &ca));
+	char issm[256];
+	printf("open_unknown_ca=%d\n", umad_open_port("nosuch0", 1));
+	printf("open_unknown_ca_port0=%d\n", umad_open_port("nosuch0", 0));
+	printf("issm_unknown_ca=%d\n", umad_get_issm_path("nosuch0", 1, issm, sizeof issm));
+	printf("issm_unknown_ca_port0=%d\n", umad_get_issm_path("nosuch0", 0, issm, sizeof issm));
 	__be64 guids[4];
 	r = umad_get_ca_portguids(NULL, guids, 4);
 	printf("portguids=%d\n", r);
