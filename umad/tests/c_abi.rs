@@ -99,6 +99,10 @@ fn ca_and_port_are_filled_as_libibumad_fills_them_from_sysfs() {
             ("device_list", "1"),
             ("sort", "0"),
             ("sort_too_many", "22"),
+            ("sort_size1", "0 order=cab"),
+            ("sort_size2", "22 order=cab"),
+            ("sort_size4", "22 order=cab"),
+            ("sort_size3", "0 order=abc"),
             ("device", "mlx5_0"),
         ],
     );

@@ -141,6 +141,18 @@ static int mode_enum(void)
 	for (struct umad_device_node *d = list; d; d = d->next)
 		printf("device=%s\n", d->ca_name);
 	umad_free_ca_device_list(list);
+	/* libibumad: a size below 2 sorts nothing; otherwise the list must have exactly
+	 * `size` nodes (EINVAL, the list untouched, if it has more or fewer). */
+	struct umad_device_node nodes[3] = {{&nodes[1], "c"}, {&nodes[2], "a"}, {NULL, "b"}};
+	static const size_t sizes[] = {1, 2, 4, 3};
+	for (int i = 0; i < 4; i++) {
+		struct umad_device_node *h = &nodes[0];
+		int r = umad_sort_ca_device_list(&h, sizes[i]);
+		printf("sort_size%zu=%d order=", sizes[i], r);
+		for (struct umad_device_node *d = h; d; d = d->next)
+			printf("%s", d->ca_name);
+		printf("\n");
+	}
 	return 0;
 }
 
