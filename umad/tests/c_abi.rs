@@ -141,11 +141,14 @@ fn a_request_gets_its_response_with_the_kernels_header_and_tid() {
             ("mad_offset", "64"),
             ("agent", "0"),
             ("send", "0"),
+            // libibumad sets errno to 0 on entry; a successful write or read leaves it.
+            ("errno_send", "0"),
             // A buffer shorter than one MAD: EINVAL, the packet stays queued.
             ("short_recv", "-22 errno_short=22"),
             ("recv", "0"),
             ("len", "256"),
             ("status", "0"),
+            ("errno_recv", "0"),
             ("method", "81"),
             ("mad_status", "0000"),
             ("tid_low", "1234abcd"),
@@ -367,6 +370,7 @@ fn the_fd_polls_readable_while_something_is_queued() {
             ("sys_poll", "1 revents_in=1"),
             ("poll_ready", "0"),
             ("recv", "1"),
+            ("errno_recv", "0"),
             ("sys_poll_after", "0"),
             ("poll_timeout", "-110"),
             ("poll_waited", "1"),

@@ -167,15 +167,16 @@ static int mode_loopback(void)
 	void *u = alloc_umad();
 	perf_get(u, 0x1234abcd);
 	umad_set_addr(u, lid, 1, 0, 0x80010000);
+	errno = 1234;
 	int r = umad_send(fd, agent, u, MAD, 1000, 0);
-	printf("send=%d\n", r);
+	printf("send=%d\nerrno_send=%d\n", r, errno);
 	/* A buffer shorter than the MAD: EINVAL, and the packet stays queued. */
 	int len;
 	r = recv_one(fd, u, 100, 2000, &len);
 	printf("short_recv=%d errno_short=%d\n", r, errno);
 	memset(u, 0, umad_size() + MAD);
 	r = recv_one(fd, u, MAD, 2000, &len);
-	printf("recv=%d\nlen=%d\nstatus=%d\n", r, len, umad_status(u));
+	printf("recv=%d\nlen=%d\nstatus=%d\nerrno_recv=%d\n", r, len, umad_status(u), errno);
 	uint8_t *m = umad_get_mad(u);
 	uint64_t tid = tid_of(u);
 	printf("method=%02x\nmad_status=%04x\ntid_low=%08" PRIx64 "\ntid_high_set=%d\n", m[3],
@@ -355,7 +356,10 @@ static int mode_poll(void)
 	printf("sys_poll=%d revents_in=%d\n", n, (p.revents & POLLIN) != 0);
 	printf("poll_ready=%d\n", umad_poll(fd, 0));
 	int len;
+	errno = 1234;
 	printf("recv=%d\n", recv_one(fd, u, MAD, 0, &len) >= 0);
+	/* libibumad sets errno to 0 on entry; a successful read leaves it so. */
+	printf("errno_recv=%d\n", errno);
 	p.revents = 0;
 	printf("sys_poll_after=%d\n", poll(&p, 1, 0));
 	long t0 = now_ms();
