@@ -174,10 +174,18 @@ impl CaPort {
         }
     }
 
-    pub(crate) fn add_file(&self, f: &Arc<UmadFile>) {
+    /// Add `f` to the files [`CaPort::mark_removed`] kills, unless the device is gone
+    /// (returns why). Checked under the files' lock, which `mark_removed` takes after it
+    /// records the removal: a file is either refused here or killed there (the kernel
+    /// serialises `ib_umad_open` and `ib_umad_kill_port` under `file_mutex`).
+    pub(crate) fn add_file(&self, f: &Arc<UmadFile>) -> Result<(), String> {
         let mut files = lock(&self.files);
+        if let Some(reason) = self.removed() {
+            return Err(reason);
+        }
         files.retain(|w| w.strong_count() > 0);
         files.push(Arc::downgrade(f));
+        Ok(())
     }
 
     /// What sysfs would show under `ports/<n>/`, asked of the SMA now.
@@ -378,11 +386,25 @@ impl Context {
     /// the new file): they are closed as the kernel closes a released file (agents
     /// unregistered), without touching the number.
     pub fn open_file(&self, port: &Arc<CaPort>) -> Result<Arc<UmadFile>, UmadError> {
+        self.open_file_with(port, || {})
+    }
+
+    /// [`Context::open_file`], calling `between` after the first check of the device and
+    /// before the file joins the port (where a removal may come: the tests make one come
+    /// there).
+    fn open_file_with(
+        &self,
+        port: &Arc<CaPort>,
+        between: impl FnOnce(),
+    ) -> Result<Arc<UmadFile>, UmadError> {
         if let Some(reason) = port.removed() {
             return Err(UmadError::Dead { reason });
         }
         let f = UmadFile::open(Arc::clone(port))?;
-        port.add_file(&f);
+        between();
+        // The file has no agent yet: dropped, it closes its fd.
+        port.add_file(&f)
+            .map_err(|reason| UmadError::Dead { reason })?;
         let stale: Vec<Arc<UmadFile>> = {
             let mut files = lock(&self.files);
             let mut stale = Vec::new();
@@ -556,5 +578,30 @@ fn at_exit_inner() {
                 "libibumad (hca): saving the simulated fabric to {path}: {e}"
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_opened_as_the_device_goes_is_refused() {
+        let (model, _net) =
+            sim::mlx5::Mlx5::standalone_default(sim::ClockMode::Real).expect("simulated ConnectX");
+        let backend = embed::backend_for(Arc::new(model), "sim");
+        let ctx = Context::from_backends(vec![("sim".into(), backend)]).expect("context");
+        let port = Arc::clone(&ctx.cas()[0].ports[0]);
+        // The removal lands after open_file's first look at the device.
+        let r = ctx.open_file_with(&port, || port.mark_removed("removed in the test"));
+        match r {
+            Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
+            Ok(f) => panic!(
+                "a file the removal missed (read: {:?})",
+                f.read(&mut [0u8; 400]).map_err(|e| e.errno())
+            ),
+        }
+        assert_eq!(ctx.open_files(), 0);
+        let _ = ctx.close();
     }
 }

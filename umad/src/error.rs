@@ -111,6 +111,20 @@ pub enum UmadError {
         hdr: usize,
     },
 
+    /// A MAD shorter than its class's headers (`ib_get_mad_data_offset`: 56 bytes for the
+    /// SA, 64 for DevMgt/DevAdm/BIS, 40 for vendor range 2, 24 otherwise).
+    #[error(
+        "a MAD of class {class:#04x} of {len} bytes is shorter than that class's {need}-byte          headers: write the whole header"
+    )]
+    ShortForClass {
+        /// MAD bytes given.
+        len: usize,
+        /// Management class.
+        class: u8,
+        /// The class's data offset.
+        need: usize,
+    },
+
     /// A request whose TID and class an outstanding request of the same agent already uses
     /// (or a response already going to the same destination).
     #[error(
@@ -189,6 +203,7 @@ impl UmadError {
             | UmadError::BadFlags { .. }
             | UmadError::Registration(_)
             | UmadError::ShortWrite { .. }
+            | UmadError::ShortForClass { .. }
             | UmadError::Duplicate { .. }
             | UmadError::BufferTooSmall { .. } => libc::EINVAL,
             UmadError::NotAPort { .. } => libc::EBADF,

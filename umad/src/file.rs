@@ -25,8 +25,8 @@ use mad::wire::class::is_rmpp_capable;
 use mad::wire::header::{MAD_LEN, is_response};
 use mad::wire::rmpp::{Rmpp, flags as rmpp_flags};
 use mad::{
-    Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, SendRequest,
-    SpecialQp, WcStatus,
+    Agent, AgentId, AgentSpec, ClassRegistration, Event, EventQueue, MethodMask, RecvBox,
+    SendRequest, SpecialQp, WcStatus,
 };
 
 use crate::abi::{
@@ -48,7 +48,8 @@ pub struct Registration {
     pub version: u8,
     /// Unsolicited methods to receive.
     pub methods: [u64; 2],
-    /// OUI, used for vendor range-2 classes.
+    /// OUI, used for vendor range-2 classes; with a class, wider than 24 bits is EINVAL
+    /// (`REGISTER_AGENT2`).
     pub oui: u32,
     /// RMPP version.
     pub rmpp_version: u8,
@@ -76,6 +77,13 @@ struct Sent {
 struct State {
     slots: Vec<Slot>,
     by_agent: HashMap<AgentId, u32>,
+    /// MADs delivered to an agent of no slot while a slot is [`Slot::Reserved`]: the MAD
+    /// layer delivers to an agent as soon as it is registered, before the file knows it
+    /// (the kernel holds the file's lock across `ib_register_mad_agent`, so its
+    /// `queue_packet` waits and loses nothing). The agent's registration takes them; the
+    /// rest (MADs of agents just unregistered, which the kernel drops too) go when no slot
+    /// is reserved any more.
+    pending: Vec<RecvBox>,
     queue: ReadQueue,
     sends: HashMap<u64, Sent>,
     next_seq: u64,
@@ -113,6 +121,7 @@ impl UmadFile {
             state: Mutex::new(State {
                 slots: (0..MAX_AGENTS).map(|_| Slot::Free).collect(),
                 by_agent: HashMap::new(),
+                pending: Vec::new(),
                 queue,
                 sends: HashMap::new(),
                 next_seq: 1,
@@ -173,6 +182,13 @@ impl UmadFile {
 
     /// `REGISTER_AGENT(2)`: the lowest free agent ID.
     pub fn register(&self, r: &Registration) -> Result<u32, UmadError> {
+        self.register_with(r, || {})
+    }
+
+    /// [`UmadFile::register`], calling `between` once the MAD layer has registered the agent
+    /// and before the file takes it (where a MAD may already arrive for it: the tests make
+    /// one arrive there).
+    fn register_with(&self, r: &Registration, between: impl FnOnce()) -> Result<u32, UmadError> {
         if let Some(reason) = self.port.removed() {
             return Err(UmadError::RegisterRemoved { reason });
         }
@@ -197,7 +213,20 @@ impl UmadFile {
             st.slots[id] = Slot::Reserved;
             id
         };
-        let release = |st: &mut State| st.slots[id] = Slot::Free;
+        let release = |st: &mut State| {
+            st.slots[id] = Slot::Free;
+            st.forget_pending();
+        };
+        // ib_umad_reg_agent2 refuses an OUI wider than 24 bits with any class (after the
+        // free ID is found).
+        if r.class != 0 && r.oui & 0xff00_0000 != 0 {
+            release(&mut lock(&self.state));
+            return Err(UmadError::Registration(
+                mad::MadError::InvalidRegistration {
+                    reason: format!("OUI {:#010x} is wider than 24 bits", r.oui),
+                },
+            ));
+        }
         let class = (r.class != 0).then(|| ClassRegistration {
             class: r.class,
             version: r.version,
@@ -245,6 +274,7 @@ impl UmadFile {
                 });
             }
         };
+        between();
         let mut st = lock(&self.state);
         if st.closed {
             release(&mut st);
@@ -253,10 +283,20 @@ impl UmadFile {
             return Err(UmadError::NotAPort { fd: self.fd });
         }
         st.by_agent.insert(agent.id(), id as u32);
+        // What arrived for it before this: in order, ahead of anything later (which
+        // `take_events` queues under this lock, now that `by_agent` has it).
+        let (early, rest): (Vec<RecvBox>, Vec<RecvBox>) = std::mem::take(&mut st.pending)
+            .into_iter()
+            .partition(|m| m.agent == agent.id());
+        st.pending = rest;
+        for m in early {
+            st.queue_recv(id as u32, &m);
+        }
         st.slots[id] = Slot::Active {
             agent: Arc::new(agent),
             rmpp: rmpp != 0,
         };
+        st.forget_pending();
         debug("umad_register", || {
             format!(
                 "fd {} registered agent {id} qp {} class {:#x} version {}",
@@ -303,7 +343,7 @@ impl UmadFile {
     ) -> Result<(), UmadError> {
         let hdr = check_head(head, mad_len)?;
         let active = rmpp_active(&head[HDR_LEN..]);
-        admit(&lock(&self.state), &hdr, active, mad_len).map(|_| ())
+        admit(&lock(&self.state), &hdr, head[HDR_LEN + 1], active, mad_len).map(|_| ())
     }
 
     /// `write(2)` on the umad fd: one header and MAD (`bytes`); returns the bytes taken. As
@@ -324,7 +364,8 @@ impl UmadFile {
     ///
     /// The kernel's checks, in its order, under the file's lock once: a MAD of at least 36
     /// bytes (else EINVAL), an agent ID in range (EINVAL), the device alive (EIO), the agent
-    /// registered (EIO), a length the send may have, one MAD or any length for an RMPP-active
+    /// registered (EIO), a length the send may have: at least the class's headers (EINVAL),
+    /// then one MAD or any length for an RMPP-active
     /// send of an agent the MAD layer does RMPP for (`ib_create_send_mad`, EINVAL), and no
     /// outstanding duplicate (`is_duplicate`, EINVAL; not asked of an RMPP-active segment of
     /// an agent the MAD layer does no RMPP for). The RMPP header of an RMPP-class MAD of
@@ -350,7 +391,7 @@ impl UmadFile {
         };
         let (agent, seq, kernel_rmpp) = {
             let mut st = lock(&self.state);
-            let (agent, kernel_rmpp) = admit(&st, &hdr, active, mad_len)?;
+            let (agent, kernel_rmpp) = admit(&st, &hdr, class, active, mad_len)?;
             // ib_umad_write (drivers/infiniband/core/user_mad.c) adds an RMPP-active MAD of
             // an agent without the MAD layer's RMPP to the send list without is_duplicate:
             // such an agent sends a transfer's segments one by one, all with its TID. It is
@@ -378,7 +419,7 @@ impl UmadFile {
         if kernel_rmpp && is_rmpp_capable(class) {
             kernel_rmpp_header(&mut message, active);
         }
-        let req = SendRequest::new(message, dest_of(&hdr, true))
+        let req = SendRequest::new(message, dest_of(&hdr, true, agent.qp()))
             .timeout_ms(hdr.timeout_ms)
             .retries(hdr.retries)
             .context(seq);
@@ -494,6 +535,7 @@ impl UmadFile {
             let mut st = lock(&self.state);
             st.closed = true;
             st.by_agent.clear();
+            st.pending.clear();
             st.sends.clear();
             let agents = st
                 .slots
@@ -523,27 +565,13 @@ impl UmadFile {
         let mut st = lock(&self.state);
         for ev in evs {
             match ev {
-                Event::Recv(r) => {
-                    let Some(&slot) = st.by_agent.get(&r.agent) else {
-                        continue;
-                    };
-                    // A reassembled RMPP message goes up whole, as the kernel's umad hands it
-                    // to read() (ENOSPC first when the reader's buffer is short).
-                    let data = match &r.rmpp {
-                        Some(message) => message.clone(),
-                        None => r.mad.to_vec(),
-                    };
-                    let hdr = recv_header(slot, &r, HDR_LEN, data.len());
-                    let exempt = r.response_to.is_some();
-                    st.queue.push(
-                        Packet {
-                            hdr,
-                            data,
-                            received: true,
-                        },
-                        exempt,
-                    );
-                }
+                Event::Recv(r) => match st.by_agent.get(&r.agent) {
+                    Some(&slot) => st.queue_recv(slot, &r),
+                    None if !st.closed && st.slots.iter().any(|s| matches!(s, Slot::Reserved)) => {
+                        st.pending.push(r);
+                    }
+                    None => {}
+                },
                 Event::Send(c) => {
                     let Some(sent) = st.sends.remove(&c.context) else {
                         continue;
@@ -571,6 +599,35 @@ impl UmadFile {
                     }
                 }
             }
+        }
+    }
+}
+
+impl State {
+    /// Queue MAD `r` received for agent `slot`.
+    fn queue_recv(&mut self, slot: u32, r: &mad::RecvMad) {
+        // A reassembled RMPP message goes up whole, as the kernel's umad hands it to read()
+        // (ENOSPC first when the reader's buffer is short).
+        let data = match &r.rmpp {
+            Some(message) => message.clone(),
+            None => r.mad.to_vec(),
+        };
+        let hdr = recv_header(slot, r, HDR_LEN, data.len());
+        let exempt = r.response_to.is_some();
+        self.queue.push(
+            Packet {
+                hdr,
+                data,
+                received: true,
+            },
+            exempt,
+        );
+    }
+
+    /// Drop the pending MADs once no registration is under way: no agent will claim them.
+    fn forget_pending(&mut self) {
+        if !self.slots.iter().any(|s| matches!(s, Slot::Reserved)) {
+            self.pending.clear();
         }
     }
 }
@@ -604,12 +661,15 @@ fn rmpp_active(mad: &[u8]) -> bool {
 }
 
 /// The checks of a write made under the file's lock (`st`), but the duplicate rule: the
-/// device alive, the agent registered, and a length the send may have. Returns the agent and
+/// device alive, the agent registered, and a length the send may have: at least the
+/// headers of the MAD's `class` (`ib_umad_write`'s `check_sub_overflow` against
+/// `ib_get_mad_data_offset`), and no more than one MAD but for RMPP. Returns the agent and
 /// whether the MAD layer does RMPP for it. `active`: the MAD is an RMPP-active one of an
 /// RMPP-capable class ([`rmpp_active`]).
 fn admit(
     st: &State,
     hdr: &IbUserMad,
+    class: u8,
     active: bool,
     mad_len: usize,
 ) -> Result<(Arc<Agent>, bool), UmadError> {
@@ -619,6 +679,14 @@ fn admit(
     let Slot::Active { agent, rmpp } = &st.slots[hdr.agent_id as usize] else {
         return Err(UmadError::SendUnknownAgent { id: hdr.agent_id });
     };
+    let need = mad::wire::class::data_offset(class);
+    if mad_len < need {
+        return Err(UmadError::ShortForClass {
+            len: mad_len,
+            class,
+            need,
+        });
+    }
     if !(*rmpp && active) && mad_len > MAD_LEN {
         return Err(UmadError::Send(mad::MadError::MadTooLarge {
             len: mad_len,
@@ -678,5 +746,97 @@ fn deregister(mut a: Arc<Agent>) {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Context;
+    use std::time::Instant;
+
+    /// A context over a standalone simulated ConnectX (LID 1), and the port.
+    fn rig() -> (Context, Arc<CaPort>, sim::net::Network) {
+        let (model, net) =
+            sim::mlx5::Mlx5::standalone_default(sim::ClockMode::Real).expect("simulated ConnectX");
+        let backend = embed::backend_for(Arc::new(model), "sim");
+        let ctx = Context::from_backends(vec![("sim".into(), backend)]).expect("context");
+        let port = Arc::clone(&ctx.cas()[0].ports[0]);
+        (ctx, port, net)
+    }
+
+    fn sa(methods: u64) -> Registration {
+        Registration {
+            qpn: 1,
+            class: 0x03,
+            version: 2,
+            methods: [methods, 0],
+            oui: 0,
+            rmpp_version: 0,
+            flags: 0,
+        }
+    }
+
+    /// An SA Get from `agent` to LID 1, QP1.
+    fn sa_get(agent: u32, tid: u64) -> Vec<u8> {
+        let mut h = IbUserMad {
+            agent_id: agent,
+            timeout_ms: 1000,
+            ..IbUserMad::default()
+        };
+        h.addr.lid = 1u16.to_be();
+        h.addr.qpn = 1u32.to_be();
+        h.addr.qkey = 0x8001_0000u32.to_be();
+        let mut b = h.to_bytes().to_vec();
+        let mut m = [0u8; MAD_LEN];
+        (m[0], m[1], m[2], m[3]) = (1, 0x03, 2, 0x01);
+        m[8..16].copy_from_slice(&tid.to_be_bytes());
+        m[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+        b.extend_from_slice(&m);
+        b
+    }
+
+    #[test]
+    fn a_mad_arriving_while_its_agent_registers_is_read() {
+        let (ctx, port, _net) = rig();
+        let client = ctx.open_file(&port).unwrap();
+        let server = ctx.open_file(&port).unwrap();
+        let c = client.register(&sa(0)).unwrap();
+        let id = server
+            .register_with(&sa(1 << 0x01), || {
+                // The MAD layer has the server's agent; the file does not yet.
+                let before = port.mad.counters().unsolicited;
+                client.write(&sa_get(c, 0x5151)).unwrap();
+                let end = Instant::now() + Duration::from_secs(5);
+                while port.mad.counters().unsolicited == before {
+                    assert!(Instant::now() < end, "the Get was never delivered");
+                    port.mad.progress();
+                }
+            })
+            .unwrap();
+        let mut buf = vec![0u8; HDR_LEN + MAD_LEN];
+        let n = server
+            .read(&mut buf)
+            .expect("the Get that arrived during registration");
+        assert_eq!(n, HDR_LEN + MAD_LEN);
+        let h = IbUserMad::from_bytes(buf[..HDR_LEN].try_into().unwrap());
+        assert_eq!(h.agent_id, id);
+        let m = &buf[HDR_LEN..];
+        assert_eq!((m[1], m[3]), (0x03, 0x01));
+        assert_eq!(
+            u64::from_be_bytes(m[8..16].try_into().unwrap()) as u32,
+            0x5151
+        );
+        assert!(
+            matches!(server.read(&mut buf), Err(UmadError::Again)),
+            "once"
+        );
+        assert!(
+            lock(&server.state).pending.is_empty(),
+            "nothing left pending"
+        );
+        ctx.close_file(client.fd()).unwrap();
+        ctx.close_file(server.fd()).unwrap();
+        ctx.close().unwrap();
     }
 }

@@ -3,20 +3,27 @@
 //! completion and the GRH), and the kernel's duplicate rule (`is_duplicate`,
 //! `same_destination`).
 
-use mad::{Grh, RecvAddr, RecvMad, UdDest};
+use mad::{Grh, QP1_QKEY, RecvAddr, RecvMad, SpecialQp, UdDest};
 
 use crate::abi::{IbMadAddr, IbUserMad};
 
-/// Where a send goes, from the header the user wrote. `pkey_index` counts only with the new
-/// ABI (the old header has none).
-pub fn dest_of(h: &IbUserMad, new_abi: bool) -> UdDest {
+/// Where a send of an agent on `qp` goes, from the header the user wrote. `pkey_index`
+/// counts only with the new ABI (the old header has none).
+///
+/// The header's `qkey` is not used: `ib_umad_write` builds the address handle from the LID,
+/// SL, path bits and GRH only, and `ib_create_send_mad` sends with the QP's own Q_Key
+/// (`IB_QP_SET_QKEY`): QP1's well-known one for GSI, none for SMPs (QP0 checks no Q_Key).
+pub fn dest_of(h: &IbUserMad, new_abi: bool, qp: SpecialQp) -> UdDest {
     let a = &h.addr;
     UdDest {
         dlid: u16::from_be(a.lid),
         sl: a.sl,
         src_path_bits: a.path_bits,
         remote_qpn: u32::from_be(a.qpn),
-        remote_qkey: u32::from_be(a.qkey),
+        remote_qkey: match qp {
+            SpecialQp::Gsi => QP1_QKEY,
+            SpecialQp::Smi => 0,
+        },
         pkey_index: if new_abi { a.pkey_index } else { 0 },
         grh: (a.grh_present != 0).then(|| Grh {
             sgid_index: a.gid_index,
@@ -168,19 +175,21 @@ mod tests {
         let mut h = IbUserMad::default();
         h.addr.lid = 0x0012u16.to_be();
         h.addr.qpn = 1u32.to_be();
-        h.addr.qkey = 0x8001_0000u32.to_be();
         h.addr.sl = 3;
         h.addr.path_bits = 1;
         h.addr.pkey_index = 2;
-        let d = dest_of(&h, true);
+        h.addr.qkey = 0x1234_5678u32.to_be();
+        let d = dest_of(&h, true, SpecialQp::Gsi);
         assert_eq!(
             (d.dlid, d.remote_qpn, d.remote_qkey),
-            (0x12, 1, 0x8001_0000)
+            (0x12, 1, 0x8001_0000),
+            "QP1's Q_Key whatever the header says"
         );
+        assert_eq!(dest_of(&h, true, SpecialQp::Smi).remote_qkey, 0);
         assert_eq!((d.sl, d.src_path_bits, d.pkey_index), (3, 1, 2));
         assert_eq!(d.grh, None);
         assert_eq!(
-            dest_of(&h, false).pkey_index,
+            dest_of(&h, false, SpecialQp::Gsi).pkey_index,
             0,
             "old ABI has no P_Key index"
         );
@@ -188,7 +197,7 @@ mod tests {
         h.addr.gid = [7; 16];
         h.addr.flow_label = 0xabcdeu32.to_be();
         h.addr.hop_limit = 9;
-        let g = dest_of(&h, true).grh.unwrap();
+        let g = dest_of(&h, true, SpecialQp::Gsi).grh.unwrap();
         assert_eq!((g.dgid, g.flow_label, g.hop_limit), ([7; 16], 0xabcde, 9));
     }
 
@@ -219,6 +228,7 @@ mod tests {
         let h = recv_header(3, &r, 64, 256);
         assert_eq!((h.agent_id, h.status, h.length), (3, 0, 320));
         assert_eq!(u32::from_be(h.addr.qpn), 1);
+        assert_eq!(h.addr.qkey, 0, "recv_handler leaves the Q_Key zero");
         assert_eq!(u16::from_be(h.addr.lid), 0x22);
         assert_eq!((h.addr.sl, h.addr.path_bits, h.addr.pkey_index), (4, 1, 5));
         assert_eq!(h.addr.grh_present, 1);

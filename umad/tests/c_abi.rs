@@ -82,6 +82,12 @@ fn ca_and_port_are_filled_as_libibumad_fills_them_from_sysfs() {
             ("port1.link_layer", "InfiniBand"),
             ("release_ca", "0"),
             ("unknown_ca", "-2"),
+            // resolve_ca_name takes a name with a port as it is; dev_to_umad_id then finds
+            // no umad device: -EINVAL. With port 0 resolve_ca_port fails: -ENODEV.
+            ("open_unknown_ca", "-22"),
+            ("open_unknown_ca_port0", "-19"),
+            ("issm_unknown_ca", "-22"),
+            ("issm_unknown_ca_port0", "-19"),
             ("portguids", "3"),
             ("portguid0", "0000000000000000"),
             ("portguid1", "0002c90300001001"),
@@ -93,6 +99,10 @@ fn ca_and_port_are_filled_as_libibumad_fills_them_from_sysfs() {
             ("device_list", "1"),
             ("sort", "0"),
             ("sort_too_many", "22"),
+            ("sort_size1", "0 order=cab"),
+            ("sort_size2", "22 order=cab"),
+            ("sort_size4", "22 order=cab"),
+            ("sort_size3", "0 order=abc"),
             ("device", "mlx5_0"),
         ],
     );
@@ -131,11 +141,14 @@ fn a_request_gets_its_response_with_the_kernels_header_and_tid() {
             ("mad_offset", "64"),
             ("agent", "0"),
             ("send", "0"),
+            // libibumad sets errno to 0 on entry; a successful write or read leaves it.
+            ("errno_send", "0"),
             // A buffer shorter than one MAD: EINVAL, the packet stays queued.
             ("short_recv", "-22 errno_short=22"),
             ("recv", "0"),
             ("len", "256"),
             ("status", "0"),
+            ("errno_recv", "0"),
             ("method", "81"),
             ("mad_status", "0000"),
             ("tid_low", "1234abcd"),
@@ -283,6 +296,9 @@ fn register2_and_register_oui_follow_libibumad() {
             ("oui_bad_class", "-22"),
             ("oui_ok", "1"),
             ("null_attr", "22"),
+            ("reg2_wide_oui", "0 id_set=1"),
+            ("reg2_wide_oui_flags", "22 id=99 flags_after=0"),
+            ("reg2_narrow_oui_flags", "0"),
         ],
     );
 }
@@ -354,6 +370,7 @@ fn the_fd_polls_readable_while_something_is_queued() {
             ("sys_poll", "1 revents_in=1"),
             ("poll_ready", "0"),
             ("recv", "1"),
+            ("errno_recv", "0"),
             ("sys_poll_after", "0"),
             ("poll_timeout", "-110"),
             ("poll_waited", "1"),

@@ -226,6 +226,36 @@ fn a_request_whose_send_fails_on_the_device_comes_back_as_a_timeout() {
 }
 
 #[test]
+fn a_gsi_send_uses_qp1s_qkey_whatever_the_header_says() {
+    // ib_umad_write builds the address handle from LID, SL, path bits and GRH, and
+    // ib_create_send_mad sends with the QP's own Q_Key: the header's qkey is not used.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = perf_agent(&f);
+    for (tid, qkey) in [(0x401u64, 0u32), (0x402, 0x1234_5678)] {
+        let mut get = perf_get(a, 1, tid, 1000, 0);
+        let mut sent = IbUserMad::from_bytes(get[..HDR_LEN].try_into().unwrap());
+        sent.addr.qkey = qkey.to_be();
+        get[..HDR_LEN].copy_from_slice(&sent.to_bytes());
+        f.write(&get).unwrap();
+        let (hdr, mad) = read(&f, Duration::from_secs(2)).unwrap();
+        assert_eq!(
+            (hdr.status, mad[3]),
+            (0, 0x81),
+            "answered with header qkey {qkey:#x}"
+        );
+        assert_eq!(
+            u64::from_be_bytes(mad[8..16].try_into().unwrap()) as u32,
+            tid as u32
+        );
+        assert_eq!(hdr.addr.qkey, 0, "a received header's qkey is 0");
+    }
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
 fn capability_mask_changes_reach_the_fabric_port() {
     let r = rig();
     let port = r.ctx.cas()[0].ports[0].clone();
@@ -301,6 +331,78 @@ fn a_write_may_exceed_one_mad_only_as_an_rmpp_active_send_of_a_kernel_rmpp_agent
         libc::EIO,
         "an unregistered agent is EIO before the length is looked at"
     );
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
+fn a_write_shorter_than_its_classs_headers_is_einval() {
+    // ib_umad_write: check_sub_overflow(count, hdr_size + ib_get_mad_data_offset(class)):
+    // 56 bytes for the SA, 64 for DevMgt/DevAdm/BIS, 40 for vendor range 2, 24 otherwise
+    // (where the 36 bytes every write needs rule).
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let a = register_sa(&f, 0, 0);
+    for (class, need) in [
+        (0x03u8, 56usize),
+        (0x06, 64),
+        (0x10, 64),
+        (0x12, 64),
+        (0x30, 40),
+        (0x4F, 40),
+        (0x04, 36),
+        (0x81, 36),
+    ] {
+        let head = write_head(a, class, false);
+        match f.check_write(&head, need - 1) {
+            Err(e) => assert_eq!(e.errno(), libc::EINVAL, "class {class:#x}: {e}"),
+            Ok(()) => panic!("class {class:#x}: {} bytes accepted", need - 1),
+        }
+        assert!(
+            f.check_write(&head, need).is_ok(),
+            "class {class:#x}: {need} bytes"
+        );
+    }
+    assert_eq!(
+        f.check_write(&write_head(9, 0x03, false), 40)
+            .unwrap_err()
+            .errno(),
+        libc::EIO,
+        "an unregistered agent is EIO before the class's length is looked at"
+    );
+    r.ctx.close_file(f.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
+fn an_oui_wider_than_24_bits_is_einval_with_any_class() {
+    // ib_umad_reg_agent2: `ureq.oui & 0xff000000` is EINVAL whenever a class is given.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let f = r.ctx.open_file(&port).unwrap();
+    let reg = |class: u8, oui: u32| {
+        f.register(&Registration {
+            qpn: 1,
+            class,
+            version: u8::from(class != 0),
+            methods: [0, 0],
+            oui,
+            rmpp_version: 0,
+            flags: 0,
+        })
+    };
+    for class in [0x04u8, 0x09, 0x31] {
+        let e = reg(class, 0x0100_1405).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "class {class:#x}: {e}");
+    }
+    assert_eq!(f.agents(), 0, "nothing registered");
+    assert_eq!(
+        reg(0, 0x0100_0000).unwrap(),
+        0,
+        "no class: the OUI is not looked at"
+    );
+    assert_eq!(reg(0x04, 0x00ff_ffff).unwrap(), 1, "24 bits are fine");
     r.ctx.close_file(f.fd()).unwrap();
     r.ctx.close().unwrap();
 }

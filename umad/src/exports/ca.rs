@@ -373,7 +373,8 @@ pub unsafe extern "C" fn umad_free_ca_device_list(head: *mut UmadDeviceNode) {
 }
 
 /// `umad_sort_ca_device_list`: sorts the list by name (`strcmp`); `size` 0 means "count
-/// it". Returns 0, or EINVAL when `size` says more nodes than the list has.
+/// it". As libibumad: a `size` below 2 sorts nothing and returns 0; otherwise the list must
+/// have exactly `size` nodes, else EINVAL and the list is left as it was.
 ///
 /// # Safety
 /// `head` points to a list from `umad_get_ca_device_list`.
@@ -392,11 +393,12 @@ pub unsafe extern "C" fn umad_sort_ca_device_list(
         // SAFETY: a node of the list.
         node = unsafe { (*node).next };
     }
-    if size != 0 && size > nodes.len() {
-        return libc::EINVAL;
-    }
-    if nodes.is_empty() {
+    let size = if size == 0 { nodes.len() } else { size };
+    if size < 2 {
         return 0;
+    }
+    if size != nodes.len() {
+        return libc::EINVAL;
     }
     // SAFETY: every node's name is a NUL-terminated string stored with it.
     nodes.sort_by(|&a, &b| unsafe {

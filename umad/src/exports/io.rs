@@ -138,7 +138,12 @@ pub unsafe extern "C" fn umad_send(
                 })
             });
         match r {
-            Ok(_) => 0,
+            Ok(_) => {
+                // libibumad's errno = 0 on entry survives a successful write; the system
+                // calls made on the way here may have set it.
+                set_errno(0);
+                0
+            }
             Err(e) => {
                 crate::context::debug("umad_send", || format!("fd {fd}: {e}"));
                 set_errno(e.errno());
@@ -188,6 +193,9 @@ pub unsafe extern "C-unwind" fn umad_recv(
             Ok(n) => {
                 // SAFETY: the caller's int, written unaligned.
                 unsafe { length.write_unaligned(n.saturating_sub(hdr_len()) as c_int) };
+                // As libibumad's: 0 after a successful read, whatever the system calls made
+                // on the way (a lowered fd's EAGAIN) left in it.
+                set_errno(0);
                 let h = umad.cast::<IbUserMad>();
                 // SAFETY: the header was just written at the start of the caller's buffer;
                 // read unaligned (the buffer may sit at any address).

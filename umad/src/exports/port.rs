@@ -5,14 +5,17 @@ use std::ffi::{c_char, c_int, c_long};
 use std::sync::atomic::Ordering;
 
 use crate::abi::{OPENIB_OUI, UmadRegAttr};
-use crate::context::{debug, global, say};
+use std::sync::Arc;
+
+use crate::context::{Ca, CaPort, Context, debug, global, say};
 use crate::error::UmadError;
 use crate::exports::{NEW_API, guard, opt_str, set_errno};
 use crate::file::Registration;
 
 /// `umad_open_port`: resolve the CA and port (NULL / 0 pick the first ACTIVE port, as
 /// libibumad does), open a umad file on it, and return its fd; -ENODEV when nothing
-/// resolves, -EINVAL for a port that does not exist, -EIO when the device is gone.
+/// resolves, -EINVAL for a port that does not exist (or an unknown CA name with a port
+/// other than 0), -EIO when the device is gone.
 ///
 /// # Safety
 /// `ca_name` is NULL or a C string.
@@ -24,11 +27,9 @@ pub unsafe extern "C" fn umad_open_port(ca_name: *const c_char, portnum: c_int) 
         // SAFETY: the caller passes NULL or a C string.
         let name = unsafe { opt_str(ca_name) };
         let name = name.as_deref();
-        let Some((ca, num)) = c.resolve(name, portnum) else {
-            return -libc::ENODEV;
-        };
-        let Some(port) = c.port_of(&ca, num) else {
-            return -libc::EINVAL;
+        let (ca, num, port) = match resolve(c, name, portnum) {
+            Ok(r) => r,
+            Err(e) => return e,
         };
         match c.open_file(&port) {
             Ok(f) => {
@@ -61,7 +62,8 @@ pub extern "C" fn umad_close_port(fd: c_int) -> c_int {
 }
 
 /// `umad_get_issm_path`: the path whose holding sets IsSM on the port (see
-/// [`crate::issm`]); 0, -ENODEV when nothing resolves, -EINVAL for no such port.
+/// [`crate::issm`]); 0, -ENODEV when nothing resolves, -EINVAL for no such port (or an
+/// unknown CA name with a port other than 0).
 ///
 /// # Safety
 /// `ca_name` is NULL or a C string; `path` has room for `max` bytes.
@@ -78,11 +80,9 @@ pub unsafe extern "C" fn umad_get_issm_path(
         // SAFETY: the caller passes NULL or a C string.
         let name = unsafe { opt_str(ca_name) };
         let name = name.as_deref();
-        let Some((ca, num)) = c.resolve(name, portnum) else {
-            return -libc::ENODEV;
-        };
-        let Some(port) = c.port_of(&ca, num) else {
-            return -libc::EINVAL;
+        let (_, _, port) = match resolve(c, name, portnum) {
+            Ok(r) => r,
+            Err(e) => return e,
         };
         let p = match c.issm().and_then(|i| i.path_for(&port)) {
             Ok(p) => p,
@@ -103,6 +103,23 @@ pub unsafe extern "C" fn umad_get_issm_path(
         }
         0
     })
+}
+
+/// The port `umad_open_port` and `umad_get_issm_path` use: libibumad's `resolve_ca_name`
+/// (-ENODEV when it fails), then `dev_to_umad_id` (-EINVAL when no umad device is that CA
+/// and port). A name with a port other than 0 is taken as it is, so an unknown CA name is
+/// -EINVAL there, and -ENODEV with port 0 (`resolve_ca_port` fails).
+fn resolve(
+    c: &Context,
+    name: Option<&str>,
+    portnum: c_int,
+) -> Result<(Arc<Ca>, c_int, Arc<CaPort>), c_int> {
+    let (ca, num) = match name {
+        Some(n) if portnum != 0 => (c.ca(n).cloned().ok_or(-libc::EINVAL)?, portnum),
+        _ => c.resolve(name, portnum).ok_or(-libc::ENODEV)?,
+    };
+    let port = c.port_of(&ca, num).ok_or(-libc::EINVAL)?;
+    Ok((ca, num, port))
 }
 
 fn register(fd: c_int, r: &Registration) -> Result<u32, UmadError> {
@@ -211,8 +228,10 @@ pub unsafe extern "C" fn umad_register_oui(
 }
 
 /// `umad_register2`: registration with flags and a 24-bit OUI. Returns 0 with the ID in
-/// `*agent_id`, or a positive errno (EINVAL for an invalid vendor OUI or unknown flags, in
-/// which case `attr->flags` is cleared as libibumad does).
+/// `*agent_id`, or a positive errno (EINVAL for an invalid vendor OUI, unknown flags, or an
+/// OUI wider than 24 bits with flags, in which case `attr->flags` is cleared as libibumad
+/// does). Without flags libibumad retries a refused registration with `REGISTER_AGENT`,
+/// which keeps 24 bits of the OUI: so does this.
 ///
 /// # Safety
 /// `attr` and `agent_id` are NULL or valid.
@@ -237,7 +256,13 @@ pub unsafe extern "C" fn umad_register2(
             class: a.mgmt_class,
             version: a.mgmt_class_version,
             methods: a.method_mask,
-            oui: a.oui,
+            // REGISTER_AGENT2 refuses a wider OUI; libibumad then retries without flags
+            // through REGISTER_AGENT, whose OUI has 3 bytes: what that retry registers.
+            oui: if a.flags == 0 {
+                a.oui & 0x00ff_ffff
+            } else {
+                a.oui
+            },
             rmpp_version: a.rmpp_version,
             flags: a.flags,
         };

@@ -114,6 +114,11 @@ static int mode_enum(void)
 	}
 	printf("release_ca=%d\n", umad_release_ca(&ca));
 	printf("unknown_ca=%d\n", umad_get_ca("nosuch0", &ca));
+	char issm[256];
+	printf("open_unknown_ca=%d\n", umad_open_port("nosuch0", 1));
+	printf("open_unknown_ca_port0=%d\n", umad_open_port("nosuch0", 0));
+	printf("issm_unknown_ca=%d\n", umad_get_issm_path("nosuch0", 1, issm, sizeof issm));
+	printf("issm_unknown_ca_port0=%d\n", umad_get_issm_path("nosuch0", 0, issm, sizeof issm));
 	__be64 guids[4];
 	r = umad_get_ca_portguids(NULL, guids, 4);
 	printf("portguids=%d\n", r);
@@ -136,6 +141,18 @@ static int mode_enum(void)
 	for (struct umad_device_node *d = list; d; d = d->next)
 		printf("device=%s\n", d->ca_name);
 	umad_free_ca_device_list(list);
+	/* libibumad: a size below 2 sorts nothing; otherwise the list must have exactly
+	 * `size` nodes (EINVAL, the list untouched, if it has more or fewer). */
+	struct umad_device_node nodes[3] = {{&nodes[1], "c"}, {&nodes[2], "a"}, {NULL, "b"}};
+	static const size_t sizes[] = {1, 2, 4, 3};
+	for (int i = 0; i < 4; i++) {
+		struct umad_device_node *h = &nodes[0];
+		int r = umad_sort_ca_device_list(&h, sizes[i]);
+		printf("sort_size%zu=%d order=", sizes[i], r);
+		for (struct umad_device_node *d = h; d; d = d->next)
+			printf("%s", d->ca_name);
+		printf("\n");
+	}
 	return 0;
 }
 
@@ -150,15 +167,16 @@ static int mode_loopback(void)
 	void *u = alloc_umad();
 	perf_get(u, 0x1234abcd);
 	umad_set_addr(u, lid, 1, 0, 0x80010000);
+	errno = 1234;
 	int r = umad_send(fd, agent, u, MAD, 1000, 0);
-	printf("send=%d\n", r);
+	printf("send=%d\nerrno_send=%d\n", r, errno);
 	/* A buffer shorter than the MAD: EINVAL, and the packet stays queued. */
 	int len;
 	r = recv_one(fd, u, 100, 2000, &len);
 	printf("short_recv=%d errno_short=%d\n", r, errno);
 	memset(u, 0, umad_size() + MAD);
 	r = recv_one(fd, u, MAD, 2000, &len);
-	printf("recv=%d\nlen=%d\nstatus=%d\n", r, len, umad_status(u));
+	printf("recv=%d\nlen=%d\nstatus=%d\nerrno_recv=%d\n", r, len, umad_status(u), errno);
 	uint8_t *m = umad_get_mad(u);
 	uint64_t tid = tid_of(u);
 	printf("method=%02x\nmad_status=%04x\ntid_low=%08" PRIx64 "\ntid_high_set=%d\n", m[3],
@@ -303,6 +321,20 @@ static int mode_register2(void)
 	printf("oui_bad_class=%d\n", umad_register_oui(fd, 0x20, 0, oui, NULL));
 	printf("oui_ok=%d\n", umad_register_oui(fd, 0x31, 0, oui, NULL) >= 0);
 	printf("null_attr=%d\n", umad_register2(fd, NULL, &id));
+	/* A wide OUI with a class: REGISTER_AGENT2 refuses it; without flags libibumad's
+	 * retry through REGISTER_AGENT (3-byte OUI) registers, with flags it cannot. */
+	struct umad_reg_attr w = {.mgmt_class = PERF, .mgmt_class_version = 1, .oui = 0x01001405};
+	id = 99;
+	r = umad_register2(fd, &w, &id);
+	printf("reg2_wide_oui=%d id_set=%d\n", r, id != 99);
+	struct umad_reg_attr ws = {.mgmt_class = 0x03, .mgmt_class_version = 2, .rmpp_version = 1,
+				   .flags = UMAD_USER_RMPP, .oui = 0x01001405};
+	id = 99;
+	r = umad_register2(fd, &ws, &id);
+	printf("reg2_wide_oui_flags=%d id=%u flags_after=%u\n", r, id, ws.flags);
+	ws.oui = 0x001405;
+	ws.flags = UMAD_USER_RMPP;
+	printf("reg2_narrow_oui_flags=%d\n", umad_register2(fd, &ws, &id));
 	umad_close_port(fd);
 	return 0;
 }
@@ -324,7 +356,10 @@ static int mode_poll(void)
 	printf("sys_poll=%d revents_in=%d\n", n, (p.revents & POLLIN) != 0);
 	printf("poll_ready=%d\n", umad_poll(fd, 0));
 	int len;
+	errno = 1234;
 	printf("recv=%d\n", recv_one(fd, u, MAD, 0, &len) >= 0);
+	/* libibumad sets errno to 0 on entry; a successful read leaves it so. */
+	printf("errno_recv=%d\n", errno);
 	p.revents = 0;
 	printf("sys_poll_after=%d\n", poll(&p, 1, 0));
 	long t0 = now_ms();
