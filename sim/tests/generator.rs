@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_round_trip, reachable};
+use sim::fabric::builder::MAX_FABRIC_PORTS;
 use sim::fabric::generator::{self, MAX_NODES};
 use sim::fabric::{Fabric, FabricError, NodeType, SpecProblem};
 
@@ -242,6 +243,30 @@ fn bad_specs() {
             ..
         }
     ));
+}
+
+#[test]
+fn shapes_of_too_many_ports_are_refused_before_building() {
+    // 50,000 switches of 254 ports: few nodes, but 12.7 million ports.
+    for spec in [
+        "line:switches=50000,hosts=0,links=127",
+        "ring:switches=999999,hosts=0,links=127",
+        // 505,251 nodes, 1.5 million ports.
+        "fat-tree3:pods=250,leaves=20,hosts=100,spines=1,cores=1",
+    ] {
+        let p = spec_problem(spec);
+        assert!(
+            matches!(
+                p,
+                SpecProblem::TooLarge {
+                    what: "ports",
+                    count: Some(_),
+                    limit: MAX_FABRIC_PORTS
+                }
+            ),
+            "{spec}: {p:?}"
+        );
+    }
 }
 
 #[test]

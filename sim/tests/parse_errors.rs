@@ -1,5 +1,7 @@
 //! Malformed topologies: each error names the file, the line and what was expected.
 
+use std::fmt::Write as _;
+
 use sim::fabric::{Fabric, FabricError, Problem};
 
 /// Parses `text` expecting an error; returns its line and problem after checking the message
@@ -458,4 +460,34 @@ Switch 2 \"T\"
     assert_eq!(f.link_count(), 2);
     let written = f.to_topology_string().unwrap();
     assert!(Fabric::parse_str("w", &written).unwrap() == f, "{written}");
+}
+
+#[test]
+fn a_fabric_of_too_many_ports_is_refused_at_the_first_node_over_the_limit() {
+    use sim::fabric::builder::MAX_FABRIC_PORTS;
+    // Headers of 254-port switches take 255 port entries each: without a bound, 100,000 such
+    // lines (2 MB of text) would allocate 25 million ports. 5,000 go past the bound.
+    let mut text = String::new();
+    for i in 1..=5_000 {
+        writeln!(text, "Switch 254 \"S{i}\"").unwrap();
+    }
+    let (line, p) = fail(&text);
+    let first_over = MAX_FABRIC_PORTS / 255 + 1;
+    assert_eq!(
+        u64::from(line),
+        first_over,
+        "refused at the first node over"
+    );
+    assert_eq!(
+        p,
+        Problem::TooManyPorts {
+            ports: first_over * 255,
+            limit: MAX_FABRIC_PORTS
+        }
+    );
+    let msg = p.to_string();
+    assert!(
+        msg.contains("2,144-node") && msg.contains("port counts"),
+        "{msg}"
+    );
 }

@@ -19,7 +19,9 @@
 //! ```
 //!
 //! * Records: `Switch`, `Hca`/`Ca`, `Rt`, then one line per linked port; a blank line or any
-//!   line that is not a port line or comment ends the record. Port counts are 1-254.
+//!   line that is not a port line or comment ends the record. Port counts are 1-254, and a
+//!   fabric holds at most [`MAX_FABRIC_PORTS`](super::builder::MAX_FABRIC_PORTS) ports in all
+//!   (a header past it is refused before its ports are allocated; ibsim caps them too).
 //! * A port line names the remote node and port (`[rp]` defaults to 1, as in ibsim). Every
 //!   link must be described from both ends, consistently.
 //! * Rates: a port starts from ibsim's defaults (4x, SDR) or the last `width=`/`speed=`/
@@ -389,6 +391,8 @@ impl<'l> Parser<'l> {
         if h.num_ports == 0 || h.num_ports > 254 {
             return Err(Problem::PortCountOutOfRange { count: h.num_ports });
         }
+        // Before the node's ports (and their line records) are allocated.
+        self.b.check_room(h.num_ports as u8)?;
         let sym = self.sym(&name);
         if self.sym_node[sym as usize] != NONE {
             let first = self.node_loc[self.sym_node[sym as usize] as usize];
