@@ -270,6 +270,45 @@ fn shapes_of_too_many_ports_are_refused_before_building() {
 }
 
 #[test]
+fn node_counts_beyond_64_bits_are_too_large_not_a_panic() {
+    for spec in [
+        "fat-tree3:pods=4294967295,leaves=4294967295,hosts=1,spines=1,cores=1",
+        "fat-tree3:pods=4294967295,leaves=4294967295,hosts=4294967295,spines=1,cores=1",
+    ] {
+        let p = spec_problem(spec);
+        assert_eq!(
+            p,
+            SpecProblem::TooLarge {
+                what: "nodes",
+                count: None,
+                limit: MAX_NODES
+            },
+            "{spec}"
+        );
+        assert!(p.to_string().contains("more than 2^64"), "{p}");
+    }
+    // The largest counts the other shapes take fit 64 bits, and are refused as too many.
+    for spec in [
+        "fat-tree:leaves=4294967295,hosts=4294967295,spines=4294967295",
+        "line:switches=4294967295,hosts=4294967295",
+        "ring:switches=4294967295,hosts=4294967295",
+        "switch:hosts=4294967295",
+    ] {
+        assert!(
+            matches!(
+                spec_problem(spec),
+                SpecProblem::TooLarge {
+                    what: "nodes",
+                    count: Some(_),
+                    ..
+                }
+            ),
+            "{spec}"
+        );
+    }
+}
+
+#[test]
 fn a_fat_tree_of_over_100000_nodes() {
     let f = generator::generate("fat-tree3:pods=96,leaves=32,hosts=32,spines=16,cores=64").unwrap();
     // 96 pods x (32 leaves x 32 hosts + 32 leaves + 16 spines) + 64 cores.

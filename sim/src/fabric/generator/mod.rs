@@ -188,15 +188,16 @@ impl Gen {
         self.fail(SpecProblem::Model(p))
     }
 
-    fn check_size(&self, nodes: u64) -> Result<(), FabricError> {
-        if nodes > MAX_NODES {
-            return Err(self.fail(SpecProblem::TooLarge {
+    /// Refuses more than [`MAX_NODES`] nodes; `None` is a count that overflowed 64 bits.
+    fn check_size(&self, nodes: Option<u64>) -> Result<(), FabricError> {
+        match nodes {
+            Some(n) if n <= MAX_NODES => Ok(()),
+            count => Err(self.fail(SpecProblem::TooLarge {
                 what: "nodes",
-                count: Some(nodes),
+                count,
                 limit: MAX_NODES,
-            }));
+            })),
         }
-        Ok(())
     }
 
     /// Refuses a shape whose nodes, given as (how many, ports each), would hold more than
@@ -311,7 +312,12 @@ impl Gen {
         let hosts = u64::from(tree.hosts_per_leaf);
         let spines = u64::from(tree.spines);
         let links = u64::from(tree.links_per_spine);
-        self.check_size(leaves * hosts + leaves + spines)?;
+        self.check_size(
+            leaves
+                .checked_mul(hosts)
+                .and_then(|h| h.checked_add(leaves))
+                .and_then(|n| n.checked_add(spines)),
+        )?;
         let leaf_ports = self.ports(
             "a leaf",
             hosts + spines * links,
@@ -359,7 +365,14 @@ impl Gen {
             }));
         }
         let per_group = cores / spines;
-        self.check_size(pods * (leaves * hosts + leaves + spines) + cores)?;
+        self.check_size(
+            leaves
+                .checked_mul(hosts)
+                .and_then(|h| h.checked_add(leaves))
+                .and_then(|n| n.checked_add(spines))
+                .and_then(|per_pod| per_pod.checked_mul(pods))
+                .and_then(|n| n.checked_add(cores)),
+        )?;
         let leaf_ports = self.ports("a leaf", hosts + spines, None, "hosts or spines")?;
         let spine_ports = self.ports("a pod spine", leaves + per_group, None, "leaves or cores")?;
         let core_ports = self.ports("a core", pods, None, "pods")?;
@@ -404,7 +417,7 @@ impl Gen {
 
     fn star(&mut self, s: &Star) -> Result<(), FabricError> {
         let h = u64::from(s.hosts);
-        self.check_size(h + 1)?;
+        self.check_size(h.checked_add(1))?;
         let ports = self.ports("the switch", h, s.ports, "hosts")?;
         self.check_ports(&[(Some(h), 1), (Some(1), ports)])?;
         self.add_hosts(h)?;
@@ -423,7 +436,11 @@ impl Gen {
                 why: "a ring needs at least 3 switches (use line for 2)".to_owned(),
             }));
         }
-        self.check_size(switches * hosts + switches)?;
+        self.check_size(
+            switches
+                .checked_mul(hosts)
+                .and_then(|h| h.checked_add(switches)),
+        )?;
         let inter = if switches > 1 { 2 * links } else { 0 };
         let ports = self.ports("a switch", hosts + inter, None, "hosts or links")?;
         self.check_ports(&[(switches.checked_mul(hosts), 1), (Some(switches), ports)])?;
