@@ -491,3 +491,18 @@ fn a_fabric_of_too_many_ports_is_refused_at_the_first_node_over_the_limit() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_port_comment_with_an_odd_number_of_quotes_is_read() {
+    // ibnetdiscover prints NodeDescriptions raw: `a"b` leaves an odd number of `"`.
+    let text = "Switch 4 \"S\"\n[1] \"A\"[1](11) # \"a\"b\" lid 2 4xQDR\n\n\
+                Hca 1 \"A\"\n[1](11) \"S\"[1] # lid 2 lmc 0 \"S \"quoted\" lid 0 4xQDR\n";
+    let f = Fabric::parse_str("topo.net", text).unwrap();
+    assert_eq!(f.link_count(), 1);
+    let a = f.node_by_name("A").unwrap();
+    let p = f.port_id(a, 1).unwrap();
+    assert_eq!(f.port(p).lid(), 2);
+    assert_eq!(f.port(p).guid(), 0x11);
+    // 4xQDR from both ends: the link trained at QDR (LinkSpeedActive 4).
+    assert_eq!(f.port(p).state.active.speed, 4);
+}
