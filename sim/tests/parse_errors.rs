@@ -506,3 +506,29 @@ fn a_port_comment_with_an_odd_number_of_quotes_is_read() {
     // 4xQDR from both ends: the link trained at QDR (LinkSpeedActive 4).
     assert_eq!(f.port(p).state.active.speed, 4);
 }
+
+#[test]
+fn a_description_longer_than_node_description_is_cut_to_64_bytes() {
+    // ibnetdiscover --node-name-map can print names longer than NodeDescription's 64 bytes;
+    // ibsim keeps their first 64 (strncpy). Here 62 ASCII bytes, then `é` (2 bytes, ending at
+    // byte 64) and `ü` (which would end at 66).
+    let long = format!("{}éü tail", "d".repeat(62));
+    let text = format!(
+        "Switch 4 \"S\" # \"{long}\" enhanced port 0 lid 1 lmc 0\n[1] \"A\"[1]\n\n\
+         Hca 1 \"A\" # \"{}ü\"\n[1] \"S\"[1]\n",
+        "h".repeat(63)
+    );
+    let f = Fabric::parse_str("topo.net", &text).unwrap();
+    let s = f.node_by_name("S").unwrap();
+    assert_eq!(f.description(s), format!("{}é", "d".repeat(62)));
+    let a = f.node_by_name("A").unwrap();
+    assert_eq!(
+        f.description(a),
+        "h".repeat(63),
+        "cut at a character boundary"
+    );
+    // What is left still refuses what NodeDescription cannot carry.
+    let (line, p) = fail(&format!("Hca 1 \"B\" # \"\u{1}{}\"\n", "b".repeat(70)));
+    assert_eq!(line, 1);
+    assert!(matches!(p, Problem::BadName { .. }), "{p:?}");
+}

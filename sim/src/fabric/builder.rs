@@ -98,10 +98,11 @@ pub(super) fn check_text(what: &'static str, text: &str, max: usize) -> Result<(
         why,
     };
     if text.len() > max {
-        return Err(bad(if max == MAX_NAME_LEN {
-            "longer than 64 bytes"
-        } else {
+        // Both bounds are 64: tell them apart by what the text is.
+        return Err(bad(if what == "description" {
             "longer than the 64 bytes of NodeDescription"
+        } else {
+            "longer than 64 bytes"
         }));
     }
     if text.contains('"') || text.chars().any(char::is_control) {
@@ -408,6 +409,20 @@ impl FabricBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_description_is_refused_as_a_description() {
+        let long = "d".repeat(65);
+        let spec = NodeSpec {
+            description: Some(&long),
+            ..NodeSpec::new(NodeType::Ca, "h", 1)
+        };
+        let e = FabricBuilder::new().add_node(&spec).unwrap_err();
+        assert!(
+            matches!(&e, Problem::BadName { what: "description", why, .. } if why.contains("NodeDescription")),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn builds_a_small_fabric() {

@@ -27,6 +27,8 @@
 //! * Rates: a port starts from ibsim's defaults (4x, SDR) or the last `width=`/`speed=`/
 //!   `extspeed=` directive, then the line's `w=`/`s=`/`e=` options apply, then an ibnetdiscover
 //!   token (`4xQDR`) following the comment's last `lid N` (ibsim's precedence).
+//! * Descriptions: a header's comment gives the node's NodeDescription; one longer than its 64
+//!   bytes is cut to them with a warning (ibsim cuts it too).
 //! * LIDs: a switch header's `lid N lmc M` is port 0's; a CA or router line's comment starting
 //!   `lid N lmc M` is that port's.
 //! * GUIDs: absent ones follow ibsim's scheme ([`guid`](crate::fabric::guid)); a CA port's GUID
@@ -46,7 +48,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use self::lines::{Directive, Header, Line, PortLine, check_port, parse_line};
-use super::builder::{FabricBuilder, MAX_NAME_LEN, NodeSpec, Subject, check_text};
+use super::builder::{
+    FabricBuilder, MAX_DESCRIPTION_LEN, MAX_NAME_LEN, NodeSpec, Subject, check_text,
+};
 use super::error::{FabricError, Problem};
 use super::model::{Fabric, NONE, NodeId, NodeType, PortId};
 use super::rate::{LinkRates, SPEED_QDR};
@@ -401,10 +405,11 @@ impl<'l> Parser<'l> {
                 first: Some(self.place(first, loc)),
             });
         }
+        let description = h.description.map(|d| self.fit_description(d, &name, loc));
         let spec = NodeSpec {
             kind: h.kind,
             name: &name,
-            description: h.description,
+            description,
             num_ports: h.num_ports as u8,
             guid: None,
             sys_image_guid: self.sysimgguid.take(),
@@ -434,6 +439,29 @@ impl<'l> Parser<'l> {
             self.b.set_lid(p0, lid, lmc)?;
         }
         Ok(node)
+    }
+
+    /// A header's description cut to the 64 bytes of NodeDescription (at a character
+    /// boundary), as ibsim's `strncpy` cuts it: ibnetdiscover with a node-name map can print
+    /// longer names, and a file it wrote should read.
+    fn fit_description<'d>(&self, d: &'d str, node: &str, loc: Loc) -> &'d str {
+        if d.len() <= MAX_DESCRIPTION_LEN {
+            return d;
+        }
+        let end = (0..=MAX_DESCRIPTION_LEN)
+            .rev()
+            .find(|&i| d.is_char_boundary(i))
+            .unwrap_or(0);
+        tracing::warn!(
+            "{}:{}: the description of `{node}` is {} bytes; NodeDescription holds {}, so it \
+             is cut to `{}`",
+            self.files[usize::from(loc.file)],
+            loc.line,
+            d.len(),
+            MAX_DESCRIPTION_LEN,
+            &d[..end]
+        );
+        &d[..end]
     }
 
     fn port_line(&mut self, node: NodeId, p: &PortLine<'_>, loc: Loc) -> Result<(), Problem> {
