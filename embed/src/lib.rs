@@ -342,6 +342,13 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
     if p.state.is_some() && p.topology.is_none() {
         return Err("state= needs topology= and node=: it saves a fabric's state".into());
     }
+    if p.init_set && (p.topology.is_some() || p.fabric.is_some()) {
+        return Err(
+            "port_state= applies to an HCA alone: on a fabric the ports start as the \
+             fabric's links train (Init), and an SM (or state=FILE) makes them Active"
+                .into(),
+        );
+    }
     if let Some(spec) = &p.fabric {
         if p.topology.is_some() {
             return Err("fabric= and topology= both give a fabric: keep one".into());
@@ -539,6 +546,21 @@ mod tests {
         ] {
             let msg = open_err(spec);
             assert!(msg.contains(says), "{spec}: {msg}");
+        }
+    }
+
+    #[test]
+    fn port_state_is_refused_on_a_fabric() {
+        install();
+        for spec in [
+            "sim:clock=virtual,fabric=switch:hosts=2,port_state=down",
+            "sim:clock=virtual,topology=/nonexistent/x.net,node=Hca1,port_state=init",
+        ] {
+            let msg = open_err(spec);
+            assert!(
+                msg.contains("port_state= applies to an HCA alone"),
+                "{spec}: {msg}"
+            );
         }
     }
 
