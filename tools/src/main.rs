@@ -165,8 +165,9 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     };
-    // A simulated fabric opened with `state=FILE` is saved when the program exits (SIM_HELP),
-    // whether the command succeeded or not: what it changed before failing is kept.
+    // A simulated fabric opened with `state=FILE` whose device is still open is saved when
+    // the program exits (SIM_HELP), whether the command succeeded or not: what it changed
+    // before failing is kept. This also reports saves at a device's close that failed.
     for (path, saved) in embed::persist_states() {
         if let Err(e) = saved {
             eprintln!("error: saving the simulated fabric's state to {path}: {e}");
