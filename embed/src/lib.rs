@@ -9,7 +9,8 @@
 
 pub mod serve;
 
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dma::DmaMapper;
@@ -40,7 +41,10 @@ pub const SIM_HELP: &str = "\
                    to (default 1)
   state=FILE       mlx5 with topology=: load the fabric's SMA state (port states, LIDs,
                    SM LID, M_Key, P_Keys, switch tables) from FILE if it exists, and save it
-                   there when the program exits (sim/src/net/state_file.rs has the format)
+                   there when the device is closed, or when the program exits with it open
+                   (sim/src/net/state_file.rs has the format). One open device per FILE in a
+                   process: each device string is a fabric of its own, so a second is
+                   refused (for several HCAs on one fabric use server=)
   server=PATH      mlx5: put the HCA on the fabric a fabric server (`hca sim serve`) holds,
                    through its socket PATH, with node= (and port=), so that programs running
                    at once share one fabric; instead of topology=, fabric= and state= (the
@@ -55,12 +59,18 @@ pub const SIM_HELP: &str = "\
 /// Adapts a simulator [`Device`] to the driver's [`DeviceModel`].
 pub struct SimModel<D: Device> {
     device: Arc<D>,
+    /// The `state=FILE` network this device uses, saved when the model goes away. After
+    /// `device`, so that the state is saved once the device has left the network.
+    _state: Option<StateGuard>,
 }
 
 impl<D: Device> SimModel<D> {
     /// Wrap `device`.
     pub fn new(device: Arc<D>) -> Self {
-        SimModel { device }
+        SimModel {
+            device,
+            _state: None,
+        }
     }
 
     /// The simulated device.
@@ -334,13 +344,20 @@ fn open_on_server(p: Params, path: &str) -> Result<Mlx5, String> {
     Ok(dev)
 }
 
-/// A simulated ConnectX as the parameters describe it.
-fn open_mlx5(p: Params) -> Result<Mlx5, String> {
+/// A simulated ConnectX as the parameters describe it, with the guard of its `state=FILE`.
+fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), String> {
     if let Some(path) = p.server.clone() {
-        return open_on_server(p, &path);
+        return open_on_server(p, &path).map(|dev| (dev, None));
     }
     if p.state.is_some() && p.topology.is_none() {
         return Err("state= needs topology= and node=: it saves a fabric's state".into());
+    }
+    if p.init_set && (p.topology.is_some() || p.fabric.is_some()) {
+        return Err(
+            "port_state= applies to an HCA alone: on a fabric the ports start as the \
+             fabric's links train (Init), and an SM (or state=FILE) makes them Active"
+                .into(),
+        );
     }
     if let Some(spec) = &p.fabric {
         if p.topology.is_some() {
@@ -351,7 +368,9 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
         }
         let (fabric, node) = generated_fabric(spec, p.node.as_deref())?;
         let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
-        return Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string());
+        return Mlx5::on_network(p.cfg, &net, node.as_str(), p.port)
+            .map(|dev| (dev, None))
+            .map_err(|e| e.to_string());
     }
     match (&p.topology, &p.node) {
         (None, None) => {
@@ -362,7 +381,7 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
                 );
             }
             Mlx5::standalone(p.cfg, p.clock, "sim-hca", p.init)
-                .map(|(dev, _net)| dev)
+                .map(|(dev, _net)| (dev, None))
                 .map_err(|e| e.to_string())
         }
         (Some(file), Some(node)) => {
@@ -371,14 +390,37 @@ fn open_mlx5(p: Params) -> Result<Mlx5, String> {
             }
             let fabric = Fabric::parse_file(file).map_err(|e| e.to_string())?;
             let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
-            if let Some(state) = &p.state {
-                let path = std::path::Path::new(state);
-                if path.exists() {
-                    net.load_state(path).map_err(|e| e.to_string())?;
+            let Some(state) = &p.state else {
+                let dev = Mlx5::on_network(p.cfg, &net, node.as_str(), p.port)
+                    .map_err(|e| e.to_string())?;
+                return Ok((dev, None));
+            };
+            // Under the registry's lock from the check to the registration, so that two opens
+            // of one file cannot both pass, and a save at a drop is not read half-way.
+            let path = Path::new(state);
+            let key = state_key(path);
+            let mut reg = registry();
+            if reg.live.iter().any(|e| e.key == key) {
+                return Err(EmbedError::StateFileInUse {
+                    path: path.to_owned(),
                 }
-                persisted().push((path.to_path_buf(), net.clone()));
+                .to_string());
             }
-            Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string())
+            if path.exists() {
+                net.load_state(path).map_err(|e| e.to_string())?;
+            }
+            let dev =
+                Mlx5::on_network(p.cfg, &net, node.as_str(), p.port).map_err(|e| e.to_string())?;
+            // Registered only now: a device that failed to open leaves no state to save.
+            reg.next_id += 1;
+            let id = reg.next_id;
+            reg.live.push(Persisted {
+                id,
+                key,
+                path: path.to_owned(),
+                net,
+            });
+            Ok((dev, Some(StateGuard { id })))
         }
         (Some(_), None) => Err("topology= needs node=NAME: the CA node the HCA is".into()),
         (None, Some(_)) => Err("node= needs topology=FILE, fabric=SPEC or server=PATH".into()),
@@ -389,7 +431,13 @@ impl ModelProvider for Provider {
     fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, String> {
         let p = parse(params)?;
         match p.model.as_str() {
-            "mlx5" => Ok(Arc::new(SimModel::new(Arc::new(open_mlx5(p)?)))),
+            "mlx5" => {
+                let (dev, state) = open_mlx5(p)?;
+                Ok(Arc::new(SimModel {
+                    device: Arc::new(dev),
+                    _state: state,
+                }))
+            }
             "edu" => {
                 let mlx5_only = params
                     .iter()
@@ -412,26 +460,109 @@ impl ModelProvider for Provider {
     }
 }
 
-/// The networks opened with `state=FILE`, and their files.
-fn persisted() -> std::sync::MutexGuard<'static, Vec<(std::path::PathBuf, Network)>> {
-    static PERSISTED: std::sync::Mutex<Vec<(std::path::PathBuf, Network)>> =
-        std::sync::Mutex::new(Vec::new());
-    PERSISTED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Why a `sim:` device string could not be opened, where the reason is embed's own (the
+/// simulator's reasons come as its messages).
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// Another device of this process already uses the `state=` file.
+    #[error(
+        "state={} is already used by another simulated device of this process: each device \
+         string builds its own copy of the fabric, so two devices on one state file would be \
+         two fabrics, each saving over the other. Give each device its own state file, close \
+         the first device before opening the second, or put both HCAs on one fabric with a \
+         fabric server (`hca sim serve --topology FILE --state FILE`, then \
+         sim:server=SOCKET,node=NAME)",
+        .path.display()
+    )]
+    StateFileInUse {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
-/// Save the state of every simulated fabric opened with `state=FILE` to its file; returns
-/// each file with the result. Programs call it when they exit (the umad library does, from
-/// `atexit`).
+/// A network opened with `state=FILE`, while the device on it is open.
+struct Persisted {
+    /// Which [`StateGuard`] owns it.
+    id: u64,
+    /// The file as given, for messages and saving.
+    path: PathBuf,
+    /// The file's canonical path, to find a second device naming it.
+    key: PathBuf,
+    net: Network,
+}
+
+/// The `state=FILE` networks of open devices, and what saving those of closed ones failed.
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    live: Vec<Persisted>,
+    /// Saves at a device's close that failed, reported by the next [`persist_states`].
+    failed: Vec<(String, String)>,
+}
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+        next_id: 0,
+        live: Vec::new(),
+        failed: Vec::new(),
+    });
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The file a `state=` path names, however it is spelt: its canonical path, or its
+/// directory's joined to its name when the file does not exist yet.
+fn state_key(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => std::path::absolute(path).unwrap_or_else(|_| path.to_owned()),
+    }
+}
+
+/// Owned by the model of a device opened with `state=FILE`: when the device goes away, its
+/// network's state is saved to the file and the network leaves the registry.
+struct StateGuard {
+    id: u64,
+}
+
+impl Drop for StateGuard {
+    fn drop(&mut self) {
+        // Saved under the registry's lock, so that an open of the same file waits for it.
+        let mut reg = registry();
+        let Some(i) = reg.live.iter().position(|e| e.id == self.id) else {
+            return;
+        };
+        let entry = reg.live.swap_remove(i);
+        if let Err(e) = entry.net.save_state(&entry.path) {
+            let path = entry.path.display().to_string();
+            tracing::warn!("saving the simulated fabric's state to {path}: {e}");
+            reg.failed.push((path, e.to_string()));
+        }
+    }
+}
+
+/// Save the state of every simulated fabric opened with `state=FILE` whose device is still
+/// open to its file; returns each file with the result, and the failed saves of devices
+/// closed since the last call (a device's fabric is saved when it is closed). Programs call
+/// it when they exit (the umad library does, from `atexit`; so does `hca`).
 pub fn persist_states() -> Vec<(String, Result<(), String>)> {
-    let nets: Vec<(std::path::PathBuf, Network)> = persisted().clone();
-    nets.into_iter()
-        .map(|(path, net)| {
-            let r = net.save_state(&path).map_err(|e| e.to_string());
-            (path.display().to_string(), r)
-        })
-        .collect()
+    let mut reg = registry();
+    let mut out: Vec<(String, Result<(), String>)> = reg
+        .failed
+        .drain(..)
+        .map(|(path, e)| (path, Err(e)))
+        .collect();
+    for e in &reg.live {
+        let r = e.net.save_state(&e.path).map_err(|e| e.to_string());
+        out.push((e.path.display().to_string(), r));
+    }
+    out
 }
 
 /// Make `sim:` device strings open simulated devices in this process.
@@ -543,6 +674,21 @@ mod tests {
     }
 
     #[test]
+    fn port_state_is_refused_on_a_fabric() {
+        install();
+        for spec in [
+            "sim:clock=virtual,fabric=switch:hosts=2,port_state=down",
+            "sim:clock=virtual,topology=/nonexistent/x.net,node=Hca1,port_state=init",
+        ] {
+            let msg = open_err(spec);
+            assert!(
+                msg.contains("port_state= applies to an HCA alone"),
+                "{spec}: {msg}"
+            );
+        }
+    }
+
+    #[test]
     fn a_topology_places_the_hca_on_its_node() {
         install();
         let path = std::env::temp_dir().join(format!("embed-mlx5-{}.net", std::process::id()));
@@ -597,7 +743,7 @@ mod tests {
             topo.display(),
             state.display()
         );
-        driver::open(&spec).unwrap();
+        let dev = driver::open(&spec).unwrap();
         std::fs::remove_file(&state).unwrap();
         let saved = persist_states();
         let mine: Vec<_> = saved
@@ -611,6 +757,7 @@ mod tests {
             text.contains(" lid=7 "),
             "the loaded LID was saved again: {text}"
         );
+        drop(dev);
         // A state from another fabric is refused at open.
         let other = dir.join("other.net");
         std::fs::write(&other, "Hca\t1 \"Hca9\"\n").unwrap();
@@ -621,6 +768,113 @@ mod tests {
         ));
         assert!(msg.contains("another fabric"), "{msg}");
         assert!(open_err("sim:state=/tmp/x").contains("state= needs topology="));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Registry entries of open devices using the state file `path`.
+    fn live_for(path: &Path) -> usize {
+        let key = state_key(path);
+        registry().live.iter().filter(|e| e.key == key).count()
+    }
+
+    /// A directory with the two-CA topology `two.net`; returns it and the topology's path.
+    fn two_cas(name: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("embed-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let topo = dir.join("two.net");
+        std::fs::write(
+            &topo,
+            "Switch\t8 \"Switch1\"\n[1]\t\"Hca1\"[1]\n[2]\t\"Hca2\"[1]\n\n\
+             Hca\t1 \"Hca1\"\n[1]\t\"Switch1\"[1]\n\n\
+             Hca\t1 \"Hca2\"\n[1]\t\"Switch1\"[2]\n",
+        )
+        .unwrap();
+        (dir, topo)
+    }
+
+    #[test]
+    fn a_failed_open_leaves_no_state_to_save() {
+        install();
+        let (dir, topo) = two_cas("failed-open");
+        let state = dir.join("state");
+        let msg = open_err(&format!(
+            "sim:clock=virtual,topology={},node=Switch1,state={}",
+            topo.display(),
+            state.display()
+        ));
+        assert!(msg.contains("Switch"), "{msg}");
+        assert_eq!(live_for(&state), 0, "not registered");
+        let saved = persist_states();
+        assert!(
+            !saved.iter().any(|(p, _)| *p == state.display().to_string()),
+            "{saved:?}"
+        );
+        assert!(
+            !state.exists(),
+            "no state file written for a device that never opened"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_closed_device_saves_its_state_and_leaves_the_registry() {
+        install();
+        let (dir, topo) = two_cas("closed");
+        // A state with Hca2's LID set.
+        let net = Network::new(
+            Fabric::parse_file(&topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Virtual)),
+        );
+        let hca2 = net.port("Hca2", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(hca2, 7, 0).unwrap());
+        let state = dir.join("state");
+        net.save_state(&state).unwrap();
+        let spec = format!(
+            "sim:clock=virtual,topology={},node=Hca1,state={}",
+            topo.display(),
+            state.display()
+        );
+        for _ in 0..5 {
+            let dev = driver::open(&spec).unwrap();
+            assert_eq!(live_for(&state), 1);
+            std::fs::remove_file(&state).unwrap();
+            drop(dev);
+            assert_eq!(live_for(&state), 0, "a closed device leaves the registry");
+            let text = std::fs::read_to_string(&state).expect("saved at the close");
+            assert!(text.contains(" lid=7 "), "{text}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_second_device_on_one_state_file_is_refused_while_the_first_is_open() {
+        install();
+        let (dir, topo) = two_cas("second");
+        let state = dir.join("state");
+        let spec = |node: &str, state: &Path| {
+            format!(
+                "sim:clock=virtual,topology={},node={node},state={}",
+                topo.display(),
+                state.display()
+            )
+        };
+        let first = driver::open(&spec("Hca1", &state)).unwrap();
+        // However the path is spelt.
+        let other_spelling = dir.join(".").join("state");
+        let msg = open_err(&spec("Hca2", &other_spelling));
+        assert!(
+            msg.contains("already used by another simulated device")
+                && msg.contains("hca sim serve"),
+            "{msg}"
+        );
+        assert_eq!(live_for(&state), 1);
+        // Another file is another fabric.
+        let second = driver::open(&spec("Hca2", &dir.join("state2"))).unwrap();
+        drop(first);
+        drop(driver::open(&spec("Hca2", &other_spelling)).unwrap());
+        drop(second);
+        assert_eq!(live_for(&state), 0);
+        assert!(state.exists() && dir.join("state2").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_round_trip, reachable};
+use sim::fabric::builder::MAX_FABRIC_PORTS;
 use sim::fabric::generator::{self, MAX_NODES};
 use sim::fabric::{Fabric, FabricError, NodeType, SpecProblem};
 
@@ -242,6 +243,69 @@ fn bad_specs() {
             ..
         }
     ));
+}
+
+#[test]
+fn shapes_of_too_many_ports_are_refused_before_building() {
+    // 50,000 switches of 254 ports: few nodes, but 12.7 million ports.
+    for spec in [
+        "line:switches=50000,hosts=0,links=127",
+        "ring:switches=999999,hosts=0,links=127",
+        // 505,251 nodes, 1.5 million ports.
+        "fat-tree3:pods=250,leaves=20,hosts=100,spines=1,cores=1",
+    ] {
+        let p = spec_problem(spec);
+        assert!(
+            matches!(
+                p,
+                SpecProblem::TooLarge {
+                    what: "ports",
+                    count: Some(_),
+                    limit: MAX_FABRIC_PORTS
+                }
+            ),
+            "{spec}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn node_counts_beyond_64_bits_are_too_large_not_a_panic() {
+    for spec in [
+        "fat-tree3:pods=4294967295,leaves=4294967295,hosts=1,spines=1,cores=1",
+        "fat-tree3:pods=4294967295,leaves=4294967295,hosts=4294967295,spines=1,cores=1",
+    ] {
+        let p = spec_problem(spec);
+        assert_eq!(
+            p,
+            SpecProblem::TooLarge {
+                what: "nodes",
+                count: None,
+                limit: MAX_NODES
+            },
+            "{spec}"
+        );
+        assert!(p.to_string().contains("more than 2^64"), "{p}");
+    }
+    // The largest counts the other shapes take fit 64 bits, and are refused as too many.
+    for spec in [
+        "fat-tree:leaves=4294967295,hosts=4294967295,spines=4294967295",
+        "line:switches=4294967295,hosts=4294967295",
+        "ring:switches=4294967295,hosts=4294967295",
+        "switch:hosts=4294967295",
+    ] {
+        assert!(
+            matches!(
+                spec_problem(spec),
+                SpecProblem::TooLarge {
+                    what: "nodes",
+                    count: Some(_),
+                    ..
+                }
+            ),
+            "{spec}"
+        );
+    }
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Malformed topologies: each error names the file, the line and what was expected.
 
+use std::fmt::Write as _;
+
 use sim::fabric::{Fabric, FabricError, Problem};
 
 /// Parses `text` expecting an error; returns its line and problem after checking the message
@@ -458,4 +460,75 @@ Switch 2 \"T\"
     assert_eq!(f.link_count(), 2);
     let written = f.to_topology_string().unwrap();
     assert!(Fabric::parse_str("w", &written).unwrap() == f, "{written}");
+}
+
+#[test]
+fn a_fabric_of_too_many_ports_is_refused_at_the_first_node_over_the_limit() {
+    use sim::fabric::builder::MAX_FABRIC_PORTS;
+    // Headers of 254-port switches take 255 port entries each: without a bound, 100,000 such
+    // lines (2 MB of text) would allocate 25 million ports. 5,000 go past the bound.
+    let mut text = String::new();
+    for i in 1..=5_000 {
+        writeln!(text, "Switch 254 \"S{i}\"").unwrap();
+    }
+    let (line, p) = fail(&text);
+    let first_over = MAX_FABRIC_PORTS / 255 + 1;
+    assert_eq!(
+        u64::from(line),
+        first_over,
+        "refused at the first node over"
+    );
+    assert_eq!(
+        p,
+        Problem::TooManyPorts {
+            ports: first_over * 255,
+            limit: MAX_FABRIC_PORTS
+        }
+    );
+    let msg = p.to_string();
+    assert!(
+        msg.contains("2,144-node") && msg.contains("port counts"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_port_comment_with_an_odd_number_of_quotes_is_read() {
+    // ibnetdiscover prints NodeDescriptions raw: `a"b` leaves an odd number of `"`.
+    let text = "Switch 4 \"S\"\n[1] \"A\"[1](11) # \"a\"b\" lid 2 4xQDR\n\n\
+                Hca 1 \"A\"\n[1](11) \"S\"[1] # lid 2 lmc 0 \"S \"quoted\" lid 0 4xQDR\n";
+    let f = Fabric::parse_str("topo.net", text).unwrap();
+    assert_eq!(f.link_count(), 1);
+    let a = f.node_by_name("A").unwrap();
+    let p = f.port_id(a, 1).unwrap();
+    assert_eq!(f.port(p).lid(), 2);
+    assert_eq!(f.port(p).guid(), 0x11);
+    // 4xQDR from both ends: the link trained at QDR (LinkSpeedActive 4).
+    assert_eq!(f.port(p).state.active.speed, 4);
+}
+
+#[test]
+fn a_description_longer_than_node_description_is_cut_to_64_bytes() {
+    // ibnetdiscover --node-name-map can print names longer than NodeDescription's 64 bytes;
+    // ibsim keeps their first 64 (strncpy). Here 62 ASCII bytes, then `é` (2 bytes, ending at
+    // byte 64) and `ü` (which would end at 66).
+    let long = format!("{}éü tail", "d".repeat(62));
+    let text = format!(
+        "Switch 4 \"S\" # \"{long}\" enhanced port 0 lid 1 lmc 0\n[1] \"A\"[1]\n\n\
+         Hca 1 \"A\" # \"{}ü\"\n[1] \"S\"[1]\n",
+        "h".repeat(63)
+    );
+    let f = Fabric::parse_str("topo.net", &text).unwrap();
+    let s = f.node_by_name("S").unwrap();
+    assert_eq!(f.description(s), format!("{}é", "d".repeat(62)));
+    let a = f.node_by_name("A").unwrap();
+    assert_eq!(
+        f.description(a),
+        "h".repeat(63),
+        "cut at a character boundary"
+    );
+    // What is left still refuses what NodeDescription cannot carry.
+    let (line, p) = fail(&format!("Hca 1 \"B\" # \"\u{1}{}\"\n", "b".repeat(70)));
+    assert_eq!(line, 1);
+    assert!(matches!(p, Problem::BadName { .. }), "{p:?}");
 }

@@ -158,11 +158,21 @@ fn main() -> ExitCode {
         Command::Discover(args) => cmd::discover::run(&ctx, &args),
         Command::Bench(args) => cmd::bench::run(&ctx, &args),
     };
-    match result {
+    let mut code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    };
+    // A simulated fabric opened with `state=FILE` whose device is still open is saved when
+    // the program exits (SIM_HELP), whether the command succeeded or not: what it changed
+    // before failing is kept. This also reports saves at a device's close that failed.
+    for (path, saved) in embed::persist_states() {
+        if let Err(e) = saved {
+            eprintln!("error: saving the simulated fabric's state to {path}: {e}");
+            code = ExitCode::FAILURE;
+        }
     }
+    code
 }

@@ -171,6 +171,43 @@ fn a_failed_run_leaves_the_output_file_as_it_was() {
 }
 
 #[test]
+fn a_fabric_opened_with_state_is_saved_when_hca_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("ft.topo");
+    ok(&["sim", "gen", SPEC, "-o", topo.to_str().unwrap()]);
+    let state = dir.path().join("ft.state");
+    let device = format!(
+        "sim:clock=virtual,topology={},node=host-1,state={}",
+        topo.display(),
+        state.display()
+    );
+    ok(&["discover", "--device", &device]);
+    let text = fs::read_to_string(&state).expect("the state was saved");
+    assert!(
+        text.contains("hca-sim-state 1") && text.contains("port 100000 1 "),
+        "host-1 is CA GUID 0x100000: {text}"
+    );
+    // A command that fails after the device opened saves it too.
+    fs::remove_file(&state).unwrap();
+    let o = hca(&["discover", "--device", &device, "--port", "2"]);
+    assert!(!o.status.success(), "a second port of a 1-port HCA");
+    assert!(state.exists(), "saved on the error path: {}", stderr(&o));
+    // A state file that cannot be written is an error of the run.
+    let bad = format!(
+        "sim:clock=virtual,topology={},node=host-1,state={}/none/ft.state",
+        topo.display(),
+        dir.path().display()
+    );
+    let o = hca(&["discover", "--device", &bad]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("saving the simulated fabric"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn the_default_device_is_a_simulated_fat_tree() {
     let text = ok(&["discover", "--stats"]);
     let f = Fabric::parse_str("default", &text).unwrap();

@@ -15,6 +15,12 @@ pub const MAX_NAME_LEN: usize = 64;
 pub const MAX_DESCRIPTION_LEN: usize = 64;
 /// Most ports a node can have: NumPorts is a byte, and 255 is the LFT's "no route".
 pub const MAX_PORTS: u8 = 254;
+/// Most port entries a fabric holds, counting each node's port 0 (a node of N ports takes
+/// N + 1). About 100 bytes each while a file is read, so the bound keeps a hostile or mistyped
+/// topology to about 100 MB: a fabric using every unicast LID (49,151) needs some 200,000, the
+/// 648-host fat tree of 36-port switches 3,294, the 2,144-node benchmark tree 10,336 (ibsim
+/// has such a cap too, `MAXNETPORTS`).
+pub const MAX_FABRIC_PORTS: u64 = 1 << 20;
 
 /// What a new node is: the fields of a node header and the GUID directives before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,10 +98,11 @@ pub(super) fn check_text(what: &'static str, text: &str, max: usize) -> Result<(
         why,
     };
     if text.len() > max {
-        return Err(bad(if max == MAX_NAME_LEN {
-            "longer than 64 bytes"
-        } else {
+        // Both bounds are 64: tell them apart by what the text is.
+        return Err(bad(if what == "description" {
             "longer than the 64 bytes of NodeDescription"
+        } else {
+            "longer than 64 bytes"
         }));
     }
     if text.contains('"') || text.chars().any(char::is_control) {
@@ -169,6 +176,7 @@ impl FabricBuilder {
                 why: "VendorID has 24 bits",
             });
         }
+        self.check_room(spec.num_ports)?;
         if self.f.by_name.contains_key(spec.name) {
             return Err(Problem::DuplicateNode {
                 name: spec.name.to_owned(),
@@ -238,6 +246,19 @@ impl FabricBuilder {
         self.f.by_name.insert(spec.name.into(), id);
         self.f.by_guid.insert(guid, id);
         Ok(id)
+    }
+
+    /// Refuses a node of `num_ports` ports when the fabric would then hold more than
+    /// [`MAX_FABRIC_PORTS`] port entries, before anything is allocated for it.
+    pub fn check_room(&self, num_ports: u8) -> Result<(), Problem> {
+        let ports = self.f.ports.len() as u64 + u64::from(num_ports) + 1;
+        if ports > MAX_FABRIC_PORTS {
+            return Err(Problem::TooManyPorts {
+                ports,
+                limit: MAX_FABRIC_PORTS,
+            });
+        }
+        Ok(())
     }
 
     fn physical(&self, port: PortId) -> Result<(), Problem> {
@@ -388,6 +409,20 @@ impl FabricBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_description_is_refused_as_a_description() {
+        let long = "d".repeat(65);
+        let spec = NodeSpec {
+            description: Some(&long),
+            ..NodeSpec::new(NodeType::Ca, "h", 1)
+        };
+        let e = FabricBuilder::new().add_node(&spec).unwrap_err();
+        assert!(
+            matches!(&e, Problem::BadName { what: "description", why, .. } if why.contains("NodeDescription")),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn builds_a_small_fabric() {

@@ -101,6 +101,19 @@ pub enum Problem {
         /// The count given.
         count: u64,
     },
+    /// A fabric with more ports than the simulator holds ([`MAX_FABRIC_PORTS`](super::builder::MAX_FABRIC_PORTS)).
+    #[error(
+        "the fabric would have {ports} ports (counting each node's port 0), more than the \
+         simulator's limit of {limit}: enough for a fabric using every unicast LID several \
+         times over (the 648-host fat tree has 3,294, the 2,144-node one 10,336); check the \
+         port counts of the node headers, or split the fabric"
+    )]
+    TooManyPorts {
+        /// Port entries the fabric would have with this node.
+        ports: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A node id or description that the format or the SMA cannot carry.
     #[error("bad {what} `{text}`: {why}")]
     BadName {
@@ -335,11 +348,16 @@ pub enum SpecProblem {
         /// Which parameters to reduce.
         hint: &'static str,
     },
-    /// The parameters ask for more nodes than the generator builds.
-    #[error("{nodes} nodes is more than the generator's limit of {limit}")]
+    /// The parameters ask for more nodes, or more ports, than the generator builds.
+    #[error(
+        "{} {what} is more than the generator's limit of {limit} (reduce the counts)",
+        .count.map_or_else(|| "more than 2^64".to_owned(), |c| c.to_string())
+    )]
     TooLarge {
-        /// Nodes asked for.
-        nodes: u64,
+        /// "nodes", or "ports" (counting each node's port 0).
+        what: &'static str,
+        /// How many the parameters ask for; `None` when the count does not fit 64 bits.
+        count: Option<u64>,
         /// The limit.
         limit: u64,
     },

@@ -30,12 +30,13 @@ mod spec;
 use std::io::Write;
 
 pub use self::spec::parse_spec;
-use super::builder::{FabricBuilder, NodeSpec};
+use super::builder::{FabricBuilder, MAX_FABRIC_PORTS, NodeSpec};
 use super::error::{FabricError, Problem, SpecProblem};
 use super::model::{Fabric, NodeId, NodeType};
 use super::rate::LinkRates;
 
-/// Most nodes a generator builds (a typo should not exhaust memory).
+/// Most nodes a generator builds (a typo should not exhaust memory); the ports they hold are
+/// bounded too, by [`MAX_FABRIC_PORTS`].
 pub const MAX_NODES: u64 = 1_000_000;
 
 /// A two-level fat tree (leaf/spine).
@@ -187,14 +188,32 @@ impl Gen {
         self.fail(SpecProblem::Model(p))
     }
 
-    fn check_size(&self, nodes: u64) -> Result<(), FabricError> {
-        if nodes > MAX_NODES {
-            return Err(self.fail(SpecProblem::TooLarge {
-                nodes,
+    /// Refuses more than [`MAX_NODES`] nodes; `None` is a count that overflowed 64 bits.
+    fn check_size(&self, nodes: Option<u64>) -> Result<(), FabricError> {
+        match nodes {
+            Some(n) if n <= MAX_NODES => Ok(()),
+            count => Err(self.fail(SpecProblem::TooLarge {
+                what: "nodes",
+                count,
                 limit: MAX_NODES,
-            }));
+            })),
         }
-        Ok(())
+    }
+
+    /// Refuses a shape whose nodes, given as (how many, ports each), would hold more than
+    /// [`MAX_FABRIC_PORTS`] port entries (each node's ports and its port 0), before building.
+    fn check_ports(&self, nodes: &[(Option<u64>, u8)]) -> Result<(), FabricError> {
+        let total = nodes.iter().try_fold(0u64, |sum, &(count, ports)| {
+            count?.checked_mul(u64::from(ports) + 1)?.checked_add(sum)
+        });
+        match total {
+            Some(t) if t <= MAX_FABRIC_PORTS => Ok(()),
+            count => Err(self.fail(SpecProblem::TooLarge {
+                what: "ports",
+                count,
+                limit: MAX_FABRIC_PORTS,
+            })),
+        }
     }
 
     fn ports(
@@ -293,7 +312,12 @@ impl Gen {
         let hosts = u64::from(tree.hosts_per_leaf);
         let spines = u64::from(tree.spines);
         let links = u64::from(tree.links_per_spine);
-        self.check_size(leaves * hosts + leaves + spines)?;
+        self.check_size(
+            leaves
+                .checked_mul(hosts)
+                .and_then(|h| h.checked_add(leaves))
+                .and_then(|n| n.checked_add(spines)),
+        )?;
         let leaf_ports = self.ports(
             "a leaf",
             hosts + spines * links,
@@ -306,6 +330,11 @@ impl Gen {
             tree.spine_ports,
             "leaves or links",
         )?;
+        self.check_ports(&[
+            (leaves.checked_mul(hosts), 1),
+            (Some(leaves), leaf_ports),
+            (Some(spines), spine_ports),
+        ])?;
         self.add_hosts(leaves * hosts)?;
         let spine_ids = self.switches("spine-", tree.spines, spine_ports)?;
         let leaf_ids = self.switches("leaf-", tree.leaves, leaf_ports)?;
@@ -336,10 +365,26 @@ impl Gen {
             }));
         }
         let per_group = cores / spines;
-        self.check_size(pods * (leaves * hosts + leaves + spines) + cores)?;
+        self.check_size(
+            leaves
+                .checked_mul(hosts)
+                .and_then(|h| h.checked_add(leaves))
+                .and_then(|n| n.checked_add(spines))
+                .and_then(|per_pod| per_pod.checked_mul(pods))
+                .and_then(|n| n.checked_add(cores)),
+        )?;
         let leaf_ports = self.ports("a leaf", hosts + spines, None, "hosts or spines")?;
         let spine_ports = self.ports("a pod spine", leaves + per_group, None, "leaves or cores")?;
         let core_ports = self.ports("a core", pods, None, "pods")?;
+        self.check_ports(&[
+            (
+                pods.checked_mul(leaves).and_then(|l| l.checked_mul(hosts)),
+                1,
+            ),
+            (pods.checked_mul(leaves), leaf_ports),
+            (pods.checked_mul(spines), spine_ports),
+            (Some(cores), core_ports),
+        ])?;
         self.add_hosts(pods * leaves * hosts)?;
         let core_ids = self.switches("core-", tree.cores, core_ports)?;
         for pod in 0..pods {
@@ -372,8 +417,9 @@ impl Gen {
 
     fn star(&mut self, s: &Star) -> Result<(), FabricError> {
         let h = u64::from(s.hosts);
-        self.check_size(h + 1)?;
+        self.check_size(h.checked_add(1))?;
         let ports = self.ports("the switch", h, s.ports, "hosts")?;
+        self.check_ports(&[(Some(h), 1), (Some(1), ports)])?;
         self.add_hosts(h)?;
         let sw = self.node(NodeType::Switch, "switch-1", None, ports)?;
         self.attach_hosts(sw, 0, h)
@@ -390,9 +436,14 @@ impl Gen {
                 why: "a ring needs at least 3 switches (use line for 2)".to_owned(),
             }));
         }
-        self.check_size(switches * hosts + switches)?;
+        self.check_size(
+            switches
+                .checked_mul(hosts)
+                .and_then(|h| h.checked_add(switches)),
+        )?;
         let inter = if switches > 1 { 2 * links } else { 0 };
         let ports = self.ports("a switch", hosts + inter, None, "hosts or links")?;
+        self.check_ports(&[(switches.checked_mul(hosts), 1), (Some(switches), ports)])?;
         self.add_hosts(switches * hosts)?;
         let ids = self.switches("sw-", chain.switches, ports)?;
         for (i, &sw) in ids.iter().enumerate() {

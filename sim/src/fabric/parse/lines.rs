@@ -395,40 +395,37 @@ fn set_option(pl: &mut PortLine<'_>, k: &str, v: &str) -> Result<bool, Problem> 
 
 /// The comment of a port line, as ibnetdiscover writes it:
 /// switch lines `"remote desc" lid L 4xQDR [s= w= v=]`, CA lines
-/// `lid L lmc M "remote desc" lid RL 4xQDR [...]`. Quoted text is skipped; `k=v` words are
-/// options (unknown ones ignored: this is a comment); the token after the last `lid N` sets
-/// the rates.
+/// `lid L lmc M "remote desc" lid RL 4xQDR [...]`. ibnetdiscover prints the description raw,
+/// so it may hold any number of `"`: as ibsim does (`parse_port_connection_data`, regex
+/// `lid[^"]*$`), everything from the first to the last `"` is the description and is skipped.
+/// Before it, a leading `lid N lmc M` is a CA line's own; after it, the token following the
+/// last `lid N` sets the rates; `k=v` words outside it are options (unknown ones ignored: this
+/// is a comment).
 fn comment<'a>(pl: &mut PortLine<'a>, text: &'a str) -> Result<(), Problem> {
-    let mut words: Vec<&'a str> = Vec::new();
-    let mut c = Cursor::new(text);
-    loop {
-        c.skip_ws();
-        if c.at_end() {
-            break;
-        }
-        if c.peek() == Some('"') {
-            c.quoted("remote description")?;
-            words.push("\"");
-        } else {
-            words.push(c.take_while(|ch| !ch.is_whitespace() && ch != '"'));
-        }
-    }
-    if let ["lid", l, rest @ ..] = words.as_slice() {
+    let quoted = text.find('"').zip(text.rfind('"'));
+    // With no description the same words lead and trail.
+    let (head, tail) = quoted.map_or((text, text), |(first, last)| {
+        (&text[..first], &text[last + 1..])
+    });
+    let head: Vec<&str> = head.split_whitespace().collect();
+    let tail: Vec<&str> = tail.split_whitespace().collect();
+    if let ["lid", l, rest @ ..] = head.as_slice() {
         pl.local_lid = Some(c_number(l, "LID")?);
         if let ["lmc", m, ..] = rest {
             pl.local_lmc = Some(c_number(m, "LMC")?);
         }
     }
-    for w in &words {
+    let outside = if quoted.is_some() { &tail[..] } else { &[] };
+    for w in head.iter().chain(outside) {
         if let Some((k, v)) = w.split_once('=') {
             set_option(pl, k, v)?;
         }
     }
-    let last_lid = words
+    let last_lid = tail
         .windows(2)
         .rposition(|p| p[0] == "lid" && c_number(p[1], "LID").is_ok());
     if let Some(i) = last_lid {
-        if let Some(tok) = words.get(i + 2) {
+        if let Some(tok) = tail.get(i + 2) {
             if let Some((w, s)) = tok.split_once('x') {
                 if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() {
                     pl.token = Some((w, s));
@@ -505,6 +502,26 @@ mod tests {
         // A description with lid-like words inside quotes is skipped.
         let p = port("[1] \"S\"[1] # \"solid lid 9 1xSDR\" lid 3 12xQDR");
         assert_eq!(p.token, Some(("12", "QDR")));
+    }
+
+    #[test]
+    fn descriptions_with_quotes_in_them_are_read_as_ibsim_reads_them() {
+        // ibnetdiscover prints a NodeDescription raw: here `a"b`, so the line has an odd
+        // number of quotes. What follows the last quote is the remote LID and the rate.
+        let p = port("[1] \"A\"[1](11) # \"a\"b\" lid 2 4xQDR");
+        assert_eq!(
+            (p.remote, p.remote_port, p.remote_guid),
+            ("A", 1, Some(0x11))
+        );
+        assert_eq!(p.token, Some(("4", "QDR")));
+        let p = port("[1](10) \"S\"[3] # lid 7 lmc 1 \"x\"\"y lid 9 1xSDR\" lid 4 12xEDR w=2");
+        assert_eq!((p.local_lid, p.local_lmc), (Some(7), Some(1)));
+        assert_eq!(p.token, Some(("12", "EDR")));
+        assert_eq!(p.width, Some(2));
+        // Options inside the description are not the line's.
+        let p = port("[1] \"S\"[1] # \"w=1 \"odd\" lid 3 4xHDR");
+        assert_eq!(p.width, None);
+        assert_eq!(p.token, Some(("4", "HDR")));
     }
 
     #[test]

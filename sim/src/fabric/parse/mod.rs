@@ -19,12 +19,16 @@
 //! ```
 //!
 //! * Records: `Switch`, `Hca`/`Ca`, `Rt`, then one line per linked port; a blank line or any
-//!   line that is not a port line or comment ends the record. Port counts are 1-254.
+//!   line that is not a port line or comment ends the record. Port counts are 1-254, and a
+//!   fabric holds at most [`MAX_FABRIC_PORTS`](super::builder::MAX_FABRIC_PORTS) ports in all
+//!   (a header past it is refused before its ports are allocated; ibsim caps them too).
 //! * A port line names the remote node and port (`[rp]` defaults to 1, as in ibsim). Every
 //!   link must be described from both ends, consistently.
 //! * Rates: a port starts from ibsim's defaults (4x, SDR) or the last `width=`/`speed=`/
 //!   `extspeed=` directive, then the line's `w=`/`s=`/`e=` options apply, then an ibnetdiscover
 //!   token (`4xQDR`) following the comment's last `lid N` (ibsim's precedence).
+//! * Descriptions: a header's comment gives the node's NodeDescription; one longer than its 64
+//!   bytes is cut to them with a warning (ibsim cuts it too).
 //! * LIDs: a switch header's `lid N lmc M` is port 0's; a CA or router line's comment starting
 //!   `lid N lmc M` is that port's.
 //! * GUIDs: absent ones follow ibsim's scheme ([`guid`](crate::fabric::guid)); a CA port's GUID
@@ -44,7 +48,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use self::lines::{Directive, Header, Line, PortLine, check_port, parse_line};
-use super::builder::{FabricBuilder, MAX_NAME_LEN, NodeSpec, Subject, check_text};
+use super::builder::{
+    FabricBuilder, MAX_DESCRIPTION_LEN, MAX_NAME_LEN, NodeSpec, Subject, check_text,
+};
 use super::error::{FabricError, Problem};
 use super::model::{Fabric, NONE, NodeId, NodeType, PortId};
 use super::rate::{LinkRates, SPEED_QDR};
@@ -389,6 +395,8 @@ impl<'l> Parser<'l> {
         if h.num_ports == 0 || h.num_ports > 254 {
             return Err(Problem::PortCountOutOfRange { count: h.num_ports });
         }
+        // Before the node's ports (and their line records) are allocated.
+        self.b.check_room(h.num_ports as u8)?;
         let sym = self.sym(&name);
         if self.sym_node[sym as usize] != NONE {
             let first = self.node_loc[self.sym_node[sym as usize] as usize];
@@ -397,10 +405,11 @@ impl<'l> Parser<'l> {
                 first: Some(self.place(first, loc)),
             });
         }
+        let description = h.description.map(|d| self.fit_description(d, &name, loc));
         let spec = NodeSpec {
             kind: h.kind,
             name: &name,
-            description: h.description,
+            description,
             num_ports: h.num_ports as u8,
             guid: None,
             sys_image_guid: self.sysimgguid.take(),
@@ -430,6 +439,29 @@ impl<'l> Parser<'l> {
             self.b.set_lid(p0, lid, lmc)?;
         }
         Ok(node)
+    }
+
+    /// A header's description cut to the 64 bytes of NodeDescription (at a character
+    /// boundary), as ibsim's `strncpy` cuts it: ibnetdiscover with a node-name map can print
+    /// longer names, and a file it wrote should read.
+    fn fit_description<'d>(&self, d: &'d str, node: &str, loc: Loc) -> &'d str {
+        if d.len() <= MAX_DESCRIPTION_LEN {
+            return d;
+        }
+        let end = (0..=MAX_DESCRIPTION_LEN)
+            .rev()
+            .find(|&i| d.is_char_boundary(i))
+            .unwrap_or(0);
+        tracing::warn!(
+            "{}:{}: the description of `{node}` is {} bytes; NodeDescription holds {}, so it \
+             is cut to `{}`",
+            self.files[usize::from(loc.file)],
+            loc.line,
+            d.len(),
+            MAX_DESCRIPTION_LEN,
+            &d[..end]
+        );
+        &d[..end]
     }
 
     fn port_line(&mut self, node: NodeId, p: &PortLine<'_>, loc: Loc) -> Result<(), Problem> {
