@@ -102,14 +102,6 @@ pub enum MadError {
         qp: SpecialQp,
     },
 
-    /// A send with a response timeout from an agent that has no receive side.
-    #[error(
-        "a send with a response timeout needs an agent with a receive side (the response \
-         would have nowhere to go); register the agent with responses enabled, or send with \
-         timeout 0"
-    )]
-    NoReceiveSide,
-
     /// An RMPP transfer shorter than the header of its class.
     #[error(
         "an RMPP message of {len} bytes is shorter than the {need}-byte header of its class; \

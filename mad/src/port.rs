@@ -415,7 +415,11 @@ impl Port {
         }
         registry::validate(spec.class.as_ref(), spec.qp, spec.rmpp_version)?;
         let id = s.next_agent.fetch_add(1, Ordering::Relaxed);
-        let fc_max = flow::limit(spec.class.map(|c| c.class), s.recv_depth[qpi(spec.qp)]);
+        let fc_max = flow::limit(
+            spec.class.map(|c| c.class),
+            spec.responses || spec.class.is_some(),
+            s.recv_depth[qpi(spec.qp)],
+        );
         let events = spec.events.take().unwrap_or_else(EventQueue::shared);
         let inner = Arc::new(AgentInner::new(AgentId(id), &spec, Some(events), fc_max));
         {

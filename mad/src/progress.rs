@@ -911,7 +911,11 @@ impl PortShared {
             match d.as_ref() {
                 Some(d) if d.generation == generation && d.tid == tid => {
                     let sent_response = d.p.is_response;
-                    let reason = if d.p.class() != mgmt_class {
+                    // An agent without a receive side gets no MAD at all (`find_mad_agent`
+                    // gives up on it before any matching): its send ends at its timeout.
+                    let reason = if !d.p.agent.receives {
+                        Some(DropReason::NotExpected)
+                    } else if d.p.class() != mgmt_class {
                         Some(DropReason::WrongClass)
                     } else if mgmt_class != class::SUBN_DIRECTED_ROUTE
                         && !same_address(sent_response, &d.p.dest, true, &recv.addr, &st.local)

@@ -1006,6 +1006,47 @@ fn a_response_to_a_send_without_timeout_is_not_expected() {
     r.assert_clean();
 }
 
+/// K-2025 (rdma 8ab05a5456bb, "IB/cm: Use separate agent w/o flow control for REP") lets an
+/// agent without a receive side send with a timeout and retries (`ib_post_send_mad` no longer
+/// refuses it) and gives it no flow control (`sol_fc_max` 0 without a `recv_handler`). Its
+/// responses have nowhere to go: `find_mad_agent` drops a MAD for an agent without a
+/// `recv_handler`, so each send ends at its last timeout.
+#[test]
+fn a_send_only_agent_sends_with_timeouts_without_flow_control_and_its_responses_are_dropped() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let a = r.agent(AgentSpec::send_only(SpecialQp::Gsi));
+    // More solicited SA sends than R/4 (16) or R/32 (2) would let out at once.
+    let ids: Vec<SendId> = (0..20)
+        .map(|t| {
+            a.send(
+                SendRequest::new(mad(SA, 2, 0x01, 0x11, t), gsi(5))
+                    .timeout_ms(10)
+                    .retries(1),
+            )
+            .expect("a timeout on a send-only agent is accepted")
+        })
+        .collect();
+    assert_eq!(r.port.census().backlogged, 0, "no flow control");
+    let ev = r.collect(&a, Duration::from_millis(100));
+    assert!(recvs(&ev).is_empty(), "no response is delivered");
+    let c = completions(&ev);
+    for id in &ids {
+        assert_eq!(c[id], (WcStatus::RespTimeoutErr, 0, 1), "{id}");
+    }
+    let k = r.port.counters();
+    assert_eq!(k.backlogged, 0);
+    assert_eq!(r.fake.sent().len(), 40, "two attempts each");
+    assert_eq!(
+        k.drops.get(DropReason::NotExpected),
+        40,
+        "every answer dropped"
+    );
+    assert_eq!(a.counters().drops.get(DropReason::NotExpected), 40);
+    a.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn unsolicited_requests_go_to_the_registered_agent() {
     let r = rig();
@@ -1270,10 +1311,6 @@ fn sends_are_checked_before_acceptance() {
     assert!(matches!(
         a.send(SendRequest::new(mad(0x81, 1, 1, 0x11, 1), smi(1))),
         Err(MadError::ClassNotOnQp { class: 0x81, .. })
-    ));
-    assert!(matches!(
-        a.send(SendRequest::new(get(1), gsi(1)).timeout_ms(5)),
-        Err(MadError::NoReceiveSide)
     ));
     let rm = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE).with_rmpp(1));
     let mut active = mad(SA, 2, 0x12, 0x11, 1);

@@ -43,7 +43,7 @@ use mad_wire::{class, method, vendor};
 
 use crate::addr::{RecvAddr, same_address};
 use crate::agent::{AgentInner, AgentSpec};
-use crate::counters::bump;
+use crate::counters::{DropReason, bump};
 use crate::error::MadError;
 use crate::event::{AgentId, Event, EventQueue, RecvBox, RecvMad, SendCompletion, SendId, SendRef};
 use crate::port::{Port, PortShared, ProgressState, qpi};
@@ -846,6 +846,10 @@ impl PortShared {
                 },
                 None => return false,
             };
+            if !agent.receives {
+                self.drop_for_send_only(&agent);
+                return true;
+            }
             if active {
                 self.rmpp_active(st, &agent, mad, addr, &mut actions);
             } else {
@@ -881,6 +885,10 @@ impl PortShared {
                 None => return false,
             }
         };
+        if !agent.receives {
+            self.drop_for_send_only(&agent);
+            return true;
+        }
         if agent.rmpp_version == 0 {
             // User RMPP: segments as they come. A response segment that still finds its send
             // waiting goes through matching (which finishes the send); the rest straight to
@@ -910,6 +918,14 @@ impl PortShared {
         self.rmpp_active(st, &agent, mad, addr, &mut actions);
         self.rmpp_run(Some(st), actions);
         true
+    }
+
+    /// A response (segment, ACK, STOP or ABORT) for an agent without a receive side: dropped
+    /// before any RMPP work, as the kernel's `find_mad_agent` gives up on an agent without a
+    /// `recv_handler`.
+    fn drop_for_send_only(&self, agent: &AgentInner) {
+        self.cells.dropped(DropReason::NotExpected);
+        agent.cells.dropped(DropReason::NotExpected);
     }
 
     /// The agent of the reassembly `mad` (a segment from `addr`) belongs to, if there is one.

@@ -185,6 +185,53 @@ fn a_multi_segment_response_with_a_lost_segment_is_reassembled_once_it_comes() {
     r.assert_clean();
 }
 
+/// An RMPP response to an agent without a receive side is dropped segment by segment, as
+/// the kernel's `find_mad_agent` gives up on an agent without a `recv_handler`: nothing is
+/// reassembled or acknowledged, and the request ends at its timeout.
+#[test]
+fn an_rmpp_response_to_a_send_only_agent_is_dropped_unacknowledged() {
+    let r = Rig::new();
+    r.fake.set_responder(move |out| {
+        if rmpp_of(&out.mad).0 == rmpp_type::ACK {
+            return Vec::new();
+        }
+        let msg = sa_message(
+            method::GET_TABLE_RESP,
+            tid_of(&out.mad),
+            200 * 2 + 30,
+            true,
+            3,
+        );
+        segments_of(&msg, &[1, 2, 3])
+            .into_iter()
+            .map(from_peer)
+            .collect()
+    });
+    let client = r.agent(AgentSpec::send_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(
+                sa_message(method::GET_TABLE, 0x1234, 20, false, 0),
+                to_peer(),
+            )
+            .timeout_ms(50),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(100));
+    assert_eq!(ev.len(), 1, "only the completion: {ev:?}");
+    let c = completions(&ev);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    assert_eq!(r.fake.sent().len(), 1, "the request only, no ACK");
+    assert_eq!(r.port.rmpp_counters().segments_received, 0);
+    assert_eq!(
+        client.counters().drops.get(crate::DropReason::NotExpected),
+        3,
+        "every segment dropped"
+    );
+    client.deregister();
+    r.assert_clean();
+}
+
 /// Our SA agent answering a GetTable from the peer with `data_len` bytes by RMPP; the peer
 /// acknowledges as `ack` says (None: no answer).
 fn sa_sends(
