@@ -1349,6 +1349,60 @@ fn registrations_conflict_and_free_on_deregistration() {
     r.assert_clean();
 }
 
+/// Agent IDs are handed out cyclically skipping the IDs of live agents and the internal
+/// agent's 0, as the kernel's `xa_alloc_cyclic` skips IDs in use: after the counter wraps, a
+/// new agent never shares an ID with a live one (whose deregistration would then cancel the
+/// new agent's sends and take it out of the agent table).
+#[test]
+fn agent_ids_skip_live_agents_and_zero_when_the_counter_wraps() {
+    use std::sync::atomic::Ordering;
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let b = r.perf_agent();
+    // The counter comes round to a's ID (then b's).
+    r.port.shared.next_agent.store(a.id().0, Ordering::Relaxed);
+    let c = r.perf_agent();
+    assert!(
+        c.id() != a.id() && c.id() != b.id(),
+        "{:?} {:?} {:?}",
+        a.id(),
+        b.id(),
+        c.id()
+    );
+    // The counter wraps through 0, the internal agent's ID.
+    r.port.shared.next_agent.store(u32::MAX, Ordering::Relaxed);
+    let d = r.perf_agent();
+    let e = r.perf_agent();
+    assert_eq!(d.id().0, u32::MAX);
+    assert!(
+        ![0, a.id().0, b.id().0, c.id().0].contains(&e.id().0),
+        "{:?}",
+        e.id()
+    );
+    // a's deregistration leaves the others' sends and registrations alone.
+    let id = c
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(60_000))
+        .unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.port.progress();
+    a.deregister();
+    assert_eq!(r.port.census().agents, 4, "b, c, d and e still registered");
+    let ev = r.collect(&c, Duration::from_millis(5));
+    assert!(
+        completions(&ev).is_empty(),
+        "c's send is not canceled: {ev:?}"
+    );
+    r.fake.set_auto(true);
+    c.cancel(id).unwrap();
+    let ev = r.collect(&c, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id].0, WcStatus::WrFlushErr);
+    for x in [b, c, d, e] {
+        x.deregister();
+    }
+    r.assert_clean();
+}
+
 #[test]
 fn shared_queue_and_dropped_agent_deregisters() {
     let r = rig();
