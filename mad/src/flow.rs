@@ -82,6 +82,17 @@ impl FlowControl {
         solicited && self.max > 0 && (!self.backlog.is_empty() || self.outstanding >= self.max)
     }
 
+    /// Take the retry of slot `index` of `qp` at `generation` out of the backlog (it was
+    /// canceled or answered while QUEUED: the kernel's DONE and CANCELED take a send off
+    /// `backlog_list`). Returns whether it was there.
+    pub(crate) fn remove_retry(&mut self, qp: SpecialQp, index: u32, generation: u32) -> bool {
+        let pos = self.backlog.iter().position(|b| {
+            matches!(b, Backlogged::Retry { qp: q, index: i, generation: g }
+                if *q == qp && *i == index && *g == generation)
+        });
+        pos.and_then(|p| self.backlog.remove(p)).is_some()
+    }
+
     /// Whether the head of the backlog may go now.
     pub(crate) fn may_release(&self) -> bool {
         !self.backlog.is_empty() && (self.max == 0 || self.outstanding < self.max)

@@ -1258,7 +1258,12 @@ impl PortShared {
                             });
                         });
                         return match out {
-                            CancelOutcome::Canceled { .. } => Ok(()),
+                            CancelOutcome::Canceled { .. } => {
+                                // A QUEUED retry leaves the backlog now, not at the next
+                                // drain: until then it would hold later sends back.
+                                fc.remove_retry(ring.qp, index as u32, generation);
+                                Ok(())
+                            }
                             _ => Err(MadError::NotOutstanding(id)),
                         };
                     }

@@ -687,17 +687,15 @@ impl PortShared {
         }
         let agents: Vec<Arc<AgentInner>> = self.agents_read().agents.values().cloned().collect();
         for a in agents {
+            // Retries leave the backlog too: their QUEUED slots were flushed above.
             let list: Vec<Record> = {
                 let mut fc = lock(&a.fc);
-                let mut keep = std::collections::VecDeque::new();
                 let mut out = Vec::new();
                 for b in fc.backlog.drain(..) {
-                    match b {
-                        Backlogged::New(p) => out.push(p),
-                        retry @ Backlogged::Retry { .. } => keep.push_back(retry),
+                    if let Backlogged::New(p) = b {
+                        out.push(p);
                     }
                 }
-                fc.backlog = keep;
                 out
             };
             for p in list {
@@ -948,6 +946,11 @@ impl PortShared {
                 return;
             }
         };
+        if finished.is_some() && w.state() == SendState::Queued {
+            // A retry answered while it waited in the backlog leaves it (the kernel's DONE
+            // takes it off `backlog_list`); no drain would take it off otherwise.
+            lock(&agent.fc).remove_retry(qp, t.index, generation);
+        }
         solo(st, &self.solo_cells.responses);
         solo(st, &agent.solo_cells.responses);
         recv.agent = agent.id;

@@ -865,6 +865,86 @@ fn path13_solicited_limit_holds_sa_sends_back() {
     r.assert_clean();
 }
 
+/// An SA agent (limit 64/32 = 2) with A1 (timeout 10 ms, 1 retry), A2 (40 ms, 1 retry) and B
+/// (no timeout worth the name) sent, no peer answering, driven past A1's timeout: B went out
+/// of the backlog when A1 timed out, and A1's retry waits in the backlog (QUEUED) behind the
+/// limit. Returns the rig, the agent, and A1, A2, B.
+fn queued_retry() -> (Rig, Agent, [SendId; 3]) {
+    let r = rig_with(16, 64, PortConfig::default());
+    let sa = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+    let send = |t: u64, to: u32, n: u32| {
+        sa.send(
+            SendRequest::new(mad(SA, 2, 0x01, 0x11, t), gsi(5))
+                .timeout_ms(to)
+                .retries(n),
+        )
+        .unwrap()
+    };
+    let ids = [send(1, 10, 1), send(2, 40, 1), send(3, 100_000, 0)];
+    assert_eq!(r.port.census().backlogged, 1, "B");
+    let d = r.port.deadline_after(Duration::from_millis(20));
+    while r.port.now() < d {
+        r.port.progress_until(d);
+    }
+    assert_eq!(r.port.counters().backlogged, 2, "B, then A1's retry");
+    assert_eq!(r.port.census().backlogged, 1, "A1's retry");
+    assert_eq!(r.fake.sent().len(), 3, "A1, A2, B");
+    (r, sa, ids)
+}
+
+/// A canceled QUEUED retry leaves the backlog at once, as the kernel's cancel takes it off
+/// `backlog_list`: it no longer counts as backlogged, and a later retry does not queue behind
+/// it (the kernel's `retry_send` queues only behind a non-empty backlog).
+#[test]
+fn a_canceled_queued_retry_leaves_the_backlog_at_once() {
+    let (r, sa, [a1, a2, _b]) = queued_retry();
+    sa.cancel(a1).unwrap();
+    assert_eq!(r.port.census().backlogged, 0, "A1's retry left the backlog");
+    r.port.progress();
+    let d = r.port.deadline_after(Duration::from_millis(40));
+    while r.port.now() < d {
+        r.port.progress_until(d);
+    }
+    assert_eq!(
+        r.port.counters().backlogged,
+        2,
+        "A2's retry went out at once, not into the backlog"
+    );
+    let ev = r.collect(&sa, Duration::from_millis(60));
+    let c = completions(&ev);
+    assert_eq!(c[&a1].0, WcStatus::WrFlushErr);
+    assert_eq!(c[&a2], (WcStatus::RespTimeoutErr, 0, 1));
+    sa.deregister();
+    r.assert_clean();
+}
+
+/// A QUEUED retry whose response arrives leaves the backlog with its completion, as the
+/// kernel's `ib_mark_mad_done` takes a QUEUED send to DONE (off `backlog_list`).
+#[test]
+fn an_answered_queued_retry_leaves_the_backlog() {
+    let (r, sa, [a1, ..]) = queued_retry();
+    let mut m = r.fake.sent()[0].mad;
+    m[3] = 0x81;
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, m, 5));
+    let ev = r.collect(&sa, Duration::from_millis(2));
+    assert_eq!(recvs(&ev).len(), 1);
+    assert_eq!(completions(&ev)[&a1], (WcStatus::Success, 0, 1));
+    assert_eq!(r.port.census().backlogged, 0, "A1's retry left the backlog");
+    sa.deregister();
+    r.assert_clean();
+}
+
+/// On a dead device the flush completes a QUEUED retry and takes it out of the backlog.
+#[test]
+fn a_dead_device_flushes_queued_retries_out_of_the_backlog() {
+    let (r, sa, [a1, ..]) = queued_retry();
+    r.fake.make_fatal(false);
+    let ev = r.collect(&sa, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&a1], (WcStatus::WrFlushErr, 5, 1));
+    assert_eq!(r.port.census().backlogged, 0, "A1's retry left the backlog");
+    sa.deregister();
+}
+
 /// A BM MAD with AttributeModifier bit 0 set is a response (`ib_response_mad`): routed by
 /// its TID. When no send of the stack holds the TID's upper half (the kernel: no agent holds
 /// the `hi_tid`), `ib_mad_recv_done` still calls `generate_unmatched_resp`, which answers a
