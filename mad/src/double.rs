@@ -96,6 +96,8 @@ struct Dev {
     refuse_in_sqe: bool,
     /// Send-queue recoveries still to fail (the queue stays in SQE).
     fail_recoveries: usize,
+    /// Sends still to refuse with `NotReady`, per QP.
+    refuse_posts: [usize; 2],
     /// Recoveries asked for, failed ones included.
     recoveries_asked: usize,
     rq: [VecDeque<RecvWr>; 2],
@@ -175,6 +177,7 @@ impl FakePort {
                 sqe: [false; 2],
                 refuse_in_sqe: false,
                 fail_recoveries: 0,
+                refuse_posts: [0; 2],
                 recoveries_asked: 0,
                 rq: [VecDeque::new(), VecDeque::new()],
                 cq: VecDeque::new(),
@@ -224,6 +227,12 @@ impl FakePort {
     /// be flushed (the hardware's).
     pub(crate) fn refuse_posts_in_sqe(&self, on: bool) {
         lock(&self.dev).refuse_in_sqe = on;
+    }
+
+    /// Refuse the next `n` posts of sends on `qp` with `NotReady` (a post the device refuses
+    /// for a reason other than room, SQE or death).
+    pub(crate) fn refuse_next_posts(&self, qp: SpecialQp, n: usize) {
+        lock(&self.dev).refuse_posts[qpi(qp)] = n;
     }
 
     /// Fail the next `n` send-queue recoveries (the firmware lost the command: the queue stays
@@ -518,6 +527,10 @@ impl HcaPort for FakePort {
         }
         if d.sq[i].len() >= d.send_depth as usize {
             return Err(PostError::QueueFull);
+        }
+        if d.refuse_posts[i] > 0 {
+            d.refuse_posts[i] -= 1;
+            return Err(PostError::NotReady("test: refused".into()));
         }
         // What the device would send if it executed the request now: compared when it does.
         let mut mad = [0u8; MAD_LEN];

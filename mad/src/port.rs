@@ -1186,10 +1186,13 @@ impl PortShared {
                         }
                         let i = qpi(qp);
                         let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                        // The kernel's process_backlog_mads completes a backlog entry whose
+                        // post fails with LOC_QP_OP_ERR (a retry posted straight from its
+                        // timer keeps RESP_TIMEOUT_ERR, as timeout_sends does).
                         let job = Job::Repost {
                             index,
                             generation,
-                            on_fail: WcStatus::RespTimeoutErr,
+                            on_fail: WcStatus::LocQpOpErr,
                         };
                         if ring.push_locked(q, job) {
                             bump(&self.cells.overflowed);

@@ -934,6 +934,26 @@ fn an_answered_queued_retry_leaves_the_backlog() {
     r.assert_clean();
 }
 
+/// A retry let out of the backlog whose post the device refuses completes with
+/// LOC_QP_OP_ERR, as the kernel's `process_backlog_mads` completes a backlog entry whose
+/// `ib_send_mad` fails.
+#[test]
+fn a_retry_from_the_backlog_whose_post_is_refused_completes_with_loc_qp_op_err() {
+    let (r, sa, [a1, _a2, b]) = queued_retry();
+    r.fake.refuse_next_posts(SpecialQp::Gsi, 1);
+    // B's end makes room: A1's retry leaves the backlog, and its post is refused.
+    sa.cancel(b).unwrap();
+    let ev = r.collect(&sa, Duration::from_millis(5));
+    let c = completions(&ev);
+    assert_eq!(c[&b].0, WcStatus::WrFlushErr);
+    assert_eq!(c[&a1], (WcStatus::LocQpOpErr, 0, 1));
+    assert_eq!(r.port.counters().post_failures, 1);
+    assert_eq!(r.fake.sent().len(), 3, "A1's retry never reached the wire");
+    assert_eq!(r.port.census().backlogged, 0);
+    sa.deregister();
+    assert_eq!(r.fake.accounting().leases_out, r.base.leases_out);
+}
+
 /// On a dead device the flush completes a QUEUED retry and takes it out of the backlog.
 #[test]
 fn a_dead_device_flushes_queued_retries_out_of_the_backlog() {
