@@ -2,7 +2,9 @@
 //! control for solicited MADs" (reference/mad-stack.md §1.9).
 //!
 //! A send is *solicited* when it has a response timeout and its class is CM, SA or an SMP
-//! class (RMPP-active sends are not, and are not sent by this stack yet). An agent may have at
+//! class. An RMPP-active send of an agent registered with RMPP is not (the kernel's
+//! `is_solicited_fc_mad`): it is a transfer ([`crate::rmpp`]), whose segments go out under
+//! its own window and ACK timeouts, outside the agent's limit. An agent may have at
 //! most `limit` solicited sends outstanding (posted or waiting for their response); further
 //! solicited sends wait in its backlog (state QUEUED) in order, and so does a retry when the
 //! backlog is not empty. The backlog drains as outstanding solicited sends finish.
