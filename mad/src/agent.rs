@@ -292,7 +292,8 @@ impl Agent {
     /// in order and are never refused for lack of room.
     ///
     /// An agent registered with RMPP sends a message of any length with the RMPP Active flag
-    /// set (byte 26, bit 0) as one RMPP transfer ([`crate::rmpp`]). A directed-route SMP
+    /// set (byte 26, bit 0) as one RMPP transfer ([`crate::rmpp`]), and, as in the kernel,
+    /// only classes that may use RMPP ([`MadError::RmppClass`]). A directed-route SMP
     /// passes the SMI send rules, and one for this port itself is answered by the port's SMA
     /// without the wire ([`crate::smi`]).
     ///
@@ -330,6 +331,11 @@ impl Agent {
                 class: mad_class,
                 qp: agent.qp,
             });
+        }
+        // The kernel's ib_post_send_mad: an agent registered with an RMPP version sends only
+        // classes that may use RMPP, Active flag or not.
+        if agent.rmpp_version != 0 && !class::is_rmpp_capable(mad_class) {
+            return Err(MadError::RmppClass { class: mad_class });
         }
         // RMPP transfers (crate::rmpp) and directed-route SMPs (crate::smi: the send rules,
         // and SMPs for this port answered locally) leave the ordinary path here.

@@ -141,11 +141,11 @@ pub enum MadError {
         source: DriverError,
     },
 
-    /// A send with the RMPP Active flag set, of a class without RMPP, from an agent registered
-    /// with an RMPP version.
+    /// A send of a class without RMPP from an agent registered with an RMPP version (the
+    /// kernel's `ib_post_send_mad` refuses it with EINVAL, Active flag or not).
     #[error(
-        "class {class:#04x} is not RMPP-capable but the MAD has the RMPP Active flag set \
-         (byte 26, bit 0); clear it to send a single MAD"
+        "class {class:#04x} is not RMPP-capable and the agent is registered with an RMPP \
+         version; send it from an agent registered with RMPP version 0"
     )]
     RmppClass {
         /// The MAD's class.

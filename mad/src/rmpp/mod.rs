@@ -549,15 +549,12 @@ impl PortShared {
         if agent.rmpp_version == 0 {
             return Ok(None);
         }
-        // Without the Active flag it is a single MAD, whatever its class (a PerfMgt Get from
-        // an SA client); Active on a class without RMPP is a mistake the caller must hear of.
+        // Without the Active flag it is a single MAD (`Agent::send` refused the classes
+        // without RMPP already).
         if rmpp_flags(mad) & flags::ACTIVE == 0 {
             return Ok(None);
         }
         let mgmt_class = mad[1];
-        if !class::is_rmpp_capable(mgmt_class) {
-            return Err(MadError::RmppClass { class: mgmt_class });
-        }
         let need = class::data_offset(mgmt_class);
         let layout = Layout::new(mgmt_class, mad.len()).ok_or(MadError::RmppTooShort {
             len: mad.len(),

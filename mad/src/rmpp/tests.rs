@@ -653,8 +653,12 @@ fn a_request_arriving_in_segments_is_delivered_whole_to_the_registered_agent() {
     r.assert_clean();
 }
 
+/// An agent registered with an RMPP version may send only RMPP-capable classes: the kernel's
+/// `ib_post_send_mad` refuses any other class from it with EINVAL (`!ib_is_mad_class_rmpp`
+/// and `rmpp_version`), with the Active flag or without. A single MAD of an RMPP-capable
+/// class (Active clear) still goes.
 #[test]
-fn an_rmpp_agent_sends_a_single_mad_of_a_class_without_rmpp_and_active_there_is_refused() {
+fn an_rmpp_agent_may_not_send_a_class_without_rmpp() {
     let r = Rig::new();
     let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
     // A PerfMgt Get (PortCounters): byte 26 is reserved there, zero.
@@ -662,24 +666,33 @@ fn an_rmpp_agent_sends_a_single_mad_of_a_class_without_rmpp_and_active_there_is_
     get[..4].copy_from_slice(&[1, class::PERF_MGMT, 1, method::GET]);
     get[8..16].copy_from_slice(&0x77u64.to_be_bytes());
     get[16..18].copy_from_slice(&0x0012u16.to_be_bytes());
+    for active in [0, flags::ACTIVE] {
+        get[26] = active;
+        let e = client
+            .send(SendRequest::new(get.clone(), to_peer()).timeout_ms(100))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::MadError::RmppClass {
+                    class: class::PERF_MGMT
+                }
+            ),
+            "Active {active}: {e}"
+        );
+    }
+    assert!(r.fake.sent().is_empty(), "nothing on the wire");
+    assert_eq!(r.port.counters().sends, 0, "nothing accepted");
+    // An SA Get as a single MAD is the agent's to send.
     let id = client
-        .send(SendRequest::new(get.clone(), to_peer()).timeout_ms(100))
-        .expect("a single MAD of a class without RMPP");
-    let c = completions(&r.collect(&client, Duration::from_millis(300)));
-    let sent = r.fake.sent();
-    assert_eq!(sent.len(), 1, "one MAD on the wire");
-    assert_eq!(sent[0].mad[1..4], get[1..4]);
-    assert_eq!(c.len(), 1);
-    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+        .send(SendRequest::new(
+            sa_message(method::GET, 1, 200, false, 0),
+            to_peer(),
+        ))
+        .expect("a single MAD of an RMPP-capable class");
+    let c = completions(&r.collect(&client, Duration::from_millis(5)));
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::Success));
     assert_eq!(r.port.rmpp_counters().transfers_sent, 0, "not a transfer");
-    // The Active flag on such a class is the caller's mistake.
-    get[26] = flags::ACTIVE;
-    assert!(matches!(
-        client.send(SendRequest::new(get, to_peer())),
-        Err(crate::MadError::RmppClass {
-            class: class::PERF_MGMT
-        })
-    ));
     client.deregister();
     r.assert_clean();
 }
