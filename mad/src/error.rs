@@ -39,6 +39,18 @@ pub enum MadError {
         reason: String,
     },
 
+    /// A registration names a method with the response bit (0x80) set: registrations name
+    /// request methods (0x00–0x7F), and responses reach the agent that sent the request.
+    #[error(
+        "method {method:#04x} has the response bit (0x80) set: register the request method \
+         {:#04x} to receive requests; responses come to the agent that sent the request",
+        method & 0x7F
+    )]
+    ResponseMethod {
+        /// The method given.
+        method: u8,
+    },
+
     /// A method of the registration is already registered by another agent.
     #[error(
         "method {method:#04x} of class {class:#04x} version {version}{} is already registered \

@@ -1449,6 +1449,22 @@ fn registrations_conflict_and_free_on_deregistration() {
     r.assert_clean();
 }
 
+/// A registration mask naming a response method (0x81) is refused, not registered as the
+/// request method (0x01): a Get then finds no agent.
+#[test]
+fn a_registration_naming_a_response_method_is_refused() {
+    let r = rig();
+    let reg = r
+        .port
+        .register(AgentSpec::class(PERF, 1, MethodMask::of(&[0x81])));
+    assert!(reg.is_err(), "registered");
+    assert_eq!(r.port.census().agents, 0);
+    // Get (0x01) is still free.
+    let a = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x01])));
+    a.deregister();
+    r.assert_clean();
+}
+
 /// Agent IDs are handed out cyclically skipping the IDs of live agents and the internal
 /// agent's 0, as the kernel's `xa_alloc_cyclic` skips IDs in use: after the counter wraps, a
 /// new agent never shares an ID with a live one (whose deregistration would then cancel the
