@@ -112,6 +112,8 @@ struct Dev {
     wire: Vec<(Duration, Inbound)>,
     responder: Option<Responder>,
     process_mad: Option<ProcessMad>,
+    /// Device time a `process_mad` call takes (a firmware command).
+    process_mad_time: Duration,
     sent: Vec<Outbound>,
     lid: u16,
     has_smi: bool,
@@ -188,6 +190,7 @@ impl FakePort {
                 wire: Vec::new(),
                 responder: None,
                 process_mad: None,
+                process_mad_time: Duration::ZERO,
                 sent: Vec::new(),
                 lid: 1,
                 has_smi: true,
@@ -216,6 +219,11 @@ impl FakePort {
         f: impl FnMut(&[u8; MAD_LEN]) -> Result<[u8; MAD_LEN], DriverError> + Send + 'static,
     ) {
         lock(&self.dev).process_mad = Some(Box::new(f));
+    }
+
+    /// Make each `process_mad` call take `t` of device time (a slow firmware command).
+    pub(crate) fn set_process_mad_time(&self, t: Duration) {
+        lock(&self.dev).process_mad_time = t;
     }
 
     pub(crate) fn fail_next_send(&self, qp: SpecialQp, status: WcStatus) {
@@ -617,6 +625,8 @@ impl HcaPort for FakePort {
 
     fn process_mad(&self, mad: &[u8; 256], _ignore_mkey: bool) -> Result<[u8; 256], DriverError> {
         let mut d = lock(&self.dev);
+        let took = d.process_mad_time;
+        d.now += took;
         match d.process_mad.as_mut() {
             Some(f) => f(mad),
             None => Err(err("no local agent in the double")),

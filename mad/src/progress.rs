@@ -817,6 +817,9 @@ impl PortShared {
                 return;
             }
             action @ (LocalAgent::Answer | LocalAgent::Absorb) => {
+                // A firmware command (MAD_IFC) may take long: the batch's later completions
+                // read the clock again, or their response timeouts would start early.
+                st.batch_now = None;
                 match self.hca.process_mad(mad, false) {
                     Ok(_) if action == LocalAgent::Absorb => {
                         bump(&self.cells.local_consumed);

@@ -1289,6 +1289,59 @@ fn vendor_and_cc_gets_and_sets_go_to_the_device_before_any_agent() {
     r.assert_clean();
 }
 
+/// A response timeout runs from when its send's completion is handled: a firmware command
+/// (`process_mad`, for a MAD the device answers) handled earlier in the same poll batch
+/// does not make the timeouts armed after it expire early (the batch's clock reading is
+/// taken again after the command).
+#[test]
+fn a_slow_process_mad_earlier_in_the_batch_does_not_shorten_later_timeouts() {
+    let r = rig();
+    r.fake.set_auto(false);
+    r.fake.set_process_mad(|m| {
+        let mut a = *m;
+        a[3] = 0x81;
+        Ok(a)
+    });
+    r.fake.set_process_mad_time(Duration::from_millis(50));
+    let a = r.perf_agent();
+    let send = |t| {
+        a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(10))
+            .unwrap()
+    };
+    let (first, second) = (send(1), send(2));
+    // One batch: the first send's CQE, a PerfMgt Get for the device, the second send's CQE.
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(PERF, 1, 0x01, 0x12, 7).try_into().unwrap(),
+        9,
+    ));
+    r.fake.deliver_due();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    let t0 = r.port.now();
+    r.port.progress();
+    assert_eq!(
+        r.port.now(),
+        t0 + Duration::from_millis(50),
+        "the command's time"
+    );
+    let ev = r.collect(&a, Duration::from_millis(5));
+    let c = completions(&ev);
+    assert_eq!(
+        c[&first].0,
+        WcStatus::RespTimeoutErr,
+        "armed before the command"
+    );
+    assert!(!c.contains_key(&second), "timed out early: {c:?}");
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(completions(&ev)[&second].0, WcStatus::RespTimeoutErr);
+    assert!(r.port.now() >= t0 + Duration::from_millis(60));
+    r.fake.set_auto(true);
+    r.port.progress();
+    a.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn received_mads_are_validated() {
     let r = rig();
