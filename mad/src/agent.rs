@@ -27,8 +27,12 @@ pub struct AgentSpec {
     /// Unsolicited MADs to receive; `None` for an agent that only sends (and, with
     /// `responses`, gets the responses to its requests).
     pub class: Option<ClassRegistration>,
-    /// The agent has a receive side: responses to its requests are delivered, and it may send
-    /// with a response timeout. Always true when `class` is given.
+    /// The agent has a receive side (the kernel's `recv_handler`): responses to its requests
+    /// are delivered, and its solicited sends are under flow control ([`crate::flow`]).
+    /// Always true when `class` is given. Without it the agent may still send with a
+    /// response timeout (as since the kernel's 2025 flow-control series), but responses to
+    /// it are dropped (counted as [`crate::DropReason::NotExpected`]): such a send ends at
+    /// its last timeout.
     pub responses: bool,
     /// RMPP version (0 or 1) for RMPP-capable classes. With 1 the stack runs RMPP for the
     /// agent (sends with the RMPP Active flag become transfers, segments are reassembled);
@@ -39,7 +43,8 @@ pub struct AgentSpec {
 }
 
 impl AgentSpec {
-    /// An agent that only sends (no response timeouts, receives nothing), on `qp`.
+    /// An agent that only sends, on `qp`: it receives nothing (a send with a response timeout
+    /// ends at its last timeout, its responses dropped) and has no flow control.
     pub fn send_only(qp: SpecialQp) -> AgentSpec {
         AgentSpec {
             qp,
@@ -287,14 +292,14 @@ impl Agent {
     /// in order and are never refused for lack of room.
     ///
     /// An agent registered with RMPP sends a message of any length with the RMPP Active flag
-    /// set (byte 26, bit 0) as one RMPP transfer ([`crate::rmpp`]). A directed-route SMP
+    /// set (byte 26, bit 0) as one RMPP transfer ([`crate::rmpp`]), and, as in the kernel,
+    /// only classes that may use RMPP ([`MadError::RmppClass`]). A directed-route SMP
     /// passes the SMI send rules, and one for this port itself is answered by the port's SMA
     /// without the wire ([`crate::smi`]).
     ///
     /// Refused (nothing sent, no completion): device dead ([`MadError::DeviceFatal`]), agent
     /// deregistered, a MAD shorter than its header or (without RMPP) longer than one MAD, a
-    /// class that does not use the agent's QP, a timeout on an agent without a receive side,
-    /// RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
+    /// class that does not use the agent's QP, RMPP misuse, a directed route the SMI rules discard, a local SMP the port's SMA could
     /// not process, no DMA memory (for an RMPP transfer's or a local SMP's own needs; an
     /// ordinary send uses its slot's send buffer, leased when the port opened).
     pub fn send(&self, req: SendRequest<'_>) -> Result<SendId, MadError> {
@@ -327,8 +332,10 @@ impl Agent {
                 qp: agent.qp,
             });
         }
-        if timeout_ms > 0 && !agent.receives {
-            return Err(MadError::NoReceiveSide);
+        // The kernel's ib_post_send_mad: an agent registered with an RMPP version sends only
+        // classes that may use RMPP, Active flag or not.
+        if agent.rmpp_version != 0 && !class::is_rmpp_capable(mad_class) {
+            return Err(MadError::RmppClass { class: mad_class });
         }
         // RMPP transfers (crate::rmpp) and directed-route SMPs (crate::smi: the send rules,
         // and SMPs for this port answered locally) leave the ordinary path here.

@@ -46,7 +46,9 @@ pub enum DropReason {
     WrongClass,
     /// A response from another address than the send went to (§1.3).
     WrongAddress,
-    /// A response for a send that awaits none (sent with timeout 0).
+    /// A response for a send that awaits none (sent with timeout 0), or for a send of an agent
+    /// without a receive side (the kernel's `find_mad_agent` drops a MAD for an agent without
+    /// a `recv_handler`).
     NotExpected,
     /// A request no agent registered for and that gets no answer.
     NoAgent,

@@ -96,6 +96,8 @@ struct Dev {
     refuse_in_sqe: bool,
     /// Send-queue recoveries still to fail (the queue stays in SQE).
     fail_recoveries: usize,
+    /// Sends still to refuse with `NotReady`, per QP.
+    refuse_posts: [usize; 2],
     /// Recoveries asked for, failed ones included.
     recoveries_asked: usize,
     rq: [VecDeque<RecvWr>; 2],
@@ -110,6 +112,8 @@ struct Dev {
     wire: Vec<(Duration, Inbound)>,
     responder: Option<Responder>,
     process_mad: Option<ProcessMad>,
+    /// Device time a `process_mad` call takes (a firmware command).
+    process_mad_time: Duration,
     sent: Vec<Outbound>,
     lid: u16,
     has_smi: bool,
@@ -175,6 +179,7 @@ impl FakePort {
                 sqe: [false; 2],
                 refuse_in_sqe: false,
                 fail_recoveries: 0,
+                refuse_posts: [0; 2],
                 recoveries_asked: 0,
                 rq: [VecDeque::new(), VecDeque::new()],
                 cq: VecDeque::new(),
@@ -185,6 +190,7 @@ impl FakePort {
                 wire: Vec::new(),
                 responder: None,
                 process_mad: None,
+                process_mad_time: Duration::ZERO,
                 sent: Vec::new(),
                 lid: 1,
                 has_smi: true,
@@ -215,6 +221,11 @@ impl FakePort {
         lock(&self.dev).process_mad = Some(Box::new(f));
     }
 
+    /// Make each `process_mad` call take `t` of device time (a slow firmware command).
+    pub(crate) fn set_process_mad_time(&self, t: Duration) {
+        lock(&self.dev).process_mad_time = t;
+    }
+
     pub(crate) fn fail_next_send(&self, qp: SpecialQp, status: WcStatus) {
         lock(&self.dev).fail_next[qpi(qp)] = Some(status);
     }
@@ -224,6 +235,12 @@ impl FakePort {
     /// be flushed (the hardware's).
     pub(crate) fn refuse_posts_in_sqe(&self, on: bool) {
         lock(&self.dev).refuse_in_sqe = on;
+    }
+
+    /// Refuse the next `n` posts of sends on `qp` with `NotReady` (a post the device refuses
+    /// for a reason other than room, SQE or death).
+    pub(crate) fn refuse_next_posts(&self, qp: SpecialQp, n: usize) {
+        lock(&self.dev).refuse_posts[qpi(qp)] = n;
     }
 
     /// Fail the next `n` send-queue recoveries (the firmware lost the command: the queue stays
@@ -519,6 +536,10 @@ impl HcaPort for FakePort {
         if d.sq[i].len() >= d.send_depth as usize {
             return Err(PostError::QueueFull);
         }
+        if d.refuse_posts[i] > 0 {
+            d.refuse_posts[i] -= 1;
+            return Err(PostError::NotReady("test: refused".into()));
+        }
         // What the device would send if it executed the request now: compared when it does.
         let mut mad = [0u8; MAD_LEN];
         let at_post = self.iommu.read(wr.sge.iova, &mut mad).ok().map(|()| mad);
@@ -604,6 +625,8 @@ impl HcaPort for FakePort {
 
     fn process_mad(&self, mad: &[u8; 256], _ignore_mkey: bool) -> Result<[u8; 256], DriverError> {
         let mut d = lock(&self.dev);
+        let took = d.process_mad_time;
+        d.now += took;
         match d.process_mad.as_mut() {
             Some(f) => f(mad),
             None => Err(err("no local agent in the double")),

@@ -39,6 +39,18 @@ pub enum MadError {
         reason: String,
     },
 
+    /// A registration names a method with the response bit (0x80) set: registrations name
+    /// request methods (0x00–0x7F), and responses reach the agent that sent the request.
+    #[error(
+        "method {method:#04x} has the response bit (0x80) set: register the request method \
+         {:#04x} to receive requests; responses come to the agent that sent the request",
+        method & 0x7F
+    )]
+    ResponseMethod {
+        /// The method given.
+        method: u8,
+    },
+
     /// A method of the registration is already registered by another agent.
     #[error(
         "method {method:#04x} of class {class:#04x} version {version}{} is already registered \
@@ -102,14 +114,6 @@ pub enum MadError {
         qp: SpecialQp,
     },
 
-    /// A send with a response timeout from an agent that has no receive side.
-    #[error(
-        "a send with a response timeout needs an agent with a receive side (the response \
-         would have nowhere to go); register the agent with responses enabled, or send with \
-         timeout 0"
-    )]
-    NoReceiveSide,
-
     /// An RMPP transfer shorter than the header of its class.
     #[error(
         "an RMPP message of {len} bytes is shorter than the {need}-byte header of its class; \
@@ -149,11 +153,11 @@ pub enum MadError {
         source: DriverError,
     },
 
-    /// A send with the RMPP Active flag set, of a class without RMPP, from an agent registered
-    /// with an RMPP version.
+    /// A send of a class without RMPP from an agent registered with an RMPP version (the
+    /// kernel's `ib_post_send_mad` refuses it with EINVAL, Active flag or not).
     #[error(
-        "class {class:#04x} is not RMPP-capable but the MAD has the RMPP Active flag set \
-         (byte 26, bit 0); clear it to send a single MAD"
+        "class {class:#04x} is not RMPP-capable and the agent is registered with an RMPP \
+         version; send it from an agent registered with RMPP version 0"
     )]
     RmppClass {
         /// The MAD's class.

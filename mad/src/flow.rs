@@ -2,7 +2,9 @@
 //! control for solicited MADs" (reference/mad-stack.md §1.9).
 //!
 //! A send is *solicited* when it has a response timeout and its class is CM, SA or an SMP
-//! class (RMPP-active sends are not, and are not sent by this stack yet). An agent may have at
+//! class. An RMPP-active send of an agent registered with RMPP is not (the kernel's
+//! `is_solicited_fc_mad`): it is a transfer ([`crate::rmpp`]), whose segments go out under
+//! its own window and ACK timeouts, outside the agent's limit. An agent may have at
 //! most `limit` solicited sends outstanding (posted or waiting for their response); further
 //! solicited sends wait in its backlog (state QUEUED) in order, and so does a retry when the
 //! backlog is not empty. The backlog drains as outstanding solicited sends finish.
@@ -17,10 +19,16 @@ use crate::ring::Record;
 /// The kernel's `IB_MAD_QP_RECV_SIZE`, the cap on R for SMP agents.
 const KERNEL_RECV_SIZE: u32 = 512;
 
-/// `get_sol_fc_max_outstanding`: the limit for an agent registered for `class` (`None`: a
-/// send-only or responses-only agent), with `recv_depth` = R, the receive queue size. 0 means
-/// no limit.
-pub fn limit(class: Option<u8>, recv_depth: u32) -> u32 {
+/// The limit for an agent registered for `class` (`None`: a send-only or responses-only
+/// agent) that has a receive side or not (`receives`: the kernel's `recv_handler`), with
+/// `recv_depth` = R, the receive queue size. 0 means no limit (no flow control): the kernel
+/// sets `sol_fc_max` to `get_sol_fc_max_outstanding` only for an agent with a `recv_handler`,
+/// and to 0 for one without (rdma commit 8ab05a5456bb, "IB/cm: Use separate agent w/o flow
+/// control for REP", which CM's send-only REP agent relies on).
+pub fn limit(class: Option<u8>, receives: bool, recv_depth: u32) -> u32 {
+    if !receives {
+        return 0;
+    }
     match class {
         None | Some(class::CM) => recv_depth / 4,
         Some(class::SUBN_ADM) => recv_depth / 32,
@@ -76,6 +84,17 @@ impl FlowControl {
         solicited && self.max > 0 && (!self.backlog.is_empty() || self.outstanding >= self.max)
     }
 
+    /// Take the retry of slot `index` of `qp` at `generation` out of the backlog (it was
+    /// canceled or answered while QUEUED: the kernel's DONE and CANCELED take a send off
+    /// `backlog_list`). Returns whether it was there.
+    pub(crate) fn remove_retry(&mut self, qp: SpecialQp, index: u32, generation: u32) -> bool {
+        let pos = self.backlog.iter().position(|b| {
+            matches!(b, Backlogged::Retry { qp: q, index: i, generation: g }
+                if *q == qp && *i == index && *g == generation)
+        });
+        pos.and_then(|p| self.backlog.remove(p)).is_some()
+    }
+
     /// Whether the head of the backlog may go now.
     pub(crate) fn may_release(&self) -> bool {
         !self.backlog.is_empty() && (self.max == 0 || self.outstanding < self.max)
@@ -86,16 +105,22 @@ impl FlowControl {
 mod tests {
     use super::*;
 
-    /// The table of §1.9 with R = 512 (the kernel's default receive queue size).
+    /// The table of §1.9 with R = 512 (the kernel's default receive queue size); an agent
+    /// without a receive side has none (K-2025, rdma 8ab05a5456bb).
     #[test]
     fn limits_follow_the_kernel_table() {
-        assert_eq!(limit(None, 512), 128, "send-only agent: R/4");
-        assert_eq!(limit(Some(0x07), 512), 128, "CM: R/4");
-        assert_eq!(limit(Some(0x03), 512), 16, "SA: R/32");
-        assert_eq!(limit(Some(0x01), 512), 128, "SMP: min(R,512)/4");
-        assert_eq!(limit(Some(0x81), 4096), 128, "SMP: R capped at 512");
-        assert_eq!(limit(Some(0x04), 512), 0, "other classes: no limit");
-        assert_eq!(limit(Some(0x03), 256), 8);
+        assert_eq!(limit(None, true, 512), 128, "responses-only agent: R/4");
+        assert_eq!(
+            limit(None, false, 512),
+            0,
+            "send-only agent: no flow control"
+        );
+        assert_eq!(limit(Some(0x07), true, 512), 128, "CM: R/4");
+        assert_eq!(limit(Some(0x03), true, 512), 16, "SA: R/32");
+        assert_eq!(limit(Some(0x01), true, 512), 128, "SMP: min(R,512)/4");
+        assert_eq!(limit(Some(0x81), true, 4096), 128, "SMP: R capped at 512");
+        assert_eq!(limit(Some(0x04), true, 512), 0, "other classes: no limit");
+        assert_eq!(limit(Some(0x03), true, 256), 8);
     }
 
     #[test]

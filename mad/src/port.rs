@@ -158,7 +158,8 @@ pub(crate) struct PortShared {
     pub(crate) progress: Mutex<ProgressState>,
     fatal: OnceLock<String>,
     next_send: AtomicU64,
-    next_agent: AtomicU32,
+    /// The next agent ID to try (cyclic; 0 is the internal agent's, IDs in use are skipped).
+    pub(crate) next_agent: AtomicU32,
     /// Canceled sends not on the QP: the progress loop completes them.
     pub(crate) reap: Mutex<Vec<SlotRef>>,
     /// Waiting sends whose timeout was modified: (slot, new deadline).
@@ -414,20 +415,34 @@ impl Port {
             return Err(MadError::NoSmi { port: s.port_num });
         }
         registry::validate(spec.class.as_ref(), spec.qp, spec.rmpp_version)?;
-        let id = s.next_agent.fetch_add(1, Ordering::Relaxed);
-        let fc_max = flow::limit(spec.class.map(|c| c.class), s.recv_depth[qpi(spec.qp)]);
+        let fc_max = flow::limit(
+            spec.class.map(|c| c.class),
+            spec.responses || spec.class.is_some(),
+            s.recv_depth[qpi(spec.qp)],
+        );
         let events = spec.events.take().unwrap_or_else(EventQueue::shared);
-        let inner = Arc::new(AgentInner::new(AgentId(id), &spec, Some(events), fc_max));
-        {
+        let inner = {
             let mut t = s.agents_mut();
             if let Some(reason) = s.fatal_reason() {
                 return Err(MadError::DeviceFatal { reason });
             }
+            // Cyclic, skipping 0 (the internal agent's) and the IDs of live agents, as the
+            // kernel's xa_alloc_cyclic: after the counter wraps, an ID still in use is never
+            // handed out again. Under the table's lock, so no other registration takes the
+            // same one; there are far fewer live agents than IDs, so this ends.
+            let id = loop {
+                let id = s.next_agent.fetch_add(1, Ordering::Relaxed);
+                if id != 0 && !t.agents.contains_key(&id) {
+                    break id;
+                }
+            };
             if let Some(c) = &spec.class {
                 t.registry.register(id, c)?;
             }
+            let inner = Arc::new(AgentInner::new(AgentId(id), &spec, Some(events), fc_max));
             t.agents.insert(id, Arc::clone(&inner));
-        }
+            inner
+        };
         Ok(Agent::new(inner, Arc::clone(&self.shared)))
     }
 
@@ -1171,10 +1186,13 @@ impl PortShared {
                         }
                         let i = qpi(qp);
                         let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                        // The kernel's process_backlog_mads completes a backlog entry whose
+                        // post fails with LOC_QP_OP_ERR (a retry posted straight from its
+                        // timer keeps RESP_TIMEOUT_ERR, as timeout_sends does).
                         let job = Job::Repost {
                             index,
                             generation,
-                            on_fail: WcStatus::RespTimeoutErr,
+                            on_fail: WcStatus::LocQpOpErr,
                         };
                         if ring.push_locked(q, job) {
                             bump(&self.cells.overflowed);
@@ -1243,7 +1261,12 @@ impl PortShared {
                             });
                         });
                         return match out {
-                            CancelOutcome::Canceled { .. } => Ok(()),
+                            CancelOutcome::Canceled { .. } => {
+                                // A QUEUED retry leaves the backlog now, not at the next
+                                // drain: until then it would hold later sends back.
+                                fc.remove_retry(ring.qp, index as u32, generation);
+                                Ok(())
+                            }
                             _ => Err(MadError::NotOutstanding(id)),
                         };
                     }

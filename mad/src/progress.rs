@@ -687,17 +687,15 @@ impl PortShared {
         }
         let agents: Vec<Arc<AgentInner>> = self.agents_read().agents.values().cloned().collect();
         for a in agents {
+            // Retries leave the backlog too: their QUEUED slots were flushed above.
             let list: Vec<Record> = {
                 let mut fc = lock(&a.fc);
-                let mut keep = std::collections::VecDeque::new();
                 let mut out = Vec::new();
                 for b in fc.backlog.drain(..) {
-                    match b {
-                        Backlogged::New(p) => out.push(p),
-                        retry @ Backlogged::Retry { .. } => keep.push_back(retry),
+                    if let Backlogged::New(p) = b {
+                        out.push(p);
                     }
                 }
-                fc.backlog = keep;
                 out
             };
             for p in list {
@@ -819,6 +817,9 @@ impl PortShared {
                 return;
             }
             action @ (LocalAgent::Answer | LocalAgent::Absorb) => {
+                // A firmware command (MAD_IFC) may take long: the batch's later completions
+                // read the clock again, or their response timeouts would start early.
+                st.batch_now = None;
                 match self.hca.process_mad(mad, false) {
                     Ok(_) if action == LocalAgent::Absorb => {
                         bump(&self.cells.local_consumed);
@@ -911,7 +912,11 @@ impl PortShared {
             match d.as_ref() {
                 Some(d) if d.generation == generation && d.tid == tid => {
                     let sent_response = d.p.is_response;
-                    let reason = if d.p.class() != mgmt_class {
+                    // An agent without a receive side gets no MAD at all (`find_mad_agent`
+                    // gives up on it before any matching): its send ends at its timeout.
+                    let reason = if !d.p.agent.receives {
+                        Some(DropReason::NotExpected)
+                    } else if d.p.class() != mgmt_class {
                         Some(DropReason::WrongClass)
                     } else if mgmt_class != class::SUBN_DIRECTED_ROUTE
                         && !same_address(sent_response, &d.p.dest, true, &recv.addr, &st.local)
@@ -944,6 +949,11 @@ impl PortShared {
                 return;
             }
         };
+        if finished.is_some() && w.state() == SendState::Queued {
+            // A retry answered while it waited in the backlog leaves it (the kernel's DONE
+            // takes it off `backlog_list`); no drain would take it off otherwise.
+            lock(&agent.fc).remove_retry(qp, t.index, generation);
+        }
         solo(st, &self.solo_cells.responses);
         solo(st, &agent.solo_cells.responses);
         recv.agent = agent.id;

@@ -24,16 +24,27 @@ pub const MAX_CLASS_INDEX: u8 = 80;
 pub const MAX_OUIS: usize = 8;
 
 /// A set of methods (0–127), one bit each, as in the kernel's and umad's `method_mask`.
+///
+/// A registration names request methods: the kernel's mask has no bit for a method with the
+/// response bit (0x80) set, and responses reach the agent that sent the request without
+/// registering. A mask built with such a value keeps it aside (no bit), and registering it
+/// is refused ([`MadError::ResponseMethod`]) rather than taken as the request method.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct MethodMask([u64; 2]);
+pub struct MethodMask {
+    words: [u64; 2],
+    /// The first value given with the response bit set, if any.
+    response: Option<u8>,
+}
 
 impl MethodMask {
     /// No method: the agent gets responses to its own requests only.
-    pub const NONE: MethodMask = MethodMask([0, 0]);
+    pub const NONE: MethodMask = MethodMask {
+        words: [0, 0],
+        response: None,
+    };
 
-    /// The methods listed. A value with the response bit set (0x80–0xFF) stands for the
-    /// method without it: `of(&[0x81])` holds Get (0x01), as the kernel's receive lookup
-    /// indexes the method table with `method & ~IB_MGMT_METHOD_RESP`.
+    /// The methods listed (0x00–0x7F; a value with the response bit set makes the mask one a
+    /// registration refuses, see [`MethodMask::insert`]).
     pub fn of(methods: &[u8]) -> MethodMask {
         let mut m = MethodMask::NONE;
         for &x in methods {
@@ -43,31 +54,44 @@ impl MethodMask {
     }
 
     /// From the 128-bit mask as two words, bit `n` of word `n / 64` for method `n` (umad's
-    /// `method_mask` on a 64-bit host).
+    /// `method_mask` on a 64-bit host). Every such mask is a valid set.
     pub fn from_words(words: [u64; 2]) -> MethodMask {
-        MethodMask(words)
+        MethodMask {
+            words,
+            response: None,
+        }
     }
 
     /// The mask as two words.
     pub fn words(self) -> [u64; 2] {
-        self.0
+        self.words
     }
 
-    /// Add `method` with its response bit cleared (methods are 0–127: 0x81 adds Get).
+    /// Add `method`. A value with the response bit set (0x80–0xFF) is no method a
+    /// registration can name (the kernel's 128-bit mask cannot hold it): it adds no bit, and
+    /// the first one is kept to refuse the registration with ([`MethodMask::response_method`]).
     pub fn insert(&mut self, method: u8) {
-        let m = method & 0x7F;
-        self.0[usize::from(m / 64)] |= 1 << (m % 64);
+        if method & 0x80 != 0 {
+            self.response.get_or_insert(method);
+            return;
+        }
+        self.words[usize::from(method / 64)] |= 1 << (method % 64);
     }
 
-    /// Whether `method` (without its response bit) is in the set.
+    /// Whether `method` (0x00–0x7F) is in the set.
     pub fn contains(self, method: u8) -> bool {
-        let m = method & 0x7F;
-        self.0[usize::from(m / 64)] & (1 << (m % 64)) != 0
+        method & 0x80 == 0 && self.words[usize::from(method / 64)] & (1 << (method % 64)) != 0
+    }
+
+    /// The first value with the response bit set that was added, which makes a registration
+    /// of this mask fail.
+    pub fn response_method(self) -> Option<u8> {
+        self.response
     }
 
     /// Whether the set is empty.
     pub fn is_empty(self) -> bool {
-        self.0 == [0, 0]
+        self.words == [0, 0]
     }
 
     /// The methods in the set, ascending.
@@ -120,6 +144,9 @@ pub fn validate(
     let Some(reg) = reg else {
         return Ok(());
     };
+    if let Some(method) = reg.methods.response_method() {
+        return Err(MadError::ResponseMethod { method });
+    }
     let c = reg.class;
     if reg.version >= MAX_CLASS_VERSION {
         return Err(invalid(format!(
@@ -315,11 +342,42 @@ mod tests {
 
     #[test]
     fn method_mask_bits() {
-        let m = MethodMask::of(&[0x01, 0x02, 0x7F, 0x81]);
+        let m = MethodMask::of(&[0x01, 0x02, 0x7F]);
         assert_eq!(m.words(), [0b110, 1 << 63]);
-        assert!(m.contains(0x81), "the response bit is ignored");
         assert_eq!(m.iter().collect::<Vec<_>>(), vec![1, 2, 0x7F]);
+        assert_eq!(m.response_method(), None);
         assert!(MethodMask::NONE.is_empty());
+        let all = MethodMask::from_words([u64::MAX; 2]);
+        assert_eq!(all.iter().count(), 128);
+        assert_eq!(
+            all.response_method(),
+            None,
+            "a 128-bit mask holds requests only"
+        );
+    }
+
+    /// The kernel's mask has no bit for a method with the response bit set (umad's neither):
+    /// `of(&[0x81])` is refused, not taken as Get.
+    #[test]
+    fn a_response_method_in_a_registration_is_refused() {
+        let m = MethodMask::of(&[0x01, 0x81, 0x92]);
+        assert_eq!(m.response_method(), Some(0x81));
+        assert_eq!(m.words(), [0b10, 0], "no bit for 0x81 or 0x92");
+        assert!(!m.contains(0x81));
+        let e = validate(
+            Some(&ClassRegistration {
+                class: 0x04,
+                version: 1,
+                methods: m,
+                oui: None,
+            }),
+            SpecialQp::Gsi,
+            0,
+        );
+        assert!(
+            matches!(e, Err(MadError::ResponseMethod { method: 0x81 })),
+            "{e:?}"
+        );
     }
 
     /// The refusals of `ib_register_mad_agent`, one per rule.

@@ -865,6 +865,106 @@ fn path13_solicited_limit_holds_sa_sends_back() {
     r.assert_clean();
 }
 
+/// An SA agent (limit 64/32 = 2) with A1 (timeout 10 ms, 1 retry), A2 (40 ms, 1 retry) and B
+/// (no timeout worth the name) sent, no peer answering, driven past A1's timeout: B went out
+/// of the backlog when A1 timed out, and A1's retry waits in the backlog (QUEUED) behind the
+/// limit. Returns the rig, the agent, and A1, A2, B.
+fn queued_retry() -> (Rig, Agent, [SendId; 3]) {
+    let r = rig_with(16, 64, PortConfig::default());
+    let sa = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+    let send = |t: u64, to: u32, n: u32| {
+        sa.send(
+            SendRequest::new(mad(SA, 2, 0x01, 0x11, t), gsi(5))
+                .timeout_ms(to)
+                .retries(n),
+        )
+        .unwrap()
+    };
+    let ids = [send(1, 10, 1), send(2, 40, 1), send(3, 100_000, 0)];
+    assert_eq!(r.port.census().backlogged, 1, "B");
+    let d = r.port.deadline_after(Duration::from_millis(20));
+    while r.port.now() < d {
+        r.port.progress_until(d);
+    }
+    assert_eq!(r.port.counters().backlogged, 2, "B, then A1's retry");
+    assert_eq!(r.port.census().backlogged, 1, "A1's retry");
+    assert_eq!(r.fake.sent().len(), 3, "A1, A2, B");
+    (r, sa, ids)
+}
+
+/// A canceled QUEUED retry leaves the backlog at once, as the kernel's cancel takes it off
+/// `backlog_list`: it no longer counts as backlogged, and a later retry does not queue behind
+/// it (the kernel's `retry_send` queues only behind a non-empty backlog).
+#[test]
+fn a_canceled_queued_retry_leaves_the_backlog_at_once() {
+    let (r, sa, [a1, a2, _b]) = queued_retry();
+    sa.cancel(a1).unwrap();
+    assert_eq!(r.port.census().backlogged, 0, "A1's retry left the backlog");
+    r.port.progress();
+    let d = r.port.deadline_after(Duration::from_millis(40));
+    while r.port.now() < d {
+        r.port.progress_until(d);
+    }
+    assert_eq!(
+        r.port.counters().backlogged,
+        2,
+        "A2's retry went out at once, not into the backlog"
+    );
+    let ev = r.collect(&sa, Duration::from_millis(60));
+    let c = completions(&ev);
+    assert_eq!(c[&a1].0, WcStatus::WrFlushErr);
+    assert_eq!(c[&a2], (WcStatus::RespTimeoutErr, 0, 1));
+    sa.deregister();
+    r.assert_clean();
+}
+
+/// A QUEUED retry whose response arrives leaves the backlog with its completion, as the
+/// kernel's `ib_mark_mad_done` takes a QUEUED send to DONE (off `backlog_list`).
+#[test]
+fn an_answered_queued_retry_leaves_the_backlog() {
+    let (r, sa, [a1, ..]) = queued_retry();
+    let mut m = r.fake.sent()[0].mad;
+    m[3] = 0x81;
+    r.fake.inject(Inbound::new(SpecialQp::Gsi, m, 5));
+    let ev = r.collect(&sa, Duration::from_millis(2));
+    assert_eq!(recvs(&ev).len(), 1);
+    assert_eq!(completions(&ev)[&a1], (WcStatus::Success, 0, 1));
+    assert_eq!(r.port.census().backlogged, 0, "A1's retry left the backlog");
+    sa.deregister();
+    r.assert_clean();
+}
+
+/// A retry let out of the backlog whose post the device refuses completes with
+/// LOC_QP_OP_ERR, as the kernel's `process_backlog_mads` completes a backlog entry whose
+/// `ib_send_mad` fails.
+#[test]
+fn a_retry_from_the_backlog_whose_post_is_refused_completes_with_loc_qp_op_err() {
+    let (r, sa, [a1, _a2, b]) = queued_retry();
+    r.fake.refuse_next_posts(SpecialQp::Gsi, 1);
+    // B's end makes room: A1's retry leaves the backlog, and its post is refused.
+    sa.cancel(b).unwrap();
+    let ev = r.collect(&sa, Duration::from_millis(5));
+    let c = completions(&ev);
+    assert_eq!(c[&b].0, WcStatus::WrFlushErr);
+    assert_eq!(c[&a1], (WcStatus::LocQpOpErr, 0, 1));
+    assert_eq!(r.port.counters().post_failures, 1);
+    assert_eq!(r.fake.sent().len(), 3, "A1's retry never reached the wire");
+    assert_eq!(r.port.census().backlogged, 0);
+    sa.deregister();
+    assert_eq!(r.fake.accounting().leases_out, r.base.leases_out);
+}
+
+/// On a dead device the flush completes a QUEUED retry and takes it out of the backlog.
+#[test]
+fn a_dead_device_flushes_queued_retries_out_of_the_backlog() {
+    let (r, sa, [a1, ..]) = queued_retry();
+    r.fake.make_fatal(false);
+    let ev = r.collect(&sa, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&a1], (WcStatus::WrFlushErr, 5, 1));
+    assert_eq!(r.port.census().backlogged, 0, "A1's retry left the backlog");
+    sa.deregister();
+}
+
 /// A BM MAD with AttributeModifier bit 0 set is a response (`ib_response_mad`): routed by
 /// its TID. When no send of the stack holds the TID's upper half (the kernel: no agent holds
 /// the `hi_tid`), `ib_mad_recv_done` still calls `generate_unmatched_resp`, which answers a
@@ -1002,6 +1102,47 @@ fn a_response_to_a_send_without_timeout_is_not_expected() {
     r.fake.release_send_cqes();
     let ev = r.collect(&a, Duration::from_millis(5));
     assert_eq!(completions(&ev)[&id].0, WcStatus::Success);
+    a.deregister();
+    r.assert_clean();
+}
+
+/// K-2025 (rdma 8ab05a5456bb, "IB/cm: Use separate agent w/o flow control for REP") lets an
+/// agent without a receive side send with a timeout and retries (`ib_post_send_mad` no longer
+/// refuses it) and gives it no flow control (`sol_fc_max` 0 without a `recv_handler`). Its
+/// responses have nowhere to go: `find_mad_agent` drops a MAD for an agent without a
+/// `recv_handler`, so each send ends at its last timeout.
+#[test]
+fn a_send_only_agent_sends_with_timeouts_without_flow_control_and_its_responses_are_dropped() {
+    let r = rig();
+    r.fake.set_responder(answer);
+    let a = r.agent(AgentSpec::send_only(SpecialQp::Gsi));
+    // More solicited SA sends than R/4 (16) or R/32 (2) would let out at once.
+    let ids: Vec<SendId> = (0..20)
+        .map(|t| {
+            a.send(
+                SendRequest::new(mad(SA, 2, 0x01, 0x11, t), gsi(5))
+                    .timeout_ms(10)
+                    .retries(1),
+            )
+            .expect("a timeout on a send-only agent is accepted")
+        })
+        .collect();
+    assert_eq!(r.port.census().backlogged, 0, "no flow control");
+    let ev = r.collect(&a, Duration::from_millis(100));
+    assert!(recvs(&ev).is_empty(), "no response is delivered");
+    let c = completions(&ev);
+    for id in &ids {
+        assert_eq!(c[id], (WcStatus::RespTimeoutErr, 0, 1), "{id}");
+    }
+    let k = r.port.counters();
+    assert_eq!(k.backlogged, 0);
+    assert_eq!(r.fake.sent().len(), 40, "two attempts each");
+    assert_eq!(
+        k.drops.get(DropReason::NotExpected),
+        40,
+        "every answer dropped"
+    );
+    assert_eq!(a.counters().drops.get(DropReason::NotExpected), 40);
     a.deregister();
     r.assert_clean();
 }
@@ -1148,6 +1289,59 @@ fn vendor_and_cc_gets_and_sets_go_to_the_device_before_any_agent() {
     r.assert_clean();
 }
 
+/// A response timeout runs from when its send's completion is handled: a firmware command
+/// (`process_mad`, for a MAD the device answers) handled earlier in the same poll batch
+/// does not make the timeouts armed after it expire early (the batch's clock reading is
+/// taken again after the command).
+#[test]
+fn a_slow_process_mad_earlier_in_the_batch_does_not_shorten_later_timeouts() {
+    let r = rig();
+    r.fake.set_auto(false);
+    r.fake.set_process_mad(|m| {
+        let mut a = *m;
+        a[3] = 0x81;
+        Ok(a)
+    });
+    r.fake.set_process_mad_time(Duration::from_millis(50));
+    let a = r.perf_agent();
+    let send = |t| {
+        a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(10))
+            .unwrap()
+    };
+    let (first, second) = (send(1), send(2));
+    // One batch: the first send's CQE, a PerfMgt Get for the device, the second send's CQE.
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.fake.inject(Inbound::new(
+        SpecialQp::Gsi,
+        mad(PERF, 1, 0x01, 0x12, 7).try_into().unwrap(),
+        9,
+    ));
+    r.fake.deliver_due();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    let t0 = r.port.now();
+    r.port.progress();
+    assert_eq!(
+        r.port.now(),
+        t0 + Duration::from_millis(50),
+        "the command's time"
+    );
+    let ev = r.collect(&a, Duration::from_millis(5));
+    let c = completions(&ev);
+    assert_eq!(
+        c[&first].0,
+        WcStatus::RespTimeoutErr,
+        "armed before the command"
+    );
+    assert!(!c.contains_key(&second), "timed out early: {c:?}");
+    let ev = r.collect(&a, Duration::from_millis(20));
+    assert_eq!(completions(&ev)[&second].0, WcStatus::RespTimeoutErr);
+    assert!(r.port.now() >= t0 + Duration::from_millis(60));
+    r.fake.set_auto(true);
+    r.port.progress();
+    a.deregister();
+    r.assert_clean();
+}
+
 #[test]
 fn received_mads_are_validated() {
     let r = rig();
@@ -1271,10 +1465,6 @@ fn sends_are_checked_before_acceptance() {
         a.send(SendRequest::new(mad(0x81, 1, 1, 0x11, 1), smi(1))),
         Err(MadError::ClassNotOnQp { class: 0x81, .. })
     ));
-    assert!(matches!(
-        a.send(SendRequest::new(get(1), gsi(1)).timeout_ms(5)),
-        Err(MadError::NoReceiveSide)
-    ));
     let rm = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE).with_rmpp(1));
     let mut active = mad(SA, 2, 0x12, 0x11, 1);
     active[26] = 0x01;
@@ -1309,6 +1499,76 @@ fn registrations_conflict_and_free_on_deregistration() {
     a.deregister();
     let b = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x02])));
     b.deregister();
+    r.assert_clean();
+}
+
+/// A registration mask naming a response method (0x81) is refused, not registered as the
+/// request method (0x01): a Get then finds no agent.
+#[test]
+fn a_registration_naming_a_response_method_is_refused() {
+    let r = rig();
+    let reg = r
+        .port
+        .register(AgentSpec::class(PERF, 1, MethodMask::of(&[0x81])));
+    assert!(reg.is_err(), "registered");
+    assert_eq!(r.port.census().agents, 0);
+    // Get (0x01) is still free.
+    let a = r.agent(AgentSpec::class(PERF, 1, MethodMask::of(&[0x01])));
+    a.deregister();
+    r.assert_clean();
+}
+
+/// Agent IDs are handed out cyclically skipping the IDs of live agents and the internal
+/// agent's 0, as the kernel's `xa_alloc_cyclic` skips IDs in use: after the counter wraps, a
+/// new agent never shares an ID with a live one (whose deregistration would then cancel the
+/// new agent's sends and take it out of the agent table).
+#[test]
+fn agent_ids_skip_live_agents_and_zero_when_the_counter_wraps() {
+    use std::sync::atomic::Ordering;
+    let r = rig();
+    r.fake.set_auto(false);
+    let a = r.perf_agent();
+    let b = r.perf_agent();
+    // The counter comes round to a's ID (then b's).
+    r.port.shared.next_agent.store(a.id().0, Ordering::Relaxed);
+    let c = r.perf_agent();
+    assert!(
+        c.id() != a.id() && c.id() != b.id(),
+        "{:?} {:?} {:?}",
+        a.id(),
+        b.id(),
+        c.id()
+    );
+    // The counter wraps through 0, the internal agent's ID.
+    r.port.shared.next_agent.store(u32::MAX, Ordering::Relaxed);
+    let d = r.perf_agent();
+    let e = r.perf_agent();
+    assert_eq!(d.id().0, u32::MAX);
+    assert!(
+        ![0, a.id().0, b.id().0, c.id().0].contains(&e.id().0),
+        "{:?}",
+        e.id()
+    );
+    // a's deregistration leaves the others' sends and registrations alone.
+    let id = c
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(60_000))
+        .unwrap();
+    r.fake.execute(SpecialQp::Gsi, 1);
+    r.port.progress();
+    a.deregister();
+    assert_eq!(r.port.census().agents, 4, "b, c, d and e still registered");
+    let ev = r.collect(&c, Duration::from_millis(5));
+    assert!(
+        completions(&ev).is_empty(),
+        "c's send is not canceled: {ev:?}"
+    );
+    r.fake.set_auto(true);
+    c.cancel(id).unwrap();
+    let ev = r.collect(&c, Duration::from_millis(5));
+    assert_eq!(completions(&ev)[&id].0, WcStatus::WrFlushErr);
+    for x in [b, c, d, e] {
+        x.deregister();
+    }
     r.assert_clean();
 }
 

@@ -228,7 +228,6 @@ fn send_errno(e: &MadError) -> i32 {
         MadError::MadTooShort { .. }
         | MadError::MadTooLarge { .. }
         | MadError::ClassNotOnQp { .. }
-        | MadError::NoReceiveSide
         | MadError::RmppTooShort { .. }
         | MadError::DirectedRoute { .. }
         | MadError::LocalSmp { .. }

@@ -43,7 +43,7 @@ use mad_wire::{class, method, vendor};
 
 use crate::addr::{RecvAddr, same_address};
 use crate::agent::{AgentInner, AgentSpec};
-use crate::counters::bump;
+use crate::counters::{DropReason, bump};
 use crate::error::MadError;
 use crate::event::{AgentId, Event, EventQueue, RecvBox, RecvMad, SendCompletion, SendId, SendRef};
 use crate::port::{Port, PortShared, ProgressState, qpi};
@@ -549,15 +549,12 @@ impl PortShared {
         if agent.rmpp_version == 0 {
             return Ok(None);
         }
-        // Without the Active flag it is a single MAD, whatever its class (a PerfMgt Get from
-        // an SA client); Active on a class without RMPP is a mistake the caller must hear of.
+        // Without the Active flag it is a single MAD (`Agent::send` refused the classes
+        // without RMPP already).
         if rmpp_flags(mad) & flags::ACTIVE == 0 {
             return Ok(None);
         }
         let mgmt_class = mad[1];
-        if !class::is_rmpp_capable(mgmt_class) {
-            return Err(MadError::RmppClass { class: mgmt_class });
-        }
         let need = class::data_offset(mgmt_class);
         let layout = Layout::new(mgmt_class, mad.len()).ok_or(MadError::RmppTooShort {
             len: mad.len(),
@@ -846,6 +843,10 @@ impl PortShared {
                 },
                 None => return false,
             };
+            if !agent.receives {
+                self.drop_for_send_only(&agent);
+                return true;
+            }
             if active {
                 self.rmpp_active(st, &agent, mad, addr, &mut actions);
             } else {
@@ -881,6 +882,10 @@ impl PortShared {
                 None => return false,
             }
         };
+        if !agent.receives {
+            self.drop_for_send_only(&agent);
+            return true;
+        }
         if agent.rmpp_version == 0 {
             // User RMPP: segments as they come. A response segment that still finds its send
             // waiting goes through matching (which finishes the send); the rest straight to
@@ -910,6 +915,14 @@ impl PortShared {
         self.rmpp_active(st, &agent, mad, addr, &mut actions);
         self.rmpp_run(Some(st), actions);
         true
+    }
+
+    /// A response (segment, ACK, STOP or ABORT) for an agent without a receive side: dropped
+    /// before any RMPP work, as the kernel's `find_mad_agent` gives up on an agent without a
+    /// `recv_handler`.
+    fn drop_for_send_only(&self, agent: &AgentInner) {
+        self.cells.dropped(DropReason::NotExpected);
+        agent.cells.dropped(DropReason::NotExpected);
     }
 
     /// The agent of the reassembly `mad` (a segment from `addr`) belongs to, if there is one.

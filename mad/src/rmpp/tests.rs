@@ -185,6 +185,53 @@ fn a_multi_segment_response_with_a_lost_segment_is_reassembled_once_it_comes() {
     r.assert_clean();
 }
 
+/// An RMPP response to an agent without a receive side is dropped segment by segment, as
+/// the kernel's `find_mad_agent` gives up on an agent without a `recv_handler`: nothing is
+/// reassembled or acknowledged, and the request ends at its timeout.
+#[test]
+fn an_rmpp_response_to_a_send_only_agent_is_dropped_unacknowledged() {
+    let r = Rig::new();
+    r.fake.set_responder(move |out| {
+        if rmpp_of(&out.mad).0 == rmpp_type::ACK {
+            return Vec::new();
+        }
+        let msg = sa_message(
+            method::GET_TABLE_RESP,
+            tid_of(&out.mad),
+            200 * 2 + 30,
+            true,
+            3,
+        );
+        segments_of(&msg, &[1, 2, 3])
+            .into_iter()
+            .map(from_peer)
+            .collect()
+    });
+    let client = r.agent(AgentSpec::send_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(
+                sa_message(method::GET_TABLE, 0x1234, 20, false, 0),
+                to_peer(),
+            )
+            .timeout_ms(50),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(100));
+    assert_eq!(ev.len(), 1, "only the completion: {ev:?}");
+    let c = completions(&ev);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    assert_eq!(r.fake.sent().len(), 1, "the request only, no ACK");
+    assert_eq!(r.port.rmpp_counters().segments_received, 0);
+    assert_eq!(
+        client.counters().drops.get(crate::DropReason::NotExpected),
+        3,
+        "every segment dropped"
+    );
+    client.deregister();
+    r.assert_clean();
+}
+
 /// Our SA agent answering a GetTable from the peer with `data_len` bytes by RMPP; the peer
 /// acknowledges as `ack` says (None: no answer).
 fn sa_sends(
@@ -606,8 +653,12 @@ fn a_request_arriving_in_segments_is_delivered_whole_to_the_registered_agent() {
     r.assert_clean();
 }
 
+/// An agent registered with an RMPP version may send only RMPP-capable classes: the kernel's
+/// `ib_post_send_mad` refuses any other class from it with EINVAL (`!ib_is_mad_class_rmpp`
+/// and `rmpp_version`), with the Active flag or without. A single MAD of an RMPP-capable
+/// class (Active clear) still goes.
 #[test]
-fn an_rmpp_agent_sends_a_single_mad_of_a_class_without_rmpp_and_active_there_is_refused() {
+fn an_rmpp_agent_may_not_send_a_class_without_rmpp() {
     let r = Rig::new();
     let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
     // A PerfMgt Get (PortCounters): byte 26 is reserved there, zero.
@@ -615,24 +666,33 @@ fn an_rmpp_agent_sends_a_single_mad_of_a_class_without_rmpp_and_active_there_is_
     get[..4].copy_from_slice(&[1, class::PERF_MGMT, 1, method::GET]);
     get[8..16].copy_from_slice(&0x77u64.to_be_bytes());
     get[16..18].copy_from_slice(&0x0012u16.to_be_bytes());
+    for active in [0, flags::ACTIVE] {
+        get[26] = active;
+        let e = client
+            .send(SendRequest::new(get.clone(), to_peer()).timeout_ms(100))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::MadError::RmppClass {
+                    class: class::PERF_MGMT
+                }
+            ),
+            "Active {active}: {e}"
+        );
+    }
+    assert!(r.fake.sent().is_empty(), "nothing on the wire");
+    assert_eq!(r.port.counters().sends, 0, "nothing accepted");
+    // An SA Get as a single MAD is the agent's to send.
     let id = client
-        .send(SendRequest::new(get.clone(), to_peer()).timeout_ms(100))
-        .expect("a single MAD of a class without RMPP");
-    let c = completions(&r.collect(&client, Duration::from_millis(300)));
-    let sent = r.fake.sent();
-    assert_eq!(sent.len(), 1, "one MAD on the wire");
-    assert_eq!(sent[0].mad[1..4], get[1..4]);
-    assert_eq!(c.len(), 1);
-    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+        .send(SendRequest::new(
+            sa_message(method::GET, 1, 200, false, 0),
+            to_peer(),
+        ))
+        .expect("a single MAD of an RMPP-capable class");
+    let c = completions(&r.collect(&client, Duration::from_millis(5)));
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::Success));
     assert_eq!(r.port.rmpp_counters().transfers_sent, 0, "not a transfer");
-    // The Active flag on such a class is the caller's mistake.
-    get[26] = flags::ACTIVE;
-    assert!(matches!(
-        client.send(SendRequest::new(get, to_peer())),
-        Err(crate::MadError::RmppClass {
-            class: class::PERF_MGMT
-        })
-    ));
     client.deregister();
     r.assert_clean();
 }
