@@ -17,7 +17,10 @@ use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
 use mad_wire::attr::port_counters_ext::{PortCountersExt, PortCountersExtRepr};
-use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask};
+use mad_wire::attr::port_info::{
+    LinkSpeedExt2Repr, PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask, cap_mask2,
+    link_speed_ext2,
+};
 use mad_wire::attr::sl_to_vl_table::{SlToVlAttrMod, SlToVlTable, SlToVlTableRepr};
 use mad_wire::attr::sm_info::{SmInfo, SmInfoRepr, SmState};
 use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
@@ -127,6 +130,83 @@ fn port_info_round_trips_every_field() {
     let mut out = [0xFFu8; 64];
     repr.emit(&mut PortInfo::new_checked(&mut out[..]).unwrap());
     assert_eq!(out, PORT_INFO);
+}
+
+/// libibmad `fields.c` "More PortInfo fields (XDR)": LinkSpeedExtActive2 `BITSOFFS(449, 2)`,
+/// LinkSpeedExtSupported2 `BITSOFFS(451, 2)`, LinkSpeedExtEnabled2 `BITSOFFS(453, 3)`, i.e.
+/// byte 56 bits 6–5, 4–3 and 2–0; bit 7 alone is reserved. 0x29 = 0 01 01 001: XDR in all three.
+#[test]
+fn port_info_byte_56_carries_the_xdr_speeds() {
+    let mut bytes = PORT_INFO;
+    bytes[56] = 0xA9; // reserved bit 7 set, then 0x29
+    let view = PortInfo::new_checked(&bytes[..]).unwrap();
+    assert_eq!(view.link_speed_ext_active2(), link_speed_ext2::XDR);
+    assert_eq!(view.link_speed_ext_supported2(), link_speed_ext2::XDR);
+    assert_eq!(view.link_speed_ext_enabled2(), 1);
+    assert_eq!(
+        view.link_round_trip_latency(),
+        0x39_3A3B,
+        "byte 56 is not latency"
+    );
+
+    let mut cleared = bytes;
+    PortInfo::new_checked(&mut cleared[..])
+        .unwrap()
+        .clear_reserved();
+    assert_eq!(cleared[56], 0x29, "only bit 7 of byte 56 is reserved");
+
+    let view = PortInfo::new_checked(&bytes[..]).unwrap();
+    let repr = PortInfoRepr::parse(&view).unwrap();
+    let ext2 = LinkSpeedExt2Repr::parse(&view);
+    assert_eq!(
+        ext2,
+        LinkSpeedExt2Repr {
+            active: 1,
+            supported: 1,
+            enabled: 1
+        }
+    );
+    let mut out = [0xFFu8; 64];
+    let mut out_view = PortInfo::new_checked(&mut out[..]).unwrap();
+    repr.emit(&mut out_view);
+    assert_eq!(out[56], 0, "PortInfoRepr alone writes no XDR speed");
+    ext2.emit(&mut PortInfo::new_checked(&mut out[..]).unwrap());
+    let mut expected = PORT_INFO;
+    expected[56] = 0x29;
+    assert_eq!(out, expected);
+
+    let mut bytes = [0xFFu8; 64];
+    let mut view = PortInfo::new_checked(&mut bytes[..]).unwrap();
+    view.set_link_speed_ext_active2(0);
+    assert_eq!(bytes[56], 0x9F, "ActiveSpeed2 is bits 6-5");
+    let mut view = PortInfo::new_checked(&mut bytes[..]).unwrap();
+    view.set_link_speed_ext_supported2(0);
+    view.set_link_speed_ext_enabled2(0xFF);
+    assert_eq!(
+        bytes[56], 0x87,
+        "Supported2 bits 4-3 cleared, wide Enabled2 fills only 2-0"
+    );
+}
+
+/// CapabilityMask2 bits as libibmad `iba_types.h` `IB_PORT_CAP2_*` writes them out.
+#[test]
+fn cap_mask2_bits_are_libibmads() {
+    assert_eq!(
+        [
+            cap_mask2::SET_NODE_DESCRIPTION_SUPPORTED,
+            cap_mask2::PORT_INFO_EXTENDED_SUPPORTED,
+            cap_mask2::VIRTUALIZATION_SUPPORTED,
+            cap_mask2::SWITCH_PORT_STATE_TABLE_SUPPORTED,
+            cap_mask2::LINK_WIDTH_2X_SUPPORTED,
+            cap_mask2::LINK_SPEED_HDR_SUPPORTED,
+            cap_mask2::LINK_SPEED_NDR_SUPPORTED,
+            cap_mask2::EXT_SPEEDS_2_SUPPORTED,
+            cap_mask2::LINK_SPEED_XDR_SUPPORTED,
+        ],
+        [
+            0x0001, 0x0002, 0x0004, 0x0008, 0x0010, 0x0020, 0x0400, 0x0800, 0x1000
+        ]
+    );
 }
 
 #[test]
