@@ -134,7 +134,8 @@ pub mod cap_mask {
     pub const HAS_DR_NOTICE: u32 = 0x0020_0000;
     /// Capability-mask-change notice supported (trap 144).
     pub const HAS_CAP_MASK_NOTICE: u32 = 0x0040_0000;
-    /// Baseboard management supported.
+    /// IsBootManagementSupported (libibmad `dump.c`; libibverbs `IBV_PORT_BOOT_MGMT_SUP`):
+    /// boot management, not baseboard management.
     pub const HAS_BM: u32 = 0x0080_0000;
     /// LinkRoundTripLatency supported.
     pub const HAS_LINK_RT_LATENCY: u32 = 0x0100_0000;
