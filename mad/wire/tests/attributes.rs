@@ -511,6 +511,25 @@ fn class_port_info_round_trips() {
     assert_eq!(out, CLASS_PORT_INFO);
 }
 
+/// PMA CapabilityMask bits as OpenSM `ib_types.h` writes them out: `IB_PM_ALL_PORT_SELECT`
+/// `1 << 8`, `IB_PM_EXT_WIDTH_SUPPORTED` `1 << 9`, `IB_PM_EXT_WIDTH_NOIETF_SUP` `1 << 10`,
+/// `IB_PM_SAMPLES_ONLY_SUP` `1 << 11`, `IB_PM_PC_XMIT_WAIT_SUP` `1 << 12`,
+/// `IB_PM_IS_QP1_DROP_SUP` `1 << 15`.
+#[test]
+fn pma_cap_bits_are_opensms() {
+    assert_eq!(
+        [
+            pma_cap::ALL_PORT_SELECT,
+            pma_cap::EXT_WIDTH,
+            pma_cap::EXT_WIDTH_NOIETF,
+            pma_cap::SAMPLES_ONLY,
+            pma_cap::XMIT_WAIT,
+            pma_cap::IS_QP1_DROP,
+        ],
+        [0x0100, 0x0200, 0x0400, 0x0800, 0x1000, 0x8000]
+    );
+}
+
 #[test]
 fn trap_128_notice_is_laid_out_as_a_switch_sends_it() {
     let mut expected = [0u8; 64];
