@@ -928,12 +928,13 @@ fn attribute_modifiers_split_as_the_spec_says() {
 
 /// PortCountersExtended, laid out from libibmad `fields.c` (`IB_PC_EXT_*`: PortSelect bits
 /// 8–15, CounterSelect 16–31, then eight 64-bit counters from bit 64) and the kernel's
-/// `struct ib_pma_portcounters_ext` (reserved u8, port_select, counter_select, reserved u32).
+/// `struct ib_pma_portcounters_ext` (reserved u8, port_select, counter_select, then a u32 the
+/// kernel calls reserved and libibmad and OpenSM CounterSelect2).
 const PORT_COUNTERS_EXT: [u8; 72] = [
     0x00, // reserved
     0x05, // PortSelect
     0x00, 0xA5, // CounterSelect
-    0x00, 0x00, 0x00, 0x00, // reserved
+    0x00, 0x00, 0x00, 0x00, // CounterSelect2 (not carried by the Repr)
     0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // 8: PortXmitData
     0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, // 16: PortRcvData
     0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, // 24: PortXmitPkts
@@ -943,6 +944,35 @@ const PORT_COUNTERS_EXT: [u8; 72] = [
     0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, // 56: PortMulticastXmitPkts
     0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, // 64: PortMulticastRcvPkts
 ];
+
+/// CounterSelect2 is libibmad `fields.c` `{32, 32, "CounterSelect2"}` of PortCountersExtended
+/// (bytes 4–7, big-endian) and OpenSM `ib_port_counters_ext_t.counter_select2` (`ib_net32_t`
+/// after `counter_select`): not reserved.
+#[test]
+fn port_counters_ext_counter_select2_is_bytes_4_to_7() {
+    let mut bytes = PORT_COUNTERS_EXT;
+    bytes[..8].copy_from_slice(&[0xEE, 0x05, 0x00, 0xA5, 0x80, 0x00, 0x12, 0x34]);
+    let view = PortCountersExt::new_checked(&bytes[..]).unwrap();
+    assert_eq!(view.counter_select2(), 0x8000_1234);
+    assert_eq!(view.counter_select(), 0x00A5);
+
+    let mut cleared = bytes;
+    PortCountersExt::new_checked(&mut cleared[..])
+        .unwrap()
+        .clear_reserved();
+    assert_eq!(
+        cleared[..8],
+        [0x00, 0x05, 0x00, 0xA5, 0x80, 0x00, 0x12, 0x34],
+        "only byte 0 is reserved"
+    );
+
+    let mut out = PORT_COUNTERS_EXT;
+    PortCountersExt::new_checked(&mut out[..])
+        .unwrap()
+        .set_counter_select2(0x0102_0304);
+    assert_eq!(out[2..8], [0x00, 0xA5, 0x01, 0x02, 0x03, 0x04]);
+    assert_eq!(out[8..], PORT_COUNTERS_EXT[8..]);
+}
 
 #[test]
 fn port_counters_ext_round_trip() {
