@@ -90,7 +90,8 @@ pub struct BadMkeyRoute {
 /// What a trap 256 (Bad M_Key) reports about the SMP that failed the M_Key check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BadMkey {
-    /// LIDADDR: the LID the SMP came from (the SLID of its packet).
+    /// LIDADDR: the LID the SMP came from (the SLID of its packet). qib and hfi1 put the
+    /// issuer's own LID here instead; see [`NoticeRepr::bad_mkey`].
     pub lid: u16,
     /// The SMP's method.
     pub method: u8,
@@ -367,10 +368,15 @@ impl NoticeRepr {
     }
 
     /// Trap 256, "Bad M_Key, `<M_Key>` from `<LIDADDR>` attempted `<METHOD>` with
-    /// `<ATTRIBUTEID>` and `<ATTRIBUTEMODIFIER>`": generic, Security, producer the node type, issued by `issuer_lid`,
-    /// DataDetails as the kernel's SMAs lay it out (`qib_mad.c` `qib_bad_mkey`): for a
-    /// directed-route SMP DRSLID, DRNotice, and the first HopCount bytes of its ReturnPath
-    /// (at most 30, DRPathTruncated set when there were more).
+    /// `<ATTRIBUTEID>` and `<ATTRIBUTEMODIFIER>`": generic, Security, producer the node type,
+    /// issued by `issuer_lid`. DataDetails has the offsets of kernel and OpenSM `ntc_256` and is
+    /// filled as the kernel's SMAs fill it (`qib_mad.c` `qib_bad_mkey`, hfi1 `bad_mkey`) but
+    /// for one field: LIDADDR is `smp.lid`, the LID the SMP came from, where qib and hfi1
+    /// write their own LID (`ntc_256.lid = data.issuer_lid`). IBA's text for the trap ("from
+    /// `<LIDADDR>`") names the requester, and the issuer is already in IssuerLID, so we
+    /// follow the spec; an SM comparing with a qib/hfi1 port sees the two differ there only.
+    /// For a directed-route SMP, DRSLID, DRNotice, and the first HopCount bytes of its
+    /// ReturnPath (at most 30, DRPathTruncated set when there were more).
     pub fn bad_mkey(node_type: u32, issuer_lid: u16, smp: &BadMkey) -> Self {
         use ntc_256 as f;
         let mut d = [0u8; DATA_DETAILS_LEN];
