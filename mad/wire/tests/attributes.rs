@@ -13,7 +13,8 @@ use mad_wire::attr::multicast_forwarding_table::{
 };
 use mad_wire::attr::node_description::{NodeDescription, NodeDescriptionRepr};
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
-use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr};
+use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr, trap};
+use mad_wire::attr::notice_details::{DataDetails, change_flags};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
 use mad_wire::attr::port_counters_ext::{PortCountersExt, PortCountersExtRepr};
@@ -704,6 +705,144 @@ fn traps_257_and_258_are_laid_out_as_the_kernel_sma_sends_them() {
     ]);
     NoticeRepr::bad_qkey(2, 7, &qkey).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
     assert_eq!(out, expected);
+}
+
+/// DataDetails of the traps the SA and SMAs send, laid out by hand from OpenSM `ib_types.h`
+/// `ib_mad_notice_attr_t.data_details`: `ntc_64_67` (res[6], gid), `ntc_128` (sw_lid),
+/// `ntc_129_131` (pad 2, lid, port_num), `ntc_144` (pad1 2, lid, pad2, local_changes,
+/// new_cap_mask, change_flgs, cap_mask2), `ntc_145` (pad1 2, lid, pad2 2, new_sys_guid).
+#[test]
+fn notice_data_details_are_read_at_opensms_offsets() {
+    let gid = [
+        0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0xAB, 0xCD,
+    ];
+    let mut d = [0u8; 54];
+    d[6..22].copy_from_slice(&gid);
+    assert_eq!(
+        DataDetails::new(&d).ntc_64_67_gid(),
+        gid,
+        "trap 64-67 GID at 6"
+    );
+
+    let mut d = [0u8; 54];
+    d[..2].copy_from_slice(&[0x00, 0x2A]);
+    assert_eq!(DataDetails::new(&d).ntc_128_lid(), 42, "trap 128 LID at 0");
+
+    let mut d = [0u8; 54];
+    d[..5].copy_from_slice(&[0x00, 0x00, 0x12, 0x34, 0x07]);
+    let v = DataDetails::new(&d);
+    assert_eq!((v.ntc_129_131_lid(), v.ntc_129_131_port()), (0x1234, 7));
+
+    let mut d = [0u8; 54];
+    d[..14].copy_from_slice(&[
+        0x00, 0x00, // pad1
+        0x00, 0x05, // lid
+        0x00, // pad2
+        0x01, // local_changes: OtherLocalChanges
+        0x02, 0x5A, 0x08, 0x4A, // new_cap_mask
+        0x00, 0x21, // change_flgs: CapabilityMask2 | NodeDescription
+        0x08, 0x00, // cap_mask2
+    ]);
+    let v = DataDetails::new(&d);
+    assert_eq!(v.ntc_144_lid(), 5);
+    assert!(v.ntc_144_other_local_changes());
+    assert_eq!(v.ntc_144_capability_mask(), 0x025A_084A);
+    assert_eq!(
+        v.ntc_144_change_flags(),
+        change_flags::CAPABILITY_MASK2 | change_flags::NODE_DESCRIPTION
+    );
+    assert_eq!(v.ntc_144_capability_mask2(), 0x0800);
+
+    let mut d = [0u8; 54];
+    d[..14].copy_from_slice(&[
+        0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x11, 0x22, 0x33,
+    ]);
+    let v = DataDetails::new(&d);
+    assert_eq!(
+        (v.ntc_145_lid(), v.ntc_145_system_image_guid()),
+        (9, 0x0002_C903_0011_2233)
+    );
+
+    // OpenSM SM_GID_IN_SERVICE_TRAP .. SM_REPATH_TRAP and TRAP_144_MASK_* values.
+    assert_eq!(
+        [
+            trap::GID_IN_SERVICE,
+            trap::GID_OUT_OF_SERVICE,
+            trap::MGID_CREATED,
+            trap::MGID_DESTROYED,
+            trap::UNPATH,
+            trap::REPATH,
+        ],
+        [64, 65, 66, 67, 68, 69]
+    );
+    assert_eq!(
+        [
+            change_flags::NODE_DESCRIPTION,
+            change_flags::LINK_WIDTH_ENABLED,
+            change_flags::LINK_SPEED_ENABLED,
+            change_flags::SM_PRIORITY,
+            change_flags::HIERARCHY_INFO,
+            change_flags::CAPABILITY_MASK2,
+        ],
+        [0x0001, 0x0002, 0x0004, 0x0008, 0x0010, 0x0020]
+    );
+}
+
+/// The traps we build read back through the per-trap accessors, from bytes laid out by hand
+/// (kernel/OpenSM `ntc_256` and `ntc_257_258`, Notice byte 10 + n).
+#[test]
+fn notice_data_details_read_back_traps_256_to_258() {
+    let mut n = [0u8; 64];
+    n[10..64].copy_from_slice(&{
+        let mut d = [0u8; 54];
+        d[..24].copy_from_slice(&[
+            0x00, 0x00, 0x01, 0x02, 0xFF, 0xFF, 0x02, 0x00, 0x00, 0x15, 0x00, 0x00, 0x00, 0x03,
+            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x00, 0xC3,
+        ]);
+        d[24..27].copy_from_slice(&[0, 1, 3]);
+        d
+    });
+    let view = Notice::new_checked(&n[..]).unwrap();
+    let v = view.details();
+    assert_eq!((v.ntc_256_lid(), v.ntc_256_dr_slid()), (0x0102, 0xFFFF));
+    assert_eq!((v.ntc_256_method(), v.ntc_256_attr_id()), (0x02, 0x0015));
+    assert_eq!(v.ntc_256_attr_mod(), 3);
+    assert_eq!(v.ntc_256_m_key(), 0x1122_3344_5566_7788);
+    assert!(v.ntc_256_dr_notice() && v.ntc_256_dr_path_truncated());
+    assert_eq!(v.ntc_256_dr_hop_count(), 3);
+    assert_eq!(v.ntc_256_dr_return_path()[..4], [0, 1, 3, 0]);
+
+    let mut d = [0u8; 54];
+    d[..18].copy_from_slice(&[
+        0x00, 0x00, 0x01, 0x02, 0x03, 0x04, 0x80, 0x01, 0x00, 0x01, 0xF0, 0xAB, 0xCD, 0xEF, 0xFF,
+        0x00, 0x00, 0x01,
+    ]);
+    d[18] = 0xFE;
+    d[33] = 0x01;
+    d[34] = 0xFE;
+    d[49] = 0x02;
+    let v = DataDetails::new(&d);
+    assert_eq!(
+        (v.ntc_257_258_lid1(), v.ntc_257_258_lid2()),
+        (0x0102, 0x0304)
+    );
+    assert_eq!(v.ntc_257_258_key(), 0x8001_0001);
+    assert_eq!(v.ntc_257_258_sl(), 15);
+    assert_eq!(v.ntc_257_258_qp1(), 0xAB_CDEF);
+    assert_eq!(v.ntc_257_258_qp2(), 1, "reserved byte above QP2 ignored");
+    assert_eq!(
+        (v.ntc_257_258_gid1()[0], v.ntc_257_258_gid1()[15]),
+        (0xFE, 0x01)
+    );
+    assert_eq!(
+        (v.ntc_257_258_gid2()[0], v.ntc_257_258_gid2()[15]),
+        (0xFE, 0x02)
+    );
+
+    // The Repr's view reads what the constructors wrote.
+    let repr = NoticeRepr::capability_mask_change(1, 5, 0x0050_C048);
+    assert_eq!(repr.details().ntc_144_lid(), 5);
+    assert_eq!(repr.details().ntc_144_capability_mask(), 0x0050_C048);
 }
 
 #[test]
