@@ -50,6 +50,9 @@ pub const fn has_response_bit(method: u8) -> bool {
 /// Set is answered by GetResp and Trap by TrapRepress (IBA 13.4.5); every other request is
 /// answered by its own method with the R bit set (Get → GetResp, Report → ReportResp,
 /// GetTable → GetTableResp …). Responses, TrapRepress and Send have no response.
+/// GetTraceTable (0x13) gives 0x93, libibmad `mad.h` `IB_MAD_METHOD_GET_TRACE_TABLE_RESPONSE`
+/// and what OpenSM's SA (`osm_sa.c`: request method | R) would send; OpenSM's Mellanox vendor
+/// layer pairs it with GetMultiResp (0x94) instead, and no source we have says GetTableResp.
 pub const fn response_method(method: u8) -> Result<u8> {
     match method {
         SET => Ok(GET_RESP),

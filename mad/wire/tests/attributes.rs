@@ -13,11 +13,15 @@ use mad_wire::attr::multicast_forwarding_table::{
 };
 use mad_wire::attr::node_description::{NodeDescription, NodeDescriptionRepr};
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
-use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr};
+use mad_wire::attr::notice::{BadKey, BadMkey, BadMkeyRoute, Notice, NoticeRepr, trap};
+use mad_wire::attr::notice_details::{DataDetails, change_flags};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::port_counters::{PortCounters, PortCountersRepr};
 use mad_wire::attr::port_counters_ext::{PortCountersExt, PortCountersExtRepr};
-use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask};
+use mad_wire::attr::port_info::{
+    LinkSpeedExt2Repr, PhysPortState, PortInfo, PortInfoRepr, PortState, cap_mask, cap_mask2,
+    link_speed_ext2,
+};
 use mad_wire::attr::sl_to_vl_table::{SlToVlAttrMod, SlToVlTable, SlToVlTableRepr};
 use mad_wire::attr::sm_info::{SmInfo, SmInfoRepr, SmState};
 use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
@@ -127,6 +131,83 @@ fn port_info_round_trips_every_field() {
     let mut out = [0xFFu8; 64];
     repr.emit(&mut PortInfo::new_checked(&mut out[..]).unwrap());
     assert_eq!(out, PORT_INFO);
+}
+
+/// libibmad `fields.c` "More PortInfo fields (XDR)": LinkSpeedExtActive2 `BITSOFFS(449, 2)`,
+/// LinkSpeedExtSupported2 `BITSOFFS(451, 2)`, LinkSpeedExtEnabled2 `BITSOFFS(453, 3)`, i.e.
+/// byte 56 bits 6–5, 4–3 and 2–0; bit 7 alone is reserved. 0x29 = 0 01 01 001: XDR in all three.
+#[test]
+fn port_info_byte_56_carries_the_xdr_speeds() {
+    let mut bytes = PORT_INFO;
+    bytes[56] = 0xA9; // reserved bit 7 set, then 0x29
+    let view = PortInfo::new_checked(&bytes[..]).unwrap();
+    assert_eq!(view.link_speed_ext_active2(), link_speed_ext2::XDR);
+    assert_eq!(view.link_speed_ext_supported2(), link_speed_ext2::XDR);
+    assert_eq!(view.link_speed_ext_enabled2(), 1);
+    assert_eq!(
+        view.link_round_trip_latency(),
+        0x39_3A3B,
+        "byte 56 is not latency"
+    );
+
+    let mut cleared = bytes;
+    PortInfo::new_checked(&mut cleared[..])
+        .unwrap()
+        .clear_reserved();
+    assert_eq!(cleared[56], 0x29, "only bit 7 of byte 56 is reserved");
+
+    let view = PortInfo::new_checked(&bytes[..]).unwrap();
+    let repr = PortInfoRepr::parse(&view).unwrap();
+    let ext2 = LinkSpeedExt2Repr::parse(&view);
+    assert_eq!(
+        ext2,
+        LinkSpeedExt2Repr {
+            active: 1,
+            supported: 1,
+            enabled: 1
+        }
+    );
+    let mut out = [0xFFu8; 64];
+    let mut out_view = PortInfo::new_checked(&mut out[..]).unwrap();
+    repr.emit(&mut out_view);
+    assert_eq!(out[56], 0, "PortInfoRepr alone writes no XDR speed");
+    ext2.emit(&mut PortInfo::new_checked(&mut out[..]).unwrap());
+    let mut expected = PORT_INFO;
+    expected[56] = 0x29;
+    assert_eq!(out, expected);
+
+    let mut bytes = [0xFFu8; 64];
+    let mut view = PortInfo::new_checked(&mut bytes[..]).unwrap();
+    view.set_link_speed_ext_active2(0);
+    assert_eq!(bytes[56], 0x9F, "ActiveSpeed2 is bits 6-5");
+    let mut view = PortInfo::new_checked(&mut bytes[..]).unwrap();
+    view.set_link_speed_ext_supported2(0);
+    view.set_link_speed_ext_enabled2(0xFF);
+    assert_eq!(
+        bytes[56], 0x87,
+        "Supported2 bits 4-3 cleared, wide Enabled2 fills only 2-0"
+    );
+}
+
+/// CapabilityMask2 bits as libibmad `iba_types.h` `IB_PORT_CAP2_*` writes them out.
+#[test]
+fn cap_mask2_bits_are_libibmads() {
+    assert_eq!(
+        [
+            cap_mask2::SET_NODE_DESCRIPTION_SUPPORTED,
+            cap_mask2::PORT_INFO_EXTENDED_SUPPORTED,
+            cap_mask2::VIRTUALIZATION_SUPPORTED,
+            cap_mask2::SWITCH_PORT_STATE_TABLE_SUPPORTED,
+            cap_mask2::LINK_WIDTH_2X_SUPPORTED,
+            cap_mask2::LINK_SPEED_HDR_SUPPORTED,
+            cap_mask2::LINK_SPEED_NDR_SUPPORTED,
+            cap_mask2::EXT_SPEEDS_2_SUPPORTED,
+            cap_mask2::LINK_SPEED_XDR_SUPPORTED,
+        ],
+        [
+            0x0001, 0x0002, 0x0004, 0x0008, 0x0010, 0x0020, 0x0400, 0x0800, 0x1000
+        ]
+    );
 }
 
 #[test]
@@ -431,6 +512,25 @@ fn class_port_info_round_trips() {
     assert_eq!(out, CLASS_PORT_INFO);
 }
 
+/// PMA CapabilityMask bits as OpenSM `ib_types.h` writes them out: `IB_PM_ALL_PORT_SELECT`
+/// `1 << 8`, `IB_PM_EXT_WIDTH_SUPPORTED` `1 << 9`, `IB_PM_EXT_WIDTH_NOIETF_SUP` `1 << 10`,
+/// `IB_PM_SAMPLES_ONLY_SUP` `1 << 11`, `IB_PM_PC_XMIT_WAIT_SUP` `1 << 12`,
+/// `IB_PM_IS_QP1_DROP_SUP` `1 << 15`.
+#[test]
+fn pma_cap_bits_are_opensms() {
+    assert_eq!(
+        [
+            pma_cap::ALL_PORT_SELECT,
+            pma_cap::EXT_WIDTH,
+            pma_cap::EXT_WIDTH_NOIETF,
+            pma_cap::SAMPLES_ONLY,
+            pma_cap::XMIT_WAIT,
+            pma_cap::IS_QP1_DROP,
+        ],
+        [0x0100, 0x0200, 0x0400, 0x0800, 0x1000, 0x8000]
+    );
+}
+
 #[test]
 fn trap_128_notice_is_laid_out_as_a_switch_sends_it() {
     let mut expected = [0u8; 64];
@@ -605,6 +705,144 @@ fn traps_257_and_258_are_laid_out_as_the_kernel_sma_sends_them() {
     ]);
     NoticeRepr::bad_qkey(2, 7, &qkey).emit(&mut Notice::new_checked(&mut out[..]).unwrap());
     assert_eq!(out, expected);
+}
+
+/// DataDetails of the traps the SA and SMAs send, laid out by hand from OpenSM `ib_types.h`
+/// `ib_mad_notice_attr_t.data_details`: `ntc_64_67` (res[6], gid), `ntc_128` (sw_lid),
+/// `ntc_129_131` (pad 2, lid, port_num), `ntc_144` (pad1 2, lid, pad2, local_changes,
+/// new_cap_mask, change_flgs, cap_mask2), `ntc_145` (pad1 2, lid, pad2 2, new_sys_guid).
+#[test]
+fn notice_data_details_are_read_at_opensms_offsets() {
+    let gid = [
+        0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x00, 0xAB, 0xCD,
+    ];
+    let mut d = [0u8; 54];
+    d[6..22].copy_from_slice(&gid);
+    assert_eq!(
+        DataDetails::new(&d).ntc_64_67_gid(),
+        gid,
+        "trap 64-67 GID at 6"
+    );
+
+    let mut d = [0u8; 54];
+    d[..2].copy_from_slice(&[0x00, 0x2A]);
+    assert_eq!(DataDetails::new(&d).ntc_128_lid(), 42, "trap 128 LID at 0");
+
+    let mut d = [0u8; 54];
+    d[..5].copy_from_slice(&[0x00, 0x00, 0x12, 0x34, 0x07]);
+    let v = DataDetails::new(&d);
+    assert_eq!((v.ntc_129_131_lid(), v.ntc_129_131_port()), (0x1234, 7));
+
+    let mut d = [0u8; 54];
+    d[..14].copy_from_slice(&[
+        0x00, 0x00, // pad1
+        0x00, 0x05, // lid
+        0x00, // pad2
+        0x01, // local_changes: OtherLocalChanges
+        0x02, 0x5A, 0x08, 0x4A, // new_cap_mask
+        0x00, 0x21, // change_flgs: CapabilityMask2 | NodeDescription
+        0x08, 0x00, // cap_mask2
+    ]);
+    let v = DataDetails::new(&d);
+    assert_eq!(v.ntc_144_lid(), 5);
+    assert!(v.ntc_144_other_local_changes());
+    assert_eq!(v.ntc_144_capability_mask(), 0x025A_084A);
+    assert_eq!(
+        v.ntc_144_change_flags(),
+        change_flags::CAPABILITY_MASK2 | change_flags::NODE_DESCRIPTION
+    );
+    assert_eq!(v.ntc_144_capability_mask2(), 0x0800);
+
+    let mut d = [0u8; 54];
+    d[..14].copy_from_slice(&[
+        0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x02, 0xC9, 0x03, 0x00, 0x11, 0x22, 0x33,
+    ]);
+    let v = DataDetails::new(&d);
+    assert_eq!(
+        (v.ntc_145_lid(), v.ntc_145_system_image_guid()),
+        (9, 0x0002_C903_0011_2233)
+    );
+
+    // OpenSM SM_GID_IN_SERVICE_TRAP .. SM_REPATH_TRAP and TRAP_144_MASK_* values.
+    assert_eq!(
+        [
+            trap::GID_IN_SERVICE,
+            trap::GID_OUT_OF_SERVICE,
+            trap::MGID_CREATED,
+            trap::MGID_DESTROYED,
+            trap::UNPATH,
+            trap::REPATH,
+        ],
+        [64, 65, 66, 67, 68, 69]
+    );
+    assert_eq!(
+        [
+            change_flags::NODE_DESCRIPTION,
+            change_flags::LINK_WIDTH_ENABLED,
+            change_flags::LINK_SPEED_ENABLED,
+            change_flags::SM_PRIORITY,
+            change_flags::HIERARCHY_INFO,
+            change_flags::CAPABILITY_MASK2,
+        ],
+        [0x0001, 0x0002, 0x0004, 0x0008, 0x0010, 0x0020]
+    );
+}
+
+/// The traps we build read back through the per-trap accessors, from bytes laid out by hand
+/// (kernel/OpenSM `ntc_256` and `ntc_257_258`, Notice byte 10 + n).
+#[test]
+fn notice_data_details_read_back_traps_256_to_258() {
+    let mut n = [0u8; 64];
+    n[10..64].copy_from_slice(&{
+        let mut d = [0u8; 54];
+        d[..24].copy_from_slice(&[
+            0x00, 0x00, 0x01, 0x02, 0xFF, 0xFF, 0x02, 0x00, 0x00, 0x15, 0x00, 0x00, 0x00, 0x03,
+            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x00, 0xC3,
+        ]);
+        d[24..27].copy_from_slice(&[0, 1, 3]);
+        d
+    });
+    let view = Notice::new_checked(&n[..]).unwrap();
+    let v = view.details();
+    assert_eq!((v.ntc_256_lid(), v.ntc_256_dr_slid()), (0x0102, 0xFFFF));
+    assert_eq!((v.ntc_256_method(), v.ntc_256_attr_id()), (0x02, 0x0015));
+    assert_eq!(v.ntc_256_attr_mod(), 3);
+    assert_eq!(v.ntc_256_m_key(), 0x1122_3344_5566_7788);
+    assert!(v.ntc_256_dr_notice() && v.ntc_256_dr_path_truncated());
+    assert_eq!(v.ntc_256_dr_hop_count(), 3);
+    assert_eq!(v.ntc_256_dr_return_path()[..4], [0, 1, 3, 0]);
+
+    let mut d = [0u8; 54];
+    d[..18].copy_from_slice(&[
+        0x00, 0x00, 0x01, 0x02, 0x03, 0x04, 0x80, 0x01, 0x00, 0x01, 0xF0, 0xAB, 0xCD, 0xEF, 0xFF,
+        0x00, 0x00, 0x01,
+    ]);
+    d[18] = 0xFE;
+    d[33] = 0x01;
+    d[34] = 0xFE;
+    d[49] = 0x02;
+    let v = DataDetails::new(&d);
+    assert_eq!(
+        (v.ntc_257_258_lid1(), v.ntc_257_258_lid2()),
+        (0x0102, 0x0304)
+    );
+    assert_eq!(v.ntc_257_258_key(), 0x8001_0001);
+    assert_eq!(v.ntc_257_258_sl(), 15);
+    assert_eq!(v.ntc_257_258_qp1(), 0xAB_CDEF);
+    assert_eq!(v.ntc_257_258_qp2(), 1, "reserved byte above QP2 ignored");
+    assert_eq!(
+        (v.ntc_257_258_gid1()[0], v.ntc_257_258_gid1()[15]),
+        (0xFE, 0x01)
+    );
+    assert_eq!(
+        (v.ntc_257_258_gid2()[0], v.ntc_257_258_gid2()[15]),
+        (0xFE, 0x02)
+    );
+
+    // The Repr's view reads what the constructors wrote.
+    let repr = NoticeRepr::capability_mask_change(1, 5, 0x0050_C048);
+    assert_eq!(repr.details().ntc_144_lid(), 5);
+    assert_eq!(repr.details().ntc_144_capability_mask(), 0x0050_C048);
 }
 
 #[test]
@@ -829,12 +1067,13 @@ fn attribute_modifiers_split_as_the_spec_says() {
 
 /// PortCountersExtended, laid out from libibmad `fields.c` (`IB_PC_EXT_*`: PortSelect bits
 /// 8–15, CounterSelect 16–31, then eight 64-bit counters from bit 64) and the kernel's
-/// `struct ib_pma_portcounters_ext` (reserved u8, port_select, counter_select, reserved u32).
+/// `struct ib_pma_portcounters_ext` (reserved u8, port_select, counter_select, then a u32 the
+/// kernel calls reserved and libibmad and OpenSM CounterSelect2).
 const PORT_COUNTERS_EXT: [u8; 72] = [
     0x00, // reserved
     0x05, // PortSelect
     0x00, 0xA5, // CounterSelect
-    0x00, 0x00, 0x00, 0x00, // reserved
+    0x00, 0x00, 0x00, 0x00, // CounterSelect2 (not carried by the Repr)
     0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // 8: PortXmitData
     0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, // 16: PortRcvData
     0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, // 24: PortXmitPkts
@@ -844,6 +1083,35 @@ const PORT_COUNTERS_EXT: [u8; 72] = [
     0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, // 56: PortMulticastXmitPkts
     0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, // 64: PortMulticastRcvPkts
 ];
+
+/// CounterSelect2 is libibmad `fields.c` `{32, 32, "CounterSelect2"}` of PortCountersExtended
+/// (bytes 4–7, big-endian) and OpenSM `ib_port_counters_ext_t.counter_select2` (`ib_net32_t`
+/// after `counter_select`): not reserved.
+#[test]
+fn port_counters_ext_counter_select2_is_bytes_4_to_7() {
+    let mut bytes = PORT_COUNTERS_EXT;
+    bytes[..8].copy_from_slice(&[0xEE, 0x05, 0x00, 0xA5, 0x80, 0x00, 0x12, 0x34]);
+    let view = PortCountersExt::new_checked(&bytes[..]).unwrap();
+    assert_eq!(view.counter_select2(), 0x8000_1234);
+    assert_eq!(view.counter_select(), 0x00A5);
+
+    let mut cleared = bytes;
+    PortCountersExt::new_checked(&mut cleared[..])
+        .unwrap()
+        .clear_reserved();
+    assert_eq!(
+        cleared[..8],
+        [0x00, 0x05, 0x00, 0xA5, 0x80, 0x00, 0x12, 0x34],
+        "only byte 0 is reserved"
+    );
+
+    let mut out = PORT_COUNTERS_EXT;
+    PortCountersExt::new_checked(&mut out[..])
+        .unwrap()
+        .set_counter_select2(0x0102_0304);
+    assert_eq!(out[2..8], [0x00, 0xA5, 0x01, 0x02, 0x03, 0x04]);
+    assert_eq!(out[8..], PORT_COUNTERS_EXT[8..]);
+}
 
 #[test]
 fn port_counters_ext_round_trip() {

@@ -36,7 +36,7 @@ pub mod cap {
     pub const IS_NOTICE_SUPPORTED: u16 = 0x0002;
 }
 
-/// CapabilityMask bits of the PMA (kernel `IB_PMA_CLASS_CAP_*`).
+/// CapabilityMask bits of the PMA (kernel `IB_PMA_CLASS_CAP_*`, OpenSM `IB_PM_*`).
 pub mod pma_cap {
     /// PortSelect 0xFF (all ports) supported.
     pub const ALL_PORT_SELECT: u16 = 0x0100;
@@ -44,8 +44,12 @@ pub mod pma_cap {
     pub const EXT_WIDTH: u16 = 0x0200;
     /// PortCountersExtended supported, without the IETF counters.
     pub const EXT_WIDTH_NOIETF: u16 = 0x0400;
+    /// SamplesOnlySupported: the PMA implements PortSamplesControl/Result but no PortCounters.
+    pub const SAMPLES_ONLY: u16 = 0x0800;
     /// PortXmitWait supported.
     pub const XMIT_WAIT: u16 = 0x1000;
+    /// IsQP1DropSupported: PortCounters QP1Dropped (bytes 20–21 of the attribute) counts.
+    pub const IS_QP1_DROP: u16 = 0x8000;
 }
 
 mod field {

@@ -11,6 +11,7 @@ pub mod multicast_forwarding_table;
 pub mod node_description;
 pub mod node_info;
 pub mod notice;
+pub mod notice_details;
 pub mod pkey_table;
 pub mod port_counters;
 pub mod port_counters_ext;

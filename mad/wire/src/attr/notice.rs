@@ -1,7 +1,8 @@
 //! Notice (attribute 0x0002; IBA 13.4.8.2, kernel `struct ib_mad_notice_attr`, OpenSM
 //! `ib_mad_notice_attr_t`, libibmad `fields.c`): the payload of Trap and TrapRepress.
 //!
-//! An SMP carries the first 64 bytes; the SA's form adds the IssuerGID.
+//! An SMP carries the first 64 bytes; the SA's form adds the IssuerGID. DataDetails is read
+//! and written per trap through [`DataDetails`] (`notice_details`).
 //!
 //! | Offset | Field |
 //! |---|---|
@@ -13,6 +14,7 @@
 //! | 10 | DataDetails (54) |
 //! | 64 | IssuerGID (16), SA form only |
 
+use super::notice_details::DataDetails;
 use crate::error::{Result, check_len};
 use crate::field::{set_u16_at, set_u24_at, u16_at, u24_at};
 
@@ -20,8 +22,8 @@ use crate::field::{set_u16_at, set_u24_at, u16_at, u24_at};
 pub const LEN: usize = 64;
 /// Length of the Notice with its IssuerGID (the SA's form).
 pub const LEN_WITH_ISSUER_GID: usize = 80;
-/// Length of DataDetails.
-pub const DATA_DETAILS_LEN: usize = 54;
+/// Length of DataDetails ([`DataDetails`] reads and writes it per trap).
+pub const DATA_DETAILS_LEN: usize = super::notice_details::LEN;
 
 /// Notice types (the 7-bit Type field; OpenSM `IB_NOTICE_TYPE_*`).
 pub mod notice_type {
@@ -51,8 +53,20 @@ pub mod producer {
     pub const CLASS_MANAGER: u32 = 4;
 }
 
-/// Generic trap numbers (IBA 14.2.5.1, 13.4.8.2).
+/// Generic trap numbers (IBA 14.2.5.1, 13.4.8.2; OpenSM `SM_*_TRAP`).
 pub mod trap {
+    /// SA: a port's GID is in service (GIDADDR in DataDetails).
+    pub const GID_IN_SERVICE: u16 = 64;
+    /// SA: a port's GID is out of service.
+    pub const GID_OUT_OF_SERVICE: u16 = 65;
+    /// SA: a multicast group was created (its MGID in DataDetails).
+    pub const MGID_CREATED: u16 = 66;
+    /// SA: a multicast group was deleted.
+    pub const MGID_DESTROYED: u16 = 67;
+    /// SA: paths no longer exist (UnPath).
+    pub const UNPATH: u16 = 68;
+    /// SA: paths were recomputed (RePath).
+    pub const REPATH: u16 = 69;
     /// A port of the switch at LIDADDR changed link state.
     pub const PORT_STATE_CHANGE: u16 = 128;
     /// Local link integrity threshold reached.
@@ -90,7 +104,8 @@ pub struct BadMkeyRoute {
 /// What a trap 256 (Bad M_Key) reports about the SMP that failed the M_Key check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BadMkey {
-    /// LIDADDR: the LID the SMP came from (the SLID of its packet).
+    /// LIDADDR: the LID the SMP came from (the SLID of its packet). qib and hfi1 put the
+    /// issuer's own LID here instead; see [`NoticeRepr::bad_mkey`].
     pub lid: u16,
     /// The SMP's method.
     pub method: u8,
@@ -124,50 +139,6 @@ pub struct BadKey {
     pub gid1: [u8; 16],
     /// GIDADDR2: the destination GID of the packet's GRH, zero without one.
     pub gid2: [u8; 16],
-}
-
-/// DataDetails offsets of trap 144 (kernel `ntc_144`, OpenSM `ntc_144`; libibmad `fields.c`
-/// `IB_NOTICE_DATA_144_LID_F` at bit 96 and `IB_NOTICE_DATA_144_CAPMASK_F` at bit 128 of the
-/// Notice, i.e. DataDetails bytes 2 and 6).
-mod ntc_144 {
-    pub const LID: usize = 2;
-    pub const CAPABILITY_MASK: usize = 6;
-}
-
-/// DataDetails offsets of trap 256 (kernel `struct ib_mad_notice_attr` `ntc_256`, OpenSM
-/// `ntc_256`): LIDADDR 2, DRSLID 4, Method 6, AttributeID 8, AttributeModifier 10, M_Key 14,
-/// DRNotice (bit 7) / DRPathTruncated (bit 6) / DRHopCount (bits 5-0) 23, DRNoticeReturnPath 24
-/// (30 bytes).
-mod ntc_256 {
-    pub const LID: usize = 2;
-    pub const DR_SLID: usize = 4;
-    pub const METHOD: usize = 6;
-    pub const ATTR_ID: usize = 8;
-    pub const ATTR_MOD: usize = 10;
-    pub const M_KEY: usize = 14;
-    pub const DR_TRUNC_HOP: usize = 23;
-    pub const DR_RETURN_PATH: usize = 24;
-    /// Return-path bytes the notice has room for.
-    pub const DR_RETURN_PATH_LEN: usize = 30;
-    /// DRNotice: the SMP was directed-route.
-    pub const DR_NOTICE: u8 = 0x80;
-    /// DRPathTruncated: the return path did not fit.
-    pub const DR_TRUNCATED: u8 = 0x40;
-}
-
-/// DataDetails offsets of traps 257 and 258 (kernel and OpenSM `ntc_257_258`): LIDADDR1 2,
-/// LIDADDR2 4, Key 6 (32 bits; a P_Key in the low 16), SL (bits 31-28) / QP1 (bits 23-0) 10,
-/// QP2 (bits 23-0) 14, GIDADDR1 18, GIDADDR2 34.
-mod ntc_257_258 {
-    pub const LID1: usize = 2;
-    pub const LID2: usize = 4;
-    pub const KEY: usize = 6;
-    pub const SL_QP1: usize = 10;
-    pub const QP2: usize = 14;
-    pub const GID1: usize = 18;
-    pub const GID2: usize = 34;
-    /// The 24 bits of a QP number.
-    pub const QP_MASK: u32 = 0x00FF_FFFF;
 }
 
 mod field {
@@ -241,6 +212,11 @@ impl<T: AsRef<[u8]>> Notice<T> {
         &self.buffer.as_ref()[field::DATA_DETAILS..field::DATA_DETAILS + DATA_DETAILS_LEN]
     }
 
+    /// DataDetails read per trap.
+    pub fn details(&self) -> DataDetails<&[u8]> {
+        DataDetails::from_exact(self.data_details())
+    }
+
     /// IssuerGID, present only when the buffer holds the SA's 80-byte form.
     pub fn issuer_gid(&self) -> Option<[u8; 16]> {
         let bytes = self
@@ -286,6 +262,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Notice<T> {
         &mut self.buffer.as_mut()[field::DATA_DETAILS..field::DATA_DETAILS + DATA_DETAILS_LEN]
     }
 
+    /// DataDetails written per trap.
+    pub fn details_mut(&mut self) -> DataDetails<&mut [u8]> {
+        DataDetails::from_exact(self.data_details_mut())
+    }
+
     /// Sets IssuerGID if the buffer holds the SA's 80-byte form; returns whether it did.
     pub fn set_issuer_gid(&mut self, gid: [u8; 16]) -> bool {
         match self
@@ -328,11 +309,9 @@ impl NoticeRepr {
     /// Trap 128, "link state of at least one port of the switch at LIDADDR has changed", as a
     /// switch's SMA sends it: generic, Urgent, producer Switch, issued by and about the
     /// switch's LID (DataDetails bytes 0–1 = LIDADDR, the rest zero), toggle and count 0.
-    pub const fn port_state_change(switch_lid: u16) -> Self {
+    pub fn port_state_change(switch_lid: u16) -> Self {
         let mut data_details = [0u8; DATA_DETAILS_LEN];
-        let lid = switch_lid.to_be_bytes();
-        data_details[0] = lid[0];
-        data_details[1] = lid[1];
+        DataDetails::new_mut(&mut data_details).set_ntc_128_lid(switch_lid);
         Self {
             is_generic: true,
             notice_type: notice_type::URGENT,
@@ -351,9 +330,9 @@ impl NoticeRepr {
     /// `capability_mask`; OtherLocalChanges and the change flags stay 0, toggle and count 0.
     pub fn capability_mask_change(node_type: u32, lid: u16, capability_mask: u32) -> Self {
         let mut data_details = [0u8; DATA_DETAILS_LEN];
-        data_details[ntc_144::LID..ntc_144::LID + 2].copy_from_slice(&lid.to_be_bytes());
-        data_details[ntc_144::CAPABILITY_MASK..ntc_144::CAPABILITY_MASK + 4]
-            .copy_from_slice(&capability_mask.to_be_bytes());
+        let mut d = DataDetails::new_mut(&mut data_details);
+        d.set_ntc_144_lid(lid);
+        d.set_ntc_144_capability_mask(capability_mask);
         Self {
             is_generic: true,
             notice_type: notice_type::INFO,
@@ -367,28 +346,26 @@ impl NoticeRepr {
     }
 
     /// Trap 256, "Bad M_Key, `<M_Key>` from `<LIDADDR>` attempted `<METHOD>` with
-    /// `<ATTRIBUTEID>` and `<ATTRIBUTEMODIFIER>`": generic, Security, producer the node type, issued by `issuer_lid`,
-    /// DataDetails as the kernel's SMAs lay it out (`qib_mad.c` `qib_bad_mkey`): for a
-    /// directed-route SMP DRSLID, DRNotice, and the first HopCount bytes of its ReturnPath
-    /// (at most 30, DRPathTruncated set when there were more).
+    /// `<ATTRIBUTEID>` and `<ATTRIBUTEMODIFIER>`": generic, Security, producer the node type,
+    /// issued by `issuer_lid`. DataDetails has the offsets of kernel and OpenSM `ntc_256` and is
+    /// filled as the kernel's SMAs fill it (`qib_mad.c` `qib_bad_mkey`, hfi1 `bad_mkey`) but
+    /// for one field: LIDADDR is `smp.lid`, the LID the SMP came from, where qib and hfi1
+    /// write their own LID (`ntc_256.lid = data.issuer_lid`). IBA's text for the trap ("from
+    /// `<LIDADDR>`") names the requester, and the issuer is already in IssuerLID, so we
+    /// follow the spec; an SM comparing with a qib/hfi1 port sees the two differ there only.
+    /// For a directed-route SMP, DRSLID, DRNotice, and the first HopCount bytes of its
+    /// ReturnPath (at most 30, DRPathTruncated set when there were more).
     pub fn bad_mkey(node_type: u32, issuer_lid: u16, smp: &BadMkey) -> Self {
-        use ntc_256 as f;
-        let mut d = [0u8; DATA_DETAILS_LEN];
-        d[f::LID..f::LID + 2].copy_from_slice(&smp.lid.to_be_bytes());
-        d[f::METHOD] = smp.method;
-        d[f::ATTR_ID..f::ATTR_ID + 2].copy_from_slice(&smp.attr_id.to_be_bytes());
-        d[f::ATTR_MOD..f::ATTR_MOD + 4].copy_from_slice(&smp.attr_mod.to_be_bytes());
-        d[f::M_KEY..f::M_KEY + 8].copy_from_slice(&smp.m_key.to_be_bytes());
+        let mut data_details = [0u8; DATA_DETAILS_LEN];
+        let mut d = DataDetails::new_mut(&mut data_details);
+        d.set_ntc_256_lid(smp.lid);
+        d.set_ntc_256_method(smp.method);
+        d.set_ntc_256_attr_id(smp.attr_id);
+        d.set_ntc_256_attr_mod(smp.attr_mod);
+        d.set_ntc_256_m_key(smp.m_key);
         if let Some(dr) = smp.directed {
-            d[f::DR_SLID..f::DR_SLID + 2].copy_from_slice(&dr.dr_slid.to_be_bytes());
-            let hops = usize::from(dr.hop_count & 0x3F);
-            let kept = hops.min(f::DR_RETURN_PATH_LEN);
-            let mut flags = f::DR_NOTICE;
-            if hops > kept {
-                flags |= f::DR_TRUNCATED;
-            }
-            d[f::DR_TRUNC_HOP] = flags | kept as u8;
-            d[f::DR_RETURN_PATH..f::DR_RETURN_PATH + kept].copy_from_slice(&dr.return_path[..kept]);
+            d.set_ntc_256_dr_slid(dr.dr_slid);
+            d.set_ntc_256_dr_return_path(dr.hop_count, &dr.return_path);
         }
         Self {
             is_generic: true,
@@ -398,7 +375,7 @@ impl NoticeRepr {
             issuer_lid,
             notice_toggle: false,
             notice_count: 0,
-            data_details: d,
+            data_details,
         }
     }
 
@@ -417,16 +394,15 @@ impl NoticeRepr {
     }
 
     fn bad_key(trap_number: u16, node_type: u32, issuer_lid: u16, k: &BadKey) -> Self {
-        use ntc_257_258 as f;
-        let mut d = [0u8; DATA_DETAILS_LEN];
-        d[f::LID1..f::LID1 + 2].copy_from_slice(&k.lid1.to_be_bytes());
-        d[f::LID2..f::LID2 + 2].copy_from_slice(&k.lid2.to_be_bytes());
-        d[f::KEY..f::KEY + 4].copy_from_slice(&k.key.to_be_bytes());
-        let sl_qp1 = (u32::from(k.sl & 0xF) << 28) | (k.qp1 & f::QP_MASK);
-        d[f::SL_QP1..f::SL_QP1 + 4].copy_from_slice(&sl_qp1.to_be_bytes());
-        d[f::QP2..f::QP2 + 4].copy_from_slice(&(k.qp2 & f::QP_MASK).to_be_bytes());
-        d[f::GID1..f::GID1 + 16].copy_from_slice(&k.gid1);
-        d[f::GID2..f::GID2 + 16].copy_from_slice(&k.gid2);
+        let mut data_details = [0u8; DATA_DETAILS_LEN];
+        let mut d = DataDetails::new_mut(&mut data_details);
+        d.set_ntc_257_258_lid1(k.lid1);
+        d.set_ntc_257_258_lid2(k.lid2);
+        d.set_ntc_257_258_key(k.key);
+        d.set_ntc_257_258_sl_qp1(k.sl, k.qp1);
+        d.set_ntc_257_258_qp2(k.qp2);
+        d.set_ntc_257_258_gid1(k.gid1);
+        d.set_ntc_257_258_gid2(k.gid2);
         Self {
             is_generic: true,
             notice_type: notice_type::SECURITY,
@@ -435,20 +411,24 @@ impl NoticeRepr {
             issuer_lid,
             notice_toggle: false,
             notice_count: 0,
-            data_details: d,
+            data_details,
         }
     }
 
     /// The LIDADDR of a generic trap 128, or `None` for any other notice.
-    pub const fn port_state_change_lid(&self) -> Option<u16> {
-        if self.is_generic && self.trap_number_or_device_id == trap::PORT_STATE_CHANGE {
-            Some(u16::from_be_bytes([
-                self.data_details[0],
-                self.data_details[1],
-            ]))
-        } else {
-            None
-        }
+    pub fn port_state_change_lid(&self) -> Option<u16> {
+        (self.is_generic && self.trap_number_or_device_id == trap::PORT_STATE_CHANGE)
+            .then(|| self.details().ntc_128_lid())
+    }
+
+    /// DataDetails read per trap (which accessors apply depends on the trap number).
+    pub fn details(&self) -> DataDetails<&[u8]> {
+        DataDetails::new(&self.data_details)
+    }
+
+    /// DataDetails written per trap.
+    pub fn details_mut(&mut self) -> DataDetails<&mut [u8]> {
+        DataDetails::new_mut(&mut self.data_details)
     }
 
     /// Reads the 64 bytes of `view`.

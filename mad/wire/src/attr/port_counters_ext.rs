@@ -7,7 +7,7 @@
 //! | 0 | reserved |
 //! | 1 | PortSelect |
 //! | 2 | CounterSelect (2) |
-//! | 4 | reserved (4) |
+//! | 4 | CounterSelect2 (4) |
 //! | 8 | PortXmitData (8) |
 //! | 16 | PortRcvData (8) |
 //! | 24 | PortXmitPkts (8) |
@@ -17,12 +17,14 @@
 //! | 56 | PortMulticastXmitPkts (8) |
 //! | 64 | PortMulticastRcvPkts (8) |
 //!
-//! The counters that follow in later IBA versions (CounterSelect2 and the 64-bit error
-//! counters, ClassPortInfo CapabilityMask2 IsAdditionalPortCountersExtendedSupported) are not
-//! part of this view.
+//! CounterSelect2 (libibmad `{32, 32, "CounterSelect2"}`, OpenSM
+//! `ib_port_counters_ext_t.counter_select2`) selects, in a Set, the 64-bit error counters that
+//! later IBA versions add after byte 72 (ClassPortInfo CapabilityMask2
+//! IsAdditionalPortCountersExtendedSupported); the view names the field, but those counters are
+//! not part of it.
 
 use crate::error::{Result, check_len};
-use crate::field::{set_u16_at, set_u64_at, u16_at, u64_at};
+use crate::field::{set_u16_at, set_u32_at, set_u64_at, u16_at, u32_at, u64_at};
 use crate::macros::{byte_get, byte_set};
 
 /// Length of PortCountersExtended as this view knows it.
@@ -53,7 +55,7 @@ mod field {
     pub const RESERVED0: usize = 0;
     pub const PORT_SELECT: usize = 1;
     pub const COUNTER_SELECT: usize = 2;
-    pub const RESERVED4: usize = 4;
+    pub const COUNTER_SELECT2: usize = 4;
     pub const XMIT_DATA: usize = 8;
     pub const RCV_DATA: usize = 16;
     pub const XMIT_PKTS: usize = 24;
@@ -158,14 +160,17 @@ impl<T: AsRef<[u8]>> PortCountersExt<T> {
     pub fn counter_select(&self) -> u16 {
         u16_at(self.buffer.as_ref(), field::COUNTER_SELECT)
     }
+
+    /// CounterSelect2: which of the additional 64-bit error counters a Set clears.
+    pub fn counter_select2(&self) -> u32 {
+        u32_at(self.buffer.as_ref(), field::COUNTER_SELECT2)
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> PortCountersExt<T> {
-    /// Clears the reserved bytes (0 and 4–7).
+    /// Clears the reserved byte 0. Bytes 4–7 are CounterSelect2, not reserved.
     pub fn clear_reserved(&mut self) {
-        let b = self.buffer.as_mut();
-        b[field::RESERVED0] = 0;
-        b[field::RESERVED4..field::XMIT_DATA].fill(0);
+        self.buffer.as_mut()[field::RESERVED0] = 0;
     }
 
     byte_set!(set_port_select, field::PORT_SELECT, "Sets PortSelect.");
@@ -174,9 +179,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> PortCountersExt<T> {
     pub fn set_counter_select(&mut self, value: u16) {
         set_u16_at(self.buffer.as_mut(), field::COUNTER_SELECT, value);
     }
+
+    /// Sets CounterSelect2.
+    pub fn set_counter_select2(&mut self, value: u32) {
+        set_u32_at(self.buffer.as_mut(), field::COUNTER_SELECT2, value);
+    }
 }
 
-/// PortCountersExtended as plain values.
+/// PortCountersExtended as plain values, but for CounterSelect2 (set it on the view after
+/// [`PortCountersExtRepr::emit`]): code builds this struct field by field, so it keeps its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PortCountersExtRepr {
     /// PortSelect.
@@ -223,9 +234,11 @@ impl PortCountersExtRepr {
         LEN
     }
 
-    /// Writes every field into `view`, the reserved bytes cleared.
+    /// Writes every field into `view`, the reserved byte cleared and CounterSelect2, which
+    /// this Repr does not carry, 0.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, view: &mut PortCountersExt<&mut T>) {
         view.clear_reserved();
+        view.set_counter_select2(0);
         view.set_port_select(self.port_select);
         view.set_counter_select(self.counter_select);
         view.set_port_xmit_data(self.port_xmit_data);

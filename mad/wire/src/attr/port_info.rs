@@ -34,7 +34,8 @@
 //! | 52 | reserved (3) / RespTimeValue (5) |
 //! | 53 | LocalPhyErrors (4) / OverrunErrors (4) |
 //! | 54 | MaxCreditHint (2) |
-//! | 56 | reserved (1) + LinkRoundTripLatency (3) |
+//! | 56 | reserved (1) / LinkSpeedExtActive2 (2) / LinkSpeedExtSupported2 (2) / LinkSpeedExtEnabled2 (3) |
+//! | 57 | LinkRoundTripLatency (3) |
 //! | 60 | CapabilityMask2 (2) |
 //! | 62 | LinkSpeedExtActive (4) / LinkSpeedExtSupported (4) |
 //! | 63 | reserved (3) / LinkSpeedExtEnabled (5) |
@@ -133,7 +134,8 @@ pub mod cap_mask {
     pub const HAS_DR_NOTICE: u32 = 0x0020_0000;
     /// Capability-mask-change notice supported (trap 144).
     pub const HAS_CAP_MASK_NOTICE: u32 = 0x0040_0000;
-    /// Baseboard management supported.
+    /// IsBootManagementSupported (libibmad `dump.c`; libibverbs `IBV_PORT_BOOT_MGMT_SUP`):
+    /// boot management, not baseboard management.
     pub const HAS_BM: u32 = 0x0080_0000;
     /// LinkRoundTripLatency supported.
     pub const HAS_LINK_RT_LATENCY: u32 = 0x0100_0000;
@@ -187,6 +189,35 @@ pub mod link_speed_ext {
     pub const HDR: u8 = 4;
     /// 100 Gb/s (NDR).
     pub const NDR: u8 = 8;
+}
+
+/// LinkSpeedExt2 bits (byte 56; valid when [`cap_mask2::EXT_SPEEDS_2_SUPPORTED`] is set).
+/// Values as libibmad `dump.c` `mad_dump_linkspeedext2`.
+pub mod link_speed_ext2 {
+    /// 212.5 Gb/s (XDR).
+    pub const XDR: u8 = 1;
+}
+
+/// CapabilityMask2 bits (libibmad `iba_types.h` `IB_PORT_CAP2_*`).
+pub mod cap_mask2 {
+    /// NodeDescription may be Set.
+    pub const SET_NODE_DESCRIPTION_SUPPORTED: u16 = 0x0001;
+    /// PortInfoExtended supported.
+    pub const PORT_INFO_EXTENDED_SUPPORTED: u16 = 0x0002;
+    /// Virtualization supported.
+    pub const VIRTUALIZATION_SUPPORTED: u16 = 0x0004;
+    /// SwitchPortStateTable supported.
+    pub const SWITCH_PORT_STATE_TABLE_SUPPORTED: u16 = 0x0008;
+    /// LinkWidth 2x supported.
+    pub const LINK_WIDTH_2X_SUPPORTED: u16 = 0x0010;
+    /// LinkSpeed HDR supported.
+    pub const LINK_SPEED_HDR_SUPPORTED: u16 = 0x0020;
+    /// LinkSpeed NDR supported.
+    pub const LINK_SPEED_NDR_SUPPORTED: u16 = 0x0400;
+    /// The LinkSpeedExt*2 fields of byte 56 are valid.
+    pub const EXT_SPEEDS_2_SUPPORTED: u16 = 0x0800;
+    /// LinkSpeed XDR supported.
+    pub const LINK_SPEED_XDR_SUPPORTED: u16 = 0x1000;
 }
 
 /// MTU codes (NeighborMTU, MTUCap).
@@ -247,7 +278,9 @@ mod field {
     /// LocalPhyErrors (7–4) / OverrunErrors (3–0).
     pub const PHY_OVERRUN_ERRORS: usize = 53;
     pub const MAX_CREDIT_HINT: usize = 54;
-    pub const RESERVED_56: usize = 56;
+    /// reserved (7) / LinkSpeedExtActive2 (6–5) / LinkSpeedExtSupported2 (4–3) /
+    /// LinkSpeedExtEnabled2 (2–0).
+    pub const SPEED_EXT2: usize = 56;
     pub const LINK_ROUND_TRIP_LATENCY: usize = 57;
     pub const CAPABILITY_MASK2: usize = 60;
     /// LinkSpeedExtActive (7–4) / LinkSpeedExtSupported (3–0).
@@ -555,6 +588,27 @@ impl<T: AsRef<[u8]>> PortInfo<T> {
         5,
         "LinkSpeedExtEnabled, 5 bits."
     );
+    bits_get!(
+        link_speed_ext_active2,
+        field::SPEED_EXT2,
+        5,
+        2,
+        "LinkSpeedExtActive2 ([`link_speed_ext2`]), 2 bits."
+    );
+    bits_get!(
+        link_speed_ext_supported2,
+        field::SPEED_EXT2,
+        3,
+        2,
+        "LinkSpeedExtSupported2 ([`link_speed_ext2`] mask), 2 bits."
+    );
+    bits_get!(
+        link_speed_ext_enabled2,
+        field::SPEED_EXT2,
+        0,
+        3,
+        "LinkSpeedExtEnabled2, 3 bits."
+    );
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> PortInfo<T> {
@@ -652,11 +706,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> PortInfo<T> {
         "Sets M_KeyProtectBits (2 bits)."
     );
 
-    /// Clears the reserved bits: 5–3 of byte 34, 7–5 of byte 52, byte 56, 7–5 of byte 63.
+    /// Clears the reserved bits: 5–3 of byte 34, 7–5 of byte 52, 7 of byte 56, 7–5 of byte 63.
+    /// Bits 6–0 of byte 56 are the XDR LinkSpeedExt*2 fields (libibmad `fields.c`), not reserved.
     pub fn clear_reserved(&mut self) {
         set_bits_at(self.buffer.as_mut(), field::PROTECT_LMC, 3, 3, 0);
         set_bits_at(self.buffer.as_mut(), field::RESP_TIME, 5, 3, 0);
-        self.buffer.as_mut()[field::RESERVED_56] = 0;
+        set_bits_at(self.buffer.as_mut(), field::SPEED_EXT2, 7, 1, 0);
         set_bits_at(self.buffer.as_mut(), field::SPEED_EXT_ENABLED, 5, 3, 0);
     }
 
@@ -874,9 +929,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> PortInfo<T> {
         5,
         "Sets LinkSpeedExtEnabled (5 bits)."
     );
+    bits_set!(
+        set_link_speed_ext_active2,
+        field::SPEED_EXT2,
+        5,
+        2,
+        "Sets LinkSpeedExtActive2 (2 bits)."
+    );
+    bits_set!(
+        set_link_speed_ext_supported2,
+        field::SPEED_EXT2,
+        3,
+        2,
+        "Sets LinkSpeedExtSupported2 (2 bits)."
+    );
+    bits_set!(
+        set_link_speed_ext_enabled2,
+        field::SPEED_EXT2,
+        0,
+        3,
+        "Sets LinkSpeedExtEnabled2 (3 bits)."
+    );
 }
 
-/// PortInfo as plain values; every field of the attribute, bit fields split out.
+/// PortInfo as plain values; every field of the attribute but the XDR fields of byte 56 (those
+/// are [`LinkSpeedExt2Repr`]), bit fields split out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PortInfoRepr {
     /// M_Key.
@@ -1047,7 +1124,9 @@ impl PortInfoRepr {
     }
 
     /// Writes every field into `view`, reserved bits cleared; bits of a value beyond its
-    /// field's width are dropped.
+    /// field's width are dropped. The XDR LinkSpeedExt*2 fields, which this Repr does not
+    /// carry, are written as 0 (no extended speed 2); emit a [`LinkSpeedExt2Repr`] after this to
+    /// set them.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, view: &mut PortInfo<&mut T>) {
         view.set_m_key(self.m_key);
         view.set_gid_prefix(self.gid_prefix);
@@ -1101,5 +1180,38 @@ impl PortInfoRepr {
         view.set_link_speed_ext_active(self.link_speed_ext_active);
         view.set_link_speed_ext_supported(self.link_speed_ext_supported);
         view.set_link_speed_ext_enabled(self.link_speed_ext_enabled);
+        LinkSpeedExt2Repr::default().emit(view);
+    }
+}
+
+/// The XDR fields of PortInfo byte 56 (libibmad `fields.c` "More PortInfo fields (XDR)") as
+/// plain values. They live apart from [`PortInfoRepr`] so that code which builds a
+/// `PortInfoRepr` field by field keeps compiling; parse and emit both to carry every field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LinkSpeedExt2Repr {
+    /// LinkSpeedExtActive2 ([`link_speed_ext2`]), 2 bits.
+    pub active: u8,
+    /// LinkSpeedExtSupported2 ([`link_speed_ext2`] mask), 2 bits.
+    pub supported: u8,
+    /// LinkSpeedExtEnabled2, 3 bits.
+    pub enabled: u8,
+}
+
+impl LinkSpeedExt2Repr {
+    /// Reads the three fields from `view`.
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(view: &PortInfo<&T>) -> Self {
+        Self {
+            active: view.link_speed_ext_active2(),
+            supported: view.link_speed_ext_supported2(),
+            enabled: view.link_speed_ext_enabled2(),
+        }
+    }
+
+    /// Writes the three fields into `view` (bits beyond a field's width dropped), leaving the
+    /// rest of the attribute alone.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, view: &mut PortInfo<&mut T>) {
+        view.set_link_speed_ext_active2(self.active);
+        view.set_link_speed_ext_supported2(self.supported);
+        view.set_link_speed_ext_enabled2(self.enabled);
     }
 }
