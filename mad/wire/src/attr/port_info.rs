@@ -952,8 +952,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> PortInfo<T> {
     );
 }
 
-/// PortInfo as plain values; every field of the attribute but the XDR fields of byte 56 (those
-/// are [`LinkSpeedExt2Repr`]), bit fields split out.
+/// PortInfo as plain values; every field of the attribute, bit fields split out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PortInfoRepr {
     /// M_Key.
@@ -1058,6 +1057,12 @@ pub struct PortInfoRepr {
     pub link_speed_ext_supported: u8,
     /// LinkSpeedExtEnabled, 5 bits.
     pub link_speed_ext_enabled: u8,
+    /// LinkSpeedExtActive2 ([`link_speed_ext2`]), 2 bits (XDR).
+    pub link_speed_ext_active2: u8,
+    /// LinkSpeedExtSupported2 ([`link_speed_ext2`] mask), 2 bits.
+    pub link_speed_ext_supported2: u8,
+    /// LinkSpeedExtEnabled2, 3 bits.
+    pub link_speed_ext_enabled2: u8,
 }
 
 impl PortInfoRepr {
@@ -1115,6 +1120,9 @@ impl PortInfoRepr {
             link_speed_ext_active: view.link_speed_ext_active(),
             link_speed_ext_supported: view.link_speed_ext_supported(),
             link_speed_ext_enabled: view.link_speed_ext_enabled(),
+            link_speed_ext_active2: view.link_speed_ext_active2(),
+            link_speed_ext_supported2: view.link_speed_ext_supported2(),
+            link_speed_ext_enabled2: view.link_speed_ext_enabled2(),
         })
     }
 
@@ -1124,9 +1132,7 @@ impl PortInfoRepr {
     }
 
     /// Writes every field into `view`, reserved bits cleared; bits of a value beyond its
-    /// field's width are dropped. The XDR LinkSpeedExt*2 fields, which this Repr does not
-    /// carry, are written as 0 (no extended speed 2); emit a [`LinkSpeedExt2Repr`] after this to
-    /// set them.
+    /// field's width are dropped.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, view: &mut PortInfo<&mut T>) {
         view.set_m_key(self.m_key);
         view.set_gid_prefix(self.gid_prefix);
@@ -1180,38 +1186,8 @@ impl PortInfoRepr {
         view.set_link_speed_ext_active(self.link_speed_ext_active);
         view.set_link_speed_ext_supported(self.link_speed_ext_supported);
         view.set_link_speed_ext_enabled(self.link_speed_ext_enabled);
-        LinkSpeedExt2Repr::default().emit(view);
-    }
-}
-
-/// The XDR fields of PortInfo byte 56 (libibmad `fields.c` "More PortInfo fields (XDR)") as
-/// plain values. They live apart from [`PortInfoRepr`] so that code which builds a
-/// `PortInfoRepr` field by field keeps compiling; parse and emit both to carry every field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct LinkSpeedExt2Repr {
-    /// LinkSpeedExtActive2 ([`link_speed_ext2`]), 2 bits.
-    pub active: u8,
-    /// LinkSpeedExtSupported2 ([`link_speed_ext2`] mask), 2 bits.
-    pub supported: u8,
-    /// LinkSpeedExtEnabled2, 3 bits.
-    pub enabled: u8,
-}
-
-impl LinkSpeedExt2Repr {
-    /// Reads the three fields from `view`.
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(view: &PortInfo<&T>) -> Self {
-        Self {
-            active: view.link_speed_ext_active2(),
-            supported: view.link_speed_ext_supported2(),
-            enabled: view.link_speed_ext_enabled2(),
-        }
-    }
-
-    /// Writes the three fields into `view` (bits beyond a field's width dropped), leaving the
-    /// rest of the attribute alone.
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, view: &mut PortInfo<&mut T>) {
-        view.set_link_speed_ext_active2(self.active);
-        view.set_link_speed_ext_supported2(self.supported);
-        view.set_link_speed_ext_enabled2(self.enabled);
+        view.set_link_speed_ext_active2(self.link_speed_ext_active2);
+        view.set_link_speed_ext_supported2(self.link_speed_ext_supported2);
+        view.set_link_speed_ext_enabled2(self.link_speed_ext_enabled2);
     }
 }

@@ -222,6 +222,11 @@ impl Sma<'_> {
             link_speed_ext_active: if ext { s.active.speed_ext } else { 0 },
             link_speed_ext_supported: if ext { LINK_SPEED_EXT_SUPPORTED } else { 0 },
             link_speed_ext_enabled: if ext { p.enabled.speed_ext } else { 0 },
+            // No XDR: the simulated ports claim no extended speed 2 (CapabilityMask2 bit 0x1000
+            // clear), as ibsim's do.
+            link_speed_ext_active2: 0,
+            link_speed_ext_supported2: 0,
+            link_speed_ext_enabled2: 0,
         }
     }
 
