@@ -13,6 +13,8 @@
 //!   each window's end, and the whole message is delivered once, as one receive (with
 //!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
 //!   response through the port's response matching (it finishes the request it answers). A
+//!   segment reaches its reassembly (open, or kept for late copies) by the segment alone,
+//!   whatever became of the request's send and its slot (the kernel's `continue_rmpp`). A
 //!   transfer not complete 40 s after its first segment is aborted (ABORT, status T2L): the
 //!   deadline is set once, at segment 1, and not moved by later segments (the kernel's
 //!   `start_rmpp` arms its timeout work once too), so a transfer still moving after 40 s is
@@ -861,9 +863,14 @@ impl PortShared {
         let (agent, waiting) = if response {
             match self.tid_owner(st, tid) {
                 Some(o) => o,
-                // The slot went to another send: a user-RMPP response under way still
-                // names its agent (the kernel's `find_mad_agent` by `hi_tid`).
-                None => match self.user_rmpp_owner(tid, mgmt_class) {
+                // The slot went to another send. A reassembly under way or kept for late
+                // copies takes its segments whatever became of the request (the kernel's
+                // `continue_rmpp` finds it by the segment alone); a user-RMPP response under
+                // way still names its agent (the kernel's `find_mad_agent` by `hi_tid`).
+                None => match self
+                    .rmpp_recv_agent(mad, addr)
+                    .or_else(|| self.user_rmpp_owner(tid, mgmt_class))
+                {
                     Some(a) => (a, false),
                     None => return false,
                 },
