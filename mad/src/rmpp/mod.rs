@@ -830,8 +830,10 @@ impl PortShared {
         if response && ((tid >> 32) as u32) & RING_QP1_BIT == 0 {
             let agent = {
                 let t = lock(&self.rmpp.table);
+                // Not a deregistering agent's, whose transfers may stay until their segment
+                // is back (the kernel takes the agent out of its table first).
                 t.sends_named(tid, mgmt_class)
-                    .find(|x| !x.is_response)
+                    .find(|x| !x.is_response && !x.agent.closing.load(Ordering::SeqCst))
                     .map(|x| Arc::clone(&x.agent))
             };
             // The transfer may have ended (answered, timed out, canceled) while its response's
@@ -1189,6 +1191,12 @@ impl PortShared {
                 step
             }
             None if seg == 1 => {
+                if agent.closing.load(Ordering::SeqCst) {
+                    // Deregistration sets this before it forgets the agent's reassemblies
+                    // under this lock: checked here, none is started after that.
+                    bump(&self.rmpp.cells.segments_dropped);
+                    return;
+                }
                 if !t.room_for_one() {
                     // The port's limits: refused as a transfer too long is (`RecvStep::Stop`).
                     return self.rmpp_refuse(mad, addr, actions);
