@@ -25,6 +25,8 @@
 //! - **Agents without RMPP** get segments as they come (the kernel's user RMPP): requests by
 //!   registration, and response segments that match no waiting send delivered to the agent
 //!   whose send the TID names, even once that send's slot went to another send ([`user`]).
+//!   What such an agent sends after a transfer's First segment (later segments, ACKs, STOPs,
+//!   ABORTs) goes with the transfer's TID ([`user_send`]).
 
 pub mod receiver;
 pub mod segment;
@@ -32,6 +34,7 @@ pub mod sender;
 #[cfg(all(test, not(loom)))]
 mod tests;
 pub mod user;
+pub mod user_send;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -902,7 +905,7 @@ impl PortShared {
             if !response {
                 return false;
             }
-            self.user_rmpp_track(&agent, tid, mgmt_class, mad);
+            self.user_rmpp_track(&agent, tid, mgmt_class, mad, addr);
             if waiting {
                 return false;
             }
@@ -978,16 +981,29 @@ impl PortShared {
         self.agents_read().agents.get(&id.0).cloned()
     }
 
-    /// Keep `agent`'s user-RMPP response `tid` (an active segment `mad` of it arrived)
-    /// attributed until it ends: its Last DATA segment, or an ABORT or STOP, forgets it.
-    fn user_rmpp_track(&self, agent: &AgentInner, tid: u64, mgmt_class: u8, mad: &[u8; MAD_LEN]) {
+    /// Keep `agent`'s user-RMPP transfer `tid` (an active response `mad` of it arrived from
+    /// `addr`: a segment of the response, or an ACK of a segment of the request) attributed
+    /// until it ends: the response's Last DATA segment, or an ABORT or STOP, forgets it.
+    fn user_rmpp_track(
+        &self,
+        agent: &AgentInner,
+        tid: u64,
+        mgmt_class: u8,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+    ) {
         let r = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
         let mut t = lock(&self.rmpp.table);
-        match r.rmpp_type() {
-            rmpp_type::DATA if r.flags() & flags::LAST == 0 => {
+        let kind = r.rmpp_type();
+        let last = r.flags() & flags::LAST != 0;
+        match kind {
+            rmpp_type::ACK | rmpp_type::DATA if kind == rmpp_type::ACK || !last => {
                 let deadline = self.hca.now() + REASSEMBLY_TIMEOUT;
                 let max = t.limits.max_user_transfers;
-                let evicted = t.user.insert(tid, agent.id, mgmt_class, deadline, max);
+                let peer = (addr.slid, addr.src_qp);
+                let evicted = t
+                    .user
+                    .insert(tid, agent.id, mgmt_class, peer, deadline, max);
                 if evicted > 0 {
                     self.rmpp
                         .cells
