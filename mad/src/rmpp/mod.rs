@@ -14,7 +14,10 @@
 //!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
 //!   response through the port's response matching (it finishes the request it answers). A
 //!   segment reaches its reassembly (open, or kept for late copies) by the segment alone,
-//!   whatever became of the request's send and its slot (the kernel's `continue_rmpp`). A
+//!   whatever became of the request's send and its slot (the kernel's `continue_rmpp`); the
+//!   agent of a request sent with RMPP is remembered by its TID for [`REASSEMBLY_TIMEOUT`]
+//!   after the request ended, so that a response still coming is reassembled, acknowledged
+//!   and dropped, and a bad ACK refused, as the kernel does finding the agent by `hi_tid`. A
 //!   transfer not complete 40 s after its first segment is aborted (ABORT, status T2L): the
 //!   deadline is set once, at segment 1, and not moved by later segments (the kernel's
 //!   `start_rmpp` arms its timeout work once too), so a transfer still moving after 40 s is
@@ -273,6 +276,9 @@ pub struct RmppCensus {
     pub segments_held: usize,
     /// User-RMPP responses under way whose agent is remembered by TID.
     pub user_transfers: usize,
+    /// RMPP requests ended less than [`REASSEMBLY_TIMEOUT`] ago whose agent is remembered
+    /// by TID (for their responses still coming).
+    pub ended_requests: usize,
 }
 
 /// Take `x` out of the (TID, class) index.
@@ -297,7 +303,20 @@ struct Table {
     held: usize,
     /// User-RMPP responses under way.
     user: UserTransfers,
+    /// RMPP requests that ended, by TID, for [`REASSEMBLY_TIMEOUT`]: their agent, for the
+    /// segments, ACKs, STOPs and ABORTs still coming (the kernel's `find_mad_agent` finds the
+    /// agent by `hi_tid` whatever became of the send). Bounded as `user` is.
+    ended: UserTransfers,
     limits: RmppLimits,
+}
+
+/// Remember the agent of transfer `x`, being forgotten at `now`, if it is a request.
+fn remember_ended(ended: &mut UserTransfers, x: &Transfer, now: Duration, max: usize) {
+    if !x.is_response {
+        let peer = (x.dest.dlid, x.dest.remote_qpn);
+        let deadline = now + REASSEMBLY_TIMEOUT;
+        ended.insert(x.tid, x.agent.id, x.mgmt_class, peer, deadline, max);
+    }
 }
 
 impl Table {
@@ -308,6 +327,7 @@ impl Table {
             recvs: HashMap::new(),
             held: 0,
             user: UserTransfers::default(),
+            ended: UserTransfers::default(),
             limits,
         }
     }
@@ -321,20 +341,23 @@ impl Table {
         self.sends.insert(x.id, x);
     }
 
-    /// Forget transfer `id`.
-    fn remove_send(&mut self, id: SendId) -> Option<Transfer> {
+    /// Forget transfer `id` (at `now`: a request's agent is remembered by its TID).
+    fn remove_send(&mut self, id: SendId, now: Duration) -> Option<Transfer> {
         let x = self.sends.remove(&id)?;
         unindex(&mut self.by_tid, &x);
+        remember_ended(&mut self.ended, &x, now, self.limits.max_user_transfers);
         Some(x)
     }
 
-    /// Forget the transfers `keep` refuses.
-    fn retain_sends(&mut self, mut keep: impl FnMut(&Transfer) -> bool) {
-        let by_tid = &mut self.by_tid;
+    /// Forget the transfers `keep` refuses (at `now`, as [`Table::remove_send`]).
+    fn retain_sends(&mut self, mut keep: impl FnMut(&Transfer) -> bool, now: Duration) {
+        let (by_tid, ended) = (&mut self.by_tid, &mut self.ended);
+        let max = self.limits.max_user_transfers;
         self.sends.retain(|_, x| {
             let k = keep(x);
             if !k {
                 unindex(by_tid, x);
+                remember_ended(ended, x, now, max);
             }
             k
         });
@@ -463,7 +486,11 @@ impl Rmpp {
         let t = lock(&self.table);
         let sends = t.sends.values().filter_map(|x| x.deadline);
         let recvs = t.recvs.values().map(|r| r.deadline);
-        sends.chain(recvs).chain(t.user.next_deadline()).min()
+        sends
+            .chain(recvs)
+            .chain(t.user.next_deadline())
+            .chain(t.ended.next_deadline())
+            .min()
     }
 
     fn events(&self) -> &EventQueue {
@@ -488,6 +515,7 @@ impl Port {
             reassemblies: t.recvs.len(),
             segments_held: t.held,
             user_transfers: t.user.len(),
+            ended_requests: t.ended.len(),
         }
     }
 
@@ -749,9 +777,15 @@ impl PortShared {
         let mut work = events.len();
         {
             let mut t = lock(&self.rmpp.table);
-            if events.is_empty() && t.sends.is_empty() && t.recvs.is_empty() && t.user.is_empty() {
+            if events.is_empty()
+                && t.sends.is_empty()
+                && t.recvs.is_empty()
+                && t.user.is_empty()
+                && t.ended.is_empty()
+            {
                 return 0;
             }
+            work += t.ended.expire(now);
             let expired = t.user.expire(now);
             if expired > 0 {
                 work += expired;
@@ -784,7 +818,7 @@ impl PortShared {
                     self.rmpp_step(x, step, &mut actions);
                 }
             }
-            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some(), now);
             let mut expired = Vec::new();
             t.retain_recvs(|r| {
                 if r.deadline > now {
@@ -844,7 +878,10 @@ impl PortShared {
             // as the kernel's `continue_rmpp` finds its `rmpp_recv` by the segment alone.
             let agent = match agent {
                 Some(a) => a,
-                None if active => match self.rmpp_recv_agent(mad, addr) {
+                None if active => match self
+                    .rmpp_recv_agent(mad, addr)
+                    .or_else(|| self.rmpp_ended_agent(tid, mgmt_class))
+                {
                     Some(a) => a,
                     None => return false,
                 },
@@ -943,6 +980,14 @@ impl PortShared {
         t.recvs
             .get(&Key::of(mad, addr))
             .map(|r| Arc::clone(&r.agent))
+    }
+
+    /// The agent (still registered) of the RMPP request `tid` that ended not long ago.
+    fn rmpp_ended_agent(&self, tid: u64, mgmt_class: u8) -> Option<Arc<AgentInner>> {
+        let id = lock(&self.rmpp.table)
+            .ended
+            .get(tid, mgmt_class, self.hca.now())?;
+        self.agents_read().agents.get(&id.0).cloned()
     }
 
     /// The agent that sent the request `tid` names, and whether that send still waits: the
@@ -1111,7 +1156,7 @@ impl PortShared {
         let step = x.sender.abort(status);
         self.rmpp_step(x, step, actions);
         if x.sender.done.is_some() && x.in_flight.is_none() {
-            t.remove_send(id);
+            t.remove_send(id, self.hca.now());
         }
     }
 
@@ -1163,7 +1208,7 @@ impl PortShared {
             Reply::Abort(s) => self.rmpp_nack(mad, addr, s, actions),
         }
         if x.sender.done.is_some() && x.in_flight.is_none() {
-            t.remove_send(id);
+            t.remove_send(id, self.hca.now());
         }
     }
 
@@ -1336,8 +1381,7 @@ impl PortShared {
         let Some(x) =
             Self::rmpp_find_send(&t, st, agent, first, &addr).and_then(|id| t.sends.get_mut(&id))
         else {
-            // A reassembly of a response starts only while its request's transfer is there:
-            // the request ended (timed out, canceled) while its response was coming in.
+            // The request ended (timed out, canceled) before or while its response came in.
             self.cells.dropped(crate::counters::DropReason::Late);
             return;
         };
@@ -1363,7 +1407,7 @@ impl PortShared {
         let step = x.sender.on_response();
         self.rmpp_step(x, step, actions);
         if x.in_flight.is_none() {
-            t.remove_send(id);
+            t.remove_send(id, self.hca.now());
         }
     }
 
@@ -1383,7 +1427,7 @@ impl PortShared {
             let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
             self.rmpp_step(x, step, &mut actions);
             if x.in_flight.is_none() {
-                t.remove_send(id);
+                t.remove_send(id, self.hca.now());
             }
             Ok(())
         };
@@ -1421,9 +1465,13 @@ impl PortShared {
                 let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
                 self.rmpp_step(x, step, &mut actions);
             }
-            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(
+                |x| x.sender.done.is_none() || x.in_flight.is_some(),
+                self.hca.now(),
+            );
             t.retain_recvs(|r| r.agent.id != agent.id);
             t.user.remove_agent(agent.id);
+            t.ended.remove_agent(agent.id);
         }
         self.rmpp_run(None, actions);
     }
@@ -1438,10 +1486,14 @@ impl PortShared {
                 let step = x.sender.cancel(WcStatus::WrFlushErr, 5);
                 self.rmpp_step(x, step, &mut actions);
             }
-            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(
+                |x| x.sender.done.is_none() || x.in_flight.is_some(),
+                self.hca.now(),
+            );
             t.recvs.clear();
             t.held = 0;
             t.user.clear();
+            t.ended.clear();
         }
         let n = actions.len();
         self.rmpp_run(None, actions);

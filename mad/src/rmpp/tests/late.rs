@@ -127,3 +127,75 @@ fn a_response_whose_request_timed_out_and_whose_slot_was_reused_is_acknowledged_
         r.assert_clean();
     }
 }
+
+#[test]
+fn a_response_to_an_rmpp_request_that_ended_before_it_came_is_acknowledged_then_dropped() {
+    // The GetMulti (sent with RMPP: an RMPP TID) times out before any of its response comes;
+    // the kernel still finds the agent by the TID, reassembles and acknowledges to the end,
+    // then drops the message no send waits for.
+    let (r, client, id, response, acks) = super::rmpp_request(&[], 50);
+    let c = completions(&r.collect(&client, Duration::from_millis(200)));
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    assert_eq!(
+        r.port.rmpp_census().ended_requests,
+        1,
+        "its agent remembered"
+    );
+    let late = r.port.counters().drops.get(crate::DropReason::Late);
+    let msg = response.lock().unwrap().clone();
+    for seg in segments_of(&msg, &[1, 2, 3]) {
+        r.fake.inject(from_peer(seg));
+    }
+    let ev = r.collect(&client, Duration::from_millis(10));
+    assert!(ev.is_empty(), "the request has ended: {ev:?}");
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![(1, 9), (3, 9)],
+        "acknowledged to the end"
+    );
+    assert_eq!(
+        r.port.counters().drops.get(crate::DropReason::Late),
+        late + 1,
+        "the finished message dropped as a late response"
+    );
+    r.collect(&client, Duration::from_secs(45));
+    let k = r.port.rmpp_counters();
+    assert_eq!((k.reassembly_timeouts, k.aborts_sent), (0, 0));
+    assert_eq!(
+        r.port.rmpp_census().ended_requests,
+        0,
+        "forgotten after 40 s"
+    );
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_bad_ack_for_an_rmpp_request_that_ended_is_answered_with_abort() {
+    // As the kernel's process_rmpp_ack (the agent found by the TID): an ACK with a status
+    // is refused with ABORT (bad status) even when no transfer is left for it.
+    let (r, client, id, _, _) = super::rmpp_request(&[], 50);
+    let c = completions(&r.collect(&client, Duration::from_millis(200)));
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    let sent = r.fake.sent();
+    let req = sent
+        .iter()
+        .find(|o| o.mad[3] == method::GET_MULTI && rmpp_of(&o.mad).0 == rmpp_type::DATA)
+        .expect("the request's segment");
+    let bad = control(&req.mad, rmpp_type::ACK, 0x7F, 1, 1);
+    assert_eq!(bad[3], method::GET_MULTI_RESP, "a response method");
+    r.fake.inject(from_peer(bad));
+    r.collect(&client, Duration::from_millis(10));
+    assert_eq!(
+        super::refusals(&r),
+        vec![(rmpp_type::ABORT, rmpp_status::BAD_STATUS)]
+    );
+    client.deregister();
+    assert_eq!(
+        r.port.rmpp_census().ended_requests,
+        0,
+        "forgotten with its agent"
+    );
+    r.assert_clean();
+}
