@@ -119,6 +119,8 @@ impl AgentSpec {
 pub struct SendRequest<'a> {
     /// The MAD: 24 to 256 bytes (zero-padded to 256). For a request (not a response), the
     /// upper 32 bits of its TID are replaced by the stack's; the lower 32 are the client's.
+    /// (An agent without RMPP sending a user-RMPP transfer: its MADs after the First segment
+    /// go with the transfer's TID, [`crate::rmpp::user_send`].)
     /// An RMPP transfer (agent registered with RMPP, Active flag set) is the whole message,
     /// of any length from its class header up: the header (e.g. 56 bytes for the SA), then
     /// the data, which the stack cuts into segments.
@@ -304,7 +306,7 @@ impl Agent {
     /// ordinary send uses its slot's send buffer, leased when the port opened).
     pub fn send(&self, req: SendRequest<'_>) -> Result<SendId, MadError> {
         let SendRequest {
-            mad,
+            mut mad,
             dest,
             timeout_ms,
             retries,
@@ -345,10 +347,23 @@ impl Agent {
         if len > MAD_LEN {
             return Err(MadError::MadTooLarge { len, max: MAD_LEN });
         }
+        let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+        let mut keep_tid = is_response(mad_class, mad[3], attr_mod);
+        // User RMPP: a request-method MAD that continues a transfer of the agent keeps the
+        // transfer's TID (crate::rmpp::user_send).
+        if !keep_tid
+            && agent.rmpp_version == 0
+            && len >= mad_wire::rmpp::RMPP_HEADER_END
+            && mad[26] & mad_wire::rmpp::flags::ACTIVE != 0
+            && class::is_rmpp_capable(mad_class)
+        {
+            if let Some(tid) = port.user_rmpp_tid(agent, &mad, &dest) {
+                mad.to_mut()[8..16].copy_from_slice(&tid.to_be_bytes());
+                keep_tid = true;
+            }
+        }
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
-        let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
-        let response = is_response(mad_class, mad[3], attr_mod);
         let build = |mad| Pending {
             agent: Arc::clone(agent),
             id: port.next_send_id(),
@@ -360,7 +375,7 @@ impl Agent {
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
-            is_response: response,
+            is_response: keep_tid,
             local: false,
         };
         // The MAD waits in a buffer of the ring's (see `SendRing::record`); the caller's

@@ -62,7 +62,9 @@ pub(crate) struct Pending {
     pub(crate) solicited: bool,
     /// Currently counted in its agent's outstanding solicited sends.
     pub(crate) fc_counted: bool,
-    /// The MAD is a response (its TID is the requester's and is kept).
+    /// The MAD's TID is kept: a response (the requester's TID), an RMPP segment or control
+    /// MAD of the port's RMPP agent, or a user-RMPP MAD continuing a transfer of its agent
+    /// (the transfer's TID, `crate::rmpp::user_send`).
     pub(crate) is_response: bool,
     /// A directed-route request for another agent of this port (crate::smi): it takes a slot
     /// (and a TID naming it) like any request, but no send queue entry, and is never posted.

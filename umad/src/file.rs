@@ -394,8 +394,10 @@ impl UmadFile {
             let (agent, kernel_rmpp) = admit(&st, &hdr, class, active, mad_len)?;
             // ib_umad_write (drivers/infiniband/core/user_mad.c) adds an RMPP-active MAD of
             // an agent without the MAD layer's RMPP to the send list without is_duplicate:
-            // such an agent sends a transfer's segments one by one, all with its TID. It is
-            // still recorded, and later writes are checked against it.
+            // such an agent sends a transfer's segments one by one, all with its TID (the MAD
+            // layer sends those after the First with the First's wire TID, as the kernel's
+            // hi_tid does: mad::rmpp::user_send). It is still recorded, and later writes are
+            // checked against it.
             let user_segment = !kernel_rmpp && active;
             if !user_segment && st.sends.values().any(|s| is_duplicate(&key, &s.key)) {
                 return Err(UmadError::Duplicate {

@@ -13,6 +13,11 @@
 //!   each window's end, and the whole message is delivered once, as one receive (with
 //!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
 //!   response through the port's response matching (it finishes the request it answers). A
+//!   segment reaches its reassembly (open, or kept for late copies) by the segment alone,
+//!   whatever became of the request's send and its slot (the kernel's `continue_rmpp`); the
+//!   agent of a request sent with RMPP is remembered by its TID for [`REASSEMBLY_TIMEOUT`]
+//!   after the request ended, so that a response still coming is reassembled, acknowledged
+//!   and dropped, and a bad ACK refused, as the kernel does finding the agent by `hi_tid`. A
 //!   transfer not complete 40 s after its first segment is aborted (ABORT, status T2L): the
 //!   deadline is set once, at segment 1, and not moved by later segments (the kernel's
 //!   `start_rmpp` arms its timeout work once too), so a transfer still moving after 40 s is
@@ -23,6 +28,8 @@
 //! - **Agents without RMPP** get segments as they come (the kernel's user RMPP): requests by
 //!   registration, and response segments that match no waiting send delivered to the agent
 //!   whose send the TID names, even once that send's slot went to another send ([`user`]).
+//!   What such an agent sends after a transfer's First segment (later segments, ACKs, STOPs,
+//!   ABORTs) goes with the transfer's TID ([`user_send`]).
 
 pub mod receiver;
 pub mod segment;
@@ -30,6 +37,7 @@ pub mod sender;
 #[cfg(all(test, not(loom)))]
 mod tests;
 pub mod user;
+pub mod user_send;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -268,6 +276,9 @@ pub struct RmppCensus {
     pub segments_held: usize,
     /// User-RMPP responses under way whose agent is remembered by TID.
     pub user_transfers: usize,
+    /// RMPP requests ended less than [`REASSEMBLY_TIMEOUT`] ago whose agent is remembered
+    /// by TID (for their responses still coming).
+    pub ended_requests: usize,
 }
 
 /// Take `x` out of the (TID, class) index.
@@ -292,7 +303,20 @@ struct Table {
     held: usize,
     /// User-RMPP responses under way.
     user: UserTransfers,
+    /// RMPP requests that ended, by TID, for [`REASSEMBLY_TIMEOUT`]: their agent, for the
+    /// segments, ACKs, STOPs and ABORTs still coming (the kernel's `find_mad_agent` finds the
+    /// agent by `hi_tid` whatever became of the send). Bounded as `user` is.
+    ended: UserTransfers,
     limits: RmppLimits,
+}
+
+/// Remember the agent of transfer `x`, being forgotten at `now`, if it is a request.
+fn remember_ended(ended: &mut UserTransfers, x: &Transfer, now: Duration, max: usize) {
+    if !x.is_response {
+        let peer = (x.dest.dlid, x.dest.remote_qpn);
+        let deadline = now + REASSEMBLY_TIMEOUT;
+        ended.insert(x.tid, x.agent.id, x.mgmt_class, peer, deadline, max);
+    }
 }
 
 impl Table {
@@ -303,6 +327,7 @@ impl Table {
             recvs: HashMap::new(),
             held: 0,
             user: UserTransfers::default(),
+            ended: UserTransfers::default(),
             limits,
         }
     }
@@ -316,20 +341,23 @@ impl Table {
         self.sends.insert(x.id, x);
     }
 
-    /// Forget transfer `id`.
-    fn remove_send(&mut self, id: SendId) -> Option<Transfer> {
+    /// Forget transfer `id` (at `now`: a request's agent is remembered by its TID).
+    fn remove_send(&mut self, id: SendId, now: Duration) -> Option<Transfer> {
         let x = self.sends.remove(&id)?;
         unindex(&mut self.by_tid, &x);
+        remember_ended(&mut self.ended, &x, now, self.limits.max_user_transfers);
         Some(x)
     }
 
-    /// Forget the transfers `keep` refuses.
-    fn retain_sends(&mut self, mut keep: impl FnMut(&Transfer) -> bool) {
-        let by_tid = &mut self.by_tid;
+    /// Forget the transfers `keep` refuses (at `now`, as [`Table::remove_send`]).
+    fn retain_sends(&mut self, mut keep: impl FnMut(&Transfer) -> bool, now: Duration) {
+        let (by_tid, ended) = (&mut self.by_tid, &mut self.ended);
+        let max = self.limits.max_user_transfers;
         self.sends.retain(|_, x| {
             let k = keep(x);
             if !k {
                 unindex(by_tid, x);
+                remember_ended(ended, x, now, max);
             }
             k
         });
@@ -458,7 +486,11 @@ impl Rmpp {
         let t = lock(&self.table);
         let sends = t.sends.values().filter_map(|x| x.deadline);
         let recvs = t.recvs.values().map(|r| r.deadline);
-        sends.chain(recvs).chain(t.user.next_deadline()).min()
+        sends
+            .chain(recvs)
+            .chain(t.user.next_deadline())
+            .chain(t.ended.next_deadline())
+            .min()
     }
 
     fn events(&self) -> &EventQueue {
@@ -483,6 +515,7 @@ impl Port {
             reassemblies: t.recvs.len(),
             segments_held: t.held,
             user_transfers: t.user.len(),
+            ended_requests: t.ended.len(),
         }
     }
 
@@ -744,9 +777,15 @@ impl PortShared {
         let mut work = events.len();
         {
             let mut t = lock(&self.rmpp.table);
-            if events.is_empty() && t.sends.is_empty() && t.recvs.is_empty() && t.user.is_empty() {
+            if events.is_empty()
+                && t.sends.is_empty()
+                && t.recvs.is_empty()
+                && t.user.is_empty()
+                && t.ended.is_empty()
+            {
                 return 0;
             }
+            work += t.ended.expire(now);
             let expired = t.user.expire(now);
             if expired > 0 {
                 work += expired;
@@ -779,7 +818,7 @@ impl PortShared {
                     self.rmpp_step(x, step, &mut actions);
                 }
             }
-            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some(), now);
             let mut expired = Vec::new();
             t.retain_recvs(|r| {
                 if r.deadline > now {
@@ -828,8 +867,10 @@ impl PortShared {
         if response && ((tid >> 32) as u32) & RING_QP1_BIT == 0 {
             let agent = {
                 let t = lock(&self.rmpp.table);
+                // Not a deregistering agent's, whose transfers may stay until their segment
+                // is back (the kernel takes the agent out of its table first).
                 t.sends_named(tid, mgmt_class)
-                    .find(|x| !x.is_response)
+                    .find(|x| !x.is_response && !x.agent.closing.load(Ordering::SeqCst))
                     .map(|x| Arc::clone(&x.agent))
             };
             // The transfer may have ended (answered, timed out, canceled) while its response's
@@ -837,7 +878,10 @@ impl PortShared {
             // as the kernel's `continue_rmpp` finds its `rmpp_recv` by the segment alone.
             let agent = match agent {
                 Some(a) => a,
-                None if active => match self.rmpp_recv_agent(mad, addr) {
+                None if active => match self
+                    .rmpp_recv_agent(mad, addr)
+                    .or_else(|| self.rmpp_ended_agent(tid, mgmt_class))
+                {
                     Some(a) => a,
                     None => return false,
                 },
@@ -861,9 +905,14 @@ impl PortShared {
         let (agent, waiting) = if response {
             match self.tid_owner(st, tid) {
                 Some(o) => o,
-                // The slot went to another send: a user-RMPP response under way still
-                // names its agent (the kernel's `find_mad_agent` by `hi_tid`).
-                None => match self.user_rmpp_owner(tid, mgmt_class) {
+                // The slot went to another send. A reassembly under way or kept for late
+                // copies takes its segments whatever became of the request (the kernel's
+                // `continue_rmpp` finds it by the segment alone); a user-RMPP response under
+                // way still names its agent (the kernel's `find_mad_agent` by `hi_tid`).
+                None => match self
+                    .rmpp_recv_agent(mad, addr)
+                    .or_else(|| self.user_rmpp_owner(tid, mgmt_class))
+                {
                     Some(a) => (a, false),
                     None => return false,
                 },
@@ -893,7 +942,7 @@ impl PortShared {
             if !response {
                 return false;
             }
-            self.user_rmpp_track(&agent, tid, mgmt_class, mad);
+            self.user_rmpp_track(&agent, tid, mgmt_class, mad, addr);
             if waiting {
                 return false;
             }
@@ -933,6 +982,14 @@ impl PortShared {
             .map(|r| Arc::clone(&r.agent))
     }
 
+    /// The agent (still registered) of the RMPP request `tid` that ended not long ago.
+    fn rmpp_ended_agent(&self, tid: u64, mgmt_class: u8) -> Option<Arc<AgentInner>> {
+        let id = lock(&self.rmpp.table)
+            .ended
+            .get(tid, mgmt_class, self.hca.now())?;
+        self.agents_read().agents.get(&id.0).cloned()
+    }
+
     /// The agent that sent the request `tid` names, and whether that send still waits: the
     /// slot's owner when the slot holds that very send, or when the slot is free and its last
     /// send had that TID; otherwise the TID cannot be attributed.
@@ -969,16 +1026,29 @@ impl PortShared {
         self.agents_read().agents.get(&id.0).cloned()
     }
 
-    /// Keep `agent`'s user-RMPP response `tid` (an active segment `mad` of it arrived)
-    /// attributed until it ends: its Last DATA segment, or an ABORT or STOP, forgets it.
-    fn user_rmpp_track(&self, agent: &AgentInner, tid: u64, mgmt_class: u8, mad: &[u8; MAD_LEN]) {
+    /// Keep `agent`'s user-RMPP transfer `tid` (an active response `mad` of it arrived from
+    /// `addr`: a segment of the response, or an ACK of a segment of the request) attributed
+    /// until it ends: the response's Last DATA segment, or an ABORT or STOP, forgets it.
+    fn user_rmpp_track(
+        &self,
+        agent: &AgentInner,
+        tid: u64,
+        mgmt_class: u8,
+        mad: &[u8; MAD_LEN],
+        addr: &RecvAddr,
+    ) {
         let r = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
         let mut t = lock(&self.rmpp.table);
-        match r.rmpp_type() {
-            rmpp_type::DATA if r.flags() & flags::LAST == 0 => {
+        let kind = r.rmpp_type();
+        let last = r.flags() & flags::LAST != 0;
+        match kind {
+            rmpp_type::ACK | rmpp_type::DATA if kind == rmpp_type::ACK || !last => {
                 let deadline = self.hca.now() + REASSEMBLY_TIMEOUT;
                 let max = t.limits.max_user_transfers;
-                let evicted = t.user.insert(tid, agent.id, mgmt_class, deadline, max);
+                let peer = (addr.slid, addr.src_qp);
+                let evicted = t
+                    .user
+                    .insert(tid, agent.id, mgmt_class, peer, deadline, max);
                 if evicted > 0 {
                     self.rmpp
                         .cells
@@ -1086,7 +1156,7 @@ impl PortShared {
         let step = x.sender.abort(status);
         self.rmpp_step(x, step, actions);
         if x.sender.done.is_some() && x.in_flight.is_none() {
-            t.remove_send(id);
+            t.remove_send(id, self.hca.now());
         }
     }
 
@@ -1138,7 +1208,7 @@ impl PortShared {
             Reply::Abort(s) => self.rmpp_nack(mad, addr, s, actions),
         }
         if x.sender.done.is_some() && x.in_flight.is_none() {
-            t.remove_send(id);
+            t.remove_send(id, self.hca.now());
         }
     }
 
@@ -1182,6 +1252,12 @@ impl PortShared {
                 step
             }
             None if seg == 1 => {
+                if agent.closing.load(Ordering::SeqCst) {
+                    // Deregistration sets this before it forgets the agent's reassemblies
+                    // under this lock: checked here, none is started after that.
+                    bump(&self.rmpp.cells.segments_dropped);
+                    return;
+                }
                 if !t.room_for_one() {
                     // The port's limits: refused as a transfer too long is (`RecvStep::Stop`).
                     return self.rmpp_refuse(mad, addr, actions);
@@ -1305,8 +1381,7 @@ impl PortShared {
         let Some(x) =
             Self::rmpp_find_send(&t, st, agent, first, &addr).and_then(|id| t.sends.get_mut(&id))
         else {
-            // A reassembly of a response starts only while its request's transfer is there:
-            // the request ended (timed out, canceled) while its response was coming in.
+            // The request ended (timed out, canceled) before or while its response came in.
             self.cells.dropped(crate::counters::DropReason::Late);
             return;
         };
@@ -1332,7 +1407,7 @@ impl PortShared {
         let step = x.sender.on_response();
         self.rmpp_step(x, step, actions);
         if x.in_flight.is_none() {
-            t.remove_send(id);
+            t.remove_send(id, self.hca.now());
         }
     }
 
@@ -1352,7 +1427,7 @@ impl PortShared {
             let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
             self.rmpp_step(x, step, &mut actions);
             if x.in_flight.is_none() {
-                t.remove_send(id);
+                t.remove_send(id, self.hca.now());
             }
             Ok(())
         };
@@ -1390,9 +1465,13 @@ impl PortShared {
                 let step = x.sender.cancel(WcStatus::WrFlushErr, self.flush_vendor());
                 self.rmpp_step(x, step, &mut actions);
             }
-            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(
+                |x| x.sender.done.is_none() || x.in_flight.is_some(),
+                self.hca.now(),
+            );
             t.retain_recvs(|r| r.agent.id != agent.id);
             t.user.remove_agent(agent.id);
+            t.ended.remove_agent(agent.id);
         }
         self.rmpp_run(None, actions);
     }
@@ -1407,10 +1486,14 @@ impl PortShared {
                 let step = x.sender.cancel(WcStatus::WrFlushErr, 5);
                 self.rmpp_step(x, step, &mut actions);
             }
-            t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some());
+            t.retain_sends(
+                |x| x.sender.done.is_none() || x.in_flight.is_some(),
+                self.hca.now(),
+            );
             t.recvs.clear();
             t.held = 0;
             t.user.clear();
+            t.ended.clear();
         }
         let n = actions.len();
         self.rmpp_run(None, actions);

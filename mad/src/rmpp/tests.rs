@@ -1015,4 +1015,6 @@ fn transfers_sharing_a_tid_are_each_moved_by_their_own_acks() {
     r.assert_clean();
 }
 
+mod closing;
+mod late;
 mod user;

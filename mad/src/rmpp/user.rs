@@ -1,12 +1,15 @@
-//! The responses to user-RMPP requests still arriving: which agent a response's TID names
-//! once the request's send slot may have gone to another send.
+//! The user-RMPP transfers under way by TID: which agent a response's TID names once the
+//! request's send slot may have gone to another send, and which TID an agent's later
+//! segments, ACKs, STOPs and ABORTs go with ([`super::user_send`]).
 //!
 //! The kernel finds the agent of any response from the TID's upper half (the agent's
 //! `hi_tid`), so every later segment of a user-RMPP response reaches it however many sends
 //! went out meanwhile. Ours names the send slot and its generation instead, which the ring
 //! can only attribute while the slot still holds that send or its last one. This table keeps
 //! the full TID of a request answered by an RMPP-active response segment, with its agent
-//! (by ID: the agent may deregister), until the Last segment (or an ABORT or STOP), the
+//! (by ID: the agent may deregister) and the address it came from (an ACK of a user-RMPP
+//! request's segment is recorded too: its TID is the one the request's later segments must
+//! carry), until the Last segment (or an ABORT or STOP), the
 //! transfer's time limit, the agent's deregistration, or the bound pushes it out, oldest
 //! first. The full 64-bit TID carries the slot's generation, so a later send in the same
 //! slot is never taken for the old one.
@@ -25,6 +28,8 @@ struct Entry {
     seq: u64,
     agent: AgentId,
     mgmt_class: u8,
+    /// The peer's LID and QP.
+    peer: (u16, u32),
     deadline: Duration,
 }
 
@@ -47,15 +52,16 @@ impl UserTransfers {
         self.by_tid.is_empty()
     }
 
-    /// Remember that `tid` (class `mgmt_class`) answers a request of `agent`, until
-    /// `deadline`; an entry already there keeps its deadline (the limit counts from the first
-    /// segment). At most `max` entries are kept: returns how many older ones were dropped
-    /// for this one.
+    /// Remember that `tid` (class `mgmt_class`, from `peer`) answers a request of `agent`,
+    /// until `deadline`; an entry already there keeps its deadline (the limit counts from the
+    /// first segment). At most `max` entries are kept: returns how many older ones were
+    /// dropped for this one.
     pub(super) fn insert(
         &mut self,
         tid: u64,
         agent: AgentId,
         mgmt_class: u8,
+        peer: (u16, u32),
         deadline: Duration,
         max: usize,
     ) -> usize {
@@ -79,10 +85,34 @@ impl UserTransfers {
                 seq,
                 agent,
                 mgmt_class,
+                peer,
                 deadline,
             },
         );
         dropped
+    }
+
+    /// The TID of `agent`'s newest transfer of class `mgmt_class` with `peer` whose TID's
+    /// lower half is `low`, if one is under way at `now`.
+    pub(super) fn find(
+        &self,
+        agent: AgentId,
+        low: u32,
+        mgmt_class: u8,
+        peer: (u16, u32),
+        now: Duration,
+    ) -> Option<u64> {
+        self.by_tid
+            .iter()
+            .filter(|&(&tid, e)| {
+                e.agent == agent
+                    && tid as u32 == low
+                    && e.mgmt_class == mgmt_class
+                    && e.peer == peer
+                    && e.deadline > now
+            })
+            .max_by_key(|(_, e)| e.seq)
+            .map(|(&tid, _)| tid)
     }
 
     /// The agent whose request `tid` answers, if a segment of class `mgmt_class` may still

@@ -266,3 +266,142 @@ fn a_new_send_in_the_old_slot_gets_its_own_segments() {
     b.deregister();
     r.assert_clean();
 }
+
+/// The TID a MAD sent by `client` went to the peer with (the last such send).
+fn wire_tid_of_last(r: &Rig, method: u8, kind: u8) -> u64 {
+    let sent = r.fake.sent();
+    let o = sent
+        .iter()
+        .rev()
+        .find(|o| o.mad[3] == method && rmpp_of(&o.mad).0 == kind)
+        .expect("sent");
+    tid_of(&o.mad)
+}
+
+#[test]
+fn the_users_ack_stop_and_abort_of_a_response_keep_its_tid() {
+    // The kernel rewrites a request's TID upper half to the agent's hi_tid, which for the
+    // ACK of a response to the agent's own request leaves it as it is: the responder finds
+    // its transfer by that TID. However many sends came between.
+    for n in [0, 64] {
+        let r = Rig::new();
+        let (client, tid, msg) = transfer_after_sends(&r, n);
+        let seg1 = segments_of(&msg, &[1])[0];
+        for (kind, status, seg, win) in [
+            (rmpp_type::ACK, 0, 1, 9),
+            (rmpp_type::STOP, rmpp_status::RESOURCES_EXHAUSTED, 0, 0),
+            (rmpp_type::ABORT, rmpp_status::T2L, 0, 0),
+        ] {
+            let ctl = control(&seg1, kind, status, seg, win);
+            assert_eq!(ctl[3], method::GET_TABLE, "a request method");
+            client
+                .send(SendRequest::new(ctl.to_vec(), to_peer()))
+                .unwrap();
+            let c = completions(&r.collect(&client, Duration::from_millis(5)));
+            assert_eq!(c.len(), 1);
+            assert_eq!(c[0].tid, tid, "the completion's TID is the wire's");
+            assert_eq!(
+                wire_tid_of_last(&r, method::GET_TABLE, kind),
+                tid,
+                "type {kind} after {n} sends went with the response's TID"
+            );
+        }
+        client.deregister();
+        r.assert_clean();
+    }
+}
+
+#[test]
+fn another_agents_response_tid_is_not_kept() {
+    // B sends an ACK naming A's response: not a transfer of B's, so its TID is rewritten as
+    // any request's (B cannot speak for A's transfers).
+    let r = Rig::new();
+    let (a, tid, msg) = transfer_after_sends(&r, 0);
+    let b = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
+    let ack = control(&segments_of(&msg, &[1])[0], rmpp_type::ACK, 0, 1, 9);
+    b.send(SendRequest::new(ack.to_vec(), to_peer())).unwrap();
+    assert_eq!(
+        completions(&r.collect(&b, Duration::from_millis(5))).len(),
+        1
+    );
+    let wire = wire_tid_of_last(&r, method::GET_TABLE, rmpp_type::ACK);
+    assert_ne!(wire, tid, "rewritten");
+    assert_eq!(
+        wire & 0xFFFF_FFFF,
+        tid & 0xFFFF_FFFF,
+        "the client's lower half"
+    );
+    a.deregister();
+    b.deregister();
+    r.assert_clean();
+}
+
+/// A peer that acknowledges each DATA segment of a GetMulti (window 3), and answers the
+/// Last one with a one-segment GetMultiResp.
+fn getmulti_receiver(r: &Rig) {
+    r.fake.set_responder(move |out| {
+        let f = rmpp_of(&out.mad);
+        if out.mad[3] != method::GET_MULTI || f.0 != rmpp_type::DATA {
+            return Vec::new();
+        }
+        let mut back = vec![from_peer(control(&out.mad, rmpp_type::ACK, 0, f.3, 3))];
+        if f.1 & flags::LAST != 0 {
+            let resp = sa_message(method::GET_MULTI_RESP, tid_of(&out.mad), 20, true, 6);
+            back.extend(segments_of(&resp, &[1]).into_iter().map(from_peer));
+        }
+        back
+    });
+}
+
+#[test]
+fn the_segments_of_a_user_rmpp_request_all_go_with_the_first_ones_tid() {
+    // The user cuts a GetMulti into 3 segments, each written with its own TID (client TID
+    // 0x33): the first takes a TID as any request, the later ones go with that TID, as the
+    // kernel sends every segment with hi_tid and the client's lower half. The peer's ACKs
+    // and response reach the agent with that TID, however many sends came between.
+    for n in [0, 64] {
+        let r = Rig::new();
+        getmulti_receiver(&r);
+        let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi));
+        let msg = sa_message(method::GET_MULTI, 0x33, 500, true, 1);
+        let segs = segments_of(&msg, &[1, 2, 3]);
+        client
+            .send(SendRequest::new(segs[0].to_vec(), to_peer()))
+            .unwrap();
+        let ev = r.collect(&client, Duration::from_millis(5));
+        let wire = wire_tid_of_last(&r, method::GET_MULTI, rmpp_type::DATA);
+        assert_eq!(completions(&ev)[0].tid, wire);
+        assert_eq!(raw_segments(&ev), vec![(wire, 1)], "ACK 1: {ev:?}");
+        other_sends(&r, &client, n);
+        for seg in &segs[1..] {
+            client
+                .send(SendRequest::new(seg.to_vec(), to_peer()))
+                .unwrap();
+        }
+        let ev = r.collect(&client, Duration::from_millis(5));
+        let sent: Vec<u64> = r
+            .fake
+            .sent()
+            .iter()
+            .filter(|o| o.mad[3] == method::GET_MULTI)
+            .map(|o| tid_of(&o.mad))
+            .collect();
+        assert_eq!(sent, vec![wire; 3], "after {n} sends");
+        assert_eq!(
+            completions(&ev).iter().map(|c| c.tid).collect::<Vec<_>>(),
+            vec![wire; 2]
+        );
+        // ACKs 2 and 3, then the response (segment 1 of 1).
+        assert_eq!(
+            raw_segments(&ev),
+            vec![(wire, 2), (wire, 3), (wire, 1)],
+            "after {n} sends: {ev:?}"
+        );
+        let Some(Event::Recv(resp)) = ev.iter().rev().find(|e| matches!(e, Event::Recv(_))) else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(resp.mad[3], method::GET_MULTI_RESP);
+        client.deregister();
+        r.assert_clean();
+    }
+}
