@@ -780,15 +780,20 @@ impl Qp {
                 self.kind, self.qpn
             ));
         };
+        // The counter is the device's full 16-bit receive WQE counter (the one the
+        // doorbell record counts in), not the ring index: the sim writes its `rq_cc`, and
+        // mlx5e reads it as a counter (`mlx5_wq_cyc_ctr2ix`). rdma-core and mlx5_ib ignore it
+        // for a non-SRQ RQ and take the next in order; we compare, and only the full value,
+        // because a ring index matches a CQE from an earlier lap of the ring too, which would
+        // complete (as Success) a receive the device may still write into.
         let tail = self.rq_tail as u16;
-        let mask = (self.geo.rq_cnt - 1) as u16;
-        if wqe_counter != tail && wqe_counter != tail & mask {
+        if wqe_counter != tail {
             return Err(format!(
                 "receive CQE for {:?} QP {:#x} with wqe_counter {wqe_counter}: the oldest \
                  outstanding receive is {tail} (ring index {})",
                 self.kind,
                 self.qpn,
-                tail & mask
+                tail & (self.geo.rq_cnt - 1) as u16
             ));
         }
         let wc = match kind {
@@ -1321,6 +1326,44 @@ mod tests {
         assert_eq!((wc.src_qp, wc.slid, wc.sl, wc.dlid_path_bits), (1, 3, 2, 1));
         assert_eq!(wc.pkey_index, 5, "QP1 maps the CQE's P_Key to its index");
         assert!(!wc.grh);
+    }
+
+    /// The device writes the full 16-bit receive counter (the sim: `rq_cc`; mlx5e reads it
+    /// as a counter, `mlx5_wq_cyc_ctr2ix`), so a CQE naming the ring slot of the oldest
+    /// receive but an earlier lap is a stale one: completing the receive posted there would
+    /// hand back a buffer the device may still write into.
+    #[test]
+    fn a_receive_cqe_from_the_previous_lap_of_the_ring_is_refused() {
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        for id in 0..4 {
+            q.post_recv(&recv(296, id)).unwrap();
+        }
+        for counter in 0..4u16 {
+            let wc = q.complete_recv(counter, &ok_recv(296), |_| 0).unwrap();
+            assert_eq!(wc.wr_id, u64::from(counter));
+            q.post_recv(&recv(296, 10 + u64::from(counter))).unwrap();
+        }
+        // The oldest is now counter 4, in ring slot 0.
+        let err = q.complete_recv(0, &ok_recv(296), |_| 0).unwrap_err();
+        assert!(err.contains("oldest outstanding receive is 4"), "{err}");
+        assert_eq!(q.outstanding(), 4, "nothing completed");
+        let wc = q.complete_recv(4, &ok_recv(296), |_| 0).unwrap();
+        assert_eq!(wc.wr_id, 10);
+        // Across the 16-bit wrap of the counter too.
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.rq_head = 0xffff;
+        q.rq_tail = 0xffff;
+        q.post_recv(&recv(296, 1)).unwrap();
+        q.post_recv(&recv(296, 2)).unwrap();
+        assert_eq!(
+            q.complete_recv(0xffff, &ok_recv(296), |_| 0).unwrap().wr_id,
+            1
+        );
+        assert!(
+            q.complete_recv(4, &ok_recv(296), |_| 0).is_err(),
+            "slot 0, an older lap"
+        );
+        assert_eq!(q.complete_recv(0, &ok_recv(296), |_| 0).unwrap().wr_id, 2);
     }
 
     #[test]
