@@ -178,7 +178,8 @@ pub(crate) struct Qp {
     recvs: VecDeque<RecvRec>,
     pub(crate) state: SwState,
     /// The first WQE index posted after the last SQERR2RTS: flushes of WQEs before it belong
-    /// to the stop that recovery ended, so they do not stop the queue again.
+    /// to the stop that recovery ended, so they do not stop the queue again. Cleared once no
+    /// send before it is outstanding: it is compared modulo 2^16.
     recovered_at: Option<u16>,
     /// A recovery's commands are running (without the QP's lock): a second recovery waits
     /// for it rather than issue its own.
@@ -724,6 +725,14 @@ impl Qp {
                 self.sends.len()
             ));
         }
+        // The work requests before the recovery's mark are all completed once the front
+        // reaches it: drop the mark, or the 16-bit comparison below would take a send
+        // 2^15 basic blocks on for one of them. (Only a compare while there is no mark.)
+        if let Some(at) = self.recovered_at {
+            if at.wrapping_sub(front.index) as i16 <= 0 {
+                self.recovered_at = None;
+            }
+        }
         let (status, vendor_err) = match kind {
             CqeKind::SendOk => (WcStatus::Success, 0),
             CqeKind::SendErr {
@@ -865,6 +874,10 @@ impl Qp {
                 u32::from(f.vendor_err),
             ));
             n += 1;
+        }
+        if self.sends.is_empty() {
+            // No send is left from before the last recovery (see `complete_send`).
+            self.recovered_at = None;
         }
         while n < max {
             let Some(r) = self.recvs.pop_front() else {
@@ -1205,6 +1218,62 @@ mod tests {
         let wc = q.complete_send(4, &f).unwrap();
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         assert_eq!(q.state, SwState::SqError);
+    }
+
+    /// The recovery's mark is dropped once the queue has moved past it: a flush 32,768 basic
+    /// blocks (16,384 two-BB sends) later is compared with a 16-bit index that has wrapped
+    /// round to look "before the recovery" again, and would leave the queue in RTS although
+    /// the QP stopped.
+    #[test]
+    fn a_flush_long_after_a_recovery_still_stops_the_send_queue() {
+        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        q.complete_send(0, &e).unwrap();
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.finish_recovery(Ok(())).unwrap();
+        let f = CqeKind::SendErr {
+            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
+            vendor_err: 0,
+        };
+        q.complete_send(2, &f).unwrap();
+        assert_eq!(q.state, SwState::Rts, "the old flush");
+        let mut index = 4u16;
+        for _ in 0..16_385 {
+            q.post_send(&bar, &wr(0, None)).unwrap();
+            let wc = q.complete_send(index, &CqeKind::SendOk).unwrap();
+            assert_eq!(wc.status, WcStatus::Success);
+            index = index.wrapping_add(2);
+            rec.take();
+        }
+        assert_eq!(q.recovered_at, None, "the queue moved past the recovery");
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let wc = q.complete_send(index, &f).unwrap();
+        assert_eq!(wc.status, WcStatus::WrFlushErr);
+        assert_eq!(q.state, SwState::SqError, "a new stop");
+    }
+
+    /// A software flush empties the send queue: nothing is left before the recovery's mark.
+    #[test]
+    fn a_software_flush_drops_the_recovery_mark() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        q.complete_send(0, &e).unwrap();
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.finish_recovery(Ok(())).unwrap();
+        assert_eq!(q.recovered_at, Some(4));
+        let mut out = Vec::new();
+        assert_eq!(q.flush(&mut out, usize::MAX), 1);
+        assert_eq!(q.recovered_at, None);
     }
 
     #[test]
