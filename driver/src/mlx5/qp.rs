@@ -270,6 +270,22 @@ pub(crate) fn send_wqe_with_av(
     av: &[u8; DATAGRAM_SEG_LEN],
     b: &mut [u8; SINGLE_DATA_WQE_LEN],
 ) -> Result<(), PostError> {
+    // A data segment's byte count is not a plain length at its edges: the kernel
+    // (`set_data_ptr_seg` callers in wr.c) and rdma-core leave zero-length SGEs out of a
+    // WQE rather than give the device a count of 0, and bit 31 marks an inline segment.
+    if wr.sge.len == 0 {
+        return Err(PostError::Invalid(
+            "an empty send buffer: a MAD send needs the MAD's bytes (a data segment cannot \
+             say 0 bytes)"
+                .into(),
+        ));
+    }
+    if wr.sge.len & 0x8000_0000 != 0 {
+        return Err(PostError::Invalid(format!(
+            "a send buffer of {} bytes: 2 GiB or more does not fit a data segment",
+            wr.sge.len
+        )));
+    }
     let ctrl = CtrlSeg {
         opmod: 0,
         wqe_index: index,
@@ -1563,6 +1579,28 @@ mod tests {
             Err(PostError::Invalid(_))
         ));
         assert_eq!(q.sends.len(), chain.len(), "the refused one is not posted");
+    }
+
+    /// A data segment's byte count of 0 does not mean an empty buffer to the device (the
+    /// kernel and rdma-core leave zero-length SGEs out of a WQE), and bit 31 marks inline
+    /// data: such a send is refused before anything reaches the ring.
+    #[test]
+    fn an_empty_or_2_gib_send_buffer_is_refused_without_posting() {
+        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        for (len, what) in [(0, "an empty send buffer"), (0x8000_0000, "2 GiB or more")] {
+            let mut w = wr(0, None);
+            w.sge.len = len;
+            let err = q.post_send(&bar, &w).unwrap_err();
+            assert!(
+                matches!(&err, PostError::Invalid(m) if m.contains(what)),
+                "{len:#x}: {err}"
+            );
+        }
+        assert_eq!(q.sends.len(), 0);
+        assert_eq!(q.sq_head, 0);
+        assert!(rec.take().is_empty(), "no doorbell");
+        assert_eq!(q.db.read_u32_be(4).unwrap(), 0, "no doorbell record");
+        q.post_send(&bar, &wr(0, None)).unwrap();
     }
 
     #[test]
