@@ -47,6 +47,11 @@ pub struct Mlx5Port {
     pub(crate) flushed: Mutex<VecDeque<WorkCompletion>>,
     /// A bad CQE found while completions were being returned: reported by the next poll.
     pending_error: Mutex<Option<String>>,
+    /// QPNs of the special QPs the close took out of `qps` (recorded under the slot's lock
+    /// as it takes one), while the CQ may still hold their CQEs: a poll in between drops
+    /// those rather than refuse them as the device's, since their work requests complete from
+    /// the close's software flush.
+    taken_by_close: Mutex<Vec<u32>>,
     pkeys: Mutex<Vec<u16>>,
     /// The last P_Key found in `pkeys` and its index ([`PKEY_HIT_VALID`] | index << 16 | P_Key),
     /// or 0: every GSI receive looks its P_Key up, nearly always the same one. Written only
@@ -90,6 +95,7 @@ impl Mlx5Port {
             depths: (0, 0),
             flushed: Mutex::new(VecDeque::new()),
             pending_error: Mutex::new(None),
+            taken_by_close: Mutex::new(Vec::new()),
             pkeys: Mutex::new(Vec::new()),
             pkey_hit: AtomicU64::new(0),
         }
@@ -285,6 +291,15 @@ impl Mlx5Port {
         post(q)
     }
 
+    /// Take special QP `i` out of its slot for the close; its CQEs still in the CQ are
+    /// dropped by a poll from now on (see `taken_by_close`).
+    pub(crate) fn take_qp_for_close(&self, i: usize) -> Option<Qp> {
+        let mut slot = lock(&self.qps[i]);
+        let qp = slot.take()?;
+        lock(&self.taken_by_close).push(qp.qpn);
+        Some(qp)
+    }
+
     /// Return queued software completions, then (fatal) flush every QP in software.
     fn flush_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let mut n = 0;
@@ -336,6 +351,7 @@ impl Mlx5Port {
         // another order), so a CQE costs no lock of its own.
         let mut qps = [lock(&self.qps[0]), lock(&self.qps[1])];
         let mut n = 0;
+        let mut dropped = 0;
         while n < max {
             let Some(raw) = cq.next() else { break };
             let parsed = match cq::parse(&raw) {
@@ -350,6 +366,19 @@ impl Mlx5Port {
                 .iter()
                 .position(|q| q.as_ref().is_some_and(|qp| qp.qpn == parsed.qpn));
             let Some(which) = which else {
+                if lock(&self.taken_by_close).contains(&parsed.qpn) {
+                    // Completed already, in software, by the close that took the QP.
+                    tracing::debug!(
+                        port = self.port_num,
+                        qpn = parsed.qpn,
+                        "CQE of a QP the close took: dropped"
+                    );
+                    dropped += 1;
+                    if dropped >= max {
+                        break;
+                    }
+                    continue;
+                }
                 cq.set_ci();
                 drop(qps);
                 return self.reject(
@@ -394,7 +423,7 @@ impl Mlx5Port {
         }
         drop(qps);
         // One doorbell record update for the batch.
-        if n > 0 {
+        if n > 0 || dropped > 0 {
             cq.set_ci();
             cq.disarm();
         }
