@@ -784,8 +784,9 @@ impl Qp {
         ))
     }
 
-    /// True when the QP is in ERR (a receive failed or was flushed): the MAD layer is told
-    /// once, with `DeviceEvent::QpFatal`.
+    /// True when the QP is in ERR (a receive failed or was flushed, or a recovery's QUERY_QP
+    /// found it so): the MAD layer is told once, with `DeviceEvent::QpFatal`, by whichever
+    /// of the poll and the recovery moved it there.
     pub(crate) fn in_error(&self) -> bool {
         self.state == SwState::Error
     }
@@ -932,6 +933,12 @@ pub(crate) struct SqRecoveryFailed {
 }
 
 impl SqRecoveryFailed {
+    /// A failure whose QUERY_QP found the QP in ERR (`qp_in_error`) or did not.
+    #[cfg(test)]
+    pub(crate) fn for_test(err: DriverError, qp_in_error: bool) -> SqRecoveryFailed {
+        SqRecoveryFailed { err, qp_in_error }
+    }
+
     fn new(err: DriverError) -> SqRecoveryFailed {
         SqRecoveryFailed {
             err,
@@ -1035,7 +1042,7 @@ impl SqRecovery {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::mlx5::cq::{CqeKind, RecvCqe};
     use crate::mlx5::testutil::{Recorder, recording_bar};
@@ -1046,7 +1053,7 @@ mod tests {
     use std::sync::Arc;
 
     /// A QP in RTS with its rings in strict leases, without a device.
-    fn qp(kind: SpecialQp, send: u32, recv: u32) -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
+    pub(crate) fn qp(kind: SpecialQp, send: u32, recv: u32) -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
         let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Strict).unwrap();
         let geo = Geometry::new(send, recv, 15).unwrap();
         let buf = pool.lease(geo.bytes(), 4096, Access::ReadWrite).unwrap();
