@@ -498,9 +498,10 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     };
 
     for port in ports {
-        for slot in &port.qps {
-            let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
-            let Some(mut qp) = taken else { continue };
+        for i in 0..port.qps.len() {
+            let Some(mut qp) = port.take_qp_for_close(i) else {
+                continue;
+            };
             if let Err(e) = qp.reset(dev) {
                 // The device may still use the rings: quiesce it before anything is flushed.
                 dev.enter_fatal(

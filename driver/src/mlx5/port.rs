@@ -47,6 +47,11 @@ pub struct Mlx5Port {
     pub(crate) flushed: Mutex<VecDeque<WorkCompletion>>,
     /// A bad CQE found while completions were being returned: reported by the next poll.
     pending_error: Mutex<Option<String>>,
+    /// QPNs of the special QPs the close took out of `qps` (recorded under the slot's lock
+    /// as it takes one), while the CQ may still hold their CQEs: a poll in between drops
+    /// those rather than refuse them as the device's, since their work requests complete from
+    /// the close's software flush.
+    taken_by_close: Mutex<Vec<u32>>,
     pkeys: Mutex<Vec<u16>>,
     /// The last P_Key found in `pkeys` and its index ([`PKEY_HIT_VALID`] | index << 16 | P_Key),
     /// or 0: every GSI receive looks its P_Key up, nearly always the same one. Written only
@@ -90,6 +95,7 @@ impl Mlx5Port {
             depths: (0, 0),
             flushed: Mutex::new(VecDeque::new()),
             pending_error: Mutex::new(None),
+            taken_by_close: Mutex::new(Vec::new()),
             pkeys: Mutex::new(Vec::new()),
             pkey_hit: AtomicU64::new(0),
         }
@@ -285,6 +291,15 @@ impl Mlx5Port {
         post(q)
     }
 
+    /// Take special QP `i` out of its slot for the close; its CQEs still in the CQ are
+    /// dropped by a poll from now on (see `taken_by_close`).
+    pub(crate) fn take_qp_for_close(&self, i: usize) -> Option<Qp> {
+        let mut slot = lock(&self.qps[i]);
+        let qp = slot.take()?;
+        lock(&self.taken_by_close).push(qp.qpn);
+        Some(qp)
+    }
+
     /// Return queued software completions, then (fatal) flush every QP in software.
     fn flush_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let mut n = 0;
@@ -336,6 +351,7 @@ impl Mlx5Port {
         // another order), so a CQE costs no lock of its own.
         let mut qps = [lock(&self.qps[0]), lock(&self.qps[1])];
         let mut n = 0;
+        let mut dropped = 0;
         while n < max {
             let Some(raw) = cq.next() else { break };
             let parsed = match cq::parse(&raw) {
@@ -350,6 +366,19 @@ impl Mlx5Port {
                 .iter()
                 .position(|q| q.as_ref().is_some_and(|qp| qp.qpn == parsed.qpn));
             let Some(which) = which else {
+                if lock(&self.taken_by_close).contains(&parsed.qpn) {
+                    // Completed already, in software, by the close that took the QP.
+                    tracing::debug!(
+                        port = self.port_num,
+                        qpn = parsed.qpn,
+                        "CQE of a QP the close took: dropped"
+                    );
+                    dropped += 1;
+                    if dropped >= max {
+                        break;
+                    }
+                    continue;
+                }
                 cq.set_ci();
                 drop(qps);
                 return self.reject(
@@ -394,7 +423,7 @@ impl Mlx5Port {
         }
         drop(qps);
         // One doorbell record update for the batch.
-        if n > 0 {
+        if n > 0 || dropped > 0 {
             cq.set_ci();
             cq.disarm();
         }
@@ -416,6 +445,8 @@ impl Mlx5Port {
 struct Recovering<'a> {
     slot: &'a Mutex<Option<Qp>>,
     done: &'a Condvar,
+    /// Where a QP that the recovery found in ERR is reported.
+    shared: &'a PortShared,
     finished: bool,
 }
 
@@ -424,7 +455,19 @@ impl Recovering<'_> {
     fn finish(&mut self, outcome: Result<(), SqRecoveryFailed>) -> Result<(), DriverError> {
         self.finished = true;
         let r = match lock(self.slot).as_mut() {
-            Some(q) => q.finish_recovery(outcome),
+            Some(q) => {
+                let was_error = q.in_error();
+                let r = q.finish_recovery(outcome);
+                if q.in_error() && !was_error {
+                    // QUERY_QP found the QP in ERR. Its error CQEs, polled later, find the
+                    // state ERR already and tell nobody: the MAD layer is told here.
+                    self.shared.push(DeviceEvent::QpFatal {
+                        port: self.shared.port_num,
+                        qp: q.kind,
+                    });
+                }
+                r
+            }
             // Taken by the close (reset and destroyed): nothing to bring back.
             None => Err(DriverError::Closed),
         };
@@ -538,6 +581,7 @@ impl HcaPort for Mlx5Port {
         let mut recovering = Recovering {
             slot: &self.qps[i],
             done: &self.recovery_done[i],
+            shared: &self.shared,
             finished: false,
         };
         recovering.finish(job.run(&self.dev))
@@ -610,5 +654,81 @@ impl HcaPort for Mlx5Port {
             self.arm_cq();
         }
         self.dev.backend.wait(deadline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU32};
+
+    use super::*;
+    use crate::mlx5::qp::SwState;
+    use crate::mlx5::qp::tests::qp;
+
+    fn shared() -> PortShared {
+        PortShared {
+            port_num: 2,
+            events: Mutex::new(Vec::new()),
+            cqn: AtomicU32::new(0),
+            cq_events: AtomicU32::new(0),
+            qpn0: AtomicU32::new(0),
+            qpn1: AtomicU32::new(0x48),
+            pkey_stale: AtomicBool::new(false),
+            cap_mask_lock: Mutex::new(()),
+        }
+    }
+
+    /// End a recovery of a QP in SQE whose QP is in `state` once the commands ran, with
+    /// `outcome`; returns the port's events.
+    fn finish(
+        state: SwState,
+        outcome: Result<(), SqRecoveryFailed>,
+    ) -> (Result<(), DriverError>, Vec<DeviceEvent>) {
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.state = SwState::SqError;
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.state = state;
+        let slot = Mutex::new(Some(q));
+        let done = Condvar::new();
+        let shared = shared();
+        let r = Recovering {
+            slot: &slot,
+            done: &done,
+            shared: &shared,
+            finished: false,
+        }
+        .finish(outcome);
+        let events = std::mem::take(&mut *lock(&shared.events));
+        (r, events)
+    }
+
+    /// A recovery whose QUERY_QP found the QP in ERR moves it to ERR in software and tells
+    /// the MAD layer (its error CQEs, polled later, no longer do); a QP another path moved
+    /// to ERR, or one left in SQE, raises nothing here.
+    #[test]
+    fn a_recovery_that_finds_the_qp_in_err_reports_it() {
+        let failed = |in_err| Err(SqRecoveryFailed::for_test(DriverError::Closed, in_err));
+        let (r, events) = finish(SwState::SqError, failed(true));
+        assert!(matches!(r, Err(DriverError::Closed)), "{r:?}");
+        assert!(
+            matches!(
+                events[..],
+                [DeviceEvent::QpFatal {
+                    port: 2,
+                    qp: SpecialQp::Gsi
+                }]
+            ),
+            "{events:?}"
+        );
+        // A receive error polled while the commands ran reported it already.
+        let (_, events) = finish(SwState::Error, failed(true));
+        assert!(events.is_empty(), "{events:?}");
+        let (_, events) = finish(SwState::Error, Ok(()));
+        assert!(events.is_empty(), "{events:?}");
+        // Left in SQE (a later recovery tries again), or recovered.
+        let (_, events) = finish(SwState::SqError, failed(false));
+        assert!(events.is_empty(), "{events:?}");
+        let (r, events) = finish(SwState::SqError, Ok(()));
+        assert!(r.is_ok() && events.is_empty(), "{r:?} {events:?}");
     }
 }

@@ -178,7 +178,8 @@ pub(crate) struct Qp {
     recvs: VecDeque<RecvRec>,
     pub(crate) state: SwState,
     /// The first WQE index posted after the last SQERR2RTS: flushes of WQEs before it belong
-    /// to the stop that recovery ended, so they do not stop the queue again.
+    /// to the stop that recovery ended, so they do not stop the queue again. Cleared once no
+    /// send before it is outstanding: it is compared modulo 2^16.
     recovered_at: Option<u16>,
     /// A recovery's commands are running (without the QP's lock): a second recovery waits
     /// for it rather than issue its own.
@@ -269,6 +270,22 @@ pub(crate) fn send_wqe_with_av(
     av: &[u8; DATAGRAM_SEG_LEN],
     b: &mut [u8; SINGLE_DATA_WQE_LEN],
 ) -> Result<(), PostError> {
+    // A data segment's byte count is not a plain length at its edges: the kernel
+    // (`set_data_ptr_seg` callers in wr.c) and rdma-core leave zero-length SGEs out of a
+    // WQE rather than give the device a count of 0, and bit 31 marks an inline segment.
+    if wr.sge.len == 0 {
+        return Err(PostError::Invalid(
+            "an empty send buffer: a MAD send needs the MAD's bytes (a data segment cannot \
+             say 0 bytes)"
+                .into(),
+        ));
+    }
+    if wr.sge.len & 0x8000_0000 != 0 {
+        return Err(PostError::Invalid(format!(
+            "a send buffer of {} bytes: 2 GiB or more does not fit a data segment",
+            wr.sge.len
+        )));
+    }
     let ctrl = CtrlSeg {
         opmod: 0,
         wqe_index: index,
@@ -724,6 +741,14 @@ impl Qp {
                 self.sends.len()
             ));
         }
+        // The work requests before the recovery's mark are all completed once the front
+        // reaches it: drop the mark, or the 16-bit comparison below would take a send
+        // 2^15 basic blocks on for one of them. (Only a compare while there is no mark.)
+        if let Some(at) = self.recovered_at {
+            if at.wrapping_sub(front.index) as i16 <= 0 {
+                self.recovered_at = None;
+            }
+        }
         let (status, vendor_err) = match kind {
             CqeKind::SendOk => (WcStatus::Success, 0),
             CqeKind::SendErr {
@@ -759,8 +784,9 @@ impl Qp {
         ))
     }
 
-    /// True when the QP is in ERR (a receive failed or was flushed): the MAD layer is told
-    /// once, with `DeviceEvent::QpFatal`.
+    /// True when the QP is in ERR (a receive failed or was flushed, or a recovery's QUERY_QP
+    /// found it so): the MAD layer is told once, with `DeviceEvent::QpFatal`, by whichever
+    /// of the poll and the recovery moved it there.
     pub(crate) fn in_error(&self) -> bool {
         self.state == SwState::Error
     }
@@ -780,15 +806,20 @@ impl Qp {
                 self.kind, self.qpn
             ));
         };
+        // The counter is the device's full 16-bit receive WQE counter (the one the
+        // doorbell record counts in), not the ring index: the sim writes its `rq_cc`, and
+        // mlx5e reads it as a counter (`mlx5_wq_cyc_ctr2ix`). rdma-core and mlx5_ib ignore it
+        // for a non-SRQ RQ and take the next in order; we compare, and only the full value,
+        // because a ring index matches a CQE from an earlier lap of the ring too, which would
+        // complete (as Success) a receive the device may still write into.
         let tail = self.rq_tail as u16;
-        let mask = (self.geo.rq_cnt - 1) as u16;
-        if wqe_counter != tail && wqe_counter != tail & mask {
+        if wqe_counter != tail {
             return Err(format!(
                 "receive CQE for {:?} QP {:#x} with wqe_counter {wqe_counter}: the oldest \
                  outstanding receive is {tail} (ring index {})",
                 self.kind,
                 self.qpn,
-                tail & mask
+                tail & (self.geo.rq_cnt - 1) as u16
             ));
         }
         let wc = match kind {
@@ -861,6 +892,10 @@ impl Qp {
             ));
             n += 1;
         }
+        if self.sends.is_empty() {
+            // No send is left from before the last recovery (see `complete_send`).
+            self.recovered_at = None;
+        }
         while n < max {
             let Some(r) = self.recvs.pop_front() else {
                 break;
@@ -898,6 +933,12 @@ pub(crate) struct SqRecoveryFailed {
 }
 
 impl SqRecoveryFailed {
+    /// A failure whose QUERY_QP found the QP in ERR (`qp_in_error`) or did not.
+    #[cfg(test)]
+    pub(crate) fn for_test(err: DriverError, qp_in_error: bool) -> SqRecoveryFailed {
+        SqRecoveryFailed { err, qp_in_error }
+    }
+
     fn new(err: DriverError) -> SqRecoveryFailed {
         SqRecoveryFailed {
             err,
@@ -1001,7 +1042,7 @@ impl SqRecovery {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::mlx5::cq::{CqeKind, RecvCqe};
     use crate::mlx5::testutil::{Recorder, recording_bar};
@@ -1012,7 +1053,7 @@ mod tests {
     use std::sync::Arc;
 
     /// A QP in RTS with its rings in strict leases, without a device.
-    fn qp(kind: SpecialQp, send: u32, recv: u32) -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
+    pub(crate) fn qp(kind: SpecialQp, send: u32, recv: u32) -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
         let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Strict).unwrap();
         let geo = Geometry::new(send, recv, 15).unwrap();
         let buf = pool.lease(geo.bytes(), 4096, Access::ReadWrite).unwrap();
@@ -1202,6 +1243,62 @@ mod tests {
         assert_eq!(q.state, SwState::SqError);
     }
 
+    /// The recovery's mark is dropped once the queue has moved past it: a flush 32,768 basic
+    /// blocks (16,384 two-BB sends) later is compared with a 16-bit index that has wrapped
+    /// round to look "before the recovery" again, and would leave the queue in RTS although
+    /// the QP stopped.
+    #[test]
+    fn a_flush_long_after_a_recovery_still_stops_the_send_queue() {
+        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        q.complete_send(0, &e).unwrap();
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.finish_recovery(Ok(())).unwrap();
+        let f = CqeKind::SendErr {
+            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
+            vendor_err: 0,
+        };
+        q.complete_send(2, &f).unwrap();
+        assert_eq!(q.state, SwState::Rts, "the old flush");
+        let mut index = 4u16;
+        for _ in 0..16_385 {
+            q.post_send(&bar, &wr(0, None)).unwrap();
+            let wc = q.complete_send(index, &CqeKind::SendOk).unwrap();
+            assert_eq!(wc.status, WcStatus::Success);
+            index = index.wrapping_add(2);
+            rec.take();
+        }
+        assert_eq!(q.recovered_at, None, "the queue moved past the recovery");
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let wc = q.complete_send(index, &f).unwrap();
+        assert_eq!(wc.status, WcStatus::WrFlushErr);
+        assert_eq!(q.state, SwState::SqError, "a new stop");
+    }
+
+    /// A software flush empties the send queue: nothing is left before the recovery's mark.
+    #[test]
+    fn a_software_flush_drops_the_recovery_mark() {
+        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        q.complete_send(0, &e).unwrap();
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.finish_recovery(Ok(())).unwrap();
+        assert_eq!(q.recovered_at, Some(4));
+        let mut out = Vec::new();
+        assert_eq!(q.flush(&mut out, usize::MAX), 1);
+        assert_eq!(q.recovered_at, None);
+    }
+
     #[test]
     fn a_recovery_brings_back_only_a_queue_still_in_sqe_and_refuses_posts_meanwhile() {
         let stopped = || {
@@ -1321,6 +1418,44 @@ mod tests {
         assert_eq!((wc.src_qp, wc.slid, wc.sl, wc.dlid_path_bits), (1, 3, 2, 1));
         assert_eq!(wc.pkey_index, 5, "QP1 maps the CQE's P_Key to its index");
         assert!(!wc.grh);
+    }
+
+    /// The device writes the full 16-bit receive counter (the sim: `rq_cc`; mlx5e reads it
+    /// as a counter, `mlx5_wq_cyc_ctr2ix`), so a CQE naming the ring slot of the oldest
+    /// receive but an earlier lap is a stale one: completing the receive posted there would
+    /// hand back a buffer the device may still write into.
+    #[test]
+    fn a_receive_cqe_from_the_previous_lap_of_the_ring_is_refused() {
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        for id in 0..4 {
+            q.post_recv(&recv(296, id)).unwrap();
+        }
+        for counter in 0..4u16 {
+            let wc = q.complete_recv(counter, &ok_recv(296), |_| 0).unwrap();
+            assert_eq!(wc.wr_id, u64::from(counter));
+            q.post_recv(&recv(296, 10 + u64::from(counter))).unwrap();
+        }
+        // The oldest is now counter 4, in ring slot 0.
+        let err = q.complete_recv(0, &ok_recv(296), |_| 0).unwrap_err();
+        assert!(err.contains("oldest outstanding receive is 4"), "{err}");
+        assert_eq!(q.outstanding(), 4, "nothing completed");
+        let wc = q.complete_recv(4, &ok_recv(296), |_| 0).unwrap();
+        assert_eq!(wc.wr_id, 10);
+        // Across the 16-bit wrap of the counter too.
+        let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.rq_head = 0xffff;
+        q.rq_tail = 0xffff;
+        q.post_recv(&recv(296, 1)).unwrap();
+        q.post_recv(&recv(296, 2)).unwrap();
+        assert_eq!(
+            q.complete_recv(0xffff, &ok_recv(296), |_| 0).unwrap().wr_id,
+            1
+        );
+        assert!(
+            q.complete_recv(4, &ok_recv(296), |_| 0).is_err(),
+            "slot 0, an older lap"
+        );
+        assert_eq!(q.complete_recv(0, &ok_recv(296), |_| 0).unwrap().wr_id, 2);
     }
 
     #[test]
@@ -1451,6 +1586,28 @@ mod tests {
             Err(PostError::Invalid(_))
         ));
         assert_eq!(q.sends.len(), chain.len(), "the refused one is not posted");
+    }
+
+    /// A data segment's byte count of 0 does not mean an empty buffer to the device (the
+    /// kernel and rdma-core leave zero-length SGEs out of a WQE), and bit 31 marks inline
+    /// data: such a send is refused before anything reaches the ring.
+    #[test]
+    fn an_empty_or_2_gib_send_buffer_is_refused_without_posting() {
+        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        for (len, what) in [(0, "an empty send buffer"), (0x8000_0000, "2 GiB or more")] {
+            let mut w = wr(0, None);
+            w.sge.len = len;
+            let err = q.post_send(&bar, &w).unwrap_err();
+            assert!(
+                matches!(&err, PostError::Invalid(m) if m.contains(what)),
+                "{len:#x}: {err}"
+            );
+        }
+        assert_eq!(q.sends.len(), 0);
+        assert_eq!(q.sq_head, 0);
+        assert!(rec.take().is_empty(), "no doorbell");
+        assert_eq!(q.db.read_u32_be(4).unwrap(), 0, "no doorbell record");
+        q.post_send(&bar, &wr(0, None)).unwrap();
     }
 
     #[test]

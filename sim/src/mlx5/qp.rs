@@ -53,7 +53,9 @@ pub(crate) struct Qp {
     pub user_index: u32,
     /// Device send consumer, in basic blocks (16 bits, as the doorbell record).
     pub sq_cc: u16,
-    /// Device receive consumer, in WQEs (16 bits).
+    /// Device receive consumer, in WQEs (16 bits). A receive CQE carries it whole as its
+    /// `wqe_counter` (not reduced to the ring index), which the driver checks against its own
+    /// count.
     pub rq_cc: u16,
     /// The receive producer as last read from the doorbell record (it only moves forward,
     /// so while it is ahead of `rq_cc` the record need not be read again).
