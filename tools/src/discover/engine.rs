@@ -243,7 +243,7 @@ pub(crate) fn wants_ext_port_info(cfg: &Config, node: &Node, p: u8, pi: &PortInf
         && pi.link_speed_active == SPEED_QDR
         && node
             .port(p)
-            .and_then(|x| x.active_rate(node.capability_mask_for(p)))
+            .and_then(|x| x.active_rate(node.capability_masks_for(p)))
             .is_some_and(|(_, _, ext)| ext == 0)
 }
 
@@ -715,6 +715,34 @@ mod tests {
         assert!(!mlnx_ext_port_info_supported(0x2c9, 0x1bd3));
         assert!(!mlnx_ext_port_info_supported(0, 0));
         assert!(!mlnx_ext_port_info_supported(0x2c9, 0x101c));
+    }
+
+    #[test]
+    fn an_xdr_port_is_not_asked_for_fdr10() {
+        use crate::discover::ibnetdiscover::tests::node_with_ext_speeds;
+        use mad::wire::attr::port_info::cap_mask::{HAS_CAP_MASK2, HAS_EXT_SPEEDS};
+        // libibnetdisc asks ExtendedPortInfo only when ibnd_get_agg_linkspeedext is 0, and
+        // that is 32 for LinkSpeedExtActive2 1 with IsExtSpeeds2Supported (0x0800).
+        let cfg = Config::default();
+        for (mask2, ext2, wanted) in [(0x0800, 1, false), (0x0800, 0, true), (0, 1, true)] {
+            for kind in [NodeType::Switch, NodeType::Ca] {
+                let mut n =
+                    node_with_ext_speeds(kind, HAS_EXT_SPEEDS | HAS_CAP_MASK2, mask2, 0, ext2);
+                // A Quantum switch / ConnectX-5 (Mellanox devices libibnetdisc asks), at QDR.
+                n.device_id = if kind == NodeType::Switch {
+                    0xcb20
+                } else {
+                    0x1017
+                };
+                n.ports[1].info.as_mut().unwrap().link_speed_active = SPEED_QDR;
+                let pi = n.ports[1].info.unwrap();
+                assert_eq!(
+                    wants_ext_port_info(&cfg, &n, 1, &pi),
+                    wanted,
+                    "{kind:?} mask2 {mask2:#x} ext2 {ext2}"
+                );
+            }
+        }
     }
 
     #[test]
