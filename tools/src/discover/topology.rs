@@ -278,7 +278,8 @@ pub struct Stats {
     pub max_in_flight: usize,
     /// Longest directed route used.
     pub max_hops: u8,
-    /// Links up that were not followed because the route had reached the maximum hop count.
+    /// Links up that were not followed because the node's shortest known route had reached
+    /// the maximum hop count (each port once).
     pub beyond_max_hops: u64,
     /// Mellanox ExtendedPortInfo queries answered with an error status (the device has no
     /// such attribute: the port is not FDR10). Not failures: nothing is missing.
