@@ -365,8 +365,10 @@ fn the_bench_report_is_well_formed() {
         "500 (0 with an error status, 0 timed out, 0 failed, 0 retries)"
     );
     assert!(field(&r, "elapsed").ends_with(" s device clock"), "{r}");
+    let throughput = field(&r, "throughput");
     assert!(
-        field(&r, "throughput").ends_with(" round trips/s (wall clock)"),
+        throughput.contains(" round trips/s (wall clock, over the ")
+            && throughput.ends_with(" s from the first send to the last response)"),
         "{r}"
     );
     for key in ["latency wall", "latency device"] {

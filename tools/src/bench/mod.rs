@@ -2,6 +2,12 @@
 //! attribute along one route, `window` of them in flight, for a count or a time; the report
 //! gives the throughput and the latency from each send to its response.
 //!
+//! Throughput is round trips over the wall-clock time from the first send to the last
+//! response: a send that never gets one (lost, or to a node that is not there) would
+//! otherwise add its whole timeout to the time, and a run that ends on one lost SMP would
+//! report a fraction of the rate it had. The elapsed time up to the last completion
+//! (timeouts included) is reported beside it.
+//!
 //! Latency is measured twice: on the wall clock (what a user waits: `Agent::send` to the
 //! response event read by the bench loop, so it includes the time a response waits in the
 //! window behind others), and on the device clock (`Port::now`: the wall clock on hardware
@@ -232,8 +238,11 @@ pub struct Report {
     pub failed: u64,
     /// Retries the MAD layer made.
     pub retries: u64,
-    /// Wall-clock time from the first send to the last completion.
+    /// Wall-clock time from the first send to the last completion (timeouts included).
     pub wall: Duration,
+    /// Wall-clock time from the first send to the last response: the time the round trips
+    /// took, without the wait for sends that timed out after it (0 without round trips).
+    pub round_trip_span: Duration,
     /// Device-clock time for the same.
     pub device: Duration,
     /// Latency on the wall clock.
@@ -248,9 +257,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// Round trips per second of wall-clock time.
+    /// Round trips per second of wall-clock time from the first send to the last response
+    /// ([`Report::round_trip_span`]); 0 without round trips.
     pub fn throughput(&self) -> f64 {
-        crate::per_second(self.round_trips, self.wall)
+        crate::per_second(self.round_trips, self.round_trip_span)
     }
 
     /// The report as `hca bench` prints it: a title, then `key  value` lines.
@@ -283,7 +293,12 @@ impl Report {
             ),
             (
                 "throughput",
-                format!("{:.0} round trips/s (wall clock)", self.throughput()),
+                format!(
+                    "{:.0} round trips/s (wall clock, over the {:.3} s from the first send to \
+                     the last response)",
+                    self.throughput(),
+                    self.round_trip_span.as_secs_f64()
+                ),
             ),
             ("latency wall", fmt_latency(&self.wall_latency)),
             ("latency device", fmt_latency(&self.device_latency)),
@@ -336,6 +351,7 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         failed: 0,
         retries: 0,
         wall: Duration::ZERO,
+        round_trip_span: Duration::ZERO,
         device: Duration::ZERO,
         wall_latency: Latency::default(),
         device_latency: Latency::default(),
@@ -347,6 +363,8 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     let mut in_flight: HashMap<SendId, Sent> = HashMap::new();
     let started = Instant::now();
     let device_start = port.now();
+    let mut first_send: Option<Instant> = None;
+    let mut last_response: Option<Instant> = None;
     let mut sent: u64 = 0;
     let mut tid: u32 = 0;
     let stall = crate::discover::engine::stall_limit(cfg.timeout_ms, cfg.retries);
@@ -371,6 +389,7 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
             let (wall, device) = (Instant::now(), port.now());
             match agent.send(req) {
                 Ok(id) => {
+                    first_send.get_or_insert(wall);
                     in_flight.insert(
                         id,
                         Sent {
@@ -422,7 +441,9 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
                         && !s.answered
                     {
                         s.answered = true;
-                        wall_lat.push(s.wall.elapsed());
+                        let now = Instant::now();
+                        last_response = Some(now);
+                        wall_lat.push(now.saturating_duration_since(s.wall));
                         dev_lat.push(port.now().saturating_sub(s.device));
                         report.round_trips += 1;
                         let status = Smp::new_checked(&r.mad[..]).map_or(1, |v| v.dr_status());
@@ -458,6 +479,9 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         }
     };
     report.wall = started.elapsed();
+    if let (Some(first), Some(last)) = (first_send, last_response) {
+        report.round_trip_span = last.saturating_duration_since(first);
+    }
     report.device = port.now().saturating_sub(device_start);
     agent.deregister();
     result?;

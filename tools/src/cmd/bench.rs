@@ -15,6 +15,10 @@ of them in flight at once, until COUNT round trips are done (or for --time secon
 prints a small report: round trips, timeouts, elapsed time, round trips per second, and the
 latency from each send to its response (p50, p99, max).
 
+Round trips per second are counted over the time from the first send to the last response,
+so that a send that times out at the end does not add its timeout to the time; the elapsed
+line gives the whole run, timeouts included.
+
 Latency is given on two clocks. Wall clock: from the send to the moment the bench reads the
 response, what a program on the MAD layer waits. Device clock: the HCA's clock, the wall
 clock on hardware and on the simulator's real clock (the default); on clock=virtual it is
