@@ -208,18 +208,19 @@ pub struct Latency {
 }
 
 impl Latency {
-    /// Nearest-rank percentiles of `v` (sorted in place); zeros for an empty set.
-    pub fn of(v: &mut [Duration]) -> Latency {
+    /// Nearest-rank percentiles of `v` (sorted in place); `None` for an empty set (no
+    /// round trip has no latency, not a latency of 0).
+    pub fn of(v: &mut [Duration]) -> Option<Latency> {
         if v.is_empty() {
-            return Latency::default();
+            return None;
         }
         v.sort_unstable();
         let rank = |pct: usize| v[(v.len() * pct).div_ceil(100).max(1) - 1];
-        Latency {
+        Some(Latency {
             p50: rank(50),
             p99: rank(99),
             max: v[v.len() - 1],
-        }
+        })
     }
 }
 
@@ -245,10 +246,10 @@ pub struct Report {
     pub round_trip_span: Duration,
     /// Device-clock time for the same.
     pub device: Duration,
-    /// Latency on the wall clock.
-    pub wall_latency: Latency,
-    /// Latency on the device clock.
-    pub device_latency: Latency,
+    /// Latency on the wall clock; `None` when no round trip completed.
+    pub wall_latency: Option<Latency>,
+    /// Latency on the device clock; `None` when no round trip completed.
+    pub device_latency: Option<Latency>,
     /// Most sends in flight at once.
     pub max_in_flight: usize,
     /// What went wrong first with a send that did not end in a round trip (a send the MAD
@@ -300,8 +301,8 @@ impl Report {
                     self.round_trip_span.as_secs_f64()
                 ),
             ),
-            ("latency wall", fmt_latency(&self.wall_latency)),
-            ("latency device", fmt_latency(&self.device_latency)),
+            ("latency wall", fmt_latency(self.wall_latency.as_ref())),
+            ("latency device", fmt_latency(self.device_latency.as_ref())),
             ("in flight", format!("{} at most", self.max_in_flight)),
         ];
         for (k, v) in rows {
@@ -318,8 +319,11 @@ fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)
 }
 
-fn fmt_latency(l: &Latency) -> String {
-    format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max))
+fn fmt_latency(l: Option<&Latency>) -> String {
+    match l {
+        Some(l) => format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max)),
+        None => "none (no round trips)".into(),
+    }
 }
 
 struct Sent {
@@ -353,8 +357,8 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         wall: Duration::ZERO,
         round_trip_span: Duration::ZERO,
         device: Duration::ZERO,
-        wall_latency: Latency::default(),
-        device_latency: Latency::default(),
+        wall_latency: None,
+        device_latency: None,
         max_in_flight: 0,
         first_failure: None,
     };
@@ -501,13 +505,13 @@ mod tests {
     #[test]
     fn percentiles_are_nearest_rank() {
         let mut v: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
-        let l = Latency::of(&mut v);
+        let l = Latency::of(&mut v).unwrap();
         assert_eq!(l.p50, Duration::from_micros(50));
         assert_eq!(l.p99, Duration::from_micros(99));
         assert_eq!(l.max, Duration::from_micros(100));
         let mut one = vec![Duration::from_micros(7)];
-        assert_eq!(Latency::of(&mut one).p99, Duration::from_micros(7));
-        assert_eq!(Latency::of(&mut []), Latency::default());
+        assert_eq!(Latency::of(&mut one).unwrap().p99, Duration::from_micros(7));
+        assert_eq!(Latency::of(&mut []), None);
     }
 
     #[test]
