@@ -143,3 +143,113 @@ fn an_hca_alone_finds_itself_and_reports_the_port_that_leads_nowhere() {
     rig.assert_clean();
     rig.finish();
 }
+
+/// Three switches in a triangle, SwA and SwC cabled twice, one host on each; we are Hca1.
+/// Every node is within 3 hops of Hca1 (Hca3: SwA, SwC, Hca3), every link within the routes
+/// of 3 hops.
+const TRIANGLE: &str = "\
+Switch\t4 \"SwA\"
+[1]\t\"Hca1\"[1]
+[2]\t\"SwB\"[2]
+[3]\t\"SwC\"[3]
+[4]\t\"SwC\"[4]
+
+Switch\t4 \"SwB\"
+[1]\t\"Hca2\"[1]
+[2]\t\"SwA\"[2]
+[3]\t\"SwC\"[2]
+
+Switch\t4 \"SwC\"
+[1]\t\"Hca3\"[2]
+[2]\t\"SwB\"[3]
+[3]\t\"SwA\"[3]
+[4]\t\"SwA\"[4]
+
+Hca\t2 \"Hca1\"
+[1]\t\"SwA\"[1]
+
+Hca\t1 \"Hca2\"
+[1]\t\"SwB\"[1]
+
+Hca\t2 \"Hca3\"
+[2]\t\"SwC\"[1]
+";
+
+/// A chain where the hop limit stops a node (SwD, 4 hops from Hca1 through SwB) beyond the
+/// one a slow link makes answer late by its shorter route (SwC, 2 hops by SwA port 3): every
+/// node is within 4 hops of Hca1, every link within the routes of 4 hops.
+const CHAIN: &str = "\
+Switch\t3 \"SwA\"
+[1]\t\"Hca1\"[1]
+[2]\t\"SwB\"[1]
+[3]\t\"SwC\"[3]
+
+Switch\t3 \"SwB\"
+[1]\t\"SwA\"[2]
+[2]\t\"SwC\"[1]
+[3]\t\"Hca2\"[1]
+
+Switch\t3 \"SwC\"
+[1]\t\"SwB\"[2]
+[2]\t\"SwD\"[1]
+[3]\t\"SwA\"[3]
+
+Switch\t2 \"SwD\"
+[1]\t\"SwC\"[2]
+[2]\t\"Hca3\"[1]
+
+Hca\t1 \"Hca1\"
+[1]\t\"SwA\"[1]
+
+Hca\t1 \"Hca2\"
+[1]\t\"SwB\"[3]
+
+Hca\t1 \"Hca3\"
+[1]\t\"SwD\"[2]
+";
+
+#[test]
+fn the_hop_limit_finds_the_same_nodes_whatever_route_answers_first() {
+    // With SwA's links to SwC slow, SwC answers first by a longer route through SwB, where
+    // the hop limit stops its links (TRIANGLE) or those of the switch behind it (CHAIN); its
+    // shorter route answers later, and the walk must then go on by it (to Hca3) as a walk
+    // whose answers come back in order does.
+    let text = |t: &discover::Topology| {
+        let mut out = Vec::new();
+        discover::ibnetdiscover::write(t, std::time::SystemTime::UNIX_EPOCH, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    for (name, topo, max_hops, slow) in [
+        ("triangle", TRIANGLE, 3, &[3u8, 4][..]),
+        ("chain", CHAIN, 4, &[3][..]),
+    ] {
+        let cfg = |window| Config {
+            window,
+            max_hops,
+            ..Config::default()
+        };
+        let fabric = || Fabric::parse_str(name, topo).unwrap();
+        let rig = DiscoverRig::new(fabric(), "Hca1");
+        let in_order = rig.discover(&cfg(1));
+        rig.finish();
+        assert_reproduces(&in_order, &fabric());
+
+        let rig = DiscoverRig::new(fabric(), "Hca1");
+        for &p in slow {
+            let port = rig.net.port("SwA", p).unwrap();
+            rig.net.set_link_fault(
+                port,
+                sim::net::Fault::delay(std::time::Duration::from_millis(50)),
+            );
+        }
+        let late = rig.discover(&cfg(32));
+        rig.finish();
+        assert!(late.failures.is_empty(), "{name}: {:?}", late.failures);
+        assert_reproduces(&late, &fabric());
+        assert_eq!(text(&late), text(&in_order), "{name}");
+        assert_eq!(
+            late.stats.beyond_max_hops, in_order.stats.beyond_max_hops,
+            "{name}"
+        );
+    }
+}

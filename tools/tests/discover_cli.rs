@@ -316,6 +316,10 @@ fn a_bench_that_cannot_complete_says_why_and_fails() {
         report.contains("first failure   no response within 10 ms"),
         "{report}"
     );
+    // No round trip, no latency: not a latency of 0.
+    for key in ["latency wall", "latency device"] {
+        assert_eq!(field(&report, key), "none (no round trips)", "{report}");
+    }
     assert!(
         stderr(&o).contains("no round trip completed out of 3 sends: no response within 10 ms"),
         "{}",
@@ -338,6 +342,19 @@ fn help_has_examples() {
         let text = ok(&[cmd, "--help"]);
         assert!(text.contains("Examples:"), "{cmd}: {text}");
         assert!(text.contains(&format!("hca {cmd}")), "{cmd}");
+    }
+}
+
+#[test]
+fn bench_help_says_what_its_figures_cover() {
+    let help = ok(&["bench", "--help"]);
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for says in [
+        "no warm-up is left out",
+        "none when no round trip completed",
+        "over the time from the first send to the last response",
+    ] {
+        assert!(flat.contains(says), "{says}: {help}");
     }
 }
 
@@ -365,8 +382,10 @@ fn the_bench_report_is_well_formed() {
         "500 (0 with an error status, 0 timed out, 0 failed, 0 retries)"
     );
     assert!(field(&r, "elapsed").ends_with(" s device clock"), "{r}");
+    let throughput = field(&r, "throughput");
     assert!(
-        field(&r, "throughput").ends_with(" round trips/s (wall clock)"),
+        throughput.contains(" round trips/s (wall clock, over the ")
+            && throughput.ends_with(" s from the first send to the last response)"),
         "{r}"
     );
     for key in ["latency wall", "latency device"] {

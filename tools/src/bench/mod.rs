@@ -2,6 +2,12 @@
 //! attribute along one route, `window` of them in flight, for a count or a time; the report
 //! gives the throughput and the latency from each send to its response.
 //!
+//! Throughput is round trips over the wall-clock time from the first send to the last
+//! response: a send that never gets one (lost, or to a node that is not there) would
+//! otherwise add its whole timeout to the time, and a run that ends on one lost SMP would
+//! report a fraction of the rate it had. The elapsed time up to the last completion
+//! (timeouts included) is reported beside it.
+//!
 //! Latency is measured twice: on the wall clock (what a user waits: `Agent::send` to the
 //! response event read by the bench loop, so it includes the time a response waits in the
 //! window behind others), and on the device clock (`Port::now`: the wall clock on hardware
@@ -202,18 +208,19 @@ pub struct Latency {
 }
 
 impl Latency {
-    /// Nearest-rank percentiles of `v` (sorted in place); zeros for an empty set.
-    pub fn of(v: &mut [Duration]) -> Latency {
+    /// Nearest-rank percentiles of `v` (sorted in place); `None` for an empty set (no
+    /// round trip has no latency, not a latency of 0).
+    pub fn of(v: &mut [Duration]) -> Option<Latency> {
         if v.is_empty() {
-            return Latency::default();
+            return None;
         }
         v.sort_unstable();
         let rank = |pct: usize| v[(v.len() * pct).div_ceil(100).max(1) - 1];
-        Latency {
+        Some(Latency {
             p50: rank(50),
             p99: rank(99),
             max: v[v.len() - 1],
-        }
+        })
     }
 }
 
@@ -232,14 +239,17 @@ pub struct Report {
     pub failed: u64,
     /// Retries the MAD layer made.
     pub retries: u64,
-    /// Wall-clock time from the first send to the last completion.
+    /// Wall-clock time from the first send to the last completion (timeouts included).
     pub wall: Duration,
+    /// Wall-clock time from the first send to the last response: the time the round trips
+    /// took, without the wait for sends that timed out after it (0 without round trips).
+    pub round_trip_span: Duration,
     /// Device-clock time for the same.
     pub device: Duration,
-    /// Latency on the wall clock.
-    pub wall_latency: Latency,
-    /// Latency on the device clock.
-    pub device_latency: Latency,
+    /// Latency on the wall clock; `None` when no round trip completed.
+    pub wall_latency: Option<Latency>,
+    /// Latency on the device clock; `None` when no round trip completed.
+    pub device_latency: Option<Latency>,
     /// Most sends in flight at once.
     pub max_in_flight: usize,
     /// What went wrong first with a send that did not end in a round trip (a send the MAD
@@ -248,9 +258,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// Round trips per second of wall-clock time.
+    /// Round trips per second of wall-clock time from the first send to the last response
+    /// ([`Report::round_trip_span`]); 0 without round trips.
     pub fn throughput(&self) -> f64 {
-        crate::per_second(self.round_trips, self.wall)
+        crate::per_second(self.round_trips, self.round_trip_span)
     }
 
     /// The report as `hca bench` prints it: a title, then `key  value` lines.
@@ -283,10 +294,15 @@ impl Report {
             ),
             (
                 "throughput",
-                format!("{:.0} round trips/s (wall clock)", self.throughput()),
+                format!(
+                    "{:.0} round trips/s (wall clock, over the {:.3} s from the first send to \
+                     the last response)",
+                    self.throughput(),
+                    self.round_trip_span.as_secs_f64()
+                ),
             ),
-            ("latency wall", fmt_latency(&self.wall_latency)),
-            ("latency device", fmt_latency(&self.device_latency)),
+            ("latency wall", fmt_latency(self.wall_latency.as_ref())),
+            ("latency device", fmt_latency(self.device_latency.as_ref())),
             ("in flight", format!("{} at most", self.max_in_flight)),
         ];
         for (k, v) in rows {
@@ -303,8 +319,11 @@ fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)
 }
 
-fn fmt_latency(l: &Latency) -> String {
-    format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max))
+fn fmt_latency(l: Option<&Latency>) -> String {
+    match l {
+        Some(l) => format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max)),
+        None => "none (no round trips)".into(),
+    }
 }
 
 struct Sent {
@@ -336,9 +355,10 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         failed: 0,
         retries: 0,
         wall: Duration::ZERO,
+        round_trip_span: Duration::ZERO,
         device: Duration::ZERO,
-        wall_latency: Latency::default(),
-        device_latency: Latency::default(),
+        wall_latency: None,
+        device_latency: None,
         max_in_flight: 0,
         first_failure: None,
     };
@@ -347,6 +367,8 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     let mut in_flight: HashMap<SendId, Sent> = HashMap::new();
     let started = Instant::now();
     let device_start = port.now();
+    let mut first_send: Option<Instant> = None;
+    let mut last_response: Option<Instant> = None;
     let mut sent: u64 = 0;
     let mut tid: u32 = 0;
     let stall = crate::discover::engine::stall_limit(cfg.timeout_ms, cfg.retries);
@@ -371,6 +393,7 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
             let (wall, device) = (Instant::now(), port.now());
             match agent.send(req) {
                 Ok(id) => {
+                    first_send.get_or_insert(wall);
                     in_flight.insert(
                         id,
                         Sent {
@@ -422,7 +445,9 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
                         && !s.answered
                     {
                         s.answered = true;
-                        wall_lat.push(s.wall.elapsed());
+                        let now = Instant::now();
+                        last_response = Some(now);
+                        wall_lat.push(now.saturating_duration_since(s.wall));
                         dev_lat.push(port.now().saturating_sub(s.device));
                         report.round_trips += 1;
                         let status = Smp::new_checked(&r.mad[..]).map_or(1, |v| v.dr_status());
@@ -458,6 +483,9 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         }
     };
     report.wall = started.elapsed();
+    if let (Some(first), Some(last)) = (first_send, last_response) {
+        report.round_trip_span = last.saturating_duration_since(first);
+    }
     report.device = port.now().saturating_sub(device_start);
     agent.deregister();
     result?;
@@ -477,13 +505,13 @@ mod tests {
     #[test]
     fn percentiles_are_nearest_rank() {
         let mut v: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
-        let l = Latency::of(&mut v);
+        let l = Latency::of(&mut v).unwrap();
         assert_eq!(l.p50, Duration::from_micros(50));
         assert_eq!(l.p99, Duration::from_micros(99));
         assert_eq!(l.max, Duration::from_micros(100));
         let mut one = vec![Duration::from_micros(7)];
-        assert_eq!(Latency::of(&mut one).p99, Duration::from_micros(7));
-        assert_eq!(Latency::of(&mut []), Latency::default());
+        assert_eq!(Latency::of(&mut one).unwrap().p99, Duration::from_micros(7));
+        assert_eq!(Latency::of(&mut []), None);
     }
 
     #[test]

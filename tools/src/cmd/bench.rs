@@ -13,7 +13,13 @@ pub const HELP: &str = "\
 Sends directed-route SMP Gets of one attribute along one route through the MAD layer, WINDOW
 of them in flight at once, until COUNT round trips are done (or for --time seconds), and
 prints a small report: round trips, timeouts, elapsed time, round trips per second, and the
-latency from each send to its response (p50, p99, max).
+latency from each send to its response (p50, p99, max; none when no round trip completed).
+Every round trip counts, the first ones too: no warm-up is left out (when first-use costs
+matter, run a short bench first, or one long enough that they do not show).
+
+Round trips per second are counted over the time from the first send to the last response,
+so that a send that times out at the end does not add its timeout to the time; the elapsed
+line gives the whole run, timeouts included.
 
 Latency is given on two clocks. Wall clock: from the send to the moment the bench reads the
 response, what a program on the MAD layer waits. Device clock: the HCA's clock, the wall

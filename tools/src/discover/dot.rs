@@ -51,7 +51,7 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
         let rate = na
             .port(a.port)
             .and_then(|p| {
-                let (w, s, e) = p.active_rate(na.capability_mask_for(a.port))?;
+                let (w, s, e) = p.active_rate(na.capability_masks_for(a.port))?;
                 Some(format!(
                     "{}{}",
                     width_name(w),

@@ -12,6 +12,12 @@
 //!   path extended by that port, when it is a switch port other than the one the SMPs entered
 //!   by, or the local port. Ports that are down are not followed; routes are not extended past
 //!   the maximum hop count.
+//! - Each node's shortest known route is remembered, and a port is followed from it. With
+//!   several SMPs in flight a switch can answer first by a longer route, where the hop limit
+//!   stops its links, and only later by a shorter one; so when a route reaches a known switch
+//!   shorter than before, and the hop limit stopped a link of that switch or of a node
+//!   reached through it, its links are followed again from the shorter route. The walk then
+//!   finds the nodes a walk whose answers come back in order finds, whatever the order.
 //! - Mellanox devices' QDR ports get an ExtendedPortInfo first (FDR10 shows only there), as
 //!   libibnetdisc does; the walk goes on after its answer or its failure.
 //!
@@ -201,6 +207,23 @@ struct InFlight {
     answered: bool,
 }
 
+/// What the walk keeps of a node's routes, so that the hop limit cuts the same links whatever
+/// route answers first.
+struct Routes {
+    /// The shortest route known to reach the node.
+    best: Vec<u8>,
+    /// The port SMPs along `best` enter the node by.
+    entry: u8,
+    /// Length of the route its links were last followed again from ([`usize::MAX`] until
+    /// then: they are followed from the route that found it, as their PortInfo answers).
+    refollowed: usize,
+    /// Its ports whose links the hop limit stopped (and no later route followed).
+    cut: Vec<u8>,
+    /// The hop limit stopped a link of this node or of one reached through it: a shorter
+    /// route to it must be followed on.
+    cut_beyond: bool,
+}
+
 /// Whether libibnetdisc reads Mellanox ExtendedPortInfo of this device
 /// (`is_mlnx_ext_port_info_supported`: Mellanox switches and HCAs by DeviceID, Bull's by
 /// VendorID and DeviceID).
@@ -243,7 +266,7 @@ pub(crate) fn wants_ext_port_info(cfg: &Config, node: &Node, p: u8, pi: &PortInf
         && pi.link_speed_active == SPEED_QDR
         && node
             .port(p)
-            .and_then(|x| x.active_rate(node.capability_mask_for(p)))
+            .and_then(|x| x.active_rate(node.capability_masks_for(p)))
             .is_some_and(|(_, _, ext)| ext == 0)
 }
 
@@ -260,6 +283,10 @@ struct Engine<'a> {
     started: Instant,
     /// Switches found so far (for progress reports, without counting each time).
     switches: usize,
+    /// Each node's routes, by node index.
+    routes: Vec<Routes>,
+    /// The node each answered NodeInfo route reached.
+    reached: HashMap<Vec<u8>, NodeIndex>,
 }
 
 /// Discover the fabric from `port` (the MAD layer's port of the local HCA), calling
@@ -302,6 +329,8 @@ pub fn discover_with(
         next_tid: 0,
         started,
         switches: 0,
+        routes: Vec::new(),
+        reached: HashMap::new(),
     };
     e.queue.push_back(Query {
         path: Vec::new(),
@@ -309,9 +338,13 @@ pub fn discover_with(
     });
     let result = e.run(progress);
     let Engine {
-        agent, mut topo, ..
+        agent,
+        mut topo,
+        routes,
+        ..
     } = e;
     topo.stats.retries = agent.counters().retries;
+    topo.stats.beyond_max_hops = routes.iter().map(|r| r.cut.len() as u64).sum();
     // Deregistration completes whatever is still outstanding (after an error) before it
     // returns, so no lease outlives the call.
     agent.deregister();
@@ -596,6 +629,8 @@ impl Engine<'_> {
             }
             None => self.new_node(q, &ni),
         };
+        self.reached.insert(q.path.clone(), index);
+        self.shorter_route(index, &q.path, local);
         let here = PortRef {
             node: index,
             port: local,
@@ -622,6 +657,13 @@ impl Engine<'_> {
                 ..TopoPort::default()
             })
             .collect();
+        self.routes.push(Routes {
+            best: q.path.clone(),
+            entry: ni.local_port_num,
+            refollowed: usize::MAX,
+            cut: Vec::new(),
+            cut_beyond: false,
+        });
         let index = self.topo.add_node(Node {
             guid: ni.node_guid,
             kind: ni.node_type,
@@ -672,10 +714,25 @@ impl Engine<'_> {
         wants_ext_port_info(&self.cfg, &self.topo.nodes[n], p, pi)
     }
 
-    /// Follow port `p` of node `n` (reached along `path`) to whatever is cabled to it, if its
-    /// link is up and it leads somewhere new: a switch port other than the one the SMPs came
-    /// in by, or the local port.
+    /// Follow port `p` of node `n` (whose PortInfo was asked along `path`) to whatever is
+    /// cabled to it, if its link is up and it leads somewhere new: a switch port other than
+    /// the one the SMPs came in by, or the local port. It is followed from the node's
+    /// shortest known route, which may be shorter than `path`.
     fn follow(&mut self, n: NodeIndex, p: u8, path: &[u8]) {
+        let Some(info) = self.topo.nodes[n].port(p).and_then(|x| x.info) else {
+            return;
+        };
+        let r = &self.routes[n];
+        let (path, entry) = if r.best.len() < path.len() {
+            (r.best.clone(), r.entry)
+        } else {
+            (path.to_vec(), info.local_port_num)
+        };
+        self.follow_from(n, p, path, entry);
+    }
+
+    /// [`Engine::follow`] along `path`, by which SMPs enter node `n` at port `entry`.
+    fn follow_from(&mut self, n: NodeIndex, p: u8, path: Vec<u8>, entry: u8) {
         let node = &self.topo.nodes[n];
         let Some(info) = node.port(p).and_then(|x| x.info) else {
             return;
@@ -684,20 +741,70 @@ impl Engine<'_> {
             return;
         }
         let here = PortRef { node: n, port: p };
-        let onward = node.is_switch() && p != info.local_port_num;
+        let onward = node.is_switch() && p != entry;
         if !onward && self.topo.from != Some(here) {
             return;
         }
         if path.len() >= usize::from(self.cfg.max_hops) {
-            self.topo.stats.beyond_max_hops += 1;
+            self.cut(n, p, &path);
             return;
         }
-        let mut next = path.to_vec();
+        self.routes[n].cut.retain(|&c| c != p);
+        let mut next = path;
         next.push(p);
         self.queue.push_back(Query {
             path: next,
             ask: Ask::NodeInfo { via: Some(here) },
         });
+    }
+
+    /// The hop limit stopped port `p` of node `n`, reached along `path`. Every node along
+    /// `path` learns that a shorter route to it should be followed on; one that already
+    /// knows a shorter route than `path` takes to it follows its links again from there.
+    fn cut(&mut self, n: NodeIndex, p: u8, path: &[u8]) {
+        if !self.routes[n].cut.contains(&p) {
+            self.routes[n].cut.push(p);
+        }
+        for k in (0..=path.len()).rev() {
+            let Some(&a) = self.reached.get(&path[..k]) else {
+                continue;
+            };
+            self.routes[a].cut_beyond = true;
+            self.refollow_if_shorter(a, k);
+        }
+    }
+
+    /// A NodeInfo along `path` reached node `n` by port `entry`: remember the route if it is
+    /// the shortest yet, and follow the node on from it if the hop limit stopped anything
+    /// it leads to.
+    fn shorter_route(&mut self, n: NodeIndex, path: &[u8], entry: u8) {
+        let r = &mut self.routes[n];
+        if path.len() >= r.best.len() {
+            return;
+        }
+        r.best = path.to_vec();
+        r.entry = entry;
+        if r.cut_beyond {
+            self.refollow_if_shorter(n, usize::MAX);
+        }
+    }
+
+    /// Follow every port of switch `n` again from its shortest route, when that is shorter
+    /// than `than` and than the route they were last followed again from.
+    fn refollow_if_shorter(&mut self, n: NodeIndex, than: usize) {
+        let r = &self.routes[n];
+        let len = r.best.len();
+        if !self.topo.nodes[n].is_switch() || len >= than || len >= r.refollowed {
+            return;
+        }
+        let (best, entry) = (r.best.clone(), r.entry);
+        self.routes[n].refollowed = len;
+        // What the hop limit stops is counted again from this route (the old route's entry
+        // port may be one it leaves by, and the new one's is not followed).
+        self.routes[n].cut.clear();
+        for p in 1..=self.topo.nodes[n].num_ports {
+            self.follow_from(n, p, best.clone(), entry);
+        }
     }
 }
 
@@ -715,6 +822,34 @@ mod tests {
         assert!(!mlnx_ext_port_info_supported(0x2c9, 0x1bd3));
         assert!(!mlnx_ext_port_info_supported(0, 0));
         assert!(!mlnx_ext_port_info_supported(0x2c9, 0x101c));
+    }
+
+    #[test]
+    fn an_xdr_port_is_not_asked_for_fdr10() {
+        use crate::discover::ibnetdiscover::tests::node_with_ext_speeds;
+        use mad::wire::attr::port_info::cap_mask::{HAS_CAP_MASK2, HAS_EXT_SPEEDS};
+        // libibnetdisc asks ExtendedPortInfo only when ibnd_get_agg_linkspeedext is 0, and
+        // that is 32 for LinkSpeedExtActive2 1 with IsExtSpeeds2Supported (0x0800).
+        let cfg = Config::default();
+        for (mask2, ext2, wanted) in [(0x0800, 1, false), (0x0800, 0, true), (0, 1, true)] {
+            for kind in [NodeType::Switch, NodeType::Ca] {
+                let mut n =
+                    node_with_ext_speeds(kind, HAS_EXT_SPEEDS | HAS_CAP_MASK2, mask2, 0, ext2);
+                // A Quantum switch / ConnectX-5 (Mellanox devices libibnetdisc asks), at QDR.
+                n.device_id = if kind == NodeType::Switch {
+                    0xcb20
+                } else {
+                    0x1017
+                };
+                n.ports[1].info.as_mut().unwrap().link_speed_active = SPEED_QDR;
+                let pi = n.ports[1].info.unwrap();
+                assert_eq!(
+                    wants_ext_port_info(&cfg, &n, 1, &pi),
+                    wanted,
+                    "{kind:?} mask2 {mask2:#x} ext2 {ext2}"
+                );
+            }
+        }
     }
 
     #[test]

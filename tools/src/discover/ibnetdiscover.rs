@@ -45,7 +45,8 @@ fn speed_name(speed: u8) -> &'static str {
 }
 
 /// The speed word ibnetdiscover prints for LinkSpeedActive `speed`, the extended speed
-/// active `ext` (0 when the port does not announce extended speeds) and FDR10
+/// active `ext` as libibnetdisc aggregates it (0 when the port does not announce extended
+/// speeds, 32 for XDR: [`super::topology::agg_link_speed_ext_active`]) and FDR10
 /// (`dump_linkspeedext_compat` when the speed is QDR or an extended speed is active).
 pub fn speed_word(speed: u8, ext: u8, fdr10: bool) -> &'static str {
     if speed != 4 && ext == 0 {
@@ -58,6 +59,8 @@ pub fn speed_word(speed: u8, ext: u8, fdr10: bool) -> &'static str {
         2 => "EDR",
         4 => "HDR",
         8 => "NDR",
+        // 16 is not used.
+        32 => "XDR",
         _ => "???",
     }
 }
@@ -87,7 +90,7 @@ fn rate_token(node: &Node, port: &Port) -> String {
         (0, 0)
     } else {
         let ext = port
-            .active_rate(node.capability_mask_for(port.num))
+            .active_rate(node.capability_masks_for(port.num))
             .map_or(0, |(_, _, e)| e);
         (speed, ext)
     };
@@ -258,7 +261,7 @@ fn write_ca(t: &Topology, i: NodeIndex, out: &mut dyn Write) -> std::io::Result<
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -283,9 +286,106 @@ mod tests {
         assert_eq!(speed_word(4, 2, false), "EDR");
         assert_eq!(speed_word(1, 4, false), "HDR");
         assert_eq!(speed_word(4, 8, false), "NDR");
+        assert_eq!(speed_word(1, 32, false), "XDR");
+        assert_eq!(speed_word(4, 16, false), "???");
         assert_eq!(speed_word(0, 0, false), "???");
         assert_eq!(width_name(2), "4x");
         assert_eq!(width_name(8), "12x");
         assert_eq!(width_name(3), "??");
+    }
+
+    /// A node of `kind` whose port 1 is a 4x link up with `ext_active`/`ext_active2`, and
+    /// whose CapabilityMask/CapabilityMask2 (port 0's for a switch, port 1's for a CA) are
+    /// `mask`/`mask2`.
+    pub(crate) fn node_with_ext_speeds(
+        kind: NodeType,
+        mask: u32,
+        mask2: u16,
+        ext_active: u8,
+        ext_active2: u8,
+    ) -> Node {
+        use mad::wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr};
+        let zero = [0u8; 64];
+        let blank = PortInfoRepr::parse(&PortInfo::new_checked(&zero[..]).unwrap()).unwrap();
+        let caps = PortInfoRepr {
+            capability_mask: mask,
+            capability_mask2: mask2,
+            ..blank
+        };
+        let mut link = PortInfoRepr {
+            port_physical_state: PhysPortState::LinkUp,
+            link_width_active: 2,
+            // An XDR port's LinkSpeedActive: SDR (extended speeds override it).
+            link_speed_active: 1,
+            link_speed_ext_active: ext_active,
+            link_speed_ext_active2: ext_active2,
+            local_port_num: 1,
+            ..blank
+        };
+        let switch = kind == NodeType::Switch;
+        if !switch {
+            link.capability_mask = mask;
+            link.capability_mask2 = mask2;
+        }
+        let ports = vec![
+            Port {
+                num: 0,
+                info: switch.then_some(caps),
+                ..Port::default()
+            },
+            Port {
+                num: 1,
+                info: Some(link),
+                ..Port::default()
+            },
+        ];
+        Node {
+            guid: 1,
+            kind,
+            num_ports: 1,
+            sys_image_guid: 0,
+            vendor_id: 0,
+            device_id: 0,
+            revision: 0,
+            description: None,
+            path: Vec::new(),
+            hops: 0,
+            switch: None,
+            ports,
+        }
+    }
+
+    #[test]
+    fn xdr_links_read_as_libibnetdisc_aggregates_extended_speeds() {
+        use mad::wire::attr::port_info::cap_mask::{HAS_CAP_MASK2, HAS_EXT_SPEEDS};
+        // libibnetdisc ibnd_get_agg_linkspeedext: with HasExtSpeeds and HasCapMask2 set and
+        // CapabilityMask2 IsExtSpeeds2Supported (0x0800), LinkSpeedExtActive2 << 5 is taken
+        // in preference to LinkSpeedExtActive; ibnetdiscover.c dump_linkspeedext_compat
+        // prints 32 as "XDR", 8 as "NDR".
+        let both = HAS_EXT_SPEEDS | HAS_CAP_MASK2;
+        let cases = [
+            // (CapabilityMask, CapabilityMask2, ExtActive, ExtActive2, word)
+            (both, 0x0800, 0, 1, "4xXDR"),
+            (both, 0x0800, 8, 1, "4xXDR"),
+            (both, 0x0800, 8, 0, "4xNDR"),
+            // No IsExtSpeeds2Supported: LinkSpeedExtActive2 is not looked at.
+            (both, 0x0400, 8, 1, "4xNDR"),
+            // No HasCapMask2: CapabilityMask2 is not looked at.
+            (HAS_EXT_SPEEDS, 0x0800, 8, 1, "4xNDR"),
+            // No HasExtSpeeds: neither extended field counts.
+            (HAS_CAP_MASK2, 0x0800, 8, 1, "4xSDR"),
+            // A LinkSpeedExtActive2 with no name (2 << 5 = 64).
+            (both, 0x0800, 0, 2, "4x???"),
+        ];
+        for kind in [NodeType::Switch, NodeType::Ca] {
+            for (mask, mask2, e, e2, want) in cases {
+                let n = node_with_ext_speeds(kind, mask, mask2, e, e2);
+                assert_eq!(
+                    rate_token(&n, &n.ports[1]),
+                    want,
+                    "{kind:?} mask {mask:#x} mask2 {mask2:#x} ext {e} ext2 {e2}"
+                );
+            }
+        }
     }
 }

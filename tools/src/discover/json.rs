@@ -23,7 +23,9 @@
 //!               "speed", but ibnetdiscover prints no rate for it),
 //!       "width": {"active", "enabled", "supported"}, PortInfo masks (numbers)
 //!       "speed": {"active", "enabled", "supported", "ext_active", "ext_enabled",
-//!                 "ext_supported"}, PortInfo values (numbers), "fdr10": bool,
+//!                 "ext_supported", "ext_active2", "ext_enabled2", "ext_supported2"},
+//!               PortInfo values (numbers, as read: whether the extended ones mean anything
+//!               is in the capability masks, which "rate" follows), "fdr10": bool,
 //!       "remote": {"guid": GUID, "port": N} | null
 //!     }]
 //!   }],
@@ -114,7 +116,7 @@ fn port_rate(n: &Node, p: &Port) -> Option<String> {
         return None;
     }
     let ext = p
-        .active_rate(n.capability_mask_for(p.num))
+        .active_rate(n.capability_masks_for(p.num))
         .map_or(0, |r| r.2);
     Some(format!(
         "{}{}",
@@ -147,7 +149,8 @@ fn write_port(t: &Topology, n: &Node, p: &Port, out: &mut dyn Write) -> std::io:
         "{{\"port\": {}, \"guid\": {}, \"lid\": {}, \"lmc\": {}, \"state\": {}, \"phys_state\": {}, \
          \"rate\": {}, \"width\": {{\"active\": {}, \"enabled\": {}, \"supported\": {}}}, \
          \"speed\": {{\"active\": {}, \"enabled\": {}, \"supported\": {}, \"ext_active\": {}, \
-         \"ext_enabled\": {}, \"ext_supported\": {}}}, \"fdr10\": {}, \"remote\": {}}}",
+         \"ext_enabled\": {}, \"ext_supported\": {}, \"ext_active2\": {}, \"ext_enabled2\": {}, \
+         \"ext_supported2\": {}}}, \"fdr10\": {}, \"remote\": {}}}",
         p.num,
         guid(p.guid),
         n.lid_of(p.num),
@@ -164,6 +167,9 @@ fn write_port(t: &Topology, n: &Node, p: &Port, out: &mut dyn Write) -> std::io:
         i.link_speed_ext_active,
         i.link_speed_ext_enabled,
         i.link_speed_ext_supported,
+        i.link_speed_ext_active2,
+        i.link_speed_ext_enabled2,
+        i.link_speed_ext_supported2,
         p.fdr10_active,
         remote(t, p.remote)
     )
@@ -300,5 +306,21 @@ mod tests {
     fn strings_are_escaped() {
         assert_eq!(quote("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
         assert_eq!(quote("plain"), "\"plain\"");
+    }
+
+    #[test]
+    fn an_xdr_link_has_an_xdr_rate() {
+        use crate::discover::ibnetdiscover::tests::node_with_ext_speeds;
+        use mad::wire::attr::port_info::cap_mask::{HAS_CAP_MASK2, HAS_EXT_SPEEDS};
+        // ibnetdiscover.c prints "XDR" for LinkSpeedExtActive2 1 (aggregated 32) when
+        // CapabilityMask2 has IsExtSpeeds2Supported (0x0800).
+        for kind in [NodeType::Switch, NodeType::Ca] {
+            let n = node_with_ext_speeds(kind, HAS_EXT_SPEEDS | HAS_CAP_MASK2, 0x0800, 0, 1);
+            assert_eq!(
+                port_rate(&n, &n.ports[1]).as_deref(),
+                Some("4xXDR"),
+                "{kind:?}"
+            );
+        }
     }
 }

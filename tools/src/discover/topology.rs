@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use mad::wire::attr::node_info::NodeType;
-use mad::wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState, cap_mask};
+use mad::wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState, cap_mask, cap_mask2};
 
 /// Index of a node in [`Topology::nodes`].
 pub type NodeIndex = usize;
@@ -32,6 +32,40 @@ pub fn route_text(path: &[u8]) -> String {
     s
 }
 
+/// The CapabilityMask and CapabilityMask2 that say which extended speed fields of a port's
+/// PortInfo mean anything (0 when the PortInfo that holds them was not read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CapabilityMasks {
+    /// CapabilityMask ([`cap_mask`]).
+    pub mask: u32,
+    /// CapabilityMask2 ([`cap_mask2`]).
+    pub mask2: u16,
+}
+
+/// The extended speed active of `info` as libibnetdisc reads it
+/// (`ibnd_get_agg_linkspeedext`): 0 unless `caps` has HasExtSpeeds; then LinkSpeedExtActive,
+/// unless `caps` also has HasCapMask2 and CapabilityMask2 IsExtSpeeds2Supported and
+/// LinkSpeedExtActive2 is not 0, when it is LinkSpeedExtActive2 shifted into bit 5 and up
+/// (so XDR is 32).
+pub fn agg_link_speed_ext_active(caps: CapabilityMasks, info: &PortInfoRepr) -> u8 {
+    if caps.mask & cap_mask::HAS_EXT_SPEEDS == 0 {
+        return 0;
+    }
+    let ext2 = caps.mask & cap_mask::HAS_CAP_MASK2 != 0
+        && caps.mask2 & cap_mask2::EXT_SPEEDS_2_SUPPORTED != 0;
+    // LinkSpeedExtActive2 is 2 bits (the parser masks it), so the shift stays within a byte.
+    let e2 = if ext2 {
+        (info.link_speed_ext_active2 & 0x3) << 5
+    } else {
+        0
+    };
+    if e2 != 0 {
+        e2
+    } else {
+        info.link_speed_ext_active
+    }
+}
+
 /// A port of a discovered node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Port {
@@ -50,17 +84,16 @@ pub struct Port {
 }
 
 impl Port {
-    /// LinkWidthActive, LinkSpeedActive, and the extended speed active when the port (or, for
-    /// a switch, its port 0) announces extended speeds, as ibnetdiscover reads them; `None`
-    /// without PortInfo.
-    pub fn active_rate(&self, capability_mask: u32) -> Option<(u8, u8, u8)> {
+    /// LinkWidthActive, LinkSpeedActive, and the extended speed active as libibnetdisc
+    /// aggregates it ([`agg_link_speed_ext_active`]) under `caps` (the port's own masks, or a
+    /// switch's port 0's: [`Node::capability_masks_for`]); `None` without PortInfo.
+    pub fn active_rate(&self, caps: CapabilityMasks) -> Option<(u8, u8, u8)> {
         let i = self.info.as_ref()?;
-        let ext = if capability_mask & cap_mask::HAS_EXT_SPEEDS != 0 {
-            i.link_speed_ext_active
-        } else {
-            0
-        };
-        Some((i.link_width_active, i.link_speed_active, ext))
+        Some((
+            i.link_width_active,
+            i.link_speed_active,
+            agg_link_speed_ext_active(caps, i),
+        ))
     }
 
     /// The physical state, when PortInfo was read.
@@ -163,13 +196,17 @@ impl Node {
             .map_or(0, |i| i.lmc)
     }
 
-    /// The CapabilityMask that says whether `port` reports extended speeds: a switch's port 0,
-    /// a CA's own port (0 when that PortInfo was not read).
-    pub fn capability_mask_for(&self, port: u8) -> u32 {
+    /// The capability masks that say which extended speeds `port` reports: a switch's
+    /// port 0's, a CA's own port's (0 when that PortInfo was not read), as libibnetdisc and
+    /// ibnetdiscover pick them.
+    pub fn capability_masks_for(&self, port: u8) -> CapabilityMasks {
         let p = if self.is_switch() { 0 } else { port };
         self.port(p)
             .and_then(|p| p.info.as_ref())
-            .map_or(0, |i| i.capability_mask)
+            .map_or(CapabilityMasks::default(), |i| CapabilityMasks {
+                mask: i.capability_mask,
+                mask2: i.capability_mask2,
+            })
     }
 
     /// Port `num`, if the node has it.
@@ -241,7 +278,8 @@ pub struct Stats {
     pub max_in_flight: usize,
     /// Longest directed route used.
     pub max_hops: u8,
-    /// Links up that were not followed because the route had reached the maximum hop count.
+    /// Links up that were not followed because the node's shortest known route had reached
+    /// the maximum hop count (each port once).
     pub beyond_max_hops: u64,
     /// Mellanox ExtendedPortInfo queries answered with an error status (the device has no
     /// such attribute: the port is not FDR10). Not failures: nothing is missing.
