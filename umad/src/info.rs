@@ -8,7 +8,8 @@ use driver::verbs::HcaPort;
 use mad::wire::attr::node_info::NodeInfo;
 use mad::wire::attr::pkey_table::{PKEYS_PER_BLOCK, PkeyTable};
 use mad::wire::attr::port_info::{
-    PortInfo, PortInfoRepr, cap_mask, link_speed, link_speed_ext, link_width,
+    PortInfo, PortInfoRepr, cap_mask, cap_mask2, link_speed, link_speed_ext, link_speed_ext2,
+    link_width,
 };
 use mad::wire::header::{MAD_LEN, Mad};
 use mad::wire::{attr_id, class, method};
@@ -153,11 +154,7 @@ pub fn port(port: &dyn HcaPort, pkey_entries: u16) -> Result<PortAttrs, UmadErro
             pkeys.push(t.pkey(i).map_err(bad)?);
         }
     }
-    let ext = if pi.capability_mask & cap_mask::HAS_EXT_SPEEDS != 0 {
-        pi.link_speed_ext_active
-    } else {
-        0
-    };
+    let ext = ext_speed(&pi);
     Ok(PortAttrs {
         num,
         lid: pi.lid,
@@ -175,9 +172,31 @@ pub fn port(port: &dyn HcaPort, pkey_entries: u16) -> Result<PortAttrs, UmadErro
     })
 }
 
+/// The extended speed a port runs at, as libibnetdisc's `ibnd_get_agg_linkspeedext_field`
+/// reads it: LinkSpeedExtActive when the port has extended speeds, and [`XDR_EXT`] in its
+/// place when it also has CapabilityMask2 with extended speeds 2 and LinkSpeedExtActive2 is
+/// XDR; 0 otherwise.
+fn ext_speed(pi: &PortInfoRepr) -> u8 {
+    if pi.capability_mask & cap_mask::HAS_EXT_SPEEDS == 0 {
+        return 0;
+    }
+    if pi.capability_mask & cap_mask::HAS_CAP_MASK2 != 0
+        && pi.capability_mask2 & cap_mask2::EXT_SPEEDS_2_SUPPORTED != 0
+        && pi.link_speed_ext_active2 == link_speed_ext2::XDR
+    {
+        return XDR_EXT;
+    }
+    pi.link_speed_ext_active
+}
+
+/// The aggregated extended-speed value of XDR (LinkSpeedExtActive2 shifted past the five
+/// bits of LinkSpeedExtActive, as libibnetdisc aggregates them).
+const XDR_EXT: u8 = link_speed_ext2::XDR << 5;
+
 /// The integer part of the kernel's sysfs `rate` (`rate_show`: 2.5 Gb/s per SDR lane,
-/// 5 DDR, 10 QDR, 14 FDR, 25 EDR, 50 HDR, 100 NDR, times the lanes); 0 for a width IBA
-/// does not define (the kernel's read fails and libibumad leaves 0).
+/// 5 DDR, 10 QDR, 14 FDR, 25 EDR, 50 HDR, 100 NDR, 200 XDR, times the lanes); 0 for a width
+/// IBA does not define (the kernel's read fails and libibumad leaves 0). `speed_ext_active`
+/// is the aggregated value of [`ext_speed`].
 pub fn rate_gbps(width_active: u8, speed_active: u8, speed_ext_active: u8) -> u32 {
     let lanes = match width_active {
         link_width::X1 => 1,
@@ -193,6 +212,7 @@ pub fn rate_gbps(width_active: u8, speed_active: u8, speed_ext_active: u8) -> u3
         link_speed_ext::EDR => 250,
         link_speed_ext::HDR => 500,
         link_speed_ext::NDR => 1000,
+        XDR_EXT => 2000,
         _ => match speed_active {
             link_speed::DDR => 50,
             link_speed::QDR => 100,
@@ -239,5 +259,37 @@ mod tests {
             14
         );
         assert_eq!(rate_gbps(0, link_speed::SDR, 0), 0);
+        // rate_show: IB_SPEED_XDR is 200 Gb/s a lane, "800 Gb/sec (4X XDR)".
+        assert_eq!(rate_gbps(link_width::X4, link_speed::SDR, XDR_EXT), 800);
+    }
+
+    fn port_info(mask: u32, mask2: u16, ext: u8, ext2: u8) -> PortInfoRepr {
+        let mut b = [0u8; 64];
+        let mut v = PortInfo::new_checked(&mut b[..]).unwrap();
+        v.set_capability_mask(mask);
+        v.set_capability_mask2(mask2);
+        v.set_link_speed_ext_active(ext);
+        v.set_link_speed_ext_active2(ext2);
+        PortInfoRepr::parse(&PortInfo::new_checked(&b[..]).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_xdr_port_reads_xdr_only_with_every_capability_bit() {
+        let both = cap_mask::HAS_EXT_SPEEDS | cap_mask::HAS_CAP_MASK2;
+        let xdr2 = cap_mask2::EXT_SPEEDS_2_SUPPORTED;
+        let ndr = link_speed_ext::NDR;
+        assert_eq!(ext_speed(&port_info(both, xdr2, 0, 1)), XDR_EXT);
+        assert_eq!(ext_speed(&port_info(both, xdr2, ndr, 0)), ndr);
+        // Without CapabilityMask2's bit, or without HasCapMask2, byte 56 is not read.
+        assert_eq!(ext_speed(&port_info(both, 0, ndr, 1)), ndr);
+        assert_eq!(
+            ext_speed(&port_info(cap_mask::HAS_EXT_SPEEDS, xdr2, ndr, 1)),
+            ndr
+        );
+        // Without extended speeds nothing extended is read.
+        assert_eq!(
+            ext_speed(&port_info(cap_mask::HAS_CAP_MASK2, xdr2, ndr, 1)),
+            0
+        );
     }
 }
