@@ -278,3 +278,36 @@ fn a_lid_held_twice_round_trips() {
         assert_eq!(f.lid_holders(4), vec![]);
     });
 }
+
+/// A `pkeys` record must hold exactly the port's P_Key table (NodeInfo PartitionCap for a CA
+/// port, 64 here): a table of another length is refused with its line, and the loaded state
+/// never reaches the SMA, whose P_KeyTable Get then answers the default table.
+#[test]
+fn a_pkey_table_of_the_wrong_length_is_refused() {
+    let (net, _sm) = configured();
+    let good = net.state_text();
+    let hca2 = net.with_fabric(|f| f.node(f.node_by_name("Hca2").unwrap()).guid());
+    let line = good.lines().count() + 1;
+    for table in ["ffff".to_owned(), vec!["ffff"; 65].join(",")] {
+        let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+        let sm = netutil::attach(&fresh, "Hca1", 1);
+        let bad = format!("{good}pkeys {hca2:x} 1 {table}\n");
+        let (l, msg) = fresh.load_state_text(&bad).unwrap_err();
+        assert_eq!(l, line, "{msg}");
+        let entries = table.split(',').count();
+        assert!(
+            msg.contains(&format!("P_Key table of {entries} entries, port has 64")),
+            "{msg}"
+        );
+        // Loading failed whole: the SMA still answers block 0 as the default table.
+        let (st, data) = netutil::dr_get(
+            &fresh,
+            &sm,
+            sweep::HCA2,
+            mad_wire::attr_id::sm::PKEY_TABLE,
+            0,
+        );
+        assert_eq!(st, 0);
+        assert_eq!(&data[..4], &[0xff, 0xff, 0, 0]);
+    }
+}

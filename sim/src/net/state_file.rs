@@ -37,8 +37,8 @@ use mad_wire::attr::port_info::cap_mask;
 use super::engine::NetState;
 use super::{NetError, Network};
 use crate::fabric::rate::{ActiveRates, LinkRates};
-use crate::fabric::sma::PortExtra;
 use crate::fabric::sma::defaults::CA_PARTITION_CAP;
+use crate::fabric::sma::{PortExtra, pkey_capacity};
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, PortId};
 use crate::input_file::read_text;
@@ -512,6 +512,18 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                     .split(',')
                     .map(|k| num::<u16>(k, true).ok_or_else(|| (n, format!("P_Key {k:?}"))))
                     .collect::<Result<Vec<u16>, _>>()?;
+                // The SMA reads and writes the table in blocks up to the port's capacity.
+                let cap = pkey_capacity(f, port);
+                if keys.len() != cap {
+                    return Err((
+                        n,
+                        format!(
+                            "P_Key table of {} entries, port has {cap}: a saved table holds \
+                             every entry of the port's table",
+                            keys.len()
+                        ),
+                    ));
+                }
                 parsed.pkeys.push((port, keys));
             }
             Some("switch") if words.len() >= 2 => {
