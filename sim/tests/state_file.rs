@@ -311,3 +311,38 @@ fn a_pkey_table_of_the_wrong_length_is_refused() {
         assert_eq!(&data[..4], &[0xff, 0xff, 0, 0]);
     }
 }
+
+/// SwitchInfo:LIDsPerPort, which SwitchInfo Set writes, is saved as `lpp=` and loaded back; a
+/// file written before it was saved (no `lpp=`) still loads and leaves it as it was.
+#[test]
+fn lids_per_port_is_saved_and_an_older_file_without_it_loads() {
+    let (net, _sm) = configured();
+    let sw2 = net.node("Switch2").unwrap();
+    net.with_fabric_mut(|f| f.switch_mut(sw2).unwrap().info.lids_per_port = 7);
+    let text = net.state_text();
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    fresh.load_state_text(&text).unwrap();
+    assert_eq!(
+        fresh.with_fabric(|f| f.switch(sw2).unwrap().info.lids_per_port),
+        7
+    );
+    assert_eq!(fresh.state_text(), text);
+    let older: String = text
+        .lines()
+        .map(|l| {
+            let kept: Vec<&str> = l
+                .split(' ')
+                .filter(|w| !(l.starts_with("switch ") && w.starts_with("lpp=")))
+                .collect();
+            kept.join(" ") + "\n"
+        })
+        .collect();
+    assert_ne!(older, text);
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    let lpp = |n: &Network| n.with_fabric(|f| f.switch(sw2).unwrap().info.lids_per_port);
+    let before = lpp(&fresh);
+    assert_ne!(before, 7);
+    fresh.load_state_text(&older).unwrap();
+    assert!(report(&fresh).ok());
+    assert_eq!(lpp(&fresh), before, "left as it was");
+}

@@ -17,17 +17,18 @@
 //!      en=<width>,<speed>,<ext>,<fdr10> act=<width>,<speed>,<ext>,<fdr10>
 //! extra <guid> <num> ldd=<n> vhl=<n> vsc=<n> sto=<n> lpe=<n> ove=<n> pe=<in><out> fr=<in><out>
 //! pkeys <guid> <num> <hex>,<hex>,...
-//! switch <guid> top=<n> dport=<n> dmpp=<n> dmnpp=<n> life=<n> psc=<0|1> mtop=<n>
+//! switch <guid> top=<n> dport=<n> dmpp=<n> dmnpp=<n> life=<n> psc=<0|1> mtop=<n> lpp=<n>
 //! lft <guid> <hex port per LID, 2 digits each, from LID 0>
 //! mft <guid> <hex 16-bit mask words, 4 digits each, from MLID 0xC000>
 //! ```
 //!
-//! (`port` records are one line.) Every port slot has a `port` record; `extra`, `pkeys`,
+//! (`port` records are one line.) `lpp=` (LIDsPerPort) was added later: a `switch` record
+//! without it loads and leaves LIDsPerPort as it was. Every port slot has a `port` record; `extra`, `pkeys`,
 //! `lft` and `mft` only where the SM wrote something. The `fabric` line must match the
 //! network the file is loaded onto, or loading fails without changing anything.
 //! CapabilityMask is saved without IsSM: the SM that held the port is gone when the file is
 //! read. Not saved: SL-to-VL and VL arbitration tables, alias GUIDs, PMA counters, link and
-//! node faults.
+//! node faults, and PortInfo's M_Key, P_Key and Q_Key violation counters (they load as 0).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -103,7 +104,7 @@ impl Network {
 /// per port slot; a switch line with a full LFT and MFT per switch), plus 1 MiB.
 pub fn max_state_bytes(f: &Fabric) -> u64 {
     // Longest line of each fixed-size record, rounded up: `port` ~330 bytes, `extra` ~110,
-    // `switch` ~110, the GUID and port number prefix of `pkeys`, `lft` and `mft` ~25.
+    // `switch` ~120, the GUID and port number prefix of `pkeys`, `lft` and `mft` ~25.
     const PORT_RECORDS: u64 = 1024;
     const SWITCH_RECORD: u64 = 256;
     const PREFIX: u64 = 64;
@@ -207,7 +208,7 @@ fn write_state(st: &NetState) -> String {
             let i = &sw.info;
             let _ = writeln!(
                 out,
-                "switch {guid:x} top={} dport={} dmpp={} dmnpp={} life={} psc={} mtop={}",
+                "switch {guid:x} top={} dport={} dmpp={} dmnpp={} life={} psc={} mtop={} lpp={}",
                 i.linear_fdb_top,
                 i.default_port,
                 i.default_mcast_primary_port,
@@ -215,6 +216,7 @@ fn write_state(st: &NetState) -> String {
                 i.life_time_value,
                 u8::from(i.port_state_change),
                 i.multicast_fdb_top,
+                i.lids_per_port,
             );
             if !sw.lft.is_empty() {
                 let mut hex = String::with_capacity(sw.lft.len() * 2);
@@ -265,6 +267,8 @@ struct SwitchRec {
     life: u8,
     psc: bool,
     mtop: u16,
+    /// LIDsPerPort; `None` in a file written before it was saved.
+    lpp: Option<u16>,
 }
 
 #[derive(Default)]
@@ -317,6 +321,15 @@ impl<'a> Fields<'a> {
     fn get<T: TryFrom<u64>>(&self, key: &str, hex: bool) -> Result<T, Problem> {
         let v = self.raw(key)?;
         num(v, hex).ok_or_else(|| (self.line, format!("{key}={v}: not a number in range")))
+    }
+
+    /// A field older files lack: `None` if absent, an error if present and bad.
+    fn get_opt<T: TryFrom<u64>>(&self, key: &str, hex: bool) -> Result<Option<T>, Problem> {
+        if self.kv.iter().any(|(k, _)| *k == key) {
+            self.get(key, hex).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     fn bits(&self, key: &str) -> Result<(bool, bool), Problem> {
@@ -541,6 +554,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                     life: k.get("life", false)?,
                     psc: k.get::<u8>("psc", false)? != 0,
                     mtop: k.get("mtop", false)?,
+                    lpp: k.get_opt("lpp", false)?,
                 });
             }
             Some("lft") if words.len() == 3 => {
@@ -656,6 +670,9 @@ fn apply(st: &mut NetState, p: Parsed) -> Result<(), String> {
             sw.info.life_time_value = s.life;
             sw.info.port_state_change = s.psc;
             sw.info.multicast_fdb_top = s.mtop;
+            if let Some(lpp) = s.lpp {
+                sw.info.lids_per_port = lpp;
+            }
         }
     }
     for (node, t) in p.lfts {
