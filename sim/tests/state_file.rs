@@ -346,3 +346,109 @@ fn lids_per_port_is_saved_and_an_older_file_without_it_loads() {
     assert!(report(&fresh).ok());
     assert_eq!(lpp(&fresh), before, "left as it was");
 }
+
+/// `text` with `key=` of the record starting with `prefix` set to `value`, and that
+/// record's line number.
+fn with_field(text: &str, prefix: &str, key: &str, value: &str) -> (String, usize) {
+    let mut line = 0;
+    let mut out = String::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.starts_with(prefix) {
+            line = i + 1;
+            let words: Vec<String> = l
+                .split(' ')
+                .map(|w| match w.split_once('=') {
+                    Some((k, _)) if k == key => format!("{k}={value}"),
+                    _ => w.to_owned(),
+                })
+                .collect();
+            assert!(
+                words.iter().any(|w| w.starts_with(&format!("{key}="))),
+                "{l}"
+            );
+            out += &words.join(" ");
+        } else {
+            out += l;
+        }
+        out.push('\n');
+    }
+    assert!(line > 0, "no record {prefix:?}");
+    (out, line)
+}
+
+/// A state file holds only values the SMA could have been given: what a PortInfo or
+/// SwitchInfo Set refuses, or what does not fit the attribute's field, is refused with the
+/// record's line, and so is a link one end of which is up while the other is down. Nothing
+/// is applied.
+#[test]
+fn values_a_set_would_refuse_and_one_sided_links_are_refused_with_their_line() {
+    let (net, _sm) = configured();
+    let good = net.state_text();
+    let guid = |name: &str| net.with_fabric(|f| f.node(f.node_by_name(name).unwrap()).guid());
+    let (hca2, sw2) = (guid("Hca2"), guid("Switch2"));
+    let hca2_port = format!("port {hca2:x} 1 ");
+    let sw2_port1 = format!("port {sw2:x} 1 ");
+    let sw2_port0 = format!("port {sw2:x} 0 ");
+    let sw2_switch = format!("switch {sw2:x} ");
+    let extra = good
+        .lines()
+        .find(|l| l.starts_with("extra "))
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" ") + " ")
+        .expect("the SM wrote some PortInfo extras");
+    let cases: Vec<(&str, &str, &str, &str)> = vec![
+        (&hca2_port, "protect", "200", "protect=200"),
+        (&hca2_port, "protect", "4", "protect=4"),
+        (&hca2_port, "smsl", "255", "smsl=255"),
+        (&hca2_port, "smsl", "16", "smsl=16"),
+        (&hca2_port, "hoq", "255", "hoq=255"),
+        (&hca2_port, "hoq", "32", "hoq=32"),
+        (&hca2_port, "nmtu", "0", "nmtu=0"),
+        (&hca2_port, "nmtu", "5", "nmtu=5"),
+        (&hca2_port, "opvls", "9", "opvls=9"),
+        (&hca2_port, "smlid", "49152", "smlid=49152"),
+        (&hca2_port, "en", "32,1,0,0", "en="),
+        (&sw2_port0, "nmtu", "4", "nmtu=4"),
+        (&extra, "ldd", "9", "ldd=9"),
+        (&extra, "vsc", "8", "vsc=8"),
+        (&extra, "sto", "32", "sto=32"),
+        (&sw2_switch, "top", "49152", "top=49152"),
+        (&sw2_switch, "dport", "9", "dport=9"),
+        (&sw2_switch, "dmpp", "200", "dmpp=200"),
+        (&sw2_switch, "life", "32", "life=32"),
+    ];
+    for (prefix, key, value, says) in cases {
+        let (text, line) = with_field(&good, prefix, key, value);
+        let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+        let before = fresh.state_text();
+        let (l, msg) = fresh.load_state_text(&text).unwrap_err();
+        assert!(msg.contains(says), "{key}={value}: {msg}");
+        assert_eq!(l, line, "{key}={value}: {msg}");
+        assert_eq!(fresh.state_text(), before, "{key}={value}: nothing applied");
+    }
+    // The values at their limits load.
+    for (prefix, key, value) in [
+        (&hca2_port, "protect", "3"),
+        (&hca2_port, "smsl", "15"),
+        (&hca2_port, "hoq", "31"),
+        (&sw2_switch, "dport", "255"),
+        (&sw2_switch, "dport", "8"),
+    ] {
+        let (text, _) = with_field(&good, prefix, key, value);
+        let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+        fresh.load_state_text(&text).unwrap();
+        assert_eq!(fresh.state_text(), text, "{key}={value}");
+    }
+    // Switch2 port 1 down (Down, Polling) while Hca2 port 1, its peer, stays Active: refused
+    // at the record of the end that claims the link is up.
+    let (text, _) = with_field(&good, &sw2_port1, "ls", "1");
+    let (text, _) = with_field(&text, &sw2_port1, "ps", "2");
+    let (_, hca2_line) = with_field(&text, &hca2_port, "ls", "4");
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    let (l, msg) = fresh.load_state_text(&text).unwrap_err();
+    assert!(msg.contains("peer"), "{msg}");
+    assert_eq!(l, hca2_line, "{msg}");
+    // Both ends down loads.
+    let (text, _) = with_field(&text, &hca2_port, "ls", "1");
+    let (text, _) = with_field(&text, &hca2_port, "ps", "2");
+    fresh.load_state_text(&text).unwrap();
+}

@@ -25,7 +25,11 @@
 //! (`port` records are one line.) `lpp=` (LIDsPerPort) was added later: a `switch` record
 //! without it loads and leaves LIDsPerPort as it was. Every port slot has a `port` record; `extra`, `pkeys`,
 //! `lft` and `mft` only where the SM wrote something. The `fabric` line must match the
-//! network the file is loaded onto, or loading fails without changing anything.
+//! network the file is loaded onto, or loading fails without changing anything. So does a
+//! record holding what the SMA could not: a value a PortInfo or SwitchInfo Set refuses or
+//! its field cannot carry (the Set's own checks, `crate::fabric::sma::limits`), a P_Key table
+//! of another length than the port's, a LID range beyond the unicast LIDs, a link one end of
+//! which is up and the other Down; the error names the record's line.
 //! CapabilityMask is saved without IsSM: the SM that held the port is gone when the file is
 //! read. Not saved: SL-to-VL and VL arbitration tables, alias GUIDs, PMA counters, link and
 //! node faults, and PortInfo's M_Key, P_Key and Q_Key violation counters (they load as 0).
@@ -39,7 +43,8 @@ use super::engine::NetState;
 use super::{NetError, Network};
 use crate::fabric::rate::{ActiveRates, LinkRates};
 use crate::fabric::sma::defaults::CA_PARTITION_CAP;
-use crate::fabric::sma::{PortExtra, pkey_capacity};
+use crate::fabric::sma::limits::{self, HeldPortInfo, PortInfoField, SwitchInfoField};
+use crate::fabric::sma::{PortExtra, pkey_capacity, port_kind};
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, PortId};
 use crate::input_file::read_text;
@@ -239,6 +244,7 @@ fn write_state(st: &NetState) -> String {
 
 /// A port record.
 struct PortRec {
+    line: usize,
     port: PortId,
     link_state: LinkState,
     phys_state: PhysState,
@@ -259,6 +265,7 @@ struct PortRec {
 }
 
 struct SwitchRec {
+    line: usize,
     node: NodeId,
     top: u16,
     dport: u8,
@@ -274,7 +281,7 @@ struct SwitchRec {
 #[derive(Default)]
 struct Parsed {
     ports: Vec<PortRec>,
-    extra: Vec<(PortId, PortExtra)>,
+    extra: Vec<(usize, PortId, PortExtra)>,
     pkeys: Vec<(PortId, Vec<u16>)>,
     switches: Vec<SwitchRec>,
     lfts: Vec<(NodeId, Vec<u8>)>,
@@ -463,6 +470,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                 let (ew, es, ee, ef) = k.rates("en")?;
                 let (aw, as_, ae, af) = k.rates("act")?;
                 parsed.ports.push(PortRec {
+                    line: n,
                     port,
                     link_state: link_state(k.get("ls", false)?)
                         .ok_or_else(|| (n, "ls= must be 1-4".to_owned()))?,
@@ -500,6 +508,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                 let (pei, peo) = k.bits("pe")?;
                 let (fri, fro) = k.bits("fr")?;
                 parsed.extra.push((
+                    n,
                     port,
                     PortExtra {
                         link_down_default: k.get("ldd", false)?,
@@ -546,6 +555,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                 }
                 let k = Fields::new(n, &words[2..])?;
                 parsed.switches.push(SwitchRec {
+                    line: n,
                     node,
                     top: k.get("top", false)?,
                     dport: k.get("dport", false)?,
@@ -596,6 +606,9 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
         return Err((1, "no \"fabric\" line: the file is cut short".to_owned()));
     }
     check_lids(f, &parsed)?;
+    check_ports(f, &parsed)?;
+    check_links(f, &parsed)?;
+    check_switches(f, &parsed)?;
     Ok(parsed)
 }
 
@@ -607,18 +620,176 @@ fn check_lids(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
         let label = f.port_label(r.port);
         let p = f.port(r.port);
         if (f.switch(p.node()).is_some()) != (p.num() == 0) {
-            return Err((0, format!("{label} cannot hold LID {}", r.lid)));
+            return Err((r.line, format!("{label} cannot hold LID {}", r.lid)));
         }
         let end = u32::from(r.lid) + (1u32 << r.lmc.min(7));
         if r.lmc > 7 || end > crate::fabric::model::UNICAST_LID_END {
             return Err((
-                0,
+                r.line,
                 format!(
                     "{label}: LID {} LMC {} leaves the unicast LIDs",
                     r.lid, r.lmc
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// The PortInfo values of a port record, as [`limits::check_port_info`] takes them.
+fn held(r: &PortRec) -> HeldPortInfo {
+    HeldPortInfo {
+        m_key_protect: r.protect,
+        sm_lid: r.sm_lid,
+        sm_sl: r.sm_sl,
+        neighbor_mtu: r.nmtu,
+        op_vls: r.op_vls,
+        hoq_life: r.hoq,
+        enabled: r.enabled,
+    }
+}
+
+/// The record key and value of a PortInfo field of `r` or `x`.
+fn port_field(f: PortInfoField, r: &HeldPortInfo, x: Option<&PortExtra>) -> String {
+    use PortInfoField as F;
+    let e = r.enabled;
+    let extra = |v: fn(&PortExtra) -> u8| x.map_or(0, v);
+    match f {
+        F::MKeyProtect => format!("protect={}", r.m_key_protect),
+        F::MasterSmLid => format!("smlid={}", r.sm_lid),
+        F::MasterSmSl => format!("smsl={}", r.sm_sl),
+        F::NeighborMtu => format!("nmtu={}", r.neighbor_mtu),
+        F::OperationalVls => format!("opvls={}", r.op_vls),
+        F::HoqLife => format!("hoq={}", r.hoq_life),
+        F::LinkWidthEnabled | F::LinkSpeedEnabled | F::LinkSpeedExtEnabled => {
+            format!("en={}", rates(e.width, e.speed, e.speed_ext, e.fdr10))
+        }
+        F::LinkDownDefault => format!("ldd={}", extra(|x| x.link_down_default)),
+        F::VlStallCount => format!("vsc={}", extra(|x| x.vl_stall_count)),
+        F::SubnetTimeout => format!("sto={}", extra(|x| x.subnet_timeout)),
+        F::LocalPhyErrors => format!("lpe={}", extra(|x| x.local_phy_errors)),
+        F::OverrunErrors => format!("ove={}", extra(|x| x.overrun_errors)),
+    }
+}
+
+/// Every `port` and `extra` record holds values a PortInfo Set could have written and its
+/// fields can carry (`limits::check_port_info`): a field writer keeps only a field's bits,
+/// so a value beyond them would be reported as another than the one enforced.
+fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    let refused = |line: usize, port: PortId, what: String, field: PortInfoField| {
+        (
+            line,
+            format!(
+                "{what}: {} cannot hold this PortInfo {field:?} (a PortInfo Set refuses it \
+                 or the field is too narrow)",
+                f.port_label(port)
+            ),
+        )
+    };
+    for r in &parsed.ports {
+        let d = port_kind(f, r.port).defaults();
+        let h = held(r);
+        limits::check_port_info(d, &h, None)
+            .map_err(|e| refused(r.line, r.port, port_field(e, &h, None), e))?;
+    }
+    for (line, port, x) in &parsed.extra {
+        let d = port_kind(f, *port).defaults();
+        // The port's own values as they will be: its record's, or the fabric's now.
+        let h = if let Some(r) = parsed.ports.iter().rev().find(|r| r.port == *port) {
+            held(r)
+        } else {
+            let p = f.port(*port);
+            HeldPortInfo {
+                m_key_protect: p.state.m_key_protect,
+                sm_lid: p.state.sm_lid,
+                sm_sl: p.state.sm_sl,
+                neighbor_mtu: p.state.neighbor_mtu,
+                op_vls: p.state.op_vls,
+                hoq_life: p.state.hoq_life,
+                enabled: p.enabled,
+            }
+        };
+        limits::check_port_info(d, &h, Some(x))
+            .map_err(|e| refused(*line, *port, port_field(e, &h, Some(x)), e))?;
+    }
+    Ok(())
+}
+
+/// Both ends of every link agree on whether it is up (PortState other than Down), and a port
+/// whose link is up is physically LinkUp: a one-sided link would let packets cross into a
+/// port that is down. A port without a record keeps its state now.
+fn check_links(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    let state = |p: PortId| {
+        parsed
+            .ports
+            .iter()
+            .rev()
+            .find(|r| r.port == p)
+            .map_or(f.port(p).state.link_state, |r| r.link_state)
+    };
+    for r in &parsed.ports {
+        let Some(peer) = f.peer(r.port) else {
+            continue;
+        };
+        let up = r.link_state != LinkState::Down;
+        if up && r.phys_state != PhysState::LinkUp {
+            return Err((
+                r.line,
+                format!(
+                    "{}: ls={} with ps={}: a port whose link is up is physically LinkUp (5)",
+                    f.port_label(r.port),
+                    r.link_state as u8,
+                    r.phys_state as u8
+                ),
+            ));
+        }
+        if up && state(peer) == LinkState::Down {
+            return Err((
+                r.line,
+                format!(
+                    "{} is up (ls={}) but its peer {} is Down: both ends of a link are up or \
+                     neither",
+                    f.port_label(r.port),
+                    r.link_state as u8,
+                    f.port_label(peer)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every `switch` record holds a SwitchInfo a SwitchInfo Set could have written
+/// (`limits::check_switch_info`).
+fn check_switches(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    use SwitchInfoField as F;
+    for s in &parsed.switches {
+        let Some(sw) = f.switch(s.node) else {
+            continue;
+        };
+        let mut i = sw.info;
+        i.linear_fdb_top = s.top;
+        i.default_port = s.dport;
+        i.default_mcast_primary_port = s.dmpp;
+        i.default_mcast_not_primary_port = s.dmnpp;
+        i.life_time_value = s.life;
+        limits::check_switch_info(f.node(s.node).num_ports(), &i).map_err(|e| {
+            let what = match e {
+                F::LinearFdbTop => format!("top={}", s.top),
+                F::DefaultPort => format!("dport={}", s.dport),
+                F::DefaultMcastPrimaryPort => format!("dmpp={}", s.dmpp),
+                F::DefaultMcastNotPrimaryPort => format!("dmnpp={}", s.dmnpp),
+                F::LifeTimeValue => format!("life={}", s.life),
+            };
+            (
+                s.line,
+                format!(
+                    "{what}: switch {} cannot hold this SwitchInfo {e:?} (a SwitchInfo Set \
+                     refuses it or the field is too narrow)",
+                    f.name(s.node)
+                ),
+            )
+        })?;
     }
     Ok(())
 }
@@ -654,7 +825,7 @@ fn apply(st: &mut NetState, p: Parsed) -> Result<(), String> {
         s.hoq_life = r.hoq;
         s.active = r.active;
     }
-    for (port, x) in p.extra {
+    for (_, port, x) in p.extra {
         *st.agents.extra.get_or_insert_with(port, || x) = x;
     }
     for (port, keys) in p.pkeys {

@@ -61,6 +61,7 @@
 pub mod defaults;
 mod ext_port_info;
 mod keys;
+pub mod limits;
 mod link;
 mod mkey;
 mod node;
