@@ -671,3 +671,62 @@ fn a_switch_answers_only_its_own_lids_whatever_its_lft_says() {
     assert_eq!(resp.slid, LID_SWITCH1);
     assert_eq!(net.drops().get(DropReason::WrongDlid), wrong + 1);
 }
+
+/// LID 0 is reserved (IBA 4.1.3): no port holds it and no switch forwards a packet for it,
+/// whatever LFT entry 0 holds (ibsim's `lid_route_MAD` refuses it too). The switch drops it
+/// once, as it drops any LID it has no route for (`NoRoute`, PortRcvSwitchRelayErrors of the
+/// ingress port); a CA, simulated or with a device attached, does not take it as its own.
+#[test]
+fn dlid_0_is_never_forwarded_nor_taken() {
+    let (net, d) = setup();
+    sweep::assign_lids_and_routes(&net, &d);
+    // Switch1's LFT entry 0 leads to Hca3 (port 2), where a device listens.
+    let mut lft = sweep::LFT_SWITCH1.to_vec();
+    lft[0] = 2;
+    sweep::program_switch(&net, &d, sweep::SWITCH1, &lft);
+    let client = attach(&net, "Hca3", 1);
+    let (sw1_p1, sw1_p2) = (
+        net.port("Switch1", 1).unwrap(),
+        net.port("Switch1", 2).unwrap(),
+    );
+    let relay = net.counters(sw1_p1).rcv_switch_relay_errors;
+    let xmit = net.counters(sw1_p2).xmit_packets;
+    let (drops, no_route) = (net.drops().total(), net.drops().get(DropReason::NoRoute));
+    let smp = lid_smp(method::GET, LID_HCA1, 0, attr_id::sm::NODE_INFO, 0, [0; 64]);
+    assert!(d.exchange(&net, smp).is_empty());
+    assert!(client.rec.take().is_empty(), "nothing reached Hca3");
+    assert_eq!(
+        net.counters(sw1_p2).xmit_packets,
+        xmit,
+        "nothing left by port 2"
+    );
+    assert_eq!(net.counters(sw1_p1).rcv_switch_relay_errors, relay + 1);
+    assert_eq!(net.drops().get(DropReason::NoRoute), no_route + 1);
+    assert_eq!(net.drops().total(), drops + 1, "one drop");
+
+    // Two CAs cabled to each other: neither takes DLID 0, configured (LID 1) or not.
+    let two = "Hca 1 \"A\"\n[1] \"B\"[1]\n\nHca 1 \"B\"\n[1] \"A\"[1]\n";
+    for b_lid in [0u16, 1] {
+        for b_device in [false, true] {
+            let net = network(sim::fabric::Fabric::parse_str("two", two).unwrap());
+            let a = attach(&net, "A", 1);
+            let b = b_device.then(|| attach(&net, "B", 1));
+            let (pa, pb) = (net.port("A", 1).unwrap(), net.port("B", 1).unwrap());
+            net.with_fabric_mut(|f| {
+                for p in [pa, pb] {
+                    f.port_mut(p).state.link_state = sim::fabric::state::LinkState::Active;
+                }
+                if b_lid != 0 {
+                    f.set_lid(pb, b_lid, 0).unwrap();
+                }
+            });
+            let smp = lid_smp(method::GET, 2, 0, attr_id::sm::NODE_INFO, 0, [0; 64]);
+            assert!(a.exchange(&net, smp).is_empty(), "B LID {b_lid}");
+            if let Some(b) = &b {
+                assert!(b.rec.take().is_empty(), "B's device LID {b_lid}");
+            }
+            assert_eq!(net.drops().get(DropReason::WrongDlid), 1, "B LID {b_lid}");
+            assert_eq!(net.drops().total(), 1);
+        }
+    }
+}

@@ -278,3 +278,177 @@ fn a_lid_held_twice_round_trips() {
         assert_eq!(f.lid_holders(4), vec![]);
     });
 }
+
+/// A `pkeys` record must hold exactly the port's P_Key table (NodeInfo PartitionCap for a CA
+/// port, 64 here): a table of another length is refused with its line, and the loaded state
+/// never reaches the SMA, whose P_KeyTable Get then answers the default table.
+#[test]
+fn a_pkey_table_of_the_wrong_length_is_refused() {
+    let (net, _sm) = configured();
+    let good = net.state_text();
+    let hca2 = net.with_fabric(|f| f.node(f.node_by_name("Hca2").unwrap()).guid());
+    let line = good.lines().count() + 1;
+    for table in ["ffff".to_owned(), vec!["ffff"; 65].join(",")] {
+        let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+        let sm = netutil::attach(&fresh, "Hca1", 1);
+        let bad = format!("{good}pkeys {hca2:x} 1 {table}\n");
+        let (l, msg) = fresh.load_state_text(&bad).unwrap_err();
+        assert_eq!(l, line, "{msg}");
+        let entries = table.split(',').count();
+        assert!(
+            msg.contains(&format!("P_Key table of {entries} entries, port has 64")),
+            "{msg}"
+        );
+        // Loading failed whole: the SMA still answers block 0 as the default table.
+        let (st, data) = netutil::dr_get(
+            &fresh,
+            &sm,
+            sweep::HCA2,
+            mad_wire::attr_id::sm::PKEY_TABLE,
+            0,
+        );
+        assert_eq!(st, 0);
+        assert_eq!(&data[..4], &[0xff, 0xff, 0, 0]);
+    }
+}
+
+/// SwitchInfo:LIDsPerPort, which SwitchInfo Set writes, is saved as `lpp=` and loaded back; a
+/// file written before it was saved (no `lpp=`) still loads and leaves it as it was.
+#[test]
+fn lids_per_port_is_saved_and_an_older_file_without_it_loads() {
+    let (net, _sm) = configured();
+    let sw2 = net.node("Switch2").unwrap();
+    net.with_fabric_mut(|f| f.switch_mut(sw2).unwrap().info.lids_per_port = 7);
+    let text = net.state_text();
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    fresh.load_state_text(&text).unwrap();
+    assert_eq!(
+        fresh.with_fabric(|f| f.switch(sw2).unwrap().info.lids_per_port),
+        7
+    );
+    assert_eq!(fresh.state_text(), text);
+    let older: String = text
+        .lines()
+        .map(|l| {
+            let kept: Vec<&str> = l
+                .split(' ')
+                .filter(|w| !(l.starts_with("switch ") && w.starts_with("lpp=")))
+                .collect();
+            kept.join(" ") + "\n"
+        })
+        .collect();
+    assert_ne!(older, text);
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    let lpp = |n: &Network| n.with_fabric(|f| f.switch(sw2).unwrap().info.lids_per_port);
+    let before = lpp(&fresh);
+    assert_ne!(before, 7);
+    fresh.load_state_text(&older).unwrap();
+    assert!(report(&fresh).ok());
+    assert_eq!(lpp(&fresh), before, "left as it was");
+}
+
+/// `text` with `key=` of the record starting with `prefix` set to `value`, and that
+/// record's line number.
+fn with_field(text: &str, prefix: &str, key: &str, value: &str) -> (String, usize) {
+    let mut line = 0;
+    let mut out = String::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.starts_with(prefix) {
+            line = i + 1;
+            let words: Vec<String> = l
+                .split(' ')
+                .map(|w| match w.split_once('=') {
+                    Some((k, _)) if k == key => format!("{k}={value}"),
+                    _ => w.to_owned(),
+                })
+                .collect();
+            assert!(
+                words.iter().any(|w| w.starts_with(&format!("{key}="))),
+                "{l}"
+            );
+            out += &words.join(" ");
+        } else {
+            out += l;
+        }
+        out.push('\n');
+    }
+    assert!(line > 0, "no record {prefix:?}");
+    (out, line)
+}
+
+/// A state file holds only values the SMA could have been given: what a PortInfo or
+/// SwitchInfo Set refuses, or what does not fit the attribute's field, is refused with the
+/// record's line, and so is a link one end of which is up while the other is down. Nothing
+/// is applied.
+#[test]
+fn values_a_set_would_refuse_and_one_sided_links_are_refused_with_their_line() {
+    let (net, _sm) = configured();
+    let good = net.state_text();
+    let guid = |name: &str| net.with_fabric(|f| f.node(f.node_by_name(name).unwrap()).guid());
+    let (hca2, sw2) = (guid("Hca2"), guid("Switch2"));
+    let hca2_port = format!("port {hca2:x} 1 ");
+    let sw2_port1 = format!("port {sw2:x} 1 ");
+    let sw2_port0 = format!("port {sw2:x} 0 ");
+    let sw2_switch = format!("switch {sw2:x} ");
+    let extra = good
+        .lines()
+        .find(|l| l.starts_with("extra "))
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" ") + " ")
+        .expect("the SM wrote some PortInfo extras");
+    let cases: Vec<(&str, &str, &str, &str)> = vec![
+        (&hca2_port, "protect", "200", "protect=200"),
+        (&hca2_port, "protect", "4", "protect=4"),
+        (&hca2_port, "smsl", "255", "smsl=255"),
+        (&hca2_port, "smsl", "16", "smsl=16"),
+        (&hca2_port, "hoq", "255", "hoq=255"),
+        (&hca2_port, "hoq", "32", "hoq=32"),
+        (&hca2_port, "nmtu", "0", "nmtu=0"),
+        (&hca2_port, "nmtu", "5", "nmtu=5"),
+        (&hca2_port, "opvls", "9", "opvls=9"),
+        (&hca2_port, "smlid", "49152", "smlid=49152"),
+        (&hca2_port, "en", "32,1,0,0", "en="),
+        (&sw2_port0, "nmtu", "4", "nmtu=4"),
+        (&extra, "ldd", "9", "ldd=9"),
+        (&extra, "vsc", "8", "vsc=8"),
+        (&extra, "sto", "32", "sto=32"),
+        (&sw2_switch, "top", "49152", "top=49152"),
+        (&sw2_switch, "dport", "9", "dport=9"),
+        (&sw2_switch, "dmpp", "200", "dmpp=200"),
+        (&sw2_switch, "life", "32", "life=32"),
+    ];
+    for (prefix, key, value, says) in cases {
+        let (text, line) = with_field(&good, prefix, key, value);
+        let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+        let before = fresh.state_text();
+        let (l, msg) = fresh.load_state_text(&text).unwrap_err();
+        assert!(msg.contains(says), "{key}={value}: {msg}");
+        assert_eq!(l, line, "{key}={value}: {msg}");
+        assert_eq!(fresh.state_text(), before, "{key}={value}: nothing applied");
+    }
+    // The values at their limits load.
+    for (prefix, key, value) in [
+        (&hca2_port, "protect", "3"),
+        (&hca2_port, "smsl", "15"),
+        (&hca2_port, "hoq", "31"),
+        (&sw2_switch, "dport", "255"),
+        (&sw2_switch, "dport", "8"),
+    ] {
+        let (text, _) = with_field(&good, prefix, key, value);
+        let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+        fresh.load_state_text(&text).unwrap();
+        assert_eq!(fresh.state_text(), text, "{key}={value}");
+    }
+    // Switch2 port 1 down (Down, Polling) while Hca2 port 1, its peer, stays Active: refused
+    // at the record of the end that claims the link is up.
+    let (text, _) = with_field(&good, &sw2_port1, "ls", "1");
+    let (text, _) = with_field(&text, &sw2_port1, "ps", "2");
+    let (_, hca2_line) = with_field(&text, &hca2_port, "ls", "4");
+    let fresh = netutil::network(netutil::example("net.2sw2path4hca"));
+    let (l, msg) = fresh.load_state_text(&text).unwrap_err();
+    assert!(msg.contains("peer"), "{msg}");
+    assert_eq!(l, hca2_line, "{msg}");
+    // Both ends down loads.
+    let (text, _) = with_field(&text, &hca2_port, "ls", "1");
+    let (text, _) = with_field(&text, &hca2_port, "ps", "2");
+    fresh.load_state_text(&text).unwrap();
+}

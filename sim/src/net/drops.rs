@@ -14,7 +14,8 @@ pub enum DropReason {
     /// A fault's drop rate lost it on a link.
     Fault,
     /// A switch had no LFT entry for the DLID (or the entry is above LinearFDBTop, or names a
-    /// port the switch lacks). Counted in the switch port's PortRcvSwitchRelayErrors.
+    /// port the switch lacks, or the DLID is the reserved LID 0, which no switch forwards).
+    /// Counted in the switch port's PortRcvSwitchRelayErrors.
     NoRoute,
     /// A multicast DLID: multicast forwarding is not simulated.
     Multicast,

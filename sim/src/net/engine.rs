@@ -297,14 +297,17 @@ impl NetState {
         }
     }
 
-    /// The output port a switch's LFT gives `dlid` (0 = the switch itself).
+    /// The output port a switch's LFT gives `dlid` (0 = the switch itself); none for the
+    /// reserved LID 0.
     fn switch_egress(&self, node: NodeId, dlid: u16) -> Result<u8, DropReason> {
         if dlid >= MCAST_LID_BASE {
             return Err(DropReason::Multicast);
         }
         let num_ports = self.fabric.node(node).num_ports();
         let sw = self.fabric.switch(node).ok_or(DropReason::NoRoute)?;
-        if dlid > sw.info.linear_fdb_top {
+        // LID 0 is reserved: no port holds it and no switch forwards it, whatever LFT entry
+        // 0 holds (IBA 4.1.3; ibsim's `lid_route_MAD` refuses it too).
+        if dlid == 0 || dlid > sw.info.linear_fdb_top {
             return Err(DropReason::NoRoute);
         }
         match sw.route(dlid) {

@@ -384,7 +384,8 @@ impl Network {
         f(&mut self.shared.lock().fabric)
     }
 
-    /// The PMA counters of a port.
+    /// The PMA counters of a port (all zero for a port that is not this network's, as for
+    /// one nothing crossed).
     pub fn counters(&self, port: PortId) -> PortCounters {
         self.shared.lock().agents.counters(port)
     }
@@ -395,6 +396,11 @@ impl Network {
     }
 
     /// Sets the fault of the link at `port` (both directions); [`Fault::NONE`] clears it.
+    ///
+    /// # Panics
+    ///
+    /// If `port` is not one of this network's ports (ids come from [`Network::port`] or the
+    /// fabric of this network): a test's mistake, not bad input.
     pub fn set_link_fault(&self, port: PortId, fault: Fault) {
         self.shared.run(|st| {
             let peer = st.fabric.peer(port).unwrap_or(port);
@@ -429,6 +435,11 @@ impl Network {
     /// their devices hear [`PortChange::Down`](crate::link::PortChange::Down), switches set
     /// PortStateChange and send trap 128 if configured. With `!down` the link trains again
     /// (both ends Init/LinkUp) unless an end is Disabled by its SM.
+    ///
+    /// # Panics
+    ///
+    /// If `port` is not one of this network's ports (ids come from [`Network::port`] or the
+    /// fabric of this network): a test's mistake, not bad input.
     pub fn set_link_down(&self, port: PortId, down: bool) {
         self.shared.run(|st| {
             Sma {
@@ -442,6 +453,11 @@ impl Network {
 
     /// Takes every link of `node` down, as a node losing power, or lets them come back (a link
     /// whose other end is held down stays down).
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not one of this network's nodes (ids come from [`Network::node`] or the
+    /// fabric of this network): a test's mistake, not bad input.
     pub fn set_node_down(&self, node: NodeId, down: bool) {
         self.shared.run(|st| {
             Sma {

@@ -17,17 +17,22 @@
 //!      en=<width>,<speed>,<ext>,<fdr10> act=<width>,<speed>,<ext>,<fdr10>
 //! extra <guid> <num> ldd=<n> vhl=<n> vsc=<n> sto=<n> lpe=<n> ove=<n> pe=<in><out> fr=<in><out>
 //! pkeys <guid> <num> <hex>,<hex>,...
-//! switch <guid> top=<n> dport=<n> dmpp=<n> dmnpp=<n> life=<n> psc=<0|1> mtop=<n>
+//! switch <guid> top=<n> dport=<n> dmpp=<n> dmnpp=<n> life=<n> psc=<0|1> mtop=<n> lpp=<n>
 //! lft <guid> <hex port per LID, 2 digits each, from LID 0>
 //! mft <guid> <hex 16-bit mask words, 4 digits each, from MLID 0xC000>
 //! ```
 //!
-//! (`port` records are one line.) Every port slot has a `port` record; `extra`, `pkeys`,
+//! (`port` records are one line.) `lpp=` (LIDsPerPort) was added later: a `switch` record
+//! without it loads and leaves LIDsPerPort as it was. Every port slot has a `port` record; `extra`, `pkeys`,
 //! `lft` and `mft` only where the SM wrote something. The `fabric` line must match the
-//! network the file is loaded onto, or loading fails without changing anything.
+//! network the file is loaded onto, or loading fails without changing anything. So does a
+//! record holding what the SMA could not: a value a PortInfo or SwitchInfo Set refuses or
+//! its field cannot carry (the Set's own checks, `crate::fabric::sma::limits`), a P_Key table
+//! of another length than the port's, a LID range beyond the unicast LIDs, a link one end of
+//! which is up and the other Down; the error names the record's line.
 //! CapabilityMask is saved without IsSM: the SM that held the port is gone when the file is
 //! read. Not saved: SL-to-VL and VL arbitration tables, alias GUIDs, PMA counters, link and
-//! node faults.
+//! node faults, and PortInfo's M_Key, P_Key and Q_Key violation counters (they load as 0).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -37,8 +42,9 @@ use mad_wire::attr::port_info::cap_mask;
 use super::engine::NetState;
 use super::{NetError, Network};
 use crate::fabric::rate::{ActiveRates, LinkRates};
-use crate::fabric::sma::PortExtra;
 use crate::fabric::sma::defaults::CA_PARTITION_CAP;
+use crate::fabric::sma::limits::{self, HeldPortInfo, PortInfoField, SwitchInfoField};
+use crate::fabric::sma::{PortExtra, pkey_capacity, port_kind};
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, PortId};
 use crate::input_file::read_text;
@@ -103,7 +109,7 @@ impl Network {
 /// per port slot; a switch line with a full LFT and MFT per switch), plus 1 MiB.
 pub fn max_state_bytes(f: &Fabric) -> u64 {
     // Longest line of each fixed-size record, rounded up: `port` ~330 bytes, `extra` ~110,
-    // `switch` ~110, the GUID and port number prefix of `pkeys`, `lft` and `mft` ~25.
+    // `switch` ~120, the GUID and port number prefix of `pkeys`, `lft` and `mft` ~25.
     const PORT_RECORDS: u64 = 1024;
     const SWITCH_RECORD: u64 = 256;
     const PREFIX: u64 = 64;
@@ -207,7 +213,7 @@ fn write_state(st: &NetState) -> String {
             let i = &sw.info;
             let _ = writeln!(
                 out,
-                "switch {guid:x} top={} dport={} dmpp={} dmnpp={} life={} psc={} mtop={}",
+                "switch {guid:x} top={} dport={} dmpp={} dmnpp={} life={} psc={} mtop={} lpp={}",
                 i.linear_fdb_top,
                 i.default_port,
                 i.default_mcast_primary_port,
@@ -215,6 +221,7 @@ fn write_state(st: &NetState) -> String {
                 i.life_time_value,
                 u8::from(i.port_state_change),
                 i.multicast_fdb_top,
+                i.lids_per_port,
             );
             if !sw.lft.is_empty() {
                 let mut hex = String::with_capacity(sw.lft.len() * 2);
@@ -237,6 +244,7 @@ fn write_state(st: &NetState) -> String {
 
 /// A port record.
 struct PortRec {
+    line: usize,
     port: PortId,
     link_state: LinkState,
     phys_state: PhysState,
@@ -257,6 +265,7 @@ struct PortRec {
 }
 
 struct SwitchRec {
+    line: usize,
     node: NodeId,
     top: u16,
     dport: u8,
@@ -265,12 +274,14 @@ struct SwitchRec {
     life: u8,
     psc: bool,
     mtop: u16,
+    /// LIDsPerPort; `None` in a file written before it was saved.
+    lpp: Option<u16>,
 }
 
 #[derive(Default)]
 struct Parsed {
     ports: Vec<PortRec>,
-    extra: Vec<(PortId, PortExtra)>,
+    extra: Vec<(usize, PortId, PortExtra)>,
     pkeys: Vec<(PortId, Vec<u16>)>,
     switches: Vec<SwitchRec>,
     lfts: Vec<(NodeId, Vec<u8>)>,
@@ -317,6 +328,15 @@ impl<'a> Fields<'a> {
     fn get<T: TryFrom<u64>>(&self, key: &str, hex: bool) -> Result<T, Problem> {
         let v = self.raw(key)?;
         num(v, hex).ok_or_else(|| (self.line, format!("{key}={v}: not a number in range")))
+    }
+
+    /// A field older files lack: `None` if absent, an error if present and bad.
+    fn get_opt<T: TryFrom<u64>>(&self, key: &str, hex: bool) -> Result<Option<T>, Problem> {
+        if self.kv.iter().any(|(k, _)| *k == key) {
+            self.get(key, hex).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     fn bits(&self, key: &str) -> Result<(bool, bool), Problem> {
@@ -450,6 +470,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                 let (ew, es, ee, ef) = k.rates("en")?;
                 let (aw, as_, ae, af) = k.rates("act")?;
                 parsed.ports.push(PortRec {
+                    line: n,
                     port,
                     link_state: link_state(k.get("ls", false)?)
                         .ok_or_else(|| (n, "ls= must be 1-4".to_owned()))?,
@@ -487,6 +508,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                 let (pei, peo) = k.bits("pe")?;
                 let (fri, fro) = k.bits("fr")?;
                 parsed.extra.push((
+                    n,
                     port,
                     PortExtra {
                         link_down_default: k.get("ldd", false)?,
@@ -512,6 +534,18 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                     .split(',')
                     .map(|k| num::<u16>(k, true).ok_or_else(|| (n, format!("P_Key {k:?}"))))
                     .collect::<Result<Vec<u16>, _>>()?;
+                // The SMA reads and writes the table in blocks up to the port's capacity.
+                let cap = pkey_capacity(f, port);
+                if keys.len() != cap {
+                    return Err((
+                        n,
+                        format!(
+                            "P_Key table of {} entries, port has {cap}: a saved table holds \
+                             every entry of the port's table",
+                            keys.len()
+                        ),
+                    ));
+                }
                 parsed.pkeys.push((port, keys));
             }
             Some("switch") if words.len() >= 2 => {
@@ -521,6 +555,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                 }
                 let k = Fields::new(n, &words[2..])?;
                 parsed.switches.push(SwitchRec {
+                    line: n,
                     node,
                     top: k.get("top", false)?,
                     dport: k.get("dport", false)?,
@@ -529,6 +564,7 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                     life: k.get("life", false)?,
                     psc: k.get::<u8>("psc", false)? != 0,
                     mtop: k.get("mtop", false)?,
+                    lpp: k.get_opt("lpp", false)?,
                 });
             }
             Some("lft") if words.len() == 3 => {
@@ -570,6 +606,9 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
         return Err((1, "no \"fabric\" line: the file is cut short".to_owned()));
     }
     check_lids(f, &parsed)?;
+    check_ports(f, &parsed)?;
+    check_links(f, &parsed)?;
+    check_switches(f, &parsed)?;
     Ok(parsed)
 }
 
@@ -581,18 +620,176 @@ fn check_lids(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
         let label = f.port_label(r.port);
         let p = f.port(r.port);
         if (f.switch(p.node()).is_some()) != (p.num() == 0) {
-            return Err((0, format!("{label} cannot hold LID {}", r.lid)));
+            return Err((r.line, format!("{label} cannot hold LID {}", r.lid)));
         }
         let end = u32::from(r.lid) + (1u32 << r.lmc.min(7));
         if r.lmc > 7 || end > crate::fabric::model::UNICAST_LID_END {
             return Err((
-                0,
+                r.line,
                 format!(
                     "{label}: LID {} LMC {} leaves the unicast LIDs",
                     r.lid, r.lmc
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// The PortInfo values of a port record, as [`limits::check_port_info`] takes them.
+fn held(r: &PortRec) -> HeldPortInfo {
+    HeldPortInfo {
+        m_key_protect: r.protect,
+        sm_lid: r.sm_lid,
+        sm_sl: r.sm_sl,
+        neighbor_mtu: r.nmtu,
+        op_vls: r.op_vls,
+        hoq_life: r.hoq,
+        enabled: r.enabled,
+    }
+}
+
+/// The record key and value of a PortInfo field of `r` or `x`.
+fn port_field(f: PortInfoField, r: &HeldPortInfo, x: Option<&PortExtra>) -> String {
+    use PortInfoField as F;
+    let e = r.enabled;
+    let extra = |v: fn(&PortExtra) -> u8| x.map_or(0, v);
+    match f {
+        F::MKeyProtect => format!("protect={}", r.m_key_protect),
+        F::MasterSmLid => format!("smlid={}", r.sm_lid),
+        F::MasterSmSl => format!("smsl={}", r.sm_sl),
+        F::NeighborMtu => format!("nmtu={}", r.neighbor_mtu),
+        F::OperationalVls => format!("opvls={}", r.op_vls),
+        F::HoqLife => format!("hoq={}", r.hoq_life),
+        F::LinkWidthEnabled | F::LinkSpeedEnabled | F::LinkSpeedExtEnabled => {
+            format!("en={}", rates(e.width, e.speed, e.speed_ext, e.fdr10))
+        }
+        F::LinkDownDefault => format!("ldd={}", extra(|x| x.link_down_default)),
+        F::VlStallCount => format!("vsc={}", extra(|x| x.vl_stall_count)),
+        F::SubnetTimeout => format!("sto={}", extra(|x| x.subnet_timeout)),
+        F::LocalPhyErrors => format!("lpe={}", extra(|x| x.local_phy_errors)),
+        F::OverrunErrors => format!("ove={}", extra(|x| x.overrun_errors)),
+    }
+}
+
+/// Every `port` and `extra` record holds values a PortInfo Set could have written and its
+/// fields can carry (`limits::check_port_info`): a field writer keeps only a field's bits,
+/// so a value beyond them would be reported as another than the one enforced.
+fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    let refused = |line: usize, port: PortId, what: String, field: PortInfoField| {
+        (
+            line,
+            format!(
+                "{what}: {} cannot hold this PortInfo {field:?} (a PortInfo Set refuses it \
+                 or the field is too narrow)",
+                f.port_label(port)
+            ),
+        )
+    };
+    for r in &parsed.ports {
+        let d = port_kind(f, r.port).defaults();
+        let h = held(r);
+        limits::check_port_info(d, &h, None)
+            .map_err(|e| refused(r.line, r.port, port_field(e, &h, None), e))?;
+    }
+    for (line, port, x) in &parsed.extra {
+        let d = port_kind(f, *port).defaults();
+        // The port's own values as they will be: its record's, or the fabric's now.
+        let h = if let Some(r) = parsed.ports.iter().rev().find(|r| r.port == *port) {
+            held(r)
+        } else {
+            let p = f.port(*port);
+            HeldPortInfo {
+                m_key_protect: p.state.m_key_protect,
+                sm_lid: p.state.sm_lid,
+                sm_sl: p.state.sm_sl,
+                neighbor_mtu: p.state.neighbor_mtu,
+                op_vls: p.state.op_vls,
+                hoq_life: p.state.hoq_life,
+                enabled: p.enabled,
+            }
+        };
+        limits::check_port_info(d, &h, Some(x))
+            .map_err(|e| refused(*line, *port, port_field(e, &h, Some(x)), e))?;
+    }
+    Ok(())
+}
+
+/// Both ends of every link agree on whether it is up (PortState other than Down), and a port
+/// whose link is up is physically LinkUp: a one-sided link would let packets cross into a
+/// port that is down. A port without a record keeps its state now.
+fn check_links(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    let state = |p: PortId| {
+        parsed
+            .ports
+            .iter()
+            .rev()
+            .find(|r| r.port == p)
+            .map_or(f.port(p).state.link_state, |r| r.link_state)
+    };
+    for r in &parsed.ports {
+        let Some(peer) = f.peer(r.port) else {
+            continue;
+        };
+        let up = r.link_state != LinkState::Down;
+        if up && r.phys_state != PhysState::LinkUp {
+            return Err((
+                r.line,
+                format!(
+                    "{}: ls={} with ps={}: a port whose link is up is physically LinkUp (5)",
+                    f.port_label(r.port),
+                    r.link_state as u8,
+                    r.phys_state as u8
+                ),
+            ));
+        }
+        if up && state(peer) == LinkState::Down {
+            return Err((
+                r.line,
+                format!(
+                    "{} is up (ls={}) but its peer {} is Down: both ends of a link are up or \
+                     neither",
+                    f.port_label(r.port),
+                    r.link_state as u8,
+                    f.port_label(peer)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every `switch` record holds a SwitchInfo a SwitchInfo Set could have written
+/// (`limits::check_switch_info`).
+fn check_switches(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
+    use SwitchInfoField as F;
+    for s in &parsed.switches {
+        let Some(sw) = f.switch(s.node) else {
+            continue;
+        };
+        let mut i = sw.info;
+        i.linear_fdb_top = s.top;
+        i.default_port = s.dport;
+        i.default_mcast_primary_port = s.dmpp;
+        i.default_mcast_not_primary_port = s.dmnpp;
+        i.life_time_value = s.life;
+        limits::check_switch_info(f.node(s.node).num_ports(), &i).map_err(|e| {
+            let what = match e {
+                F::LinearFdbTop => format!("top={}", s.top),
+                F::DefaultPort => format!("dport={}", s.dport),
+                F::DefaultMcastPrimaryPort => format!("dmpp={}", s.dmpp),
+                F::DefaultMcastNotPrimaryPort => format!("dmnpp={}", s.dmnpp),
+                F::LifeTimeValue => format!("life={}", s.life),
+            };
+            (
+                s.line,
+                format!(
+                    "{what}: switch {} cannot hold this SwitchInfo {e:?} (a SwitchInfo Set \
+                     refuses it or the field is too narrow)",
+                    f.name(s.node)
+                ),
+            )
+        })?;
     }
     Ok(())
 }
@@ -628,7 +825,7 @@ fn apply(st: &mut NetState, p: Parsed) -> Result<(), String> {
         s.hoq_life = r.hoq;
         s.active = r.active;
     }
-    for (port, x) in p.extra {
+    for (_, port, x) in p.extra {
         *st.agents.extra.get_or_insert_with(port, || x) = x;
     }
     for (port, keys) in p.pkeys {
@@ -644,6 +841,9 @@ fn apply(st: &mut NetState, p: Parsed) -> Result<(), String> {
             sw.info.life_time_value = s.life;
             sw.info.port_state_change = s.psc;
             sw.info.multicast_fdb_top = s.mtop;
+            if let Some(lpp) = s.lpp {
+                sw.info.lids_per_port = lpp;
+            }
         }
     }
     for (node, t) in p.lfts {

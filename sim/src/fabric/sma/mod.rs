@@ -61,6 +61,7 @@
 pub mod defaults;
 mod ext_port_info;
 mod keys;
+pub mod limits;
 mod link;
 mod mkey;
 mod node;
@@ -78,6 +79,7 @@ use mad_wire::{attr_id, class, method, status};
 pub use self::defaults::{PortDefaults, PortKind};
 pub use self::keys::{KeyViolation, QP1_QKEY};
 pub use self::link::LinkEvent;
+pub use self::tables::pkey_capacity;
 use super::model::{Fabric, NodeId, NodeType, PortId};
 use super::pma::PortCounters;
 use super::side::SideTable;

@@ -56,9 +56,10 @@ use mad_wire::status;
 use super::defaults::{
     LINK_SPEED_EXT_SUPPORTED, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind,
 };
+use super::limits;
 use super::link::Cause;
 use super::{Data, Effect, Sma, Status, port_kind};
-use crate::fabric::model::{NodeId, NodeType, PortId, UNICAST_LID_END, lid_range};
+use crate::fabric::model::{NodeId, NodeType, PortId, lid_range};
 use crate::fabric::state::{LinkState, PhysState};
 use crate::link::PortChange;
 
@@ -265,43 +266,40 @@ impl Sma<'_> {
         let kind = port_kind(self.fabric, pid);
         let d = *kind.defaults();
         let mgmt = kind != PortKind::SwitchExternal;
-        if mgmt
-            && (!Self::lid_range_ok(req.lid, req.lmc)
-                || req.master_sm_lid == 0
-                || u32::from(req.master_sm_lid) >= UNICAST_LID_END)
+        if mgmt && (!Self::lid_range_ok(req.lid, req.lmc) || !limits::sm_lid_ok(req.master_sm_lid))
         {
             return BAD;
         }
         let width = match req.link_width_enabled {
             0 => None,
             0xFF => Some(LINK_WIDTH_SUPPORTED),
-            w if w & !LINK_WIDTH_SUPPORTED == 0 => Some(w),
+            w if limits::rate_mask_ok(w, LINK_WIDTH_SUPPORTED) => Some(w),
             _ => return BAD,
         };
         let speed = match req.link_speed_enabled {
             0 => None,
             0xF => Some(LINK_SPEED_SUPPORTED),
-            s if s & !LINK_SPEED_SUPPORTED == 0 => Some(s),
+            s if limits::rate_mask_ok(s, LINK_SPEED_SUPPORTED) => Some(s),
             _ => return BAD,
         };
         let speed_ext = match req.link_speed_ext_enabled {
             0 => None,
             0x1E => Some(0),
             0x1F => Some(LINK_SPEED_EXT_SUPPORTED),
-            e if e & !LINK_SPEED_EXT_SUPPORTED == 0 => Some(e),
+            e if limits::rate_mask_ok(e, LINK_SPEED_EXT_SUPPORTED) => Some(e),
             _ => return BAD,
         };
         let link_down_default = match req.link_down_default_state {
             0 => None,
-            v @ (1 | 2) => Some(v),
+            v if limits::link_down_default_ok(v) => Some(v),
             _ => return BAD,
         };
-        if req.neighbor_mtu == 0 || req.neighbor_mtu > d.mtu_cap {
+        if !limits::neighbor_mtu_ok(&d, req.neighbor_mtu) {
             return BAD;
         }
         let op_vls = match req.operational_vls {
             0 => None,
-            v if v <= d.vl_cap => Some(v),
+            v if limits::op_vls_ok(&d, v) => Some(v),
             _ => return BAD,
         };
         let state = u8::from(req.port_state);

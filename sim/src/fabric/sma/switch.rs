@@ -17,8 +17,8 @@ use mad_wire::attr::multicast_forwarding_table::{
 use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad_wire::status;
 
-use super::{Data, Sma, Status};
-use crate::fabric::model::{NodeId, UNICAST_LID_END};
+use super::{Data, Sma, Status, limits};
+use crate::fabric::model::NodeId;
 use crate::fabric::state::{LFT_BLOCK, SwitchState};
 
 const BAD: Status = status::INVALID_ATTR_VALUE;
@@ -46,9 +46,9 @@ impl Sma<'_> {
             let req = SwitchInfoRepr::parse(&SwitchInfo::new_checked(&data[..]).expect("64 bytes"))
                 .expect("SwitchInfo parses from 64 bytes");
             let sw = self.switch_state(node);
-            let top_max = u32::from(sw.info.linear_fdb_cap).min(UNICAST_LID_END) - 1;
-            let port_ok = |p: u8| p <= ports || p == 0xFF;
-            if u32::from(req.linear_fdb_top) > top_max
+            let top_max = limits::linear_fdb_top_max(&sw.info);
+            let port_ok = |p: u8| limits::switch_port_ok(ports, p);
+            if req.linear_fdb_top > top_max
                 || !port_ok(req.default_port)
                 || !port_ok(req.default_mcast_primary_port)
                 || !port_ok(req.default_mcast_not_primary_port)

@@ -26,7 +26,7 @@ use mad_wire::status;
 
 use super::defaults::{self, CA_PARTITION_CAP, PortKind, SWITCH_PARTITION_CAP};
 use super::{Data, Effect, Sma, Status, port_kind};
-use crate::fabric::model::{NodeId, NodeType, PortId};
+use crate::fabric::model::{Fabric, NodeId, NodeType, PortId};
 use crate::link::PortChange;
 use crate::packet::pkey_match;
 
@@ -48,18 +48,7 @@ impl Sma<'_> {
 
     /// P_Key table entries of `port`.
     fn pkey_cap(&self, port: PortId) -> usize {
-        match port_kind(self.fabric, port) {
-            PortKind::Ca => usize::from(CA_PARTITION_CAP),
-            PortKind::SwitchPort0 => usize::from(SWITCH_PARTITION_CAP),
-            PortKind::SwitchExternal => {
-                let node = self.fabric.port(port).node();
-                usize::from(
-                    self.fabric
-                        .switch(node)
-                        .map_or(0, |s| s.info.partition_enforcement_cap),
-                )
-            }
-        }
+        pkey_capacity(self.fabric, port)
     }
 
     /// The P_Key table of `port` (the default one if never written).
@@ -106,8 +95,12 @@ impl Sma<'_> {
                 .agents
                 .pkeys
                 .get_or_insert_with(port, || default_pkeys(cap));
-            let changed = table[start..start + n] != req.pkeys[..n];
-            table[start..start + n].copy_from_slice(&req.pkeys[..n]);
+            // A stored table always has `cap` entries (the state file refuses others); should
+            // one not, the entries it lacks are not stored rather than written out of bounds.
+            let stored = table.get_mut(start..).unwrap_or_default();
+            let m = n.min(stored.len());
+            let changed = stored[..m] != req.pkeys[..m];
+            stored[..m].copy_from_slice(&req.pkeys[..m]);
             if changed {
                 self.effect(Effect::Port(port, PortChange::Pkey));
             }
@@ -116,7 +109,12 @@ impl Sma<'_> {
             pkeys: [0; PKEYS_PER_BLOCK],
         };
         match self.agents.pkeys.get(port) {
-            Some(t) => out.pkeys[..n].copy_from_slice(&t[start..start + n]),
+            Some(t) => {
+                // Entries a (malformed) stored table lacks read as empty.
+                let have = t.get(start..).unwrap_or_default();
+                let m = n.min(have.len());
+                out.pkeys[..m].copy_from_slice(&have[..m]);
+            }
             None if start == 0 => out.pkeys[0] = DEFAULT_PKEY,
             None => {}
         }
@@ -268,6 +266,23 @@ impl Sma<'_> {
     }
 }
 
+/// How many entries the P_Key table of `port` holds: NodeInfo PartitionCap for a CA port and
+/// a switch's port 0, SwitchInfo PartitionEnforcementCap for a switch's external port.
+pub fn pkey_capacity(fabric: &Fabric, port: PortId) -> usize {
+    match port_kind(fabric, port) {
+        PortKind::Ca => usize::from(CA_PARTITION_CAP),
+        PortKind::SwitchPort0 => usize::from(SWITCH_PARTITION_CAP),
+        PortKind::SwitchExternal => {
+            let node = fabric.port(port).node();
+            usize::from(
+                fabric
+                    .switch(node)
+                    .map_or(0, |s| s.info.partition_enforcement_cap),
+            )
+        }
+    }
+}
+
 /// A P_Key table of `cap` entries as a port starts: the default P_Key, then empty entries.
 fn default_pkeys(cap: usize) -> Box<[u16]> {
     let mut t = vec![0u16; cap].into_boxed_slice();
@@ -275,4 +290,55 @@ fn default_pkeys(cap: usize) -> Box<[u16]> {
         *first = DEFAULT_PKEY;
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored P_Key table shorter or longer than the port's capacity (which no SMA Set
+    /// makes, but a state written by hand could have) is read and written within its length:
+    /// no index beyond it, the entries it lacks read as empty.
+    #[test]
+    fn a_stored_pkey_table_of_another_length_cannot_panic_the_sma() {
+        let mut fabric = Fabric::parse_str(
+            "t",
+            "Hca 1 \"A\"\n[1] \"B\"[1]\n\nHca 1 \"B\"\n[1] \"A\"[1]\n",
+        )
+        .unwrap();
+        let mut agents = super::super::Agents::new(&mut fabric);
+        let a = fabric.node_by_name("A").unwrap();
+        let port = fabric.port_id(a, 1).unwrap();
+        for len in [1usize, 40, 100] {
+            let t: Vec<u16> = (0..len).map(|i| 0x8000 | i as u16).collect();
+            *agents.pkeys.get_or_insert_with(port, Box::default) = t.into_boxed_slice();
+            let mut sma = Sma {
+                fabric: &mut fabric,
+                agents: &mut agents,
+                now: std::time::Duration::ZERO,
+            };
+            for block in 0..2u32 {
+                let mut data = [0u8; 64];
+                assert_eq!(
+                    sma.pkey_table(a, 1, false, block, &mut data),
+                    status::SUCCESS
+                );
+                let first = block as usize * PKEYS_PER_BLOCK;
+                for i in 0..PKEYS_PER_BLOCK {
+                    let want = if first + i < len {
+                        0x8000 | (first + i) as u16
+                    } else {
+                        0
+                    };
+                    let got = u16::from_be_bytes([data[2 * i], data[2 * i + 1]]);
+                    assert_eq!(got, want, "table of {len}, block {block}, entry {i}");
+                }
+                assert_eq!(
+                    sma.pkey_table(a, 1, true, block, &mut data),
+                    status::SUCCESS
+                );
+            }
+            assert_eq!(sma.agents.pkeys.get(port).map(|t| t.len()), Some(len));
+        }
+    }
 }
