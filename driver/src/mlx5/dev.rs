@@ -364,8 +364,50 @@ impl Dev {
         self.state.load(Ordering::Acquire) == CLOSED
     }
 
+    /// Stop the device's DMA (`when` says why, for the log): bus mastering off, read back;
+    /// a function that reads all-ones is gone and issues no DMA. When the bit cannot be
+    /// cleared on a function that still answers (a failed VFIO config write), reset the
+    /// function, which clears it. When that fails too, the device may still write anything
+    /// it was handed: both pools are quarantined ([`DmaPool::quarantine`]) before anything
+    /// is given back, so that no buffer it holds is reused or unmapped (DESIGN §4.3), and
+    /// false is returned. The layer above sees it through [`crate::verbs::HcaPort::dma`].
+    pub(crate) fn quiesce_dma(&self, when: &str) -> bool {
+        let device = self.backend.describe();
+        let off = self
+            .backend
+            .set_bus_master(false)
+            .and_then(|()| self.backend.bus_master());
+        let why = match off {
+            Ok(false) | Err(DriverError::DeviceFatal { .. }) => return true,
+            Ok(true) => "the bus-master bit still reads set after clearing it".to_string(),
+            Err(e) => format!("turning bus mastering off failed: {e}"),
+        };
+        tracing::warn!(%device, "{when}: {why}; resetting the function instead");
+        let failed = match self.backend.reset() {
+            Ok(true) => match self.backend.bus_master() {
+                Ok(false) | Err(DriverError::DeviceFatal { .. }) => {
+                    tracing::warn!(%device, "{when}: function reset; its DMA is stopped");
+                    return true;
+                }
+                Ok(true) => "bus mastering is still on after the reset".to_string(),
+                Err(e) => format!("the command register cannot be read after the reset: {e}"),
+            },
+            Ok(false) => "the function offers no reset".to_string(),
+            Err(e) => format!("the reset failed: {e}"),
+        };
+        tracing::error!(
+            %device,
+            "{when}: the device's DMA could not be stopped ({why}; {failed}): every buffer it \
+             was handed is kept allocated and mapped (quarantined) instead of being released"
+        );
+        self.pool.quarantine();
+        self.mad_pool.quarantine();
+        false
+    }
+
     /// Enter the fatal state once (`mlx5_enter_error_state`): quiesce the device (bus mastering
-    /// off) first, so that nothing it was handed can be written after this returns, then mark
+    /// off, else a function reset, else quarantine of every buffer: [`Dev::quiesce_dma`])
+    /// first, so that nothing it was handed is reused while it may still write it, then mark
     /// the state (which makes commands fake their results and ports flush in software), then
     /// tell every port.
     pub(crate) fn enter_fatal(&self, reason: &str, removed: bool) {
@@ -373,9 +415,15 @@ impl Dev {
             return;
         }
         tracing::error!(device = %self.backend.describe(), "device fatal: {reason}");
-        if let Err(e) = self.backend.set_bus_master(false) {
-            tracing::warn!("turning bus mastering off after a fatal error: {e}");
-        }
+        let reason = if self.quiesce_dma("after a fatal error") {
+            reason.to_string()
+        } else {
+            format!(
+                "{reason}; the device's DMA could not be stopped, so its buffers are kept \
+                 (quarantined) for the life of the process"
+            )
+        };
+        let reason = reason.as_str();
         *lock(&self.fatal) = Some(reason.to_string());
         if self.state.load(Ordering::Acquire) == UP {
             self.state.store(FATAL, Ordering::Release);
