@@ -381,6 +381,7 @@ fn create_port(
     let mut port = Mlx5Port::new(dev.clone(), shared.clone(), has_smi);
     port.depths = (geo.sq_depth, geo.rq_cnt);
     let port = Arc::new(port);
+    let _ = shared.port.set(Arc::downgrade(&port));
     ports.push(port.clone());
 
     let qps = 1 + u32::from(has_smi);

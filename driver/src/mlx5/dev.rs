@@ -7,10 +7,12 @@
 //! page requests and polls health when due. Interrupts only make `wait` return sooner.
 //!
 //! Lock order (never taken the other way): `eqs` → `pages` → `cmd` → `stats`; a port's CQ →
-//! its QPs; `ports` and each port's shared state are leaves.
+//! its QPs; `ports` and each port's shared state are leaves. A QP error event takes the QP's
+//! lock from the EQ dispatch, which holds no lock then; nothing holding a QP lock drives
+//! the device.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use dma::{DmaLease, DmaPool, IovaAllocator, PoolConfig};
@@ -69,6 +71,8 @@ pub(crate) struct PortShared {
     /// Held across the read-modify-write of the capability mask (the kernel's
     /// `cap_mask_mutex`).
     pub(crate) cap_mask_lock: Mutex<()>,
+    /// The port object, set once it exists: a QP error event moves its QP to ERR.
+    pub(crate) port: OnceLock<Weak<super::port::Mlx5Port>>,
 }
 
 impl PortShared {
@@ -688,10 +692,20 @@ impl Dev {
                 match hit {
                     Some((p, qp)) if fatal => {
                         tracing::error!(port = p.port_num, ?qp, event = %event, "QP error event");
-                        p.push(DeviceEvent::QpFatal {
-                            port: p.port_num,
-                            qp,
-                        });
+                        // The QP is in ERR in the device: posts are refused from now on, not
+                        // accepted until an error CQE is polled. The MAD layer is told once,
+                        // by whichever of this and the poll moved it there.
+                        let moved = p
+                            .port
+                            .get()
+                            .and_then(Weak::upgrade)
+                            .is_none_or(|port| port.qp_error_event(qp));
+                        if moved {
+                            p.push(DeviceEvent::QpFatal {
+                                port: p.port_num,
+                                qp,
+                            });
+                        }
                     }
                     Some((_, qp)) => tracing::debug!(?qp, event = %event, "QP event"),
                     None => {
