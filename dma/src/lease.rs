@@ -18,11 +18,21 @@
 //! Whatever the mode, a lease never lends out a Rust reference to its memory: the device may
 //! write it at any time, so every access is a copy or a volatile load/store through a raw
 //! pointer, bounds-checked against the lease.
+//!
+//! Quarantine ([`DmaPool::quarantine`]): when the device's DMA could not be stopped (bus
+//! mastering could not be cleared and the function could not be reset), no buffer it was
+//! handed may be reused or unmapped. The driver then switches the pool to quarantine, and
+//! every lease dropped from that moment keeps its block, memory, IOVA and IOMMU mapping for
+//! the life of the process, counted in [`Accounting::quarantined`]. The pool cannot tell which
+//! of its leases the device was given, so it keeps them all: the switch is a pool-wide rule
+//! rather than a per-lease call, so that no drop path can be missed. Quarantined memory is
+//! never freed by this crate; the kernel drops the IOMMU mappings (and unpins the pages) only
+//! when the VFIO container is closed, at which point the device can no longer reach them.
 
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::buddy::{Buddy, MIN_BLOCK};
@@ -85,6 +95,11 @@ pub struct Accounting {
     /// Unmaps that failed (their memory and IOVA are kept, never reused: the device might
     /// still reach them).
     pub unmap_failures: usize,
+    /// Leases dropped after [`DmaPool::quarantine`]: kept allocated and mapped, never handed
+    /// out again (no longer counted in `leases_out`).
+    pub quarantined: usize,
+    /// Bytes of those leases (as requested).
+    pub quarantined_bytes: u64,
 }
 
 /// A mapped arena of the pooled mode.
@@ -109,6 +124,10 @@ struct PoolInner {
     lease_bytes: AtomicU64,
     unmap_failures: AtomicUsize,
     arena_count: AtomicUsize,
+    /// Set once by [`DmaPool::quarantine`]: dropped leases are kept, not given back.
+    quarantining: AtomicBool,
+    quarantined: AtomicUsize,
+    quarantined_bytes: AtomicU64,
 }
 
 /// Hands out [`DmaLease`]s mapped in one IOMMU domain, and accounts for them.
@@ -161,6 +180,9 @@ impl DmaPool {
                 lease_bytes: AtomicU64::new(0),
                 unmap_failures: AtomicUsize::new(0),
                 arena_count: AtomicUsize::new(0),
+                quarantining: AtomicBool::new(false),
+                quarantined: AtomicUsize::new(0),
+                quarantined_bytes: AtomicU64::new(0),
             }),
         })
     }
@@ -246,7 +268,34 @@ impl DmaPool {
             faults: inner.mapper.fault_count(),
             arenas: inner.arena_count.load(Ordering::Relaxed),
             unmap_failures: inner.unmap_failures.load(Ordering::Relaxed),
+            quarantined: inner.quarantined.load(Ordering::Relaxed),
+            quarantined_bytes: inner.quarantined_bytes.load(Ordering::Relaxed),
         }
+    }
+
+    /// From now on, keep every lease of this pool that is dropped instead of giving it back:
+    /// its block stays allocated (so its arena is never trimmed or unmapped, even when the
+    /// pool itself is dropped), an own-mapping lease stays mapped with its memory and IOVA,
+    /// and nothing is handed out again from it. Counted in [`Accounting::quarantined`].
+    ///
+    /// For a device whose DMA could not be stopped after a fatal error (DESIGN §4.3: a lease is
+    /// released only once the device can no longer touch it, and here that moment never
+    /// comes). Irreversible, and meant to be called before the leases the device holds are
+    /// dropped. Leases made afterwards are taken from memory no live lease used and are
+    /// quarantined when dropped as well. Costs one atomic load per lease drop.
+    pub fn quarantine(&self) {
+        if !self.inner.quarantining.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                mapper = self.inner.mapper.name(),
+                "DMA pool quarantined: the device may still write its buffers, so every lease \
+                 dropped from now on stays allocated and mapped for the life of the process"
+            );
+        }
+    }
+
+    /// True after [`DmaPool::quarantine`].
+    pub fn is_quarantined(&self) -> bool {
+        self.inner.quarantining.load(Ordering::SeqCst)
     }
 
     /// Free space and allocations of the pool's IOVA allocator.
@@ -477,10 +526,15 @@ impl PoolInner {
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
-        // No lease is out: each holds an Arc to us.
+        // No lease is out: each holds an Arc to us. Quarantined blocks are still allocated:
+        // an arena holding one stays mapped, and its memory is never freed.
         let arenas = std::mem::take(&mut self.lock_state().arenas);
         for arena in arenas.into_iter().flatten() {
-            self.release_arena(arena);
+            if arena.buddy.is_idle() {
+                self.release_arena(arena);
+            } else {
+                std::mem::forget(arena);
+            }
         }
     }
 }
@@ -654,6 +708,18 @@ impl DmaLease {
 impl Drop for DmaLease {
     fn drop(&mut self) {
         let pool = &self.pool;
+        if pool.quarantining.load(Ordering::SeqCst) {
+            // The device may still write it: keep the block allocated (its arena can then
+            // never be trimmed or unmapped) or the own memory mapped and never dropped (it is
+            // in a ManuallyDrop, left untaken).
+            pool.quarantined.fetch_add(1, Ordering::Relaxed);
+            pool.quarantined_bytes
+                .fetch_add(self.len as u64, Ordering::Relaxed);
+            pool.leases_out.fetch_sub(1, Ordering::Relaxed);
+            pool.lease_bytes
+                .fetch_sub(self.len as u64, Ordering::Relaxed);
+            return;
+        }
         match &mut self.backing {
             Backing::Arena { arena, unit, order } => {
                 let mut state = pool.lock_state();

@@ -583,3 +583,88 @@ fn thread_safety_markers() {
     send_sync::<SimIommu>();
     send_sync::<dma::DmaMemory>();
 }
+
+/// A quarantined pool (the device's DMA could not be stopped) gives nothing back: a dropped
+/// lease leaves `leases_out` for `quarantined`, keeps its mapping, its memory and its IOVA
+/// (the device can still write it, and no later lease gets it), and neither a trim nor the
+/// pool's drop unmaps it. Leases dropped before the quarantine went back as usual.
+#[test]
+fn a_quarantined_pool_keeps_every_dropped_lease_mapped_and_out_of_use() {
+    for mode in MODES {
+        let (iommu, pool) = pool(mode);
+        drop(pool.lease(64, 64, Access::ReadWrite).unwrap());
+        let leases: Vec<DmaLease> = [
+            (256, 64, Access::Read),
+            (296, 64, Access::Write),
+            (64 << 10, 4096, Access::ReadWrite),
+        ]
+        .into_iter()
+        .map(|(len, align, access)| pool.lease(len, align, access).unwrap())
+        .collect();
+        let held: Vec<(u64, usize, Access)> = leases
+            .iter()
+            .map(|l| (l.iova(), l.len(), l.access()))
+            .collect();
+        let mappings = iommu.live_mappings();
+        assert!(!pool.is_quarantined());
+        pool.quarantine();
+        assert!(pool.is_quarantined());
+        drop(leases);
+        let acc = pool.accounting();
+        assert_eq!(
+            (acc.leases_out, acc.lease_bytes),
+            (0, 0),
+            "{mode:?}: {acc:?}"
+        );
+        assert_eq!(
+            (acc.quarantined, acc.quarantined_bytes),
+            (3, 256 + 296 + (64 << 10)),
+            "{mode:?}: {acc:?}"
+        );
+        assert_eq!(pool.trim(), 0, "{mode:?}: no arena holding one is trimmed");
+        assert_eq!(
+            iommu.live_mappings(),
+            mappings,
+            "{mode:?}: nothing unmapped"
+        );
+        // The device may still reach every quarantined buffer, without a fault.
+        let reach = |iova: u64, access: Access| {
+            if access == Access::Read {
+                iommu.read_u8(iova).map(drop)
+            } else {
+                iommu.write(iova, &[0xab])
+            }
+        };
+        for &(iova, len, access) in &held {
+            reach(iova + len as u64 - 1, access).unwrap();
+        }
+        // New leases never overlap a quarantined one.
+        let later: Vec<DmaLease> = (0..32)
+            .map(|i| {
+                let access = [Access::Read, Access::Write, Access::ReadWrite][i % 3];
+                pool.lease(256, 64, access).unwrap()
+            })
+            .collect();
+        for l in &later {
+            for &(iova, len, _) in &held {
+                assert!(
+                    l.iova() + l.len() as u64 <= iova || iova + len as u64 <= l.iova(),
+                    "{mode:?}: {l:?} overlaps quarantined {iova:#x}+{len}"
+                );
+            }
+        }
+        drop(later);
+        assert_eq!(pool.accounting().quarantined, 35, "{mode:?}");
+        let before = iommu.live_mappings();
+        drop(pool);
+        assert_eq!(
+            iommu.live_mappings(),
+            before,
+            "{mode:?}: the pool's drop unmapped quarantined memory"
+        );
+        for &(iova, _, access) in &held {
+            reach(iova, access).unwrap();
+        }
+        assert_eq!(iommu.fault_count(), 0, "{mode:?}");
+    }
+}

@@ -5,6 +5,7 @@
 //! [`DmaMapper`]. The driver never names a model: the simulator links itself in through
 //! [`register_provider`], and a `sim:` device string selects it at run time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -86,12 +87,44 @@ pub fn provider() -> Option<Arc<dyn ModelProvider>> {
     })
 }
 
+/// Failures of the host side of an emulated function, for tests: what the VFIO kernel
+/// interface can refuse on a live function, which no device model can make happen (a model
+/// only sees the accesses that reach it).
+#[derive(Debug, Default)]
+pub struct BackendFaults {
+    config_writes: AtomicBool,
+    reset: AtomicBool,
+}
+
+impl BackendFaults {
+    /// While `on`, every config-space write fails with an I/O error and never reaches the
+    /// model (as a VFIO `pwrite` on the config region can fail): turning bus mastering off
+    /// then fails on a function that still answers.
+    pub fn fail_config_writes(&self, on: bool) {
+        self.config_writes.store(on, Ordering::SeqCst);
+    }
+
+    /// While `on`, [`DeviceBackend::reset`] fails with an I/O error and the model is not
+    /// reset (as `VFIO_DEVICE_RESET` can fail).
+    pub fn fail_reset(&self, on: bool) {
+        self.reset.store(on, Ordering::SeqCst);
+    }
+
+    fn injected(what: &str) -> DriverError {
+        DriverError::Io {
+            what: format!("{what} (fault injected by the test)"),
+            source: std::io::Error::from_raw_os_error(libc::EIO),
+        }
+    }
+}
+
 /// A [`DeviceBackend`] over a [`DeviceModel`].
 pub struct EmulatedBackend {
     model: Arc<dyn DeviceModel>,
     describe: String,
     /// See [`DeviceBackend::needs_reset`].
     needs_reset: crate::backend::ResetMark,
+    faults: BackendFaults,
 }
 
 impl EmulatedBackend {
@@ -101,7 +134,13 @@ impl EmulatedBackend {
             model,
             describe: describe.into(),
             needs_reset: crate::backend::ResetMark::default(),
+            faults: BackendFaults::default(),
         }
+    }
+
+    /// The host-side failures a test can inject ([`BackendFaults`]).
+    pub fn faults(&self) -> &BackendFaults {
+        &self.faults
     }
 
     /// Open a `sim:` device through the registered provider.
@@ -156,6 +195,12 @@ impl DeviceBackend for EmulatedBackend {
     }
 
     fn config_write(&self, offset: u64, data: &[u8]) -> Result<(), DriverError> {
+        if self.faults.config_writes.load(Ordering::SeqCst) {
+            return Err(BackendFaults::injected(&format!(
+                "writing {} bytes of config space at {offset:#x}",
+                data.len()
+            )));
+        }
         self.model.config_write(offset, data);
         Ok(())
     }
@@ -192,6 +237,9 @@ impl DeviceBackend for EmulatedBackend {
     }
 
     fn reset(&self) -> Result<bool, DriverError> {
+        if self.faults.reset.load(Ordering::SeqCst) {
+            return Err(BackendFaults::injected("function reset"));
+        }
         Ok(self.model.reset())
     }
 

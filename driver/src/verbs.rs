@@ -282,7 +282,9 @@ pub enum DeviceEvent {
     },
     /// The device is in a fatal state (health syndrome, stuck firmware, all-ones reads, a
     /// device-written value that cannot be trusted). Every outstanding work request is being
-    /// completed in software with WR_FLUSH_ERR; new posts fail.
+    /// completed in software with WR_FLUSH_ERR; new posts fail. The device was quiesced first
+    /// (bus mastering off, or a function reset); when neither worked, its DMA may go on, and
+    /// the pool of [`HcaPort::dma`] is quarantined (see there) before anything is flushed.
     Fatal {
         /// What was seen.
         reason: String,
@@ -393,6 +395,13 @@ pub trait HcaPort: Send + Sync {
     fn events(&self) -> Vec<DeviceEvent>;
 
     /// The DMA pool MAD buffers are leased from (mapped in this device's IOMMU domain).
+    ///
+    /// When the device's DMA could not be stopped after a fatal error (or at close), the
+    /// driver quarantines this pool ([`DmaPool::quarantine`], seen with
+    /// [`DmaPool::is_quarantined`]) before it flushes anything: the buffers the flushed work
+    /// requests give back may still be written by the device, so every lease dropped from
+    /// then on stays allocated and mapped, counted in `Accounting::quarantined`, and is never
+    /// handed out again. The layer above drops its leases as usual.
     fn dma(&self) -> &DmaPool;
 
     /// The device's clock (see [`crate::DeviceBackend::now`]).

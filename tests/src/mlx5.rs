@@ -114,8 +114,8 @@ impl SimHca {
         self.backend.dma_mapper().fault_count()
     }
 
-    /// Assert that nothing is left: no lease in either pool, no mapping in the domain, no page
-    /// held by the firmware, no firmware object, no IOMMU fault.
+    /// Assert that nothing is left: no lease in either pool (out or quarantined), no mapping
+    /// in the domain, no page held by the firmware, no firmware object, no IOMMU fault.
     pub fn assert_clean(&self, hca: &Mlx5Hca) {
         let a = hca.accounting();
         assert_eq!(a.driver_pool.leases_out, 0, "driver leases: {a:?}");
@@ -125,6 +125,11 @@ impl SimHca {
             "pages the driver thinks are given: {a:?}"
         );
         assert_eq!(a.driver_pool.unmap_failures, 0, "{a:?}");
+        assert_eq!(
+            (a.driver_pool.quarantined, a.mad_pool.quarantined),
+            (0, 0),
+            "leases kept because the device's DMA could not be stopped: {a:?}"
+        );
         self.assert_device_clean("after the close");
     }
 

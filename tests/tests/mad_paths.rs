@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use driver::DeviceBackend;
 use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, WcStatus};
 use firmware_cmds::mlx5::health::HealthSyndrome;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
@@ -537,6 +538,9 @@ fn path10_a_flush_not_marked_for_retry_is_reported() {
 enum Death {
     /// A health syndrome (path 11).
     Fatal,
+    /// A health syndrome on a device whose DMA cannot be stopped (bus mastering cannot be
+    /// turned off and the function reset fails).
+    FatalUnstoppable,
     /// The device is removed (path 12).
     Removed,
     /// The HCA is closed while the MAD layer still uses it (`ib_unregister_device` under
@@ -588,8 +592,27 @@ fn device_death(death: Death) {
         "{c:?}"
     );
     assert!(c.gsi.queued > 0 && c.backlogged > 0, "{c:?}");
+    let mut mappings_at_death = None;
     match death {
         Death::Removed => rig.sim.model.faults().remove(),
+        Death::FatalUnstoppable => {
+            rig.sim.backend.faults().fail_config_writes(true);
+            rig.sim.backend.faults().fail_reset(true);
+            // What the layer holds: the receive buffers and the send buffer leases (those
+            // of the sends in flight among them).
+            let c = rig.port.census();
+            let held = [Some(c.gsi), c.smi]
+                .into_iter()
+                .flatten()
+                .map(|q| q.send_buffer_leases + q.recv_posted + q.recv_idle)
+                .sum::<usize>();
+            assert_eq!(held, rig.base_leases, "{c:?}");
+            mappings_at_death = Some(rig.sim.backend.dma_mapper().live_mappings());
+            rig.sim
+                .model
+                .faults()
+                .catastrophic(HealthSyndrome::FW_INTERNAL_ERR, true);
+        }
         Death::Fatal => rig
             .sim
             .model
@@ -625,12 +648,59 @@ fn device_death(death: Death) {
     let c = rig.port.census();
     assert_eq!((c.gsi.active(), c.outstanding), (0, 0), "{c:?}");
     assert_eq!(rig.sim.faults(), 0);
-    rig.finish_dead();
+    match mappings_at_death {
+        None => rig.finish_dead(),
+        Some(mappings) => finish_quarantined(rig, mappings),
+    }
+}
+
+/// After a death whose DMA could not be stopped: close the HCA and drop the MAD layer; no
+/// lease went back to either pool. Every MAD buffer the layer held (the receive buffers and
+/// the send buffer leases the sends in flight used) is quarantined, the driver's own memory
+/// too, and no mapping live at the death was unmapped.
+fn finish_quarantined(rig: MadRig, mappings: usize) {
+    assert!(rig.hw.dma().is_quarantined());
+    let MadRig {
+        sim,
+        hca,
+        hw,
+        port,
+        base_leases,
+        ..
+    } = rig;
+    let a = hca.accounting();
+    assert_eq!(
+        a.mad_pool.leases_out + a.mad_pool.quarantined,
+        base_leases,
+        "nothing went back to the MAD pool: {a:?}"
+    );
+    hca.close().expect("close");
+    drop(port);
+    assert_eq!(hw.dma().trim(), 0, "no arena is idle");
+    drop(hw);
+    let a = hca.accounting();
+    assert_eq!(a.mad_pool.leases_out, 0, "{a:?}");
+    assert_eq!(
+        a.mad_pool.quarantined, base_leases,
+        "every receive buffer and send buffer lease is quarantined: {a:?}"
+    );
+    assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
+    assert!(a.driver_pool.quarantined > 0, "{a:?}");
+    let mapper = sim.backend.dma_mapper();
+    assert_eq!(mapper.live_mappings(), mappings, "nothing was unmapped");
+    assert_eq!(mapper.fault_count(), 0, "no IOMMU fault");
 }
 
 #[test]
 fn path11_fatal_error_completes_everything_with_flush_vendor_5() {
     device_death(Death::Fatal);
+}
+
+/// Path 11 on a device whose DMA cannot be stopped: every send still completes once with
+/// WR_FLUSH_ERR, and no buffer is released or unmapped.
+#[test]
+fn path11_fatal_error_with_dma_not_stopped_quarantines_every_buffer() {
+    device_death(Death::FatalUnstoppable);
 }
 
 #[test]

@@ -437,3 +437,60 @@ fn a_burst_of_eqes_is_drained_a_budget_per_pass() {
     hca.close().unwrap();
     sim.assert_clean(&hca);
 }
+
+/// A work-queue catastrophic error event (WQ_CATAS_ERROR) moves the QP to ERR in software at
+/// once: posts are refused as for any QP in error, before any error CQE is polled, and the
+/// MAD layer is told once (the flush CQE polled later, finding the QP in ERR already, tells
+/// nobody again).
+#[test]
+fn a_qp_error_event_refuses_posts_before_any_error_cqe_is_polled() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let lid = p.attrs().unwrap().lid;
+    let qpn = p.hw_qpn(SpecialQp::Gsi);
+    let r = lease(p.as_ref(), RECV_BUF);
+    p.post_recv(SpecialQp::Gsi, &recv_wr(10, &r)).unwrap();
+    assert!(sim.model.faults().qp_to_error(qpn));
+    let is_qp_fatal = |e: &DeviceEvent| {
+        *e == DeviceEvent::QpFatal {
+            port: 1,
+            qp: SpecialQp::Gsi,
+        }
+    };
+    let mut told = 0;
+    let end = p.now() + Duration::from_secs(1);
+    while told == 0 && p.now() < end {
+        told += p.events().iter().filter(|e| is_qp_fatal(e)).count();
+        p.wait(p.now() + Duration::from_millis(1));
+    }
+    assert_eq!(told, 1, "the event is told once");
+    // No CQE was polled yet: the refusal comes from the event.
+    let s = lease(p.as_ref(), MAD);
+    s.write(0, &mad(0x09, 7, 7)).unwrap();
+    assert!(matches!(
+        p.post_send(
+            SpecialQp::Gsi,
+            &send_wr(1, &s, to_self(lid, SpecialQp::Gsi))
+        ),
+        Err(PostError::NotReady(_))
+    ));
+    let r2 = lease(p.as_ref(), RECV_BUF);
+    assert!(matches!(
+        p.post_recv(SpecialQp::Gsi, &recv_wr(11, &r2)),
+        Err(PostError::NotReady(_))
+    ));
+    // The receive comes back flushed; nothing more is told.
+    let wcs = poll_n(p.as_ref(), 1, Duration::from_secs(1));
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (10, WcStatus::WrFlushErr));
+    let events = p.events();
+    assert!(!events.iter().any(is_qp_fatal), "told twice: {events:?}");
+    // QP0 is untouched.
+    let s0 = lease(p.as_ref(), RECV_BUF);
+    p.post_recv(SpecialQp::Smi, &recv_wr(20, &s0)).unwrap();
+    drop((r, r2, s));
+    hca.close().unwrap();
+    drop(s0);
+    sim.assert_clean(&hca);
+}

@@ -44,7 +44,7 @@ fn wait_for_event(
 /// not poll: those CQEs sit unread in the CQ.
 struct InFlight {
     /// The buffers the device may still touch until it is quiesced: held, dropped at close.
-    _bufs: Vec<dma::DmaLease>,
+    bufs: Vec<dma::DmaLease>,
     ids: Vec<u64>,
 }
 
@@ -85,7 +85,7 @@ fn post_work(sim: &SimHca, hca: &Mlx5Hca) -> InFlight {
         .unwrap();
     assert_ne!(op_own >> 4, 0xf, "the device wrote a CQE before the fault");
     assert_eq!(op_own >> 4, 0, "a successful send CQE (REQ)");
-    InFlight { _bufs: bufs, ids }
+    InFlight { bufs, ids }
 }
 
 /// After the fault: every work request comes back exactly once, flushed in software, even
@@ -139,9 +139,122 @@ fn check_fatal_then_close(sim: &SimHca, hca: &Mlx5Hca, work: InFlight) {
     let a = hca.accounting();
     assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
     assert_eq!(a.mad_pool.leases_out, 0, "{a:?}");
+    assert_eq!(
+        (a.driver_pool.quarantined, a.mad_pool.quarantined),
+        (0, 0),
+        "a quiesced device gets its buffers back: {a:?}"
+    );
+    assert!(!p.dma().is_quarantined());
     assert_eq!(a.firmware_pages, 0, "{a:?}");
     assert_eq!(sim.backend.dma_mapper().live_mappings(), 0);
     assert_eq!(sim.faults(), 0, "no IOMMU fault");
+}
+
+/// A fatal health syndrome on `sim` with work in flight: detected, with its reason.
+fn fatal_with_work(sim: &SimHca, hca: &Mlx5Hca) -> (InFlight, String) {
+    let p = port(hca, 1);
+    p.events();
+    let work = post_work(sim, hca);
+    sim.model
+        .faults()
+        .catastrophic(HealthSyndrome::HW_FATAL_ERR, true);
+    let (_, ev) = wait_for_event(p.as_ref(), 10 * interval(), |e| {
+        matches!(e, DeviceEvent::Fatal { .. })
+    })
+    .expect("the fatal error is detected");
+    let DeviceEvent::Fatal { reason } = ev else {
+        unreachable!()
+    };
+    (work, reason)
+}
+
+/// Bus mastering cannot be turned off on the live function (its config write fails), but
+/// the function reset works: the reset stops the device's DMA, and the fatal path goes on as
+/// usual (software flush, every lease back, nothing quarantined).
+#[test]
+fn a_fatal_error_whose_bus_master_write_fails_resets_the_function_instead() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    sim.backend.faults().fail_config_writes(true);
+    let resets = sim.model.counters().function_resets;
+    let (work, reason) = fatal_with_work(&sim, &hca);
+    assert!(!reason.contains("could not be stopped"), "{reason}");
+    assert_eq!(
+        sim.model.counters().function_resets,
+        resets + 1,
+        "the function was reset when bus mastering could not be turned off"
+    );
+    check_software_flush(&hca, &work);
+    check_fatal_then_close(&sim, &hca, work);
+    assert_eq!(sim.backend.needs_reset(), None);
+}
+
+/// Neither bus mastering off nor the function reset works: the device may still write what
+/// it was handed. Every work request is still flushed exactly once, but no buffer goes back:
+/// the MAD pool keeps each one dropped (the 3 sends in flight and the 5 receive buffers),
+/// the driver's own memory is kept at close, nothing is unmapped (the device can still write
+/// them without a fault), and the function is marked as needing a reset.
+#[test]
+fn a_fatal_error_whose_dma_cannot_be_stopped_quarantines_every_buffer() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    sim.backend.faults().fail_config_writes(true);
+    sim.backend.faults().fail_reset(true);
+    let (work, reason) = fatal_with_work(&sim, &hca);
+    assert!(reason.contains("could not be stopped"), "{reason}");
+    let p = port(&hca, 1);
+    assert!(p.dma().is_quarantined(), "the MAD pool is quarantined");
+    assert!(
+        sim.model.as_ref().bus_master(),
+        "the device still masters the bus"
+    );
+    let mapper = sim.backend.dma_mapper();
+    let mappings = mapper.live_mappings();
+    check_software_flush(&hca, &work);
+    let receive_iovas: Vec<u64> = work.bufs[..5].iter().map(dma::DmaLease::iova).collect();
+    let held = work.bufs.len();
+    assert_eq!(held, 3 + 5);
+    let before = hca.accounting();
+    drop(work);
+    let a = hca.accounting();
+    assert_eq!(
+        a.mad_pool.leases_out,
+        before.mad_pool.leases_out - held,
+        "{a:?}"
+    );
+    assert_eq!(
+        a.mad_pool.quarantined, held,
+        "the sends in flight and the receive buffers are quarantined: {a:?}"
+    );
+    assert_eq!(mapper.live_mappings(), mappings, "nothing was unmapped");
+    let iommu = sim::Device::iommu(sim.model.as_ref());
+    for iova in &receive_iovas {
+        iommu
+            .write(*iova, &[0x5a; 8])
+            .expect("a late device write lands in the quarantined buffer");
+    }
+
+    let driver_leases = hca.accounting().driver_pool.leases_out;
+    assert!(driver_leases > 0);
+    hca.close().unwrap();
+    let a = hca.accounting();
+    assert_eq!(
+        (a.driver_pool.leases_out, a.driver_pool.quarantined),
+        (0, driver_leases),
+        "the driver's own DMA is kept at close: {a:?}"
+    );
+    assert_eq!(a.mad_pool.quarantined, held, "{a:?}");
+    assert_eq!(
+        mapper.live_mappings(),
+        mappings,
+        "the close unmapped nothing"
+    );
+    assert_eq!(sim.faults(), 0, "no IOMMU fault");
+    let why = sim
+        .backend
+        .needs_reset()
+        .expect("the next open must reset first");
+    assert!(why.contains("could not be stopped"), "{why}");
 }
 
 trait BusMaster {
@@ -351,4 +464,32 @@ fn a_device_that_stays_healthy_is_polled_and_never_declared_fatal() {
     assert!(hca.fatal_reason().is_none());
     hca.close().unwrap();
     sim.assert_clean(&hca);
+}
+
+/// The close's own quiesce follows the same rule: with bus mastering stuck on and no working
+/// reset, the driver's memory (rings, mailboxes, pages) is kept, mapped, rather than freed
+/// under a device that may still write it, and the function is marked as needing a reset.
+#[test]
+fn a_close_whose_dma_cannot_be_stopped_keeps_the_drivers_memory() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    sim.backend.faults().fail_config_writes(true);
+    sim.backend.faults().fail_reset(true);
+    let mapper = sim.backend.dma_mapper();
+    let driver_leases = hca.accounting().driver_pool.leases_out;
+    hca.close().unwrap();
+    let a = hca.accounting();
+    assert!(a.driver_pool.quarantined > 0, "{a:?}");
+    assert_eq!(a.driver_pool.leases_out, 0, "{a:?}");
+    assert!(
+        a.driver_pool.quarantined <= driver_leases,
+        "only what was out at the close: {a:?}"
+    );
+    assert!(mapper.live_mappings() >= a.driver_pool.quarantined, "{a:?}");
+    assert_eq!(sim.faults(), 0, "no IOMMU fault");
+    let why = sim
+        .backend
+        .needs_reset()
+        .expect("the next open must reset first");
+    assert!(why.contains("could not be stopped"), "{why}");
 }

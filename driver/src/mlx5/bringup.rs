@@ -381,6 +381,7 @@ fn create_port(
     let mut port = Mlx5Port::new(dev.clone(), shared.clone(), has_smi);
     port.depths = (geo.sq_depth, geo.rq_cnt);
     let port = Arc::new(port);
+    let _ = shared.port.set(Arc::downgrade(&port));
     ports.push(port.clone());
 
     let qps = 1 + u32::from(has_smi);
@@ -600,11 +601,10 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     }
     dev.lock_health().stop();
 
-    // Quiesce, then release what the device could still have reached.
-    if cmd_up || enabled {
-        if let Err(e) = dev.backend.set_bus_master(false) {
-            tracing::warn!("teardown: bus mastering off: {e}");
-        }
+    // Quiesce, then release what the device could still have reached: when its DMA cannot
+    // be stopped, the pools are quarantined and the releases below keep every lease instead.
+    if (cmd_up || enabled) && !dev.quiesce_dma("closing") {
+        left_behind.push("its DMA could not be stopped (buffers quarantined)".to_string());
     }
     {
         let mut pages = dev.lock_pages();

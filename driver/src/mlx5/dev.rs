@@ -7,10 +7,12 @@
 //! page requests and polls health when due. Interrupts only make `wait` return sooner.
 //!
 //! Lock order (never taken the other way): `eqs` → `pages` → `cmd` → `stats`; a port's CQ →
-//! its QPs; `ports` and each port's shared state are leaves.
+//! its QPs; `ports` and each port's shared state are leaves. A QP error event takes the QP's
+//! lock from the EQ dispatch, which holds no lock then; nothing holding a QP lock drives
+//! the device.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use dma::{DmaLease, DmaPool, IovaAllocator, PoolConfig};
@@ -69,6 +71,8 @@ pub(crate) struct PortShared {
     /// Held across the read-modify-write of the capability mask (the kernel's
     /// `cap_mask_mutex`).
     pub(crate) cap_mask_lock: Mutex<()>,
+    /// The port object, set once it exists: a QP error event moves its QP to ERR.
+    pub(crate) port: OnceLock<Weak<super::port::Mlx5Port>>,
 }
 
 impl PortShared {
@@ -364,8 +368,50 @@ impl Dev {
         self.state.load(Ordering::Acquire) == CLOSED
     }
 
+    /// Stop the device's DMA (`when` says why, for the log): bus mastering off, read back;
+    /// a function that reads all-ones is gone and issues no DMA. When the bit cannot be
+    /// cleared on a function that still answers (a failed VFIO config write), reset the
+    /// function, which clears it. When that fails too, the device may still write anything
+    /// it was handed: both pools are quarantined ([`DmaPool::quarantine`]) before anything
+    /// is given back, so that no buffer it holds is reused or unmapped (DESIGN §4.3), and
+    /// false is returned. The layer above sees it through [`crate::verbs::HcaPort::dma`].
+    pub(crate) fn quiesce_dma(&self, when: &str) -> bool {
+        let device = self.backend.describe();
+        let off = self
+            .backend
+            .set_bus_master(false)
+            .and_then(|()| self.backend.bus_master());
+        let why = match off {
+            Ok(false) | Err(DriverError::DeviceFatal { .. }) => return true,
+            Ok(true) => "the bus-master bit still reads set after clearing it".to_string(),
+            Err(e) => format!("turning bus mastering off failed: {e}"),
+        };
+        tracing::warn!(%device, "{when}: {why}; resetting the function instead");
+        let failed = match self.backend.reset() {
+            Ok(true) => match self.backend.bus_master() {
+                Ok(false) | Err(DriverError::DeviceFatal { .. }) => {
+                    tracing::warn!(%device, "{when}: function reset; its DMA is stopped");
+                    return true;
+                }
+                Ok(true) => "bus mastering is still on after the reset".to_string(),
+                Err(e) => format!("the command register cannot be read after the reset: {e}"),
+            },
+            Ok(false) => "the function offers no reset".to_string(),
+            Err(e) => format!("the reset failed: {e}"),
+        };
+        tracing::error!(
+            %device,
+            "{when}: the device's DMA could not be stopped ({why}; {failed}): every buffer it \
+             was handed is kept allocated and mapped (quarantined) instead of being released"
+        );
+        self.pool.quarantine();
+        self.mad_pool.quarantine();
+        false
+    }
+
     /// Enter the fatal state once (`mlx5_enter_error_state`): quiesce the device (bus mastering
-    /// off) first, so that nothing it was handed can be written after this returns, then mark
+    /// off, else a function reset, else quarantine of every buffer: [`Dev::quiesce_dma`])
+    /// first, so that nothing it was handed is reused while it may still write it, then mark
     /// the state (which makes commands fake their results and ports flush in software), then
     /// tell every port.
     pub(crate) fn enter_fatal(&self, reason: &str, removed: bool) {
@@ -373,9 +419,15 @@ impl Dev {
             return;
         }
         tracing::error!(device = %self.backend.describe(), "device fatal: {reason}");
-        if let Err(e) = self.backend.set_bus_master(false) {
-            tracing::warn!("turning bus mastering off after a fatal error: {e}");
-        }
+        let reason = if self.quiesce_dma("after a fatal error") {
+            reason.to_string()
+        } else {
+            format!(
+                "{reason}; the device's DMA could not be stopped, so its buffers are kept \
+                 (quarantined) for the life of the process"
+            )
+        };
+        let reason = reason.as_str();
         *lock(&self.fatal) = Some(reason.to_string());
         if self.state.load(Ordering::Acquire) == UP {
             self.state.store(FATAL, Ordering::Release);
@@ -640,10 +692,20 @@ impl Dev {
                 match hit {
                     Some((p, qp)) if fatal => {
                         tracing::error!(port = p.port_num, ?qp, event = %event, "QP error event");
-                        p.push(DeviceEvent::QpFatal {
-                            port: p.port_num,
-                            qp,
-                        });
+                        // The QP is in ERR in the device: posts are refused from now on, not
+                        // accepted until an error CQE is polled. The MAD layer is told once,
+                        // by whichever of this and the poll moved it there.
+                        let moved = p
+                            .port
+                            .get()
+                            .and_then(Weak::upgrade)
+                            .is_none_or(|port| port.qp_error_event(qp));
+                        if moved {
+                            p.push(DeviceEvent::QpFatal {
+                                port: p.port_num,
+                                qp,
+                            });
+                        }
                     }
                     Some((_, qp)) => tracing::debug!(?qp, event = %event, "QP event"),
                     None => {

@@ -291,6 +291,14 @@ impl Mlx5Port {
         post(q)
     }
 
+    /// A QP error event for `qp` ([`Qp::error_event`]): true if it moved the QP to ERR (it
+    /// exists, and was not in ERR already).
+    pub(crate) fn qp_error_event(&self, qp: SpecialQp) -> bool {
+        lock(&self.qps[qp_index(qp)])
+            .as_mut()
+            .is_some_and(Qp::error_event)
+    }
+
     /// Take special QP `i` out of its slot for the close; its CQEs still in the CQ are
     /// dropped by a poll from now on (see `taken_by_close`).
     pub(crate) fn take_qp_for_close(&self, i: usize) -> Option<Qp> {
@@ -675,6 +683,7 @@ mod tests {
             qpn1: AtomicU32::new(0x48),
             pkey_stale: AtomicBool::new(false),
             cap_mask_lock: Mutex::new(()),
+            port: std::sync::OnceLock::new(),
         }
     }
 

@@ -784,8 +784,21 @@ impl Qp {
         ))
     }
 
-    /// True when the QP is in ERR (a receive failed or was flushed, or a recovery's QUERY_QP
-    /// found it so): the MAD layer is told once, with `DeviceEvent::QpFatal`, by whichever
+    /// The device reported the QP in error (a work-queue catastrophic, invalid-request or
+    /// access error event): ERR in software, so that posts are refused at once. True if it
+    /// moved (from RTS or SQE); a QP in ERR already or being reset is left as it is.
+    pub(crate) fn error_event(&mut self) -> bool {
+        match self.state {
+            SwState::Rts | SwState::SqError => {
+                self.state = SwState::Error;
+                true
+            }
+            SwState::Error | SwState::Reset => false,
+        }
+    }
+
+    /// True when the QP is in ERR (a receive failed or was flushed, a QP error event came, or
+    /// a recovery's QUERY_QP found it so): the MAD layer is told once, with `DeviceEvent::QpFatal`, by whichever
     /// of the poll and the recovery moved it there.
     pub(crate) fn in_error(&self) -> bool {
         self.state == SwState::Error
@@ -1498,6 +1511,29 @@ pub(crate) mod tests {
                 pkey_index,
                 grh,
             },
+        }
+    }
+
+    /// A QP error event moves a QP in RTS or SQE to ERR (posts then refused as for a QP in
+    /// error) and says so; a QP in ERR already, or being reset, is left as it is.
+    #[test]
+    fn a_qp_error_event_moves_the_qp_to_err_once() {
+        for (from, moved, to) in [
+            (SwState::Rts, true, SwState::Error),
+            (SwState::SqError, true, SwState::Error),
+            (SwState::Error, false, SwState::Error),
+            (SwState::Reset, false, SwState::Reset),
+        ] {
+            let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+            q.state = from;
+            assert_eq!(q.error_event(), moved, "{from:?}");
+            assert_eq!(q.state, to, "{from:?}");
+            if moved {
+                assert!(
+                    matches!(q.post_send(&bar, &wr(0, None)), Err(PostError::NotReady(_))),
+                    "{from:?}"
+                );
+            }
         }
     }
 
