@@ -150,6 +150,8 @@ pub struct Scheduler {
     /// pending interrupt would, instead of being lost.
     seen: AtomicU64,
     waiting: AtomicUsize,
+    /// Packets that fell due for a device whose sink had gone: see [`Scheduler::undelivered`].
+    undelivered: AtomicU64,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -171,6 +173,7 @@ impl Scheduler {
             signals: AtomicU64::new(0),
             seen: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
+            undelivered: AtomicU64::new(0),
         }
     }
 
@@ -240,6 +243,15 @@ impl Scheduler {
         }
     }
 
+    /// Packets a network handed to this scheduler for a device port that, when they fell due,
+    /// had no device any more (its sink dropped, e.g. the device detached while a link delay
+    /// held the packet): delivered to nobody. Counts the deliveries of every network that
+    /// uses this scheduler; [`Network::drops`](crate::net::Network::drops) reports it as
+    /// [`DropReason::DeviceGone`](crate::net::DropReason::DeviceGone).
+    pub fn undelivered(&self) -> u64 {
+        self.undelivered.load(Ordering::Relaxed)
+    }
+
     /// Pop the earliest event if it is due at `now`.
     fn pop_due(&self, now: Duration) -> Option<Task> {
         self.lock().pop_due(now)
@@ -252,10 +264,15 @@ impl Scheduler {
             Task::Deliver { sink, port, packet } => {
                 if let Some(s) = sink.upgrade() {
                     s.deliver_at(port, packet, now);
+                } else {
+                    // A loss like any other in the network: counted, for `drops()`.
+                    self.undelivered.fetch_add(1, Ordering::Relaxed);
                 }
                 self.notify();
             }
             Task::Changed { sink, port, change } => {
+                // A port change for a device that has gone is news to nobody: not a packet,
+                // so not a drop, and not counted.
                 if let Some(s) = sink.upgrade() {
                     s.port_changed(port, change);
                 }
@@ -403,6 +420,51 @@ mod tests {
         while s.run_until(Duration::from_secs(1)) {}
         assert_eq!(*log.lock().unwrap(), vec!['f', 'a', 'c', 'e', 'b', 'd']);
         assert_eq!(s.pending(), 0);
+    }
+
+    /// Counts the packets it is given.
+    struct Counting(AtomicU32);
+
+    impl PortSink for Counting {
+        fn deliver(&self, _: u8, _: Packet) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn port_changed(&self, _: u8, _: PortChange) {}
+    }
+
+    fn packet() -> Packet {
+        Packet {
+            slid: 1,
+            dlid: 2,
+            sl: 0,
+            vl15: false,
+            src_qp: 1,
+            dst_qp: 1,
+            qkey: 0,
+            pkey: 0xffff,
+            grh: None,
+            mad: Box::new([0; 256]),
+        }
+    }
+
+    #[test]
+    fn a_delivery_to_a_sink_that_has_gone_is_counted_undelivered() {
+        let s = Scheduler::new(ClockMode::Virtual);
+        let live = Arc::new(Counting(AtomicU32::new(0)));
+        let live_sink: Arc<dyn PortSink> = live.clone();
+        let gone_sink: Arc<dyn PortSink> = Arc::new(Counting(AtomicU32::new(0)));
+        let deliver = |sink: &Arc<dyn PortSink>| Task::Deliver {
+            sink: Arc::downgrade(sink),
+            port: 1,
+            packet: packet(),
+        };
+        let at = Duration::from_millis(1);
+        s.schedule_tasks([(at, deliver(&live_sink)), (at, deliver(&gone_sink))]);
+        drop(gone_sink);
+        assert_eq!(s.undelivered(), 0, "not before it falls due");
+        while s.run_until(Duration::from_secs(1)) {}
+        assert_eq!(live.0.load(Ordering::SeqCst), 1);
+        assert_eq!(s.undelivered(), 1);
     }
 
     #[test]

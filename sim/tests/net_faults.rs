@@ -104,6 +104,33 @@ fn a_delay_postpones_delivery_in_virtual_time() {
     assert_eq!(d.rec.take().len(), 1);
 }
 
+// A packet a link delay holds while its device goes (link and sink dropped) is delivered to
+// nobody when it falls due: it is counted as a drop like every other loss, once, then.
+#[test]
+fn a_packet_due_at_a_device_that_has_gone_is_counted_as_dropped() {
+    let (net, d) = setup();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    net.set_link_fault(hca1, Fault::delay(Duration::from_millis(5)));
+    let before = net.drops();
+    let t0 = net.scheduler().now();
+    // The answer crosses the delayed link twice: due at t0 + 10 ms.
+    d.link.transmit(node_info_get(&[1]));
+    net.scheduler().run_due();
+    assert_eq!(net.scheduler().pending(), 1, "the answer is on its way");
+    drop(d);
+    assert_eq!(net.drops(), before, "nothing lost before it falls due");
+    assert!(net.scheduler().run_until(t0 + Duration::from_millis(20)));
+    assert_eq!(net.scheduler().now(), t0 + Duration::from_millis(10));
+    assert_eq!(net.scheduler().pending(), 0);
+    let after = net.drops();
+    assert_eq!(after.get(DropReason::DeviceGone), 1);
+    assert_eq!(
+        after.total(),
+        before.total() + 1,
+        "counted once, under one reason"
+    );
+}
+
 #[test]
 fn corruption_flips_one_bit_per_crossing() {
     let (net, sm) = setup();

@@ -39,6 +39,12 @@ pub enum DropReason {
     /// A GMP reached QP1 of a simulated node's agents with a Q_Key other than 0x80010000:
     /// counted in PortInfo:Q_KeyViolations, trap 258.
     BadQkey,
+    /// The packet fell due at a device port whose device had gone by then, typically since it
+    /// was sent (its sink dropped, e.g. detached while a link delay held the packet): delivered
+    /// to nobody. Counted by the network's scheduler
+    /// ([`Scheduler::undelivered`](crate::Scheduler::undelivered)), for every network sharing
+    /// that scheduler.
+    DeviceGone,
 }
 
 /// Drops counted per reason since the network started.
@@ -56,6 +62,16 @@ impl DropCounts {
         }
     }
 
+    /// Sets the count of `reason` (one kept outside the network's state) to `n`; a zero
+    /// count adds no entry.
+    pub(crate) fn set(&mut self, reason: DropReason, n: u64) {
+        match self.counts.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, c)) => *c = n,
+            None if n > 0 => self.counts.push((reason, n)),
+            None => {}
+        }
+    }
+
     /// Drops for `reason`.
     pub fn get(&self, reason: DropReason) -> u64 {
         self.counts
@@ -69,7 +85,8 @@ impl DropCounts {
         self.counts.iter().map(|(_, n)| n).sum()
     }
 
-    /// Every reason with its count, in the order first seen.
+    /// Every reason with its count, in the order first seen ([`DropReason::DeviceGone`], counted
+    /// apart, last).
     pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
         self.counts.iter().copied()
     }

@@ -391,8 +391,14 @@ impl Network {
     }
 
     /// Packets dropped so far, by reason.
+    ///
+    /// [`DropReason::DeviceGone`] is the scheduler's count
+    /// ([`Scheduler::undelivered`]): a network built on a scheduler another network shares
+    /// reports the losses of both there (every network in this workspace has its own).
     pub fn drops(&self) -> DropCounts {
-        self.shared.lock().drops.clone()
+        let mut d = self.shared.lock().drops.clone();
+        d.set(DropReason::DeviceGone, self.shared.sched.undelivered());
+        d
     }
 
     /// Sets the fault of the link at `port` (both directions); [`Fault::NONE`] clears it.
