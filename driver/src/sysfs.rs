@@ -31,9 +31,20 @@ use crate::pci::{self, KnownDevice, PciAddress};
 /// The driver name vfio-pci registers in sysfs.
 pub const VFIO_PCI: &str = "vfio-pci";
 
-/// True for vfio-pci and its vendor variants (`mlx5_vfio_pci`, ...), which all give VFIO access.
+/// True for vfio-pci and its vendor variants, which all give VFIO access.
+///
+/// The variants are named `PREFIX` + `_` or `-` + `vfio_pci` or `vfio-pci`: the modules use
+/// underscores (`mlx5_vfio_pci`, `hisi_acc_vfio_pci`), and a driver may register a hyphenated
+/// name (`xe-vfio-pci`) in `/sys/bus/pci/drivers`. A name that merely ends in the letters
+/// (`novfio-pci`) is not one.
 pub fn is_vfio_driver(name: &str) -> bool {
-    name == VFIO_PCI || name.ends_with("_vfio_pci")
+    let Some(prefix) = name
+        .strip_suffix("vfio-pci")
+        .or_else(|| name.strip_suffix("vfio_pci"))
+    else {
+        return false;
+    };
+    prefix.is_empty() || prefix.ends_with('_') || prefix.ends_with('-')
 }
 
 /// True when a device bound to `driver` keeps its IOMMU group from being viable for VFIO.
@@ -1066,6 +1077,32 @@ mod tests {
             err.to_string().contains("no PCI function 0000:09:00.0"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn vfio_variants_with_either_separator_are_vfio_drivers() {
+        for name in [
+            "vfio-pci",
+            "vfio_pci",
+            "mlx5_vfio_pci",
+            "hisi_acc_vfio_pci",
+            "xe-vfio-pci",
+            "nvgrace-gpu-vfio-pci",
+            "virtio_vfio-pci",
+        ] {
+            assert!(is_vfio_driver(name), "{name}");
+            assert!(!blocks_group(Some(name)), "{name}");
+        }
+        for name in [
+            "mlx5_core",
+            "pci-stub",
+            "novfio-pci",
+            "vfio-pci-core",
+            "vfio",
+            "",
+        ] {
+            assert!(!is_vfio_driver(name), "{name}");
+        }
     }
 
     #[test]
