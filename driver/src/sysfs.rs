@@ -174,12 +174,61 @@ fn link_name(path: &Path) -> Result<Option<String>, DriverError> {
     }
 }
 
+/// The most a sysfs attribute holds: one page (the kernel's `sysfs_emit` buffer).
+pub const MAX_ATTRIBUTE_BYTES: u64 = 4096;
+
+/// The text of attribute `path`, trimmed, or None when it does not exist.
+///
+/// At most [`MAX_ATTRIBUTE_BYTES`] are read, and only from a regular file (which every sysfs
+/// attribute is): a `--sysfs-root` tree with `/dev/zero` or a FIFO in it would otherwise never
+/// end, or never open. The open does not block (`O_NONBLOCK`, which regular files ignore).
 fn read_trimmed(path: &Path) -> Result<Option<String>, DriverError> {
-    match fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s.trim().to_string())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(format!("reading {}", path.display()), e)),
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let what = || format!("reading {}", path.display());
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(what(), e)),
+    };
+    let meta = file.metadata().map_err(|e| io_err(what(), e))?;
+    if !meta.is_file() {
+        return Err(invalid(
+            path,
+            "it is not a regular file, as sysfs attributes are".into(),
+        ));
     }
+    let mut bytes = Vec::new();
+    file.take(MAX_ATTRIBUTE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_err(what(), e))?;
+    if bytes.len() as u64 > MAX_ATTRIBUTE_BYTES {
+        return Err(invalid(
+            path,
+            format!(
+                "it is longer than {MAX_ATTRIBUTE_BYTES} bytes, the most a sysfs attribute holds"
+            ),
+        ));
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| invalid(path, "it is not UTF-8 text".into()))?;
+    Ok(Some(text.trim().to_string()))
+}
+
+/// A hex number as sysfs prints one (`0x15b3`, `1003`): hex digits only, so no sign, which
+/// `from_str_radix` would take.
+fn parse_hex<T: TryFrom<u64>>(text: &str) -> Option<T> {
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    if digits.is_empty() || digits.len() > 16 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits, 16)
+        .ok()
+        .and_then(|v| T::try_from(v).ok())
 }
 
 /// The shell command that writes `value` to `path`, for a user to finish a restore by hand.
@@ -218,9 +267,7 @@ fn invalid(path: &Path, what: String) -> DriverError {
 /// Parse a sysfs ID attribute such as `0x15b3`.
 fn read_id(path: &Path) -> Result<u16, DriverError> {
     let text = read_trimmed(path)?.ok_or_else(|| invalid(path, "missing".into()))?;
-    let hex = text.strip_prefix("0x").unwrap_or(&text);
-    u16::from_str_radix(hex, 16)
-        .map_err(|_| invalid(path, format!("`{text}` is not a 16-bit hex ID")))
+    parse_hex(&text).ok_or_else(|| invalid(path, format!("`{text}` is not a 16-bit hex ID")))
 }
 
 impl Sysfs {
@@ -433,8 +480,7 @@ impl Sysfs {
         }
         for name in dir_names(&dir.join("net"))? {
             let ifdir = dir.join("net").join(&name);
-            let flags = read_trimmed(&ifdir.join("flags"))?
-                .and_then(|t| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+            let flags = read_trimmed(&ifdir.join("flags"))?.and_then(|t| parse_hex::<u32>(&t));
             let oper = read_trimmed(&ifdir.join("operstate"))?;
             if flags.is_some_and(|f| f & 1 != 0) || oper.as_deref() == Some("up") {
                 hazards.push(format!("its network interface {name} is up"));
@@ -1103,6 +1149,54 @@ mod tests {
         ] {
             assert!(!is_vfio_driver(name), "{name}");
         }
+    }
+
+    #[test]
+    fn ids_with_a_sign_are_refused() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, None, Some(17), 0);
+        let dir = fake.root().join("bus/pci/devices/0000:03:00.0");
+        for bad in ["+15b3\n", "0x+15b3\n", "-15b3\n", "0x\n"] {
+            fs::write(dir.join("vendor"), bad).unwrap();
+            let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+            assert!(
+                err.to_string().contains("is not a 16-bit hex ID"),
+                "{bad:?}: {err}"
+            );
+        }
+        fs::write(dir.join("vendor"), "0x15B3\n").unwrap();
+        assert_eq!(
+            fake.sysfs().function(a("0000:03:00.0")).unwrap().id.vendor,
+            0x15b3
+        );
+    }
+
+    #[test]
+    fn attributes_are_read_up_to_a_page_and_only_from_regular_files() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, None, Some(17), 0);
+        let dir = fake.root().join("bus/pci/devices/0000:03:00.0");
+        // One page is what a sysfs attribute can hold; a longer file is not one.
+        fs::write(dir.join("numa_node"), format!("1{}\n", " ".repeat(4094))).unwrap();
+        assert_eq!(
+            fake.sysfs().function(a("0000:03:00.0")).unwrap().numa_node,
+            Some(1)
+        );
+        fs::write(dir.join("numa_node"), format!("1{}\n", " ".repeat(4095))).unwrap();
+        let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("longer than 4096 bytes"), "{err}");
+        fs::write(dir.join("numa_node"), "1\n").unwrap();
+        // A device or a FIFO in a --sysfs-root tree would never end (or never open).
+        fs::remove_file(dir.join("vendor")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("vendor")).unwrap();
+        let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        fs::remove_file(dir.join("vendor")).unwrap();
+        let fifo = std::ffi::CString::new(dir.join("vendor").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo reads nothing else.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 
     #[test]
