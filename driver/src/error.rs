@@ -167,10 +167,13 @@ pub enum DriverError {
         path: PathBuf,
     },
 
-    /// The group node is open elsewhere (VFIO allows one opener of a group).
+    /// The group node is already open (VFIO allows one opener of a group): by another process,
+    /// or by this one, through another function of the same group.
     #[error(
-        "IOMMU group {group} ({}) is in use by another process (another `hca`, a VM or a DPDK \
-         application); stop it and try again",
+        "IOMMU group {group} ({}) is busy: either another process has it open (another `hca`, \
+         a VM or a DPDK application; stop it), or this program already has a function of IOMMU \
+         group {group} open (VFIO lets one opener hold a group: close that function, and drop \
+         the DMA leases and pools that outlive it, first); then try again",
         path.display()
     )]
     GroupBusy {
