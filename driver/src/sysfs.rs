@@ -13,9 +13,14 @@
 //! 3. `BDF` → `bus/pci/drivers_probe`;
 //! 4. read back the `driver` link: it must now name vfio-pci.
 //!
-//! Unbinding reverses it: clear `driver_override` (write a newline), `BDF` → `driver/unbind`,
-//! then either `BDF` → `bus/pci/drivers/PREV/bind` (the recorded previous driver),
+//! Unbinding reverses it: write back `driver_override` (the value read before the bind, or a
+//! newline, which clears it), `BDF` → `driver/unbind`, then either
+//! `BDF` → `bus/pci/drivers/PREV/bind` (the recorded previous driver),
 //! `BDF` → `bus/pci/drivers_probe` (let the kernel choose), or nothing (leave it unbound).
+//! The override goes back before the bind because the kernel's `pci_match_device` lets a
+//! driver without an ID table (pci-stub) take a function only through it; an override that
+//! names another driver (`none`, which keeps every driver off) would make the bind fail, so
+//! it is cleared for the bind and written back after it.
 
 use std::fs;
 use std::io::{self, Write as _};
@@ -108,6 +113,11 @@ pub struct Binding {
     pub address: PciAddress,
     /// The driver it had before (None: it had none, or it was already on vfio-pci).
     pub previous_driver: Option<String>,
+    /// Its `driver_override` before (None: unset, or naming a vfio-pci driver, which is a
+    /// leftover of an earlier bind rather than an admin's choice). Give it to
+    /// [`GiveBack::driver_override`] when unbinding, so that an override such as `none` (keep
+    /// every driver off) or `pci-stub` (the only way pci-stub takes a function) survives.
+    pub previous_override: Option<String>,
     /// True when it was already bound to vfio-pci and nothing was written.
     pub already_bound: bool,
     /// Its IOMMU group: `/dev/vfio/N` is the node to open (and to give a user access to).
@@ -123,6 +133,16 @@ pub enum Restore {
     KernelChoice,
     /// Leave it without a driver (it had none before).
     Unbound,
+}
+
+/// How [`Sysfs::give_back`] returns a function from vfio-pci.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GiveBack {
+    /// The driver to give it to.
+    pub restore: Restore,
+    /// The `driver_override` to leave it with (None: cleared), normally
+    /// [`Binding::previous_override`].
+    pub driver_override: Option<String>,
 }
 
 /// What [`Sysfs::unbind_vfio`] did.
@@ -535,6 +555,7 @@ impl Sysfs {
             return Ok(Binding {
                 address,
                 previous_driver: None,
+                previous_override: None,
                 already_bound: true,
                 iommu_group: group,
             });
@@ -552,9 +573,13 @@ impl Sysfs {
                 });
             }
         }
+        let previous_override = self
+            .driver_override(address)?
+            .filter(|o| !is_vfio_driver(o));
         let bdf = address.to_string();
-        // From here on every failure is undone: the override cleared and the previous driver
-        // bound again, or, when that fails too, the commands that would do it are returned.
+        // From here on every failure is undone: the override written back and the previous
+        // driver bound again, or, when that fails too, the commands that would do it are
+        // returned.
         self.write(&dir.join("driver_override"), VFIO_PCI)?;
         let probed = (|| {
             if current.is_some() {
@@ -569,6 +594,7 @@ impl Sysfs {
                 return Ok(Binding {
                     address,
                     previous_driver: current,
+                    previous_override,
                     already_bound: false,
                     iommu_group: group,
                 });
@@ -581,35 +607,76 @@ impl Sysfs {
             Err(e) => e,
         };
         warn!(%address, error = %failure, "binding to vfio-pci failed; undoing it");
-        Err(self.undo_bind(address, &dir, current.as_deref(), failure))
+        let previous = GiveBack {
+            restore: current.map_or(Restore::Unbound, Restore::Driver),
+            driver_override: previous_override,
+        };
+        Err(self.undo_bind(address, &dir, &previous, failure))
     }
 
-    /// Give `address` back to `previous` after a bind that failed with `failure`: clear the
-    /// override, unbind whatever driver it has now if that is not `previous`, bind
-    /// `previous`. Returns `failure` when that worked, else [`DriverError::BindLeftHalfway`]
-    /// with the commands still needed.
+    /// The writes that give `address` (now on driver `now`) back as `to` says, in order: the
+    /// override first when it lets the driver bind (unset, or naming that driver), else a
+    /// cleared one first and the override after the bind; the unbind of `now` when it is
+    /// not the driver wanted; the bind or probe.
+    fn give_back_steps(
+        &self,
+        dir: &Path,
+        bdf: &str,
+        now: Option<&str>,
+        to: &GiveBack,
+    ) -> Vec<(PathBuf, String)> {
+        let ovr_path = dir.join("driver_override");
+        let ovr = to.driver_override.as_deref();
+        let ovr_value = ovr.map_or_else(|| "\n".to_string(), str::to_string);
+        let target = match &to.restore {
+            Restore::Driver(d) => Some(d.as_str()),
+            _ => None,
+        };
+        let bind = match &to.restore {
+            Restore::Driver(d) if now != Some(d.as_str()) => {
+                Some(self.root.join("bus/pci/drivers").join(d).join("bind"))
+            }
+            Restore::KernelChoice => Some(self.root.join("bus/pci/drivers_probe")),
+            _ => None,
+        };
+        let override_after = bind.is_some() && target.is_some() && ovr.is_some() && ovr != target;
+        let mut steps = Vec::new();
+        if override_after {
+            steps.push((ovr_path.clone(), "\n".to_string()));
+        } else {
+            steps.push((ovr_path.clone(), ovr_value.clone()));
+        }
+        if now.is_some() && now != target {
+            steps.push((dir.join("driver/unbind"), bdf.to_string()));
+        }
+        if let Some(path) = bind {
+            steps.push((path, bdf.to_string()));
+        }
+        if override_after {
+            steps.push((ovr_path, ovr_value));
+        }
+        steps
+    }
+
+    /// Give `address` back as `previous` says after a bind that failed with `failure`: write
+    /// back the override, unbind whatever driver it has now if that is not the previous one,
+    /// bind the previous one. Returns `failure` when that worked, else
+    /// [`DriverError::BindLeftHalfway`] with the commands still needed.
     fn undo_bind(
         &self,
         address: PciAddress,
         dir: &Path,
-        previous: Option<&str>,
+        previous: &GiveBack,
         failure: DriverError,
     ) -> DriverError {
         let bdf = address.to_string();
+        let prev = match &previous.restore {
+            Restore::Driver(d) => Some(d.as_str()),
+            _ => None,
+        };
         // An unreadable link is taken as "some other driver": unbinding is then attempted.
         let now = self.driver(address).unwrap_or_else(|_| Some(String::new()));
-        let mut steps = vec![(dir.join("driver_override"), "\n".to_string())];
-        if now.is_some() && now.as_deref() != previous {
-            steps.push((dir.join("driver/unbind"), bdf.clone()));
-        }
-        if let Some(prev) = previous
-            && now.as_deref() != Some(prev)
-        {
-            steps.push((
-                self.root.join("bus/pci/drivers").join(prev).join("bind"),
-                bdf.clone(),
-            ));
-        }
+        let steps = self.give_back_steps(dir, &bdf, now.as_deref(), previous);
         let mut undone = Ok(());
         for (i, (path, value)) in steps.iter().enumerate() {
             if let Err(e) = self.write(path, value) {
@@ -619,10 +686,10 @@ impl Sysfs {
             }
         }
         let after = self.driver(address).ok().flatten();
-        if undone.is_ok() && after.as_deref() != previous {
+        if undone.is_ok() && after.as_deref() != prev {
             // The writes went through but the previous driver did not take it back (or
             // another one did): only that bind (or unbind) is left to retry.
-            let command = match previous {
+            let command = match prev {
                 Some(prev) => shell_write(
                     &self.root.join("bus/pci/drivers").join(prev).join("bind"),
                     &bdf,
@@ -631,7 +698,7 @@ impl Sysfs {
             };
             let rollback = DriverError::BindFailed {
                 address,
-                expected: previous.map(str::to_string),
+                expected: prev.map(str::to_string),
                 actual: after.clone(),
             };
             undone = Err((rollback, vec![command]));
@@ -645,31 +712,8 @@ impl Sysfs {
                 commands,
             };
         }
-        info!(%address, driver = ?previous, "undid the failed bind");
+        info!(%address, driver = ?prev, "undid the failed bind");
         failure
-    }
-
-    /// Clear the override, unbind from vfio-pci, then bind to `driver` (its directory, checked
-    /// by [`Sysfs::require_driver`]) or, without one, as `restore` says.
-    fn unbind_inner(
-        &self,
-        address: PciAddress,
-        dir: &Path,
-        driver: Option<&Path>,
-        restore: &Restore,
-    ) -> Result<(), DriverError> {
-        let bdf = address.to_string();
-        // A newline clears the override (the kernel strips it and stores nothing).
-        self.write(&dir.join("driver_override"), "\n")?;
-        self.write(&dir.join("driver/unbind"), &bdf)?;
-        match (driver, restore) {
-            (Some(drv), _) => self.write(&drv.join("bind"), &bdf)?,
-            (None, Restore::KernelChoice) => {
-                self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
-            }
-            (None, _) => {}
-        }
-        Ok(())
     }
 
     /// Check that `name` can be a driver name (not empty, no `/`, not `.` or `..`, no NUL:
@@ -704,25 +748,42 @@ impl Sysfs {
         }
     }
 
-    /// Take `address` off vfio-pci and give it to `restore` (see the module doc for the exact
-    /// writes). A function that is not on vfio-pci is left alone (`was_vfio: false`), except
-    /// that a leftover `vfio-pci` override is cleared.
-    ///
-    /// The unbind blocks in the kernel while any process still has the device open; vfio-pci
-    /// signals that process's REQ interrupt meanwhile.
+    /// The `driver_override` of `address` (None: unset, which sysfs shows as `(null)`).
+    pub fn driver_override(&self, address: PciAddress) -> Result<Option<String>, DriverError> {
+        let text = read_trimmed(&self.device_dir(address).join("driver_override"))?;
+        Ok(text.filter(|t| !t.is_empty() && t != "(null)"))
+    }
+
+    /// Take `address` off vfio-pci and give it to `restore`, clearing its `driver_override`:
+    /// [`Sysfs::give_back`] without an override to write back.
     pub fn unbind_vfio(
         &self,
         address: PciAddress,
         restore: &Restore,
     ) -> Result<Unbinding, DriverError> {
+        self.give_back(
+            address,
+            &GiveBack {
+                restore: restore.clone(),
+                driver_override: None,
+            },
+        )
+    }
+
+    /// Take `address` off vfio-pci and give it back as `to` says (see the module doc for the
+    /// exact writes). A function that is not on vfio-pci is left alone (`was_vfio: false`),
+    /// except that a leftover `vfio-pci` override is cleared.
+    ///
+    /// The unbind blocks in the kernel while any process still has the device open; vfio-pci
+    /// signals that process's REQ interrupt meanwhile.
+    pub fn give_back(&self, address: PciAddress, to: &GiveBack) -> Result<Unbinding, DriverError> {
         let dir = self.require(address)?;
-        let driver = match restore {
-            Restore::Driver(name) => Some(self.require_driver(name)?),
-            _ => None,
-        };
+        if let Restore::Driver(name) = &to.restore {
+            self.require_driver(name)?;
+        }
         let current = self.driver(address)?;
         if !current.as_deref().is_some_and(is_vfio_driver) {
-            if read_trimmed(&dir.join("driver_override"))?.as_deref() == Some(VFIO_PCI) {
+            if self.driver_override(address)?.as_deref() == Some(VFIO_PCI) {
                 self.write(&dir.join("driver_override"), "\n")?;
             }
             return Ok(Unbinding {
@@ -731,9 +792,12 @@ impl Sysfs {
                 driver: current,
             });
         }
-        self.unbind_inner(address, &dir, driver.as_deref(), restore)?;
+        let bdf = address.to_string();
+        for (path, value) in self.give_back_steps(&dir, &bdf, current.as_deref(), to) {
+            self.write(&path, &value)?;
+        }
         let now = self.driver(address)?;
-        let expected = match restore {
+        let expected = match &to.restore {
             Restore::Driver(name) => Some(Some(name.clone())),
             Restore::Unbound => Some(None),
             Restore::KernelChoice => None,
@@ -783,6 +847,8 @@ pub(crate) mod fake {
         /// Attribute paths (relative to the root) whose writes fail with EIO, after being
         /// logged.
         pub fail: Mutex<Vec<String>>,
+        /// Drivers without an ID table (pci-stub): they bind only through `driver_override`.
+        pub id_less: Mutex<Vec<String>>,
     }
 
     impl FakeKernel {
@@ -797,6 +863,32 @@ pub(crate) mod fake {
 
         pub fn writes(&self) -> Vec<(String, String)> {
             self.log.lock().unwrap().clone()
+        }
+
+        /// The override of `bdf` (None: `(null)`).
+        fn override_of(&self, bdf: &str) -> io::Result<Option<String>> {
+            let path = self
+                .root
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join("driver_override");
+            let text = fs::read_to_string(path)?;
+            let text = text.trim();
+            Ok((text != "(null)" && !text.is_empty()).then(|| text.to_string()))
+        }
+
+        /// `drivers/DRV/bind` as pci_match_device decides it: an override naming another
+        /// driver, or none for a driver without an ID table, is ENODEV.
+        fn bind_store(&self, bdf: &str, drv: &str) -> io::Result<()> {
+            let matches = match self.override_of(bdf)? {
+                Some(o) => o == drv,
+                None => !self.id_less.lock().unwrap().iter().any(|d| d == drv),
+            };
+            if !matches {
+                return Err(io::Error::from_raw_os_error(libc::ENODEV));
+            }
+            self.bind(bdf, drv);
+            Ok(())
         }
     }
 
@@ -845,7 +937,7 @@ pub(crate) mod fake {
                         self.bind(value, &d);
                     }
                 }
-                ["bus", "pci", "drivers", drv, "bind"] => self.bind(value, drv),
+                ["bus", "pci", "drivers", drv, "bind"] => self.bind_store(value, drv)?,
                 _ => panic!("unexpected sysfs write to {rel}"),
             }
             Ok(())
@@ -866,6 +958,7 @@ pub(crate) mod fake {
                 "ib_mthca",
                 "snd_hda_intel",
                 "pcieport",
+                "pci-stub",
             ] {
                 Self::add_driver_at(&root, d);
             }
@@ -877,6 +970,7 @@ pub(crate) mod fake {
                     native: Mutex::new(HashMap::new()),
                     refuse: Mutex::new(Vec::new()),
                     fail: Mutex::new(Vec::new()),
+                    id_less: Mutex::new(vec!["pci-stub".into()]),
                 }),
             }
         }
@@ -1208,6 +1302,7 @@ mod tests {
             Binding {
                 address: a("0000:03:00.0"),
                 previous_driver: Some("mlx5_core".into()),
+                previous_override: None,
                 already_bound: false,
                 iommu_group: 17,
             }
@@ -1389,6 +1484,73 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_bind_gives_back_the_override_it_found() {
+        // An override `none` opts a driverless function out of binding: it must survive.
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let ovr = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.1/driver_override");
+        fs::write(&ovr, "none\n").unwrap();
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap_err();
+        assert_eq!(fs::read_to_string(&ovr).unwrap(), "none\n");
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.1/driver_override", "vfio-pci"),
+                w("bus/pci/drivers_probe", "0000:03:00.1"),
+                w("bus/pci/devices/0000:03:00.1/driver_override", "none"),
+            ]
+        );
+
+        // pci-stub has no ID table: it takes a function back only through the override, so
+        // the override goes back before the bind.
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("pci-stub"),
+            Some(17),
+            0,
+        );
+        let ovr = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.0/driver_override");
+        fs::write(&ovr, "pci-stub\n").unwrap();
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(!matches!(err, DriverError::BindLeftHalfway { .. }), "{err}");
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("pci-stub")
+        );
+        assert_eq!(fs::read_to_string(&ovr).unwrap(), "pci-stub\n");
+
+        // An override naming no driver, on a bound function, would refuse the rebind: it
+        // goes back after it.
+        let fake = cx5_on("mlx5_core");
+        let ovr = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.0/driver_override");
+        fs::write(&ovr, "none\n").unwrap();
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(!matches!(err, DriverError::BindLeftHalfway { .. }), "{err}");
+        assert_eq!(
+            fake.kernel.writes(),
+            [
+                bind_writes(),
+                give_back_writes(),
+                vec![w("bus/pci/devices/0000:03:00.0/driver_override", "none")]
+            ]
+            .concat()
+        );
+        assert_eq!(fs::read_to_string(&ovr).unwrap(), "none\n");
+    }
+
+    #[test]
     fn unbind_restores_the_recorded_driver() {
         let fake = cx5_on("mlx5_core");
         let sysfs = fake.sysfs();
@@ -1417,6 +1579,74 @@ mod tests {
                 .join("bus/pci/devices/0000:03:00.0/driver_override"),
         );
         assert_eq!(ovr.unwrap(), "(null)\n");
+    }
+
+    #[test]
+    fn unbind_writes_the_recorded_override_back() {
+        // A function parked on pci-stub by its override goes back to pci-stub.
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("pci-stub"),
+            Some(17),
+            0,
+        );
+        let dev = fake.root().join("bus/pci/devices/0000:03:00.0");
+        fs::write(dev.join("driver_override"), "pci-stub\n").unwrap();
+        let sysfs = fake.sysfs();
+        let b = sysfs.bind_vfio(a("0000:03:00.0")).unwrap();
+        assert_eq!(b.previous_driver.as_deref(), Some("pci-stub"));
+        assert_eq!(b.previous_override.as_deref(), Some("pci-stub"));
+        fake.kernel.log.lock().unwrap().clear();
+        let to = GiveBack {
+            restore: Restore::Driver("pci-stub".into()),
+            driver_override: b.previous_override,
+        };
+        let u = sysfs.give_back(a("0000:03:00.0"), &to).unwrap();
+        assert_eq!(u.driver.as_deref(), Some("pci-stub"));
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "pci-stub"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers/pci-stub/bind", "0000:03:00.0"),
+            ]
+        );
+        assert_eq!(
+            fs::read_to_string(dev.join("driver_override")).unwrap(),
+            "pci-stub\n"
+        );
+
+        // `none` on a function that had no driver: written back, nothing bound.
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let dev = fake.root().join("bus/pci/devices/0000:03:00.1");
+        fs::write(dev.join("driver_override"), "none\n").unwrap();
+        let sysfs = fake.sysfs();
+        let b = sysfs.bind_vfio(a("0000:03:00.1")).unwrap();
+        assert_eq!(b.previous_override.as_deref(), Some("none"));
+        let to = GiveBack {
+            restore: Restore::Unbound,
+            driver_override: b.previous_override,
+        };
+        assert_eq!(
+            sysfs.give_back(a("0000:03:00.1"), &to).unwrap().driver,
+            None
+        );
+        assert_eq!(
+            fs::read_to_string(dev.join("driver_override")).unwrap(),
+            "none\n"
+        );
+
+        // A vfio-pci override left over from an earlier bind is not an admin's choice.
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let dev = fake.root().join("bus/pci/devices/0000:03:00.1");
+        fs::write(dev.join("driver_override"), "vfio-pci\n").unwrap();
+        let b = fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap();
+        assert_eq!(b.previous_override, None);
     }
 
     #[test]

@@ -410,6 +410,29 @@ fn unbind_checks_the_driver_name_before_writing() {
     );
 }
 
+#[test]
+fn unbind_writes_the_recorded_override_back() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    fs::write(
+        t.path().join("state/0000:03:00.0.driver"),
+        "driver=mlx5_core\noverride=none\n",
+    )
+    .unwrap();
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    // The tree has no kernel: the writes land in the files and the link stays on vfio-pci.
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let dev = t.path().join("bus/pci/devices/0000:03:00.0");
+    // `none` would refuse the bind, so it is cleared for it and written back after.
+    let ovr = fs::read_to_string(dev.join("driver_override")).unwrap();
+    assert!(ovr.starts_with("none"), "{ovr:?}");
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers/mlx5_core/bind")).unwrap(),
+        "0000:03:00.0"
+    );
+}
+
 /// Run `hca args` with standard output (and with `both`, standard error too) going to a
 /// socket whose reader is already gone, as `hca ... | true` ends up.
 fn hca_to_a_closed_reader(args: &[&str], both: bool) -> Output {

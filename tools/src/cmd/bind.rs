@@ -8,8 +8,9 @@ use super::{CmdResult, Context};
 /// Long help of `hca bind`.
 pub const HELP: &str = "\
 Writes sysfs, so it needs root. The function is taken from its driver through its
-driver_override (only this function, unlike vfio-pci's new_id), and the previous driver is
-recorded under --state-dir so that `hca unbind` gives it back.
+driver_override (only this function, unlike vfio-pci's new_id), and the previous driver and
+driver_override (an admin's `none` or `pci-stub`) are recorded under --state-dir so that
+`hca unbind` gives them back; a bind that fails gives them back at once.
 
 Every device of the function's IOMMU group must be on vfio-pci (or have no driver) before
 VFIO will open any of them; bind warns about the others.
@@ -67,7 +68,12 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
                 .as_deref()
                 .unwrap_or("without a driver")
         );
-        match ctx.state.save(address, binding.previous_driver.as_deref()) {
+        let saved = ctx.state.save(
+            address,
+            binding.previous_driver.as_deref(),
+            binding.previous_override.as_deref(),
+        );
+        match saved {
             Ok(path) => tracing::debug!(path = %path.display(), "recorded the previous driver"),
             Err(e) => eprintln!(
                 "warning: could not record the previous driver ({e}); `hca unbind {address}` will let the kernel choose one"

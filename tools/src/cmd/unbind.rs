@@ -1,15 +1,16 @@
 //! `hca unbind BDF`: take a function off vfio-pci and give it back to its previous driver.
 
 use driver::PciAddress;
-use driver::sysfs::Restore;
+use driver::sysfs::{GiveBack, Restore};
 
 use super::{CmdResult, Context};
 
 /// Long help of `hca unbind`.
 pub const HELP: &str = "\
-Writes sysfs, so it needs root. Clears the function's driver_override, unbinds it from
-vfio-pci and binds it to the driver `hca bind` recorded (or, with no record, lets the kernel
-choose). The unbind waits while a program still has the device open: vfio-pci asks that
+Writes sysfs, so it needs root. Writes back the function's driver_override as `hca bind`
+found it (or clears it), unbinds it from vfio-pci and binds it to the driver `hca bind`
+recorded (or, with no record, lets the kernel choose). An override that would refuse that
+driver (`none`) is cleared for the bind and written back after it. The unbind waits while a program still has the device open: vfio-pci asks that
 program to let go through its REQ interrupt.
 
 The driver to give it to (--to, or the recorded one) must be loaded: when
@@ -47,17 +48,23 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
             None
         }
     };
+    // The recorded override goes back whatever the driver: it is the admin's, not ours.
+    let driver_override = record.as_ref().and_then(|r| r.driver_override.clone());
     let restore = if let Some(name) = &args.to {
         Restore::Driver(name.clone())
     } else if args.leave_unbound {
         Restore::Unbound
     } else if let Some(r) = record {
-        r
+        r.restore
     } else {
         println!("no record of {address}'s previous driver; letting the kernel choose one");
         Restore::KernelChoice
     };
-    let done = ctx.sysfs.unbind_vfio(address, &restore)?;
+    let to = GiveBack {
+        restore,
+        driver_override,
+    };
+    let done = ctx.sysfs.give_back(address, &to)?;
     if !done.was_vfio {
         println!(
             "{address} is not bound to vfio-pci (driver: {}); nothing to do",
