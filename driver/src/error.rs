@@ -314,6 +314,24 @@ pub enum DriverError {
         commands: Vec<String>,
     },
 
+    /// A bind that failed after its first write and was undone: the function is back with
+    /// the driver (and `driver_override`) it had.
+    #[error(
+        "binding {address} to vfio-pci failed ({failure}); {}",
+        match driver {
+            Some(d) => format!("it was given back to {d}"),
+            None => "it was left without a driver, as it had none before".to_string(),
+        }
+    )]
+    BindUndone {
+        /// The function.
+        address: PciAddress,
+        /// What made the bind fail.
+        failure: Box<DriverError>,
+        /// The driver it is back with (None: it had none).
+        driver: Option<String>,
+    },
+
     /// `hca bind` of a function whose driver is serving something (see
     /// [`crate::sysfs::Sysfs::bind_hazards`]).
     #[error(

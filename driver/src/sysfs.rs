@@ -537,9 +537,9 @@ impl Sysfs {
     /// already on vfio-pci, or it is a PF with SR-IOV VFs enabled (`sriov_numvfs` above 0, which
     /// vfio-pci refuses only after the PF's driver, and with it the VFs, is gone). When anything
     /// after the first write fails (a write, or the probe not ending with vfio-pci bound), the
-    /// override is cleared and the previous driver rebound before that error is returned; when that
-    /// undoing fails too, the error is [`DriverError::BindLeftHalfway`] with the commands still
-    /// needed.
+    /// override is written back and the previous driver rebound, and the error is
+    /// [`DriverError::BindUndone`] wrapping that failure; when that undoing fails too, the error
+    /// is [`DriverError::BindLeftHalfway`] with the commands still needed.
     pub fn bind_vfio(&self, address: PciAddress) -> Result<Binding, DriverError> {
         let dir = self.require(address)?;
         let vfio_dir = self.root.join("bus/pci/drivers").join(VFIO_PCI);
@@ -660,8 +660,8 @@ impl Sysfs {
 
     /// Give `address` back as `previous` says after a bind that failed with `failure`: write
     /// back the override, unbind whatever driver it has now if that is not the previous one,
-    /// bind the previous one. Returns `failure` when that worked, else
-    /// [`DriverError::BindLeftHalfway`] with the commands still needed.
+    /// bind the previous one. Returns [`DriverError::BindUndone`] wrapping `failure` when that
+    /// worked, else [`DriverError::BindLeftHalfway`] with the commands still needed.
     fn undo_bind(
         &self,
         address: PciAddress,
@@ -713,7 +713,11 @@ impl Sysfs {
             };
         }
         info!(%address, driver = ?prev, "undid the failed bind");
-        failure
+        DriverError::BindUndone {
+            address,
+            failure: Box::new(failure),
+            driver: prev.map(str::to_string),
+        }
     }
 
     /// Check that `name` can be a driver name (not empty, no `/`, not `.` or `..`, no NUL:
@@ -1379,11 +1383,17 @@ mod tests {
         let fake = cx5_on("mlx5_core");
         fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
         let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        // The error says the bind failed and that the function is back, not that it has no
+        // driver (which was true only until the undo).
+        let msg = err.to_string();
         assert!(
-            matches!(&err, DriverError::BindFailed { actual: None, .. }),
-            "{err:?}"
+            msg.starts_with(
+                "binding 0000:03:00.0 to vfio-pci failed (0000:03:00.0 should now be bound to \
+                 vfio-pci but it has no driver; see `dmesg`"
+            ),
+            "{msg}"
         );
-        assert!(err.to_string().contains("dmesg"));
+        assert!(msg.ends_with("); it was given back to mlx5_core"), "{msg}");
         assert_eq!(
             fake.kernel.writes(),
             [bind_writes(), give_back_writes()].concat()
@@ -1423,7 +1433,11 @@ mod tests {
     fn a_bind_that_fails_partway_is_undone() {
         // The probe write fails: the function has no driver and the override is set.
         let (fake, err) = bind_with_failing(&["bus/pci/drivers_probe"], false);
-        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert!(
+            matches!(&err, DriverError::BindUndone { failure, driver: Some(d), .. }
+                if matches!(**failure, DriverError::Io { .. }) && d == "mlx5_core"),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("drivers_probe"), "{err}");
         assert_eq!(
             fake.kernel.writes(),
@@ -1437,7 +1451,11 @@ mod tests {
 
         // The unbind write fails: the old driver still has it; only the override is undone.
         let (fake, err) = bind_with_failing(&["bus/pci/devices/0000:03:00.0/driver/unbind"], false);
-        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert!(
+            matches!(&err, DriverError::BindUndone { failure, .. }
+                if matches!(**failure, DriverError::Io { .. })),
+            "{err:?}"
+        );
         assert_eq!(fake.kernel.writes().len(), 3);
         assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
         assert_eq!(
@@ -1493,7 +1511,12 @@ mod tests {
             .join("bus/pci/devices/0000:03:00.1/driver_override");
         fs::write(&ovr, "none\n").unwrap();
         fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
-        fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap_err();
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("; it was left without a driver, as it had none before"),
+            "{err}"
+        );
         assert_eq!(fs::read_to_string(&ovr).unwrap(), "none\n");
         assert_eq!(
             fake.kernel.writes(),
