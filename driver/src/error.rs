@@ -314,6 +314,29 @@ pub enum DriverError {
         commands: Vec<String>,
     },
 
+    /// An unbind that took the function off vfio-pci (or found it left without a driver by an
+    /// earlier one) but could not give it to the driver it was to have: the commands say how
+    /// to finish, and `hca unbind` again finishes it from the bind record.
+    #[error(
+        "giving {address} back to {target} failed ({failure}); it is left with {}. To finish, \
+         run as root:\n  {}\nor, once the cause is fixed, run `hca unbind {address}` again (it \
+         finishes from the bind record; `--to DRIVER` names another driver)",
+        match driver { Some(d) => format!("driver {d}"), None => "no driver".to_string() },
+        commands.join("\n  ")
+    )]
+    UnbindLeftHalfway {
+        /// The function.
+        address: PciAddress,
+        /// What it was to be given to: a driver name, or the kernel's choice.
+        target: String,
+        /// What failed.
+        failure: Box<DriverError>,
+        /// Its driver now.
+        driver: Option<String>,
+        /// The shell commands still needed, in order.
+        commands: Vec<String>,
+    },
+
     /// A bind that failed after its first write and was undone: the function is back with
     /// the driver (and `driver_override`) it had.
     #[error(

@@ -20,7 +20,9 @@
 //! The override goes back before the bind because the kernel's `pci_match_device` lets a
 //! driver without an ID table (pci-stub) take a function only through it; an override that
 //! names another driver (`none`, which keeps every driver off) would make the bind fail, so
-//! it is cleared for the bind and written back after it.
+//! it is cleared for the bind and written back after it. When the function is off vfio-pci but
+//! its driver does not take it, the error ([`DriverError::UnbindLeftHalfway`]) gives the
+//! commands that finish it, and [`GiveBack::finish_driverless`] lets a later call finish it.
 
 use std::fs;
 use std::io::{self, Write as _};
@@ -143,6 +145,11 @@ pub struct GiveBack {
     /// The `driver_override` to leave it with (None: cleared), normally
     /// [`Binding::previous_override`].
     pub driver_override: Option<String>,
+    /// Also give back a function that has no driver at all, when `restore` names a driver or
+    /// the kernel's choice: an earlier unbind took it off vfio-pci and then failed to bind it.
+    /// Set it only when the function is known to be ours (a bind record exists) or the user
+    /// named the driver: a function without a driver may be one an admin left so.
+    pub finish_driverless: bool,
 }
 
 /// What [`Sysfs::unbind_vfio`] did.
@@ -152,6 +159,9 @@ pub struct Unbinding {
     pub address: PciAddress,
     /// False when it was not on vfio-pci, so nothing was unbound.
     pub was_vfio: bool,
+    /// True when it had no driver and was given back ([`GiveBack::finish_driverless`]),
+    /// finishing an unbind left halfway.
+    pub finished: bool,
     /// Its driver now.
     pub driver: Option<String>,
 }
@@ -610,6 +620,7 @@ impl Sysfs {
         let previous = GiveBack {
             restore: current.map_or(Restore::Unbound, Restore::Driver),
             driver_override: previous_override,
+            finish_driverless: false,
         };
         Err(self.undo_bind(address, &dir, &previous, failure))
     }
@@ -632,13 +643,9 @@ impl Sysfs {
             Restore::Driver(d) => Some(d.as_str()),
             _ => None,
         };
-        let bind = match &to.restore {
-            Restore::Driver(d) if now != Some(d.as_str()) => {
-                Some(self.root.join("bus/pci/drivers").join(d).join("bind"))
-            }
-            Restore::KernelChoice => Some(self.root.join("bus/pci/drivers_probe")),
-            _ => None,
-        };
+        let bind = self
+            .bind_path(&to.restore)
+            .filter(|_| target.is_none() || now != target);
         let override_after = bind.is_some() && target.is_some() && ovr.is_some() && ovr != target;
         let mut steps = Vec::new();
         if override_after {
@@ -770,13 +777,19 @@ impl Sysfs {
             &GiveBack {
                 restore: restore.clone(),
                 driver_override: None,
+                finish_driverless: false,
             },
         )
     }
 
     /// Take `address` off vfio-pci and give it back as `to` says (see the module doc for the
     /// exact writes). A function that is not on vfio-pci is left alone (`was_vfio: false`),
-    /// except that a leftover `vfio-pci` override is cleared.
+    /// except that a leftover `vfio-pci` override is cleared, and that one without a driver is
+    /// given back when [`GiveBack::finish_driverless`] says so (`finished: true`).
+    ///
+    /// Once the function is off vfio-pci, a failure to give it back (a write refused, or the
+    /// driver's probe not taking it) is [`DriverError::UnbindLeftHalfway`], with the commands
+    /// that finish it.
     ///
     /// The unbind blocks in the kernel while any process still has the device open; vfio-pci
     /// signals that process's REQ interrupt meanwhile.
@@ -786,19 +799,31 @@ impl Sysfs {
             self.require_driver(name)?;
         }
         let current = self.driver(address)?;
-        if !current.as_deref().is_some_and(is_vfio_driver) {
+        let on_vfio = current.as_deref().is_some_and(is_vfio_driver);
+        let finishing =
+            current.is_none() && to.finish_driverless && !matches!(to.restore, Restore::Unbound);
+        if !on_vfio && !finishing {
             if self.driver_override(address)?.as_deref() == Some(VFIO_PCI) {
                 self.write(&dir.join("driver_override"), "\n")?;
             }
             return Ok(Unbinding {
                 address,
                 was_vfio: false,
+                finished: false,
                 driver: current,
             });
         }
         let bdf = address.to_string();
-        for (path, value) in self.give_back_steps(&dir, &bdf, current.as_deref(), to) {
-            self.write(&path, &value)?;
+        let steps = self.give_back_steps(&dir, &bdf, current.as_deref(), to);
+        for (i, (path, value)) in steps.iter().enumerate() {
+            if let Err(e) = self.write(path, value) {
+                let now = self.driver(address).ok().flatten();
+                if now.as_deref().is_some_and(is_vfio_driver) {
+                    // Still on vfio-pci: nothing is half done, the unbind can simply be retried.
+                    return Err(e);
+                }
+                return Err(left_halfway(address, to, e, now, &steps[i..]));
+            }
         }
         let now = self.driver(address)?;
         let expected = match &to.restore {
@@ -808,19 +833,65 @@ impl Sysfs {
         };
         if let Some(expected) = expected {
             if now != expected {
-                return Err(DriverError::BindFailed {
+                let failure = DriverError::BindFailed {
                     address,
                     expected,
-                    actual: now,
-                });
+                    actual: now.clone(),
+                };
+                if now.is_some() {
+                    return Err(failure);
+                }
+                // The bind went through but the driver's probe did not take the function:
+                // the bind (and what follows it) is what is left to retry.
+                let bind = self.bind_path(&to.restore);
+                let from = steps
+                    .iter()
+                    .position(|(p, _)| Some(p) == bind.as_ref())
+                    .unwrap_or(steps.len());
+                return Err(left_halfway(address, to, failure, now, &steps[from..]));
             }
         }
-        info!(%address, driver = ?now, "unbound from vfio-pci");
+        info!(%address, driver = ?now, finishing, "given back from vfio-pci");
         Ok(Unbinding {
             address,
-            was_vfio: true,
+            was_vfio: on_vfio,
+            finished: finishing,
             driver: now,
         })
+    }
+
+    /// The write that gives a function to `restore`'s driver: `drivers/NAME/bind` or
+    /// `drivers_probe` (None: nothing binds it).
+    fn bind_path(&self, restore: &Restore) -> Option<PathBuf> {
+        match restore {
+            Restore::Driver(d) => Some(self.root.join("bus/pci/drivers").join(d).join("bind")),
+            Restore::KernelChoice => Some(self.root.join("bus/pci/drivers_probe")),
+            Restore::Unbound => None,
+        }
+    }
+}
+
+/// [`DriverError::UnbindLeftHalfway`]: `failure` stopped giving `address` back as `to`
+/// says, with `left` still to write.
+fn left_halfway(
+    address: PciAddress,
+    to: &GiveBack,
+    failure: DriverError,
+    driver: Option<String>,
+    left: &[(PathBuf, String)],
+) -> DriverError {
+    let target = match &to.restore {
+        Restore::Driver(d) => d.clone(),
+        Restore::KernelChoice => "the driver the kernel chooses".to_string(),
+        Restore::Unbound => "no driver".to_string(),
+    };
+    warn!(%address, error = %failure, "giving the function back failed halfway");
+    DriverError::UnbindLeftHalfway {
+        address,
+        target,
+        failure: Box::new(failure),
+        driver,
+        commands: left.iter().map(|(p, v)| shell_write(p, v)).collect(),
     }
 }
 
@@ -1586,6 +1657,7 @@ mod tests {
             Unbinding {
                 address: a("0000:03:00.0"),
                 was_vfio: true,
+                finished: false,
                 driver: Some("mlx5_core".into())
             }
         );
@@ -1602,6 +1674,103 @@ mod tests {
                 .join("bus/pci/devices/0000:03:00.0/driver_override"),
         );
         assert_eq!(ovr.unwrap(), "(null)\n");
+    }
+
+    #[test]
+    fn an_unbind_whose_restore_fails_says_what_to_run() {
+        let bind_back = "bus/pci/drivers/mlx5_core/bind";
+        let probe = "bus/pci/drivers_probe";
+        // The bind write fails (ENODEV, EIO), or it goes through and the probe does not take.
+        for (restore, fail, refuse, cmd_path) in [
+            (
+                Restore::Driver("mlx5_core".into()),
+                Some(bind_back),
+                false,
+                bind_back,
+            ),
+            (Restore::Driver("mlx5_core".into()), None, true, bind_back),
+            (Restore::KernelChoice, Some(probe), false, probe),
+        ] {
+            let fake = cx5_on("vfio-pci");
+            fake.kernel
+                .native
+                .lock()
+                .unwrap()
+                .insert("0000:03:00.0".into(), "mlx5_core".into());
+            fake.kernel
+                .fail
+                .lock()
+                .unwrap()
+                .extend(fail.map(String::from));
+            if refuse {
+                fake.kernel.refuse.lock().unwrap().push("mlx5_core".into());
+            }
+            let err = fake
+                .sysfs()
+                .unbind_vfio(a("0000:03:00.0"), &restore)
+                .unwrap_err();
+            let cmd = format!(
+                "echo 0000:03:00.0 > {}",
+                fake.root().join(cmd_path).display()
+            );
+            let DriverError::UnbindLeftHalfway {
+                driver, commands, ..
+            } = &err
+            else {
+                panic!("{restore:?}: {err:?}");
+            };
+            assert_eq!(driver, &None);
+            assert_eq!(commands, std::slice::from_ref(&cmd));
+            let msg = err.to_string();
+            assert!(msg.contains("it is left with no driver"), "{msg}");
+            assert!(msg.contains(&format!("run as root:\n  {cmd}\n")), "{msg}");
+            assert!(msg.contains("hca unbind 0000:03:00.0"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_function_left_without_a_driver_is_finished_only_when_asked() {
+        let fake = cx5_on("vfio-pci");
+        let sysfs = fake.sysfs();
+        let bind_back = "bus/pci/drivers/mlx5_core/bind";
+        fake.kernel.fail.lock().unwrap().push(bind_back.into());
+        let to = |finish_driverless| GiveBack {
+            restore: Restore::Driver("mlx5_core".into()),
+            driver_override: None,
+            finish_driverless,
+        };
+        let err = sysfs.give_back(a("0000:03:00.0"), &to(false)).unwrap_err();
+        assert!(
+            matches!(err, DriverError::UnbindLeftHalfway { .. }),
+            "{err}"
+        );
+        assert_eq!(sysfs.driver(a("0000:03:00.0")).unwrap(), None);
+        fake.kernel.fail.lock().unwrap().clear();
+        fake.kernel.log.lock().unwrap().clear();
+
+        // A retry that is not told the function is ours leaves a driverless function alone.
+        let u = sysfs.give_back(a("0000:03:00.0"), &to(false)).unwrap();
+        assert!(!u.was_vfio && !u.finished && u.driver.is_none(), "{u:?}");
+        let unbound = GiveBack {
+            restore: Restore::Unbound,
+            ..to(true)
+        };
+        let u = sysfs.give_back(a("0000:03:00.0"), &unbound).unwrap();
+        assert!(!u.finished, "{u:?}");
+        assert!(fake.kernel.writes().is_empty());
+
+        // Told, it finishes: the override, then the bind the first attempt did not get to.
+        let u = sysfs.give_back(a("0000:03:00.0"), &to(true)).unwrap();
+        assert_eq!(
+            u,
+            Unbinding {
+                address: a("0000:03:00.0"),
+                was_vfio: false,
+                finished: true,
+                driver: Some("mlx5_core".into()),
+            }
+        );
+        assert_eq!(fake.kernel.writes(), give_back_writes());
     }
 
     #[test]
@@ -1626,6 +1795,7 @@ mod tests {
         let to = GiveBack {
             restore: Restore::Driver("pci-stub".into()),
             driver_override: b.previous_override,
+            finish_driverless: false,
         };
         let u = sysfs.give_back(a("0000:03:00.0"), &to).unwrap();
         assert_eq!(u.driver.as_deref(), Some("pci-stub"));
@@ -1653,6 +1823,7 @@ mod tests {
         let to = GiveBack {
             restore: Restore::Unbound,
             driver_override: b.previous_override,
+            finish_driverless: false,
         };
         assert_eq!(
             sysfs.give_back(a("0000:03:00.1"), &to).unwrap().driver,

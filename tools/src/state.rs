@@ -61,7 +61,9 @@ impl BindRecords {
         Ok(path)
     }
 
-    /// How to give `address` back, if a record exists.
+    /// How to give `address` back, if a record exists. A record makes the function ours, so
+    /// one left without a driver by an unbind that stopped halfway is given back too
+    /// ([`GiveBack::finish_driverless`]).
     pub fn load(&self, address: PciAddress) -> Result<Option<GiveBack>, ToolError> {
         let path = self.path(address);
         let why =
@@ -103,6 +105,7 @@ fn parse(text: &str) -> Result<GiveBack, String> {
         return Ok(GiveBack {
             restore: restore_of(name),
             driver_override: None,
+            finish_driverless: true,
         });
     }
     let mut driver = None;
@@ -125,6 +128,7 @@ fn parse(text: &str) -> Result<GiveBack, String> {
     Ok(GiveBack {
         restore: restore_of(driver),
         driver_override: ovr.filter(|o| !o.is_empty()).map(str::to_string),
+        finish_driverless: true,
     })
 }
 
@@ -161,6 +165,7 @@ mod tests {
         GiveBack {
             restore: driver.map_or(Restore::Unbound, |d| Restore::Driver(d.into())),
             driver_override: ovr.map(str::to_string),
+            finish_driverless: true,
         }
     }
 

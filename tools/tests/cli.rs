@@ -433,6 +433,45 @@ fn unbind_writes_the_recorded_override_back() {
     );
 }
 
+#[test]
+fn unbind_finishes_a_function_an_earlier_unbind_left_without_a_driver() {
+    // An earlier unbind took 0000:03:00.0 off vfio-pci, then mlx5_core did not take it.
+    let t = tree();
+    add(t.path(), "0000:03:00.0", 0x15b3, 0x1017, None, 17);
+    let bind_file = t.path().join("bus/pci/drivers/mlx5_core/bind");
+    let cmd = format!("echo 0000:03:00.0 > {}", bind_file.display());
+    // Without a record or --to, a function without a driver is not ours to touch.
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
+    assert_eq!(fs::read_to_string(&bind_file).unwrap(), "");
+    // With the record, or --to, the bind is written again. The tree has no kernel, so the
+    // function stays without a driver, and the error says how to finish.
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    let record = t.path().join("state/0000:03:00.0.driver");
+    fs::write(&record, "driver=mlx5_core\n").unwrap();
+    for (args, recorded) in [
+        (&["unbind", "0000:03:00.0"][..], true),
+        (&["unbind", "0000:03:00.0", "--to", "mlx5_core"][..], false),
+    ] {
+        if !recorded {
+            fs::remove_file(&record).unwrap();
+        }
+        fs::write(&bind_file, "").unwrap();
+        let o = hca(t.path(), args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stdout(&o));
+        assert_eq!(fs::read_to_string(&bind_file).unwrap(), "0000:03:00.0");
+        let err = stderr(&o);
+        assert!(
+            err.contains("giving 0000:03:00.0 back to mlx5_core failed"),
+            "{err}"
+        );
+        assert!(err.contains(&format!("run as root:\n  {cmd}\n")), "{err}");
+        // A record stays for the next try.
+        assert_eq!(record.exists(), recorded);
+    }
+}
+
 /// Run `hca args` with standard output (and with `both`, standard error too) going to a
 /// socket whose reader is already gone, as `hca ... | true` ends up.
 fn hca_to_a_closed_reader(args: &[&str], both: bool) -> Output {

@@ -1,6 +1,6 @@
 //! `hca bind BDF`: give a PCI function to vfio-pci, remembering its driver.
 
-use driver::sysfs::is_vfio_driver;
+use driver::sysfs::{Binding, GiveBack, Restore, is_vfio_driver};
 use driver::{DriverError, PciAddress};
 
 use super::{CmdResult, Context};
@@ -47,6 +47,42 @@ pub struct Args {
     pub force: bool,
 }
 
+/// Record what `address` had before `binding`, so that `hca unbind` gives it back; a failure
+/// to record is a warning, since the bind itself is done.
+///
+/// A function that had no driver keeps an existing record that names one: an earlier
+/// `hca unbind` took it off vfio-pci and failed to give it back, and the record is all that
+/// still knows where it belongs.
+fn record(ctx: &Context, address: PciAddress, binding: &Binding) {
+    if binding.previous_driver.is_none() {
+        match ctx.state.load(address) {
+            Ok(Some(GiveBack {
+                restore: Restore::Driver(earlier),
+                ..
+            })) => {
+                println!(
+                    "note: kept the record that {address} had driver {earlier} (an earlier \
+                     unbind stopped halfway); `hca unbind {address}` gives it back to {earlier}"
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "unreadable earlier bind record: overwritten"),
+        }
+    }
+    let saved = ctx.state.save(
+        address,
+        binding.previous_driver.as_deref(),
+        binding.previous_override.as_deref(),
+    );
+    match saved {
+        Ok(path) => tracing::debug!(path = %path.display(), "recorded the previous driver"),
+        Err(e) => eprintln!(
+            "warning: could not record the previous driver ({e}); `hca unbind {address}` will let the kernel choose one"
+        ),
+    }
+}
+
 /// Bind, record the previous driver, and point at what else the IOMMU group needs.
 pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let address: PciAddress = args.address.parse()?;
@@ -68,17 +104,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
                 .as_deref()
                 .unwrap_or("without a driver")
         );
-        let saved = ctx.state.save(
-            address,
-            binding.previous_driver.as_deref(),
-            binding.previous_override.as_deref(),
-        );
-        match saved {
-            Ok(path) => tracing::debug!(path = %path.display(), "recorded the previous driver"),
-            Err(e) => eprintln!(
-                "warning: could not record the previous driver ({e}); `hca unbind {address}` will let the kernel choose one"
-            ),
-        }
+        record(ctx, address, &binding);
     }
     for other in ctx.sysfs.group_others(group, address)? {
         if other.blocks {
@@ -93,4 +119,101 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::io;
+    use std::os::unix::fs::symlink;
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use driver::sysfs::{Sysfs, SysfsWriter};
+
+    use super::*;
+    use crate::state::BindRecords;
+
+    const BDF: &str = "0000:03:00.0";
+
+    /// The kernel's part of a bind that works: a probe binds vfio-pci.
+    struct ProbeBindsVfio {
+        root: PathBuf,
+    }
+
+    impl SysfsWriter for ProbeBindsVfio {
+        fn write(&self, path: &Path, value: &str) -> io::Result<()> {
+            if path == self.root.join("bus/pci/drivers_probe") {
+                let dev = self.root.join("bus/pci/devices").join(value);
+                symlink("../../../../bus/pci/drivers/vfio-pci", dev.join("driver"))?;
+            }
+            Ok(())
+        }
+    }
+
+    /// A tree with a ConnectX-5 PF at [`BDF`], without a driver, alone in IOMMU group 17.
+    fn context(root: &Path) -> Context {
+        let dev = root.join("bus/pci/devices").join(BDF);
+        fs::create_dir_all(&dev).unwrap();
+        fs::create_dir_all(root.join("bus/pci/drivers/vfio-pci")).unwrap();
+        let group = root.join("kernel/iommu_groups/17/devices");
+        fs::create_dir_all(&group).unwrap();
+        for (attr, value) in [
+            ("vendor", "0x15b3\n"),
+            ("device", "0x1017\n"),
+            ("numa_node", "0\n"),
+            ("driver_override", "(null)\n"),
+        ] {
+            fs::write(dev.join(attr), value).unwrap();
+        }
+        symlink(
+            "../../../../kernel/iommu_groups/17",
+            dev.join("iommu_group"),
+        )
+        .unwrap();
+        symlink(
+            format!("../../../../bus/pci/devices/{BDF}"),
+            group.join(BDF),
+        )
+        .unwrap();
+        let writer = Arc::new(ProbeBindsVfio {
+            root: root.to_owned(),
+        });
+        Context {
+            sysfs: Sysfs::with_writer(root, writer),
+            dev_root: root.join("dev"),
+            state: BindRecords::new(root.join("state")),
+        }
+    }
+
+    fn bind(ctx: &Context) {
+        let args = Args {
+            address: BDF.into(),
+            force: false,
+        };
+        run(ctx, &args).unwrap();
+    }
+
+    #[test]
+    fn a_driverless_function_keeps_the_record_of_an_unbind_left_halfway() {
+        let t = tempfile::tempdir().unwrap();
+        let ctx = context(t.path());
+        let record = t.path().join("state").join(format!("{BDF}.driver"));
+        fs::create_dir_all(record.parent().unwrap()).unwrap();
+        fs::write(&record, "driver=mlx5_core\noverride=none\n").unwrap();
+        bind(&ctx);
+        assert_eq!(
+            fs::read_to_string(&record).unwrap(),
+            "driver=mlx5_core\noverride=none\n"
+        );
+    }
+
+    #[test]
+    fn a_driverless_function_without_a_record_is_recorded_as_such() {
+        let t = tempfile::tempdir().unwrap();
+        let ctx = context(t.path());
+        bind(&ctx);
+        let record = t.path().join("state").join(format!("{BDF}.driver"));
+        assert_eq!(fs::read_to_string(&record).unwrap(), "driver=\n");
+    }
 }

@@ -16,6 +16,11 @@ program to let go through its REQ interrupt.
 The driver to give it to (--to, or the recorded one) must be loaded: when
 /sys/bus/pci/drivers/NAME is missing, unbind writes nothing and says `modprobe NAME`.
 
+When the function is off vfio-pci but its driver does not take it back (the bind is refused,
+or the driver's probe fails), unbind says so and prints the command that finishes it; the
+bind record is kept, and running `hca unbind` again (or `hca unbind --to DRIVER`) on the
+function, which has no driver now, finishes the job.
+
 Examples:
   sudo hca unbind 0000:03:00.0
   sudo hca unbind 0000:03:00.0 --to mlx5_core
@@ -50,6 +55,9 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     };
     // The recorded override goes back whatever the driver: it is the admin's, not ours.
     let driver_override = record.as_ref().and_then(|r| r.driver_override.clone());
+    // A function with no driver is ours to finish (an earlier unbind took it off vfio-pci and
+    // failed to bind it) when we recorded it, or when the user names the driver.
+    let finish_driverless = record.is_some() || args.to.is_some();
     let restore = if let Some(name) = &args.to {
         Restore::Driver(name.clone())
     } else if args.leave_unbound {
@@ -63,8 +71,19 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let to = GiveBack {
         restore,
         driver_override,
+        finish_driverless,
     };
     let done = ctx.sysfs.give_back(address, &to)?;
+    if done.finished {
+        if let Err(e) = ctx.state.remove(address) {
+            eprintln!("warning: could not remove the bind record of {address}: {e}");
+        }
+        println!(
+            "{address} had no driver (an earlier unbind stopped halfway); driver now {}",
+            done.driver.as_deref().unwrap_or("none")
+        );
+        return Ok(());
+    }
     if !done.was_vfio {
         println!(
             "{address} is not bound to vfio-pci (driver: {}); nothing to do",
