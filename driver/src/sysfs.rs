@@ -815,6 +815,13 @@ impl Sysfs {
         }
         let bdf = address.to_string();
         let steps = self.give_back_steps(&dir, &bdf, current.as_deref(), to);
+        if on_vfio {
+            info!(
+                %address,
+                "unbinding from vfio-pci: this waits while a program holds the device \
+                 (vfio-pci asks it to close it through its REQ interrupt)"
+            );
+        }
         for (i, (path, value)) in steps.iter().enumerate() {
             if let Err(e) = self.write(path, value) {
                 let now = self.driver(address).ok().flatten();

@@ -472,6 +472,25 @@ fn unbind_finishes_a_function_an_earlier_unbind_left_without_a_driver() {
     }
 }
 
+#[test]
+fn unbind_from_vfio_says_first_that_it_waits_for_a_holder_of_the_group() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    add_cx5(t.path(), "0000:04:00.0", "mlx5_core", 18);
+    let o = hca(t.path(), &["unbind", "0000:03:00.0", "--leave-unbound"]);
+    let node = t.path().join("dev/vfio/17");
+    let note = format!(
+        "if a program holds {}, unbind waits for it to close it (vfio-pci has asked it to \
+         through its REQ interrupt)",
+        node.display()
+    );
+    assert!(stderr(&o).contains(&note), "{}", stderr(&o));
+    // Nothing to unbind, nothing to wait for.
+    let o = hca(t.path(), &["unbind", "0000:04:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("waits"), "{}", stderr(&o));
+}
+
 /// Run `hca args` with standard output (and with `both`, standard error too) going to a
 /// socket whose reader is already gone, as `hca ... | true` ends up.
 fn hca_to_a_closed_reader(args: &[&str], both: bool) -> Output {

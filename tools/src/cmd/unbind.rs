@@ -1,7 +1,7 @@
 //! `hca unbind BDF`: take a function off vfio-pci and give it back to its previous driver.
 
 use driver::PciAddress;
-use driver::sysfs::{GiveBack, Restore};
+use driver::sysfs::{GiveBack, Restore, is_vfio_driver};
 
 use super::{CmdResult, Context};
 
@@ -10,8 +10,10 @@ pub const HELP: &str = "\
 Writes sysfs, so it needs root. Writes back the function's driver_override as `hca bind`
 found it (or clears it), unbinds it from vfio-pci and binds it to the driver `hca bind`
 recorded (or, with no record, lets the kernel choose). An override that would refuse that
-driver (`none`) is cleared for the bind and written back after it. The unbind waits while a program still has the device open: vfio-pci asks that
-program to let go through its REQ interrupt.
+driver (`none`) is cleared for the bind and written back after it.
+
+The unbind waits while a program still has the device open: vfio-pci asks that program to
+let go through its REQ interrupt (unbind says so on stderr before it writes).
 
 The driver to give it to (--to, or the recorded one) must be loaded: when
 /sys/bus/pci/drivers/NAME is missing, unbind writes nothing and says `modprobe NAME`.
@@ -41,6 +43,30 @@ pub struct Args {
     /// Leave it without a driver.
     #[arg(long)]
     pub leave_unbound: bool,
+}
+
+/// Say, before the unbind, that it may block: the kernel's vfio-pci remove waits,
+/// uninterruptibly, until every holder of the device has closed it, and asks them to through
+/// the device's REQ interrupt. Whether a program holds it is not known here (the group node,
+/// or only a device fd taken from it), so the note is given whenever there is an unbind to
+/// write.
+fn warn_of_the_wait(ctx: &Context, address: PciAddress) {
+    let on_vfio = ctx
+        .sysfs
+        .driver(address)
+        .is_ok_and(|d| d.as_deref().is_some_and(is_vfio_driver));
+    if !on_vfio {
+        return;
+    }
+    let node = match ctx.sysfs.iommu_group(address) {
+        Ok(Some(group)) => ctx.dev_root.join("vfio").join(group.to_string()),
+        _ => ctx.dev_root.join("vfio/GROUP"),
+    };
+    eprintln!(
+        "{address}: unbinding from vfio-pci; if a program holds {}, unbind waits for it to \
+         close it (vfio-pci has asked it to through its REQ interrupt)",
+        node.display()
+    );
 }
 
 /// Unbind and restore.
@@ -73,6 +99,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         driver_override,
         finish_driverless,
     };
+    warn_of_the_wait(ctx, address);
     let done = ctx.sysfs.give_back(address, &to)?;
     if done.finished {
         if let Err(e) = ctx.state.remove(address) {
