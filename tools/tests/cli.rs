@@ -356,6 +356,25 @@ fn bind_of_a_bound_function_reports_its_group_and_blockers() {
 }
 
 #[test]
+fn bind_that_cannot_list_the_group_warns_and_succeeds() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    fs::remove_dir_all(t.path().join("kernel/iommu_groups/17/devices")).unwrap();
+    let o = hca(t.path(), &["bind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("0000:03:00.0 is already bound to vfio-pci"),
+        "{}",
+        stdout(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: cannot list the other devices of IOMMU group 17"),
+        "{err}"
+    );
+}
+
+#[test]
 fn unbind_of_a_function_not_on_vfio_does_nothing() {
     let t = tree();
     add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);

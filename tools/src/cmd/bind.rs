@@ -106,7 +106,18 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         );
         record(ctx, address, &binding);
     }
-    for other in ctx.sysfs.group_others(group, address)? {
+    // The bind is done: a group that cannot be listed is only a missing hint.
+    let others = match ctx.sysfs.group_others(group, address) {
+        Ok(others) => others,
+        Err(e) => {
+            eprintln!(
+                "warning: cannot list the other devices of IOMMU group {group} ({e}); check \
+                 /sys/kernel/iommu_groups/{group}/devices before opening {address}"
+            );
+            Vec::new()
+        }
+    };
+    for other in others {
         if other.blocks {
             println!(
                 "note: IOMMU group {group} also holds {} (driver {}); bind it too before opening {address}: `hca bind {}`",
