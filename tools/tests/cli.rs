@@ -375,6 +375,32 @@ fn bind_that_cannot_list_the_group_warns_and_succeeds() {
 }
 
 #[test]
+fn group_notes_suggest_a_bind_that_will_not_be_refused() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    add_cx5(t.path(), "0000:03:00.1", "mlx5_core", 17);
+    add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 17);
+    let o = hca(t.path(), &["bind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // An HCA with nothing up: a plain bind takes it.
+    assert!(
+        out.contains("also holds 0000:03:00.1 (driver mlx5_core); bind it too before opening 0000:03:00.0: `hca bind 0000:03:00.1`"),
+        "{out}"
+    );
+    // Not an HCA: `hca bind` would refuse it, so the note says what does work.
+    let unbind = t.path().join("bus/pci/devices/0000:00:19.0/driver/unbind");
+    let want = format!(
+        "also holds 0000:00:19.0 (driver e1000e); `hca bind 0000:00:19.0` would refuse it (it \
+         is not an HCA this driver knows (8086:15b8, driver e1000e)): take it off its driver \
+         (`echo 0000:00:19.0 > {}`) or, if you mean it, `hca bind --force 0000:00:19.0`",
+        unbind.display()
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(!out.contains("`hca bind 0000:00:19.0`;"), "{out}");
+}
+
+#[test]
 fn unbind_of_a_function_not_on_vfio_does_nothing() {
     let t = tree();
     add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);

@@ -83,6 +83,41 @@ fn record(ctx: &Context, address: PciAddress, binding: &Binding) {
     }
 }
 
+/// What to do about `name`, a member of IOMMU group `group` whose driver keeps the group from
+/// being viable: `hca bind NAME` when that would go through, else (it would be refused as not
+/// an HCA, or for what it would take down) taking it off its driver or `hca bind --force NAME`.
+fn blocker_advice(ctx: &Context, group: u32, address: PciAddress, name: &str) -> String {
+    let Ok(other) = name.parse::<PciAddress>() else {
+        // Not a PCI function (a platform device): only its driver can let it go.
+        let unbind = ctx
+            .sysfs
+            .root()
+            .join("kernel/iommu_groups")
+            .join(group.to_string())
+            .join("devices")
+            .join(name)
+            .join("driver/unbind");
+        return format!(
+            "take it off its driver before opening {address}: `echo {name} > {}`",
+            unbind.display()
+        );
+    };
+    let hazards = ctx
+        .sysfs
+        .bind_hazards(other)
+        .unwrap_or_else(|e| vec![e.to_string()]);
+    if hazards.is_empty() {
+        return format!("bind it too before opening {address}: `hca bind {name}`");
+    }
+    let unbind = ctx.sysfs.devices_dir().join(name).join("driver/unbind");
+    format!(
+        "`hca bind {name}` would refuse it ({}): take it off its driver (`echo {name} > {}`) \
+         or, if you mean it, `hca bind --force {name}`",
+        hazards.join("; "),
+        unbind.display()
+    )
+}
+
 /// Bind, record the previous driver, and point at what else the IOMMU group needs.
 pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let address: PciAddress = args.address.parse()?;
@@ -120,10 +155,10 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     for other in others {
         if other.blocks {
             println!(
-                "note: IOMMU group {group} also holds {} (driver {}); bind it too before opening {address}: `hca bind {}`",
+                "note: IOMMU group {group} also holds {} (driver {}); {}",
                 other.name,
                 other.driver.as_deref().unwrap_or("-"),
-                other.name
+                blocker_advice(ctx, group, address, &other.name)
             );
         } else if !other.driver.as_deref().is_some_and(is_vfio_driver) {
             tracing::debug!(device = %other.name, driver = ?other.driver, "group member that does not block");
