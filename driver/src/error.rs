@@ -167,10 +167,13 @@ pub enum DriverError {
         path: PathBuf,
     },
 
-    /// The group node is open elsewhere (VFIO allows one opener of a group).
+    /// The group node is already open (VFIO allows one opener of a group): by another process,
+    /// or by this one, through another function of the same group.
     #[error(
-        "IOMMU group {group} ({}) is in use by another process (another `hca`, a VM or a DPDK \
-         application); stop it and try again",
+        "IOMMU group {group} ({}) is busy: either another process has it open (another `hca`, \
+         a VM or a DPDK application; stop it), or this program already has a function of IOMMU \
+         group {group} open (VFIO lets one opener hold a group: close that function, and drop \
+         the DMA leases and pools that outlive it, first); then try again",
         path.display()
     )]
     GroupBusy {
@@ -309,6 +312,47 @@ pub enum DriverError {
         driver: Option<String>,
         /// The shell commands still needed, in order.
         commands: Vec<String>,
+    },
+
+    /// An unbind that took the function off vfio-pci (or found it left without a driver by an
+    /// earlier one) but could not give it to the driver it was to have: the commands say how
+    /// to finish, and `hca unbind` again finishes it from the bind record.
+    #[error(
+        "giving {address} back to {target} failed ({failure}); it is left with {}. To finish, \
+         run as root:\n  {}\nor, once the cause is fixed, run `hca unbind {address}` again (it \
+         finishes from the bind record; `--to DRIVER` names another driver)",
+        match driver { Some(d) => format!("driver {d}"), None => "no driver".to_string() },
+        commands.join("\n  ")
+    )]
+    UnbindLeftHalfway {
+        /// The function.
+        address: PciAddress,
+        /// What it was to be given to: a driver name, or the kernel's choice.
+        target: String,
+        /// What failed.
+        failure: Box<DriverError>,
+        /// Its driver now.
+        driver: Option<String>,
+        /// The shell commands still needed, in order.
+        commands: Vec<String>,
+    },
+
+    /// A bind that failed after its first write and was undone: the function is back with
+    /// the driver (and `driver_override`) it had.
+    #[error(
+        "binding {address} to vfio-pci failed ({failure}); {}",
+        match driver {
+            Some(d) => format!("it was given back to {d}"),
+            None => "it was left without a driver, as it had none before".to_string(),
+        }
+    )]
+    BindUndone {
+        /// The function.
+        address: PciAddress,
+        /// What made the bind fail.
+        failure: Box<DriverError>,
+        /// The driver it is back with (None: it had none).
+        driver: Option<String>,
     },
 
     /// `hca bind` of a function whose driver is serving something (see

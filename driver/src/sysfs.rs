@@ -13,9 +13,16 @@
 //! 3. `BDF` → `bus/pci/drivers_probe`;
 //! 4. read back the `driver` link: it must now name vfio-pci.
 //!
-//! Unbinding reverses it: clear `driver_override` (write a newline), `BDF` → `driver/unbind`,
-//! then either `BDF` → `bus/pci/drivers/PREV/bind` (the recorded previous driver),
+//! Unbinding reverses it: write back `driver_override` (the value read before the bind, or a
+//! newline, which clears it), `BDF` → `driver/unbind`, then either
+//! `BDF` → `bus/pci/drivers/PREV/bind` (the recorded previous driver),
 //! `BDF` → `bus/pci/drivers_probe` (let the kernel choose), or nothing (leave it unbound).
+//! The override goes back before the bind because the kernel's `pci_match_device` lets a
+//! driver without an ID table (pci-stub) take a function only through it; an override that
+//! names another driver (`none`, which keeps every driver off) would make the bind fail, so
+//! it is cleared for the bind and written back after it. When the function is off vfio-pci but
+//! its driver does not take it, the error ([`DriverError::UnbindLeftHalfway`]) gives the
+//! commands that finish it, and [`GiveBack::finish_driverless`] lets a later call finish it.
 
 use std::fs;
 use std::io::{self, Write as _};
@@ -31,9 +38,20 @@ use crate::pci::{self, KnownDevice, PciAddress};
 /// The driver name vfio-pci registers in sysfs.
 pub const VFIO_PCI: &str = "vfio-pci";
 
-/// True for vfio-pci and its vendor variants (`mlx5_vfio_pci`, ...), which all give VFIO access.
+/// True for vfio-pci and its vendor variants, which all give VFIO access.
+///
+/// The variants are named `PREFIX` + `_` or `-` + `vfio_pci` or `vfio-pci`: the modules use
+/// underscores (`mlx5_vfio_pci`, `hisi_acc_vfio_pci`), and a driver may register a hyphenated
+/// name (`xe-vfio-pci`) in `/sys/bus/pci/drivers`. A name that merely ends in the letters
+/// (`novfio-pci`) is not one.
 pub fn is_vfio_driver(name: &str) -> bool {
-    name == VFIO_PCI || name.ends_with("_vfio_pci")
+    let Some(prefix) = name
+        .strip_suffix("vfio-pci")
+        .or_else(|| name.strip_suffix("vfio_pci"))
+    else {
+        return false;
+    };
+    prefix.is_empty() || prefix.ends_with('_') || prefix.ends_with('-')
 }
 
 /// True when a device bound to `driver` keeps its IOMMU group from being viable for VFIO.
@@ -97,6 +115,11 @@ pub struct Binding {
     pub address: PciAddress,
     /// The driver it had before (None: it had none, or it was already on vfio-pci).
     pub previous_driver: Option<String>,
+    /// Its `driver_override` before (None: unset, or naming a vfio-pci driver, which is a
+    /// leftover of an earlier bind rather than an admin's choice). Give it to
+    /// [`GiveBack::driver_override`] when unbinding, so that an override such as `none` (keep
+    /// every driver off) or `pci-stub` (the only way pci-stub takes a function) survives.
+    pub previous_override: Option<String>,
     /// True when it was already bound to vfio-pci and nothing was written.
     pub already_bound: bool,
     /// Its IOMMU group: `/dev/vfio/N` is the node to open (and to give a user access to).
@@ -114,6 +137,21 @@ pub enum Restore {
     Unbound,
 }
 
+/// How [`Sysfs::give_back`] returns a function from vfio-pci.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GiveBack {
+    /// The driver to give it to.
+    pub restore: Restore,
+    /// The `driver_override` to leave it with (None: cleared), normally
+    /// [`Binding::previous_override`].
+    pub driver_override: Option<String>,
+    /// Also give back a function that has no driver at all, when `restore` names a driver or
+    /// the kernel's choice: an earlier unbind took it off vfio-pci and then failed to bind it.
+    /// Set it only when the function is known to be ours (a bind record exists) or the user
+    /// named the driver: a function without a driver may be one an admin left so.
+    pub finish_driverless: bool,
+}
+
 /// What [`Sysfs::unbind_vfio`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unbinding {
@@ -121,6 +159,9 @@ pub struct Unbinding {
     pub address: PciAddress,
     /// False when it was not on vfio-pci, so nothing was unbound.
     pub was_vfio: bool,
+    /// True when it had no driver and was given back ([`GiveBack::finish_driverless`]),
+    /// finishing an unbind left halfway.
+    pub finished: bool,
     /// Its driver now.
     pub driver: Option<String>,
 }
@@ -163,12 +204,61 @@ fn link_name(path: &Path) -> Result<Option<String>, DriverError> {
     }
 }
 
+/// The most a sysfs attribute holds: one page (the kernel's `sysfs_emit` buffer).
+pub const MAX_ATTRIBUTE_BYTES: u64 = 4096;
+
+/// The text of attribute `path`, trimmed, or None when it does not exist.
+///
+/// At most [`MAX_ATTRIBUTE_BYTES`] are read, and only from a regular file (which every sysfs
+/// attribute is): a `--sysfs-root` tree with `/dev/zero` or a FIFO in it would otherwise never
+/// end, or never open. The open does not block (`O_NONBLOCK`, which regular files ignore).
 fn read_trimmed(path: &Path) -> Result<Option<String>, DriverError> {
-    match fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s.trim().to_string())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(format!("reading {}", path.display()), e)),
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let what = || format!("reading {}", path.display());
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(what(), e)),
+    };
+    let meta = file.metadata().map_err(|e| io_err(what(), e))?;
+    if !meta.is_file() {
+        return Err(invalid(
+            path,
+            "it is not a regular file, as sysfs attributes are".into(),
+        ));
     }
+    let mut bytes = Vec::new();
+    file.take(MAX_ATTRIBUTE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_err(what(), e))?;
+    if bytes.len() as u64 > MAX_ATTRIBUTE_BYTES {
+        return Err(invalid(
+            path,
+            format!(
+                "it is longer than {MAX_ATTRIBUTE_BYTES} bytes, the most a sysfs attribute holds"
+            ),
+        ));
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| invalid(path, "it is not UTF-8 text".into()))?;
+    Ok(Some(text.trim().to_string()))
+}
+
+/// A hex number as sysfs prints one (`0x15b3`, `1003`): hex digits only, so no sign, which
+/// `from_str_radix` would take.
+fn parse_hex<T: TryFrom<u64>>(text: &str) -> Option<T> {
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    if digits.is_empty() || digits.len() > 16 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits, 16)
+        .ok()
+        .and_then(|v| T::try_from(v).ok())
 }
 
 /// The shell command that writes `value` to `path`, for a user to finish a restore by hand.
@@ -207,9 +297,7 @@ fn invalid(path: &Path, what: String) -> DriverError {
 /// Parse a sysfs ID attribute such as `0x15b3`.
 fn read_id(path: &Path) -> Result<u16, DriverError> {
     let text = read_trimmed(path)?.ok_or_else(|| invalid(path, "missing".into()))?;
-    let hex = text.strip_prefix("0x").unwrap_or(&text);
-    u16::from_str_radix(hex, 16)
-        .map_err(|_| invalid(path, format!("`{text}` is not a 16-bit hex ID")))
+    parse_hex(&text).ok_or_else(|| invalid(path, format!("`{text}` is not a 16-bit hex ID")))
 }
 
 impl Sysfs {
@@ -422,8 +510,7 @@ impl Sysfs {
         }
         for name in dir_names(&dir.join("net"))? {
             let ifdir = dir.join("net").join(&name);
-            let flags = read_trimmed(&ifdir.join("flags"))?
-                .and_then(|t| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+            let flags = read_trimmed(&ifdir.join("flags"))?.and_then(|t| parse_hex::<u32>(&t));
             let oper = read_trimmed(&ifdir.join("operstate"))?;
             if flags.is_some_and(|f| f & 1 != 0) || oper.as_deref() == Some("up") {
                 hazards.push(format!("its network interface {name} is up"));
@@ -460,9 +547,9 @@ impl Sysfs {
     /// already on vfio-pci, or it is a PF with SR-IOV VFs enabled (`sriov_numvfs` above 0, which
     /// vfio-pci refuses only after the PF's driver, and with it the VFs, is gone). When anything
     /// after the first write fails (a write, or the probe not ending with vfio-pci bound), the
-    /// override is cleared and the previous driver rebound before that error is returned; when that
-    /// undoing fails too, the error is [`DriverError::BindLeftHalfway`] with the commands still
-    /// needed.
+    /// override is written back and the previous driver rebound, and the error is
+    /// [`DriverError::BindUndone`] wrapping that failure; when that undoing fails too, the error
+    /// is [`DriverError::BindLeftHalfway`] with the commands still needed.
     pub fn bind_vfio(&self, address: PciAddress) -> Result<Binding, DriverError> {
         let dir = self.require(address)?;
         let vfio_dir = self.root.join("bus/pci/drivers").join(VFIO_PCI);
@@ -478,6 +565,7 @@ impl Sysfs {
             return Ok(Binding {
                 address,
                 previous_driver: None,
+                previous_override: None,
                 already_bound: true,
                 iommu_group: group,
             });
@@ -495,9 +583,13 @@ impl Sysfs {
                 });
             }
         }
+        let previous_override = self
+            .driver_override(address)?
+            .filter(|o| !is_vfio_driver(o));
         let bdf = address.to_string();
-        // From here on every failure is undone: the override cleared and the previous driver
-        // bound again, or, when that fails too, the commands that would do it are returned.
+        // From here on every failure is undone: the override written back and the previous
+        // driver bound again, or, when that fails too, the commands that would do it are
+        // returned.
         self.write(&dir.join("driver_override"), VFIO_PCI)?;
         let probed = (|| {
             if current.is_some() {
@@ -512,6 +604,7 @@ impl Sysfs {
                 return Ok(Binding {
                     address,
                     previous_driver: current,
+                    previous_override,
                     already_bound: false,
                     iommu_group: group,
                 });
@@ -524,35 +617,73 @@ impl Sysfs {
             Err(e) => e,
         };
         warn!(%address, error = %failure, "binding to vfio-pci failed; undoing it");
-        Err(self.undo_bind(address, &dir, current.as_deref(), failure))
+        let previous = GiveBack {
+            restore: current.map_or(Restore::Unbound, Restore::Driver),
+            driver_override: previous_override,
+            finish_driverless: false,
+        };
+        Err(self.undo_bind(address, &dir, &previous, failure))
     }
 
-    /// Give `address` back to `previous` after a bind that failed with `failure`: clear the
-    /// override, unbind whatever driver it has now if that is not `previous`, bind
-    /// `previous`. Returns `failure` when that worked, else [`DriverError::BindLeftHalfway`]
-    /// with the commands still needed.
+    /// The writes that give `address` (now on driver `now`) back as `to` says, in order: the
+    /// override first when it lets the driver bind (unset, or naming that driver), else a
+    /// cleared one first and the override after the bind; the unbind of `now` when it is
+    /// not the driver wanted; the bind or probe.
+    fn give_back_steps(
+        &self,
+        dir: &Path,
+        bdf: &str,
+        now: Option<&str>,
+        to: &GiveBack,
+    ) -> Vec<(PathBuf, String)> {
+        let ovr_path = dir.join("driver_override");
+        let ovr = to.driver_override.as_deref();
+        let ovr_value = ovr.map_or_else(|| "\n".to_string(), str::to_string);
+        let target = match &to.restore {
+            Restore::Driver(d) => Some(d.as_str()),
+            _ => None,
+        };
+        let bind = self
+            .bind_path(&to.restore)
+            .filter(|_| target.is_none() || now != target);
+        let override_after = bind.is_some() && target.is_some() && ovr.is_some() && ovr != target;
+        let mut steps = Vec::new();
+        if override_after {
+            steps.push((ovr_path.clone(), "\n".to_string()));
+        } else {
+            steps.push((ovr_path.clone(), ovr_value.clone()));
+        }
+        if now.is_some() && now != target {
+            steps.push((dir.join("driver/unbind"), bdf.to_string()));
+        }
+        if let Some(path) = bind {
+            steps.push((path, bdf.to_string()));
+        }
+        if override_after {
+            steps.push((ovr_path, ovr_value));
+        }
+        steps
+    }
+
+    /// Give `address` back as `previous` says after a bind that failed with `failure`: write
+    /// back the override, unbind whatever driver it has now if that is not the previous one,
+    /// bind the previous one. Returns [`DriverError::BindUndone`] wrapping `failure` when that
+    /// worked, else [`DriverError::BindLeftHalfway`] with the commands still needed.
     fn undo_bind(
         &self,
         address: PciAddress,
         dir: &Path,
-        previous: Option<&str>,
+        previous: &GiveBack,
         failure: DriverError,
     ) -> DriverError {
         let bdf = address.to_string();
+        let prev = match &previous.restore {
+            Restore::Driver(d) => Some(d.as_str()),
+            _ => None,
+        };
         // An unreadable link is taken as "some other driver": unbinding is then attempted.
         let now = self.driver(address).unwrap_or_else(|_| Some(String::new()));
-        let mut steps = vec![(dir.join("driver_override"), "\n".to_string())];
-        if now.is_some() && now.as_deref() != previous {
-            steps.push((dir.join("driver/unbind"), bdf.clone()));
-        }
-        if let Some(prev) = previous
-            && now.as_deref() != Some(prev)
-        {
-            steps.push((
-                self.root.join("bus/pci/drivers").join(prev).join("bind"),
-                bdf.clone(),
-            ));
-        }
+        let steps = self.give_back_steps(dir, &bdf, now.as_deref(), previous);
         let mut undone = Ok(());
         for (i, (path, value)) in steps.iter().enumerate() {
             if let Err(e) = self.write(path, value) {
@@ -562,10 +693,10 @@ impl Sysfs {
             }
         }
         let after = self.driver(address).ok().flatten();
-        if undone.is_ok() && after.as_deref() != previous {
+        if undone.is_ok() && after.as_deref() != prev {
             // The writes went through but the previous driver did not take it back (or
             // another one did): only that bind (or unbind) is left to retry.
-            let command = match previous {
+            let command = match prev {
                 Some(prev) => shell_write(
                     &self.root.join("bus/pci/drivers").join(prev).join("bind"),
                     &bdf,
@@ -574,7 +705,7 @@ impl Sysfs {
             };
             let rollback = DriverError::BindFailed {
                 address,
-                expected: previous.map(str::to_string),
+                expected: prev.map(str::to_string),
                 actual: after.clone(),
             };
             undone = Err((rollback, vec![command]));
@@ -588,31 +719,12 @@ impl Sysfs {
                 commands,
             };
         }
-        info!(%address, driver = ?previous, "undid the failed bind");
-        failure
-    }
-
-    /// Clear the override, unbind from vfio-pci, then bind to `driver` (its directory, checked
-    /// by [`Sysfs::require_driver`]) or, without one, as `restore` says.
-    fn unbind_inner(
-        &self,
-        address: PciAddress,
-        dir: &Path,
-        driver: Option<&Path>,
-        restore: &Restore,
-    ) -> Result<(), DriverError> {
-        let bdf = address.to_string();
-        // A newline clears the override (the kernel strips it and stores nothing).
-        self.write(&dir.join("driver_override"), "\n")?;
-        self.write(&dir.join("driver/unbind"), &bdf)?;
-        match (driver, restore) {
-            (Some(drv), _) => self.write(&drv.join("bind"), &bdf)?,
-            (None, Restore::KernelChoice) => {
-                self.write(&self.root.join("bus/pci/drivers_probe"), &bdf)?;
-            }
-            (None, _) => {}
+        info!(%address, driver = ?prev, "undid the failed bind");
+        DriverError::BindUndone {
+            address,
+            failure: Box::new(failure),
+            driver: prev.map(str::to_string),
         }
-        Ok(())
     }
 
     /// Check that `name` can be a driver name (not empty, no `/`, not `.` or `..`, no NUL:
@@ -647,55 +759,146 @@ impl Sysfs {
         }
     }
 
-    /// Take `address` off vfio-pci and give it to `restore` (see the module doc for the exact
-    /// writes). A function that is not on vfio-pci is left alone (`was_vfio: false`), except
-    /// that a leftover `vfio-pci` override is cleared.
-    ///
-    /// The unbind blocks in the kernel while any process still has the device open; vfio-pci
-    /// signals that process's REQ interrupt meanwhile.
+    /// The `driver_override` of `address` (None: unset, which sysfs shows as `(null)`).
+    pub fn driver_override(&self, address: PciAddress) -> Result<Option<String>, DriverError> {
+        let text = read_trimmed(&self.device_dir(address).join("driver_override"))?;
+        Ok(text.filter(|t| !t.is_empty() && t != "(null)"))
+    }
+
+    /// Take `address` off vfio-pci and give it to `restore`, clearing its `driver_override`:
+    /// [`Sysfs::give_back`] without an override to write back.
     pub fn unbind_vfio(
         &self,
         address: PciAddress,
         restore: &Restore,
     ) -> Result<Unbinding, DriverError> {
+        self.give_back(
+            address,
+            &GiveBack {
+                restore: restore.clone(),
+                driver_override: None,
+                finish_driverless: false,
+            },
+        )
+    }
+
+    /// Take `address` off vfio-pci and give it back as `to` says (see the module doc for the
+    /// exact writes). A function that is not on vfio-pci is left alone (`was_vfio: false`),
+    /// except that a leftover `vfio-pci` override is cleared, and that one without a driver is
+    /// given back when [`GiveBack::finish_driverless`] says so (`finished: true`).
+    ///
+    /// Once the function is off vfio-pci, a failure to give it back (a write refused, or the
+    /// driver's probe not taking it) is [`DriverError::UnbindLeftHalfway`], with the commands
+    /// that finish it.
+    ///
+    /// The unbind blocks in the kernel while any process still has the device open; vfio-pci
+    /// signals that process's REQ interrupt meanwhile.
+    pub fn give_back(&self, address: PciAddress, to: &GiveBack) -> Result<Unbinding, DriverError> {
         let dir = self.require(address)?;
-        let driver = match restore {
-            Restore::Driver(name) => Some(self.require_driver(name)?),
-            _ => None,
-        };
+        if let Restore::Driver(name) = &to.restore {
+            self.require_driver(name)?;
+        }
         let current = self.driver(address)?;
-        if !current.as_deref().is_some_and(is_vfio_driver) {
-            if read_trimmed(&dir.join("driver_override"))?.as_deref() == Some(VFIO_PCI) {
+        let on_vfio = current.as_deref().is_some_and(is_vfio_driver);
+        let finishing =
+            current.is_none() && to.finish_driverless && !matches!(to.restore, Restore::Unbound);
+        if !on_vfio && !finishing {
+            if self.driver_override(address)?.as_deref() == Some(VFIO_PCI) {
                 self.write(&dir.join("driver_override"), "\n")?;
             }
             return Ok(Unbinding {
                 address,
                 was_vfio: false,
+                finished: false,
                 driver: current,
             });
         }
-        self.unbind_inner(address, &dir, driver.as_deref(), restore)?;
+        let bdf = address.to_string();
+        let steps = self.give_back_steps(&dir, &bdf, current.as_deref(), to);
+        if on_vfio {
+            info!(
+                %address,
+                "unbinding from vfio-pci: this waits while a program holds the device \
+                 (vfio-pci asks it to close it through its REQ interrupt)"
+            );
+        }
+        for (i, (path, value)) in steps.iter().enumerate() {
+            if let Err(e) = self.write(path, value) {
+                let now = self.driver(address).ok().flatten();
+                if now.as_deref().is_some_and(is_vfio_driver) {
+                    // Still on vfio-pci: nothing is half done, the unbind can simply be retried.
+                    return Err(e);
+                }
+                return Err(left_halfway(address, to, e, now, &steps[i..]));
+            }
+        }
         let now = self.driver(address)?;
-        let expected = match restore {
+        let expected = match &to.restore {
             Restore::Driver(name) => Some(Some(name.clone())),
             Restore::Unbound => Some(None),
             Restore::KernelChoice => None,
         };
         if let Some(expected) = expected {
             if now != expected {
-                return Err(DriverError::BindFailed {
+                let failure = DriverError::BindFailed {
                     address,
                     expected,
-                    actual: now,
-                });
+                    actual: now.clone(),
+                };
+                if now.is_some() {
+                    return Err(failure);
+                }
+                // The bind went through but the driver's probe did not take the function:
+                // the bind (and what follows it) is what is left to retry.
+                let bind = self.bind_path(&to.restore);
+                let from = steps
+                    .iter()
+                    .position(|(p, _)| Some(p) == bind.as_ref())
+                    .unwrap_or(steps.len());
+                return Err(left_halfway(address, to, failure, now, &steps[from..]));
             }
         }
-        info!(%address, driver = ?now, "unbound from vfio-pci");
+        info!(%address, driver = ?now, finishing, "given back from vfio-pci");
         Ok(Unbinding {
             address,
-            was_vfio: true,
+            was_vfio: on_vfio,
+            finished: finishing,
             driver: now,
         })
+    }
+
+    /// The write that gives a function to `restore`'s driver: `drivers/NAME/bind` or
+    /// `drivers_probe` (None: nothing binds it).
+    fn bind_path(&self, restore: &Restore) -> Option<PathBuf> {
+        match restore {
+            Restore::Driver(d) => Some(self.root.join("bus/pci/drivers").join(d).join("bind")),
+            Restore::KernelChoice => Some(self.root.join("bus/pci/drivers_probe")),
+            Restore::Unbound => None,
+        }
+    }
+}
+
+/// [`DriverError::UnbindLeftHalfway`]: `failure` stopped giving `address` back as `to`
+/// says, with `left` still to write.
+fn left_halfway(
+    address: PciAddress,
+    to: &GiveBack,
+    failure: DriverError,
+    driver: Option<String>,
+    left: &[(PathBuf, String)],
+) -> DriverError {
+    let target = match &to.restore {
+        Restore::Driver(d) => d.clone(),
+        Restore::KernelChoice => "the driver the kernel chooses".to_string(),
+        Restore::Unbound => "no driver".to_string(),
+    };
+    warn!(%address, error = %failure, "giving the function back failed halfway");
+    DriverError::UnbindLeftHalfway {
+        address,
+        target,
+        failure: Box::new(failure),
+        driver,
+        commands: left.iter().map(|(p, v)| shell_write(p, v)).collect(),
     }
 }
 
@@ -726,6 +929,8 @@ pub(crate) mod fake {
         /// Attribute paths (relative to the root) whose writes fail with EIO, after being
         /// logged.
         pub fail: Mutex<Vec<String>>,
+        /// Drivers without an ID table (pci-stub): they bind only through `driver_override`.
+        pub id_less: Mutex<Vec<String>>,
     }
 
     impl FakeKernel {
@@ -740,6 +945,32 @@ pub(crate) mod fake {
 
         pub fn writes(&self) -> Vec<(String, String)> {
             self.log.lock().unwrap().clone()
+        }
+
+        /// The override of `bdf` (None: `(null)`).
+        fn override_of(&self, bdf: &str) -> io::Result<Option<String>> {
+            let path = self
+                .root
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join("driver_override");
+            let text = fs::read_to_string(path)?;
+            let text = text.trim();
+            Ok((text != "(null)" && !text.is_empty()).then(|| text.to_string()))
+        }
+
+        /// `drivers/DRV/bind` as pci_match_device decides it: an override naming another
+        /// driver, or none for a driver without an ID table, is ENODEV.
+        fn bind_store(&self, bdf: &str, drv: &str) -> io::Result<()> {
+            let matches = match self.override_of(bdf)? {
+                Some(o) => o == drv,
+                None => !self.id_less.lock().unwrap().iter().any(|d| d == drv),
+            };
+            if !matches {
+                return Err(io::Error::from_raw_os_error(libc::ENODEV));
+            }
+            self.bind(bdf, drv);
+            Ok(())
         }
     }
 
@@ -788,7 +1019,7 @@ pub(crate) mod fake {
                         self.bind(value, &d);
                     }
                 }
-                ["bus", "pci", "drivers", drv, "bind"] => self.bind(value, drv),
+                ["bus", "pci", "drivers", drv, "bind"] => self.bind_store(value, drv)?,
                 _ => panic!("unexpected sysfs write to {rel}"),
             }
             Ok(())
@@ -809,6 +1040,7 @@ pub(crate) mod fake {
                 "ib_mthca",
                 "snd_hda_intel",
                 "pcieport",
+                "pci-stub",
             ] {
                 Self::add_driver_at(&root, d);
             }
@@ -820,6 +1052,7 @@ pub(crate) mod fake {
                     native: Mutex::new(HashMap::new()),
                     refuse: Mutex::new(Vec::new()),
                     fail: Mutex::new(Vec::new()),
+                    id_less: Mutex::new(vec!["pci-stub".into()]),
                 }),
             }
         }
@@ -1069,6 +1302,80 @@ mod tests {
     }
 
     #[test]
+    fn vfio_variants_with_either_separator_are_vfio_drivers() {
+        for name in [
+            "vfio-pci",
+            "vfio_pci",
+            "mlx5_vfio_pci",
+            "hisi_acc_vfio_pci",
+            "xe-vfio-pci",
+            "nvgrace-gpu-vfio-pci",
+            "virtio_vfio-pci",
+        ] {
+            assert!(is_vfio_driver(name), "{name}");
+            assert!(!blocks_group(Some(name)), "{name}");
+        }
+        for name in [
+            "mlx5_core",
+            "pci-stub",
+            "novfio-pci",
+            "vfio-pci-core",
+            "vfio",
+            "",
+        ] {
+            assert!(!is_vfio_driver(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn ids_with_a_sign_are_refused() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, None, Some(17), 0);
+        let dir = fake.root().join("bus/pci/devices/0000:03:00.0");
+        for bad in ["+15b3\n", "0x+15b3\n", "-15b3\n", "0x\n"] {
+            fs::write(dir.join("vendor"), bad).unwrap();
+            let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+            assert!(
+                err.to_string().contains("is not a 16-bit hex ID"),
+                "{bad:?}: {err}"
+            );
+        }
+        fs::write(dir.join("vendor"), "0x15B3\n").unwrap();
+        assert_eq!(
+            fake.sysfs().function(a("0000:03:00.0")).unwrap().id.vendor,
+            0x15b3
+        );
+    }
+
+    #[test]
+    fn attributes_are_read_up_to_a_page_and_only_from_regular_files() {
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.0", 0x15b3, 0x1017, None, Some(17), 0);
+        let dir = fake.root().join("bus/pci/devices/0000:03:00.0");
+        // One page is what a sysfs attribute can hold; a longer file is not one.
+        fs::write(dir.join("numa_node"), format!("1{}\n", " ".repeat(4094))).unwrap();
+        assert_eq!(
+            fake.sysfs().function(a("0000:03:00.0")).unwrap().numa_node,
+            Some(1)
+        );
+        fs::write(dir.join("numa_node"), format!("1{}\n", " ".repeat(4095))).unwrap();
+        let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("longer than 4096 bytes"), "{err}");
+        fs::write(dir.join("numa_node"), "1\n").unwrap();
+        // A device or a FIFO in a --sysfs-root tree would never end (or never open).
+        fs::remove_file(dir.join("vendor")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("vendor")).unwrap();
+        let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        fs::remove_file(dir.join("vendor")).unwrap();
+        let fifo = std::ffi::CString::new(dir.join("vendor").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo reads nothing else.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let err = fake.sysfs().function(a("0000:03:00.0")).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[test]
     fn bind_writes_override_unbind_probe_in_that_order() {
         let fake = cx5_on("mlx5_core");
         let b = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap();
@@ -1077,6 +1384,7 @@ mod tests {
             Binding {
                 address: a("0000:03:00.0"),
                 previous_driver: Some("mlx5_core".into()),
+                previous_override: None,
                 already_bound: false,
                 iommu_group: 17,
             }
@@ -1153,11 +1461,17 @@ mod tests {
         let fake = cx5_on("mlx5_core");
         fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
         let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        // The error says the bind failed and that the function is back, not that it has no
+        // driver (which was true only until the undo).
+        let msg = err.to_string();
         assert!(
-            matches!(&err, DriverError::BindFailed { actual: None, .. }),
-            "{err:?}"
+            msg.starts_with(
+                "binding 0000:03:00.0 to vfio-pci failed (0000:03:00.0 should now be bound to \
+                 vfio-pci but it has no driver; see `dmesg`"
+            ),
+            "{msg}"
         );
-        assert!(err.to_string().contains("dmesg"));
+        assert!(msg.ends_with("); it was given back to mlx5_core"), "{msg}");
         assert_eq!(
             fake.kernel.writes(),
             [bind_writes(), give_back_writes()].concat()
@@ -1197,7 +1511,11 @@ mod tests {
     fn a_bind_that_fails_partway_is_undone() {
         // The probe write fails: the function has no driver and the override is set.
         let (fake, err) = bind_with_failing(&["bus/pci/drivers_probe"], false);
-        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert!(
+            matches!(&err, DriverError::BindUndone { failure, driver: Some(d), .. }
+                if matches!(**failure, DriverError::Io { .. }) && d == "mlx5_core"),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("drivers_probe"), "{err}");
         assert_eq!(
             fake.kernel.writes(),
@@ -1211,7 +1529,11 @@ mod tests {
 
         // The unbind write fails: the old driver still has it; only the override is undone.
         let (fake, err) = bind_with_failing(&["bus/pci/devices/0000:03:00.0/driver/unbind"], false);
-        assert!(matches!(err, DriverError::Io { .. }), "{err:?}");
+        assert!(
+            matches!(&err, DriverError::BindUndone { failure, .. }
+                if matches!(**failure, DriverError::Io { .. })),
+            "{err:?}"
+        );
         assert_eq!(fake.kernel.writes().len(), 3);
         assert_eq!(override_of(&fake, "0000:03:00.0"), "(null)\n");
         assert_eq!(
@@ -1258,6 +1580,78 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_bind_gives_back_the_override_it_found() {
+        // An override `none` opts a driverless function out of binding: it must survive.
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let ovr = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.1/driver_override");
+        fs::write(&ovr, "none\n").unwrap();
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("; it was left without a driver, as it had none before"),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(&ovr).unwrap(), "none\n");
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.1/driver_override", "vfio-pci"),
+                w("bus/pci/drivers_probe", "0000:03:00.1"),
+                w("bus/pci/devices/0000:03:00.1/driver_override", "none"),
+            ]
+        );
+
+        // pci-stub has no ID table: it takes a function back only through the override, so
+        // the override goes back before the bind.
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("pci-stub"),
+            Some(17),
+            0,
+        );
+        let ovr = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.0/driver_override");
+        fs::write(&ovr, "pci-stub\n").unwrap();
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(!matches!(err, DriverError::BindLeftHalfway { .. }), "{err}");
+        assert_eq!(
+            fake.sysfs().driver(a("0000:03:00.0")).unwrap().as_deref(),
+            Some("pci-stub")
+        );
+        assert_eq!(fs::read_to_string(&ovr).unwrap(), "pci-stub\n");
+
+        // An override naming no driver, on a bound function, would refuse the rebind: it
+        // goes back after it.
+        let fake = cx5_on("mlx5_core");
+        let ovr = fake
+            .root()
+            .join("bus/pci/devices/0000:03:00.0/driver_override");
+        fs::write(&ovr, "none\n").unwrap();
+        fake.kernel.refuse.lock().unwrap().push("vfio-pci".into());
+        let err = fake.sysfs().bind_vfio(a("0000:03:00.0")).unwrap_err();
+        assert!(!matches!(err, DriverError::BindLeftHalfway { .. }), "{err}");
+        assert_eq!(
+            fake.kernel.writes(),
+            [
+                bind_writes(),
+                give_back_writes(),
+                vec![w("bus/pci/devices/0000:03:00.0/driver_override", "none")]
+            ]
+            .concat()
+        );
+        assert_eq!(fs::read_to_string(&ovr).unwrap(), "none\n");
+    }
+
+    #[test]
     fn unbind_restores_the_recorded_driver() {
         let fake = cx5_on("mlx5_core");
         let sysfs = fake.sysfs();
@@ -1270,6 +1664,7 @@ mod tests {
             Unbinding {
                 address: a("0000:03:00.0"),
                 was_vfio: true,
+                finished: false,
                 driver: Some("mlx5_core".into())
             }
         );
@@ -1286,6 +1681,173 @@ mod tests {
                 .join("bus/pci/devices/0000:03:00.0/driver_override"),
         );
         assert_eq!(ovr.unwrap(), "(null)\n");
+    }
+
+    #[test]
+    fn an_unbind_whose_restore_fails_says_what_to_run() {
+        let bind_back = "bus/pci/drivers/mlx5_core/bind";
+        let probe = "bus/pci/drivers_probe";
+        // The bind write fails (ENODEV, EIO), or it goes through and the probe does not take.
+        for (restore, fail, refuse, cmd_path) in [
+            (
+                Restore::Driver("mlx5_core".into()),
+                Some(bind_back),
+                false,
+                bind_back,
+            ),
+            (Restore::Driver("mlx5_core".into()), None, true, bind_back),
+            (Restore::KernelChoice, Some(probe), false, probe),
+        ] {
+            let fake = cx5_on("vfio-pci");
+            fake.kernel
+                .native
+                .lock()
+                .unwrap()
+                .insert("0000:03:00.0".into(), "mlx5_core".into());
+            fake.kernel
+                .fail
+                .lock()
+                .unwrap()
+                .extend(fail.map(String::from));
+            if refuse {
+                fake.kernel.refuse.lock().unwrap().push("mlx5_core".into());
+            }
+            let err = fake
+                .sysfs()
+                .unbind_vfio(a("0000:03:00.0"), &restore)
+                .unwrap_err();
+            let cmd = format!(
+                "echo 0000:03:00.0 > {}",
+                fake.root().join(cmd_path).display()
+            );
+            let DriverError::UnbindLeftHalfway {
+                driver, commands, ..
+            } = &err
+            else {
+                panic!("{restore:?}: {err:?}");
+            };
+            assert_eq!(driver, &None);
+            assert_eq!(commands, std::slice::from_ref(&cmd));
+            let msg = err.to_string();
+            assert!(msg.contains("it is left with no driver"), "{msg}");
+            assert!(msg.contains(&format!("run as root:\n  {cmd}\n")), "{msg}");
+            assert!(msg.contains("hca unbind 0000:03:00.0"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_function_left_without_a_driver_is_finished_only_when_asked() {
+        let fake = cx5_on("vfio-pci");
+        let sysfs = fake.sysfs();
+        let bind_back = "bus/pci/drivers/mlx5_core/bind";
+        fake.kernel.fail.lock().unwrap().push(bind_back.into());
+        let to = |finish_driverless| GiveBack {
+            restore: Restore::Driver("mlx5_core".into()),
+            driver_override: None,
+            finish_driverless,
+        };
+        let err = sysfs.give_back(a("0000:03:00.0"), &to(false)).unwrap_err();
+        assert!(
+            matches!(err, DriverError::UnbindLeftHalfway { .. }),
+            "{err}"
+        );
+        assert_eq!(sysfs.driver(a("0000:03:00.0")).unwrap(), None);
+        fake.kernel.fail.lock().unwrap().clear();
+        fake.kernel.log.lock().unwrap().clear();
+
+        // A retry that is not told the function is ours leaves a driverless function alone.
+        let u = sysfs.give_back(a("0000:03:00.0"), &to(false)).unwrap();
+        assert!(!u.was_vfio && !u.finished && u.driver.is_none(), "{u:?}");
+        let unbound = GiveBack {
+            restore: Restore::Unbound,
+            ..to(true)
+        };
+        let u = sysfs.give_back(a("0000:03:00.0"), &unbound).unwrap();
+        assert!(!u.finished, "{u:?}");
+        assert!(fake.kernel.writes().is_empty());
+
+        // Told, it finishes: the override, then the bind the first attempt did not get to.
+        let u = sysfs.give_back(a("0000:03:00.0"), &to(true)).unwrap();
+        assert_eq!(
+            u,
+            Unbinding {
+                address: a("0000:03:00.0"),
+                was_vfio: false,
+                finished: true,
+                driver: Some("mlx5_core".into()),
+            }
+        );
+        assert_eq!(fake.kernel.writes(), give_back_writes());
+    }
+
+    #[test]
+    fn unbind_writes_the_recorded_override_back() {
+        // A function parked on pci-stub by its override goes back to pci-stub.
+        let fake = FakeSysfs::new();
+        fake.add(
+            "0000:03:00.0",
+            0x15b3,
+            0x1017,
+            Some("pci-stub"),
+            Some(17),
+            0,
+        );
+        let dev = fake.root().join("bus/pci/devices/0000:03:00.0");
+        fs::write(dev.join("driver_override"), "pci-stub\n").unwrap();
+        let sysfs = fake.sysfs();
+        let b = sysfs.bind_vfio(a("0000:03:00.0")).unwrap();
+        assert_eq!(b.previous_driver.as_deref(), Some("pci-stub"));
+        assert_eq!(b.previous_override.as_deref(), Some("pci-stub"));
+        fake.kernel.log.lock().unwrap().clear();
+        let to = GiveBack {
+            restore: Restore::Driver("pci-stub".into()),
+            driver_override: b.previous_override,
+            finish_driverless: false,
+        };
+        let u = sysfs.give_back(a("0000:03:00.0"), &to).unwrap();
+        assert_eq!(u.driver.as_deref(), Some("pci-stub"));
+        assert_eq!(
+            fake.kernel.writes(),
+            vec![
+                w("bus/pci/devices/0000:03:00.0/driver_override", "pci-stub"),
+                w("bus/pci/devices/0000:03:00.0/driver/unbind", "0000:03:00.0"),
+                w("bus/pci/drivers/pci-stub/bind", "0000:03:00.0"),
+            ]
+        );
+        assert_eq!(
+            fs::read_to_string(dev.join("driver_override")).unwrap(),
+            "pci-stub\n"
+        );
+
+        // `none` on a function that had no driver: written back, nothing bound.
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let dev = fake.root().join("bus/pci/devices/0000:03:00.1");
+        fs::write(dev.join("driver_override"), "none\n").unwrap();
+        let sysfs = fake.sysfs();
+        let b = sysfs.bind_vfio(a("0000:03:00.1")).unwrap();
+        assert_eq!(b.previous_override.as_deref(), Some("none"));
+        let to = GiveBack {
+            restore: Restore::Unbound,
+            driver_override: b.previous_override,
+            finish_driverless: false,
+        };
+        assert_eq!(
+            sysfs.give_back(a("0000:03:00.1"), &to).unwrap().driver,
+            None
+        );
+        assert_eq!(
+            fs::read_to_string(dev.join("driver_override")).unwrap(),
+            "none\n"
+        );
+
+        // A vfio-pci override left over from an earlier bind is not an admin's choice.
+        let fake = FakeSysfs::new();
+        fake.add("0000:03:00.1", 0x15b3, 0x1018, None, Some(18), 0);
+        let dev = fake.root().join("bus/pci/devices/0000:03:00.1");
+        fs::write(dev.join("driver_override"), "vfio-pci\n").unwrap();
+        let b = fake.sysfs().bind_vfio(a("0000:03:00.1")).unwrap();
+        assert_eq!(b.previous_override, None);
     }
 
     #[test]

@@ -356,6 +356,51 @@ fn bind_of_a_bound_function_reports_its_group_and_blockers() {
 }
 
 #[test]
+fn bind_that_cannot_list_the_group_warns_and_succeeds() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    fs::remove_dir_all(t.path().join("kernel/iommu_groups/17/devices")).unwrap();
+    let o = hca(t.path(), &["bind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("0000:03:00.0 is already bound to vfio-pci"),
+        "{}",
+        stdout(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: cannot list the other devices of IOMMU group 17"),
+        "{err}"
+    );
+}
+
+#[test]
+fn group_notes_suggest_a_bind_that_will_not_be_refused() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    add_cx5(t.path(), "0000:03:00.1", "mlx5_core", 17);
+    add(t.path(), "0000:00:19.0", 0x8086, 0x15b8, Some("e1000e"), 17);
+    let o = hca(t.path(), &["bind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // An HCA with nothing up: a plain bind takes it.
+    assert!(
+        out.contains("also holds 0000:03:00.1 (driver mlx5_core); bind it too before opening 0000:03:00.0: `hca bind 0000:03:00.1`"),
+        "{out}"
+    );
+    // Not an HCA: `hca bind` would refuse it, so the note says what does work.
+    let unbind = t.path().join("bus/pci/devices/0000:00:19.0/driver/unbind");
+    let want = format!(
+        "also holds 0000:00:19.0 (driver e1000e); `hca bind 0000:00:19.0` would refuse it (it \
+         is not an HCA this driver knows (8086:15b8, driver e1000e)): take it off its driver \
+         (`echo 0000:00:19.0 > {}`) or, if you mean it, `hca bind --force 0000:00:19.0`",
+        unbind.display()
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(!out.contains("`hca bind 0000:00:19.0`;"), "{out}");
+}
+
+#[test]
 fn unbind_of_a_function_not_on_vfio_does_nothing() {
     let t = tree();
     add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
@@ -408,6 +453,87 @@ fn unbind_checks_the_driver_name_before_writing() {
         fs::read_to_string(t.path().join("bus/pci/drivers/vfio-pci/unbind")).unwrap(),
         ""
     );
+}
+
+#[test]
+fn unbind_writes_the_recorded_override_back() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    fs::write(
+        t.path().join("state/0000:03:00.0.driver"),
+        "driver=mlx5_core\noverride=none\n",
+    )
+    .unwrap();
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    // The tree has no kernel: the writes land in the files and the link stays on vfio-pci.
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let dev = t.path().join("bus/pci/devices/0000:03:00.0");
+    // `none` would refuse the bind, so it is cleared for it and written back after.
+    let ovr = fs::read_to_string(dev.join("driver_override")).unwrap();
+    assert!(ovr.starts_with("none"), "{ovr:?}");
+    assert_eq!(
+        fs::read_to_string(t.path().join("bus/pci/drivers/mlx5_core/bind")).unwrap(),
+        "0000:03:00.0"
+    );
+}
+
+#[test]
+fn unbind_finishes_a_function_an_earlier_unbind_left_without_a_driver() {
+    // An earlier unbind took 0000:03:00.0 off vfio-pci, then mlx5_core did not take it.
+    let t = tree();
+    add(t.path(), "0000:03:00.0", 0x15b3, 0x1017, None, 17);
+    let bind_file = t.path().join("bus/pci/drivers/mlx5_core/bind");
+    let cmd = format!("echo 0000:03:00.0 > {}", bind_file.display());
+    // Without a record or --to, a function without a driver is not ours to touch.
+    let o = hca(t.path(), &["unbind", "0000:03:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
+    assert_eq!(fs::read_to_string(&bind_file).unwrap(), "");
+    // With the record, or --to, the bind is written again. The tree has no kernel, so the
+    // function stays without a driver, and the error says how to finish.
+    fs::create_dir_all(t.path().join("state")).unwrap();
+    let record = t.path().join("state/0000:03:00.0.driver");
+    fs::write(&record, "driver=mlx5_core\n").unwrap();
+    for (args, recorded) in [
+        (&["unbind", "0000:03:00.0"][..], true),
+        (&["unbind", "0000:03:00.0", "--to", "mlx5_core"][..], false),
+    ] {
+        if !recorded {
+            fs::remove_file(&record).unwrap();
+        }
+        fs::write(&bind_file, "").unwrap();
+        let o = hca(t.path(), args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stdout(&o));
+        assert_eq!(fs::read_to_string(&bind_file).unwrap(), "0000:03:00.0");
+        let err = stderr(&o);
+        assert!(
+            err.contains("giving 0000:03:00.0 back to mlx5_core failed"),
+            "{err}"
+        );
+        assert!(err.contains(&format!("run as root:\n  {cmd}\n")), "{err}");
+        // A record stays for the next try.
+        assert_eq!(record.exists(), recorded);
+    }
+}
+
+#[test]
+fn unbind_from_vfio_says_first_that_it_waits_for_a_holder_of_the_group() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "vfio-pci", 17);
+    add_cx5(t.path(), "0000:04:00.0", "mlx5_core", 18);
+    let o = hca(t.path(), &["unbind", "0000:03:00.0", "--leave-unbound"]);
+    let node = t.path().join("dev/vfio/17");
+    let note = format!(
+        "if a program holds {}, unbind waits for it to close it (vfio-pci has asked it to \
+         through its REQ interrupt)",
+        node.display()
+    );
+    assert!(stderr(&o).contains(&note), "{}", stderr(&o));
+    // Nothing to unbind, nothing to wait for.
+    let o = hca(t.path(), &["unbind", "0000:04:00.0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("waits"), "{}", stderr(&o));
 }
 
 /// Run `hca args` with standard output (and with `both`, standard error too) going to a

@@ -862,6 +862,13 @@ mod tests {
             matches!(err, DriverError::GroupBusy { group: 17, .. }),
             "{err}"
         );
+        // EBUSY has two causes: another process, or this one holding the group already.
+        let msg = err.to_string();
+        assert!(msg.contains("another process has it open"), "{msg}");
+        assert!(
+            msg.contains("this program already has a function of IOMMU group 17 open"),
+            "{msg}"
+        );
         let err = node_error(
             Path::new("/dev/vfio/vfio"),
             None,
