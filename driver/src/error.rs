@@ -570,7 +570,7 @@ fn group_not_viable_message(group: u32, address: PciAddress, others: &[GroupMemb
     }
     let _ = write!(
         s,
-        "\nBind the others too (`hca bind BDF` for each) or unbind them from their drivers, then try again."
+        "\nBind the others too (`hca bind BDF` for each; `hca bind --force BDF` for a function that is not an HCA) or unbind them from their drivers (`echo BDF > /sys/bus/pci/devices/BDF/driver/unbind`), then try again."
     );
     s
 }
