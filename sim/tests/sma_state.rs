@@ -110,9 +110,45 @@ fn init_armed_active_in_order_only() {
     assert_eq!(set_state(&net, &d, SW, 2, 4, 2), status::INVALID_ATTR_VALUE);
     assert_eq!(set_state(&net, &d, SW, 2, 0, 5), status::INVALID_ATTR_VALUE);
     assert_eq!(set_state(&net, &d, SW, 2, 0, 1), status::INVALID_ATTR_VALUE);
-    // A switch's port 0 has no link: it stays Active and refuses Down.
+}
+
+/// A switch's port 0 has no link: it stays Active. ibsim's `do_portinfo` (`sim_mad.c`) acts
+/// on a PortState only for a port with a remote end, which port 0 never has: Down (1) is
+/// taken and changes nothing, Armed (3) and Active (4) are refused with 0x001C ("trying to
+/// change the state of DOWN port"), as they are on an external port that is already Active.
+#[test]
+fn a_switch_port_0_takes_down_as_no_change_and_refuses_armed_and_active() {
+    let (net, d) = setup();
+    // Port 0 holds the switch's LID: a Set must carry a valid one.
+    update_port(&net, &d, SW, 0, |pi| {
+        pi.lid = 2;
+        pi.master_sm_lid = 1;
+    });
     assert_eq!(states(&net, &d, SW, 0), ACTIVE);
-    assert_eq!(set_state(&net, &d, SW, 0, 1, 0), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 0, 1, 0), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 0), ACTIVE);
+    for state in [3, 4] {
+        assert_eq!(
+            set_state(&net, &d, SW, 0, state, 0),
+            status::INVALID_ATTR_VALUE,
+            "PortState {state}"
+        );
+        assert_eq!(states(&net, &d, SW, 0), ACTIVE);
+    }
+    // A refused Set changes nothing else either.
+    let before = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
+    let mut pi = before;
+    pi.port_state = PortState::Active;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.lid = 0x40;
+    pi.master_sm_lid = 1;
+    let (st, _) = dr_set(&net, &d, SW, attr_id::sm::PORT_INFO, 0, port_info_data(&pi));
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    let after = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
+    assert_eq!(after.lid, before.lid);
+    // A physical state stays refused: port 0 has no physical link to disable or poll.
+    assert_eq!(set_state(&net, &d, SW, 0, 0, 3), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 0, 1, 2), status::INVALID_ATTR_VALUE);
 }
 
 #[test]

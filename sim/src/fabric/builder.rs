@@ -333,7 +333,11 @@ impl FabricBuilder {
         let f = &mut self.f;
         for i in 0..f.ports.len() {
             let enabled_ext = f.ports[i].enabled.speed_ext;
-            f.ports[i].speed_ext_supported = if enabled_ext == 0 { 0 } else { LINK_SPEED_EXT_SUPPORTED };
+            f.ports[i].speed_ext_supported = if enabled_ext == 0 {
+                0
+            } else {
+                LINK_SPEED_EXT_SUPPORTED
+            };
             let node = &f.nodes[f.ports[i].node as usize];
             let (kind, num) = (node.kind, f.ports[i].num);
             let peer = f.ports[i].peer;

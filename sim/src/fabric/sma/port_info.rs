@@ -47,8 +47,13 @@
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
 //! Disabled holds the port down until a Set of Polling enables it. A switch's port 0 has no
-//! link: it stays Active and refuses Down and any physical state, and reports the 4x SDR
-//! active rate ibsim and real switches give it ([`ActiveRates::SWITCH_PORT0`]).
+//! link: it stays Active and reports the 4x SDR active rate ibsim and real switches give it
+//! ([`ActiveRates::SWITCH_PORT0`]). Its PortState is handled as ibsim's `do_portinfo` does,
+//! which acts on a PortState only for a port with a remote end (port 0 has none): Down is
+//! taken and changes nothing, Armed and Active are refused with 0x001C. OpenSM never sends
+//! them: its link manager skips a port already at or beyond the state it sets, and port 0
+//! reads Active. A physical state other than "no change" is refused too, where ibsim stores
+//! it and then reports port 0 Disabled or Polling while Active, which no port can be.
 //!
 //! A port whose link is down keeps reporting its Supported and Enabled widths and speeds
 //! (extended speeds included); only the Active fields are zero until the link trains again.
@@ -318,7 +323,9 @@ impl Sma<'_> {
             return BAD;
         }
         if kind == PortKind::SwitchPort0 {
-            if state == 1 || phys != 0 {
+            // ibsim's `do_portinfo` acts on PortState only for a port with a remote end, which
+            // port 0 never has: Down is taken as no change, any higher state is 0x001C.
+            if matches!(state, 3 | 4) || phys != 0 {
                 return BAD;
             }
         } else if (state == 3 && !self.transition_ok(pid, LinkState::Armed))
