@@ -329,3 +329,35 @@ fn an_sm_and_a_client_on_one_fabric() {
     assert_eq!(client.link.port_info().lid, 44);
     assert_eq!(client.rec.take_changes(), vec![(1, PortChange::Lid)]);
 }
+
+/// SMInfo to a port whose CapabilityMask has IsSMDisabled (0x400) is consumed without an
+/// answer, whether IsSM is set or not: the kernel's `qib_mad.c` and `hfi1` `process_subn`
+/// test IsSMDisabled first (`IB_MAD_RESULT_SUCCESS | IB_MAD_RESULT_CONSUMED`), then IsSM
+/// (passed up to the SM), else answer 0x000C.
+#[test]
+fn sm_info_to_a_port_whose_sm_is_disabled_is_not_answered() {
+    let (net, _sm) = setup();
+    let client = attach(&net, "Hca2", 1);
+    let get = netutil::local_smp(method::GET, attr_id::sm::SM_INFO, 0, [0; 64]);
+    let set = netutil::local_smp(method::SET, attr_id::sm::SM_INFO, 0, [0; 64]);
+    // No SM: 0x000C.
+    assert_eq!(
+        local_call(&client, method::GET, attr_id::sm::SM_INFO, 0, [0; 64]).status,
+        status::METHOD_ATTR_UNSUPPORTED
+    );
+    // IsSMDisabled: Get and Set consumed, no answer.
+    client.link.modify_capability_mask(cap_mask::SM_DISABLED, 0);
+    assert_eq!(client.link.local_mad(&get, true), None, "Get");
+    assert_eq!(client.link.local_mad(&set, true), None, "Set");
+    // IsSMDisabled and IsSM: still no answer.
+    client.link.modify_capability_mask(cap_mask::IS_SM, 0);
+    assert_eq!(client.link.local_mad(&get, true), None);
+    // IsSMDisabled cleared, IsSM cleared: 0x000C again.
+    client
+        .link
+        .modify_capability_mask(0, cap_mask::SM_DISABLED | cap_mask::IS_SM);
+    assert_eq!(
+        local_call(&client, method::GET, attr_id::sm::SM_INFO, 0, [0; 64]).status,
+        status::METHOD_ATTR_UNSUPPORTED
+    );
+}

@@ -110,9 +110,45 @@ fn init_armed_active_in_order_only() {
     assert_eq!(set_state(&net, &d, SW, 2, 4, 2), status::INVALID_ATTR_VALUE);
     assert_eq!(set_state(&net, &d, SW, 2, 0, 5), status::INVALID_ATTR_VALUE);
     assert_eq!(set_state(&net, &d, SW, 2, 0, 1), status::INVALID_ATTR_VALUE);
-    // A switch's port 0 has no link: it stays Active and refuses Down.
+}
+
+/// A switch's port 0 has no link: it stays Active. ibsim's `do_portinfo` (`sim_mad.c`) acts
+/// on a PortState only for a port with a remote end, which port 0 never has: Down (1) is
+/// taken and changes nothing, Armed (3) and Active (4) are refused with 0x001C ("trying to
+/// change the state of DOWN port"), as they are on an external port that is already Active.
+#[test]
+fn a_switch_port_0_takes_down_as_no_change_and_refuses_armed_and_active() {
+    let (net, d) = setup();
+    // Port 0 holds the switch's LID: a Set must carry a valid one.
+    update_port(&net, &d, SW, 0, |pi| {
+        pi.lid = 2;
+        pi.master_sm_lid = 1;
+    });
     assert_eq!(states(&net, &d, SW, 0), ACTIVE);
-    assert_eq!(set_state(&net, &d, SW, 0, 1, 0), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 0, 1, 0), status::SUCCESS);
+    assert_eq!(states(&net, &d, SW, 0), ACTIVE);
+    for state in [3, 4] {
+        assert_eq!(
+            set_state(&net, &d, SW, 0, state, 0),
+            status::INVALID_ATTR_VALUE,
+            "PortState {state}"
+        );
+        assert_eq!(states(&net, &d, SW, 0), ACTIVE);
+    }
+    // A refused Set changes nothing else either.
+    let before = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
+    let mut pi = before;
+    pi.port_state = PortState::Active;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.lid = 0x40;
+    pi.master_sm_lid = 1;
+    let (st, _) = dr_set(&net, &d, SW, attr_id::sm::PORT_INFO, 0, port_info_data(&pi));
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    let after = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
+    assert_eq!(after.lid, before.lid);
+    // A physical state stays refused: port 0 has no physical link to disable or poll.
+    assert_eq!(set_state(&net, &d, SW, 0, 0, 3), status::INVALID_ATTR_VALUE);
+    assert_eq!(set_state(&net, &d, SW, 0, 1, 2), status::INVALID_ATTR_VALUE);
 }
 
 #[test]
@@ -695,4 +731,91 @@ fn a_port_whose_link_is_down_keeps_its_supported_and_enabled_rates() {
     assert_eq!(rates(&net, &d), down, "cable pulled");
     net.set_link_down(port, false);
     assert_eq!(rates(&net, &d), up, "cable back");
+}
+
+/// A PortInfo Set of LinkSpeedExtEnabled `ext` (all else read back, state "no change") on
+/// `port` along `path`: its status and the PortInfo answered.
+fn set_ext(net: &Network, d: &Device, path: &[u8], port: u32, ext: u8) -> (u16, PortInfoRepr) {
+    let (_, data) = dr_get(net, d, path, attr_id::sm::PORT_INFO, port);
+    let mut pi: PortInfoRepr = port_info(&data);
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.link_speed_ext_enabled = ext;
+    let (st, back) = dr_set(
+        net,
+        d,
+        path,
+        attr_id::sm::PORT_INFO,
+        port,
+        port_info_data(&pi),
+    );
+    (st, port_info(&back))
+}
+
+/// LinkSpeedExtEnabled 31 means "set to LinkSpeedExtSupported" and an explicit mask must be a
+/// subset of it (IBA 14.2.5.6; `qib_mad.c` `subn_set_portinfo` refuses a mask beyond the
+/// supported speeds with 0x001C). Hca3 and Switch1 port 2 of `net.2sw2path4hca` run SDR and
+/// support no extended speed (LinkSpeedExtSupported 0, as ibsim reports it): 31 written on
+/// both ends (as OpenSM's `force_link_speed_ext` default does) changes nothing (ibsim: no
+/// change either), an explicit FDR mask is refused, and the link retrains without an
+/// extended speed.
+#[test]
+fn set_to_supported_on_a_port_without_extended_speeds_changes_nothing() {
+    let (net, d) = setup();
+    let pi = port_info(&dr_get(&net, &d, CA, attr_id::sm::PORT_INFO, 1).1);
+    assert_eq!(
+        (
+            pi.link_speed_ext_supported,
+            pi.link_speed_ext_enabled,
+            pi.link_speed_ext_active
+        ),
+        (0, 0, 0)
+    );
+    for (path, port) in [(CA, 1), (SW, 2)] {
+        let (st, back) = set_ext(&net, &d, path, port, 31);
+        assert_eq!(st, status::SUCCESS, "31 on port {port} along {path:?}");
+        assert_eq!(back.link_speed_ext_enabled, 0, "read back on {path:?}");
+    }
+    // Bounce the link: it trains at SDR, no extended speed.
+    assert_eq!(set_state(&net, &d, CA, 1, 1, 0), status::SUCCESS);
+    let pi = port_info(&dr_get(&net, &d, CA, attr_id::sm::PORT_INFO, 1).1);
+    assert_eq!(
+        (pi.link_speed_active, pi.link_speed_ext_active),
+        (1, 0),
+        "retrained without an extended speed"
+    );
+    // An explicit mask beyond the supported extended speeds (none): refused, nothing changes.
+    let (st, back) = set_ext(&net, &d, CA, 1, 1);
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    assert_eq!(back.link_speed_ext_enabled, 0);
+    for (node, port) in [("Hca3", 1), ("Switch1", 2)] {
+        let id = net.port(node, port).unwrap();
+        let e = net.with_fabric(|f| f.port(id).enabled.speed_ext);
+        assert_eq!(e, 0, "{node} port {port} enables none");
+    }
+}
+
+/// On a port that supports extended speeds (`EDR_NET`: Switch S port 1 reports
+/// LinkSpeedExtSupported 15, ibsim's `LINKSPEEDEXT_NDR_HDR_EDR_FDR`), 31 enables all of them,
+/// a mask beyond them (0x10) is refused and a subset (FDR) is taken and trains when the link
+/// next comes up.
+#[test]
+fn set_to_supported_on_a_port_with_extended_speeds_enables_them() {
+    let fabric = sim::fabric::Fabric::parse_str("edr", EDR_NET).unwrap();
+    let net = network(fabric);
+    let d = attach(&net, "G", 1);
+    let (st, back) = set_ext(&net, &d, SW, 1, 31);
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(
+        (back.link_speed_ext_enabled, back.link_speed_ext_supported),
+        (15, 15)
+    );
+    let (st, back) = set_ext(&net, &d, SW, 1, 0x10);
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    assert_eq!(back.link_speed_ext_enabled, 15);
+    let (st, back) = set_ext(&net, &d, SW, 1, 1);
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(back.link_speed_ext_enabled, 1);
+    assert_eq!(set_state(&net, &d, SW, 1, 1, 0), status::SUCCESS);
+    assert_eq!(rates(&net, &d).2, (1, 15, 1), "retrained at FDR");
 }

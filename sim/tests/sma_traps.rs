@@ -25,10 +25,30 @@ use sim::net::{DropReason, Network};
 use sim::packet::{Packet, PacketGrh};
 
 fn configured() -> (Network, Device) {
-    let net = network(example("net.2sw2path4hca"));
+    configured_on(example("net.2sw2path4hca"))
+}
+
+fn configured_on(fabric: sim::fabric::Fabric) -> (Network, Device) {
+    let net = network(fabric);
     let sm = attach(&net, "Hca1", 1);
     sweep::configure(&net, &sm);
     (net, sm)
+}
+
+/// `net.2sw2path4hca` with the link Hca2 port 1 - Switch2 port 1 enabling every extended
+/// speed (`e=15`), so that both ends support them.
+fn with_extended_speeds_at_hca2() -> sim::fabric::Fabric {
+    let text = std::fs::read_to_string(netutil::data("net-examples/net.2sw2path4hca")).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        out += line;
+        if line == "[1]\t\"Hca2\"[1]" || line == "[1]\t\"Switch2\"[1]" {
+            out += " e=15";
+        }
+        out.push('\n');
+    }
+    assert_eq!(out.matches("e=15").count(), 2);
+    sim::fabric::Fabric::parse_str("net.2sw2path4hca+e", &out).unwrap()
 }
 
 /// Read-modify-write of PortInfo `port` along `path` (states "no change"), with M_Key `key`
@@ -150,14 +170,30 @@ fn a_width_change_on_a_ca_port_sends_trap_144_to_the_sm() {
         notice_of(&traps[0], LID_HCA2),
         trap_144(1, LID_HCA2, 0x0050_C048)
     );
-    // And an explicit LinkSpeedExtEnabled (FDR, from none).
+    let pi = read_port_info(&net, &sm, HCA2, 0);
+    assert_eq!((pi.link_width_enabled, pi.link_speed_enabled), (0x1F, 0x3));
+    // An explicit LinkSpeedExtEnabled on a port that supports no extended speed: refused
+    // (0x001C), no trap.
+    let got = set_port_info(&net, &sm, HCA2, 0, 0, |pi| pi.link_speed_ext_enabled = 0x1);
+    let (resp, traps) = split(got);
+    assert!(traps.is_empty());
+    assert_eq!(smp_of(&resp[0]).status, status::INVALID_ATTR_VALUE);
+    // On a port that supports them, an explicit LinkSpeedExtEnabled (FDR, from all four)
+    // sends the trap.
+    let (net, sm) = configured_on(with_extended_speeds_at_hca2());
     let traps = answered(set_port_info(&net, &sm, HCA2, 0, 0, |pi| {
+        assert_eq!(pi.link_speed_ext_enabled, 0xF, "the file's e=15");
         pi.link_speed_ext_enabled = 0x1;
     }));
     assert_eq!(traps.len(), 1);
-    // (PortInfo shows the extended fields only once the link trains to an extended speed.)
-    let pi = read_port_info(&net, &sm, HCA2, 0);
-    assert_eq!((pi.link_width_enabled, pi.link_speed_enabled), (0x1F, 0x3));
+    assert_eq!(
+        notice_of(&traps[0], LID_HCA2),
+        trap_144(1, LID_HCA2, 0x0050_C048)
+    );
+    assert_eq!(
+        read_port_info(&net, &sm, HCA2, 0).link_speed_ext_enabled,
+        0x1
+    );
 }
 
 #[test]

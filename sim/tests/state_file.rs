@@ -407,6 +407,8 @@ fn values_a_set_would_refuse_and_one_sided_links_are_refused_with_their_line() {
         (&hca2_port, "opvls", "9", "opvls=9"),
         (&hca2_port, "smlid", "49152", "smlid=49152"),
         (&hca2_port, "en", "32,1,0,0", "en="),
+        // Hca2 port 1 supports no extended speed (its topology enables none).
+        (&hca2_port, "en", "2,1,1,0", "en="),
         (&sw2_port0, "nmtu", "4", "nmtu=4"),
         (&extra, "ldd", "9", "ldd=9"),
         (&extra, "vsc", "8", "vsc=8"),

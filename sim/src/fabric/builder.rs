@@ -7,6 +7,7 @@ use super::error::{FabricError, Problem};
 use super::guid::GuidAllocator;
 use super::model::{Fabric, NONE, Node, NodeId, NodeType, Port, PortId, Span, UNICAST_LID_END};
 use super::rate::{ActiveRates, LinkRates, NoCommon};
+use super::sma::defaults::LINK_SPEED_EXT_SUPPORTED;
 use super::state::{LinkState, PhysState, PortState, SwitchState};
 
 /// Longest node id ibsim keeps (`NODEIDLEN` 65 with the terminating NUL).
@@ -227,6 +228,7 @@ impl FabricBuilder {
                 peer: NONE,
                 guid: pguid,
                 enabled: spec.enabled,
+                speed_ext_supported: 0,
                 state: PortState::default(),
             });
             self.explicit_guid.push(false);
@@ -320,7 +322,9 @@ impl FabricBuilder {
         Ok(())
     }
 
-    /// Finishes the fabric: trains every link, sets the initial port states, indexes port GUIDs.
+    /// Finishes the fabric: fixes each port's supported extended speeds from the ones it
+    /// enables ([`Port::speed_ext_supported`]), trains every link, sets the initial port
+    /// states, indexes port GUIDs.
     pub fn build(self) -> Result<Fabric, FabricError> {
         self.finish().map_err(|(p, _)| FabricError::Invalid(p))
     }
@@ -328,6 +332,12 @@ impl FabricBuilder {
     pub(super) fn finish(mut self) -> Result<Fabric, (Problem, Subject)> {
         let f = &mut self.f;
         for i in 0..f.ports.len() {
+            let enabled_ext = f.ports[i].enabled.speed_ext;
+            f.ports[i].speed_ext_supported = if enabled_ext == 0 {
+                0
+            } else {
+                LINK_SPEED_EXT_SUPPORTED
+            };
             let node = &f.nodes[f.ports[i].node as usize];
             let (kind, num) = (node.kind, f.ports[i].num);
             let peer = f.ports[i].peer;

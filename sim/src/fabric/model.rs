@@ -121,6 +121,9 @@ pub struct Port {
     pub(super) guid: u64,
     /// The rates this port enables (PortInfo LinkWidthEnabled etc.).
     pub enabled: LinkRates,
+    /// LinkSpeedExtSupported: fixed when the fabric is built (see
+    /// [`speed_ext_supported`](Self::speed_ext_supported)).
+    pub(super) speed_ext_supported: u8,
     /// PortInfo state kept by the SMA.
     pub state: PortState,
 }
@@ -145,6 +148,16 @@ impl Port {
     /// LMC: the port answers to `lid .. lid + 2^lmc`.
     pub fn lmc(&self) -> u8 {
         self.lmc
+    }
+    /// The extended speeds the port supports (PortInfo LinkSpeedExtSupported): ibsim's
+    /// FDR to NDR ([`LINK_SPEED_EXT_SUPPORTED`]) if its topology enables any extended speed,
+    /// none for a port the topology gives SDR to QDR only. Fixed when the fabric is built, so
+    /// an SM disabling the extended speeds (LinkSpeedExtEnabled 30) can enable them again;
+    /// the SMA keeps [`enabled`](Self::enabled)`.speed_ext` inside it.
+    ///
+    /// [`LINK_SPEED_EXT_SUPPORTED`]: super::sma::defaults::LINK_SPEED_EXT_SUPPORTED
+    pub fn speed_ext_supported(&self) -> u8 {
+        self.speed_ext_supported
     }
     /// The port cabled to this one, if any.
     pub fn peer(&self) -> Option<PortId> {

@@ -636,8 +636,8 @@ fn check_lids(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
     Ok(())
 }
 
-/// The PortInfo values of a port record, as [`limits::check_port_info`] takes them.
-fn held(r: &PortRec) -> HeldPortInfo {
+/// The PortInfo values of a port record of `f`, as [`limits::check_port_info`] takes them.
+fn held(f: &Fabric, r: &PortRec) -> HeldPortInfo {
     HeldPortInfo {
         m_key_protect: r.protect,
         sm_lid: r.sm_lid,
@@ -646,6 +646,7 @@ fn held(r: &PortRec) -> HeldPortInfo {
         op_vls: r.op_vls,
         hoq_life: r.hoq,
         enabled: r.enabled,
+        speed_ext_supported: f.port(r.port).speed_ext_supported(),
     }
 }
 
@@ -688,7 +689,7 @@ fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
     };
     for r in &parsed.ports {
         let d = port_kind(f, r.port).defaults();
-        let h = held(r);
+        let h = held(f, r);
         limits::check_port_info(d, &h, None)
             .map_err(|e| refused(r.line, r.port, port_field(e, &h, None), e))?;
     }
@@ -696,7 +697,7 @@ fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
         let d = port_kind(f, *port).defaults();
         // The port's own values as they will be: its record's, or the fabric's now.
         let h = if let Some(r) = parsed.ports.iter().rev().find(|r| r.port == *port) {
-            held(r)
+            held(f, r)
         } else {
             let p = f.port(*port);
             HeldPortInfo {
@@ -707,6 +708,7 @@ fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
                 op_vls: p.state.op_vls,
                 hoq_life: p.state.hoq_life,
                 enabled: p.enabled,
+                speed_ext_supported: p.speed_ext_supported(),
             }
         };
         limits::check_port_info(d, &h, Some(x))

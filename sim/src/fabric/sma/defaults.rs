@@ -118,7 +118,9 @@ impl PortKind {
 pub const LINK_WIDTH_SUPPORTED: u8 = 0x1F;
 /// LinkSpeedSupported of every port: SDR, DDR, QDR.
 pub const LINK_SPEED_SUPPORTED: u8 = 0x7;
-/// LinkSpeedExtSupported of a port whose link trained to an extended speed: FDR to NDR.
+/// LinkSpeedExtSupported of a port whose topology enables an extended speed: FDR to NDR,
+/// what ibsim reports whatever the port enables (`LINKSPEEDEXT_NDR_HDR_EDR_FDR`). A port
+/// enabling none supports none ([`Port::speed_ext_supported`](crate::fabric::Port::speed_ext_supported)).
 pub const LINK_SPEED_EXT_SUPPORTED: u8 = 0xF;
 /// LinkDownDefaultState until the SM writes it: 2 = Polling.
 pub const LINK_DOWN_DEFAULT: u8 = 2;

@@ -8,9 +8,7 @@ use mad_wire::attr::port_info::{PortInfo, PortInfoRepr};
 use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 
 use super::PortExtra;
-use super::defaults::{
-    LINK_SPEED_EXT_SUPPORTED, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortDefaults,
-};
+use super::defaults::{LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortDefaults};
 use crate::fabric::model::UNICAST_LID_END;
 use crate::fabric::rate::LinkRates;
 use crate::fabric::state::SwitchInfo as SwitchInfoState;
@@ -101,6 +99,9 @@ pub struct HeldPortInfo {
     pub hoq_life: u8,
     /// The enabled rates.
     pub enabled: LinkRates,
+    /// The port's LinkSpeedExtSupported
+    /// ([`Port::speed_ext_supported`](crate::fabric::Port::speed_ext_supported)).
+    pub speed_ext_supported: u8,
 }
 
 /// Whether a port of defaults `d` could hold `p` (and `x`, its PortInfo fields beyond the
@@ -162,7 +163,7 @@ pub fn check_port_info(
     if !rate_mask_ok(p.enabled.speed, LINK_SPEED_SUPPORTED) {
         return Err(F::LinkSpeedEnabled);
     }
-    if !rate_mask_ok(p.enabled.speed_ext, LINK_SPEED_EXT_SUPPORTED) {
+    if !rate_mask_ok(p.enabled.speed_ext, p.speed_ext_supported) {
         return Err(F::LinkSpeedExtEnabled);
     }
     if x.is_some_and(|x| !link_down_default_ok(x.link_down_default)) {

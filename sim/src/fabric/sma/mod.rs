@@ -14,7 +14,7 @@
 //! | PortInfo | yes | yes | state machine; CA Set only on the receiving port |
 //! | SwitchInfo, LinearForwardingTable, MulticastForwardingTable | switches | switches | 0x000C on CAs |
 //! | P_KeyTable, SLtoVLMappingTable, VLArbitrationTable, GUIDInfo | yes | yes | modifiers checked |
-//! | SMInfo | passed to the SM | passed to the SM | 0x000C where no SM (IsSM clear) |
+//! | SMInfo | passed to the SM | passed to the SM | no answer with IsSMDisabled; 0x000C where no SM (IsSM clear) |
 //! | Mellanox ExtendedPortInfo (0xFF90) | yes | no change only | FDR10; see `ext_port_info.rs` |
 //!
 //! Status codes: 0x0004 class version other than 1, 0x0008 unknown method, 0x000C attribute
@@ -115,6 +115,9 @@ pub enum Silent {
     BadBaseVersion,
     /// A method that has no response (Send) to an agent that has nothing to do with it.
     NoResponse,
+    /// SMInfo to a port whose CapabilityMask has IsSMDisabled: its SM is present but
+    /// disabled and takes part in no SM negotiation (`qib_mad.c`, `hfi1` `process_subn`).
+    SmDisabled,
 }
 
 /// Something the SMA did that others must hear about: the network tells attached devices and
@@ -404,10 +407,14 @@ impl Sma<'_> {
                 self.ext_port_info(node, in_port, set, attr_mod, data)
             }
             attr_id::sm::SM_INFO => {
-                if self.fabric.port(key_port).state.capability_mask
-                    & mad_wire::attr::port_info::cap_mask::IS_SM
-                    != 0
-                {
+                // As the kernel's `process_subn` (`qib_mad.c`, `hfi1`), for Get and Set:
+                // IsSMDisabled first (consumed, no answer), then IsSM (passed up to the SM).
+                use mad_wire::attr::port_info::cap_mask::{IS_SM, SM_DISABLED};
+                let caps = self.fabric.port(key_port).state.capability_mask;
+                if caps & SM_DISABLED != 0 {
+                    return Reply::Consumed(Silent::SmDisabled);
+                }
+                if caps & IS_SM != 0 {
                     return Reply::PassUp;
                 }
                 status::METHOD_ATTR_UNSUPPORTED

@@ -16,7 +16,12 @@
 //!   ([`Fabric::assign_lid`](crate::fabric::Fabric::assign_lid));
 //! - LinkWidthEnabled: 0 no change, 0xFF all supported, else a subset of the supported widths;
 //!   LinkSpeedEnabled: 0 no change, 15 all supported, else a subset; LinkSpeedExtEnabled: 0 no
-//!   change, 30 none, 31 all supported, else a subset;
+//!   change, 30 none, 31 all supported, else a subset. The supported extended speeds are the
+//!   port's ([`Port::speed_ext_supported`]): none on a port its topology gives SDR to QDR only,
+//!   so there 31 changes nothing (as under ibsim, whose `do_portinfo` ignores 31) and any
+//!   explicit mask is refused (`qib_mad.c`: a mask beyond the supported speeds is 0x001C);
+//!   OpenSM writes 31 on every port claiming IsExtendedSpeedsSupported, which ours all do, as
+//!   ibsim's (CapabilityMask bit 0x4000, `defaults.rs`);
 //! - LinkDownDefaultState 0-2; NeighborMTU 1 up to MTUCap; OperationalVLs up to VLCap;
 //! - PortState 0 (no change), 1 Down, 3 Armed or 4 Active; PortPhysicalState 0, 2 Polling or
 //!   3 Disabled, and only with PortState 0 or 1.
@@ -42,20 +47,24 @@
 //! neighbour at least Init), Active from Armed (the neighbour at least Armed), setting the
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
 //! Disabled holds the port down until a Set of Polling enables it. A switch's port 0 has no
-//! link: it stays Active and refuses Down and any physical state, and reports the 4x SDR
-//! active rate ibsim and real switches give it ([`ActiveRates::SWITCH_PORT0`]).
+//! link: it stays Active and reports the 4x SDR active rate ibsim and real switches give it
+//! ([`ActiveRates::SWITCH_PORT0`]). Its PortState is handled as ibsim's `do_portinfo` does,
+//! which acts on a PortState only for a port with a remote end (port 0 has none): Down is
+//! taken and changes nothing, Armed and Active are refused with 0x001C. OpenSM never sends
+//! them: its link manager skips a port already at or beyond the state it sets, and port 0
+//! reads Active. A physical state other than "no change" is refused too, where ibsim stores
+//! it and then reports port 0 Disabled or Polling while Active, which no port can be.
 //!
 //! A port whose link is down keeps reporting its Supported and Enabled widths and speeds
 //! (extended speeds included); only the Active fields are zero until the link trains again.
 //!
 //! [`ActiveRates::SWITCH_PORT0`]: crate::fabric::ActiveRates::SWITCH_PORT0
+//! [`Port::speed_ext_supported`]: crate::fabric::Port::speed_ext_supported
 
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
 use mad_wire::status;
 
-use super::defaults::{
-    LINK_SPEED_EXT_SUPPORTED, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind,
-};
+use super::defaults::{LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind};
 use super::limits;
 use super::link::Cause;
 use super::{Data, Effect, Sma, Status, port_kind};
@@ -164,7 +173,9 @@ impl Sma<'_> {
         // and we follow it while the link is up. When the link goes down ibsim keeps them (it
         // never clears `linkspeedext`), as a real port keeps its Supported and Enabled fields
         // whatever its state; so a port whose link is not up shows them when it enables an
-        // extended speed, with no speed active.
+        // extended speed, with no speed active. Either way a port showing them supports
+        // extended speeds: what it enables (and so what it trains to) stays inside what it
+        // supports.
         let ext = if s.phys_state == PhysState::LinkUp {
             s.active.speed_ext != 0
         } else {
@@ -221,7 +232,7 @@ impl Sma<'_> {
             link_round_trip_latency: 0,
             capability_mask2: d.capability_mask2,
             link_speed_ext_active: if ext { s.active.speed_ext } else { 0 },
-            link_speed_ext_supported: if ext { LINK_SPEED_EXT_SUPPORTED } else { 0 },
+            link_speed_ext_supported: if ext { p.speed_ext_supported() } else { 0 },
             link_speed_ext_enabled: if ext { p.enabled.speed_ext } else { 0 },
             // No XDR: the simulated ports claim no extended speed 2 (CapabilityMask2 bit 0x1000
             // clear), as ibsim's do.
@@ -282,11 +293,12 @@ impl Sma<'_> {
             s if limits::rate_mask_ok(s, LINK_SPEED_SUPPORTED) => Some(s),
             _ => return BAD,
         };
+        let ext_supported = self.fabric.port(pid).speed_ext_supported();
         let speed_ext = match req.link_speed_ext_enabled {
             0 => None,
             0x1E => Some(0),
-            0x1F => Some(LINK_SPEED_EXT_SUPPORTED),
-            e if limits::rate_mask_ok(e, LINK_SPEED_EXT_SUPPORTED) => Some(e),
+            0x1F => Some(ext_supported),
+            e if limits::rate_mask_ok(e, ext_supported) => Some(e),
             _ => return BAD,
         };
         let link_down_default = match req.link_down_default_state {
@@ -311,7 +323,9 @@ impl Sma<'_> {
             return BAD;
         }
         if kind == PortKind::SwitchPort0 {
-            if state == 1 || phys != 0 {
+            // ibsim's `do_portinfo` acts on PortState only for a port with a remote end, which
+            // port 0 never has: Down is taken as no change, any higher state is 0x001C.
+            if matches!(state, 3 | 4) || phys != 0 {
                 return BAD;
             }
         } else if (state == 3 && !self.transition_ok(pid, LinkState::Armed))
