@@ -28,16 +28,34 @@ pub struct Cap<'a> {
 
 const HEADER: usize = size_of::<b::vfio_info_cap_header>();
 
+/// Alignment of every capability header. The kernel appends each capability at the end of
+/// the chain (`vfio_info_cap_add`, vfio_main.c) and newer kernels round each size up to 8;
+/// older ones did not round, but every capability struct is a multiple of 4 bytes.
+const CAP_ALIGN: usize = 4;
+
 /// Walk the chain that starts at `first` (0: no capabilities). Capabilities live after the
 /// fixed struct, so an offset below `fixed_len` is as wrong as one past the end.
+///
+/// The kernel only appends (`vfio_info_cap_add`) and shifts every link by the same amount
+/// (`vfio_info_cap_shift`), so a real chain only goes forward, each header past the one
+/// before: anything else is refused, which also rules out loops, in one linear pass.
 pub fn walk(buf: &[u8], first: u32, fixed_len: usize) -> Result<Vec<Cap<'_>>, String> {
     let mut caps: Vec<Cap<'_>> = Vec::new();
     let mut next = first as usize;
+    // The lowest offset the next header may start at.
+    let mut lowest = fixed_len;
     while next != 0 {
-        if next < fixed_len {
-            return Err(format!(
-                "capability at offset {next:#x} overlaps the {fixed_len}-byte fixed part"
-            ));
+        if next < lowest {
+            return Err(match caps.last() {
+                None => format!(
+                    "capability at offset {next:#x} overlaps the {fixed_len}-byte fixed part"
+                ),
+                Some(prev) => format!(
+                    "capability at offset {:#x} links back to offset {next:#x}, not past its \
+                     own {HEADER}-byte header: kernel chains only go forward (a loop or overlap)",
+                    prev.offset
+                ),
+            });
         }
         if next.checked_add(HEADER).is_none_or(|end| end > buf.len()) {
             return Err(format!(
@@ -45,9 +63,12 @@ pub fn walk(buf: &[u8], first: u32, fixed_len: usize) -> Result<Vec<Cap<'_>>, St
                 buf.len()
             ));
         }
-        if caps.iter().any(|c| c.offset == next) {
-            return Err(format!("capability chain loops back to offset {next:#x}"));
+        if next % CAP_ALIGN != 0 {
+            return Err(format!(
+                "capability at offset {next:#x} is not {CAP_ALIGN}-byte aligned"
+            ));
         }
+        lowest = next + HEADER;
         let data = &buf[next..];
         caps.push(Cap {
             id: u16::from_ne_bytes([data[0], data[1]]),
@@ -333,10 +354,59 @@ mod tests {
         assert!(
             walk(&self_loop, 24, 24)
                 .unwrap_err()
-                .contains("loops back to offset 0x18")
+                .contains("offset 0x18 links back to offset 0x18")
         );
         let two_loop = Buf::new(64).cap(24, 1, 1, 40).cap(40, 2, 1, 24).0;
-        assert!(walk(&two_loop, 24, 24).unwrap_err().contains("loops back"));
+        assert!(walk(&two_loop, 24, 24).unwrap_err().contains("links back"));
+    }
+
+    #[test]
+    fn rejects_a_chain_that_goes_backwards_or_overlaps() {
+        // 56 -> 32 -> end: no loop, but the kernel never links backwards.
+        let backwards = Buf::new(64).cap(56, 1, 1, 32).cap(32, 2, 1, 0).0;
+        assert!(
+            walk(&backwards, 56, 32)
+                .unwrap_err()
+                .contains("offset 0x38 links back to offset 0x20")
+        );
+        // The second header would start inside the first.
+        let overlapping = Buf::new(64).cap(32, 1, 1, 36).0;
+        assert!(
+            walk(&overlapping, 32, 32)
+                .unwrap_err()
+                .contains("links back to offset 0x24")
+        );
+        // A header right after the previous one is fine; a misaligned one is not.
+        let packed = Buf::new(64).cap(32, 1, 1, 40).cap(40, 2, 1, 0).0;
+        assert_eq!(walk(&packed, 32, 32).unwrap().len(), 2);
+        let misaligned = Buf::new(64).cap(32, 1, 1, 42).0;
+        assert!(
+            walk(&misaligned, 32, 32)
+                .unwrap_err()
+                .contains("0x2a is not 4-byte aligned")
+        );
+    }
+
+    #[test]
+    fn walks_the_longest_chain_the_buffer_limit_allows() {
+        // The largest info buffer accepted, holding one 8-byte header after another: every
+        // capability is visited once.
+        let len = super::super::ioctl::MAX_INFO_BYTES;
+        let fixed = 32;
+        let mut buf = Buf::new(len);
+        let mut at = fixed;
+        while at + HEADER <= len {
+            let next = if at + 2 * HEADER <= len {
+                at + HEADER
+            } else {
+                0
+            };
+            buf = buf.cap(at, 1, 1, u32::try_from(next).unwrap());
+            at += HEADER;
+        }
+        let caps = walk(&buf.0, 32, fixed).unwrap();
+        assert_eq!(caps.len(), (len - fixed) / HEADER);
+        assert_eq!(caps.last().unwrap().offset, len - HEADER);
     }
 
     #[test]
@@ -484,7 +554,7 @@ mod tests {
                 .contains("none delivered")
         );
         let buf = region(48, 0xf, 0, 32, 0x10000, 0).cap(32, 3, 1, 32).0;
-        assert!(parse_region_info(&buf, 0).unwrap_err().contains("loops"));
+        assert!(parse_region_info(&buf, 0).unwrap_err().contains("loop"));
         let buf = region(32, 0x7, 2, 0, 0x10000, 0).0;
         assert!(
             parse_region_info(&buf, 0)
@@ -578,7 +648,7 @@ mod tests {
                 .contains("cut short")
         );
         let looped = iommu(48, 0x3, 0x1000, 24).cap(24, 3, 1, 24).0;
-        assert!(parse_iommu_info(&looped).unwrap_err().contains("loops"));
+        assert!(parse_iommu_info(&looped).unwrap_err().contains("loop"));
         let oob = iommu(24, 0x3, 0x1000, 0x100).0;
         assert!(parse_iommu_info(&oob).unwrap_err().contains("past the end"));
     }
