@@ -139,6 +139,18 @@ pub fn parse_region_info(buf: &[u8], index: u32) -> Result<RegionDetails, String
     }
     let size = u64_at(buf, offset_of!(b::vfio_region_info, size));
     let file_offset = u64_at(buf, offset_of!(b::vfio_region_info, offset));
+    // Every access adds an offset inside the region to `file_offset`; the kernel's file
+    // offsets are `loff_t`, signed 64-bit. Checked once here, those sums cannot overflow.
+    if file_offset
+        .checked_add(size)
+        .is_none_or(|end| end > i64::MAX.unsigned_abs())
+    {
+        return Err(format!(
+            "region {index} at file offset {file_offset:#x} with {size:#x} bytes ends past the \
+             largest file offset ({:#x})",
+            i64::MAX
+        ));
+    }
     let cap_offset = u32_at(buf, offset_of!(b::vfio_region_info, cap_offset));
     let mut info = RegionInfo {
         index,
@@ -492,6 +504,29 @@ mod tests {
         );
         assert!(!r.info.msix_mappable);
         assert_eq!(r.region_type, Some((0x8000_15b3, 1)));
+    }
+
+    #[test]
+    fn a_region_ending_past_the_largest_file_offset_is_an_error() {
+        for (off, size) in [
+            (u64::MAX - 0x10, 0x100),
+            (u64::MAX - 0x10, 0),
+            (1 << 63, 0x100),
+            (0x7fff_ffff_ffff_ff00, 0x101),
+        ] {
+            let buf = region(32, 0x7, 0, 0, size, off).0;
+            let err = parse_region_info(&buf, 0).unwrap_err();
+            assert!(
+                err.contains("largest file offset"),
+                "{off:#x}+{size:#x}: {err}"
+            );
+        }
+        // Ending exactly at the largest offset is fine.
+        let buf = region(32, 0x7, 0, 0, 0x100, 0x7fff_ffff_ffff_feff).0;
+        assert_eq!(
+            parse_region_info(&buf, 0).unwrap().file_offset,
+            0x7fff_ffff_ffff_feff
+        );
     }
 
     #[test]
