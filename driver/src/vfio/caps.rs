@@ -22,7 +22,8 @@ pub struct Cap<'a> {
     pub version: u16,
     /// Offset of its header in the buffer.
     pub offset: usize,
-    /// The buffer from the header to the end (the cap's own length is its parser's business).
+    /// Its bytes, header included: up to the next capability's header, or to the end of
+    /// the buffer for the last one (its exact length is its parser's business).
     pub data: &'a [u8],
 }
 
@@ -78,6 +79,12 @@ pub fn walk(buf: &[u8], first: u32, fixed_len: usize) -> Result<Vec<Cap<'_>>, St
         });
         next = u32_at(data, offset_of!(b::vfio_info_cap_header, next)) as usize;
     }
+    // A capability ends where the next one starts (the chain was checked to go forward), so
+    // no parser reads the next capability's bytes as its own.
+    for i in 1..caps.len() {
+        let (start, end) = (caps[i - 1].offset, caps[i].offset);
+        caps[i - 1].data = &buf[start..end];
+    }
     Ok(caps)
 }
 
@@ -99,7 +106,7 @@ fn pairs(cap: &Cap<'_>, what: &str) -> Result<Vec<(u64, u64)>, String> {
         .ok_or_else(|| format!("{what} capability claims {count} entries"))?;
     if need > cap.data.len() {
         return Err(format!(
-            "{what} capability at {:#x} claims {count} entries ({need} bytes) but only {} bytes follow",
+            "{what} capability at {:#x} claims {count} entries ({need} bytes) but holds only {} bytes",
             cap.offset,
             cap.data.len()
         ));
@@ -530,6 +537,53 @@ mod tests {
     }
 
     #[test]
+    fn a_capability_ends_where_the_next_one_starts() {
+        // A sparse-mmap cap at 32 claims 2 areas (48 bytes, to 80), but the next cap starts
+        // at 64: its second area would be read from the next cap's bytes.
+        let claims_two = region(96, 0xf, 0, 32, 0x10000, 0)
+            .cap(32, 1, 1, 64)
+            .u32(40, 2)
+            .u64(48, 0)
+            .u64(56, 0x1000)
+            .cap(64, 2, 1, 0)
+            .u32(72, 0x1000)
+            .u32(76, 0x1000)
+            .0;
+        let err = parse_region_info(&claims_two, 0).unwrap_err();
+        assert!(
+            err.contains("claims 2 entries (48 bytes) but holds only 32 bytes"),
+            "{err}"
+        );
+        // One area fits before the next cap: accepted.
+        let claims_one = region(96, 0xf, 0, 32, 0x10000, 0)
+            .cap(32, 1, 1, 64)
+            .u32(40, 1)
+            .u64(48, 0)
+            .u64(56, 0x1000)
+            .cap(64, 2, 1, 0)
+            .u32(72, 0x8000_15b3)
+            .u32(76, 1)
+            .0;
+        let r = parse_region_info(&claims_one, 0).unwrap();
+        assert_eq!(
+            r.info.sparse,
+            Some(vec![MmapArea {
+                offset: 0,
+                size: 0x1000
+            }])
+        );
+        assert_eq!(r.region_type, Some((0x8000_15b3, 1)));
+        // Each cap's bytes run to the next header; the last one's to the end of the buffer.
+        let caps = walk(&claims_one, 32, 32).unwrap();
+        assert_eq!(
+            caps.iter()
+                .map(|c| (c.offset, c.data.len()))
+                .collect::<Vec<_>>(),
+            vec![(32, 32), (64, 32)]
+        );
+    }
+
+    #[test]
     fn region_with_msix_mappable() {
         let buf = region(40, 0xf, 0, 32, 0x2000000, 0).cap(32, 3, 1, 0).0;
         let r = parse_region_info(&buf, 0).unwrap();
@@ -674,7 +728,7 @@ mod tests {
         assert!(
             parse_iommu_info(&cut)
                 .unwrap_err()
-                .contains("only 16 bytes follow")
+                .contains("holds only 16 bytes")
         );
         let avail_cut = iommu(32, 0x3, 0x1000, 24).cap(24, 3, 1, 0).0;
         assert!(
