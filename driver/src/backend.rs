@@ -168,6 +168,14 @@ pub trait DeviceBackend: Send + Sync {
 /// PCI command register offset and its bus-master bit.
 const PCI_COMMAND: u64 = 0x04;
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
+/// The command register's INTx-disable bit.
+const PCI_COMMAND_INTX_DISABLE: u16 = 1 << 10;
+/// Command-register bits vfio-pci answers from its own copy instead of the device: it keeps
+/// INTx disable virtual for its interrupt masking (`init_pci_cap_basic_perm` in
+/// drivers/vfio/pci/vfio_pci_config.c), and a read merges `(hw & !virt) | (copy & virt)`.
+/// Behind VFIO a function that is gone therefore reads all-ones in every bit but these
+/// (0xfbff when the kernel's copy of INTx disable is clear), never all-ones in full.
+const VFIO_VIRTUAL_COMMAND_BITS: u16 = PCI_COMMAND_INTX_DISABLE;
 
 /// Helpers every backend gets from the trait's primitives.
 pub trait DeviceBackendExt: DeviceBackend {
@@ -191,9 +199,10 @@ pub trait DeviceBackendExt: DeviceBackend {
     }
 
     /// Turn PCI bus mastering (the device's permission to DMA) on or off. A command register
-    /// that reads all-ones means the function is gone (removed, or its link down or in
-    /// reset): nothing is written back, and [`DriverError::DeviceFatal`] says so. A gone
-    /// function issues no DMA, so turning mastering off is then already true.
+    /// that reads all-ones (apart from the bits VFIO answers itself, see
+    /// [`DeviceBackendExt::command_register`]) means the function is gone (removed, or its
+    /// link down or in reset): nothing is written back, and [`DriverError::DeviceFatal`]
+    /// says so. A gone function issues no DMA, so turning mastering off is then already true.
     fn set_bus_master(&self, on: bool) -> Result<(), DriverError> {
         let cmd = self.command_register()?;
         let new = if on {
@@ -212,14 +221,17 @@ pub trait DeviceBackendExt: DeviceBackend {
         Ok(self.command_register()? & PCI_COMMAND_MASTER != 0)
     }
 
-    /// The PCI command register, refused when it reads all-ones (no function answers).
+    /// The PCI command register, refused when no function answers: it reads all-ones, or
+    /// all-ones in every bit the device itself supplies (vfio-pci fills INTx disable from its
+    /// virtual copy, so a gone function reads 0xfbff there). Bits 11 to 15 are reserved and
+    /// read 0 on a live function, so a live one never matches.
     fn command_register(&self) -> Result<u16, DriverError> {
         let cmd = self.config_read16(PCI_COMMAND)?;
-        if cmd == u16::MAX {
+        if cmd | VFIO_VIRTUAL_COMMAND_BITS == u16::MAX {
             return Err(DriverError::DeviceFatal {
                 reason: format!(
-                    "the PCI command register of {} reads all-ones: the function is gone \
-                     (surprise removal, link down or reset in progress)",
+                    "the PCI command register of {} reads all-ones ({cmd:#06x}): the \
+                     function is gone (surprise removal, link down or reset in progress)",
                     self.describe()
                 ),
             });
@@ -259,6 +271,31 @@ mod tests {
             model.config_writes.lock().unwrap().is_empty(),
             "nothing is written back to a function that reads all-ones"
         );
+    }
+
+    #[test]
+    fn a_gone_function_behind_vfio_reads_0xfbff_and_is_reported_gone() {
+        // vfio-pci answers INTx disable from its own copy (0 here): the command register of
+        // a function whose link is down reads 0xfbff, not all-ones.
+        let model = Arc::new(Recorder {
+            config_all_ones: true,
+            config_vfio_merge: true,
+            ..Recorder::default()
+        });
+        let backend = EmulatedBackend::new(model.clone(), "test");
+        assert_eq!(backend.config_read16(PCI_COMMAND).unwrap(), 0xfbff);
+        for on in [false, true] {
+            let err = backend.set_bus_master(on).unwrap_err();
+            assert!(
+                matches!(&err, DriverError::DeviceFatal { reason } if reason.contains("0xfbff")),
+                "{err:?}"
+            );
+        }
+        assert!(matches!(
+            backend.bus_master(),
+            Err(DriverError::DeviceFatal { .. })
+        ));
+        assert!(model.config_writes.lock().unwrap().is_empty());
     }
 
     #[test]

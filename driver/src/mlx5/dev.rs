@@ -741,6 +741,35 @@ mod tests {
         Dev::new(backend, HcaOptions::default())
     }
 
+    /// A function whose link went down behind vfio-pci reads 0xfbff in its command register
+    /// (INTx disable comes from the kernel's copy): it is gone, so its DMA is stopped and the
+    /// fatal path gives the buffers back instead of quarantining them.
+    #[test]
+    fn a_gone_function_behind_vfio_is_quiesced_without_quarantine() {
+        let model = Arc::new(Recorder {
+            bar0_len: Some(0x1014),
+            config_all_ones: true,
+            config_vfio_merge: true,
+            ..Recorder::default()
+        });
+        let backend = Arc::new(EmulatedBackend::new(model.clone(), "test"));
+        let dev = Dev::new(backend, HcaOptions::default()).unwrap();
+        dev.enter_fatal("link down", true);
+        assert!(dev.is_fatal());
+        assert!(
+            !dev.pool.is_quarantined(),
+            "the driver pool is not quarantined"
+        );
+        assert!(
+            !dev.mad_pool.is_quarantined(),
+            "the MAD pool is not quarantined"
+        );
+        assert!(
+            model.config_writes.lock().unwrap().is_empty(),
+            "nothing is written to a gone function"
+        );
+    }
+
     #[test]
     fn opening_an_hca_whose_bar0_is_too_small_fails_without_a_panic() {
         let model = Arc::new(Recorder {

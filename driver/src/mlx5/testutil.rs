@@ -19,6 +19,10 @@ pub(crate) struct Recorder {
     pub(crate) bar0_len: Option<u64>,
     /// Config-space reads return all-ones (a removed or resetting function).
     pub(crate) config_all_ones: bool,
+    /// With `config_all_ones`: reads merge as vfio-pci's do, the hardware's all-ones except
+    /// in the bits it keeps a virtual copy of, here the command register's INTx disable
+    /// (0x0400) from a copy that holds 0 (a gone function behind VFIO reads 0xfbff there).
+    pub(crate) config_vfio_merge: bool,
     /// Config-space writes seen (offset, bytes).
     pub(crate) config_writes: Mutex<Vec<(u64, Vec<u8>)>>,
 }
@@ -56,8 +60,15 @@ impl DeviceModel for Recorder {
     fn mmio_write(&self, _: u8, offset: u64, d: &[u8]) {
         self.writes.lock().unwrap().push((offset, d.to_vec()));
     }
-    fn config_read(&self, _: u64, d: &mut [u8]) {
+    fn config_read(&self, offset: u64, d: &mut [u8]) {
         d.fill(if self.config_all_ones { 0xff } else { 0 });
+        // The command register's high byte is at 0x05; INTx disable is its bit 2.
+        let high_command_byte = 0x05u64.checked_sub(offset).map(|i| i as usize);
+        if let Some(b) = high_command_byte.and_then(|i| d.get_mut(i)) {
+            if self.config_vfio_merge {
+                *b &= !0x04;
+            }
+        }
     }
     fn config_write(&self, offset: u64, d: &[u8]) {
         self.config_writes

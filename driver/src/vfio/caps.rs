@@ -22,22 +22,41 @@ pub struct Cap<'a> {
     pub version: u16,
     /// Offset of its header in the buffer.
     pub offset: usize,
-    /// The buffer from the header to the end (the cap's own length is its parser's business).
+    /// Its bytes, header included: up to the next capability's header, or to the end of
+    /// the buffer for the last one (its exact length is its parser's business).
     pub data: &'a [u8],
 }
 
 const HEADER: usize = size_of::<b::vfio_info_cap_header>();
 
+/// Alignment of every capability header. The kernel appends each capability at the end of
+/// the chain (`vfio_info_cap_add`, vfio_main.c) and newer kernels round each size up to 8;
+/// older ones did not round, but every capability struct is a multiple of 4 bytes.
+const CAP_ALIGN: usize = 4;
+
 /// Walk the chain that starts at `first` (0: no capabilities). Capabilities live after the
 /// fixed struct, so an offset below `fixed_len` is as wrong as one past the end.
+///
+/// The kernel only appends (`vfio_info_cap_add`) and shifts every link by the same amount
+/// (`vfio_info_cap_shift`), so a real chain only goes forward, each header past the one
+/// before: anything else is refused, which also rules out loops, in one linear pass.
 pub fn walk(buf: &[u8], first: u32, fixed_len: usize) -> Result<Vec<Cap<'_>>, String> {
     let mut caps: Vec<Cap<'_>> = Vec::new();
     let mut next = first as usize;
+    // The lowest offset the next header may start at.
+    let mut lowest = fixed_len;
     while next != 0 {
-        if next < fixed_len {
-            return Err(format!(
-                "capability at offset {next:#x} overlaps the {fixed_len}-byte fixed part"
-            ));
+        if next < lowest {
+            return Err(match caps.last() {
+                None => format!(
+                    "capability at offset {next:#x} overlaps the {fixed_len}-byte fixed part"
+                ),
+                Some(prev) => format!(
+                    "capability at offset {:#x} links back to offset {next:#x}, not past its \
+                     own {HEADER}-byte header: kernel chains only go forward (a loop or overlap)",
+                    prev.offset
+                ),
+            });
         }
         if next.checked_add(HEADER).is_none_or(|end| end > buf.len()) {
             return Err(format!(
@@ -45,9 +64,12 @@ pub fn walk(buf: &[u8], first: u32, fixed_len: usize) -> Result<Vec<Cap<'_>>, St
                 buf.len()
             ));
         }
-        if caps.iter().any(|c| c.offset == next) {
-            return Err(format!("capability chain loops back to offset {next:#x}"));
+        if next % CAP_ALIGN != 0 {
+            return Err(format!(
+                "capability at offset {next:#x} is not {CAP_ALIGN}-byte aligned"
+            ));
         }
+        lowest = next + HEADER;
         let data = &buf[next..];
         caps.push(Cap {
             id: u16::from_ne_bytes([data[0], data[1]]),
@@ -56,6 +78,12 @@ pub fn walk(buf: &[u8], first: u32, fixed_len: usize) -> Result<Vec<Cap<'_>>, St
             data,
         });
         next = u32_at(data, offset_of!(b::vfio_info_cap_header, next)) as usize;
+    }
+    // A capability ends where the next one starts (the chain was checked to go forward), so
+    // no parser reads the next capability's bytes as its own.
+    for i in 1..caps.len() {
+        let (start, end) = (caps[i - 1].offset, caps[i].offset);
+        caps[i - 1].data = &buf[start..end];
     }
     Ok(caps)
 }
@@ -78,7 +106,7 @@ fn pairs(cap: &Cap<'_>, what: &str) -> Result<Vec<(u64, u64)>, String> {
         .ok_or_else(|| format!("{what} capability claims {count} entries"))?;
     if need > cap.data.len() {
         return Err(format!(
-            "{what} capability at {:#x} claims {count} entries ({need} bytes) but only {} bytes follow",
+            "{what} capability at {:#x} claims {count} entries ({need} bytes) but holds only {} bytes",
             cap.offset,
             cap.data.len()
         ));
@@ -118,6 +146,18 @@ pub fn parse_region_info(buf: &[u8], index: u32) -> Result<RegionDetails, String
     }
     let size = u64_at(buf, offset_of!(b::vfio_region_info, size));
     let file_offset = u64_at(buf, offset_of!(b::vfio_region_info, offset));
+    // Every access adds an offset inside the region to `file_offset`; the kernel's file
+    // offsets are `loff_t`, signed 64-bit. Checked once here, those sums cannot overflow.
+    if file_offset
+        .checked_add(size)
+        .is_none_or(|end| end > i64::MAX.unsigned_abs())
+    {
+        return Err(format!(
+            "region {index} at file offset {file_offset:#x} with {size:#x} bytes ends past the \
+             largest file offset ({:#x})",
+            i64::MAX
+        ));
+    }
     let cap_offset = u32_at(buf, offset_of!(b::vfio_region_info, cap_offset));
     let mut info = RegionInfo {
         index,
@@ -333,10 +373,59 @@ mod tests {
         assert!(
             walk(&self_loop, 24, 24)
                 .unwrap_err()
-                .contains("loops back to offset 0x18")
+                .contains("offset 0x18 links back to offset 0x18")
         );
         let two_loop = Buf::new(64).cap(24, 1, 1, 40).cap(40, 2, 1, 24).0;
-        assert!(walk(&two_loop, 24, 24).unwrap_err().contains("loops back"));
+        assert!(walk(&two_loop, 24, 24).unwrap_err().contains("links back"));
+    }
+
+    #[test]
+    fn rejects_a_chain_that_goes_backwards_or_overlaps() {
+        // 56 -> 32 -> end: no loop, but the kernel never links backwards.
+        let backwards = Buf::new(64).cap(56, 1, 1, 32).cap(32, 2, 1, 0).0;
+        assert!(
+            walk(&backwards, 56, 32)
+                .unwrap_err()
+                .contains("offset 0x38 links back to offset 0x20")
+        );
+        // The second header would start inside the first.
+        let overlapping = Buf::new(64).cap(32, 1, 1, 36).0;
+        assert!(
+            walk(&overlapping, 32, 32)
+                .unwrap_err()
+                .contains("links back to offset 0x24")
+        );
+        // A header right after the previous one is fine; a misaligned one is not.
+        let packed = Buf::new(64).cap(32, 1, 1, 40).cap(40, 2, 1, 0).0;
+        assert_eq!(walk(&packed, 32, 32).unwrap().len(), 2);
+        let misaligned = Buf::new(64).cap(32, 1, 1, 42).0;
+        assert!(
+            walk(&misaligned, 32, 32)
+                .unwrap_err()
+                .contains("0x2a is not 4-byte aligned")
+        );
+    }
+
+    #[test]
+    fn walks_the_longest_chain_the_buffer_limit_allows() {
+        // The largest info buffer accepted, holding one 8-byte header after another: every
+        // capability is visited once.
+        let len = super::super::ioctl::MAX_INFO_BYTES;
+        let fixed = 32;
+        let mut buf = Buf::new(len);
+        let mut at = fixed;
+        while at + HEADER <= len {
+            let next = if at + 2 * HEADER <= len {
+                at + HEADER
+            } else {
+                0
+            };
+            buf = buf.cap(at, 1, 1, u32::try_from(next).unwrap());
+            at += HEADER;
+        }
+        let caps = walk(&buf.0, 32, fixed).unwrap();
+        assert_eq!(caps.len(), (len - fixed) / HEADER);
+        assert_eq!(caps.last().unwrap().offset, len - HEADER);
     }
 
     #[test]
@@ -425,6 +514,76 @@ mod tests {
     }
 
     #[test]
+    fn a_region_ending_past_the_largest_file_offset_is_an_error() {
+        for (off, size) in [
+            (u64::MAX - 0x10, 0x100),
+            (u64::MAX - 0x10, 0),
+            (1 << 63, 0x100),
+            (0x7fff_ffff_ffff_ff00, 0x101),
+        ] {
+            let buf = region(32, 0x7, 0, 0, size, off).0;
+            let err = parse_region_info(&buf, 0).unwrap_err();
+            assert!(
+                err.contains("largest file offset"),
+                "{off:#x}+{size:#x}: {err}"
+            );
+        }
+        // Ending exactly at the largest offset is fine.
+        let buf = region(32, 0x7, 0, 0, 0x100, 0x7fff_ffff_ffff_feff).0;
+        assert_eq!(
+            parse_region_info(&buf, 0).unwrap().file_offset,
+            0x7fff_ffff_ffff_feff
+        );
+    }
+
+    #[test]
+    fn a_capability_ends_where_the_next_one_starts() {
+        // A sparse-mmap cap at 32 claims 2 areas (48 bytes, to 80), but the next cap starts
+        // at 64: its second area would be read from the next cap's bytes.
+        let claims_two = region(96, 0xf, 0, 32, 0x10000, 0)
+            .cap(32, 1, 1, 64)
+            .u32(40, 2)
+            .u64(48, 0)
+            .u64(56, 0x1000)
+            .cap(64, 2, 1, 0)
+            .u32(72, 0x1000)
+            .u32(76, 0x1000)
+            .0;
+        let err = parse_region_info(&claims_two, 0).unwrap_err();
+        assert!(
+            err.contains("claims 2 entries (48 bytes) but holds only 32 bytes"),
+            "{err}"
+        );
+        // One area fits before the next cap: accepted.
+        let claims_one = region(96, 0xf, 0, 32, 0x10000, 0)
+            .cap(32, 1, 1, 64)
+            .u32(40, 1)
+            .u64(48, 0)
+            .u64(56, 0x1000)
+            .cap(64, 2, 1, 0)
+            .u32(72, 0x8000_15b3)
+            .u32(76, 1)
+            .0;
+        let r = parse_region_info(&claims_one, 0).unwrap();
+        assert_eq!(
+            r.info.sparse,
+            Some(vec![MmapArea {
+                offset: 0,
+                size: 0x1000
+            }])
+        );
+        assert_eq!(r.region_type, Some((0x8000_15b3, 1)));
+        // Each cap's bytes run to the next header; the last one's to the end of the buffer.
+        let caps = walk(&claims_one, 32, 32).unwrap();
+        assert_eq!(
+            caps.iter()
+                .map(|c| (c.offset, c.data.len()))
+                .collect::<Vec<_>>(),
+            vec![(32, 32), (64, 32)]
+        );
+    }
+
+    #[test]
     fn region_with_msix_mappable() {
         let buf = region(40, 0xf, 0, 32, 0x2000000, 0).cap(32, 3, 1, 0).0;
         let r = parse_region_info(&buf, 0).unwrap();
@@ -484,7 +643,7 @@ mod tests {
                 .contains("none delivered")
         );
         let buf = region(48, 0xf, 0, 32, 0x10000, 0).cap(32, 3, 1, 32).0;
-        assert!(parse_region_info(&buf, 0).unwrap_err().contains("loops"));
+        assert!(parse_region_info(&buf, 0).unwrap_err().contains("loop"));
         let buf = region(32, 0x7, 2, 0, 0x10000, 0).0;
         assert!(
             parse_region_info(&buf, 0)
@@ -569,7 +728,7 @@ mod tests {
         assert!(
             parse_iommu_info(&cut)
                 .unwrap_err()
-                .contains("only 16 bytes follow")
+                .contains("holds only 16 bytes")
         );
         let avail_cut = iommu(32, 0x3, 0x1000, 24).cap(24, 3, 1, 0).0;
         assert!(
@@ -578,7 +737,7 @@ mod tests {
                 .contains("cut short")
         );
         let looped = iommu(48, 0x3, 0x1000, 24).cap(24, 3, 1, 24).0;
-        assert!(parse_iommu_info(&looped).unwrap_err().contains("loops"));
+        assert!(parse_iommu_info(&looped).unwrap_err().contains("loop"));
         let oob = iommu(24, 0x3, 0x1000, 0x100).0;
         assert!(parse_iommu_info(&oob).unwrap_err().contains("past the end"));
     }

@@ -349,6 +349,7 @@ impl VfioBackend {
         if offset.checked_add(len as u64).is_none_or(|end| end > size) {
             return Err(DriverError::ConfigRange { offset, len, size });
         }
+        // No overflow: `offset` lies inside the region, and parsing checked its end.
         Ok(config.file_offset + offset)
     }
 
@@ -503,7 +504,8 @@ impl DeviceBackend for VfioBackend {
         let mapping = bar::map_bar(info.size, areas, bar::page_size(), |at, area, len| {
             // SAFETY: `map_bar` calls this with `at .. at + len` inside the PROT_NONE
             // reservation it just made and owns (it checked each area fits the BAR), which
-            // nothing refers to yet.
+            // nothing refers to yet. The sum does not overflow: the area lies inside the BAR,
+            // whose end parsing checked.
             unsafe { bar::map_fixed_shared(at, len, fd, file_offset + area.offset) }
         })
         .map_err(not)?;
