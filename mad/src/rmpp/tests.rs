@@ -115,6 +115,21 @@ fn completions(ev: &[Event]) -> Vec<SendCompletion> {
         .collect()
 }
 
+/// `n` sends of `client` that expect no response, all completed: each takes the next free
+/// send slot, so after about a slot count of them every slot has been handed out again.
+fn other_sends(r: &Rig, client: &crate::Agent, n: u64) {
+    for i in 0..n {
+        client
+            .send(SendRequest::new(
+                sa_message(method::GET, 0x1000 + i, 0, false, 0),
+                to_peer(),
+            ))
+            .unwrap();
+    }
+    let ev = r.collect(client, Duration::from_millis(5));
+    assert_eq!(completions(&ev).len(), n as usize, "{ev:?}");
+}
+
 #[test]
 fn a_multi_segment_response_with_a_lost_segment_is_reassembled_once_it_comes() {
     let r = Rig::new();

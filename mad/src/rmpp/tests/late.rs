@@ -47,20 +47,6 @@ fn get_table(
     (r, client, id, response, acks)
 }
 
-/// `n` sends of `client` that expect no response, all completed.
-fn other_sends(r: &Rig, client: &crate::Agent, n: u64) {
-    for i in 0..n {
-        client
-            .send(SendRequest::new(
-                sa_message(method::GET, 0x1000 + i, 0, false, 0),
-                to_peer(),
-            ))
-            .unwrap();
-    }
-    let ev = r.collect(client, Duration::from_millis(5));
-    assert_eq!(completions(&ev).len(), n as usize, "{ev:?}");
-}
-
 #[test]
 fn a_late_copy_of_the_last_segment_is_acknowledged_again_however_many_sends_came_between() {
     for n in [0, 200] {
