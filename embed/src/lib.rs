@@ -719,30 +719,9 @@ mod tests {
     #[test]
     fn state_is_loaded_at_open_and_saved_by_persist_states() {
         install();
-        let dir = std::env::temp_dir().join(format!("embed-state-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let topo = dir.join("two.net");
-        std::fs::write(
-            &topo,
-            "Switch\t8 \"Switch1\"\n[1]\t\"Hca1\"[1]\n[2]\t\"Hca2\"[1]\n\n\
-             Hca\t1 \"Hca1\"\n[1]\t\"Switch1\"[1]\n\n\
-             Hca\t1 \"Hca2\"\n[1]\t\"Switch1\"[2]\n",
-        )
-        .unwrap();
+        let (dir, topo) = two_cas("state");
         // A state saved from the same topology with Hca2's LID set.
-        let net = Network::new(
-            Fabric::parse_file(&topo).unwrap(),
-            Arc::new(Scheduler::new(ClockMode::Virtual)),
-        );
-        let hca2 = net.port("Hca2", 1).unwrap();
-        net.with_fabric_mut(|f| f.set_lid(hca2, 7, 0).unwrap());
-        let state = dir.join("state");
-        net.save_state(&state).unwrap();
-        let spec = format!(
-            "sim:clock=virtual,topology={},node=Hca1,state={}",
-            topo.display(),
-            state.display()
-        );
+        let (state, spec) = hca2_lid_state(&dir, &topo);
         let dev = driver::open(&spec).unwrap();
         std::fs::remove_file(&state).unwrap();
         let saved = persist_states();
@@ -792,6 +771,25 @@ mod tests {
         (dir, topo)
     }
 
+    /// Saves in `dir` a state of the fabric `topo` with Hca2's LID set to 7; returns the state
+    /// file and the spec that opens Hca1 with it.
+    fn hca2_lid_state(dir: &Path, topo: &Path) -> (PathBuf, String) {
+        let net = Network::new(
+            Fabric::parse_file(topo).unwrap(),
+            Arc::new(Scheduler::new(ClockMode::Virtual)),
+        );
+        let hca2 = net.port("Hca2", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(hca2, 7, 0).unwrap());
+        let state = dir.join("state");
+        net.save_state(&state).unwrap();
+        let spec = format!(
+            "sim:clock=virtual,topology={},node=Hca1,state={}",
+            topo.display(),
+            state.display()
+        );
+        (state, spec)
+    }
+
     #[test]
     fn a_failed_open_leaves_no_state_to_save() {
         install();
@@ -821,19 +819,7 @@ mod tests {
         install();
         let (dir, topo) = two_cas("closed");
         // A state with Hca2's LID set.
-        let net = Network::new(
-            Fabric::parse_file(&topo).unwrap(),
-            Arc::new(Scheduler::new(ClockMode::Virtual)),
-        );
-        let hca2 = net.port("Hca2", 1).unwrap();
-        net.with_fabric_mut(|f| f.set_lid(hca2, 7, 0).unwrap());
-        let state = dir.join("state");
-        net.save_state(&state).unwrap();
-        let spec = format!(
-            "sim:clock=virtual,topology={},node=Hca1,state={}",
-            topo.display(),
-            state.display()
-        );
+        let (state, spec) = hca2_lid_state(&dir, &topo);
         for _ in 0..5 {
             let dev = driver::open(&spec).unwrap();
             assert_eq!(live_for(&state), 1);

@@ -3,6 +3,7 @@
 //! buffers, a poll loop on the device's clock, and the leak check every scenario ends with.
 
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use dma::{Access, DmaLease};
@@ -163,6 +164,31 @@ impl Default for SimHca {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Schedule, one microsecond of device time from now, an event that waits (in real time, up
+/// to `limit`) for `release` once the firmware has lost a command (fetched it), telling
+/// `entered` which thread it holds; before that it schedules itself again, so that it holds
+/// the thread that waits for the lost command and not one that only let time pass before the
+/// command was fetched.
+pub fn hold_once_a_command_is_lost(
+    model: Arc<Mlx5>,
+    entered: Sender<Option<String>>,
+    release: Receiver<()>,
+    limit: Duration,
+) {
+    let sched = model.scheduler().clone();
+    sched.schedule_in(
+        Duration::from_micros(1),
+        Box::new(move || {
+            if model.counters().commands_lost == 0 {
+                hold_once_a_command_is_lost(model, entered, release, limit);
+                return;
+            }
+            let _ = entered.send(std::thread::current().name().map(str::to_owned));
+            let _ = release.recv_timeout(limit);
+        }),
+    );
 }
 
 /// A MAD buffer leased from the port's pool.

@@ -9,42 +9,20 @@
 //! that waits for it as soon as device time passes, and the test polls meanwhile. The lost
 //! command is then run late, so the close goes on as if it had completed normally.
 
-use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use driver::verbs::{DeviceEvent, Hca, HcaPort, SpecialQp, WcOpcode, WcStatus};
 use firmware_cmds::mlx5::opcode::Opcode;
-use hca_tests::mlx5::{MAD, SimHca, lease, mad, poll_n, port, send_wr, to_self};
-use sim::mlx5::Mlx5;
+use hca_tests::mlx5::{
+    MAD, SimHca, hold_once_a_command_is_lost, lease, mad, poll_n, port, send_wr, to_self,
+};
 
 /// Real time after which a thread that has not answered counts as hung.
 const HANG_LIMIT: Duration = Duration::from_secs(120);
 
 /// Name of the thread that closes.
 const CLOSER: &str = "close";
-
-/// Schedule, one microsecond of device time from now, an event that waits (in real time) for
-/// `release` once the firmware has lost a command, telling `entered` which thread it holds;
-/// before that it schedules itself again.
-fn hold_once_a_command_is_lost(
-    model: Arc<Mlx5>,
-    entered: Sender<Option<String>>,
-    release: Receiver<()>,
-) {
-    let sched = model.scheduler().clone();
-    sched.schedule_in(
-        Duration::from_micros(1),
-        Box::new(move || {
-            if model.counters().commands_lost == 0 {
-                hold_once_a_command_is_lost(model, entered, release);
-                return;
-            }
-            let _ = entered.send(std::thread::current().name().map(str::to_owned));
-            let _ = release.recv_timeout(HANG_LIMIT);
-        }),
-    );
-}
 
 #[test]
 fn a_poll_during_the_close_drops_cqes_of_qps_already_taken_and_the_close_stays_clean() {
@@ -79,7 +57,7 @@ fn a_poll_during_the_close_drops_cqes_of_qps_already_taken_and_the_close_stays_c
     faults.lose_commands(Opcode::QP_2RST_QP.0, 1);
     let (entered_tx, entered) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
-    hold_once_a_command_is_lost(sim.model.clone(), entered_tx, release_rx);
+    hold_once_a_command_is_lost(sim.model.clone(), entered_tx, release_rx, HANG_LIMIT);
     let closer = {
         let hca = hca.clone();
         std::thread::Builder::new()

@@ -5,6 +5,7 @@
 //! nothing hangs and every driver resource is released.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use driver::mlx5::{MAX_MISSES, Mlx5Hca, REMOVAL_CHECK};
@@ -168,6 +169,27 @@ fn fatal_with_work(sim: &SimHca, hca: &Mlx5Hca) -> (InFlight, String) {
     (work, reason)
 }
 
+/// An HCA whose DMA cannot be stopped once open: neither bus mastering off (its config write
+/// fails) nor the function reset works.
+fn open_with_unstoppable_dma() -> (SimHca, Arc<Mlx5Hca>) {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    sim.backend.faults().fail_config_writes(true);
+    sim.backend.faults().fail_reset(true);
+    (sim, hca)
+}
+
+/// What a driver that could not stop the device's DMA leaves: no IOMMU fault (nothing was
+/// unmapped under the device), and the function marked as needing a reset before next open.
+fn assert_no_fault_and_reset_needed(sim: &SimHca) {
+    assert_eq!(sim.faults(), 0, "no IOMMU fault");
+    let why = sim
+        .backend
+        .needs_reset()
+        .expect("the next open must reset first");
+    assert!(why.contains("could not be stopped"), "{why}");
+}
+
 /// Bus mastering cannot be turned off on the live function (its config write fails), but
 /// the function reset works: the reset stops the device's DMA, and the fatal path goes on as
 /// usual (software flush, every lease back, nothing quarantined).
@@ -196,10 +218,7 @@ fn a_fatal_error_whose_bus_master_write_fails_resets_the_function_instead() {
 /// them without a fault), and the function is marked as needing a reset.
 #[test]
 fn a_fatal_error_whose_dma_cannot_be_stopped_quarantines_every_buffer() {
-    let sim = SimHca::new();
-    let hca = sim.open_strict();
-    sim.backend.faults().fail_config_writes(true);
-    sim.backend.faults().fail_reset(true);
+    let (sim, hca) = open_with_unstoppable_dma();
     let (work, reason) = fatal_with_work(&sim, &hca);
     assert!(reason.contains("could not be stopped"), "{reason}");
     let p = port(&hca, 1);
@@ -249,12 +268,7 @@ fn a_fatal_error_whose_dma_cannot_be_stopped_quarantines_every_buffer() {
         mappings,
         "the close unmapped nothing"
     );
-    assert_eq!(sim.faults(), 0, "no IOMMU fault");
-    let why = sim
-        .backend
-        .needs_reset()
-        .expect("the next open must reset first");
-    assert!(why.contains("could not be stopped"), "{why}");
+    assert_no_fault_and_reset_needed(&sim);
 }
 
 trait BusMaster {
@@ -471,10 +485,7 @@ fn a_device_that_stays_healthy_is_polled_and_never_declared_fatal() {
 /// under a device that may still write it, and the function is marked as needing a reset.
 #[test]
 fn a_close_whose_dma_cannot_be_stopped_keeps_the_drivers_memory() {
-    let sim = SimHca::new();
-    let hca = sim.open_strict();
-    sim.backend.faults().fail_config_writes(true);
-    sim.backend.faults().fail_reset(true);
+    let (sim, hca) = open_with_unstoppable_dma();
     let mapper = sim.backend.dma_mapper();
     let driver_leases = hca.accounting().driver_pool.leases_out;
     hca.close().unwrap();
@@ -486,10 +497,5 @@ fn a_close_whose_dma_cannot_be_stopped_keeps_the_drivers_memory() {
         "only what was out at the close: {a:?}"
     );
     assert!(mapper.live_mappings() >= a.driver_pool.quarantined, "{a:?}");
-    assert_eq!(sim.faults(), 0, "no IOMMU fault");
-    let why = sim
-        .backend
-        .needs_reset()
-        .expect("the next open must reset first");
-    assert!(why.contains("could not be stopped"), "{why}");
+    assert_no_fault_and_reset_needed(&sim);
 }

@@ -21,8 +21,11 @@ use driver::mlx5::{Mlx5Hca, Mlx5Port};
 use driver::verbs::{Hca, HcaPort, PostError, SpecialQp, UdDest, WcOpcode, WcStatus};
 use firmware_cmds::mlx5::opcode::Opcode;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use hca_tests::mlx5::{RECV_BUF, SimHca, gsi_send_setup, lease, poll_n, recv_wr, send_wr, to_self};
-use sim::mlx5::{Mlx5, WqeQueue};
+use hca_tests::mlx5::{
+    RECV_BUF, SimHca, gsi_send_setup, hold_once_a_command_is_lost, lease, poll_n, recv_wr, send_wr,
+    to_self,
+};
+use sim::mlx5::WqeQueue;
 
 /// Real time after which a thread that has not answered counts as hung. Generous: the machine
 /// is shared, and a hang is what it catches, not slowness.
@@ -35,29 +38,6 @@ const POST_LIMIT: Duration = Duration::from_secs(10);
 
 /// Name of the thread that recovers.
 const RECOVERER: &str = "recover";
-
-/// Schedule, one microsecond of device time from now, an event that waits (in real time) for
-/// `release` once the firmware has lost a command (fetched it), telling `entered` which thread
-/// it holds; before that it schedules itself again, so that it holds the thread that waits for
-/// the lost command and not one that only let time pass before the command was fetched.
-fn hold_once_a_command_is_lost(
-    model: Arc<Mlx5>,
-    entered: Sender<Option<String>>,
-    release: Receiver<()>,
-) {
-    let sched = model.scheduler().clone();
-    sched.schedule_in(
-        Duration::from_micros(1),
-        Box::new(move || {
-            if model.counters().commands_lost == 0 {
-                hold_once_a_command_is_lost(model, entered, release);
-                return;
-            }
-            let _ = entered.send(std::thread::current().name().map(str::to_owned));
-            let _ = release.recv_timeout(HANG_LIMIT);
-        }),
-    );
-}
 
 /// A port whose GSI send queue stopped on a failed send, and a thread recovering it, held in
 /// its lost SQERR2RTS until `release` is sent.
@@ -97,7 +77,7 @@ impl Held {
         sim.model.faults().lose_commands(Opcode::SQERR2RTS_QP.0, 1);
         let (entered_tx, entered) = mpsc::channel();
         let (release, release_rx) = mpsc::channel();
-        hold_once_a_command_is_lost(sim.model.clone(), entered_tx, release_rx);
+        hold_once_a_command_is_lost(sim.model.clone(), entered_tx, release_rx, HANG_LIMIT);
         let (recovered_tx, recovered) = mpsc::channel();
         let recoverer = {
             let p = p.clone();

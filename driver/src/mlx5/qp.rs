@@ -1216,11 +1216,7 @@ pub(crate) mod tests {
             Err(PostError::SendQueueError(_))
         ));
         // The hardware flushes the rest.
-        let f = CqeKind::SendErr {
-            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
-            vendor_err: 0,
-        };
-        let wc = q.complete_send(2, &f).unwrap();
+        let wc = q.complete_send(2, &flushed()).unwrap();
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         // Receives may still be posted while the send queue is stopped.
         q.post_recv(&recv(296, 1)).unwrap();
@@ -1228,23 +1224,10 @@ pub(crate) mod tests {
 
     #[test]
     fn a_flush_polled_after_recovery_leaves_the_send_queue_running() {
-        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        let e = CqeKind::SendErr {
-            syndrome: CqeSyndrome(0x04),
-            vendor_err: 0x33,
-        };
-        q.complete_send(0, &e).unwrap();
-        assert_eq!(q.state, SwState::SqError);
         // A recovery whose SQERR2RTS went through, then the flush of the second send is
         // polled.
-        assert!(q.begin_recovery().unwrap().is_some());
-        q.finish_recovery(Ok(())).unwrap();
-        let f = CqeKind::SendErr {
-            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
-            vendor_err: 0,
-        };
+        let (_pool, _rec, bar, mut q) = recovered_with_one_send_flushing();
+        let f = flushed();
         let wc = q.complete_send(2, &f).unwrap();
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         assert_eq!(q.state, SwState::Rts, "a flush is not a new send error");
@@ -1262,20 +1245,8 @@ pub(crate) mod tests {
     /// the QP stopped.
     #[test]
     fn a_flush_long_after_a_recovery_still_stops_the_send_queue() {
-        let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        let e = CqeKind::SendErr {
-            syndrome: CqeSyndrome(0x04),
-            vendor_err: 0x33,
-        };
-        q.complete_send(0, &e).unwrap();
-        assert!(q.begin_recovery().unwrap().is_some());
-        q.finish_recovery(Ok(())).unwrap();
-        let f = CqeKind::SendErr {
-            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
-            vendor_err: 0,
-        };
+        let (_pool, rec, bar, mut q) = recovered_with_one_send_flushing();
+        let f = flushed();
         q.complete_send(2, &f).unwrap();
         assert_eq!(q.state, SwState::Rts, "the old flush");
         let mut index = 4u16;
@@ -1296,16 +1267,7 @@ pub(crate) mod tests {
     /// A software flush empties the send queue: nothing is left before the recovery's mark.
     #[test]
     fn a_software_flush_drops_the_recovery_mark() {
-        let (_pool, _rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        let e = CqeKind::SendErr {
-            syndrome: CqeSyndrome(0x04),
-            vendor_err: 0x33,
-        };
-        q.complete_send(0, &e).unwrap();
-        assert!(q.begin_recovery().unwrap().is_some());
-        q.finish_recovery(Ok(())).unwrap();
+        let (_pool, _rec, _bar, mut q) = recovered_with_one_send_flushing();
         assert_eq!(q.recovered_at, Some(4));
         let mut out = Vec::new();
         assert_eq!(q.flush(&mut out, usize::MAX), 1);
@@ -1493,6 +1455,31 @@ pub(crate) mod tests {
         assert_eq!(out[0].opcode, WcOpcode::Send);
         assert_eq!(out[3].opcode, WcOpcode::Recv);
         assert_eq!(q.outstanding(), 0);
+    }
+
+    /// A GSI QP that posted two sends, stopped on an error in the first and recovered: the
+    /// hardware still owes the flush of the second (at WQE index 2).
+    fn recovered_with_one_send_flushing() -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
+        let (pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let e = CqeKind::SendErr {
+            syndrome: CqeSyndrome(0x04),
+            vendor_err: 0x33,
+        };
+        q.complete_send(0, &e).unwrap();
+        assert_eq!(q.state, SwState::SqError);
+        assert!(q.begin_recovery().unwrap().is_some());
+        q.finish_recovery(Ok(())).unwrap();
+        (pool, rec, bar, q)
+    }
+
+    /// The completion of a send the hardware flushed.
+    fn flushed() -> CqeKind {
+        CqeKind::SendErr {
+            syndrome: CqeSyndrome::WR_FLUSHED_ERR,
+            vendor_err: 0,
+        }
     }
 
     fn wr(pkey_index: u16, grh: Option<Grh>) -> SendWr {

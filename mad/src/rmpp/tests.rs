@@ -115,6 +115,21 @@ fn completions(ev: &[Event]) -> Vec<SendCompletion> {
         .collect()
 }
 
+/// `n` sends of `client` that expect no response, all completed: each takes the next free
+/// send slot, so after about a slot count of them every slot has been handed out again.
+fn other_sends(r: &Rig, client: &crate::Agent, n: u64) {
+    for i in 0..n {
+        client
+            .send(SendRequest::new(
+                sa_message(method::GET, 0x1000 + i, 0, false, 0),
+                to_peer(),
+            ))
+            .unwrap();
+    }
+    let ev = r.collect(client, Duration::from_millis(5));
+    assert_eq!(completions(&ev).len(), n as usize, "{ev:?}");
+}
+
 #[test]
 fn a_multi_segment_response_with_a_lost_segment_is_reassembled_once_it_comes() {
     let r = Rig::new();
@@ -770,19 +785,22 @@ fn a_late_copy_of_a_response_to_an_rmpp_request_is_acknowledged_again_not_delive
     r.assert_clean();
 }
 
-#[test]
-fn a_response_whose_request_timed_out_meanwhile_is_still_acknowledged_then_dropped() {
-    // Only segment 1 comes at first; the request times out (50 ms) before the rest.
-    let (r, client, id, response, acks) = rmpp_request(&[1], 50);
-    let c = completions(&r.collect(&client, Duration::from_millis(200)));
-    assert_eq!(c.len(), 1);
-    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+/// The peer sends segments `nums` of the kept `response` to a request of `client` that has
+/// already ended: nothing is delivered, the reassembly is acknowledged to its end (the logged
+/// `acks` come to segment 1 then 3, window 9), and the finished message is dropped as late.
+fn rest_after_the_request_ended(
+    r: &Rig,
+    client: &crate::Agent,
+    response: &Mutex<Vec<u8>>,
+    acks: &Mutex<Vec<(u32, u32)>>,
+    nums: &[u32],
+) {
     let late = r.port.counters().drops.get(crate::DropReason::Late);
     let msg = response.lock().unwrap().clone();
-    for seg in segments_of(&msg, &[2, 3]) {
+    for seg in segments_of(&msg, nums) {
         r.fake.inject(from_peer(seg));
     }
-    let ev = r.collect(&client, Duration::from_millis(10));
+    let ev = r.collect(client, Duration::from_millis(10));
     assert!(ev.is_empty(), "the request has ended: {ev:?}");
     assert_eq!(
         *acks.lock().unwrap(),
@@ -794,6 +812,16 @@ fn a_response_whose_request_timed_out_meanwhile_is_still_acknowledged_then_dropp
         late + 1,
         "the finished message dropped as a late response"
     );
+}
+
+#[test]
+fn a_response_whose_request_timed_out_meanwhile_is_still_acknowledged_then_dropped() {
+    // Only segment 1 comes at first; the request times out (50 ms) before the rest.
+    let (r, client, id, response, acks) = rmpp_request(&[1], 50);
+    let c = completions(&r.collect(&client, Duration::from_millis(200)));
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].id, c[0].status), (id, WcStatus::RespTimeoutErr));
+    rest_after_the_request_ended(&r, &client, &response, &acks, &[2, 3]);
     // No T2L abort later: the reassembly completed.
     r.collect(&client, Duration::from_secs(45));
     let k = r.port.rmpp_counters();

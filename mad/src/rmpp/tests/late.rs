@@ -47,20 +47,6 @@ fn get_table(
     (r, client, id, response, acks)
 }
 
-/// `n` sends of `client` that expect no response, all completed.
-fn other_sends(r: &Rig, client: &crate::Agent, n: u64) {
-    for i in 0..n {
-        client
-            .send(SendRequest::new(
-                sa_message(method::GET, 0x1000 + i, 0, false, 0),
-                to_peer(),
-            ))
-            .unwrap();
-    }
-    let ev = r.collect(client, Duration::from_millis(5));
-    assert_eq!(completions(&ev).len(), n as usize, "{ev:?}");
-}
-
 #[test]
 fn a_late_copy_of_the_last_segment_is_acknowledged_again_however_many_sends_came_between() {
     for n in [0, 200] {
@@ -142,23 +128,7 @@ fn a_response_to_an_rmpp_request_that_ended_before_it_came_is_acknowledged_then_
         1,
         "its agent remembered"
     );
-    let late = r.port.counters().drops.get(crate::DropReason::Late);
-    let msg = response.lock().unwrap().clone();
-    for seg in segments_of(&msg, &[1, 2, 3]) {
-        r.fake.inject(from_peer(seg));
-    }
-    let ev = r.collect(&client, Duration::from_millis(10));
-    assert!(ev.is_empty(), "the request has ended: {ev:?}");
-    assert_eq!(
-        *acks.lock().unwrap(),
-        vec![(1, 9), (3, 9)],
-        "acknowledged to the end"
-    );
-    assert_eq!(
-        r.port.counters().drops.get(crate::DropReason::Late),
-        late + 1,
-        "the finished message dropped as a late response"
-    );
+    super::rest_after_the_request_ended(&r, &client, &response, &acks, &[1, 2, 3]);
     r.collect(&client, Duration::from_secs(45));
     let k = r.port.rmpp_counters();
     assert_eq!((k.reassembly_timeouts, k.aborts_sent), (0, 0));

@@ -52,21 +52,6 @@ fn get_table(r: &Rig, client: &crate::Agent) {
     );
 }
 
-/// `n` sends of `client` that expect no response, all completed: each takes the next free
-/// send slot, so after about a slot count of them every slot has been handed out again.
-fn other_sends(r: &Rig, client: &crate::Agent, n: u64) {
-    for i in 0..n {
-        client
-            .send(SendRequest::new(
-                sa_message(method::GET, 0x1000 + i, 0, false, 0),
-                to_peer(),
-            ))
-            .unwrap();
-    }
-    let ev = r.collect(client, Duration::from_millis(5));
-    assert_eq!(completions(&ev).len(), n as usize, "{ev:?}");
-}
-
 /// One GetTable of a user-RMPP client answered by segment 1 only, then `n` other sends:
 /// the client, and the TID and whole response of the transfer still under way.
 fn transfer_after_sends(r: &Rig, n: u64) -> (crate::Agent, u64, Vec<u8>) {
