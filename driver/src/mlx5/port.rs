@@ -596,13 +596,9 @@ impl HcaPort for Mlx5Port {
     }
 
     fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError> {
-        let out = self.dev.exec(&MadIfc {
-            ignore_mkey,
-            ignore_bkey: false,
-            remote_lid: 0,
-            port: self.port_num,
-            mad: *mad,
-        })?;
+        let out = self
+            .dev
+            .exec(&process_mad_command(self.port_num, mad, ignore_mkey))?;
         let mut r = [0u8; MAD_LEN];
         r.copy_from_slice(&out.mad);
         Ok(r)
@@ -665,9 +661,26 @@ impl HcaPort for Mlx5Port {
     }
 }
 
+/// The MAD_IFC `process_mad` sends. The kernel's `mlx5_MAD_IFC` sets both op_mod bits,
+/// ignore M_Key and ignore B_Key, whenever it has no work completion (a MAD the stack
+/// issues itself, where a key-violation trap would have nowhere to go); a MAD with one
+/// (received, or a local SMP with its built completion) sets neither. `ignore_mkey` is the
+/// trait's "issued by the stack itself" flag, so it sets both.
+fn process_mad_command(port: u8, mad: &[u8; MAD_LEN], ignore_mkey: bool) -> MadIfc {
+    MadIfc {
+        ignore_mkey,
+        ignore_bkey: ignore_mkey,
+        remote_lid: 0,
+        port,
+        mad: *mad,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32};
+
+    use firmware_cmds::mlx5::ops::Command;
 
     use super::*;
     use crate::mlx5::qp::SwState;
@@ -739,5 +752,18 @@ mod tests {
         assert!(events.is_empty(), "{events:?}");
         let (r, events) = finish(SwState::SqError, Ok(()));
         assert!(r.is_ok() && events.is_empty(), "{r:?} {events:?}");
+    }
+
+    /// The command mailbox of `process_mad`: the stack's own query (no work completion)
+    /// ignores both keys, op_mod 0x0003 as `mlx5_MAD_IFC` gives it; a received MAD
+    /// ignores neither. op_mod is bytes 6..8 of the command input (`mad_ifc_in`).
+    #[test]
+    fn process_mad_ignores_both_keys_for_the_stacks_own_mads() {
+        let mad = [0x5a; MAD_LEN];
+        let own = process_mad_command(1, &mad, true).encode().unwrap();
+        assert_eq!(&own[0..2], &[0x05, 0x0d], "MAD_IFC");
+        assert_eq!(&own[6..8], &[0x00, 0x03], "ignore M_Key and B_Key");
+        let received = process_mad_command(1, &mad, false).encode().unwrap();
+        assert_eq!(&received[6..8], &[0x00, 0x00], "keys checked");
     }
 }
