@@ -71,7 +71,19 @@ const MLNX_VENDOR_CLASS2: u8 = 0x0A;
 ///   it does not implement with status 0x000C);
 /// - everything else passes to the client agents.
 ///
-/// The agent gets them only if `process_mad` fails. mthca's rule (`mthca_process_mad`)
+/// The agent gets them only if `process_mad` fails.
+///
+/// PerfMgt Get always goes to MAD_IFC here, deliberately. Current kernels, when the device
+/// has the `vport_counters` capability, answer it in the driver instead (`process_pma_cmd`):
+/// ClassPortInfo with only the extended-width capability bit, PortCountersExtended from
+/// QUERY_VPORT_COUNTER, every other attribute from the PPCNT register's IB port counters;
+/// MAD_IFC is then left only PerfMgt Set. Through MAD_IFC the firmware PMA answers all of
+/// them itself (its own ClassPortInfo, counters of the physical port rather than of the
+/// vport, and status 0x000C for what it lacks), which is what a device without
+/// `vport_counters` does under the kernel too, and keeps the stack to one device path whose
+/// answers `firmware_answer` checks.
+///
+/// mthca's rule (`mthca_process_mad`)
 /// differs only in leaving Congestion Control and vendor-range SMP attributes
 /// (0xFF00–0xFFFF) to the client agents; the mlx5 rule is the one kept here, as the
 /// driver is mlx5's.
