@@ -377,6 +377,11 @@ pub trait HcaPort: Send + Sync {
 
     /// Hand a MAD to the port's own management agent (the firmware SMA/PMA through MAD_IFC on
     /// hardware) and return its answer: how SMPs to the local port are served.
+    ///
+    /// `ignore_mkey`: the MAD is issued by the stack itself and has no work completion, so
+    /// both keys are ignored (M_Key and B_Key, as the kernel's `mlx5_MAD_IFC` does without
+    /// `in_wc`: a key-violation trap would have nowhere to go). `false` for a MAD received
+    /// from the wire or sent by a local client, whose keys the agent checks.
     fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError>;
 
     /// Set the bits `set`, then clear the bits `clear`, of the port's

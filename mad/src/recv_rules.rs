@@ -71,7 +71,19 @@ const MLNX_VENDOR_CLASS2: u8 = 0x0A;
 ///   it does not implement with status 0x000C);
 /// - everything else passes to the client agents.
 ///
-/// The agent gets them only if `process_mad` fails. mthca's rule (`mthca_process_mad`)
+/// The agent gets them only if `process_mad` fails.
+///
+/// PerfMgt Get always goes to MAD_IFC here, deliberately. Current kernels, when the device
+/// has the `vport_counters` capability, answer it in the driver instead (`process_pma_cmd`):
+/// ClassPortInfo with only the extended-width capability bit, PortCountersExtended from
+/// QUERY_VPORT_COUNTER, every other attribute from the PPCNT register's IB port counters;
+/// MAD_IFC is then left only PerfMgt Set. Through MAD_IFC the firmware PMA answers all of
+/// them itself (its own ClassPortInfo, counters of the physical port rather than of the
+/// vport, and status 0x000C for what it lacks), which is what a device without
+/// `vport_counters` does under the kernel too, and keeps the stack to one device path whose
+/// answers `firmware_answer` checks.
+///
+/// mthca's rule (`mthca_process_mad`)
 /// differs only in leaving Congestion Control and vendor-range SMP attributes
 /// (0xFF00–0xFFFF) to the client agents; the mlx5 rule is the one kept here, as the
 /// driver is mlx5's.
@@ -101,14 +113,31 @@ pub fn local_agent(mad: &Mad<&[u8]>, slid: u16) -> LocalAgent {
     LocalAgent::Pass
 }
 
-/// Checks what `process_mad` returned for `request` before it goes on the wire (nothing the
-/// device writes is trusted): a response, of the same class, with the same TID. For a
-/// directed-route SMP the D bit is set, as mlx5's `process_mad` does after MAD_IFC.
+/// Checks what `process_mad` returned for `request` before it goes on the wire as the port's
+/// reply or to a local sender (nothing the device writes is trusted): BaseVersion 1, the
+/// request's class, class version, TID, attribute ID and attribute modifier, and the method
+/// that answers the request's: GetResp (0x81) for a Get or a Set, of whatever class
+/// (`LocalAgent::Answer` is given only those). A TrapRepress (`LocalAgent::Absorb`) has no
+/// answer and is not checked here; any other request method has none to check against and
+/// gives `None`. For a directed-route SMP the D bit is set, as mlx5's `process_mad` does
+/// after MAD_IFC. `None` means "not the response": the caller counts a failure and hands the
+/// request to the client agents.
 pub fn firmware_answer(request: &[u8; MAD_LEN], answer: [u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
     let mut answer = answer;
     let req = Mad::new_checked(&request[..]).ok()?;
     let mut ans = Mad::new_checked(&mut answer[..]).ok()?;
-    if !ans.is_response() || ans.mgmt_class() != req.mgmt_class() || ans.tid() != req.tid() {
+    let expected_method = match req.method() {
+        method::GET | method::SET => method::GET_RESP,
+        _ => return None,
+    };
+    if ans.base_version() != class::BASE_VERSION
+        || ans.mgmt_class() != req.mgmt_class()
+        || ans.class_version() != req.class_version()
+        || ans.method() != expected_method
+        || ans.tid() != req.tid()
+        || ans.attr_id() != req.attr_id()
+        || ans.attr_mod() != req.attr_mod()
+    {
         return None;
     }
     if req.mgmt_class() == class::SUBN_DIRECTED_ROUTE {
@@ -236,6 +265,57 @@ mod tests {
         let mut wrong_class = ans;
         wrong_class[1] = 0x01;
         assert_eq!(firmware_answer(&req, wrong_class), None);
+    }
+
+    /// SubnGet(PortInfo, port 1), TID 7: the firmware's answer must be the GetResp of that
+    /// attribute and modifier in the request's versions; a mismatch in any one field is
+    /// refused, as is one that gets every field wrong but the class and TID.
+    #[test]
+    fn firmware_answers_must_match_the_request_field_by_field() {
+        let mut req = mad(0x01, 0x01, 0x15);
+        req[8..16].copy_from_slice(&7u64.to_be_bytes());
+        req[20..24].copy_from_slice(&1u32.to_be_bytes());
+        let mut good = req;
+        good[3] = 0x81;
+        assert_eq!(
+            firmware_answer(&req, good),
+            Some(good),
+            "the GetResp itself"
+        );
+
+        let mut all_wrong = good;
+        all_wrong[0] = 7;
+        all_wrong[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+        all_wrong[20..24].copy_from_slice(&9u32.to_be_bytes());
+        assert_eq!(firmware_answer(&req, all_wrong), None, "NodeInfo mod 9, v7");
+
+        let one_field: [(&str, usize, u8); 6] = [
+            ("base version 7", 0, 7),
+            ("class version 2", 2, 2),
+            ("method TrapRepress", 3, 0x87),
+            ("method GetTableResp", 3, 0x86),
+            ("attribute NodeInfo", 17, 0x11),
+            ("modifier 9", 23, 9),
+        ];
+        for (what, at, v) in one_field {
+            let mut a = good;
+            a[at] = v;
+            assert_eq!(firmware_answer(&req, a), None, "{what}");
+        }
+
+        let mut set = req;
+        set[3] = 0x02;
+        assert_eq!(firmware_answer(&set, good), Some(good), "Set: GetResp");
+        let mut set_resp = good;
+        set_resp[3] = 0x82;
+        assert_eq!(firmware_answer(&set, set_resp), None, "Set: not 0x82");
+        let mut pma = mad(0x04, 0x01, 0x12);
+        pma[2] = 1;
+        let mut pma_ans = pma;
+        pma_ans[3] = 0x81;
+        assert_eq!(firmware_answer(&pma, pma_ans), Some(pma_ans), "PMA GetResp");
+        pma_ans[2] = 2;
+        assert_eq!(firmware_answer(&pma, pma_ans), None, "PMA class version");
     }
 
     #[test]

@@ -93,6 +93,9 @@ impl Mlx5Hca {
     }
 }
 
+/// The TID of the NodeInfo query [`Mlx5Port::node_guid`] sends.
+const NODE_GUID_TID: u64 = 0x6d6c_7835_0000_0011;
+
 impl Mlx5Port {
     /// The node GUID, from NodeInfo through MAD_IFC, or the vport context (0 when neither
     /// answers).
@@ -102,10 +105,10 @@ impl Mlx5Port {
             ignore_bkey: true,
             remote_lid: 0,
             port: self.port_num,
-            mad: smp::subn_get(smp::ATTR_NODE_INFO, 0, 0x6d6c_7835_0000_0011),
+            mad: smp::subn_get(smp::ATTR_NODE_INFO, 0, NODE_GUID_TID),
         };
         if let Ok(out) = self.dev.exec(&q) {
-            if let Ok(d) = smp::response_data(&out.mad, smp::ATTR_NODE_INFO) {
+            if let Ok(d) = smp::response_data(&out.mad, smp::ATTR_NODE_INFO, 0, NODE_GUID_TID) {
                 return smp::node_info(d).node_guid;
             }
         }

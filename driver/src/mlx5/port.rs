@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dma::DmaPool;
 use firmware_cmds::mlx5::ops::access_reg::AccessReg;
-use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfc};
+use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfc, MadIfcOut};
 use firmware_cmds::mlx5::ops::vport::QueryHcaVportContext;
 
 use crate::error::DriverError;
@@ -133,22 +133,7 @@ impl Mlx5Port {
         // the table is read once more, instead of the change being lost.
         self.shared.pkey_stale.store(false, Ordering::Release);
         let entries = self.dev.pkey_table_len() as usize;
-        let blocks = entries.div_ceil(smp::PKEYS_PER_BLOCK).max(1);
-        let mut table = Vec::with_capacity(entries);
-        for b in 0..blocks {
-            match self.smp_get(smp::ATTR_PKEY_TABLE, b as u32) {
-                Ok(d) => table.extend(smp::pkey_block(&d)),
-                Err(e) => {
-                    // The SMA may hold fewer entries than the caps say: keep what was read.
-                    tracing::debug!(
-                        port = self.port_num,
-                        entries = table.len(),
-                        "P_Key table read up to block {b}: {e}"
-                    );
-                    break;
-                }
-            }
-        }
+        let table = read_pkey_table(self.port_num, entries, &mut |c| self.dev.exec(c));
         {
             let mut pkeys = lock(&self.pkeys);
             *pkeys = table;
@@ -199,21 +184,7 @@ impl Mlx5Port {
 
     /// SubnGet through MAD_IFC (M_Key and B_Key ignored, as the kernel's queries do).
     fn smp_get(&self, attr: u16, modifier: u32) -> Result<[u8; 64], DriverError> {
-        let out = self.dev.exec(&MadIfc {
-            ignore_mkey: true,
-            ignore_bkey: true,
-            remote_lid: 0,
-            port: self.port_num,
-            mad: smp::subn_get(attr, modifier, 0x6d6c_7835_0000_0000 | u64::from(attr)),
-        })?;
-        let data =
-            smp::response_data(&out.mad, attr).map_err(|detail| DriverError::BadDeviceValue {
-                what: "MAD_IFC response",
-                detail,
-            })?;
-        let mut d = [0u8; 64];
-        d.copy_from_slice(data);
-        Ok(d)
+        smp_get_with(self.port_num, attr, modifier, &mut |c| self.dev.exec(c))
     }
 
     fn attrs_mad_ifc(&self) -> Result<PortAttrs, DriverError> {
@@ -596,13 +567,9 @@ impl HcaPort for Mlx5Port {
     }
 
     fn process_mad(&self, mad: &[u8; 256], ignore_mkey: bool) -> Result<[u8; 256], DriverError> {
-        let out = self.dev.exec(&MadIfc {
-            ignore_mkey,
-            ignore_bkey: false,
-            remote_lid: 0,
-            port: self.port_num,
-            mad: *mad,
-        })?;
+        let out = self
+            .dev
+            .exec(&process_mad_command(self.port_num, mad, ignore_mkey))?;
         let mut r = [0u8; MAD_LEN];
         r.copy_from_slice(&out.mad);
         Ok(r)
@@ -665,9 +632,81 @@ impl HcaPort for Mlx5Port {
     }
 }
 
+/// Runs one MAD_IFC: the device's command interface, or a test's fake firmware.
+type ExecMadIfc<'a> = dyn FnMut(&MadIfc) -> Result<MadIfcOut, DriverError> + 'a;
+
+/// SubnGet(`attr`, `modifier`) of port `port`'s SMA through `exec`, M_Key and B_Key
+/// ignored as the kernel's queries do; the answer's SMP data once `smp::response_data`
+/// found it to be the GetResp of this very request (a device value is not trusted).
+fn smp_get_with(
+    port: u8,
+    attr: u16,
+    modifier: u32,
+    exec: &mut ExecMadIfc<'_>,
+) -> Result<[u8; 64], DriverError> {
+    let tid = 0x6d6c_7835_0000_0000 | u64::from(attr);
+    let out = exec(&MadIfc {
+        ignore_mkey: true,
+        ignore_bkey: true,
+        remote_lid: 0,
+        port,
+        mad: smp::subn_get(attr, modifier, tid),
+    })?;
+    let data = smp::response_data(&out.mad, attr, modifier, tid).map_err(|detail| {
+        DriverError::BadDeviceValue {
+            what: "MAD_IFC response",
+            detail,
+        }
+    })?;
+    let mut d = [0u8; 64];
+    d.copy_from_slice(data);
+    Ok(d)
+}
+
+/// The P_Key table of port `port` (`entries` long, as the caps say), read block by block
+/// through `exec`; best effort: a block that cannot be read, or whose answer is not its
+/// own, ends the read and the blocks before it are kept.
+fn read_pkey_table(port: u8, entries: usize, exec: &mut ExecMadIfc<'_>) -> Vec<u16> {
+    let blocks = entries.div_ceil(smp::PKEYS_PER_BLOCK).max(1);
+    let mut table = Vec::with_capacity(entries);
+    for b in 0..blocks {
+        let Ok(block) = u32::try_from(b) else { break };
+        match smp_get_with(port, smp::ATTR_PKEY_TABLE, block, exec) {
+            Ok(d) => table.extend(smp::pkey_block(&d)),
+            Err(e) => {
+                // The SMA may hold fewer entries than the caps say: keep what was read.
+                tracing::debug!(
+                    port,
+                    entries = table.len(),
+                    "P_Key table read up to block {b}: {e}"
+                );
+                break;
+            }
+        }
+    }
+    table
+}
+
+/// The MAD_IFC `process_mad` sends. The kernel's `mlx5_MAD_IFC` sets both op_mod bits,
+/// ignore M_Key and ignore B_Key, whenever it has no work completion (a MAD the stack
+/// issues itself, where a key-violation trap would have nowhere to go); a MAD with one
+/// (received, or a local SMP with its built completion) sets neither. `ignore_mkey` is the
+/// trait's "issued by the stack itself" flag, so it sets both.
+fn process_mad_command(port: u8, mad: &[u8; MAD_LEN], ignore_mkey: bool) -> MadIfc {
+    MadIfc {
+        ignore_mkey,
+        ignore_bkey: ignore_mkey,
+        remote_lid: 0,
+        port,
+        mad: *mad,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32};
+
+    use firmware_cmds::mlx5::ops::Command;
 
     use super::*;
     use crate::mlx5::qp::SwState;
@@ -739,5 +778,76 @@ mod tests {
         assert!(events.is_empty(), "{events:?}");
         let (r, events) = finish(SwState::SqError, Ok(()));
         assert!(r.is_ok() && events.is_empty(), "{r:?} {events:?}");
+    }
+
+    /// The command mailbox of `process_mad`: the stack's own query (no work completion)
+    /// ignores both keys, op_mod 0x0003 as `mlx5_MAD_IFC` gives it; a received MAD
+    /// ignores neither. op_mod is bytes 6..8 of the command input (`mad_ifc_in`).
+    #[test]
+    fn process_mad_ignores_both_keys_for_the_stacks_own_mads() {
+        let mad = [0x5a; MAD_LEN];
+        let own = process_mad_command(1, &mad, true).encode().unwrap();
+        assert_eq!(&own[0..2], &[0x05, 0x0d], "MAD_IFC");
+        assert_eq!(&own[6..8], &[0x00, 0x03], "ignore M_Key and B_Key");
+        let received = process_mad_command(1, &mad, false).encode().unwrap();
+        assert_eq!(&received[6..8], &[0x00, 0x00], "keys checked");
+    }
+
+    /// A fake firmware for the P_Key table: answers SubnGet(P_KeyTable, block) with the
+    /// GetResp of block `block` (entries 0x8000 | index), except that the answer to block
+    /// `wrong` carries block 0's data and modifier 0.
+    fn pkey_firmware(wrong: u32) -> impl FnMut(&MadIfc) -> Result<MadIfcOut, DriverError> {
+        move |c: &MadIfc| {
+            let mut mad = c.mad;
+            mad[3] = 0x81;
+            let mut block = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+            if block == wrong {
+                block = 0;
+                mad[20..24].copy_from_slice(&0u32.to_be_bytes());
+            }
+            for i in 0..32 {
+                let pkey = 0x8000 | (block * 32 + i) as u16;
+                let at = 64 + 2 * i as usize;
+                mad[at..at + 2].copy_from_slice(&pkey.to_be_bytes());
+            }
+            Ok(MadIfcOut { mad })
+        }
+    }
+
+    /// An answer for P_KeyTable block 0 to the request for block 1 is refused as a bad device
+    /// value, and the table read stops there, keeping block 0 (the existing best-effort
+    /// semantics), instead of storing block 0's P_Keys at indexes 32..63.
+    #[test]
+    fn a_pkey_block_answered_for_another_modifier_ends_the_read() {
+        let mut good = pkey_firmware(u32::MAX);
+        let all = read_pkey_table(1, 96, &mut good);
+        assert_eq!(all.len(), 96);
+        assert_eq!((all[0], all[33], all[95]), (0x8000, 0x8021, 0x805f));
+
+        let mut bad = pkey_firmware(1);
+        let r = smp_get_with(1, smp::ATTR_PKEY_TABLE, 1, &mut bad);
+        assert!(
+            matches!(&r, Err(DriverError::BadDeviceValue { detail, .. }) if detail.contains("modifier")),
+            "{r:?}"
+        );
+        let table = read_pkey_table(1, 96, &mut bad);
+        assert_eq!(table.len(), 32, "block 0 only");
+        assert_eq!((table[0], table[31]), (0x8000, 0x801f));
+    }
+
+    /// An answer whose TID is not the request's is refused.
+    #[test]
+    fn an_smp_answer_with_another_tid_is_refused() {
+        let mut fw = |c: &MadIfc| {
+            let mut mad = c.mad;
+            mad[3] = 0x81;
+            mad[15] ^= 1;
+            Ok(MadIfcOut { mad })
+        };
+        let r = smp_get_with(1, smp::ATTR_PORT_INFO, 1, &mut fw);
+        assert!(
+            matches!(&r, Err(DriverError::BadDeviceValue { detail, .. }) if detail.contains("TID")),
+            "{r:?}"
+        );
     }
 }

@@ -37,8 +37,15 @@ pub(crate) fn subn_get(attr: u16, modifier: u32, tid: u64) -> [u8; MAD_LEN] {
     m
 }
 
-/// The SMP data of a GetResp to `attr`, after checking that it is one and that its status is 0.
-pub(crate) fn response_data(resp: &[u8; MAD_LEN], attr: u16) -> Result<&[u8], String> {
+/// The SMP data of the answer to [`subn_get`]`(attr, modifier, tid)`, after checking that it
+/// is a SubnGetResp of that attribute, modifier and TID (an answer for another P_Key block
+/// or port would otherwise be stored as this one's) and that its status is 0.
+pub(crate) fn response_data(
+    resp: &[u8; MAD_LEN],
+    attr: u16,
+    modifier: u32,
+    tid: u64,
+) -> Result<&[u8], String> {
     if resp[1] != CLASS_SUBN_LID_ROUTED || resp[3] != METHOD_GET_RESP {
         return Err(format!(
             "not a SubnGetResp (class {:#04x}, method {:#04x})",
@@ -49,6 +56,16 @@ pub(crate) fn response_data(resp: &[u8; MAD_LEN], attr: u16) -> Result<&[u8], St
     if got != attr {
         return Err(format!(
             "answer for attribute {got:#06x}, asked {attr:#06x}"
+        ));
+    }
+    let got_tid = u64::from_be_bytes(resp[8..16].try_into().unwrap_or_default());
+    if got_tid != tid {
+        return Err(format!("answer with TID {got_tid:#018x}, sent {tid:#018x}"));
+    }
+    let got_mod = u32::from_be_bytes([resp[20], resp[21], resp[22], resp[23]]);
+    if got_mod != modifier {
+        return Err(format!(
+            "answer for attribute modifier {got_mod:#x}, asked {modifier:#x}"
         ));
     }
     let status = u16::from_be_bytes([resp[4], resp[5]]) & 0x7fff;
@@ -201,24 +218,37 @@ mod tests {
     fn a_response_is_checked_before_its_data_is_used() {
         let mut r = subn_get(ATTR_NODE_INFO, 0, 1);
         assert!(
-            response_data(&r, ATTR_NODE_INFO).is_err(),
+            response_data(&r, ATTR_NODE_INFO, 0, 1).is_err(),
             "a Get is not a GetResp"
         );
         r[3] = METHOD_GET_RESP;
         assert!(
-            response_data(&r, ATTR_PORT_INFO).is_err(),
+            response_data(&r, ATTR_PORT_INFO, 0, 1).is_err(),
             "another attribute"
+        );
+        let mut other_tid = r;
+        other_tid[15] = 2;
+        assert!(
+            response_data(&other_tid, ATTR_NODE_INFO, 0, 1)
+                .unwrap_err()
+                .contains("TID")
+        );
+        assert!(
+            response_data(&r, ATTR_NODE_INFO, 1, 1)
+                .unwrap_err()
+                .contains("modifier"),
+            "another modifier"
         );
         r[5] = 0x0c;
         assert!(
-            response_data(&r, ATTR_NODE_INFO)
+            response_data(&r, ATTR_NODE_INFO, 0, 1)
                 .unwrap_err()
                 .contains("0x000c")
         );
         r[5] = 0;
         r[64 + 3] = 2;
         r[64 + 12..64 + 20].copy_from_slice(&0x0002_c903_0000_1234u64.to_be_bytes());
-        let n = node_info(response_data(&r, ATTR_NODE_INFO).unwrap());
+        let n = node_info(response_data(&r, ATTR_NODE_INFO, 0, 1).unwrap());
         assert_eq!(n.num_ports, 2);
         assert_eq!(n.node_guid, 0x0002_c903_0000_1234);
     }
