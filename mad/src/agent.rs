@@ -402,6 +402,11 @@ impl Agent {
                     // SMP): a retry would only hand it to the same agent again.
                     pending.local = true;
                     pending.max_retries = 0;
+                    // Outside flow control: the kernel's ib_post_send_mad consumes a local
+                    // SMP in handle_outgoing_dr_smp before it asks is_solicited_fc_mad, so
+                    // it never counts against the limit nor waits in the backlog (and with
+                    // `fc_counted` never set, its end releases nothing).
+                    pending.solicited = false;
                 }
             }
             pending.header.copy_from_slice(&pending.mad[..HEADER_LEN]);

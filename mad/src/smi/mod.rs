@@ -190,7 +190,8 @@ pub(crate) enum SmiRoute {
     Done(SendId),
     /// A request for another agent of this port that awaits its answer: it takes a send slot
     /// like a wire request (`Pending::local`), is handed to that agent instead of posted
-    /// ([`PortShared::smi_local_installed`]), and completes as a wire request does.
+    /// ([`PortShared::smi_local_installed`]), and completes as a wire request does; but it is
+    /// outside solicited-MAD flow control ([`crate::flow`]), as the kernel's local SMPs are.
     LocalRequest,
 }
 

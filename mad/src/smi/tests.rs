@@ -17,6 +17,7 @@ use mad_wire::smp::{DirectedRoute, Direction, Smp, SmpRepr, SmpRoute};
 use mad_wire::{PERMISSIVE_LID, attr_id, method};
 
 use crate::double::{FakePort, Inbound};
+use crate::ring::lock;
 use crate::{Agent, AgentSpec, Event, MadError, MethodMask, Port, PortConfig, SmiDiscard};
 
 /// A port on the double with its baseline accounting.
@@ -28,7 +29,13 @@ pub(crate) struct Rig {
 
 impl Rig {
     pub(crate) fn new() -> Rig {
-        let fake = FakePort::new(16, 64);
+        Rig::with_depths(16, 64)
+    }
+
+    /// A port on the double whose send and receive queues hold `send` and `recv` entries
+    /// (the receive depth sets the agents' flow-control limits).
+    pub(crate) fn with_depths(send: u32, recv: u32) -> Rig {
+        let fake = FakePort::new(send, recv);
         let port = Port::open(fake.clone(), PortConfig::default()).expect("open");
         let base = fake.accounting();
         Rig { fake, port, base }
@@ -446,6 +453,86 @@ fn deregistering_a_requester_finishes_its_waiting_local_request() {
     assert_eq!(a.outstanding(), 1);
     a.deregister();
     assert_eq!(r.port.counters().completed.get(WcStatus::WrFlushErr), 1);
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// A local request is outside solicited-MAD flow control, as in the kernel, whose
+/// `ib_post_send_mad` consumes a local SMP in `handle_outgoing_dr_smp` before it classifies
+/// the send with `is_solicited_fc_mad` / `mad_is_for_backlog`: with the requester's limit
+/// full and a wire request waiting in its backlog, the local request reaches the other agent
+/// at once, takes no part of the count, and its end releases nothing of it.
+#[test]
+fn a_local_request_is_outside_flow_control() {
+    // Receive depth 16: a responses-only agent may have 16/4 = 4 solicited sends outstanding.
+    let r = Rig::with_depths(16, 16);
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let fc = |a: &Agent| {
+        let f = lock(&a.inner.fc);
+        (f.max, f.outstanding, f.backlog.len())
+    };
+    // Five wire requests (one hop out of port 1) nobody answers: four fill the limit, the
+    // fifth waits in the backlog.
+    let wire: Vec<_> = (0..5)
+        .map(|t| {
+            a.send(
+                crate::SendRequest::new(
+                    dr_get(&[1], attr_id::sm::NODE_INFO, 0x100 + t),
+                    UdDest::DIRECTED_ROUTE,
+                )
+                .timeout_ms(60_000),
+            )
+            .expect("accepted")
+        })
+        .collect();
+    r.port.progress();
+    assert_eq!(fc(&a), (4, 4, 1), "limit full, one wire request backlogged");
+    assert_eq!(r.fake.sent().len(), 4);
+    // The local request is not held behind either: the SM agent gets it now.
+    let (id, req) = local_request_to_the_sm(&r, &a, &sm);
+    assert_eq!(fc(&a), (4, 4, 1), "the local request is not counted");
+    assert_eq!(
+        r.port.counters().backlogged,
+        1,
+        "only the fifth wire request"
+    );
+    let mut resp = req.mad;
+    resp[3] = method::GET_RESP;
+    resp[4] |= 0x80;
+    sm.send(crate::SendRequest::new(
+        resp.to_vec(),
+        req.addr.reply_dest(),
+    ))
+    .expect("the SM's answer is accepted");
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert!(
+        matches!(&ev[..], [Event::Recv(got), Event::Send(c)]
+            if got.response_to.map(|s| s.id) == Some(id)
+                && c.id == id && c.status == WcStatus::Success),
+        "the answer, then the completion: {ev:?}"
+    );
+    assert_eq!(
+        fc(&a),
+        (4, 4, 1),
+        "its end released nothing: the backlog still waits"
+    );
+    assert_eq!(r.fake.sent().len(), 4, "nothing more on the wire");
+    // The wire requests end; the count goes back to zero.
+    for w in &wire {
+        a.cancel(*w).expect("outstanding");
+    }
+    let ev = r.collect(&a, Duration::from_millis(5));
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Event::Send(c) if c.status == WcStatus::WrFlushErr))
+            .count(),
+        5,
+        "{ev:?}"
+    );
+    assert_eq!(fc(&a), (4, 0, 0), "counts back at baseline");
+    assert_eq!(r.port.census().backlogged, 0);
+    a.deregister();
     sm.deregister();
     r.assert_clean();
 }
