@@ -391,7 +391,7 @@ impl Drop for Ibsim {
 }
 
 /// ibnetdiscover output without what differs between two runs on the same fabric: the
-/// "generated on <date>" line. Nothing else is removed (the caller attaches both runs at the
+/// `generated on <date>` line. Nothing else is removed (the caller attaches both runs at the
 /// same node).
 pub fn normalize_ibnetdiscover(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -203,7 +203,7 @@ impl MadRig {
         self.agent(AgentSpec::responses_only(SpecialQp::Gsi))
     }
 
-    /// An agent that receives Gets of `class` (answered by [`MadRig::serve`], or not).
+    /// An agent that receives Gets of `class` (answered by [`serve`], or not).
     pub fn listener(&self, class: u8) -> Agent {
         self.agent(AgentSpec::class(class, 1, MethodMask::of(&[GET, SEND])))
     }

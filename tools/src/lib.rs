@@ -1,6 +1,6 @@
 //! The library half of `hca`: the MAD tools' engines, so that tests can drive them on a
 //! simulated fabric they control. [`discover`] walks a fabric and writes what it found;
-//! [`bench`] measures MAD round trips; [`session`] opens a device string for either;
+//! [`bench`](mod@bench) measures MAD round trips; [`session`] opens a device string for either;
 //! [`output_file`] replaces an output file only when the output is complete.
 
 pub mod bench;

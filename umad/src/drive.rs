@@ -100,7 +100,7 @@ pub struct Fallback {
 impl Fallback {
     /// Start the fallback thread of `port`.
     ///
-    /// Every time it looks (at least every [`IDLE`] while callers wait, every [`SLICE`] while
+    /// Every time it looks (at least every [`IDLE`] while callers wait, every `SLICE` while
     /// it drives the loop) it calls `show`, which makes the fds of packets that returning
     /// callers left queued readable (see [`crate::queue::ReadQueue::release`]). It does so
     /// while callers wait too: a caller blocked on one file must not keep the leftovers of

@@ -196,7 +196,7 @@ const XDR_EXT: u8 = link_speed_ext2::XDR << 5;
 /// The integer part of the kernel's sysfs `rate` (`rate_show`: 2.5 Gb/s per SDR lane,
 /// 5 DDR, 10 QDR, 14 FDR, 25 EDR, 50 HDR, 100 NDR, 200 XDR, times the lanes); 0 for a width
 /// IBA does not define (the kernel's read fails and libibumad leaves 0). `speed_ext_active`
-/// is the aggregated value of [`ext_speed`].
+/// is the aggregated value of `ext_speed`.
 pub fn rate_gbps(width_active: u8, speed_active: u8, speed_ext_active: u8) -> u32 {
     let lanes = match width_active {
         link_width::X1 => 1,

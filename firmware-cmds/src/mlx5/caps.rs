@@ -80,7 +80,7 @@ pub mod field {
     /// `gid_table_size`: GID table entries per port.
     pub const GID_TABLE_SIZE: Field = Field::new("gid_table_size", 0x170, 16);
     /// `pkey_table_size`: P_Key table size as a code: entries = 128 << code, code 0..=5 (see
-    /// [`pkey_table_entries`]).
+    /// [`super::pkey_table_entries`]).
     pub const PKEY_TABLE_SIZE: Field = Field::new("pkey_table_size", 0x190, 16);
     /// `port_type`: Port type: 0 IB, 1 Ethernet (`MLX5_CAP_PORT_TYPE_*`).
     pub const PORT_TYPE: Field = Field::new("port_type", 0x1b6, 2);

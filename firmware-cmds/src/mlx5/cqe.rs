@@ -16,13 +16,13 @@ pub const INITIAL_OP_OWN: u8 = 0xf0;
 
 /// Byte offsets inside a CQE.
 pub mod off {
-    /// `ml_path`: DLID path bits [6:0].
+    /// `ml_path`: DLID path bits \[6:0\].
     pub const ML_PATH: usize = 0x11;
     /// `slid` (BE16).
     pub const SLID: usize = 0x16;
-    /// `flags_rqpn` (BE32): [29:28] GRH/L3 indication, [27:24] SL, [23:0] source QPN.
+    /// `flags_rqpn` (BE32): \[29:28\] GRH/L3 indication, \[27:24\] SL, \[23:0\] source QPN.
     pub const FLAGS_RQPN: usize = 0x18;
-    /// `srqn` (BE32): [23:0] SRQ number / user index.
+    /// `srqn` (BE32): \[23:0\] SRQ number / user index.
     pub const SRQN: usize = 0x20;
     /// Immediate data / invalidated rkey / P_Key (BE32).
     pub const IMM_INVAL_PKEY: usize = 0x24;
@@ -38,13 +38,13 @@ pub mod off {
     pub const VENDOR_ERR_SYND: usize = 0x36;
     /// Error CQE: `syndrome`.
     pub const SYNDROME: usize = 0x37;
-    /// `sop_drop_qpn` / `s_wqe_opcode_qpn` (BE32): [31:24] send WQE opcode, [23:0] QPN.
+    /// `sop_drop_qpn` / `s_wqe_opcode_qpn` (BE32): \[31:24\] send WQE opcode, \[23:0\] QPN.
     pub const SOP_DROP_QPN: usize = 0x38;
     /// `wqe_counter` (BE16).
     pub const WQE_COUNTER: usize = 0x3c;
     /// `signature`.
     pub const SIGNATURE: usize = 0x3e;
-    /// `op_own`: [7:4] opcode, [3:2] format, bit 0 owner.
+    /// `op_own`: \[7:4\] opcode, \[3:2\] format, bit 0 owner.
     pub const OP_OWN: usize = 0x3f;
 }
 

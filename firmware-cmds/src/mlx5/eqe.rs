@@ -40,7 +40,7 @@ pub mod off {
     pub const CQ_ERR_CQN: usize = 0x20;
     /// CQ error: `syndrome` (u8).
     pub const CQ_ERR_SYNDROME: usize = 0x2b;
-    /// Port change: `port` (u8, port number in bits [7:4]).
+    /// Port change: `port` (u8, port number in bits \[7:4\]).
     pub const PORT: usize = 0x28;
     /// Page request: the `ec_function` word (BE16; bits in [`super::page_req`]).
     pub const PAGE_REQ_EC_FUNCTION: usize = 0x20;

@@ -14,7 +14,7 @@ pub const NEXT_HEADER_IBA: u8 = 0x1b;
 
 /// Byte offsets inside the GRH.
 pub mod off {
-    /// `version_tclass_flow` (BE32): IPVer [31:28], TClass [27:20], FlowLabel [19:0].
+    /// `version_tclass_flow` (BE32): IPVer \[31:28\], TClass \[27:20\], FlowLabel \[19:0\].
     pub const VERSION_TCLASS_FLOW: usize = 0;
     /// `paylen` (BE16).
     pub const PAYLEN: usize = 4;

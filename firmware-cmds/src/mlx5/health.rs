@@ -148,7 +148,7 @@ pub struct HealthBuffer {
     pub fw_ver: u32,
     /// Hardware id.
     pub hw_id: u32,
-    /// Bit 7 recovery-flow-required, bit 3 severity valid, bits [2:0] severity.
+    /// Bit 7 recovery-flow-required, bit 3 severity valid, bits \[2:0\] severity.
     pub rfr_severity: u8,
     /// iRISC index.
     pub irisc_index: u8,

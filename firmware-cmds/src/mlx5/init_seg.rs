@@ -8,9 +8,9 @@ use crate::error::{Error, Result};
 
 /// Register offsets from BAR0.
 pub mod off {
-    /// `fw_rev`: [31:16] minor, [15:0] major.
+    /// `fw_rev`: \[31:16\] minor, \[15:0\] major.
     pub const FW_REV: usize = 0x000;
-    /// `cmdif_rev_fw_sub`: [31:16] command interface revision, [15:0] FW subminor.
+    /// `cmdif_rev_fw_sub`: \[31:16\] command interface revision, \[15:0\] FW subminor.
     pub const CMDIF_REV_FW_SUB: usize = 0x004;
     /// `cmdq_addr_h`: command queue address bits 63:32.
     pub const CMDQ_ADDR_H: usize = 0x010;
@@ -30,7 +30,7 @@ pub mod off {
     pub const INTERNAL_TIMER_H: usize = 0x1000;
     /// `internal_timer_l`.
     pub const INTERNAL_TIMER_L: usize = 0x1004;
-    /// `health_counter`: [31:24] health syndrome, [23:0] counter.
+    /// `health_counter`: \[31:24\] health syndrome, \[23:0\] counter.
     pub const HEALTH_COUNTER: usize = 0x1010;
     /// `real_time_h`.
     pub const REAL_TIME_H: usize = 0x1040;
@@ -96,7 +96,7 @@ pub fn cmdif_rev(cmdif_rev_fw_sub: u32) -> u16 {
     (cmdif_rev_fw_sub >> 16) as u16
 }
 
-/// NIC interface state (`MLX5_INITIAL_SEG_NIC_INTERFACE_*`), `cmdq_addr_l_sz` bits [10:8]
+/// NIC interface state (`MLX5_INITIAL_SEG_NIC_INTERFACE_*`), `cmdq_addr_l_sz` bits \[10:8\]
 /// as `mlx5_get_nic_state` reads them (`(reg >> 8) & 7`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NicInterface(pub u8);
@@ -187,7 +187,7 @@ pub struct Initializing {
     pub initializing: bool,
     /// Bit 30: firmware reset supported.
     pub fw_reset_supported: bool,
-    /// Bits [26:24]: NIC interface modes supported.
+    /// Bits \[26:24\]: NIC interface modes supported.
     pub nic_interface_supported: u8,
     /// Bit 23: this is the embedded CPU (BlueField ARM) function.
     pub embedded_cpu: bool,
@@ -216,9 +216,9 @@ impl Initializing {
 /// The `health_counter` register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HealthCounter {
-    /// Bits [31:24]: health syndrome (newer devices).
+    /// Bits \[31:24\]: health syndrome (newer devices).
     pub syndrome: u8,
-    /// Bits [23:0]: counter the firmware increments while alive.
+    /// Bits \[23:0\]: counter the firmware increments while alive.
     pub counter: u32,
 }
 

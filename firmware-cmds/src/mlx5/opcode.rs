@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-/// A command opcode: input dword 0 bits [31:16].
+/// A command opcode: input dword 0 bits \[31:16\].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Opcode(pub u16);
 

@@ -96,7 +96,7 @@ impl Timeout {
 }
 
 /// Decodes an init-segment timeout register (`tout_convert_iseg_to_ms`): value in bits
-/// [19:0], unit in bits [30:29] (0 ms, 1 s, 2 min, 3 h).
+/// \[19:0\], unit in bits \[30:29\] (0 ms, 1 s, 2 min, 3 h).
 pub fn iseg_timeout_ms(reg: u32) -> u64 {
     let value = u64::from(reg & 0x000f_ffff);
     match (reg >> 29) & 0x3 {

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use crate::event::AgentId;
 
-/// The bound on [`UserTransfers`] by default: far more than the transfers a node has under
-/// way, each costing a few dozen bytes.
+/// The bound on the user-RMPP transfer table by default: far more than the transfers a node
+/// has under way, each costing a few dozen bytes.
 pub const DEFAULT_MAX_USER_TRANSFERS: usize = 256;
 
 struct Entry {

@@ -4,7 +4,7 @@
 //! instead of in `poll(2)`, but stay cancellable as libibumad's are: OpenSM stops its
 //! receiver thread with `pthread_cancel`. The loop runs with cancellation disabled (the
 //! driver and the simulator make system calls that are cancellation points, with locks
-//! held), in steps of at most [`SLICE`], and between steps the thread passes an explicit
+//! held), in steps of at most `SLICE` (in `drive`), and between steps the thread passes an explicit
 //! cancellation point with nothing alive that needs dropping. So these two are
 //! `extern "C-unwind"` (a plain `extern "C"` function aborts when an unwind crosses it).
 
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn umad_send(
 ///
 /// The waiting thread runs the port's progress loop itself ([`crate::drive`]); a cancel of
 /// it (OpenSM stops its receiver thread with `pthread_cancel`) is acted on between steps of
-/// at most [`SLICE`], with nothing of the library's alive.
+/// at most `SLICE` (in `drive`), with nothing of the library's alive.
 ///
 /// # Safety
 /// `umad` points to `umad_size() + *length` bytes, at any alignment; `length` to an int.

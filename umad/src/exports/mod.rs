@@ -2,7 +2,7 @@
 //! `errno`, what is written where. Each one is a thin layer over [`crate::context`] and
 //! [`crate::file`]; the Rust side never panics across the boundary (a panic is caught and
 //! becomes EIO), and never acts on a `pthread_cancel` inside (cancellation is deferred to
-//! the caller's next cancellation point, see [`uncancellable`]; `umad_recv` and
+//! the caller's next cancellation point, see `uncancellable`; `umad_recv` and
 //! `umad_poll` act on it between the steps of their wait).
 //!
 //! They are exported under their C names with rdma-core's symbol versions by

@@ -36,7 +36,7 @@ pub mod off {
     pub const TOKEN: usize = 0x3c;
     /// `sig` (u8).
     pub const SIG: usize = 0x3d;
-    /// `status_own` (u8): bit 0 ownership, bits [7:1] delivery status.
+    /// `status_own` (u8): bit 0 ownership, bits \[7:1\] delivery status.
     pub const STATUS_OWN: usize = 0x3f;
 }
 

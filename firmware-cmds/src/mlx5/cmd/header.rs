@@ -1,6 +1,6 @@
 //! The generic command input and output headers (`mlx5_ifc_mbox_in_bits` /
-//! `mlx5_ifc_mbox_out_bits`): input dword 0 = opcode [31:16] | uid [15:0], dword 1 = op_mod
-//! [15:0]; output byte 0 = status, dword 1 = syndrome.
+//! `mlx5_ifc_mbox_out_bits`): input dword 0 = opcode \[31:16\] | uid \[15:0\], dword 1 = op_mod
+//! \[15:0\]; output byte 0 = status, dword 1 = syndrome.
 
 use crate::error::{Error, Result};
 use crate::mlx5::bits::{Field, need};

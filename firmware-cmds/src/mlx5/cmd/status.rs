@@ -29,7 +29,7 @@ pub mod errno {
 }
 
 /// Delivery status of a command-queue entry (`MLX5_CMD_DELIVERY_STAT_*`, entry byte 0x3f bits
-/// [7:1]). Non-zero means the device could not even run the command.
+/// \[7:1\]). Non-zero means the device could not even run the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeliveryStatus(pub u8);
 

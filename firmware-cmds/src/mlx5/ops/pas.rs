@@ -1,4 +1,4 @@
-//! Physical address lists (`cmd_pas`: 64-bit entries, bits [11:0] reserved) that follow
+//! Physical address lists (`cmd_pas`: 64-bit entries, bits \[11:0\] reserved) that follow
 //! MANAGE_PAGES and the CREATE_EQ / CREATE_CQ / CREATE_QP inputs.
 
 use crate::error::{Error, Result};
