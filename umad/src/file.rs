@@ -82,7 +82,8 @@ struct State {
     /// (the kernel holds the file's lock across `ib_register_mad_agent`, so its
     /// `queue_packet` waits and loses nothing). The agent's registration takes them; the
     /// rest (MADs of agents just unregistered, which the kernel drops too) go when no slot
-    /// is reserved any more.
+    /// is reserved any more. Held to the read queue's receive limit; beyond it a MAD is
+    /// dropped and counted as the queue counts its own.
     pending: Vec<RecvBox>,
     queue: ReadQueue,
     sends: HashMap<u64, Sent>,
@@ -570,7 +571,11 @@ impl UmadFile {
                 Event::Recv(r) => match st.by_agent.get(&r.agent) {
                     Some(&slot) => st.queue_recv(slot, &r),
                     None if !st.closed && st.slots.iter().any(|s| matches!(s, Slot::Reserved)) => {
-                        st.pending.push(r);
+                        if st.pending.len() < st.queue.limit() {
+                            st.pending.push(r);
+                        } else {
+                            st.queue.count_dropped();
+                        }
                     }
                     None => {}
                 },
@@ -816,10 +821,18 @@ mod tests {
                 }
             })
             .unwrap();
+        // Another thread may have counted the delivery and not yet handed the event to the
+        // file: give it a moment (a Get lost for good stays Again past the deadline).
         let mut buf = vec![0u8; HDR_LEN + MAD_LEN];
-        let n = server
-            .read(&mut buf)
-            .expect("the Get that arrived during registration");
+        let end = Instant::now() + Duration::from_secs(5);
+        let n = loop {
+            match server.read(&mut buf) {
+                Err(UmadError::Again) if Instant::now() < end => {
+                    port.mad.progress();
+                }
+                r => break r.expect("the Get that arrived during registration"),
+            }
+        };
         assert_eq!(n, HDR_LEN + MAD_LEN);
         let h = IbUserMad::from_bytes(buf[..HDR_LEN].try_into().unwrap());
         assert_eq!(h.agent_id, id);

@@ -195,6 +195,17 @@ impl ReadQueue {
         self.dropped
     }
 
+    /// How many received MADs the queue holds at most.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Counts a received MAD dropped before it reached the queue, for want of room on its
+    /// way there (the file's MADs held while an agent registers).
+    pub fn count_dropped(&mut self) {
+        self.dropped += 1;
+    }
+
     /// Queue `p` at the end. A received MAD beyond the limit is dropped (returns false);
     /// `exempt` ones (responses to our own requests, timed-out sends) never are, so that
     /// every request still ends in exactly one answer.
