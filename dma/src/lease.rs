@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::buddy::{Buddy, MIN_BLOCK};
-use crate::memory::{DmaMemory, PagePolicy, base_page_size};
+use crate::memory::{DmaMemory, HUGE_PAGE, PagePolicy, base_page_size};
 use crate::volatile;
 use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 
@@ -60,7 +60,10 @@ pub struct PoolConfig {
     /// Size of one pooled arena in bytes: a power of two from 4 KiB to 1 GiB. The default,
     /// 2 MiB, is one huge page and one IOMMU superpage entry.
     pub arena_size: usize,
-    /// Which pages back arenas and own-mapping leases.
+    /// Which pages back arenas and own-mapping leases. An arena is exactly `arena_size`
+    /// bytes of memory and mapping, so an arena smaller than a 2 MiB huge page is on base
+    /// pages under [`PagePolicy::Auto`], and [`PagePolicy::HugeOnly`] needs an `arena_size`
+    /// of at least 2 MiB ([`DmaError::ArenaTooSmall`] otherwise).
     pub pages: PagePolicy,
 }
 
@@ -90,7 +93,8 @@ pub struct Accounting {
     pub live_mappings: usize,
     /// Device accesses the mapper refused since it was created.
     pub faults: usize,
-    /// Pooled arenas currently mapped.
+    /// Pooled arenas currently mapped (an arena whose unmap failed is still mapped, and still
+    /// counted).
     pub arenas: usize,
     /// Unmaps that failed (their memory and IOVA are kept, never reused: the device might
     /// still reach them).
@@ -105,6 +109,9 @@ pub struct Accounting {
 /// A mapped arena of the pooled mode.
 struct Arena {
     mem: DmaMemory,
+    /// Bytes mapped at `iova` and allocated there from the IOVA allocator: what unmap and
+    /// the IOVA free must be given back (the pool's `arena_size`, equal to `mem.len()`).
+    mapped: usize,
     iova: u64,
     access: Access,
     buddy: Buddy,
@@ -161,14 +168,27 @@ impl DmaPool {
         iova: Arc<Mutex<IovaAllocator>>,
     ) -> Result<Self, DmaError> {
         let page = base_page_size();
-        if !config.arena_size.is_power_of_two()
-            || config.arena_size < page.max(4096)
-            || config.arena_size > 1 << 30
-        {
+        if !config.arena_size.is_power_of_two() || config.arena_size > 1 << 30 {
             return Err(DmaError::Invalid(format!(
                 "arena size {:#x} must be a power of two from the page size to 1 GiB",
                 config.arena_size
             )));
+        }
+        let too_small = |min: usize, why: &'static str| DmaError::ArenaTooSmall {
+            arena_size: config.arena_size,
+            min,
+            why,
+        };
+        if config.arena_size < page.max(4096) {
+            return Err(too_small(page.max(4096), "the CPU page size"));
+        }
+        // An arena is one memory of exactly `arena_size` bytes, mapped whole: huge pages
+        // would round it up, and the mapping (and its unmap) would no longer match it.
+        if config.pages == PagePolicy::HugeOnly && config.arena_size < HUGE_PAGE {
+            return Err(too_small(
+                HUGE_PAGE,
+                "PagePolicy::HugeOnly backs each arena with whole 2 MiB huge pages",
+            ));
         }
         Ok(DmaPool {
             inner: Arc::new(PoolInner {
@@ -307,7 +327,9 @@ impl DmaPool {
             .stats()
     }
 
-    /// Unmap and free every arena with no lease out; returns how many were released.
+    /// Unmap and free every arena with no lease out; returns how many were released (an arena
+    /// whose unmap fails stays mapped, kept forever, and counted in
+    /// [`Accounting::unmap_failures`]).
     pub fn trim(&self) -> usize {
         let idle: Vec<Arena> = {
             let mut state = self.inner.lock_state();
@@ -318,11 +340,10 @@ impl DmaPool {
                 .filter_map(Option::take)
                 .collect()
         };
-        let n = idle.len();
-        for arena in idle {
-            self.inner.release_arena(arena);
-        }
-        n
+        idle.into_iter()
+            .map(|arena| self.inner.release_arena(arena))
+            .filter(|&released| released)
+            .count()
     }
 }
 
@@ -429,14 +450,32 @@ impl PoolInner {
         Ok((index, unit))
     }
 
+    /// The pages of an arena: under [`PagePolicy::Auto`], base pages for an arena smaller
+    /// than a huge page (a huge page would make its memory larger than its mapping).
+    /// [`PagePolicy::HugeOnly`] with such an arena was refused when the pool was made.
+    fn arena_pages(&self) -> PagePolicy {
+        match self.config.pages {
+            PagePolicy::Auto if self.config.arena_size < HUGE_PAGE => PagePolicy::BaseOnly,
+            pages => pages,
+        }
+    }
+
     /// Get, place and map a new arena (under the state lock: growth is rare).
     fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
         let size = self.config.arena_size;
-        let mem = DmaMemory::with_policy(size, self.config.pages)?;
+        let mem = DmaMemory::with_policy(size, self.arena_pages())?;
+        if mem.len() != size {
+            // Not reached: `arena_pages` only picks pages that divide `size`. Checked before
+            // anything is mapped, so that an arena's memory and its mapping are the same bytes.
+            return Err(DmaError::Invalid(format!(
+                "arena of {size:#x} bytes got {:#x} bytes of {:?} memory (pool bug)",
+                mem.len(),
+                mem.page_kind()
+            )));
+        }
         let iova = self.lock_iova().alloc(size as u64, size as u64)?;
-        // SAFETY: `mem` is page-aligned memory of exactly `size` bytes (a power of two at least
-        // a page, and a multiple of every page size we use) that the arena owns; it is
-        // unmapped (release_arena) before the memory is dropped.
+        // SAFETY: `mem` is page-aligned memory of exactly `size` bytes (checked above) that
+        // the arena owns; it is unmapped (release_arena) before the memory is dropped.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
             let _ = self.lock_iova().free(iova, size as u64);
             return Err(e);
@@ -453,22 +492,29 @@ impl PoolInner {
         let max_order = Buddy::order_for(size);
         Ok(Arena {
             mem,
+            mapped: size,
             iova,
             access,
             buddy: Buddy::new(max_order),
         })
     }
 
-    fn release_arena(&self, arena: Arena) {
-        let size = arena.mem.len();
-        self.arena_count.fetch_sub(1, Ordering::Relaxed);
-        match self.mapper.unmap(arena.iova, size) {
+    /// Unmap an idle arena and free its IOVA and memory; true when it is gone. When the unmap
+    /// fails the arena stays mapped (and counted in [`Accounting::arenas`]) with its memory
+    /// and IOVA kept forever.
+    fn release_arena(&self, arena: Arena) -> bool {
+        match self.mapper.unmap(arena.iova, arena.mapped) {
             Ok(()) => {
-                if let Err(e) = self.lock_iova().free(arena.iova, size as u64) {
+                self.arena_count.fetch_sub(1, Ordering::Relaxed);
+                if let Err(e) = self.lock_iova().free(arena.iova, arena.mapped as u64) {
                     tracing::error!("DMA pool: freeing an arena's IOVA: {e}");
                 }
+                true
             }
-            Err(e) => self.unmap_failed(&e, arena.mem),
+            Err(e) => {
+                self.unmap_failed(&e, arena.mem);
+                false
+            }
         }
     }
 
@@ -771,5 +817,97 @@ impl fmt::Debug for DmaLease {
                 },
             )
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::test_seam;
+    use crate::{PageKind, SimIommu};
+
+    /// Backs this thread's "huge" memory with base pages (2 MiB rounding kept) until dropped:
+    /// the machine running the tests may have no huge pages reserved.
+    struct HugeOnBasePages;
+
+    impl HugeOnBasePages {
+        fn on() -> Self {
+            test_seam::set_huge_on_base_pages(true);
+            // The seam gives what huge pages would: 1 MiB under Auto becomes 2 MiB.
+            let probe = DmaMemory::with_policy(1 << 20, PagePolicy::Auto).unwrap();
+            assert_eq!(
+                (probe.page_kind(), probe.len()),
+                (PageKind::Huge2M, 2 << 20)
+            );
+            HugeOnBasePages
+        }
+    }
+
+    impl Drop for HugeOnBasePages {
+        fn drop(&mut self) {
+            test_seam::set_huge_on_base_pages(false);
+        }
+    }
+
+    /// Under `PagePolicy::Auto` a 1 MiB request gets a 2 MiB huge page when there are any; an
+    /// arena of 1 MiB must still be 1 MiB of memory, so that its release unmaps and frees
+    /// exactly what was mapped and allocated, and nothing is left behind.
+    #[test]
+    fn an_auto_arena_below_a_huge_page_is_released_whole_where_huge_pages_exist() {
+        let _huge = HugeOnBasePages::on();
+        let iommu = Arc::new(SimIommu::new());
+        let pool = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size: 1 << 20,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        )
+        .unwrap();
+        let lease = pool.lease(64, 64, Access::ReadWrite).unwrap();
+        assert_eq!(pool.accounting().arenas, 1);
+        drop(lease);
+        assert_eq!(pool.trim(), 1);
+        assert_eq!(pool.accounting(), Accounting::default());
+        assert_eq!(iommu.live_mappings(), 0);
+        assert_eq!(pool.iova_stats().allocations, 0);
+    }
+
+    /// Release unmaps and frees the length the arena was mapped with, not its memory's length.
+    #[test]
+    fn release_uses_the_mapped_length_of_the_arena() {
+        let _huge = HugeOnBasePages::on();
+        let iommu = Arc::new(SimIommu::new());
+        let pool = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size: 1 << 20,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        )
+        .unwrap();
+        let inner = &pool.inner;
+        // Memory longer than the mapping: 2 MiB of "huge" memory, 1 MiB of it mapped.
+        let mem = DmaMemory::with_policy(1 << 20, PagePolicy::HugeOnly).unwrap();
+        assert_eq!(mem.len(), 2 << 20);
+        let mapped = 1 << 20;
+        let iova = inner
+            .lock_iova()
+            .alloc(mapped as u64, mapped as u64)
+            .unwrap();
+        // SAFETY: `mem` is page-aligned and longer than `mapped`; the arena owns it and
+        // release_arena unmaps before dropping it.
+        unsafe { iommu.map(mem.as_ptr(), mapped, iova, Access::ReadWrite) }.unwrap();
+        inner.arena_count.fetch_add(1, Ordering::Relaxed);
+        let arena = Arena {
+            mem,
+            mapped,
+            iova,
+            access: Access::ReadWrite,
+            buddy: Buddy::new(Buddy::order_for(mapped)),
+        };
+        assert!(inner.release_arena(arena));
+        assert_eq!(pool.accounting(), Accounting::default());
+        assert_eq!(pool.iova_stats().allocations, 0);
     }
 }

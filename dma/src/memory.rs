@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use crate::DmaError;
 
 /// Size of a huge page as requested with `MFD_HUGE_2MB`.
-const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// Under [`PagePolicy::Auto`], requests smaller than this go straight to base pages: rounding
 /// them up to a whole huge page would waste more than half of it.
@@ -124,7 +124,7 @@ impl DmaMemory {
         };
 
         let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-        if kind == PageKind::Huge2M {
+        if kind == PageKind::Huge2M && !test_seam::huge_on_base_pages() {
             flags |= libc::MFD_HUGETLB | libc::MFD_HUGE_2MB;
         }
         // SAFETY: the name is a NUL-terminated literal; the call only creates a new fd.
@@ -231,6 +231,34 @@ impl DmaMemory {
     pub fn offset_of(&self, addr: *const u8) -> Option<u64> {
         let off = addr.addr().checked_sub(self.ptr.as_ptr().addr())?;
         (off < self.len).then_some(off as u64)
+    }
+}
+
+/// Unit tests need "huge page" memory on a machine without reserved huge pages: with
+/// `set_huge_on_base_pages` on, this thread's `Huge2M` memory is sized and
+/// reported as 2 MiB pages but backed by base pages. Outside unit tests it is always off.
+pub(crate) mod test_seam {
+    #[cfg(test)]
+    thread_local! {
+        static HUGE_ON_BASE_PAGES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// True when `Huge2M` memory is to be backed by base pages (only ever in unit tests).
+    pub(crate) fn huge_on_base_pages() -> bool {
+        #[cfg(test)]
+        {
+            HUGE_ON_BASE_PAGES.with(std::cell::Cell::get)
+        }
+        #[cfg(not(test))]
+        {
+            false
+        }
+    }
+
+    /// Switch the seam for this thread.
+    #[cfg(test)]
+    pub(crate) fn set_huge_on_base_pages(on: bool) {
+        HUGE_ON_BASE_PAGES.with(|c| c.set(on));
     }
 }
 

@@ -522,6 +522,26 @@ fn an_unmap_failure_is_counted_not_a_panic_and_the_iova_is_not_reused() {
     assert_eq!(pool.iova_stats().allocations, 2);
 }
 
+/// An arena whose unmap fails is still mapped: `Accounting::arenas` keeps counting it (as
+/// `live_mappings` does), and `trim` does not report it released.
+#[test]
+fn an_arena_whose_unmap_fails_is_still_counted_as_mapped() {
+    let mapper = Arc::new(FailingUnmap {
+        inner: SimIommu::new(),
+        fail_unmap: AtomicBool::new(true),
+    });
+    let pool = DmaPool::new(mapper.clone(), LeaseMode::Pooled).unwrap();
+    drop(pool.lease(64, 64, Access::ReadWrite).unwrap());
+    assert_eq!(pool.trim(), 0, "nothing was released");
+    let acc = pool.accounting();
+    assert_eq!(
+        (acc.arenas, acc.live_mappings, acc.unmap_failures),
+        (1, 1, 1),
+        "{acc:?}"
+    );
+    assert_eq!(pool.iova_stats().allocations, 1, "its IOVA is kept");
+}
+
 #[test]
 fn leases_move_between_threads_and_the_pool_is_shared() {
     for mode in MODES {
@@ -562,7 +582,7 @@ fn leases_move_between_threads_and_the_pool_is_shared() {
 #[test]
 fn the_pool_rejects_a_bad_arena_size() {
     let iommu: Arc<dyn DmaMapper> = Arc::new(SimIommu::new());
-    for arena_size in [0, 3 << 20, 1024, 2 << 30] {
+    for arena_size in [0, 3 << 20, 2 << 30] {
         let r = DmaPool::with_config(
             iommu.clone(),
             PoolConfig {
@@ -572,6 +592,51 @@ fn the_pool_rejects_a_bad_arena_size() {
         );
         assert!(matches!(r, Err(DmaError::Invalid(_))), "{arena_size:#x}");
     }
+    let r = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 1024,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    );
+    assert!(
+        matches!(r, Err(DmaError::ArenaTooSmall { arena_size: 1024, min, .. }) if min >= 4096),
+        "{r:?}"
+    );
+}
+
+/// Huge pages only, and an arena smaller than a huge page: the memory would be a whole 2 MiB
+/// page but the mapping only the arena, so the arena could never be unmapped. The pool refuses
+/// the configuration up front and names the minimum.
+#[test]
+fn huge_pages_only_with_an_arena_below_a_huge_page_is_refused_at_pool_creation() {
+    let iommu: Arc<dyn DmaMapper> = Arc::new(SimIommu::new());
+    for arena_size in [4096, 64 << 10, 1 << 20] {
+        let r = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size,
+                pages: PagePolicy::HugeOnly,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        );
+        let err = r.unwrap_err();
+        assert!(
+            matches!(err, DmaError::ArenaTooSmall { arena_size: a, min, .. } if a == arena_size && min == 2 << 20),
+            "{arena_size:#x}: {err:?}"
+        );
+        assert!(err.to_string().contains("HugeOnly"), "{err}");
+    }
+    // 2 MiB is fine (the pool is made; whether huge pages exist shows only when leasing).
+    DmaPool::with_config(
+        iommu,
+        PoolConfig {
+            arena_size: 2 << 20,
+            pages: PagePolicy::HugeOnly,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
 }
 
 #[test]
