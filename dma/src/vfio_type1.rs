@@ -11,7 +11,7 @@ use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_unmap,
 };
 
-use crate::memlock::{check_memlock, has_cap_ipc_lock, locked_bytes, memlock_limit};
+use crate::memlock::{MemlockState, locked_bytes};
 use crate::{Access, DmaError, DmaMapper, IovaRange};
 
 /// `_IO(';', 100 + 13)`: map on a container fd.
@@ -26,8 +26,9 @@ pub type Attachment = Arc<dyn std::any::Any + Send + Sync>;
 /// A VFIO container with a type1 IOMMU set, as a [`DmaMapper`].
 ///
 /// The driver's VFIO backend opens the container, attaches the group, sets TYPE1v2 and reads
-/// the IOVA ranges; this type only maps and unmaps. It checks `RLIMIT_MEMLOCK` before each map
-/// so that a low limit gives [`DmaError::MemlockTooLow`] instead of a bare `ENOMEM`.
+/// the IOVA ranges; this type only maps and unmaps. It checks `RLIMIT_MEMLOCK` before each map,
+/// and again when the kernel answers `ENOMEM`, so that a low limit gives
+/// [`DmaError::MemlockTooLow`] instead of a bare `ENOMEM` ([`crate::memlock::MemlockState`]).
 ///
 /// It co-owns the group's attachment: when the last group leaves a container the kernel
 /// unmaps and unpins everything and drops the IOMMU (`vfio_group_detach_container`), after
@@ -84,12 +85,8 @@ impl DmaMapper for VfioType1 {
         iova: u64,
         access: Access,
     ) -> Result<(), DmaError> {
-        check_memlock(
-            self.pinned_bytes(),
-            len as u64,
-            memlock_limit(),
-            has_cap_ipc_lock(),
-        )?;
+        let memlock = MemlockState::current();
+        memlock.check(self.pinned_bytes(), len as u64)?;
         let mut flags = 0;
         if access.device_reads() {
             flags |= VFIO_DMA_MAP_FLAG_READ;
@@ -115,17 +112,14 @@ impl DmaMapper for VfioType1 {
         };
         if rc != 0 {
             let source = io::Error::last_os_error();
-            if source.raw_os_error() == Some(libc::ENOMEM) && !has_cap_ipc_lock() {
+            if source.raw_os_error() == Some(libc::ENOMEM) {
                 // The kernel counts everything this process has locked (mlock, other
                 // containers' pins), which our own figure misses; report what it counted.
-                let already =
-                    locked_bytes().map_or(self.pinned_bytes(), |l| l.max(self.pinned_bytes()));
-                let needed = already + len as u64;
-                return Err(DmaError::MemlockTooLow {
-                    needed,
-                    needed_kib: needed.div_ceil(1024),
-                    limit: memlock_limit(),
-                });
+                // Even when we thought the process exempt: the kernel has just said otherwise.
+                let locked = locked_bytes();
+                if let Some(e) = memlock.explain_enomem(self.pinned_bytes(), locked, len as u64) {
+                    return Err(e);
+                }
             }
             return Err(DmaError::Map {
                 mapper: self.name(),
