@@ -4,16 +4,21 @@
 //! - [`LeaseMode::Strict`]: each lease has its own memory, IOVA and IOMMU mapping, unmapped
 //!   on drop. A device access that runs past the lease's (page-rounded) mapping, or comes
 //!   after drop, faults: each mapping is followed by an unmapped guard page (one page of the
-//!   lease's memory, at least one IOMMU page) that no other lease gets, and IOVAs are taken
-//!   next fit ([`IovaAllocator::alloc_next_fit`]), so a released IOVA is handed out again
-//!   only once the allocator has gone round the whole IOVA space (in a nearly full space,
-//!   sooner: wrapping round beats failing). Not caught: an overrun that stays inside the last
-//!   mapped page, and a stray access that jumps the guard page into another lease. For tests
-//!   and debugging.
+//!   lease's memory or one IOMMU page, whichever is larger) that no other lease gets, and
+//!   IOVAs are taken next fit ([`IovaAllocator::alloc_next_fit`]), so a released IOVA is
+//!   handed out again only once the allocator has gone round the whole IOVA space (in a
+//!   nearly full space, sooner: wrapping round beats failing). Not caught: an overrun that
+//!   stays inside the last mapped page, and a stray access that jumps the guard page into
+//!   another lease. For tests and debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
 //!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
 //!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
 //!   mapping, as in strict mode but placed first fit and without the guard page.
+//!
+//! Mapping sizes, host addresses and IOVAs are multiples of the pool's mapping page: the larger
+//! of the CPU page and the IOMMU's smallest page ([`DmaMapper::min_page_size`]), which an
+//! IOMMU with 64 KiB pages needs; arenas must be at least that large
+//! ([`DmaError::ArenaTooSmall`]).
 //!
 //! Whatever the mode, a lease never lends out a Rust reference to its memory: the device may
 //! write it at any time, so every access is a copy or a volatile load/store through a raw
@@ -45,8 +50,8 @@ use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 pub enum LeaseMode {
     /// One memory, IOVA and mapping per lease, with an unmapped guard page after it; unmapped
     /// on drop, and its IOVA not reused until the IOVA space has been gone round. Catches a
-    /// device overrun past the page-rounded end (not one within the last page) and a device
-    /// access after drop.
+    /// device overrun past the page-rounded end (not one within the last page; the page is
+    /// the larger of the memory's and the IOMMU's) and a device access after drop.
     Strict,
     /// Slices of long-lived mapped arenas. Fast; the mapping count stays small.
     Pooled,
@@ -57,8 +62,9 @@ pub enum LeaseMode {
 pub struct PoolConfig {
     /// Strict or pooled.
     pub mode: LeaseMode,
-    /// Size of one pooled arena in bytes: a power of two from 4 KiB to 1 GiB. The default,
-    /// 2 MiB, is one huge page and one IOMMU superpage entry.
+    /// Size of one pooled arena in bytes: a power of two from 4 KiB (or the CPU page, or the
+    /// IOMMU's smallest page, whichever is largest) to 1 GiB. The default, 2 MiB, is one huge
+    /// page and one IOMMU superpage entry.
     pub arena_size: usize,
     /// Which pages back arenas and own-mapping leases. An arena is exactly `arena_size`
     /// bytes of memory and mapping, so an arena smaller than a 2 MiB huge page is on base
@@ -125,6 +131,8 @@ struct PoolState {
 struct PoolInner {
     mapper: Arc<dyn DmaMapper>,
     config: PoolConfig,
+    /// The granule of every mapping: the larger of the CPU page and the IOMMU's smallest page.
+    map_page: usize,
     iova: Arc<Mutex<IovaAllocator>>,
     state: Mutex<PoolState>,
     leases_out: AtomicUsize,
@@ -167,7 +175,15 @@ impl DmaPool {
         config: PoolConfig,
         iova: Arc<Mutex<IovaAllocator>>,
     ) -> Result<Self, DmaError> {
-        let page = base_page_size();
+        let iommu_page = mapper.min_page_size();
+        if !iommu_page.is_power_of_two() {
+            return Err(DmaError::Invalid(format!(
+                "{}: an IOMMU page size of {iommu_page:#x} is not a power of two",
+                mapper.name()
+            )));
+        }
+        let cpu_page = base_page_size().max(4096);
+        let map_page = cpu_page.max(iommu_page);
         if !config.arena_size.is_power_of_two() || config.arena_size > 1 << 30 {
             return Err(DmaError::Invalid(format!(
                 "arena size {:#x} must be a power of two from the page size to 1 GiB",
@@ -179,8 +195,15 @@ impl DmaPool {
             min,
             why,
         };
-        if config.arena_size < page.max(4096) {
-            return Err(too_small(page.max(4096), "the CPU page size"));
+        if config.arena_size < map_page {
+            return Err(too_small(
+                map_page,
+                if iommu_page > cpu_page {
+                    "the IOMMU's smallest page: each arena is one mapping"
+                } else {
+                    "the CPU page size"
+                },
+            ));
         }
         // An arena is one memory of exactly `arena_size` bytes, mapped whole: huge pages
         // would round it up, and the mapping (and its unmap) would no longer match it.
@@ -194,6 +217,7 @@ impl DmaPool {
             inner: Arc::new(PoolInner {
                 mapper,
                 config,
+                map_page,
                 iova,
                 state: Mutex::new(PoolState { arenas: Vec::new() }),
                 leases_out: AtomicUsize::new(0),
@@ -463,9 +487,10 @@ impl PoolInner {
     /// Get, place and map a new arena (under the state lock: growth is rare).
     fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
         let size = self.config.arena_size;
-        let mem = DmaMemory::with_policy(size, self.arena_pages())?;
+        let mem = DmaMemory::with_alignment(size, self.arena_pages(), self.map_page)?;
         if mem.len() != size {
-            // Not reached: `arena_pages` only picks pages that divide `size`. Checked before
+            // Not reached: `arena_pages` only picks pages that divide `size`, and `size` is a
+            // multiple of `map_page` (checked when the pool was made). Checked before
             // anything is mapped, so that an arena's memory and its mapping are the same bytes.
             return Err(DmaError::Invalid(format!(
                 "arena of {size:#x} bytes got {:#x} bytes of {:?} memory (pool bug)",
@@ -474,8 +499,9 @@ impl PoolInner {
             )));
         }
         let iova = self.lock_iova().alloc(size as u64, size as u64)?;
-        // SAFETY: `mem` is page-aligned memory of exactly `size` bytes (checked above) that
-        // the arena owns; it is unmapped (release_arena) before the memory is dropped.
+        // SAFETY: `mem` is memory of exactly `size` bytes (checked above), aligned to
+        // `map_page` as the IOVA is, that the arena owns; it is unmapped (release_arena)
+        // before the memory is dropped.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
             let _ = self.lock_iova().free(iova, size as u64);
             return Err(e);
@@ -526,22 +552,27 @@ impl PoolInner {
         align: usize,
         access: Access,
     ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
-        let mem = DmaMemory::with_policy(len, self.config.pages)?;
+        // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
+        let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
         let mapped = mem.len();
-        // Aligning to the page size of the memory lets a huge page be one IOMMU entry.
-        let align = align.max(mem.page_size()) as u64;
+        // The mapping's granule: a page of the memory, or of the IOMMU if that is larger.
+        let granule = mem.page_size().max(self.map_page);
+        // Aligning the IOVA to the page size of the memory lets a huge page be one IOMMU
+        // entry.
+        let align = align.max(granule) as u64;
         let (iova, reserved) = match self.config.mode {
-            // A guard of one memory page (at least one IOMMU page: the mapping's granule) is
-            // reserved with the lease and never mapped, so that an overrun faults instead of
-            // landing in the next lease; next fit keeps a released range out of use a while.
+            // A guard of one granule is reserved with the lease and never mapped, so that an
+            // overrun faults instead of landing in the next lease; next fit keeps a released
+            // range out of use a while.
             LeaseMode::Strict => {
-                let reserved = (mapped + mem.page_size()) as u64;
+                let reserved = (mapped + granule) as u64;
                 (self.lock_iova().alloc_next_fit(reserved, align)?, reserved)
             }
             LeaseMode::Pooled => (self.lock_iova().alloc(mapped as u64, align)?, mapped as u64),
         };
-        // SAFETY: `mem` is page-aligned and `mapped` bytes long; the lease owns it and unmaps
-        // before dropping it (DmaLease::drop), or never drops it if the unmap fails.
+        // SAFETY: `mem` is `mapped` bytes long and aligned to `map_page` (a multiple of it, as
+        // `iova` is); the lease owns it and unmaps before dropping it (DmaLease::drop), or
+        // never drops it if the unmap fails.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
             let _ = self.lock_iova().free(iova, reserved);
             return Err(e);

@@ -40,21 +40,31 @@ pub struct VfioType1 {
     _attachment: Attachment,
     container: Arc<OwnedFd>,
     ranges: Vec<IovaRange>,
+    /// The IOMMU's page sizes (`iova_pgsizes` of `VFIO_IOMMU_GET_INFO`), when reported.
+    pgsizes: Option<u64>,
     /// Live mappings: IOVA -> length.
     live: Mutex<HashMap<u64, usize>>,
 }
 
 impl VfioType1 {
     /// Wrap a container fd that already has its IOMMU type set; `ranges` are the IOVA ranges
-    /// from `VFIO_IOMMU_GET_INFO` (the whole 64-bit space if the kernel reported none).
+    /// from `VFIO_IOMMU_GET_INFO` (the whole 64-bit space if the kernel reported none), and
+    /// `pgsizes` its `iova_pgsizes` bitmap (bit n: pages of 2^n bytes), `None` when the kernel
+    /// did not report it (then the CPU page is assumed).
     ///
     /// `attachment` is held until this mapper is dropped, so the group it stands for stays
     /// attached as long as mappings can exist (see the type's docs).
-    pub fn new(container: Arc<OwnedFd>, attachment: Attachment, ranges: Vec<IovaRange>) -> Self {
+    pub fn new(
+        container: Arc<OwnedFd>,
+        attachment: Attachment,
+        ranges: Vec<IovaRange>,
+        pgsizes: Option<u64>,
+    ) -> Self {
         VfioType1 {
             _attachment: attachment,
             container,
             ranges,
+            pgsizes,
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -76,6 +86,13 @@ impl DmaMapper for VfioType1 {
 
     fn iova_ranges(&self) -> Vec<IovaRange> {
         self.ranges.clone()
+    }
+
+    /// The lowest bit of the `iova_pgsizes` bitmap: `vfio_dma_do_map` refuses a map whose
+    /// size, IOVA or address is not a multiple of it (drivers/vfio/vfio_iommu_type1.c). The
+    /// CPU page when the kernel did not report the bitmap.
+    fn min_page_size(&self) -> usize {
+        min_page_of(self.pgsizes)
     }
 
     unsafe fn map(
@@ -191,10 +208,38 @@ impl DmaMapper for VfioType1 {
     }
 }
 
+/// The smallest page of a `iova_pgsizes` bitmap; the CPU page for none (or an empty bitmap).
+fn min_page_of(pgsizes: Option<u64>) -> usize {
+    match pgsizes {
+        Some(bitmap) if bitmap != 0 => {
+            usize::try_from(1u64 << bitmap.trailing_zeros()).unwrap_or(usize::MAX)
+        }
+        _ => crate::base_page_size(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::mem::offset_of;
+
+    #[test]
+    fn the_smallest_iommu_page_is_the_lowest_bit_of_the_bitmap() {
+        // QEMU's VT-d (reference vfio-userspace.md §1.5): 4K, 2M, 1G.
+        assert_eq!(min_page_of(Some(0x4020_1000)), 4096);
+        // An IOMMU whose smallest page is 64 KiB.
+        assert_eq!(min_page_of(Some(0x2001_0000)), 0x10000);
+        assert_eq!(min_page_of(None), crate::base_page_size());
+        assert_eq!(min_page_of(Some(0)), crate::base_page_size());
+        let container = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let mapper = VfioType1::new(
+            container,
+            Arc::new(()),
+            vec![IovaRange::new(0, u64::MAX)],
+            Some(0x2001_0000),
+        );
+        assert_eq!(mapper.min_page_size(), 0x10000);
+    }
 
     // Layouts from include/uapi/linux/vfio.h (reference vfio-userspace.md §1.5): map is 32 bytes,
     // unmap 24 bytes plus data[].
@@ -221,6 +266,7 @@ mod tests {
             container,
             attachment,
             vec![IovaRange::new(0, u64::MAX)],
+            None,
         ));
         let handle: Arc<dyn DmaMapper> = mapper.clone();
         drop(mapper);
