@@ -23,6 +23,20 @@ pub enum DmaError {
     #[error("invalid DMA request: {0}")]
     Invalid(String),
 
+    /// A pool's arena size is smaller than the pages an arena must be made of and mapped in.
+    #[error(
+        "DMA pool arena size {arena_size:#x} is below the minimum of {min:#x} bytes ({why}): \
+         configure an arena_size of at least {min:#x}"
+    )]
+    ArenaTooSmall {
+        /// The configured arena size.
+        arena_size: usize,
+        /// The smallest arena size that works.
+        min: usize,
+        /// Which page sets the minimum.
+        why: &'static str,
+    },
+
     /// No free IOVA range is large enough.
     #[error(
         "IOVA space exhausted: need {requested} bytes aligned to {align:#x}, largest free hole is \

@@ -4,16 +4,21 @@
 //! - [`LeaseMode::Strict`]: each lease has its own memory, IOVA and IOMMU mapping, unmapped
 //!   on drop. A device access that runs past the lease's (page-rounded) mapping, or comes
 //!   after drop, faults: each mapping is followed by an unmapped guard page (one page of the
-//!   lease's memory, at least one IOMMU page) that no other lease gets, and IOVAs are taken
-//!   next fit ([`IovaAllocator::alloc_next_fit`]), so a released IOVA is handed out again
-//!   only once the allocator has gone round the whole IOVA space (in a nearly full space,
-//!   sooner: wrapping round beats failing). Not caught: an overrun that stays inside the last
-//!   mapped page, and a stray access that jumps the guard page into another lease. For tests
-//!   and debugging.
+//!   lease's memory or one IOMMU page, whichever is larger) that no other lease gets, and
+//!   IOVAs are taken next fit ([`IovaAllocator::alloc_next_fit`]), so a released IOVA is
+//!   handed out again only once the allocator has gone round the whole IOVA space (in a
+//!   nearly full space, sooner: wrapping round beats failing). Not caught: an overrun that
+//!   stays inside the last mapped page, and a stray access that jumps the guard page into
+//!   another lease. For tests and debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
 //!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
 //!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
 //!   mapping, as in strict mode but placed first fit and without the guard page.
+//!
+//! Mapping sizes, host addresses and IOVAs are multiples of the pool's mapping page: the larger
+//! of the CPU page and the IOMMU's smallest page ([`DmaMapper::min_page_size`]), which an
+//! IOMMU with 64 KiB pages needs; arenas must be at least that large
+//! ([`DmaError::ArenaTooSmall`]).
 //!
 //! Whatever the mode, a lease never lends out a Rust reference to its memory: the device may
 //! write it at any time, so every access is a copy or a volatile load/store through a raw
@@ -36,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::buddy::{Buddy, MIN_BLOCK};
-use crate::memory::{DmaMemory, PagePolicy, base_page_size};
+use crate::memory::{DmaMemory, HUGE_PAGE, PagePolicy, base_page_size};
 use crate::volatile;
 use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 
@@ -45,8 +50,8 @@ use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 pub enum LeaseMode {
     /// One memory, IOVA and mapping per lease, with an unmapped guard page after it; unmapped
     /// on drop, and its IOVA not reused until the IOVA space has been gone round. Catches a
-    /// device overrun past the page-rounded end (not one within the last page) and a device
-    /// access after drop.
+    /// device overrun past the page-rounded end (not one within the last page; the page is
+    /// the larger of the memory's and the IOMMU's) and a device access after drop.
     Strict,
     /// Slices of long-lived mapped arenas. Fast; the mapping count stays small.
     Pooled,
@@ -57,10 +62,14 @@ pub enum LeaseMode {
 pub struct PoolConfig {
     /// Strict or pooled.
     pub mode: LeaseMode,
-    /// Size of one pooled arena in bytes: a power of two from 4 KiB to 1 GiB. The default,
-    /// 2 MiB, is one huge page and one IOMMU superpage entry.
+    /// Size of one pooled arena in bytes: a power of two from 4 KiB (or the CPU page, or the
+    /// IOMMU's smallest page, whichever is largest) to 1 GiB. The default, 2 MiB, is one huge
+    /// page and one IOMMU superpage entry.
     pub arena_size: usize,
-    /// Which pages back arenas and own-mapping leases.
+    /// Which pages back arenas and own-mapping leases. An arena is exactly `arena_size`
+    /// bytes of memory and mapping, so an arena smaller than a 2 MiB huge page is on base
+    /// pages under [`PagePolicy::Auto`], and [`PagePolicy::HugeOnly`] needs an `arena_size`
+    /// of at least 2 MiB ([`DmaError::ArenaTooSmall`] otherwise).
     pub pages: PagePolicy,
 }
 
@@ -90,7 +99,8 @@ pub struct Accounting {
     pub live_mappings: usize,
     /// Device accesses the mapper refused since it was created.
     pub faults: usize,
-    /// Pooled arenas currently mapped.
+    /// Pooled arenas currently mapped (an arena whose unmap failed is still mapped, and still
+    /// counted).
     pub arenas: usize,
     /// Unmaps that failed (their memory and IOVA are kept, never reused: the device might
     /// still reach them).
@@ -105,6 +115,9 @@ pub struct Accounting {
 /// A mapped arena of the pooled mode.
 struct Arena {
     mem: DmaMemory,
+    /// Bytes mapped at `iova` and allocated there from the IOVA allocator: what unmap and
+    /// the IOVA free must be given back (the pool's `arena_size`, equal to `mem.len()`).
+    mapped: usize,
     iova: u64,
     access: Access,
     buddy: Buddy,
@@ -118,6 +131,8 @@ struct PoolState {
 struct PoolInner {
     mapper: Arc<dyn DmaMapper>,
     config: PoolConfig,
+    /// The granule of every mapping: the larger of the CPU page and the IOMMU's smallest page.
+    map_page: usize,
     iova: Arc<Mutex<IovaAllocator>>,
     state: Mutex<PoolState>,
     leases_out: AtomicUsize,
@@ -160,20 +175,49 @@ impl DmaPool {
         config: PoolConfig,
         iova: Arc<Mutex<IovaAllocator>>,
     ) -> Result<Self, DmaError> {
-        let page = base_page_size();
-        if !config.arena_size.is_power_of_two()
-            || config.arena_size < page.max(4096)
-            || config.arena_size > 1 << 30
-        {
+        let iommu_page = mapper.min_page_size();
+        if !iommu_page.is_power_of_two() {
+            return Err(DmaError::Invalid(format!(
+                "{}: an IOMMU page size of {iommu_page:#x} is not a power of two",
+                mapper.name()
+            )));
+        }
+        let cpu_page = base_page_size().max(4096);
+        let map_page = cpu_page.max(iommu_page);
+        if !config.arena_size.is_power_of_two() || config.arena_size > 1 << 30 {
             return Err(DmaError::Invalid(format!(
                 "arena size {:#x} must be a power of two from the page size to 1 GiB",
                 config.arena_size
             )));
         }
+        let too_small = |min: usize, why: &'static str| DmaError::ArenaTooSmall {
+            arena_size: config.arena_size,
+            min,
+            why,
+        };
+        if config.arena_size < map_page {
+            return Err(too_small(
+                map_page,
+                if iommu_page > cpu_page {
+                    "the IOMMU's smallest page: each arena is one mapping"
+                } else {
+                    "the CPU page size"
+                },
+            ));
+        }
+        // An arena is one memory of exactly `arena_size` bytes, mapped whole: huge pages
+        // would round it up, and the mapping (and its unmap) would no longer match it.
+        if config.pages == PagePolicy::HugeOnly && config.arena_size < HUGE_PAGE {
+            return Err(too_small(
+                HUGE_PAGE,
+                "PagePolicy::HugeOnly backs each arena with whole 2 MiB huge pages",
+            ));
+        }
         Ok(DmaPool {
             inner: Arc::new(PoolInner {
                 mapper,
                 config,
+                map_page,
                 iova,
                 state: Mutex::new(PoolState { arenas: Vec::new() }),
                 leases_out: AtomicUsize::new(0),
@@ -307,7 +351,9 @@ impl DmaPool {
             .stats()
     }
 
-    /// Unmap and free every arena with no lease out; returns how many were released.
+    /// Unmap and free every arena with no lease out; returns how many were released (an arena
+    /// whose unmap fails stays mapped, kept forever, and counted in
+    /// [`Accounting::unmap_failures`]).
     pub fn trim(&self) -> usize {
         let idle: Vec<Arena> = {
             let mut state = self.inner.lock_state();
@@ -318,11 +364,10 @@ impl DmaPool {
                 .filter_map(Option::take)
                 .collect()
         };
-        let n = idle.len();
-        for arena in idle {
-            self.inner.release_arena(arena);
-        }
-        n
+        idle.into_iter()
+            .map(|arena| self.inner.release_arena(arena))
+            .filter(|&released| released)
+            .count()
     }
 }
 
@@ -429,14 +474,34 @@ impl PoolInner {
         Ok((index, unit))
     }
 
+    /// The pages of an arena: under [`PagePolicy::Auto`], base pages for an arena smaller
+    /// than a huge page (a huge page would make its memory larger than its mapping).
+    /// [`PagePolicy::HugeOnly`] with such an arena was refused when the pool was made.
+    fn arena_pages(&self) -> PagePolicy {
+        match self.config.pages {
+            PagePolicy::Auto if self.config.arena_size < HUGE_PAGE => PagePolicy::BaseOnly,
+            pages => pages,
+        }
+    }
+
     /// Get, place and map a new arena (under the state lock: growth is rare).
     fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
         let size = self.config.arena_size;
-        let mem = DmaMemory::with_policy(size, self.config.pages)?;
+        let mem = DmaMemory::with_alignment(size, self.arena_pages(), self.map_page)?;
+        if mem.len() != size {
+            // Not reached: `arena_pages` only picks pages that divide `size`, and `size` is a
+            // multiple of `map_page` (checked when the pool was made). Checked before
+            // anything is mapped, so that an arena's memory and its mapping are the same bytes.
+            return Err(DmaError::Invalid(format!(
+                "arena of {size:#x} bytes got {:#x} bytes of {:?} memory (pool bug)",
+                mem.len(),
+                mem.page_kind()
+            )));
+        }
         let iova = self.lock_iova().alloc(size as u64, size as u64)?;
-        // SAFETY: `mem` is page-aligned memory of exactly `size` bytes (a power of two at least
-        // a page, and a multiple of every page size we use) that the arena owns; it is
-        // unmapped (release_arena) before the memory is dropped.
+        // SAFETY: `mem` is memory of exactly `size` bytes (checked above), aligned to
+        // `map_page` as the IOVA is, that the arena owns; it is unmapped (release_arena)
+        // before the memory is dropped.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
             let _ = self.lock_iova().free(iova, size as u64);
             return Err(e);
@@ -453,22 +518,29 @@ impl PoolInner {
         let max_order = Buddy::order_for(size);
         Ok(Arena {
             mem,
+            mapped: size,
             iova,
             access,
             buddy: Buddy::new(max_order),
         })
     }
 
-    fn release_arena(&self, arena: Arena) {
-        let size = arena.mem.len();
-        self.arena_count.fetch_sub(1, Ordering::Relaxed);
-        match self.mapper.unmap(arena.iova, size) {
+    /// Unmap an idle arena and free its IOVA and memory; true when it is gone. When the unmap
+    /// fails the arena stays mapped (and counted in [`Accounting::arenas`]) with its memory
+    /// and IOVA kept forever.
+    fn release_arena(&self, arena: Arena) -> bool {
+        match self.mapper.unmap(arena.iova, arena.mapped) {
             Ok(()) => {
-                if let Err(e) = self.lock_iova().free(arena.iova, size as u64) {
+                self.arena_count.fetch_sub(1, Ordering::Relaxed);
+                if let Err(e) = self.lock_iova().free(arena.iova, arena.mapped as u64) {
                     tracing::error!("DMA pool: freeing an arena's IOVA: {e}");
                 }
+                true
             }
-            Err(e) => self.unmap_failed(&e, arena.mem),
+            Err(e) => {
+                self.unmap_failed(&e, arena.mem);
+                false
+            }
         }
     }
 
@@ -480,22 +552,27 @@ impl PoolInner {
         align: usize,
         access: Access,
     ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
-        let mem = DmaMemory::with_policy(len, self.config.pages)?;
+        // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
+        let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
         let mapped = mem.len();
-        // Aligning to the page size of the memory lets a huge page be one IOMMU entry.
-        let align = align.max(mem.page_size()) as u64;
+        // The mapping's granule: a page of the memory, or of the IOMMU if that is larger.
+        let granule = mem.page_size().max(self.map_page);
+        // Aligning the IOVA to the page size of the memory lets a huge page be one IOMMU
+        // entry.
+        let align = align.max(granule) as u64;
         let (iova, reserved) = match self.config.mode {
-            // A guard of one memory page (at least one IOMMU page: the mapping's granule) is
-            // reserved with the lease and never mapped, so that an overrun faults instead of
-            // landing in the next lease; next fit keeps a released range out of use a while.
+            // A guard of one granule is reserved with the lease and never mapped, so that an
+            // overrun faults instead of landing in the next lease; next fit keeps a released
+            // range out of use a while.
             LeaseMode::Strict => {
-                let reserved = (mapped + mem.page_size()) as u64;
+                let reserved = (mapped + granule) as u64;
                 (self.lock_iova().alloc_next_fit(reserved, align)?, reserved)
             }
             LeaseMode::Pooled => (self.lock_iova().alloc(mapped as u64, align)?, mapped as u64),
         };
-        // SAFETY: `mem` is page-aligned and `mapped` bytes long; the lease owns it and unmaps
-        // before dropping it (DmaLease::drop), or never drops it if the unmap fails.
+        // SAFETY: `mem` is `mapped` bytes long and aligned to `map_page` (a multiple of it, as
+        // `iova` is); the lease owns it and unmaps before dropping it (DmaLease::drop), or
+        // never drops it if the unmap fails.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
             let _ = self.lock_iova().free(iova, reserved);
             return Err(e);
@@ -771,5 +848,97 @@ impl fmt::Debug for DmaLease {
                 },
             )
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::test_seam;
+    use crate::{PageKind, SimIommu};
+
+    /// Backs this thread's "huge" memory with base pages (2 MiB rounding kept) until dropped:
+    /// the machine running the tests may have no huge pages reserved.
+    struct HugeOnBasePages;
+
+    impl HugeOnBasePages {
+        fn on() -> Self {
+            test_seam::set_huge_on_base_pages(true);
+            // The seam gives what huge pages would: 1 MiB under Auto becomes 2 MiB.
+            let probe = DmaMemory::with_policy(1 << 20, PagePolicy::Auto).unwrap();
+            assert_eq!(
+                (probe.page_kind(), probe.len()),
+                (PageKind::Huge2M, 2 << 20)
+            );
+            HugeOnBasePages
+        }
+    }
+
+    impl Drop for HugeOnBasePages {
+        fn drop(&mut self) {
+            test_seam::set_huge_on_base_pages(false);
+        }
+    }
+
+    /// Under `PagePolicy::Auto` a 1 MiB request gets a 2 MiB huge page when there are any; an
+    /// arena of 1 MiB must still be 1 MiB of memory, so that its release unmaps and frees
+    /// exactly what was mapped and allocated, and nothing is left behind.
+    #[test]
+    fn an_auto_arena_below_a_huge_page_is_released_whole_where_huge_pages_exist() {
+        let _huge = HugeOnBasePages::on();
+        let iommu = Arc::new(SimIommu::new());
+        let pool = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size: 1 << 20,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        )
+        .unwrap();
+        let lease = pool.lease(64, 64, Access::ReadWrite).unwrap();
+        assert_eq!(pool.accounting().arenas, 1);
+        drop(lease);
+        assert_eq!(pool.trim(), 1);
+        assert_eq!(pool.accounting(), Accounting::default());
+        assert_eq!(iommu.live_mappings(), 0);
+        assert_eq!(pool.iova_stats().allocations, 0);
+    }
+
+    /// Release unmaps and frees the length the arena was mapped with, not its memory's length.
+    #[test]
+    fn release_uses_the_mapped_length_of_the_arena() {
+        let _huge = HugeOnBasePages::on();
+        let iommu = Arc::new(SimIommu::new());
+        let pool = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size: 1 << 20,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        )
+        .unwrap();
+        let inner = &pool.inner;
+        // Memory longer than the mapping: 2 MiB of "huge" memory, 1 MiB of it mapped.
+        let mem = DmaMemory::with_policy(1 << 20, PagePolicy::HugeOnly).unwrap();
+        assert_eq!(mem.len(), 2 << 20);
+        let mapped = 1 << 20;
+        let iova = inner
+            .lock_iova()
+            .alloc(mapped as u64, mapped as u64)
+            .unwrap();
+        // SAFETY: `mem` is page-aligned and longer than `mapped`; the arena owns it and
+        // release_arena unmaps before dropping it.
+        unsafe { iommu.map(mem.as_ptr(), mapped, iova, Access::ReadWrite) }.unwrap();
+        inner.arena_count.fetch_add(1, Ordering::Relaxed);
+        let arena = Arena {
+            mem,
+            mapped,
+            iova,
+            access: Access::ReadWrite,
+            buddy: Buddy::new(Buddy::order_for(mapped)),
+        };
+        assert!(inner.release_arena(arena));
+        assert_eq!(pool.accounting(), Accounting::default());
+        assert_eq!(pool.iova_stats().allocations, 0);
     }
 }

@@ -29,12 +29,21 @@ impl Access {
 ///
 /// A mapper only maps and unmaps; it never chooses IOVAs (the [`crate::IovaAllocator`] does,
 /// inside [`DmaMapper::iova_ranges`]) and never owns memory (a [`crate::DmaMemory`] does).
+/// It says which granule it maps in ([`DmaMapper::min_page_size`]); callers round to it.
 pub trait DmaMapper: Send + Sync {
     /// A short name for logs and errors, e.g. `vfio-type1` or `sim-iommu`.
     fn name(&self) -> &'static str;
 
     /// The IOVA ranges the IOMMU accepts (VFIO's IOVA-range capability), sorted, non-overlapping.
     fn iova_ranges(&self) -> Vec<IovaRange>;
+
+    /// The smallest page the IOMMU maps, a power of two: the host address, IOVA and length of
+    /// every [`DmaMapper::map`] must be multiples of it (VFIO type1: the lowest bit of the
+    /// `iova_pgsizes` bitmap of `VFIO_IOMMU_GET_INFO`, checked in `vfio_dma_do_map`). Callers
+    /// round to the larger of this and the CPU page. 4096 unless the backend says otherwise.
+    fn min_page_size(&self) -> usize {
+        4096
+    }
 
     /// Map `len` bytes of host memory at `vaddr` to the device address `iova`.
     ///

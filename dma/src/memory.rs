@@ -1,4 +1,5 @@
-//! DMA memory: a `memfd`, mapped shared, on 2 MiB huge pages when the system has them.
+//! DMA memory: a `memfd`, mapped shared, on 2 MiB huge pages when the system has them, and
+//! aligned when asked to an IOMMU page larger than the CPU's ([`DmaMemory::with_alignment`]).
 //!
 //! A memfd (rather than anonymous memory) because the same buffer must be reachable two ways:
 //! by virtual address for VFIO type1 / iommufd, and by fd + offset for a vfio-user server.
@@ -10,7 +11,7 @@ use std::ptr::NonNull;
 use crate::DmaError;
 
 /// Size of a huge page as requested with `MFD_HUGE_2MB`.
-const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// Under [`PagePolicy::Auto`], requests smaller than this go straight to base pages: rounding
 /// them up to a whole huge page would waste more than half of it.
@@ -83,23 +84,38 @@ impl DmaMemory {
 
     /// At least `len` bytes of DMA memory, rounded up to whole pages of the kind chosen.
     pub fn with_policy(len: usize, policy: PagePolicy) -> Result<Self, DmaError> {
+        Self::with_alignment(len, policy, 1)
+    }
+
+    /// At least `len` bytes of DMA memory whose start address and length are multiples of
+    /// both the page size of the kind chosen and `align` (a power of two): memory for an
+    /// IOMMU whose smallest page is larger than the CPU's (VFIO type1 refuses a map whose
+    /// address, IOVA or length is not a multiple of it, `vfio_dma_do_map`).
+    ///
+    /// [`DmaError::Invalid`] for `len == 0` or an `align` that is not a power of two.
+    pub fn with_alignment(len: usize, policy: PagePolicy, align: usize) -> Result<Self, DmaError> {
         if len == 0 {
             return Err(DmaError::Invalid("DMA memory of 0 bytes".into()));
         }
+        if !align.is_power_of_two() {
+            return Err(DmaError::Invalid(format!(
+                "DMA memory alignment {align:#x} is not a power of two"
+            )));
+        }
         match policy {
-            PagePolicy::BaseOnly => Self::create(len, PageKind::Base),
-            PagePolicy::HugeOnly => Self::create(len, PageKind::Huge2M),
+            PagePolicy::BaseOnly => Self::create(len, PageKind::Base, align),
+            PagePolicy::HugeOnly => Self::create(len, PageKind::Huge2M, align),
             PagePolicy::Auto if len < AUTO_HUGE_MIN => {
                 tracing::debug!(len, "DMA memory: small request, using base pages");
-                Self::create(len, PageKind::Base)
+                Self::create(len, PageKind::Base, align)
             }
-            PagePolicy::Auto => match Self::create(len, PageKind::Huge2M) {
+            PagePolicy::Auto => match Self::create(len, PageKind::Huge2M, align) {
                 Ok(mem) => {
                     tracing::info!(len = mem.len, "DMA memory: using 2 MiB huge pages");
                     Ok(mem)
                 }
                 Err(err) => {
-                    let mem = Self::create(len, PageKind::Base)?;
+                    let mem = Self::create(len, PageKind::Base, align)?;
                     tracing::info!(
                         len = mem.len,
                         page_size = mem.page_size(),
@@ -112,10 +128,14 @@ impl DmaMemory {
         }
     }
 
-    fn create(len: usize, kind: PageKind) -> Result<Self, DmaError> {
+    /// `len` bytes rounded up to whole pages of `kind` and to `align` (a power of two), at an
+    /// address that is a multiple of both.
+    fn create(len: usize, kind: PageKind, align: usize) -> Result<Self, DmaError> {
         let page = kind.size();
+        // Both are powers of two: the larger is a multiple of the smaller.
+        let unit = page.max(align);
         let len = len
-            .checked_next_multiple_of(page)
+            .checked_next_multiple_of(unit)
             .ok_or_else(|| DmaError::Invalid(format!("DMA memory of {len} bytes is too large")))?;
         let fail = |what: &'static str| DmaError::Alloc {
             len,
@@ -124,7 +144,7 @@ impl DmaMemory {
         };
 
         let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-        if kind == PageKind::Huge2M {
+        if kind == PageKind::Huge2M && !test_seam::huge_on_base_pages() {
             flags |= libc::MFD_HUGETLB | libc::MFD_HUGE_2MB;
         }
         // SAFETY: the name is a NUL-terminated literal; the call only creates a new fd.
@@ -148,25 +168,38 @@ impl DmaMemory {
         }
 
         // Without MAP_NORESERVE a hugetlb mapping reserves its pages here, so "no huge pages"
-        // fails now with ENOMEM rather than as SIGBUS on first touch.
-        // SAFETY: a new shared mapping of our own fd at an address the kernel chooses.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                0,
-            )
+        // fails now with ENOMEM rather than as SIGBUS on first touch. The kernel places a
+        // mapping on a multiple of its page size (hugetlb: of the huge page); a larger
+        // alignment needs a place chosen by us.
+        let placed = if unit > page {
+            map_aligned(&fd, len, unit)
+        } else {
+            // SAFETY: a new shared mapping of our own fd at an address the kernel chooses.
+            let addr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if addr == libc::MAP_FAILED {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(addr)
+            }
         };
-        if addr == libc::MAP_FAILED {
-            return Err(fail(if kind == PageKind::Huge2M {
+        let addr = placed.map_err(|source| DmaError::Alloc {
+            len,
+            what: if kind == PageKind::Huge2M {
                 "mmap of a 2 MiB hugetlb memfd; are huge pages reserved in /proc/sys/vm/nr_hugepages?"
             } else {
                 "mmap of the memfd"
-            }));
-        }
+            },
+            source,
+        })?;
         let Some(ptr) = NonNull::new(addr.cast::<u8>()) else {
             return Err(DmaError::Invalid("mmap returned address 0".into()));
         };
@@ -231,6 +264,99 @@ impl DmaMemory {
     pub fn offset_of(&self, addr: *const u8) -> Option<u64> {
         let off = addr.addr().checked_sub(self.ptr.as_ptr().addr())?;
         (off < self.len).then_some(off as u64)
+    }
+}
+
+/// Map `len` bytes of `fd` shared, read-write and populated at an address that is a multiple
+/// of `align` (a power of two, a multiple of the fd's page size, dividing `len`): reserve
+/// `len + align` bytes of address space, map the fd over the aligned part of the reservation,
+/// and give back the rest.
+fn map_aligned(fd: &OwnedFd, len: usize, align: usize) -> io::Result<*mut libc::c_void> {
+    let span = len
+        .checked_add(align)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    // SAFETY: a new private, inaccessible, unbacked reservation at an address the kernel
+    // chooses; nothing else knows of it.
+    let resv = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if resv == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let Some(head) = resv
+        .addr()
+        .checked_next_multiple_of(align)
+        .map(|aligned| aligned - resv.addr())
+    else {
+        // SAFETY: the whole reservation, which nothing uses.
+        unsafe { libc::munmap(resv, span) };
+        return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+    };
+    let start = resv.cast::<u8>().wrapping_add(head).cast::<libc::c_void>();
+    // SAFETY: `start .. start + len` lies inside the reservation made above (`head < align`),
+    // which only this function uses; MAP_FIXED replaces that part of it with the fd.
+    let addr = unsafe {
+        libc::mmap(
+            start,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE | libc::MAP_FIXED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        let err = io::Error::last_os_error();
+        // SAFETY: the whole reservation, which nothing uses.
+        unsafe { libc::munmap(resv, span) };
+        return Err(err);
+    }
+    let tail = span - head - len;
+    // SAFETY: the parts of the reservation before and after the fd's mapping; both are
+    // multiples of the base page (the reservation and `align` are), and nothing uses them.
+    unsafe {
+        if head > 0 {
+            libc::munmap(resv, head);
+        }
+        if tail > 0 {
+            libc::munmap(start.cast::<u8>().wrapping_add(len).cast(), tail);
+        }
+    }
+    Ok(addr)
+}
+
+/// Unit tests need "huge page" memory on a machine without reserved huge pages: with
+/// `set_huge_on_base_pages` on, this thread's `Huge2M` memory is sized and
+/// reported as 2 MiB pages but backed by base pages. Outside unit tests it is always off.
+pub(crate) mod test_seam {
+    #[cfg(test)]
+    thread_local! {
+        static HUGE_ON_BASE_PAGES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// True when `Huge2M` memory is to be backed by base pages (only ever in unit tests).
+    pub(crate) fn huge_on_base_pages() -> bool {
+        #[cfg(test)]
+        {
+            HUGE_ON_BASE_PAGES.with(std::cell::Cell::get)
+        }
+        #[cfg(not(test))]
+        {
+            false
+        }
+    }
+
+    /// Switch the seam for this thread.
+    #[cfg(test)]
+    pub(crate) fn set_huge_on_base_pages(on: bool) {
+        HUGE_ON_BASE_PAGES.with(|c| c.set(on));
     }
 }
 

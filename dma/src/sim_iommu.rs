@@ -553,6 +553,11 @@ impl DmaMapper for SimIommu {
         self.config.ranges.clone()
     }
 
+    /// [`SimIommuConfig::page_size`] (1 for a page size of 0: no alignment rule).
+    fn min_page_size(&self) -> usize {
+        usize::try_from(self.config.page_size.max(1)).unwrap_or(usize::MAX)
+    }
+
     unsafe fn map(
         &self,
         vaddr: *mut u8,

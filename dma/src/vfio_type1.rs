@@ -11,7 +11,7 @@ use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_unmap,
 };
 
-use crate::memlock::{check_memlock, has_cap_ipc_lock, locked_bytes, memlock_limit};
+use crate::memlock::{MemlockState, locked_bytes};
 use crate::{Access, DmaError, DmaMapper, IovaRange};
 
 /// `_IO(';', 100 + 13)`: map on a container fd.
@@ -26,8 +26,9 @@ pub type Attachment = Arc<dyn std::any::Any + Send + Sync>;
 /// A VFIO container with a type1 IOMMU set, as a [`DmaMapper`].
 ///
 /// The driver's VFIO backend opens the container, attaches the group, sets TYPE1v2 and reads
-/// the IOVA ranges; this type only maps and unmaps. It checks `RLIMIT_MEMLOCK` before each map
-/// so that a low limit gives [`DmaError::MemlockTooLow`] instead of a bare `ENOMEM`.
+/// the IOVA ranges; this type only maps and unmaps. It checks `RLIMIT_MEMLOCK` before each map,
+/// and again when the kernel answers `ENOMEM`, so that a low limit gives
+/// [`DmaError::MemlockTooLow`] instead of a bare `ENOMEM` ([`crate::memlock::MemlockState`]).
 ///
 /// It co-owns the group's attachment: when the last group leaves a container the kernel
 /// unmaps and unpins everything and drops the IOMMU (`vfio_group_detach_container`), after
@@ -39,21 +40,31 @@ pub struct VfioType1 {
     _attachment: Attachment,
     container: Arc<OwnedFd>,
     ranges: Vec<IovaRange>,
+    /// The IOMMU's page sizes (`iova_pgsizes` of `VFIO_IOMMU_GET_INFO`), when reported.
+    pgsizes: Option<u64>,
     /// Live mappings: IOVA -> length.
     live: Mutex<HashMap<u64, usize>>,
 }
 
 impl VfioType1 {
     /// Wrap a container fd that already has its IOMMU type set; `ranges` are the IOVA ranges
-    /// from `VFIO_IOMMU_GET_INFO` (the whole 64-bit space if the kernel reported none).
+    /// from `VFIO_IOMMU_GET_INFO` (the whole 64-bit space if the kernel reported none), and
+    /// `pgsizes` its `iova_pgsizes` bitmap (bit n: pages of 2^n bytes), `None` when the kernel
+    /// did not report it (then the CPU page is assumed).
     ///
     /// `attachment` is held until this mapper is dropped, so the group it stands for stays
     /// attached as long as mappings can exist (see the type's docs).
-    pub fn new(container: Arc<OwnedFd>, attachment: Attachment, ranges: Vec<IovaRange>) -> Self {
+    pub fn new(
+        container: Arc<OwnedFd>,
+        attachment: Attachment,
+        ranges: Vec<IovaRange>,
+        pgsizes: Option<u64>,
+    ) -> Self {
         VfioType1 {
             _attachment: attachment,
             container,
             ranges,
+            pgsizes,
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -77,6 +88,13 @@ impl DmaMapper for VfioType1 {
         self.ranges.clone()
     }
 
+    /// The lowest bit of the `iova_pgsizes` bitmap: `vfio_dma_do_map` refuses a map whose
+    /// size, IOVA or address is not a multiple of it (drivers/vfio/vfio_iommu_type1.c). The
+    /// CPU page when the kernel did not report the bitmap.
+    fn min_page_size(&self) -> usize {
+        min_page_of(self.pgsizes)
+    }
+
     unsafe fn map(
         &self,
         vaddr: *mut u8,
@@ -84,12 +102,8 @@ impl DmaMapper for VfioType1 {
         iova: u64,
         access: Access,
     ) -> Result<(), DmaError> {
-        check_memlock(
-            self.pinned_bytes(),
-            len as u64,
-            memlock_limit(),
-            has_cap_ipc_lock(),
-        )?;
+        let memlock = MemlockState::current();
+        memlock.check(self.pinned_bytes(), len as u64)?;
         let mut flags = 0;
         if access.device_reads() {
             flags |= VFIO_DMA_MAP_FLAG_READ;
@@ -115,17 +129,14 @@ impl DmaMapper for VfioType1 {
         };
         if rc != 0 {
             let source = io::Error::last_os_error();
-            if source.raw_os_error() == Some(libc::ENOMEM) && !has_cap_ipc_lock() {
+            if source.raw_os_error() == Some(libc::ENOMEM) {
                 // The kernel counts everything this process has locked (mlock, other
                 // containers' pins), which our own figure misses; report what it counted.
-                let already =
-                    locked_bytes().map_or(self.pinned_bytes(), |l| l.max(self.pinned_bytes()));
-                let needed = already + len as u64;
-                return Err(DmaError::MemlockTooLow {
-                    needed,
-                    needed_kib: needed.div_ceil(1024),
-                    limit: memlock_limit(),
-                });
+                // Even when we thought the process exempt: the kernel has just said otherwise.
+                let locked = locked_bytes();
+                if let Some(e) = memlock.explain_enomem(self.pinned_bytes(), locked, len as u64) {
+                    return Err(e);
+                }
             }
             return Err(DmaError::Map {
                 mapper: self.name(),
@@ -197,10 +208,38 @@ impl DmaMapper for VfioType1 {
     }
 }
 
+/// The smallest page of a `iova_pgsizes` bitmap; the CPU page for none (or an empty bitmap).
+fn min_page_of(pgsizes: Option<u64>) -> usize {
+    match pgsizes {
+        Some(bitmap) if bitmap != 0 => {
+            usize::try_from(1u64 << bitmap.trailing_zeros()).unwrap_or(usize::MAX)
+        }
+        _ => crate::base_page_size(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::mem::offset_of;
+
+    #[test]
+    fn the_smallest_iommu_page_is_the_lowest_bit_of_the_bitmap() {
+        // QEMU's VT-d (reference vfio-userspace.md §1.5): 4K, 2M, 1G.
+        assert_eq!(min_page_of(Some(0x4020_1000)), 4096);
+        // An IOMMU whose smallest page is 64 KiB.
+        assert_eq!(min_page_of(Some(0x2001_0000)), 0x10000);
+        assert_eq!(min_page_of(None), crate::base_page_size());
+        assert_eq!(min_page_of(Some(0)), crate::base_page_size());
+        let container = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let mapper = VfioType1::new(
+            container,
+            Arc::new(()),
+            vec![IovaRange::new(0, u64::MAX)],
+            Some(0x2001_0000),
+        );
+        assert_eq!(mapper.min_page_size(), 0x10000);
+    }
 
     // Layouts from include/uapi/linux/vfio.h (reference vfio-userspace.md §1.5): map is 32 bytes,
     // unmap 24 bytes plus data[].
@@ -227,6 +266,7 @@ mod tests {
             container,
             attachment,
             vec![IovaRange::new(0, u64::MAX)],
+            None,
         ));
         let handle: Arc<dyn DmaMapper> = mapper.clone();
         drop(mapper);

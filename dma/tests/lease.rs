@@ -471,6 +471,9 @@ impl DmaMapper for FailingUnmap {
     fn iova_ranges(&self) -> Vec<IovaRange> {
         self.inner.iova_ranges()
     }
+    fn min_page_size(&self) -> usize {
+        self.inner.min_page_size()
+    }
     unsafe fn map(
         &self,
         vaddr: *mut u8,
@@ -522,6 +525,26 @@ fn an_unmap_failure_is_counted_not_a_panic_and_the_iova_is_not_reused() {
     assert_eq!(pool.iova_stats().allocations, 2);
 }
 
+/// An arena whose unmap fails is still mapped: `Accounting::arenas` keeps counting it (as
+/// `live_mappings` does), and `trim` does not report it released.
+#[test]
+fn an_arena_whose_unmap_fails_is_still_counted_as_mapped() {
+    let mapper = Arc::new(FailingUnmap {
+        inner: SimIommu::new(),
+        fail_unmap: AtomicBool::new(true),
+    });
+    let pool = DmaPool::new(mapper.clone(), LeaseMode::Pooled).unwrap();
+    drop(pool.lease(64, 64, Access::ReadWrite).unwrap());
+    assert_eq!(pool.trim(), 0, "nothing was released");
+    let acc = pool.accounting();
+    assert_eq!(
+        (acc.arenas, acc.live_mappings, acc.unmap_failures),
+        (1, 1, 1),
+        "{acc:?}"
+    );
+    assert_eq!(pool.iova_stats().allocations, 1, "its IOVA is kept");
+}
+
 #[test]
 fn leases_move_between_threads_and_the_pool_is_shared() {
     for mode in MODES {
@@ -562,7 +585,7 @@ fn leases_move_between_threads_and_the_pool_is_shared() {
 #[test]
 fn the_pool_rejects_a_bad_arena_size() {
     let iommu: Arc<dyn DmaMapper> = Arc::new(SimIommu::new());
-    for arena_size in [0, 3 << 20, 1024, 2 << 30] {
+    for arena_size in [0, 3 << 20, 2 << 30] {
         let r = DmaPool::with_config(
             iommu.clone(),
             PoolConfig {
@@ -572,6 +595,156 @@ fn the_pool_rejects_a_bad_arena_size() {
         );
         assert!(matches!(r, Err(DmaError::Invalid(_))), "{arena_size:#x}");
     }
+    let r = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 1024,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    );
+    assert!(
+        matches!(r, Err(DmaError::ArenaTooSmall { arena_size: 1024, min, .. }) if min >= 4096),
+        "{r:?}"
+    );
+}
+
+/// Huge pages only, and an arena smaller than a huge page: the memory would be a whole 2 MiB
+/// page but the mapping only the arena, so the arena could never be unmapped. The pool refuses
+/// the configuration up front and names the minimum.
+#[test]
+fn huge_pages_only_with_an_arena_below_a_huge_page_is_refused_at_pool_creation() {
+    let iommu: Arc<dyn DmaMapper> = Arc::new(SimIommu::new());
+    for arena_size in [4096, 64 << 10, 1 << 20] {
+        let r = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size,
+                pages: PagePolicy::HugeOnly,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        );
+        let err = r.unwrap_err();
+        assert!(
+            matches!(err, DmaError::ArenaTooSmall { arena_size: a, min, .. } if a == arena_size && min == 2 << 20),
+            "{arena_size:#x}: {err:?}"
+        );
+        assert!(err.to_string().contains("HugeOnly"), "{err}");
+    }
+    // 2 MiB is fine (the pool is made; whether huge pages exist shows only when leasing).
+    DmaPool::with_config(
+        iommu,
+        PoolConfig {
+            arena_size: 2 << 20,
+            pages: PagePolicy::HugeOnly,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+}
+
+/// An IOMMU whose smallest page (64 KiB) is larger than the CPU's: every mapping's address,
+/// IOVA and length are multiples of it, so a 100-byte strict lease and a pooled pool map, are
+/// usable from both sides, and give everything back; the strict guard is one IOMMU page.
+#[test]
+fn leases_map_and_release_on_an_iommu_with_64k_pages() {
+    const IOMMU_PAGE: u64 = 0x10000;
+    let config = SimIommuConfig {
+        page_size: IOMMU_PAGE,
+        ..SimIommuConfig::default()
+    };
+    for mode in MODES {
+        let iommu = Arc::new(SimIommu::with_config(config.clone()));
+        assert_eq!(iommu.min_page_size(), IOMMU_PAGE as usize);
+        // Base pages, so that the memory's page is the CPU's whatever huge pages the machine
+        // has, and the IOMMU page is the larger.
+        let pool = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                pages: PagePolicy::BaseOnly,
+                ..PoolConfig::new(mode)
+            },
+        )
+        .unwrap();
+        let baseline = pool.accounting();
+        // Small (an arena block in pooled mode), and larger than a 2 MiB arena (an own mapping
+        // in both modes).
+        for len in [100, (2 << 20) + 100] {
+            let lease = pool.lease(len, 8, Access::ReadWrite).unwrap();
+            assert_eq!(
+                lease.as_ptr().addr() as u64 % IOMMU_PAGE,
+                0,
+                "{mode:?} {len}"
+            );
+            assert_eq!(lease.iova() % IOMMU_PAGE, 0, "{mode:?} {len}");
+            lease.write(len - 4, b"abcd").unwrap();
+            let mut seen = [0u8; 4];
+            iommu
+                .read(lease.iova() + len as u64 - 4, &mut seen)
+                .unwrap();
+            assert_eq!(&seen, b"abcd", "{mode:?} {len}");
+            iommu.write(lease.iova(), b"xy").unwrap();
+            assert_eq!(lease.read_u16_be(0).unwrap(), u16::from_be_bytes(*b"xy"));
+            let acc = pool.accounting();
+            assert_eq!(
+                (acc.leases_out, acc.live_mappings),
+                (1, 1),
+                "{mode:?} {len}"
+            );
+            if mode == LeaseMode::Strict {
+                // The mapping is one IOMMU page-rounded run, then an unmapped guard page.
+                let end = (len as u64).next_multiple_of(IOMMU_PAGE);
+                assert!(iommu.read_u8(lease.iova() + end - 1).is_ok());
+                assert!(iommu.read_u8(lease.iova() + end).is_err());
+            }
+            drop(lease);
+            pool.trim();
+            // Faults aside (the guard probe's, counted below), all is as it was.
+            let acc = pool.accounting();
+            assert_eq!(Accounting { faults: 0, ..acc }, baseline, "{mode:?} {len}");
+            assert_eq!(iommu.live_mappings(), 0, "{mode:?} {len}");
+            assert_eq!(pool.iova_stats().allocations, 0, "{mode:?} {len}");
+        }
+        assert_eq!(
+            iommu.fault_count(),
+            if mode == LeaseMode::Strict { 2 } else { 0 }
+        );
+    }
+}
+
+/// An arena smaller than the IOMMU's smallest page could never be mapped: refused at pool
+/// creation, naming the minimum.
+#[test]
+fn an_arena_below_the_iommu_page_is_refused_at_pool_creation() {
+    let iommu: Arc<dyn DmaMapper> = Arc::new(SimIommu::with_config(SimIommuConfig {
+        page_size: 0x10000,
+        ..SimIommuConfig::default()
+    }));
+    for arena_size in [4096, 32 << 10] {
+        let err = DmaPool::with_config(
+            iommu.clone(),
+            PoolConfig {
+                arena_size,
+                ..PoolConfig::new(LeaseMode::Pooled)
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, DmaError::ArenaTooSmall { arena_size: a, min: 0x10000, .. } if a == arena_size),
+            "{arena_size:#x}: {err:?}"
+        );
+        assert!(err.to_string().contains("IOMMU"), "{err}");
+    }
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 0x10000,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    drop(pool.lease(64, 64, Access::Read).unwrap());
+    assert_eq!(pool.trim(), 1);
+    assert_eq!(iommu.live_mappings(), 0);
 }
 
 #[test]

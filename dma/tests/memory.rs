@@ -176,6 +176,55 @@ fn huge_pages_are_used_when_free_and_the_fallback_is_reported_otherwise() {
     assert!((0..mem.len()).step_by(4096).all(|o| byte_at(&mem, o) == 0));
 }
 
+/// Memory for an IOMMU with pages larger than the CPU's: start and length multiples of the
+/// alignment asked for, zeroed, usable, with the fd offsets right; nothing of the address
+/// space reserved to place it stays mapped.
+#[test]
+fn memory_can_be_aligned_beyond_its_page() {
+    let _s = serial();
+    for align in [0x10000, 1 << 20] {
+        let mem = DmaMemory::with_alignment(100, PagePolicy::BaseOnly, align).unwrap();
+        assert_eq!(mem.page_kind(), PageKind::Base);
+        assert_eq!(mem.len(), align);
+        assert_eq!(mem.as_ptr().addr() % align, 0, "{align:#x}");
+        assert!((0..mem.len()).step_by(4096).all(|o| byte_at(&mem, o) == 0));
+        // SAFETY: the last byte of the memory; volatile write through the raw pointer.
+        unsafe { mem.as_ptr().add(align - 1).write_volatile(7) };
+        assert_eq!(byte_at(&mem, align - 1), 7);
+        assert_eq!(
+            mem.offset_of(mem.as_ptr().wrapping_add(align - 1)),
+            Some(align as u64 - 1)
+        );
+        // Exactly one mapping covers the memory, and it ends where the memory does: the
+        // reservation around it was given back.
+        let start = mem.as_ptr().addr();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let ours: Vec<(usize, usize)> = maps
+            .lines()
+            .filter_map(|l| {
+                let (range, _) = l.split_once(' ')?;
+                let (a, b) = range.split_once('-')?;
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .filter(|&(a, b)| a < start + align && b > start)
+            .collect();
+        assert_eq!(ours, [(start, start + align)], "{align:#x}");
+        let smaps = smaps_of(start).unwrap();
+        assert!(smaps.contains("hca-dma"), "{smaps}");
+    }
+    // Larger than the alignment: rounded to it.
+    let mem = DmaMemory::with_alignment(0x10001, PagePolicy::BaseOnly, 0x10000).unwrap();
+    assert_eq!(mem.len(), 0x20000);
+    // Below the page: the page rules.
+    let mem = DmaMemory::with_alignment(1, PagePolicy::BaseOnly, 16).unwrap();
+    assert_eq!(mem.len(), base_page_size());
+    let err = DmaMemory::with_alignment(4096, PagePolicy::BaseOnly, 0x3000).unwrap_err();
+    assert!(matches!(err, DmaError::Invalid(_)), "{err:?}");
+}
+
 #[test]
 fn small_requests_do_not_try_huge_pages() {
     let _s = serial();

@@ -277,6 +277,7 @@ impl VfioBackend {
                 container.clone(),
                 attachment,
                 iova_ranges.clone(),
+                iommu.pgsizes,
             )),
             device,
             group,
