@@ -157,7 +157,8 @@ pub(crate) struct PortShared {
     pub(crate) internal: Arc<AgentInner>,
     pub(crate) progress: Mutex<ProgressState>,
     fatal: OnceLock<String>,
-    next_send: AtomicU64,
+    /// The next send ID.
+    pub(crate) next_send: AtomicU64,
     /// The next agent ID to try (cyclic; 0 is the internal agent's, IDs in use are skipped).
     pub(crate) next_agent: AtomicU32,
     /// Canceled sends not on the QP: the progress loop completes them.

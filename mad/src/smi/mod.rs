@@ -183,6 +183,8 @@ impl Port {
 }
 
 /// Where `Agent::send` takes a send after the SMI's look at it ([`PortShared::smi_send`]).
+/// A send that goes on (not `Done`) is counted only once `Agent::send` accepts it
+/// ([`PortShared::smi_accepted`]).
 pub(crate) enum SmiRoute {
     /// An ordinary send, on the wire (a directed-route SMP with its hop pointer moved).
     Wire,
@@ -219,17 +221,24 @@ impl PortShared {
                     reason,
                 })
             }
-            Ok(Outgoing::Wire) => {
-                bump(&cells.sent);
-                Ok(SmiRoute::Wire)
-            }
+            Ok(Outgoing::Wire) => Ok(SmiRoute::Wire),
             Ok(Outgoing::Local) if timeout_ms > 0 && self.is_local_request_for_an_agent(mad) => {
-                bump(&cells.local);
                 Ok(SmiRoute::LocalRequest)
             }
             Ok(Outgoing::Local) => self
                 .smi_local(agent, mad, dest, context, id)
                 .map(SmiRoute::Done),
+        }
+    }
+
+    /// Count a send `Agent::send` accepted after [`PortShared::smi_send`] routed it (one it
+    /// refuses after that, its agent closing, is not counted).
+    pub(crate) fn smi_accepted(&self, route: &SmiRoute) {
+        match route {
+            SmiRoute::Wire => bump(&self.smi.cells.sent),
+            SmiRoute::LocalRequest => bump(&self.smi.cells.local),
+            // Counted by `smi_local` once accepted.
+            SmiRoute::Done(_) => {}
         }
     }
 

@@ -536,3 +536,88 @@ fn a_local_request_is_outside_flow_control() {
     sm.deregister();
     r.assert_clean();
 }
+
+/// A send the SMI routed and `Agent::send` then refused because its agent began to
+/// deregister is not counted as sent (the SMI counters name SMPs put on the wire or handled
+/// locally). Deterministic: the requester's send is held inside `Agent::send`, past its first
+/// closing check, on the agent table's lock (a local request for another agent looks there);
+/// the agent closes meanwhile.
+#[test]
+fn a_local_request_refused_by_a_closing_agent_is_not_counted() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    r.fake
+        .set_process_mad(|_| panic!("SMInfo is not the SMA's (mlx5 process_mad)"));
+    let smi_before = r.port.smi_counters();
+    let sends_before = r.port.counters().sends;
+    let shared = &r.port.shared;
+    let ids = shared.next_send.load(Ordering::SeqCst);
+    let table = shared.agents.write().expect("agent table");
+    let result = std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            a.send(
+                crate::SendRequest::new(
+                    dr_get(&[], attr_id::sm::SM_INFO, 0x77),
+                    UdDest::DIRECTED_ROUTE,
+                )
+                .timeout_ms(100),
+            )
+        });
+        // The send took its ID (past the first closing check); it now waits for the table.
+        while shared.next_send.load(Ordering::SeqCst) == ids {
+            std::thread::yield_now();
+        }
+        a.inner.closing.store(true, Ordering::SeqCst);
+        drop(table);
+        sender.join().expect("the sender")
+    });
+    assert!(matches!(result, Err(MadError::AgentClosed)), "{result:?}");
+    assert_eq!(r.port.smi_counters(), smi_before);
+    assert_eq!(r.port.counters().sends, sends_before);
+    assert!(r.collect(&sm, Duration::from_millis(2)).is_empty());
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// Wire SMPs sent while their agent deregisters: each one counted as sent is one the port
+/// accepted (a send refused at the second closing check of `Agent::send`, after the SMI routed
+/// it, is not counted). Many rounds, so that deregistrations land inside that window.
+#[test]
+fn wire_smps_refused_by_a_deregistration_are_not_counted_as_sent() {
+    let r = Rig::new();
+    for round in 0..200 {
+        let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+        let inner = Arc::clone(&a.inner);
+        let sends_before = r.port.counters().sends;
+        let accepted = std::thread::scope(|s| {
+            let sender = s.spawn(|| {
+                let mut n = 0u64;
+                loop {
+                    match a.send(crate::SendRequest::new(
+                        dr_get(&[1], attr_id::sm::NODE_INFO, n),
+                        UdDest::DIRECTED_ROUTE,
+                    )) {
+                        Ok(_) => n += 1,
+                        Err(MadError::AgentClosed) => return n,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+            // Let some sends through first, then deregister under the sender.
+            while r.port.counters().sends == sends_before {
+                std::thread::yield_now();
+            }
+            r.port.shared.deregister(&inner);
+            sender.join().expect("the sender")
+        });
+        drop(a);
+        let (k, c) = (r.port.smi_counters(), r.port.counters());
+        assert_eq!(
+            k.sent, c.sends,
+            "round {round}: {accepted} accepted this round"
+        );
+    }
+    r.assert_clean();
+}
