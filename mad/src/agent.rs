@@ -381,20 +381,22 @@ impl Agent {
         // The MAD waits in a buffer of the ring's (see `SendRing::record`); the caller's
         // bytes are not kept.
         let mut pending = port.record(agent.qp, &mad, build);
+        let mut smi_route = None;
         if mad_class == class::SUBN_DIRECTED_ROUTE {
             // The SMI send rules move the hop pointer: in the stack's copy (the caller's
             // bytes may be borrowed), padded to a whole MAD; the kept header follows.
             if pending.mad.len() < MAD_LEN {
                 pending.mad.resize(MAD_LEN, 0);
             }
-            match port.smi_send(
+            let route = port.smi_send(
                 agent,
                 &mut pending.mad,
                 &dest,
                 context,
                 timeout_ms,
                 pending.id,
-            )? {
+            )?;
+            match route {
                 SmiRoute::Done(id) => return Ok(id),
                 SmiRoute::Wire => {}
                 SmiRoute::LocalRequest => {
@@ -410,6 +412,7 @@ impl Agent {
                 }
             }
             pending.header.copy_from_slice(&pending.mad[..HEADER_LEN]);
+            smi_route = Some(route);
         }
         // Counted before the closing check, which deregistration sets before it sweeps: either
         // deregistration sees this send, or this send sees it closing.
@@ -422,6 +425,9 @@ impl Agent {
         let id = pending.id;
         bump(&agent.cells.sends);
         bump(&port.cells.sends);
+        if let Some(route) = &smi_route {
+            port.smi_accepted(route);
+        }
         port.submit(agent, pending);
         Ok(id)
     }

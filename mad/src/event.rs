@@ -37,7 +37,9 @@ impl fmt::Display for SendId {
     }
 }
 
-/// Names one agent on its port (unique per port, never reused).
+/// Names one agent on its port: unique among the port's live agents. Handed out cyclically up
+/// to [`crate::tid::MAX_AGENT_ID`] (the kernel's `hi_tid` is cyclic too): after the counter
+/// wraps, an ID no live agent holds may be given again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId(pub u32);
 

@@ -34,7 +34,7 @@ use crate::ring::{
 };
 use crate::slot_events;
 use crate::slot_state::{CancelOutcome, SendState};
-use crate::tid::{MAX_SLOTS_PER_QP, WrId};
+use crate::tid::{MAX_AGENT_ID, MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
 use crate::waiters::{Driver, LetGo, Taken, TokenWaiters};
 
@@ -157,8 +157,10 @@ pub(crate) struct PortShared {
     pub(crate) internal: Arc<AgentInner>,
     pub(crate) progress: Mutex<ProgressState>,
     fatal: OnceLock<String>,
-    next_send: AtomicU64,
-    /// The next agent ID to try (cyclic; 0 is the internal agent's, IDs in use are skipped).
+    /// The next send ID.
+    pub(crate) next_send: AtomicU64,
+    /// The next agent ID to try, masked to [`MAX_AGENT_ID`] (cyclic; 0 is the internal
+    /// agent's, IDs in use are skipped).
     pub(crate) next_agent: AtomicU32,
     /// Canceled sends not on the QP: the progress loop completes them.
     pub(crate) reap: Mutex<Vec<SlotRef>>,
@@ -426,12 +428,14 @@ impl Port {
             if let Some(reason) = s.fatal_reason() {
                 return Err(MadError::DeviceFatal { reason });
             }
-            // Cyclic, skipping 0 (the internal agent's) and the IDs of live agents, as the
-            // kernel's xa_alloc_cyclic: after the counter wraps, an ID still in use is never
-            // handed out again. Under the table's lock, so no other registration takes the
-            // same one; there are far fewer live agents than IDs, so this ends.
+            // Cyclic over 1..=MAX_AGENT_ID (23 bits: a local request's TID carries it, as the
+            // kernel's carries its 24-bit hi_tid), skipping 0 (the internal agent's) and the
+            // IDs of live agents, as the kernel's xa_alloc_cyclic: after the counter wraps, an
+            // ID still in use is never handed out again. Under the table's lock, so no other
+            // registration takes the same one; there are far fewer live agents than IDs, so
+            // this ends. (2^32 is a multiple of 2^23: the masked counter wraps evenly.)
             let id = loop {
-                let id = s.next_agent.fetch_add(1, Ordering::Relaxed);
+                let id = s.next_agent.fetch_add(1, Ordering::Relaxed) & MAX_AGENT_ID;
                 if id != 0 && !t.agents.contains_key(&id) {
                     break id;
                 }

@@ -1539,11 +1539,12 @@ fn agent_ids_skip_live_agents_and_zero_when_the_counter_wraps() {
         b.id(),
         c.id()
     );
-    // The counter wraps through 0, the internal agent's ID.
+    // The counter wraps through 0, the internal agent's ID; IDs stay within 23 bits (a local
+    // request's TID carries its agent's: crate::tid::local_stamp).
     r.port.shared.next_agent.store(u32::MAX, Ordering::Relaxed);
     let d = r.perf_agent();
     let e = r.perf_agent();
-    assert_eq!(d.id().0, u32::MAX);
+    assert_eq!(d.id().0, crate::tid::MAX_AGENT_ID);
     assert!(
         ![0, a.id().0, b.id().0, c.id().0].contains(&e.id().0),
         "{:?}",

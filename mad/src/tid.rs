@@ -27,11 +27,45 @@
 //! for a recycled slot is rejected unless it arrives 65536 uses of that slot later *and* carries
 //! the same client TID, class and address. The full 64-bit TID is also compared with the one the
 //! slot sent, so the generation bits only decide between uses of a slot.
+//!
+//! **Local requests without a slot.** A directed-route request the port handles itself and
+//! that takes no send slot (`crate::smi`: one for the port's SMA, or one sent without a
+//! response timeout) carries the sending agent's ID instead, as the kernel's carries its
+//! `hi_tid`, so that an answer another agent of the port gives to it finds the sender
+//! ([`local_stamp`], [`local_stamp_agent`]):
+//!
+//! | bits of TID | field |
+//! |---|---|
+//! | 0–31 | the client's |
+//! | 32–54 | the agent's ID (at most [`MAX_AGENT_ID`]) |
+//! | 55 | 1: never set in a QP0 slot's TID, so the two cannot be confused |
+//! | 56–63 | 0 |
 
 use driver::verbs::SpecialQp;
 
 /// The most slots one QP may have: the kernel's `IB_MAD_QP_MAX_SIZE`, 8192 (13 index bits).
 pub const MAX_SLOTS_PER_QP: u32 = 8192;
+
+/// The largest agent ID (23 bits): a local request's TID carries its agent's ID in the 23 bits
+/// below the QP bit ([`local_stamp`]). The kernel limits its `hi_tid` to 24 bits the same way
+/// (`xa_alloc_cyclic` with `XA_LIMIT(0, (1 << 24) - 1)` in `ib_register_mad_agent`,
+/// drivers/infiniband/core/mad.c), keeping the top byte clear.
+pub const MAX_AGENT_ID: u32 = (1 << 23) - 1;
+
+/// Bit 23 of the upper TID half: the QP bit of a slot's TID, set in a local request's stamp.
+const LOCAL_STAMP_BIT: u32 = 1 << 23;
+
+/// The upper 32 TID bits of a local request of agent `agent` that takes no send slot.
+pub fn local_stamp(agent: u32) -> u32 {
+    LOCAL_STAMP_BIT | (agent & MAX_AGENT_ID)
+}
+
+/// The agent ID a directed-route SMP's TID carries if its upper half is a [`local_stamp`]
+/// (top byte clear, bit 23 set: a QP0 slot's TID never has it), else `None`.
+pub fn local_stamp_agent(tid: u64) -> Option<u32> {
+    let hi = (tid >> 32) as u32;
+    (hi >> 24 == 0 && hi & LOCAL_STAMP_BIT != 0).then_some(hi & MAX_AGENT_ID)
+}
 
 const KIND_SHIFT: u32 = 56;
 const KIND_SEND: u64 = 1;
@@ -268,5 +302,26 @@ mod tests {
         assert_eq!(l.decode(tid, 99), None, "index out of range");
         let smi = TidLayout::new(SpecialQp::Smi, 100);
         assert_eq!(smi.decode(tid, 100), None, "a QP1 TID on QP0");
+    }
+
+    #[test]
+    fn local_stamps_carry_the_agent_and_are_never_a_qp0_slot() {
+        assert_eq!(local_stamp(5), 0x0080_0005);
+        assert_eq!(
+            local_stamp(MAX_AGENT_ID),
+            0x00FF_FFFF,
+            "the top byte stays clear"
+        );
+        let tid = (u64::from(local_stamp(0x12_3456)) << 32) | 0x77;
+        assert_eq!(local_stamp_agent(tid), Some(0x12_3456));
+        // No QP0 slot's TID reads as a stamp, whatever the slot count; a stamp is no slot.
+        for slots in [1, 128, MAX_SLOTS_PER_QP] {
+            let l = TidLayout::new(SpecialQp::Smi, slots);
+            let slot_tid = l.rewrite(0x77, slots - 1, u32::MAX);
+            assert_eq!(local_stamp_agent(slot_tid), None, "{slots}");
+            assert_eq!(l.decode(tid, slots), None, "{slots}");
+        }
+        assert_eq!(local_stamp_agent(0x77), None, "a client's own TID");
+        assert_eq!(local_stamp_agent(tid | 1 << 56), None, "top byte set");
     }
 }

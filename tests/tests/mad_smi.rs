@@ -53,7 +53,12 @@ fn a_0_hop_node_info_is_answered_by_the_local_sma_with_nothing_on_the_wire() {
     let smp = smp_of(r);
     assert_eq!(
         (smp.method, smp.status, smp.tid),
-        (method::GET_RESP, 0, 0x77)
+        (
+            method::GET_RESP,
+            0,
+            u64::from(mad::tid::local_stamp(a.id().0)) << 32 | 0x77
+        ),
+        "the client's TID, the agent's ID in the stack's upper half (the kernel's hi_tid)"
     );
     let ni = node_info(&smp.data);
     let guid = rig.sim.model.mlx5_config().node_guid;

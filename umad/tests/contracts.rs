@@ -647,6 +647,46 @@ fn a_local_smp_another_file_answers_reaches_its_requester() {
 }
 
 #[test]
+fn a_local_smp_sent_without_a_timeout_still_gets_the_answer_another_file_gives() {
+    // The kernel completes a local SMP at once and routes another agent's answer to the
+    // requester by the TID's upper half (handle_outgoing_dr_smp, local_completions), whatever
+    // the requester's timeout: a requester that sent with timeout 0 reads the answer too.
+    let r = rig();
+    let (sm, sm_agent, client, agent) = sm_and_client_on_qp0(&r);
+    client.write(&dr_sminfo_get(agent, 0x79, 0)).unwrap();
+    let (hdr, req) = read(&sm, Duration::from_secs(2)).expect("the request at the SM");
+    assert_eq!((hdr.status, req[1], req[3]), (0, 0x81, 0x01));
+    let mut resp = IbUserMad {
+        agent_id: sm_agent,
+        addr: hdr.addr,
+        ..IbUserMad::default()
+    }
+    .to_bytes()
+    .to_vec();
+    let mut answer = req.clone();
+    answer[3] = 0x81;
+    answer[4] |= 0x80;
+    answer[64] = 0xC1;
+    resp.extend_from_slice(&answer);
+    sm.write(&resp).unwrap();
+    let (hdr, got) = read(&client, Duration::from_secs(2)).expect("the answer at the client");
+    assert_eq!((hdr.status, got[3], got[64]), (0, 0x81, 0xC1));
+    assert_eq!(got[8..16], req[8..16], "the TID the SM got and answered");
+    assert_eq!(
+        u64::from_be_bytes(got[8..16].try_into().unwrap()) as u32,
+        0x79
+    );
+    assert!(
+        read(&client, Duration::from_millis(300)).is_err(),
+        "the answer only"
+    );
+    assert_eq!(client.outstanding(), 0);
+    r.ctx.close_file(client.fd()).unwrap();
+    r.ctx.close_file(sm.fd()).unwrap();
+    r.ctx.close().unwrap();
+}
+
+#[test]
 fn a_local_smp_nobody_answers_comes_back_as_a_timeout() {
     let r = rig();
     let (sm, _, client, c) = sm_and_client_on_qp0(&r);

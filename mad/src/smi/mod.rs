@@ -8,7 +8,9 @@
 //!   pointer reaches 0) never touches the wire: the port's own SMA answers it through
 //!   `HcaPort::process_mad` (MAD_IFC), and the progress loop delivers a *local completion* in
 //!   the kernel's order: the answer to the agent first (as the response to that send), then
-//!   the send's one completion, SUCCESS.
+//!   the send's one completion, SUCCESS. Such a request takes no send slot: the upper half of
+//!   its TID carries the sending agent's ID instead ([`crate::tid::local_stamp`]), as the
+//!   kernel's carries the agent's `hi_tid`.
 //! - **Local requests for another agent**: a local request the SMA does not take (SMInfo, for
 //!   one), sent with a response timeout while an agent of this port is registered for it,
 //!   takes a send slot and a TID naming it like a wire request, and goes to that agent instead
@@ -17,6 +19,11 @@
 //!   SUCCESS; or RESP_TIMEOUT_ERR; or WR_FLUSH_ERR when canceled or deregistered. The kernel
 //!   instead completes it SUCCESS at once and routes the answer by the TID's `hi_tid` to the
 //!   requester (see `PortShared::is_local_request_for_an_agent`).
+//! - **Local requests without a timeout** go to that agent too, but as any local SMP: the
+//!   send completes SUCCESS at once. The agent's answer then finds the requester as in the
+//!   kernel, by the agent ID in its TID's upper half, and is delivered to it (if it has a
+//!   receive side) as a received MAD matched to no send (`response_to` `None`): the kernel's
+//!   `local_completions` calls the requester's `recv_handler` without looking for its send.
 //! - **Receiving** ([`rules::incoming`], `handle_ib_smi`): a directed-route SMP from the wire
 //!   passes the receive rules (ReturnPath, hop pointer) before anything else looks at it; one
 //!   at the end of its path (`hp == hc + 1`) goes to the port's SMA like any SMP, and a
@@ -76,6 +83,9 @@ pub struct SmiCounters {
     pub local_answered: u64,
     /// Of those, handed to a registered agent as a received SMP (the SMA does not take it).
     pub local_passed: u64,
+    /// Answers of agents of this port to local requests sent without a response timeout,
+    /// delivered to the requester by the agent ID in their TID, matched to no send.
+    pub local_routed: u64,
     /// Answers of the port's SMA that were not the response to the SMP (never delivered).
     pub local_bad_answers: u64,
     /// Directed-route SMPs from the wire that passed the receive rules.
@@ -94,6 +104,7 @@ struct Cells {
     local: AtomicU64,
     local_answered: AtomicU64,
     local_passed: AtomicU64,
+    local_routed: AtomicU64,
     local_bad_answers: AtomicU64,
     received: AtomicU64,
     replies: AtomicU64,
@@ -109,6 +120,7 @@ impl Cells {
             local: get(&self.local),
             local_answered: get(&self.local_answered),
             local_passed: get(&self.local_passed),
+            local_routed: get(&self.local_routed),
             local_bad_answers: get(&self.local_bad_answers),
             received: get(&self.received),
             replies: get(&self.replies),
@@ -183,6 +195,8 @@ impl Port {
 }
 
 /// Where `Agent::send` takes a send after the SMI's look at it ([`PortShared::smi_send`]).
+/// A send that goes on (not `Done`) is counted only once `Agent::send` accepts it
+/// ([`PortShared::smi_accepted`]).
 pub(crate) enum SmiRoute {
     /// An ordinary send, on the wire (a directed-route SMP with its hop pointer moved).
     Wire,
@@ -219,17 +233,24 @@ impl PortShared {
                     reason,
                 })
             }
-            Ok(Outgoing::Wire) => {
-                bump(&cells.sent);
-                Ok(SmiRoute::Wire)
-            }
+            Ok(Outgoing::Wire) => Ok(SmiRoute::Wire),
             Ok(Outgoing::Local) if timeout_ms > 0 && self.is_local_request_for_an_agent(mad) => {
-                bump(&cells.local);
                 Ok(SmiRoute::LocalRequest)
             }
             Ok(Outgoing::Local) => self
                 .smi_local(agent, mad, dest, context, id)
                 .map(SmiRoute::Done),
+        }
+    }
+
+    /// Count a send `Agent::send` accepted after [`PortShared::smi_send`] routed it (one it
+    /// refuses after that, its agent closing, is not counted).
+    pub(crate) fn smi_accepted(&self, route: &SmiRoute) {
+        match route {
+            SmiRoute::Wire => bump(&self.smi.cells.sent),
+            SmiRoute::LocalRequest => bump(&self.smi.cells.local),
+            // Counted by `smi_local` once accepted.
+            SmiRoute::Done(_) => {}
         }
     }
 
@@ -242,7 +263,9 @@ impl PortShared {
     /// as a wire request: after its answer (delivered as its response), or with
     /// RESP_TIMEOUT_ERR. Unlike the kernel's, it does wait (and may time out, be canceled or
     /// be flushed at deregistration), which a umad reader needs: it is told of every request
-    /// with a timeout, by its answer or by ETIMEDOUT.
+    /// with a timeout, by its answer or by ETIMEDOUT. (A request without a timeout is not
+    /// asked about: it completes at once as in the kernel, its TID carrying the agent's ID,
+    /// by which the answer is routed to it: `smi_local_incoming`.)
     fn is_local_request_for_an_agent(&self, mad: &[u8]) -> bool {
         let Ok(hdr) = Mad::new_checked(mad) else {
             return false;
@@ -282,7 +305,10 @@ impl PortShared {
 
     /// A directed-route SMP for this port itself: the port's SMA answers it now (the sender's
     /// thread calls `process_mad`, as the kernel does in `ib_post_send_mad`), and the
-    /// progress loop delivers the answer and then the completion.
+    /// progress loop delivers the answer and then the completion. A request's TID gets the
+    /// agent's ID in its upper half ([`crate::tid::local_stamp`]; the kernel's carries the
+    /// agent's `hi_tid`, which `ib_umad_write` or the kernel client put there), by which an
+    /// answer of another agent finds it (`smi_local_incoming`).
     fn smi_local(
         &self,
         agent: &Arc<AgentInner>,
@@ -293,6 +319,13 @@ impl PortShared {
     ) -> Result<SendId, MadError> {
         let mut buf = [0u8; MAD_LEN];
         buf.copy_from_slice(mad);
+        {
+            let mut m = Mad::new_checked(&mut buf[..]).expect("a full MAD holds a header");
+            if !m.is_response() {
+                let client = m.tid() & 0xFFFF_FFFF;
+                m.set_tid(u64::from(crate::tid::local_stamp(agent.id.0)) << 32 | client);
+            }
+        }
         let hdr = Mad::new_checked(&buf[..]).expect("a full MAD holds a header");
         let dr_slid = Smp::new_checked(&buf[..]).map_or(PERMISSIVE_LID, |s| s.dr_slid());
         let mut header = [0u8; HEADER_LEN];
@@ -462,13 +495,17 @@ impl PortShared {
     }
 
     /// A local SMP the SMA did not take, handled as if it had been received: a response goes
-    /// to response matching, a request to the agent registered for it (or nowhere: the kernel
+    /// to response matching (or, if its TID carries an agent's ID, to that agent:
+    /// `smi_local_routed`), a request to the agent registered for it (or nowhere: the kernel
     /// drops it without an answer).
     fn smi_local_incoming(&self, st: &mut ProgressState, m: &[u8; MAD_LEN], addr: RecvAddr) {
         let mut recv = RecvMad::received(m, MAD_LEN, addr);
         let hdr = Mad::new_checked(&m[..]).expect("a full MAD holds a header");
         if hdr.is_response() {
-            self.on_response(st, SpecialQp::Smi, recv);
+            match crate::tid::local_stamp_agent(hdr.tid()) {
+                Some(id) => self.smi_local_routed(st, id, recv),
+                None => self.on_response(st, SpecialQp::Smi, recv),
+            }
             return;
         }
         let agent =
@@ -481,6 +518,31 @@ impl PortShared {
         bump(&self.smi.cells.local_passed);
         bump(&self.cells.unsolicited);
         bump(&a.cells.unsolicited);
+        recv.agent = a.id;
+        crate::progress::stage(st, a, Event::Recv(recv), false);
+    }
+
+    /// The answer of an agent of this port to a local request that took no send slot (one
+    /// sent without a response timeout): its TID carries the requester's agent ID `id`. As
+    /// in the kernel's `handle_outgoing_dr_smp` (`find_mad_agent` by the TID's `hi_tid`) and
+    /// `local_completions` (the requester's `recv_handler` called without a search for its
+    /// send; drivers/infiniband/core/mad.c), it goes to that agent whatever became of its
+    /// send, as a received MAD matched to no send. Dropped if no agent of QP0 with that ID is
+    /// registered (`UnknownTid`; a deregistering one has left the table, as the kernel's
+    /// `xa_erase` of its `hi_tid`) or it has no receive side (`NotExpected`: `find_mad_agent`
+    /// gives up on an agent without a `recv_handler`).
+    fn smi_local_routed(&self, st: &mut ProgressState, id: u32, mut recv: RecvBox) {
+        let agent = self.agents_read().agents.get(&id).cloned();
+        let Some(a) = agent.filter(|a| a.qp == SpecialQp::Smi) else {
+            self.cells.dropped(DropReason::UnknownTid);
+            return;
+        };
+        if !a.receives {
+            self.cells.dropped(DropReason::NotExpected);
+            a.cells.dropped(DropReason::NotExpected);
+            return;
+        }
+        bump(&self.smi.cells.local_routed);
         recv.agent = a.id;
         crate::progress::stage(st, a, Event::Recv(recv), false);
     }

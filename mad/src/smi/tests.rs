@@ -18,7 +18,9 @@ use mad_wire::{PERMISSIVE_LID, attr_id, method};
 
 use crate::double::{FakePort, Inbound};
 use crate::ring::lock;
-use crate::{Agent, AgentSpec, Event, MadError, MethodMask, Port, PortConfig, SmiDiscard};
+use crate::{
+    Agent, AgentSpec, DropReason, Event, MadError, MethodMask, Port, PortConfig, SmiDiscard,
+};
 
 /// A port on the double with its baseline accounting.
 pub(crate) struct Rig {
@@ -124,7 +126,12 @@ fn a_0_hop_smp_is_answered_locally_response_first_then_completion() {
     };
     assert_eq!(
         (done.id, done.status, done.tid),
-        (id, WcStatus::Success, 0x42)
+        (
+            id,
+            WcStatus::Success,
+            u64::from(crate::tid::local_stamp(a.id().0)) << 32 | 0x42
+        ),
+        "the client's TID, with the agent's ID in the stack's upper half"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(r.fake.sent().is_empty(), "nothing on the wire");
@@ -534,5 +541,206 @@ fn a_local_request_is_outside_flow_control() {
     assert_eq!(r.port.census().backlogged, 0);
     a.deregister();
     sm.deregister();
+    r.assert_clean();
+}
+
+/// The SM agent's answer to `req` (a GetResp with 0xC1 in its first data byte), sent back to
+/// where the request came from.
+fn sm_answers(sm: &Agent, req: &crate::RecvMad) -> crate::SendId {
+    let mut resp = req.mad;
+    resp[3] = method::GET_RESP;
+    resp[4] |= 0x80;
+    resp[64] = 0xC1;
+    sm.send(crate::SendRequest::new(
+        resp.to_vec(),
+        req.addr.reply_dest(),
+    ))
+    .expect("the SM's answer is accepted")
+}
+
+/// A's 0-hop SMInfo Get without a response timeout, which the SM agent takes: A's send
+/// completes SUCCESS at once (as the kernel's local send does), the SM gets the request with
+/// A's agent ID in the TID's upper half (the kernel's `hi_tid`); returns A's send and the
+/// request as the SM got it.
+fn untimed_local_request(r: &Rig, a: &Agent, sm: &Agent) -> (crate::SendId, crate::RecvMad) {
+    r.fake
+        .set_process_mad(|_| panic!("SMInfo is not the SMA's (mlx5 process_mad)"));
+    let id = a
+        .send(
+            crate::SendRequest::new(
+                dr_get(&[], attr_id::sm::SM_INFO, 0x77),
+                UdDest::DIRECTED_ROUTE,
+            )
+            .context(3),
+        )
+        .expect("accepted");
+    let ev = r.collect(sm, Duration::from_millis(5));
+    let [Event::Recv(req)] = &ev[..] else {
+        panic!("the request, nothing else: {ev:?}")
+    };
+    assert_eq!(req.response_to, None);
+    assert_eq!(
+        req.header().tid(),
+        u64::from(crate::tid::local_stamp(a.id().0)) << 32 | 0x77,
+        "A's ID in the stack's half, the client's half kept"
+    );
+    let ev = r.collect(a, Duration::from_millis(2));
+    assert!(
+        matches!(&ev[..], [Event::Send(c)] if c.id == id && c.status == WcStatus::Success),
+        "A's send completes at once: {ev:?}"
+    );
+    assert_eq!(a.outstanding(), 0);
+    (id, (**req).clone())
+}
+
+/// The answer to a local request sent without a response timeout reaches the requester, as
+/// in the kernel: `handle_outgoing_dr_smp` finds the requester by the answer's `hi_tid`
+/// (`find_mad_agent`) and `local_completions` calls its `recv_handler` without looking for
+/// its send (drivers/infiniband/core/mad.c). It comes as a received MAD matched to no send,
+/// after the send's SUCCESS completion; nothing is dropped.
+#[test]
+fn the_answer_to_a_local_request_without_a_timeout_reaches_the_requester() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (_, req) = untimed_local_request(&r, &a, &sm);
+    let reply = sm_answers(&sm, &req);
+    let ev = r.collect(&a, Duration::from_millis(5));
+    let [Event::Recv(got)] = &ev[..] else {
+        panic!("the answer: {ev:?}")
+    };
+    assert_eq!(
+        (got.agent, got.response_to, got.mad[3], got.mad[64]),
+        (a.id(), None, method::GET_RESP, 0xC1)
+    );
+    assert_eq!(got.header().tid(), req.header().tid());
+    assert_eq!(got.addr.slid, PERMISSIVE_LID);
+    let sm_ev = r.collect(&sm, Duration::from_millis(2));
+    assert!(
+        matches!(&sm_ev[..], [Event::Send(c)] if c.id == reply && c.status == WcStatus::Success),
+        "{sm_ev:?}"
+    );
+    let c = r.port.counters();
+    assert_eq!(c.drops.total(), 0, "{:?}", c.drops);
+    assert_eq!(c.responses, 0, "matched to no send");
+    assert_eq!(r.port.smi_counters().local_routed, 1);
+    assert!(r.fake.sent().is_empty(), "nothing on the wire");
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// Such an answer for a requester without a receive side, or one that has deregistered, is
+/// dropped and counted, as the kernel's `find_mad_agent` finds no agent for it.
+#[test]
+fn the_answer_to_a_local_request_without_a_timeout_needs_a_live_receiving_requester() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    // Without a receive side.
+    let a = r.agent(AgentSpec::send_only(SpecialQp::Smi));
+    let (_, req) = untimed_local_request(&r, &a, &sm);
+    sm_answers(&sm, &req);
+    assert!(r.collect(&a, Duration::from_millis(5)).is_empty());
+    r.collect(&sm, Duration::from_millis(2));
+    let c = r.port.counters();
+    assert_eq!(c.drops.get(DropReason::NotExpected), 1, "{:?}", c.drops);
+    assert_eq!(a.counters().drops.get(DropReason::NotExpected), 1);
+    // Gone before the answer.
+    let b = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (_, req) = untimed_local_request(&r, &b, &sm);
+    b.deregister();
+    sm_answers(&sm, &req);
+    r.collect(&sm, Duration::from_millis(5));
+    let c = r.port.counters();
+    assert_eq!(c.drops.get(DropReason::UnknownTid), 1, "{:?}", c.drops);
+    assert_eq!(c.drops.total(), 2, "{:?}", c.drops);
+    assert_eq!(r.port.smi_counters().local_routed, 0);
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// A send the SMI routed and `Agent::send` then refused because its agent began to
+/// deregister is not counted as sent (the SMI counters name SMPs put on the wire or handled
+/// locally). Deterministic: the requester's send is held inside `Agent::send`, past its first
+/// closing check, on the agent table's lock (a local request for another agent looks there);
+/// the agent closes meanwhile.
+#[test]
+fn a_local_request_refused_by_a_closing_agent_is_not_counted() {
+    let r = Rig::new();
+    let sm = r.agent(AgentSpec::class(0x81, 1, MethodMask::of(&[method::GET])));
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    r.fake
+        .set_process_mad(|_| panic!("SMInfo is not the SMA's (mlx5 process_mad)"));
+    let smi_before = r.port.smi_counters();
+    let sends_before = r.port.counters().sends;
+    let shared = &r.port.shared;
+    let ids = shared.next_send.load(Ordering::SeqCst);
+    let table = shared.agents.write().expect("agent table");
+    let result = std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            a.send(
+                crate::SendRequest::new(
+                    dr_get(&[], attr_id::sm::SM_INFO, 0x77),
+                    UdDest::DIRECTED_ROUTE,
+                )
+                .timeout_ms(100),
+            )
+        });
+        // The send took its ID (past the first closing check); it now waits for the table.
+        while shared.next_send.load(Ordering::SeqCst) == ids {
+            std::thread::yield_now();
+        }
+        a.inner.closing.store(true, Ordering::SeqCst);
+        drop(table);
+        sender.join().expect("the sender")
+    });
+    assert!(matches!(result, Err(MadError::AgentClosed)), "{result:?}");
+    assert_eq!(r.port.smi_counters(), smi_before);
+    assert_eq!(r.port.counters().sends, sends_before);
+    assert!(r.collect(&sm, Duration::from_millis(2)).is_empty());
+    a.deregister();
+    sm.deregister();
+    r.assert_clean();
+}
+
+/// Wire SMPs sent while their agent deregisters: each one counted as sent is one the port
+/// accepted (a send refused at the second closing check of `Agent::send`, after the SMI routed
+/// it, is not counted). Many rounds, so that deregistrations land inside that window.
+#[test]
+fn wire_smps_refused_by_a_deregistration_are_not_counted_as_sent() {
+    let r = Rig::new();
+    for round in 0..200 {
+        let a = r.agent(AgentSpec::responses_only(SpecialQp::Smi));
+        let inner = Arc::clone(&a.inner);
+        let sends_before = r.port.counters().sends;
+        let accepted = std::thread::scope(|s| {
+            let sender = s.spawn(|| {
+                let mut n = 0u64;
+                loop {
+                    match a.send(crate::SendRequest::new(
+                        dr_get(&[1], attr_id::sm::NODE_INFO, n),
+                        UdDest::DIRECTED_ROUTE,
+                    )) {
+                        Ok(_) => n += 1,
+                        Err(MadError::AgentClosed) => return n,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+            // Let some sends through first, then deregister under the sender.
+            while r.port.counters().sends == sends_before {
+                std::thread::yield_now();
+            }
+            r.port.shared.deregister(&inner);
+            sender.join().expect("the sender")
+        });
+        drop(a);
+        let (k, c) = (r.port.smi_counters(), r.port.counters());
+        assert_eq!(
+            k.sent, c.sends,
+            "round {round}: {accepted} accepted this round"
+        );
+    }
     r.assert_clean();
 }
