@@ -140,13 +140,28 @@ fn output_goes_to_a_file() {
     assert_eq!(f.node_count(), 7);
 }
 
+/// The names in `dir`, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 #[test]
 fn a_failed_run_leaves_the_output_file_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("net2");
     let p = path.to_str().unwrap();
-    let tmp = dir.path().join("net2.tmp");
     fs::write(&path, "keep me\n").unwrap();
+    // What lies at the old fixed temporary name, a link to someone's file, is not followed
+    // (discover may run as root in a directory others write), nor removed.
+    let victim = dir.path().join("victim");
+    fs::write(&victim, "victim\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("net2.tmp")).unwrap();
+    let before = names(dir.path());
     for args in [
         vec![
             "discover",
@@ -160,14 +175,16 @@ fn a_failed_run_leaves_the_output_file_as_it_was() {
         let o = hca(&args);
         assert!(!o.status.success(), "{args:?} succeeded");
         assert_eq!(fs::read_to_string(&path).unwrap(), "keep me\n", "{args:?}");
-        assert!(!tmp.exists(), "{args:?} left {}", tmp.display());
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "victim\n", "{args:?}");
+        assert_eq!(names(dir.path()), before, "{args:?}");
     }
     // A walk may write over the very topology it reads.
     ok(&["sim", "gen", SPEC, "-o", p]);
     let device = format!("sim:clock=virtual,topology={p},node=host-1");
     ok(&["discover", "--device", &device, "-o", p]);
     assert_eq!(Fabric::parse_file(&path).unwrap().node_count(), 7);
-    assert!(!tmp.exists());
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "victim\n");
+    assert_eq!(names(dir.path()), before);
 }
 
 #[test]
@@ -728,7 +745,7 @@ fn an_output_that_is_a_directory_is_refused_before_the_walk() {
             err.contains(&format!("cannot write {d}: {d} is a directory")),
             "{args:?}: {err}"
         );
-        assert!(!parent.path().join("out.tmp").exists(), "{args:?}");
+        assert_eq!(names(parent.path()), ["out"], "{args:?}");
     }
 }
 

@@ -19,7 +19,7 @@ Walks the fabric from one port of an HCA with directed-route SMPs, as ibnetdisco
 at once, and prints what it found.
 
 Output (to standard output, or to --output FILE, which is replaced only when the walk and the
-write succeed: it is written as FILE.tmp and renamed):
+write succeed: it is written to a new file beside FILE, FILE.<random>.tmp, and renamed):
   default   ibnetdiscover's topology format: switches, then CAs, each with its linked ports;
             readable by ibsim, by `hca sim`/sim:topology=, and by scripts written for
             ibnetdiscover (the date in the header is UTC)
@@ -133,7 +133,8 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     // Refuse a bad setting before the device is opened (and its error is the only news).
     cfg.check()?;
     // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
-    // once complete (FILE may be the topology this walk reads).
+    // once complete (FILE may be the topology this walk reads). The temporary file is new and
+    // removed if the run fails, so a failure leaves the directory as it was.
     let mut file = match &args.output {
         Some(p) => {
             Some(ReplaceFile::create(p).map_err(|e| format!("cannot write {}: {e}", p.display()))?)

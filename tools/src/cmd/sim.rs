@@ -14,9 +14,9 @@ use super::CmdResult;
 /// Long help of `hca sim gen`.
 pub const GEN_HELP: &str = "\
 Writes a topology file in the ibnetdiscover/ibsim format for a regular fabric, to standard
-output or to --output (written as FILE.tmp and renamed over FILE only when complete, so a
-refused spec leaves FILE as it was). The simulator (sim:topology=FILE), ibsim and our
-parser all read it.
+output or to --output (written to a new file beside FILE, FILE.<random>.tmp, and renamed over
+FILE only when complete, so a refused spec leaves FILE as it was). The simulator
+(sim:topology=FILE), ibsim and our parser all read it.
 
 Shapes (numbers are decimal):
   fat-tree:leaves=L,hosts=H,spines=S[,links=K,leaf-ports=P,spine-ports=Q]
@@ -194,7 +194,7 @@ fn generate(args: &GenArgs) -> CmdResult {
         out.flush()?;
         return Ok(());
     };
-    // FILE.tmp, renamed over FILE only when complete: a refused spec leaves FILE as it was.
+    // A new file beside FILE, renamed over FILE only when complete: a refused spec leaves FILE as it was.
     let mut out =
         ReplaceFile::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let fabric = generator::generate_text(&args.spec, &mut out)?;
