@@ -158,11 +158,20 @@ fn main() -> ExitCode {
         Command::Discover(args) => cmd::discover::run(&ctx, &args),
         Command::Bench(args) => cmd::bench::run(&ctx, &args),
     };
-    let mut code = match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let mut code: u8 = match result {
+        Ok(()) => 0,
+        // Stopped by Ctrl-C or SIGTERM (discover, bench): 128 + the signal, as a shell shows a
+        // program that died of it, once the command has unwound.
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            if let Some(&hca_tools::EngineError::Interrupted { signal }) =
+                e.downcast_ref::<hca_tools::EngineError>()
+            {
+                eprintln!("{e}");
+                u8::try_from(128 + signal).unwrap_or(1)
+            } else {
+                eprintln!("error: {e}");
+                1
+            }
         }
     };
     // A simulated fabric opened with `state=FILE` whose device is still open is saved when
@@ -171,8 +180,10 @@ fn main() -> ExitCode {
     for (path, saved) in embed::persist_states() {
         if let Err(e) = saved {
             eprintln!("error: saving the simulated fabric's state to {path}: {e}");
-            code = ExitCode::FAILURE;
+            if code == 0 {
+                code = 1;
+            }
         }
     }
-    code
+    ExitCode::from(code)
 }

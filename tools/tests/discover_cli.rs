@@ -4,6 +4,7 @@
 //! bench's report.
 
 use std::fs;
+use std::io::Read as _;
 use std::process::{Command, Output};
 
 use sim::fabric::{Fabric, generator};
@@ -799,5 +800,112 @@ fn a_bench_modifier_the_attribute_cannot_take_is_refused() {
     assert_eq!(
         field(&r, "round trips"),
         "5 (5 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+}
+
+/// Sends `sig` to the child.
+fn signal(child: &std::process::Child, sig: i32) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid this test started and has not waited for.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// Waits for `child` at most a minute (then kills it and fails).
+fn wait_bounded(child: &mut std::process::Child) -> Output {
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("hca did not end within a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    Output {
+        status: child.wait().unwrap(),
+        stdout: out,
+        stderr: err,
+    }
+}
+
+/// Ctrl-C during a walk: the walk stops, the command unwinds (the temporary output file
+/// removed, the session closed, the state= fabric saved) and hca exits 130.
+#[test]
+fn ctrl_c_stops_a_walk_cleanly_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("big.topo");
+    ok(&[
+        "sim",
+        "gen",
+        "fat-tree:leaves=32,hosts=32,spines=16",
+        "-o",
+        topo.to_str().unwrap(),
+    ]);
+    let state = dir.path().join("big.state");
+    let out = dir.path().join("out.topo");
+    let device = format!(
+        "sim:topology={},node=host-1,state={}",
+        topo.display(),
+        state.display()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["discover", "--window", "1", "--device", &device, "-o"])
+        .arg(&out)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The temporary output file is made after the handler is installed: once it is there,
+    // Ctrl-C is the handler's.
+    let t = std::time::Instant::now();
+    while names(dir.path()).len() < 2 {
+        assert!(t.elapsed().as_secs() < 30, "no temporary file appeared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&child, libc::SIGINT);
+    let o = wait_bounded(&mut child);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("interrupted by SIGINT"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        names(dir.path()),
+        ["big.state", "big.topo"],
+        "{}",
+        stderr(&o)
+    );
+    let text = fs::read_to_string(&state).unwrap();
+    assert!(text.contains("hca-sim-state 1"), "{text}");
+}
+
+/// Ctrl-C during a bench: it stops, prints the report of what it measured, and exits 130.
+#[test]
+fn ctrl_c_stops_a_bench_with_its_report() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["bench", "--device", DEVICE, "--time", "100"])
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    signal(&child, libc::SIGINT);
+    let o = wait_bounded(&mut child);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    let report = stdout(&o);
+    assert!(report.contains("interrupted     by SIGINT"), "{report}");
+    assert!(
+        field(&report, "round trips").split(' ').next().unwrap() != "0",
+        "{report}"
     );
 }

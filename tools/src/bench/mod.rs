@@ -255,6 +255,12 @@ pub struct Report {
     /// What went wrong first with a send that did not end in a round trip (a send the MAD
     /// layer refused, a completion error, a timeout), for a report that shows no round trips.
     pub first_failure: Option<String>,
+    /// The signal that stopped the bench before it was done ([`crate::interrupt`]), if one
+    /// did.
+    pub interrupted: Option<i32>,
+    /// Sends still waiting for their response when the bench stopped, cancelled: they are
+    /// neither round trips nor failures.
+    pub cancelled: u64,
 }
 
 impl Report {
@@ -311,6 +317,15 @@ impl Report {
         if let Some(f) = &self.first_failure {
             writeln!(out, "  {:<16}{f}", "first failure")?;
         }
+        if let Some(sig) = self.interrupted {
+            writeln!(
+                out,
+                "  {:<16}by {} ({} sends in flight cancelled)",
+                "interrupted",
+                crate::interrupt::name(sig),
+                self.cancelled
+            )?;
+        }
         Ok(())
     }
 }
@@ -361,6 +376,8 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         device_latency: None,
         max_in_flight: 0,
         first_failure: None,
+        interrupted: None,
+        cancelled: 0,
     };
     let mut wall_lat = Vec::new();
     let mut dev_lat = Vec::new();
@@ -374,6 +391,11 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     let stall = crate::discover::engine::stall_limit(cfg.timeout_ms, cfg.retries);
     let mut last_event = port.now();
     let result = loop {
+        if let Some(signal) = crate::interrupt::requested() {
+            report.interrupted = Some(signal);
+            report.cancelled = in_flight.values().filter(|s| !s.answered).count() as u64;
+            break Ok(());
+        }
         let more = match cfg.stop {
             Stop::Count(n) => sent < n,
             Stop::Time(d) => started.elapsed() < d,

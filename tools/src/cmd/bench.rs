@@ -36,7 +36,9 @@ port and answers there too, within a millisecond (the bench gives those ports a 
 their progress loop at least once a millisecond), which the latency then includes.
 
 When a send does not end in a round trip, the report's `first failure` line says why; when
-none did, hca bench exits with status 1.
+none did, hca bench exits with status 1. Ctrl-C (SIGINT) or SIGTERM stops the bench: the
+sends in flight are cancelled, the report of what was measured is printed, and hca bench
+exits with status 130 (143 for SIGTERM).
 
 Examples:
   hca bench
@@ -128,12 +130,17 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         sysfs: ctx.sysfs.clone(),
         dev_root: ctx.dev_root.clone(),
     };
+    // Ctrl-C stops the bench, which then reports what it measured, as ping does.
+    hca_tools::interrupt::install()?;
     let session = Session::open_with(&args.device, args.port, &options)?;
     let result = bench::run_with(&session.port, &session.others, &cfg);
     let closed = session.close();
     let report = result?;
     closed?;
     report.write(&args.device, &mut std::io::stdout().lock())?;
+    if let Some(signal) = report.interrupted {
+        return Err(EngineError::Interrupted { signal }.into());
+    }
     if report.round_trips == 0 {
         return Err(EngineError::NoRoundTrip {
             sent: report.timeouts + report.failed,

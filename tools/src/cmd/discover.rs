@@ -31,6 +31,9 @@ On a terminal, a progress line on standard error shows the nodes found, the SMPs
 flight, and the rate; a summary follows. Queries that fail (a node that does not answer, an
 error status) are listed on standard error and the walk goes on past them; a warning there
 also counts the links up not followed because their route would be longer than --max-hops.
+Ctrl-C (SIGINT) or SIGTERM stops the walk: nothing is written, --output is left as it was,
+a sim: fabric opened with state=FILE is saved, and hca discover exits with status 130 (143
+for SIGTERM); a second Ctrl-C ends it at once.
 
 The default device is the built-in simulator with a generated fabric (a two-level fat tree
 of 4 leaf switches with 4 hosts each and 2 spines, 4xHDR links), the HCA being its first host:
@@ -132,6 +135,9 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     };
     // Refuse a bad setting before the device is opened (and its error is the only news).
     cfg.check()?;
+    // Ctrl-C stops the walk and unwinds (the output's temporary file removed, a state= fabric
+    // saved); installed before the output file exists.
+    hca_tools::interrupt::install()?;
     // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
     // once complete (FILE may be the topology this walk reads). The temporary file is new and
     // removed if the run fails, so a failure leaves the directory as it was.
