@@ -1,7 +1,7 @@
 //! A fabric server as a program runs one (`hca sim serve`): the network of a topology file,
 //! its SMA state loaded from a file and saved back at the end, a fault seed, served on a
 //! socket ([`Serving`]); and the exit signals, taken synchronously ([`ExitSignals`]) so
-//! that SIGINT and SIGTERM end the server cleanly (clients detached, state saved, socket
+//! that SIGINT, SIGTERM and SIGHUP end the server cleanly (clients detached, state saved, socket
 //! removed) rather than killing it.
 
 use std::path::{Path, PathBuf};
@@ -99,7 +99,8 @@ impl Serving {
     }
 }
 
-/// SIGINT and SIGTERM, blocked in the thread that made this (and in every thread it starts
+/// SIGINT, SIGTERM and SIGHUP (the terminal of the session that started the server closed),
+/// blocked in the thread that made this (and in every thread it starts
 /// afterwards) and taken with `sigtimedwait`: a program makes it first, before any thread,
 /// then waits on it.
 #[derive(Debug)]
@@ -108,7 +109,7 @@ pub struct ExitSignals {
 }
 
 impl ExitSignals {
-    /// Blocks SIGINT and SIGTERM in the calling thread. Threads started before keep their
+    /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread. Threads started before keep their
     /// mask and would still die of the signals: call this before starting any.
     pub fn block() -> Result<ExitSignals, ServeError> {
         // SAFETY: a zeroed sigset_t is a valid argument for sigemptyset, which initialises it.
@@ -118,6 +119,7 @@ impl ExitSignals {
             libc::sigemptyset(&raw mut set) == 0
                 && libc::sigaddset(&raw mut set, libc::SIGINT) == 0
                 && libc::sigaddset(&raw mut set, libc::SIGTERM) == 0
+                && libc::sigaddset(&raw mut set, libc::SIGHUP) == 0
         };
         if !ok {
             return Err(ServeError::Signals(std::io::Error::last_os_error()));
@@ -131,7 +133,7 @@ impl ExitSignals {
         Ok(ExitSignals { set })
     }
 
-    /// Waits up to `timeout` for SIGINT or SIGTERM; returns its number, or `None` when the
+    /// Waits up to `timeout` for SIGINT, SIGTERM or SIGHUP; returns its number, or `None` when the
     /// time passed (or another signal interrupted the wait).
     pub fn wait(&self, timeout: Duration) -> Result<Option<i32>, ServeError> {
         let ts = libc::timespec {

@@ -864,6 +864,18 @@ fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::Ex
 
 #[test]
 fn sim_serve_whose_log_reader_went_away_still_stops_cleanly_and_saves_its_state() {
+    sim_serve_stops_cleanly_on(libc::SIGTERM);
+}
+
+/// SIGHUP (the terminal the server runs in closed) stops it as SIGTERM does.
+#[test]
+fn sim_serve_stops_cleanly_on_sighup() {
+    sim_serve_stops_cleanly_on(libc::SIGHUP);
+}
+
+/// A served fabric whose log's reader goes away, then stopped by `sig`: it exits 0, its
+/// state saved and its socket removed.
+fn sim_serve_stops_cleanly_on(sig: i32) {
     use std::io::BufRead as _;
     use std::os::unix::process::ExitStatusExt as _;
     let t = tree();
@@ -912,8 +924,8 @@ fn sim_serve_whose_log_reader_went_away_still_stops_cleanly_and_saves_its_state(
         child.try_wait().unwrap().is_none(),
         "hca sim serve died of a log line to a closed pipe"
     );
-    // SAFETY: kill() with our own child's pid and SIGTERM; the child is not yet waited for.
-    let rc = unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
+    // SAFETY: kill() with our own child's pid; the child is not yet waited for.
+    let rc = unsafe { libc::kill(i32::try_from(child.id()).unwrap(), sig) };
     assert_eq!(rc, 0);
     let status = wait_bounded(&mut child, "hca sim serve");
     assert_eq!(

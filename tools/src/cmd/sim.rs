@@ -48,8 +48,9 @@ with the device string sim:server=SOCKET,node=NAME[,port=N]. Time is the wall cl
 
 The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.sock in the
 temporary directory. A socket a live server answers on is refused; a stale one is replaced.
-SIGINT or SIGTERM stops the server: clients are detached (an SM's IsSM bit is cleared), the
-state is saved to --state, and the socket is removed. A client whose server goes away sees
+SIGINT, SIGTERM or SIGHUP (the terminal it runs in closed) stops the server: clients are
+detached (an SM's IsSM bit is cleared), the state is saved to --state, the socket is
+removed, and hca sim serve exits with status 0. A client whose server goes away sees
 its port go Down.
 
 Examples:
@@ -142,7 +143,7 @@ fn serve(args: &ServeArgs) -> CmdResult {
     });
     note(format_args!(
         "serving {} ({nodes} nodes, {cas} CAs) on {} (pid {}); programs attach with \
-         --device sim:server={},node=NAME; SIGINT or SIGTERM stops it",
+         --device sim:server={},node=NAME; SIGINT, SIGTERM or SIGHUP stops it",
         args.topology.display(),
         serving.socket().display(),
         std::process::id(),
@@ -153,7 +154,7 @@ fn serve(args: &ServeArgs) -> CmdResult {
             break sig;
         }
     };
-    let name = if sig == 2 { "SIGINT" } else { "SIGTERM" };
+    let name = hca_tools::interrupt::name(sig);
     note(format_args!("{name}: stopping the fabric server"));
     serving.stop()?;
     if let Some(state) = &args.state {
@@ -170,7 +171,7 @@ fn serve(args: &ServeArgs) -> CmdResult {
 /// `main` restores the default action, which ends a tool quietly when the reader of its
 /// output goes away (`| head`). A server must not die that way: its stderr may be a pipe whose
 /// reader has gone (`hca sim serve 2>&1 | tee log`, the terminal of a closed session), and
-/// dying of the next log line would skip what SIGINT and SIGTERM do (clients detached, state
+/// dying of the next log line would skip what SIGINT, SIGTERM and SIGHUP do (clients detached, state
 /// saved, socket removed). Ignored, the write fails with EPIPE instead, which [`note`] and the
 /// log writer drop. Called before any thread starts, like [`ExitSignals::block`].
 fn ignore_sigpipe() {
