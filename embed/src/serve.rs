@@ -27,6 +27,19 @@ pub enum ServeError {
     /// The state file could not be loaded or saved.
     #[error("{0}")]
     State(#[from] sim::net::NetError),
+    /// The state file cannot be written, found when the server starts rather than when it
+    /// stops, with the state it was to keep.
+    #[error(
+        "cannot save the fabric's state to {}: {source} (it is saved there when the server stops; give --state a file in a directory you can write)",
+        path.display()
+    )]
+    StateNotWritable {
+        /// The state file.
+        path: PathBuf,
+        /// Why the save failed (boxed: the variant would be the largest by far).
+        #[source]
+        source: Box<sim::net::NetError>,
+    },
     /// The socket could not be served.
     #[error("{0}")]
     Server(#[from] RemoteError),
@@ -57,15 +70,39 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// Builds the network (real time), loads the state, and serves it.
+    /// Builds the network (real time), loads the state and saves it back (so that a state
+    /// file that cannot be written is refused now, not at the stop), and serves it. A fabric
+    /// without a CA is refused: clients attach to CA ports, so nothing could use it.
     pub fn start(opts: &ServeOptions) -> Result<Serving, ServeError> {
-        let fabric = Fabric::parse_file(&opts.topology).map_err(|e| ServeError::Topology {
+        let topology = |message: String| ServeError::Topology {
             path: opts.topology.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let fabric = Fabric::parse_file(&opts.topology).map_err(|e| topology(e.to_string()))?;
+        let cas = fabric
+            .node_ids()
+            .filter(|&n| fabric.node(n).kind() == sim::fabric::NodeType::Ca)
+            .count();
+        if fabric.node_count() == 0 {
+            return Err(topology("the file has no nodes".into()));
+        }
+        if cas == 0 {
+            return Err(topology(format!(
+                "no CA among its {} nodes: programs attach to a CA's port (node=NAME), so \
+                 none could use this fabric",
+                fabric.node_count()
+            )));
+        }
         let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
-        if let Some(state) = opts.state.as_deref().filter(|s| s.exists()) {
-            net.load_state(state)?;
+        if let Some(state) = opts.state.as_deref() {
+            if state.exists() {
+                net.load_state(state)?;
+            }
+            net.save_state(state)
+                .map_err(|source| ServeError::StateNotWritable {
+                    path: state.to_path_buf(),
+                    source: Box::new(source),
+                })?;
         }
         if let Some(seed) = opts.seed {
             net.reseed(seed);

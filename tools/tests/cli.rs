@@ -754,6 +754,63 @@ fn sim_serve_on_a_socket_path_it_cannot_bind_gives_the_server_hint() {
     );
 }
 
+/// A state file that cannot be written, and a fabric no client could attach to, are refused
+/// when the server starts, not found out at its stop (the state then lost) or by every client.
+#[test]
+fn sim_serve_refuses_an_unwritable_state_or_a_fabric_without_a_ca_at_start() {
+    let t = tree();
+    let topo = t.path().join("net.topo");
+    let o = hca(
+        t.path(),
+        &["sim", "gen", "switch:hosts=1", "-o", topo.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let switch_only = t.path().join("switch.topo");
+    std::fs::write(
+        &switch_only,
+        "switchguid=0x200000(200000)\nSwitch\t4 \"sw\"\t\t# \"sw\" base port 0 lid 0 lmc 0\n",
+    )
+    .unwrap();
+    let empty = t.path().join("empty.topo");
+    std::fs::write(&empty, "# nothing\n").unwrap();
+    let socket = t.path().join("fabric.sock");
+    let state = t.path().join("net.state");
+    let cases = [
+        (
+            &topo,
+            "/nonexistent/dir/st",
+            "cannot save the fabric's state to /nonexistent/dir/st",
+        ),
+        (
+            &switch_only,
+            state.to_str().unwrap(),
+            "no CA among its 1 nodes",
+        ),
+        (&empty, state.to_str().unwrap(), "the file has no nodes"),
+    ];
+    for (topology, st, says) in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+            .args(["sim", "serve", "--topology"])
+            .arg(topology)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--state", st])
+            .env_remove("HCA_LOG")
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run hca");
+        let status = wait_bounded(&mut child, "hca sim serve");
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(!socket.exists(), "{says}: the socket was left");
+        assert!(!state.exists(), "{says}: a state was saved");
+    }
+}
+
 /// `hca run ARGS`: the global options go first, everything after `run` is the program's.
 fn hca_run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hca"))

@@ -50,7 +50,8 @@ The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.soc
 temporary directory. A socket a live server answers on is refused; a stale one is replaced.
 SIGINT, SIGTERM or SIGHUP (the terminal it runs in closed) stops the server: clients are
 detached (an SM's IsSM bit is cleared), the state is saved to --state, the socket is
-removed, and hca sim serve exits with status 0. A client whose server goes away sees
+removed, and hca sim serve exits with status 0. A --state file that cannot be written, and a
+topology with no CA (nothing a client could attach to), are refused at the start. A client whose server goes away sees
 its port go Down.
 
 Examples:
@@ -82,7 +83,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
-    /// Load the fabric's SMA state from FILE if it exists, and save it there on exit.
+    /// Load the fabric's SMA state from FILE if it exists, and save it there on exit (and
+    /// once at start, so that a FILE that cannot be written is refused before serving).
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
 
@@ -171,8 +173,8 @@ fn serve(args: &ServeArgs) -> CmdResult {
 /// `main` restores the default action, which ends a tool quietly when the reader of its
 /// output goes away (`| head`). A server must not die that way: its stderr may be a pipe whose
 /// reader has gone (`hca sim serve 2>&1 | tee log`, the terminal of a closed session), and
-/// dying of the next log line would skip what SIGINT, SIGTERM and SIGHUP do (clients detached, state
-/// saved, socket removed). Ignored, the write fails with EPIPE instead, which [`note`] and the
+/// dying of the next log line would skip what SIGINT, SIGTERM and SIGHUP do (clients detached,
+/// state saved, socket removed). Ignored, the write fails with EPIPE instead, which [`note`] and the
 /// log writer drop. Called before any thread starts, like [`ExitSignals::block`].
 fn ignore_sigpipe() {
     // SAFETY: `signal` with SIG_IGN installs no handler of ours; no other thread exists yet.
