@@ -4,6 +4,7 @@
 //! `main.rs` parses the command line and sets up logging; each subcommand lives in its own
 //! module under `cmd/`.
 
+#[macro_use]
 mod cmd;
 mod error;
 mod state;
@@ -166,10 +167,10 @@ fn main() -> ExitCode {
             if let Some(&hca_tools::EngineError::Interrupted { signal }) =
                 e.downcast_ref::<hca_tools::EngineError>()
             {
-                eprintln!("{e}");
+                errln!("{e}");
                 u8::try_from(128 + signal).unwrap_or(1)
             } else {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 1
             }
         }
@@ -179,7 +180,7 @@ fn main() -> ExitCode {
     // before failing is kept. This also reports saves at a device's close that failed.
     for (path, saved) in embed::persist_states() {
         if let Err(e) = saved {
-            eprintln!("error: saving the simulated fabric's state to {path}: {e}");
+            errln!("error: saving the simulated fabric's state to {path}: {e}");
             if code == 0 {
                 code = 1;
             }

@@ -1048,3 +1048,51 @@ fn unbind_with_a_device_as_bind_record_refuses_the_record_and_goes_on() {
     );
     assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
 }
+
+/// Runs `hca args` with standard output (or, with `stderr_full`, standard error) to
+/// `/dev/full`, where every write fails with ENOSPC.
+fn hca_to_dev_full(root: &Path, args: &[&str], stderr_full: bool) -> Output {
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hca"));
+    cmd.args(args)
+        .arg("--sysfs-root")
+        .arg(root)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null());
+    if stderr_full {
+        cmd.stderr(full).stdout(std::process::Stdio::piped());
+    } else {
+        cmd.stdout(full).stderr(std::process::Stdio::piped());
+    }
+    cmd.output().expect("run hca")
+}
+
+/// A failed write to standard output (a full disk) is an error of the command (exit 1, says
+/// so), not a panic (exit 101); a failed write to standard error is not a panic either.
+#[test]
+fn a_full_standard_output_or_error_is_an_error_not_a_panic() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
+    for args in [
+        &["info", "sim"][..],
+        &["info", "sim", "--no-bringup"],
+        &["list"],
+        &["decode", "status", "0x3"],
+        &["decode", "cqe", ERR_CQE_DUMP],
+    ] {
+        let o = hca_to_dev_full(t.path(), args, false);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            err.contains("writing to standard output"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = hca_to_dev_full(t.path(), &["discover", "--device", "foo"], true);
+    assert_eq!(o.status.code(), Some(1));
+}

@@ -103,7 +103,7 @@ impl ProgressLine {
             return;
         }
         self.last = Some(Instant::now());
-        eprint!(
+        err!(
             "\r\x1b[Kdiscovering: {} nodes ({} switches), {} SMPs, {} in flight, {:.0} SMPs/s",
             p.nodes,
             p.switches,
@@ -116,7 +116,7 @@ impl ProgressLine {
 
     fn clear(&mut self) {
         if self.shown {
-            eprint!("\r\x1b[K");
+            err!("\r\x1b[K");
             self.shown = false;
         }
     }
@@ -195,12 +195,12 @@ fn report_failures(t: &Topology) {
     if t.failures.is_empty() {
         return;
     }
-    eprintln!(
+    errln!(
         "warning: {} queries failed; what lies behind them is missing:",
         t.failures.len()
     );
     for f in t.failures.iter().take(SHOWN) {
-        eprintln!(
+        errln!(
             "  {}:{} along {}: {}",
             json::attribute_name(f.attr_id),
             f.attr_mod,
@@ -209,7 +209,7 @@ fn report_failures(t: &Topology) {
         );
     }
     if t.failures.len() > SHOWN {
-        eprintln!(
+        errln!(
             "  ... and {} more (--json lists them all)",
             t.failures.len() - SHOWN
         );
@@ -221,7 +221,7 @@ fn report_failures(t: &Topology) {
 fn report_cut_short(t: &Topology, max_hops: u8) {
     let n = t.stats.beyond_max_hops;
     if n > 0 {
-        eprintln!(
+        errln!(
             "warning: {n} links up were not followed: their routes would be longer than \
              --max-hops {max_hops}; what lies behind them is missing"
         );
@@ -231,7 +231,7 @@ fn report_cut_short(t: &Topology, max_hops: u8) {
 fn summary(t: &Topology) {
     let s = &t.stats;
     let secs = s.wall.as_secs_f64();
-    eprintln!(
+    errln!(
         "discovered {} nodes ({} switches, {} CAs, {} routers) and {} links in {:.1} ms: {} SMPs \
          ({:.0}/s), at most {} in flight, {} hops deep, {} retried, {} failed, {} links not \
          followed past --max-hops",

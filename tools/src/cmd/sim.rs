@@ -203,7 +203,7 @@ fn generate(args: &GenArgs) -> CmdResult {
     let fabric = generator::generate_text(&args.spec, &mut out)?;
     out.commit()
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!(
+    errln!(
         "wrote {}: {} nodes, {} links",
         path.display(),
         fabric.node_count(),
