@@ -33,13 +33,13 @@ Examples:
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
   sim                 the built-in simulated HCA
-  sim:KEY=VALUE,...   the simulated HCA with parameters
+  sim:KEY=VALUE,...   the simulated HCA with parameters (listed below)
 
 Logging: set HCA_LOG (or RUST_LOG), e.g. HCA_LOG=debug or HCA_LOG=driver=trace.";
 
 /// List, bind and inspect InfiniBand HCAs (mthca, mlx4, mlx5) for the userspace driver.
 #[derive(Debug, Parser)]
-#[command(name = "hca", version, after_long_help = EXAMPLES)]
+#[command(name = "hca", version, after_long_help = cmd::with_sim_help(EXAMPLES))]
 struct Cli {
     /// Where sysfs is mounted (point it at a copy to try commands without touching the system).
     #[arg(long, global = true, value_name = "DIR", default_value = "/sys")]
@@ -82,7 +82,7 @@ enum Command {
     Unbind(cmd::unbind::Args),
     /// Open a device string and show its ID, regions, interrupts and IOVA ranges; bring an
     /// HCA up and show its firmware, capabilities and ports.
-    #[command(after_long_help = cmd::info::HELP)]
+    #[command(after_long_help = cmd::with_sim_help(cmd::info::HELP))]
     Info(cmd::info::Args),
     /// Name the fields of a CQE, an EQE or a command status from a hex dump.
     #[command(after_long_help = cmd::decode::HELP)]
@@ -93,10 +93,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Walk the fabric from a port by directed route and print it (ibnetdiscover's format,
     /// JSON or Graphviz).
-    #[command(after_long_help = cmd::discover::HELP)]
+    #[command(after_long_help = cmd::with_sim_help(cmd::discover::HELP))]
     Discover(cmd::discover::Args),
     /// Measure MAD round trips (SMP Gets) through the MAD layer: throughput and latency.
-    #[command(after_long_help = cmd::bench::HELP)]
+    #[command(after_long_help = cmd::with_sim_help(cmd::bench::HELP))]
     Bench(cmd::bench::Args),
     /// Tools for the simulated fabric: `hca sim gen` writes topology files, `hca sim serve`
     /// shares one fabric between programs.

@@ -209,6 +209,34 @@ fn info_of_sim_with_a_bad_parameter_lists_the_accepted_ones() {
     let err = stderr(&o);
     assert!(err.contains("unknown parameter \"speed\""), "{err}");
     assert!(err.contains("clock=real"), "{err}");
+    // Every parameter indented as the first, `model=`, is.
+    assert!(err.contains("\n  model=mlx5 "), "{err}");
+}
+
+/// The device-string error points at `hca info --help` for the sim: parameters; it and the
+/// other commands that take a device string list them, indented alike.
+#[test]
+fn help_lists_the_sim_parameters() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "bogus"]);
+    assert!(
+        stderr(&o).contains("(see `hca info --help`)"),
+        "{}",
+        stderr(&o)
+    );
+    for args in [
+        &["--help"][..],
+        &["info", "--help"],
+        &["discover", "--help"],
+        &["bench", "--help"],
+    ] {
+        let o = hca(t.path(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        let out = stdout(&o);
+        for want in ["\n  model=mlx5 ", "\n  clock=real ", "\n  state=FILE "] {
+            assert!(out.contains(want), "{args:?} lacks {want:?}:\n{out}");
+        }
+    }
 }
 
 #[test]

@@ -31,6 +31,15 @@ macro_rules! err {
     }};
 }
 
+/// `help` followed by the parameters of `sim:` device strings ([`embed::SIM_HELP`]), for the
+/// long help of the commands that take a device string and of `hca` itself.
+pub fn with_sim_help(help: &str) -> String {
+    format!(
+        "{help}\n\nParameters of sim:KEY=VALUE,... device strings:\n{}",
+        embed::SIM_HELP
+    )
+}
+
 /// A failed write to standard output, saying so (the bare error names no file).
 #[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
 pub fn stdout_error(e: std::io::Error) -> std::io::Error {
