@@ -909,3 +909,48 @@ fn ctrl_c_stops_a_bench_with_its_report() {
         "{report}"
     );
 }
+
+/// `--time` bounds the run: sends in flight when it is up are cancelled, not waited for up to
+/// their timeouts (10 s here, on the real clock), and the report counts them.
+#[test]
+fn a_timed_bench_cancels_what_is_in_flight_when_the_time_is_up() {
+    let t = std::time::Instant::now();
+    let o = hca(&[
+        "bench",
+        "--device",
+        "sim:fabric=fat-tree:leaves=2/hosts=2/spines=1",
+        "--timeout",
+        "10000",
+        "--time",
+        "0.5",
+        "--path",
+        "1,9",
+    ]);
+    let took = t.elapsed();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(took < std::time::Duration::from_secs(8), "{took:?}");
+    let r = stdout(&o);
+    assert!(
+        field(&r, "cancelled").ends_with("sends in flight when the time ran out"),
+        "{r}"
+    );
+    assert!(
+        stderr(&o).contains("no response before the time ran out"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bench_help_gives_the_default_count() {
+    let help = ok(&["bench", "--help"]);
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("[default: 100000, unless --time is given]"),
+        "{help}"
+    );
+    assert!(
+        flat.contains("are cancelled (the report counts them)"),
+        "{help}"
+    );
+}

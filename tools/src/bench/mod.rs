@@ -90,7 +90,8 @@ impl std::str::FromStr for Attr {
 pub enum Stop {
     /// After this many round trips.
     Count(u64),
-    /// After this much wall-clock time (sends in flight then finish).
+    /// After this much wall-clock time: sends still in flight then are cancelled (and
+    /// counted in [`Report::cancelled`]), not waited for up to their timeouts.
     Time(Duration),
 }
 
@@ -258,8 +259,8 @@ pub struct Report {
     /// The signal that stopped the bench before it was done ([`crate::interrupt`]), if one
     /// did.
     pub interrupted: Option<i32>,
-    /// Sends still waiting for their response when the bench stopped, cancelled: they are
-    /// neither round trips nor failures.
+    /// Sends still waiting for their response when the bench stopped (interrupted, or its
+    /// time up), cancelled: they are neither round trips nor failures.
     pub cancelled: u64,
 }
 
@@ -324,6 +325,12 @@ impl Report {
                 "interrupted",
                 crate::interrupt::name(sig),
                 self.cancelled
+            )?;
+        } else if self.cancelled > 0 {
+            writeln!(
+                out,
+                "  {:<16}{} sends in flight when the time ran out",
+                "cancelled", self.cancelled
             )?;
         }
         Ok(())
@@ -400,6 +407,19 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
             Stop::Count(n) => sent < n,
             Stop::Time(d) => started.elapsed() < d,
         };
+        // Time is up: what is in flight is cancelled (by the deregistration below), so that
+        // --time bounds the run rather than waiting out the timeouts of the last sends.
+        if !more && matches!(cfg.stop, Stop::Time(_)) {
+            report.cancelled = in_flight.values().filter(|s| !s.answered).count() as u64;
+            if report.cancelled > 0 && report.round_trips == 0 {
+                report.first_failure.get_or_insert_with(|| {
+                    "no response before the time ran out (the sends in flight were cancelled): \
+                     is the route right and does every hop exist?"
+                        .into()
+                });
+            }
+            break Ok(());
+        }
         while more && in_flight.len() < cfg.window {
             if let Stop::Count(n) = cfg.stop
                 && sent >= n

@@ -71,10 +71,11 @@ pub struct Args {
     /// accepted; 0 for the local port.
     #[arg(long, value_name = "PORTS", default_value = "1")]
     pub path: String,
-    /// Round trips to make.
+    /// Round trips to make [default: 100000, unless --time is given].
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
-    /// Seconds to send for, instead of a count.
+    /// Seconds to run for, instead of a count: sends still in flight when the time is up are
+    /// cancelled (the report counts them), not waited for.
     #[arg(long, value_name = "S")]
     pub time: Option<f64>,
     /// Response timeout of each attempt, in ms.
@@ -143,7 +144,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     }
     if report.round_trips == 0 {
         return Err(EngineError::NoRoundTrip {
-            sent: report.timeouts + report.failed,
+            sent: report.timeouts + report.failed + report.cancelled,
             why: report
                 .first_failure
                 .unwrap_or_else(|| "nothing was sent".to_string()),
