@@ -942,6 +942,21 @@ fn a_timed_bench_cancels_what_is_in_flight_when_the_time_is_up() {
 }
 
 #[test]
+fn discover_help_maps_ibnetdiscover_flags() {
+    let help = ok(&["discover", "--help"]);
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for says in [
+        "-o/--outstanding_smps N is --window N",
+        "-t MS is --timeout MS",
+        "-P N is --port N",
+        "[topology-file] argument is --output FILE",
+        "-m/--max_hops only reports the deepest route found",
+    ] {
+        assert!(flat.contains(says), "{says}: {help}");
+    }
+}
+
+#[test]
 fn bench_help_gives_the_default_count() {
     let help = ok(&["bench", "--help"]);
     let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");

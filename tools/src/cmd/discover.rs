@@ -35,6 +35,11 @@ Ctrl-C (SIGINT) or SIGTERM stops the walk: nothing is written, --output is left 
 a sim: fabric opened with state=FILE is saved, and hca discover exits with status 130 (143
 for SIGTERM); a second Ctrl-C ends it at once.
 
+For users of ibnetdiscover (infiniband-diags/man/ibnetdiscover.8.in.rst in rdma-core):
+its -o/--outstanding_smps N is --window N, -t MS is --timeout MS, -P N is --port N, and
+its [topology-file] argument is --output FILE; its -m/--max_hops only reports the deepest
+route found (the summary here gives it as `hops deep`), where --max-hops is a limit.
+
 The default device is the built-in simulator with a generated fabric (a two-level fat tree
 of 4 leaf switches with 4 hosts each and 2 spines, 4xHDR links), the HCA being its first host:
   sim:fabric=fat-tree:leaves=4/hosts=4/spines=2/link=4xHDR
