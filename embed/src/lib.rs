@@ -24,9 +24,11 @@ use sim::net::remote::{RemoteLink, RemoteTarget};
 use sim::net::{Network, StandaloneInit};
 use sim::{ClockMode, Device, IrqKind, Scheduler};
 
-/// The parameters `sim:` device strings accept.
+/// The parameters `sim:` device strings accept, one per line, each indented two spaces (the
+/// first line's spaces written `\x20`, since the string's leading `\` line continuation eats
+/// the whitespace that follows it).
 pub const SIM_HELP: &str = "\
-  model=mlx5       which device to simulate: mlx5 (default; a ConnectX with its firmware,
+\x20 model=mlx5       which device to simulate: mlx5 (default; a ConnectX with its firmware,
                    on a simulated InfiniBand network) or edu (QEMU's edu teaching device)
   clock=real       real (default; time is the wall clock) or virtual (time moves only when
                    the driver waits: deterministic and instant, for tests)

@@ -1,7 +1,7 @@
 //! A fabric server as a program runs one (`hca sim serve`): the network of a topology file,
 //! its SMA state loaded from a file and saved back at the end, a fault seed, served on a
 //! socket ([`Serving`]); and the exit signals, taken synchronously ([`ExitSignals`]) so
-//! that SIGINT and SIGTERM end the server cleanly (clients detached, state saved, socket
+//! that SIGINT, SIGTERM and SIGHUP end the server cleanly (clients detached, state saved, socket
 //! removed) rather than killing it.
 
 use std::path::{Path, PathBuf};
@@ -27,6 +27,19 @@ pub enum ServeError {
     /// The state file could not be loaded or saved.
     #[error("{0}")]
     State(#[from] sim::net::NetError),
+    /// The state file cannot be written, found when the server starts rather than when it
+    /// stops, with the state it was to keep.
+    #[error(
+        "cannot save the fabric's state to {}: {source} (it is saved there when the server stops; give --state a file in a directory you can write)",
+        path.display()
+    )]
+    StateNotWritable {
+        /// The state file.
+        path: PathBuf,
+        /// Why the save failed (boxed: the variant would be the largest by far).
+        #[source]
+        source: Box<sim::net::NetError>,
+    },
     /// The socket could not be served.
     #[error("{0}")]
     Server(#[from] RemoteError),
@@ -57,15 +70,39 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// Builds the network (real time), loads the state, and serves it.
+    /// Builds the network (real time), loads the state and saves it back (so that a state
+    /// file that cannot be written is refused now, not at the stop), and serves it. A fabric
+    /// without a CA is refused: clients attach to CA ports, so nothing could use it.
     pub fn start(opts: &ServeOptions) -> Result<Serving, ServeError> {
-        let fabric = Fabric::parse_file(&opts.topology).map_err(|e| ServeError::Topology {
+        let topology = |message: String| ServeError::Topology {
             path: opts.topology.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let fabric = Fabric::parse_file(&opts.topology).map_err(|e| topology(e.to_string()))?;
+        let cas = fabric
+            .node_ids()
+            .filter(|&n| fabric.node(n).kind() == sim::fabric::NodeType::Ca)
+            .count();
+        if fabric.node_count() == 0 {
+            return Err(topology("the file has no nodes".into()));
+        }
+        if cas == 0 {
+            return Err(topology(format!(
+                "no CA among its {} nodes: programs attach to a CA's port (node=NAME), so \
+                 none could use this fabric",
+                fabric.node_count()
+            )));
+        }
         let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
-        if let Some(state) = opts.state.as_deref().filter(|s| s.exists()) {
-            net.load_state(state)?;
+        if let Some(state) = opts.state.as_deref() {
+            if state.exists() {
+                net.load_state(state)?;
+            }
+            net.save_state(state)
+                .map_err(|source| ServeError::StateNotWritable {
+                    path: state.to_path_buf(),
+                    source: Box::new(source),
+                })?;
         }
         if let Some(seed) = opts.seed {
             net.reseed(seed);
@@ -99,7 +136,8 @@ impl Serving {
     }
 }
 
-/// SIGINT and SIGTERM, blocked in the thread that made this (and in every thread it starts
+/// SIGINT, SIGTERM and SIGHUP (the terminal of the session that started the server closed),
+/// blocked in the thread that made this (and in every thread it starts
 /// afterwards) and taken with `sigtimedwait`: a program makes it first, before any thread,
 /// then waits on it.
 #[derive(Debug)]
@@ -108,7 +146,7 @@ pub struct ExitSignals {
 }
 
 impl ExitSignals {
-    /// Blocks SIGINT and SIGTERM in the calling thread. Threads started before keep their
+    /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread. Threads started before keep their
     /// mask and would still die of the signals: call this before starting any.
     pub fn block() -> Result<ExitSignals, ServeError> {
         // SAFETY: a zeroed sigset_t is a valid argument for sigemptyset, which initialises it.
@@ -118,6 +156,7 @@ impl ExitSignals {
             libc::sigemptyset(&raw mut set) == 0
                 && libc::sigaddset(&raw mut set, libc::SIGINT) == 0
                 && libc::sigaddset(&raw mut set, libc::SIGTERM) == 0
+                && libc::sigaddset(&raw mut set, libc::SIGHUP) == 0
         };
         if !ok {
             return Err(ServeError::Signals(std::io::Error::last_os_error()));
@@ -131,7 +170,7 @@ impl ExitSignals {
         Ok(ExitSignals { set })
     }
 
-    /// Waits up to `timeout` for SIGINT or SIGTERM; returns its number, or `None` when the
+    /// Waits up to `timeout` for SIGINT, SIGTERM or SIGHUP; returns its number, or `None` when the
     /// time passed (or another signal interrupted the wait).
     pub fn wait(&self, timeout: Duration) -> Result<Option<i32>, ServeError> {
         let ts = libc::timespec {

@@ -88,6 +88,12 @@ pub enum EngineError {
         /// The first failure.
         why: String,
     },
+    /// SIGINT or SIGTERM came ([`crate::interrupt`]): the engine stopped, its sends cancelled.
+    #[error("interrupted by {}", crate::interrupt::name(*signal))]
+    Interrupted {
+        /// The signal's number.
+        signal: i32,
+    },
     /// Writing the output failed.
     #[error("writing the output: {0}")]
     Write(#[from] std::io::Error),

@@ -1,11 +1,13 @@
 //! The library half of `hca`: the MAD tools' engines, so that tests can drive them on a
 //! simulated fabric they control. [`discover`] walks a fabric and writes what it found;
 //! [`bench`](mod@bench) measures MAD round trips; [`session`] opens a device string for either;
-//! [`output_file`] replaces an output file only when the output is complete.
+//! [`output_file`] replaces an output file only when the output is complete; [`interrupt`]
+//! turns Ctrl-C into an orderly stop of either engine.
 
 pub mod bench;
 pub mod discover;
 mod engine_error;
+pub mod interrupt;
 pub mod output_file;
 pub mod session;
 

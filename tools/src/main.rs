@@ -4,6 +4,7 @@
 //! `main.rs` parses the command line and sets up logging; each subcommand lives in its own
 //! module under `cmd/`.
 
+#[macro_use]
 mod cmd;
 mod error;
 mod state;
@@ -32,13 +33,13 @@ Examples:
 Device strings:
   vfio:DDDD:BB:DD.F   a function bound to vfio-pci (vfio:03:00.0 means domain 0000)
   sim                 the built-in simulated HCA
-  sim:KEY=VALUE,...   the simulated HCA with parameters
+  sim:KEY=VALUE,...   the simulated HCA with parameters (listed below)
 
 Logging: set HCA_LOG (or RUST_LOG), e.g. HCA_LOG=debug or HCA_LOG=driver=trace.";
 
 /// List, bind and inspect InfiniBand HCAs (mthca, mlx4, mlx5) for the userspace driver.
 #[derive(Debug, Parser)]
-#[command(name = "hca", version, after_long_help = EXAMPLES)]
+#[command(name = "hca", version, after_long_help = cmd::with_sim_help(EXAMPLES))]
 struct Cli {
     /// Where sysfs is mounted (point it at a copy to try commands without touching the system).
     #[arg(long, global = true, value_name = "DIR", default_value = "/sys")]
@@ -81,7 +82,7 @@ enum Command {
     Unbind(cmd::unbind::Args),
     /// Open a device string and show its ID, regions, interrupts and IOVA ranges; bring an
     /// HCA up and show its firmware, capabilities and ports.
-    #[command(after_long_help = cmd::info::HELP)]
+    #[command(after_long_help = cmd::with_sim_help(cmd::info::HELP))]
     Info(cmd::info::Args),
     /// Name the fields of a CQE, an EQE or a command status from a hex dump.
     #[command(after_long_help = cmd::decode::HELP)]
@@ -92,10 +93,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Walk the fabric from a port by directed route and print it (ibnetdiscover's format,
     /// JSON or Graphviz).
-    #[command(after_long_help = cmd::discover::HELP)]
+    #[command(after_long_help = cmd::with_sim_help(cmd::discover::HELP))]
     Discover(cmd::discover::Args),
     /// Measure MAD round trips (SMP Gets) through the MAD layer: throughput and latency.
-    #[command(after_long_help = cmd::bench::HELP)]
+    #[command(after_long_help = cmd::with_sim_help(cmd::bench::HELP))]
     Bench(cmd::bench::Args),
     /// Tools for the simulated fabric: `hca sim gen` writes topology files, `hca sim serve`
     /// shares one fabric between programs.
@@ -158,11 +159,20 @@ fn main() -> ExitCode {
         Command::Discover(args) => cmd::discover::run(&ctx, &args),
         Command::Bench(args) => cmd::bench::run(&ctx, &args),
     };
-    let mut code = match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let mut code: u8 = match result {
+        Ok(()) => 0,
+        // Stopped by Ctrl-C or SIGTERM (discover, bench): 128 + the signal, as a shell shows a
+        // program that died of it, once the command has unwound.
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            if let Some(&hca_tools::EngineError::Interrupted { signal }) =
+                e.downcast_ref::<hca_tools::EngineError>()
+            {
+                errln!("{e}");
+                u8::try_from(128 + signal).unwrap_or(1)
+            } else {
+                errln!("error: {e}");
+                1
+            }
         }
     };
     // A simulated fabric opened with `state=FILE` whose device is still open is saved when
@@ -170,9 +180,11 @@ fn main() -> ExitCode {
     // before failing is kept. This also reports saves at a device's close that failed.
     for (path, saved) in embed::persist_states() {
         if let Err(e) = saved {
-            eprintln!("error: saving the simulated fabric's state to {path}: {e}");
-            code = ExitCode::FAILURE;
+            errln!("error: saving the simulated fabric's state to {path}: {e}");
+            if code == 0 {
+                code = 1;
+            }
         }
     }
-    code
+    ExitCode::from(code)
 }

@@ -209,6 +209,34 @@ fn info_of_sim_with_a_bad_parameter_lists_the_accepted_ones() {
     let err = stderr(&o);
     assert!(err.contains("unknown parameter \"speed\""), "{err}");
     assert!(err.contains("clock=real"), "{err}");
+    // Every parameter indented as the first, `model=`, is.
+    assert!(err.contains("\n  model=mlx5 "), "{err}");
+}
+
+/// The device-string error points at `hca info --help` for the sim: parameters; it and the
+/// other commands that take a device string list them, indented alike.
+#[test]
+fn help_lists_the_sim_parameters() {
+    let t = tree();
+    let o = hca(t.path(), &["info", "bogus"]);
+    assert!(
+        stderr(&o).contains("(see `hca info --help`)"),
+        "{}",
+        stderr(&o)
+    );
+    for args in [
+        &["--help"][..],
+        &["info", "--help"],
+        &["discover", "--help"],
+        &["bench", "--help"],
+    ] {
+        let o = hca(t.path(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        let out = stdout(&o);
+        for want in ["\n  model=mlx5 ", "\n  clock=real ", "\n  state=FILE "] {
+            assert!(out.contains(want), "{args:?} lacks {want:?}:\n{out}");
+        }
+    }
 }
 
 #[test]
@@ -754,6 +782,63 @@ fn sim_serve_on_a_socket_path_it_cannot_bind_gives_the_server_hint() {
     );
 }
 
+/// A state file that cannot be written, and a fabric no client could attach to, are refused
+/// when the server starts, not found out at its stop (the state then lost) or by every client.
+#[test]
+fn sim_serve_refuses_an_unwritable_state_or_a_fabric_without_a_ca_at_start() {
+    let t = tree();
+    let topo = t.path().join("net.topo");
+    let o = hca(
+        t.path(),
+        &["sim", "gen", "switch:hosts=1", "-o", topo.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let switch_only = t.path().join("switch.topo");
+    std::fs::write(
+        &switch_only,
+        "switchguid=0x200000(200000)\nSwitch\t4 \"sw\"\t\t# \"sw\" base port 0 lid 0 lmc 0\n",
+    )
+    .unwrap();
+    let empty = t.path().join("empty.topo");
+    std::fs::write(&empty, "# nothing\n").unwrap();
+    let socket = t.path().join("fabric.sock");
+    let state = t.path().join("net.state");
+    let cases = [
+        (
+            &topo,
+            "/nonexistent/dir/st",
+            "cannot save the fabric's state to /nonexistent/dir/st",
+        ),
+        (
+            &switch_only,
+            state.to_str().unwrap(),
+            "no CA among its 1 nodes",
+        ),
+        (&empty, state.to_str().unwrap(), "the file has no nodes"),
+    ];
+    for (topology, st, says) in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+            .args(["sim", "serve", "--topology"])
+            .arg(topology)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--state", st])
+            .env_remove("HCA_LOG")
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run hca");
+        let status = wait_bounded(&mut child, "hca sim serve");
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(!socket.exists(), "{says}: the socket was left");
+        assert!(!state.exists(), "{says}: a state was saved");
+    }
+}
+
 /// `hca run ARGS`: the global options go first, everything after `run` is the program's.
 fn hca_run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hca"))
@@ -864,6 +949,18 @@ fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::Ex
 
 #[test]
 fn sim_serve_whose_log_reader_went_away_still_stops_cleanly_and_saves_its_state() {
+    sim_serve_stops_cleanly_on(libc::SIGTERM);
+}
+
+/// SIGHUP (the terminal the server runs in closed) stops it as SIGTERM does.
+#[test]
+fn sim_serve_stops_cleanly_on_sighup() {
+    sim_serve_stops_cleanly_on(libc::SIGHUP);
+}
+
+/// A served fabric whose log's reader goes away, then stopped by `sig`: it exits 0, its
+/// state saved and its socket removed.
+fn sim_serve_stops_cleanly_on(sig: i32) {
     use std::io::BufRead as _;
     use std::os::unix::process::ExitStatusExt as _;
     let t = tree();
@@ -912,8 +1009,8 @@ fn sim_serve_whose_log_reader_went_away_still_stops_cleanly_and_saves_its_state(
         child.try_wait().unwrap().is_none(),
         "hca sim serve died of a log line to a closed pipe"
     );
-    // SAFETY: kill() with our own child's pid and SIGTERM; the child is not yet waited for.
-    let rc = unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
+    // SAFETY: kill() with our own child's pid; the child is not yet waited for.
+    let rc = unsafe { libc::kill(i32::try_from(child.id()).unwrap(), sig) };
     assert_eq!(rc, 0);
     let status = wait_bounded(&mut child, "hca sim serve");
     assert_eq!(
@@ -978,4 +1075,52 @@ fn unbind_with_a_device_as_bind_record_refuses_the_record_and_goes_on() {
         "{err}"
     );
     assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
+}
+
+/// Runs `hca args` with standard output (or, with `stderr_full`, standard error) to
+/// `/dev/full`, where every write fails with ENOSPC.
+fn hca_to_dev_full(root: &Path, args: &[&str], stderr_full: bool) -> Output {
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hca"));
+    cmd.args(args)
+        .arg("--sysfs-root")
+        .arg(root)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null());
+    if stderr_full {
+        cmd.stderr(full).stdout(std::process::Stdio::piped());
+    } else {
+        cmd.stdout(full).stderr(std::process::Stdio::piped());
+    }
+    cmd.output().expect("run hca")
+}
+
+/// A failed write to standard output (a full disk) is an error of the command (exit 1, says
+/// so), not a panic (exit 101); a failed write to standard error is not a panic either.
+#[test]
+fn a_full_standard_output_or_error_is_an_error_not_a_panic() {
+    let t = tree();
+    add_cx5(t.path(), "0000:03:00.0", "mlx5_core", 17);
+    for args in [
+        &["info", "sim"][..],
+        &["info", "sim", "--no-bringup"],
+        &["list"],
+        &["decode", "status", "0x3"],
+        &["decode", "cqe", ERR_CQE_DUMP],
+    ] {
+        let o = hca_to_dev_full(t.path(), args, false);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            err.contains("writing to standard output"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = hca_to_dev_full(t.path(), &["discover", "--device", "foo"], true);
+    assert_eq!(o.status.code(), Some(1));
 }

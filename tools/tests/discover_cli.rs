@@ -4,6 +4,7 @@
 //! bench's report.
 
 use std::fs;
+use std::io::Read as _;
 use std::process::{Command, Output};
 
 use sim::fabric::{Fabric, generator};
@@ -140,13 +141,28 @@ fn output_goes_to_a_file() {
     assert_eq!(f.node_count(), 7);
 }
 
+/// The names in `dir`, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 #[test]
 fn a_failed_run_leaves_the_output_file_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("net2");
     let p = path.to_str().unwrap();
-    let tmp = dir.path().join("net2.tmp");
     fs::write(&path, "keep me\n").unwrap();
+    // What lies at the old fixed temporary name, a link to someone's file, is not followed
+    // (discover may run as root in a directory others write), nor removed.
+    let victim = dir.path().join("victim");
+    fs::write(&victim, "victim\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("net2.tmp")).unwrap();
+    let before = names(dir.path());
     for args in [
         vec![
             "discover",
@@ -160,14 +176,16 @@ fn a_failed_run_leaves_the_output_file_as_it_was() {
         let o = hca(&args);
         assert!(!o.status.success(), "{args:?} succeeded");
         assert_eq!(fs::read_to_string(&path).unwrap(), "keep me\n", "{args:?}");
-        assert!(!tmp.exists(), "{args:?} left {}", tmp.display());
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "victim\n", "{args:?}");
+        assert_eq!(names(dir.path()), before, "{args:?}");
     }
     // A walk may write over the very topology it reads.
     ok(&["sim", "gen", SPEC, "-o", p]);
     let device = format!("sim:clock=virtual,topology={p},node=host-1");
     ok(&["discover", "--device", &device, "-o", p]);
     assert_eq!(Fabric::parse_file(&path).unwrap().node_count(), 7);
-    assert!(!tmp.exists());
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "victim\n");
+    assert_eq!(names(dir.path()), before);
 }
 
 #[test]
@@ -728,7 +746,7 @@ fn an_output_that_is_a_directory_is_refused_before_the_walk() {
             err.contains(&format!("cannot write {d}: {d} is a directory")),
             "{args:?}: {err}"
         );
-        assert!(!parent.path().join("out.tmp").exists(), "{args:?}");
+        assert_eq!(names(parent.path()), ["out"], "{args:?}");
     }
 }
 
@@ -782,5 +800,172 @@ fn a_bench_modifier_the_attribute_cannot_take_is_refused() {
     assert_eq!(
         field(&r, "round trips"),
         "5 (5 with an error status, 0 timed out, 0 failed, 0 retries)"
+    );
+}
+
+/// Sends `sig` to the child.
+fn signal(child: &std::process::Child, sig: i32) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid this test started and has not waited for.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// Waits for `child` at most a minute (then kills it and fails).
+fn wait_bounded(child: &mut std::process::Child) -> Output {
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("hca did not end within a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    Output {
+        status: child.wait().unwrap(),
+        stdout: out,
+        stderr: err,
+    }
+}
+
+/// Ctrl-C during a walk: the walk stops, the command unwinds (the temporary output file
+/// removed, the session closed, the state= fabric saved) and hca exits 130.
+#[test]
+fn ctrl_c_stops_a_walk_cleanly_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("big.topo");
+    ok(&[
+        "sim",
+        "gen",
+        "fat-tree:leaves=32,hosts=32,spines=16",
+        "-o",
+        topo.to_str().unwrap(),
+    ]);
+    let state = dir.path().join("big.state");
+    let out = dir.path().join("out.topo");
+    let device = format!(
+        "sim:topology={},node=host-1,state={}",
+        topo.display(),
+        state.display()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["discover", "--window", "1", "--device", &device, "-o"])
+        .arg(&out)
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The temporary output file is made after the handler is installed: once it is there,
+    // Ctrl-C is the handler's.
+    let t = std::time::Instant::now();
+    while names(dir.path()).len() < 2 {
+        assert!(t.elapsed().as_secs() < 30, "no temporary file appeared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&child, libc::SIGINT);
+    let o = wait_bounded(&mut child);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("interrupted by SIGINT"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        names(dir.path()),
+        ["big.state", "big.topo"],
+        "{}",
+        stderr(&o)
+    );
+    let text = fs::read_to_string(&state).unwrap();
+    assert!(text.contains("hca-sim-state 1"), "{text}");
+}
+
+/// Ctrl-C during a bench: it stops, prints the report of what it measured, and exits 130.
+#[test]
+fn ctrl_c_stops_a_bench_with_its_report() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["bench", "--device", DEVICE, "--time", "100"])
+        .env_remove("HCA_LOG")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    signal(&child, libc::SIGINT);
+    let o = wait_bounded(&mut child);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    let report = stdout(&o);
+    assert!(report.contains("interrupted     by SIGINT"), "{report}");
+    assert!(
+        field(&report, "round trips").split(' ').next().unwrap() != "0",
+        "{report}"
+    );
+}
+
+/// `--time` bounds the run: sends in flight when it is up are cancelled, not waited for up to
+/// their timeouts (10 s here, on the real clock), and the report counts them.
+#[test]
+fn a_timed_bench_cancels_what_is_in_flight_when_the_time_is_up() {
+    let t = std::time::Instant::now();
+    let o = hca(&[
+        "bench",
+        "--device",
+        "sim:fabric=fat-tree:leaves=2/hosts=2/spines=1",
+        "--timeout",
+        "10000",
+        "--time",
+        "0.5",
+        "--path",
+        "1,9",
+    ]);
+    let took = t.elapsed();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(took < std::time::Duration::from_secs(8), "{took:?}");
+    let r = stdout(&o);
+    assert!(
+        field(&r, "cancelled").ends_with("sends in flight when the time ran out"),
+        "{r}"
+    );
+    assert!(
+        stderr(&o).contains("no response before the time ran out"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn discover_help_maps_ibnetdiscover_flags() {
+    let help = ok(&["discover", "--help"]);
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for says in [
+        "-o/--outstanding_smps N is --window N",
+        "-t MS is --timeout MS",
+        "-P N is --port N",
+        "[topology-file] argument is --output FILE",
+        "-m/--max_hops only reports the deepest route found",
+    ] {
+        assert!(flat.contains(says), "{says}: {help}");
+    }
+}
+
+#[test]
+fn bench_help_gives_the_default_count() {
+    let help = ok(&["bench", "--help"]);
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("[default: 100000, unless --time is given]"),
+        "{help}"
+    );
+    assert!(
+        flat.contains("are cancelled (the report counts them)"),
+        "{help}"
     );
 }

@@ -90,7 +90,8 @@ impl std::str::FromStr for Attr {
 pub enum Stop {
     /// After this many round trips.
     Count(u64),
-    /// After this much wall-clock time (sends in flight then finish).
+    /// After this much wall-clock time: sends still in flight then are cancelled (and
+    /// counted in [`Report::cancelled`]), not waited for up to their timeouts.
     Time(Duration),
 }
 
@@ -255,6 +256,12 @@ pub struct Report {
     /// What went wrong first with a send that did not end in a round trip (a send the MAD
     /// layer refused, a completion error, a timeout), for a report that shows no round trips.
     pub first_failure: Option<String>,
+    /// The signal that stopped the bench before it was done ([`crate::interrupt`]), if one
+    /// did.
+    pub interrupted: Option<i32>,
+    /// Sends still waiting for their response when the bench stopped (interrupted, or its
+    /// time up), cancelled: they are neither round trips nor failures.
+    pub cancelled: u64,
 }
 
 impl Report {
@@ -311,6 +318,21 @@ impl Report {
         if let Some(f) = &self.first_failure {
             writeln!(out, "  {:<16}{f}", "first failure")?;
         }
+        if let Some(sig) = self.interrupted {
+            writeln!(
+                out,
+                "  {:<16}by {} ({} sends in flight cancelled)",
+                "interrupted",
+                crate::interrupt::name(sig),
+                self.cancelled
+            )?;
+        } else if self.cancelled > 0 {
+            writeln!(
+                out,
+                "  {:<16}{} sends in flight when the time ran out",
+                "cancelled", self.cancelled
+            )?;
+        }
         Ok(())
     }
 }
@@ -361,6 +383,8 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
         device_latency: None,
         max_in_flight: 0,
         first_failure: None,
+        interrupted: None,
+        cancelled: 0,
     };
     let mut wall_lat = Vec::new();
     let mut dev_lat = Vec::new();
@@ -374,10 +398,28 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     let stall = crate::discover::engine::stall_limit(cfg.timeout_ms, cfg.retries);
     let mut last_event = port.now();
     let result = loop {
+        if let Some(signal) = crate::interrupt::requested() {
+            report.interrupted = Some(signal);
+            report.cancelled = in_flight.values().filter(|s| !s.answered).count() as u64;
+            break Ok(());
+        }
         let more = match cfg.stop {
             Stop::Count(n) => sent < n,
             Stop::Time(d) => started.elapsed() < d,
         };
+        // Time is up: what is in flight is cancelled (by the deregistration below), so that
+        // --time bounds the run rather than waiting out the timeouts of the last sends.
+        if !more && matches!(cfg.stop, Stop::Time(_)) {
+            report.cancelled = in_flight.values().filter(|s| !s.answered).count() as u64;
+            if report.cancelled > 0 && report.round_trips == 0 {
+                report.first_failure.get_or_insert_with(|| {
+                    "no response before the time ran out (the sends in flight were cancelled): \
+                     is the route right and does every hop exist?"
+                        .into()
+                });
+            }
+            break Ok(());
+        }
         while more && in_flight.len() < cfg.window {
             if let Stop::Count(n) = cfg.stop
                 && sent >= n

@@ -36,7 +36,9 @@ port and answers there too, within a millisecond (the bench gives those ports a 
 their progress loop at least once a millisecond), which the latency then includes.
 
 When a send does not end in a round trip, the report's `first failure` line says why; when
-none did, hca bench exits with status 1.
+none did, hca bench exits with status 1. Ctrl-C (SIGINT) or SIGTERM stops the bench: the
+sends in flight are cancelled, the report of what was measured is printed, and hca bench
+exits with status 130 (143 for SIGTERM).
 
 Examples:
   hca bench
@@ -69,10 +71,11 @@ pub struct Args {
     /// accepted; 0 for the local port.
     #[arg(long, value_name = "PORTS", default_value = "1")]
     pub path: String,
-    /// Round trips to make.
+    /// Round trips to make [default: 100000, unless --time is given].
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
-    /// Seconds to send for, instead of a count.
+    /// Seconds to run for, instead of a count: sends still in flight when the time is up are
+    /// cancelled (the report counts them), not waited for.
     #[arg(long, value_name = "S")]
     pub time: Option<f64>,
     /// Response timeout of each attempt, in ms.
@@ -128,15 +131,20 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
         sysfs: ctx.sysfs.clone(),
         dev_root: ctx.dev_root.clone(),
     };
+    // Ctrl-C stops the bench, which then reports what it measured, as ping does.
+    hca_tools::interrupt::install()?;
     let session = Session::open_with(&args.device, args.port, &options)?;
     let result = bench::run_with(&session.port, &session.others, &cfg);
     let closed = session.close();
     let report = result?;
     closed?;
     report.write(&args.device, &mut std::io::stdout().lock())?;
+    if let Some(signal) = report.interrupted {
+        return Err(EngineError::Interrupted { signal }.into());
+    }
     if report.round_trips == 0 {
         return Err(EngineError::NoRoundTrip {
-            sent: report.timeouts + report.failed,
+            sent: report.timeouts + report.failed + report.cancelled,
             why: report
                 .first_failure
                 .unwrap_or_else(|| "nothing was sent".to_string()),

@@ -60,7 +60,7 @@ fn record(ctx: &Context, address: PciAddress, binding: &Binding) {
                 restore: Restore::Driver(earlier),
                 ..
             })) => {
-                println!(
+                let _ = outln!(
                     "note: kept the record that {address} had driver {earlier} (an earlier \
                      unbind stopped halfway); `hca unbind {address}` gives it back to {earlier}"
                 );
@@ -77,7 +77,7 @@ fn record(ctx: &Context, address: PciAddress, binding: &Binding) {
     );
     match saved {
         Ok(path) => tracing::debug!(path = %path.display(), "recorded the previous driver"),
-        Err(e) => eprintln!(
+        Err(e) => errln!(
             "warning: could not record the previous driver ({e}); `hca unbind {address}` will let the kernel choose one"
         ),
     }
@@ -130,9 +130,11 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let binding = ctx.sysfs.bind_vfio(address)?;
     let group = binding.iommu_group;
     if binding.already_bound {
-        println!("{address} is already bound to vfio-pci (IOMMU group {group}: /dev/vfio/{group})");
+        let _ = outln!(
+            "{address} is already bound to vfio-pci (IOMMU group {group}: /dev/vfio/{group})"
+        );
     } else {
-        println!(
+        let _ = outln!(
             "{address}: bound to vfio-pci (was {}); IOMMU group {group}: /dev/vfio/{group}",
             binding
                 .previous_driver
@@ -145,7 +147,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let others = match ctx.sysfs.group_others(group, address) {
         Ok(others) => others,
         Err(e) => {
-            eprintln!(
+            errln!(
                 "warning: cannot list the other devices of IOMMU group {group} ({e}); check \
                  /sys/kernel/iommu_groups/{group}/devices before opening {address}"
             );
@@ -154,7 +156,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     };
     for other in others {
         if other.blocks {
-            println!(
+            let _ = outln!(
                 "note: IOMMU group {group} also holds {} (driver {}); {}",
                 other.name,
                 other.driver.as_deref().unwrap_or("-"),

@@ -2,7 +2,7 @@
 //! copied from a log or a memory dump, with the work-completion status a CQE gives.
 
 use std::fmt::Write as _;
-use std::io::Read;
+use std::io::{Read, Write};
 
 use firmware_cmds::mlx5::cqe::{CQE_SIZE, CQE128_OFFSET, CqeBody};
 use firmware_cmds::mlx5::decode::{self, HexDump};
@@ -268,7 +268,11 @@ pub fn run(args: &Args) -> CmdResult {
             describe_status(status, syndrome)
         }
     };
-    print!("{out}");
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(super::stdout_error)?;
     Ok(())
 }
 

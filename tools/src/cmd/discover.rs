@@ -19,7 +19,7 @@ Walks the fabric from one port of an HCA with directed-route SMPs, as ibnetdisco
 at once, and prints what it found.
 
 Output (to standard output, or to --output FILE, which is replaced only when the walk and the
-write succeed: it is written as FILE.tmp and renamed):
+write succeed: it is written to a new file beside FILE, FILE.<random>.tmp, and renamed):
   default   ibnetdiscover's topology format: switches, then CAs, each with its linked ports;
             readable by ibsim, by `hca sim`/sim:topology=, and by scripts written for
             ibnetdiscover (the date in the header is UTC)
@@ -31,6 +31,14 @@ On a terminal, a progress line on standard error shows the nodes found, the SMPs
 flight, and the rate; a summary follows. Queries that fail (a node that does not answer, an
 error status) are listed on standard error and the walk goes on past them; a warning there
 also counts the links up not followed because their route would be longer than --max-hops.
+Ctrl-C (SIGINT) or SIGTERM stops the walk: nothing is written, --output is left as it was,
+a sim: fabric opened with state=FILE is saved, and hca discover exits with status 130 (143
+for SIGTERM); a second Ctrl-C ends it at once.
+
+For users of ibnetdiscover (infiniband-diags/man/ibnetdiscover.8.in.rst in rdma-core):
+its -o/--outstanding_smps N is --window N, -t MS is --timeout MS, -P N is --port N, and
+its [topology-file] argument is --output FILE; its -m/--max_hops only reports the deepest
+route found (the summary here gives it as `hops deep`), where --max-hops is a limit.
 
 The default device is the built-in simulator with a generated fabric (a two-level fat tree
 of 4 leaf switches with 4 hosts each and 2 spines, 4xHDR links), the HCA being its first host:
@@ -100,7 +108,7 @@ impl ProgressLine {
             return;
         }
         self.last = Some(Instant::now());
-        eprint!(
+        err!(
             "\r\x1b[Kdiscovering: {} nodes ({} switches), {} SMPs, {} in flight, {:.0} SMPs/s",
             p.nodes,
             p.switches,
@@ -113,7 +121,7 @@ impl ProgressLine {
 
     fn clear(&mut self) {
         if self.shown {
-            eprint!("\r\x1b[K");
+            err!("\r\x1b[K");
             self.shown = false;
         }
     }
@@ -132,8 +140,12 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     };
     // Refuse a bad setting before the device is opened (and its error is the only news).
     cfg.check()?;
+    // Ctrl-C stops the walk and unwinds (the output's temporary file removed, a state= fabric
+    // saved); installed before the output file exists.
+    hca_tools::interrupt::install()?;
     // Create the output first, so that a bad path does not cost a walk; it replaces FILE only
-    // once complete (FILE may be the topology this walk reads).
+    // once complete (FILE may be the topology this walk reads). The temporary file is new and
+    // removed if the run fails, so a failure leaves the directory as it was.
     let mut file = match &args.output {
         Some(p) => {
             Some(ReplaceFile::create(p).map_err(|e| format!("cannot write {}: {e}", p.display()))?)
@@ -188,12 +200,12 @@ fn report_failures(t: &Topology) {
     if t.failures.is_empty() {
         return;
     }
-    eprintln!(
+    errln!(
         "warning: {} queries failed; what lies behind them is missing:",
         t.failures.len()
     );
     for f in t.failures.iter().take(SHOWN) {
-        eprintln!(
+        errln!(
             "  {}:{} along {}: {}",
             json::attribute_name(f.attr_id),
             f.attr_mod,
@@ -202,7 +214,7 @@ fn report_failures(t: &Topology) {
         );
     }
     if t.failures.len() > SHOWN {
-        eprintln!(
+        errln!(
             "  ... and {} more (--json lists them all)",
             t.failures.len() - SHOWN
         );
@@ -214,7 +226,7 @@ fn report_failures(t: &Topology) {
 fn report_cut_short(t: &Topology, max_hops: u8) {
     let n = t.stats.beyond_max_hops;
     if n > 0 {
-        eprintln!(
+        errln!(
             "warning: {n} links up were not followed: their routes would be longer than \
              --max-hops {max_hops}; what lies behind them is missing"
         );
@@ -224,7 +236,7 @@ fn report_cut_short(t: &Topology, max_hops: u8) {
 fn summary(t: &Topology) {
     let s = &t.stats;
     let secs = s.wall.as_secs_f64();
-    eprintln!(
+    errln!(
         "discovered {} nodes ({} switches, {} CAs, {} routers) and {} links in {:.1} ms: {} SMPs \
          ({:.0}/s), at most {} in flight, {} hops deep, {} retried, {} failed, {} links not \
          followed past --max-hops",

@@ -76,32 +76,33 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let started = dev.now();
     let hca = driver::open_hca(dev.clone())?;
     let took = dev.now().saturating_sub(started);
-    show_hca(hca.as_ref(), took);
+    // Closed even when standard output fails.
+    let shown = show_hca(hca.as_ref(), took);
     hca.close()?;
-    Ok(())
+    Ok(shown?)
 }
 
-fn show_hca(hca: &dyn Hca, took: std::time::Duration) {
+fn show_hca(hca: &dyn Hca, took: std::time::Duration) -> std::io::Result<()> {
     let info = hca.info();
-    println!(
+    outln!(
         "\nHCA ({} family, brought up in {:.1} ms of device time):",
         info.family,
         took.as_secs_f64() * 1000.0
-    );
+    )?;
     print_table(&[
         vec!["  model".into(), info.model.clone()],
         vec!["  firmware".into(), info.fw_version.clone()],
         vec!["  node GUID".into(), format!("{:#018x}", info.node_guid)],
         vec!["  ports".into(), info.ports.to_string()],
-    ]);
-    println!("\ncapabilities:");
+    ])?;
+    outln!("\ncapabilities:")?;
     let rows: Vec<Vec<String>> = info
         .caps
         .iter()
         .map(|(k, v)| vec![format!("  {k}"), v.clone()])
         .collect();
-    print_table(&rows);
-    println!("\nports:");
+    print_table(&rows)?;
+    outln!("\nports:")?;
     let mut rows = vec![
         [
             "  PORT",
@@ -136,7 +137,7 @@ fn show_hca(hca: &dyn Hca, took: std::time::Duration) {
             Err(e) => rows.push(vec![format!("  {n}"), format!("(not readable: {e})")]),
         }
     }
-    print_table(&rows);
+    print_table(&rows)
 }
 
 /// PortPhysicalState names (IBA 14.2.5.6).
@@ -180,9 +181,9 @@ fn describe(dev: &dyn DeviceBackend) -> CmdResult {
     for (label, value) in dev.facts() {
         facts.push(vec![label.to_string(), value]);
     }
-    print_table(&facts);
+    print_table(&facts)?;
 
-    println!("\nregions:");
+    outln!("\nregions:")?;
     let mut rows = vec![
         ["  INDEX", "NAME", "SIZE", "FLAGS", "MAPPABLE"]
             .map(String::from)
@@ -223,9 +224,9 @@ fn describe(dev: &dyn DeviceBackend) -> CmdResult {
             mappable,
         ]);
     }
-    print_table(&rows);
+    print_table(&rows)?;
 
-    println!("\ninterrupts:");
+    outln!("\ninterrupts:")?;
     let mut rows = vec![["  INDEX", "VECTORS", "FLAGS"].map(String::from).to_vec()];
     for index in [
         IrqIndex::Intx,
@@ -256,12 +257,12 @@ fn describe(dev: &dyn DeviceBackend) -> CmdResult {
             flags,
         ]);
     }
-    print_table(&rows);
+    print_table(&rows)?;
 
     let mapper = dev.dma_mapper();
-    println!("\nIOVA ranges ({}):", mapper.name());
+    outln!("\nIOVA ranges ({}):", mapper.name())?;
     for r in mapper.iova_ranges() {
-        println!("  [{:#x}, {:#x}]", r.start, r.end);
+        outln!("  [{:#x}, {:#x}]", r.start, r.end)?;
     }
     Ok(())
 }

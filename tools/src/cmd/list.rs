@@ -25,10 +25,10 @@ pub struct Args {}
 pub fn run(ctx: &Context, _args: &Args) -> CmdResult {
     let functions = ctx.sysfs.list_hcas()?;
     if functions.is_empty() {
-        println!(
+        outln!(
             "no Mellanox/NVIDIA HCA found (vendor {VENDOR_MELLANOX:#06x} or {VENDOR_TOPSPIN:#06x}) under {}",
             ctx.sysfs.devices_dir().display()
-        );
+        )?;
         return Ok(());
     }
     let dash = || "-".to_string();
@@ -54,6 +54,6 @@ pub fn run(ctx: &Context, _args: &Args) -> CmdResult {
             f.numa_node.map_or_else(dash, |n| n.to_string()),
         ]);
     }
-    print_table(&rows);
+    print_table(&rows)?;
     Ok(())
 }

@@ -1,4 +1,50 @@
 //! The subcommands, one module each, and what they share.
+//!
+//! They print through [`outln!`] and [`errln!`], not `println!` and `eprintln!`, which panic
+//! when a write fails: standard output may be a full disk (`hca info sim > /dev/full`) and
+//! standard error too. A failed write to standard output is an error of the command (exit 1);
+//! one to standard error is dropped, since there is nowhere left to report it. (A reader that
+//! went away ends the program by SIGPIPE before either, see `restore_sigpipe` in main.)
+
+/// `println!` to standard output that gives the write's `io::Result` (for a `?`) instead of
+/// panicking on an error.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::cmd::stdout_error)
+    }};
+}
+
+/// `eprintln!` that drops a failed write instead of panicking on it.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that drops a failed write instead of panicking on it.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// `help` followed by the parameters of `sim:` device strings ([`embed::SIM_HELP`]), for the
+/// long help of the commands that take a device string and of `hca` itself.
+pub fn with_sim_help(help: &str) -> String {
+    format!(
+        "{help}\n\nParameters of sim:KEY=VALUE,... device strings:\n{}",
+        embed::SIM_HELP
+    )
+}
+
+/// A failed write to standard output, saying so (the bare error names no file).
+#[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
+pub fn stdout_error(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("writing to standard output: {e}"))
+}
 
 pub mod bench;
 pub mod bind;
@@ -42,7 +88,7 @@ pub fn human_size(bytes: u64) -> String {
 }
 
 /// Print rows as left-aligned columns separated by two spaces.
-pub fn print_table(rows: &[Vec<String>]) {
+pub fn print_table(rows: &[Vec<String>]) -> std::io::Result<()> {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -62,8 +108,9 @@ pub fn print_table(rows: &[Vec<String>]) {
                 let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
             }
         }
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end())?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -81,23 +81,56 @@ pub fn find_lib(explicit: Option<&Path>, exe: &Path) -> Result<PathBuf, ToolErro
 }
 
 /// A directory holding `libibumad.so.3` pointing at `lib`: `hca-umad/` beside the library
-/// when it can be written, else one in the temporary directory.
+/// when it can be written, else `hca-umad-UID/` in the temporary directory: one per user,
+/// reused by every run (`hca run` execs, so a directory per process would never be removed),
+/// and private ([`private_dir`]), since the library it names is loaded by what runs.
 pub fn link_dir(lib: &Path) -> Result<PathBuf, ToolError> {
     let lib = std::fs::canonicalize(lib).map_err(|e| ToolError::Io {
         what: format!("resolving {}", lib.display()),
         source: e,
     })?;
     let beside = lib.parent().map(|d| d.join("hca-umad"));
-    let fallback = std::env::temp_dir().join(format!("hca-umad-{}", std::process::id()));
-    for dir in beside.into_iter().chain([fallback]) {
-        if make_link(&dir, &lib).is_ok() {
-            return Ok(dir);
-        }
+    if let Some(dir) = beside
+        && make_link(&dir, &lib).is_ok()
+    {
+        return Ok(dir);
+    }
+    // SAFETY: getuid cannot fail and touches no memory of ours.
+    let uid = unsafe { libc::getuid() };
+    let fallback = std::env::temp_dir().join(format!("hca-umad-{uid}"));
+    if private_dir(&fallback, uid)
+        .and_then(|()| make_link(&fallback, &lib))
+        .is_ok()
+    {
+        return Ok(fallback);
     }
     Err(ToolError::Io {
         what: "making a directory for libibumad.so.3".into(),
         source: std::io::Error::other("neither beside the library nor in the temporary directory"),
     })
+}
+
+/// Make `dir` a directory of `uid`'s that no one else can write (mode 0700), or check that
+/// it is one: in a shared temporary directory another user could have made it first, or put a
+/// link there, and would then choose the library our programs load.
+pub fn private_dir(dir: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let m = std::fs::symlink_metadata(dir)?;
+    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a directory of user {uid}'s that only it can write",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn make_link(dir: &Path, lib: &Path) -> std::io::Result<()> {
@@ -148,4 +181,29 @@ pub fn run(args: &Args) -> CmdResult {
         program: args.command[0].to_string_lossy().into_owned(),
         source: err,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+
+    #[test]
+    fn the_per_user_directory_is_made_private_and_others_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let dir = t.path().join("hca-umad-x");
+        private_dir(&dir, uid).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        private_dir(&dir, uid).unwrap();
+        // Someone else's (another uid), one others can write, a link: refused.
+        assert!(private_dir(&dir, uid + 1).is_err());
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(private_dir(&dir, uid).is_err());
+        let link = t.path().join("link");
+        std::fs::create_dir(t.path().join("target")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("target"), &link).unwrap();
+        assert!(private_dir(&link, uid).is_err());
+    }
 }

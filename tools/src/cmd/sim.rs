@@ -14,9 +14,9 @@ use super::CmdResult;
 /// Long help of `hca sim gen`.
 pub const GEN_HELP: &str = "\
 Writes a topology file in the ibnetdiscover/ibsim format for a regular fabric, to standard
-output or to --output (written as FILE.tmp and renamed over FILE only when complete, so a
-refused spec leaves FILE as it was). The simulator (sim:topology=FILE), ibsim and our
-parser all read it.
+output or to --output (written to a new file beside FILE, FILE.<random>.tmp, and renamed over
+FILE only when complete, so a refused spec leaves FILE as it was). The simulator
+(sim:topology=FILE), ibsim and our parser all read it.
 
 Shapes (numbers are decimal):
   fat-tree:leaves=L,hosts=H,spines=S[,links=K,leaf-ports=P,spine-ports=Q]
@@ -48,8 +48,10 @@ with the device string sim:server=SOCKET,node=NAME[,port=N]. Time is the wall cl
 
 The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.sock in the
 temporary directory. A socket a live server answers on is refused; a stale one is replaced.
-SIGINT or SIGTERM stops the server: clients are detached (an SM's IsSM bit is cleared), the
-state is saved to --state, and the socket is removed. A client whose server goes away sees
+SIGINT, SIGTERM or SIGHUP (the terminal it runs in closed) stops the server: clients are
+detached (an SM's IsSM bit is cleared), the state is saved to --state, the socket is
+removed, and hca sim serve exits with status 0. A --state file that cannot be written, and a
+topology with no CA (nothing a client could attach to), are refused at the start. A client whose server goes away sees
 its port go Down.
 
 Examples:
@@ -81,7 +83,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
-    /// Load the fabric's SMA state from FILE if it exists, and save it there on exit.
+    /// Load the fabric's SMA state from FILE if it exists, and save it there on exit (and
+    /// once at start, so that a FILE that cannot be written is refused before serving).
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
 
@@ -142,7 +145,7 @@ fn serve(args: &ServeArgs) -> CmdResult {
     });
     note(format_args!(
         "serving {} ({nodes} nodes, {cas} CAs) on {} (pid {}); programs attach with \
-         --device sim:server={},node=NAME; SIGINT or SIGTERM stops it",
+         --device sim:server={},node=NAME; SIGINT, SIGTERM or SIGHUP stops it",
         args.topology.display(),
         serving.socket().display(),
         std::process::id(),
@@ -153,7 +156,7 @@ fn serve(args: &ServeArgs) -> CmdResult {
             break sig;
         }
     };
-    let name = if sig == 2 { "SIGINT" } else { "SIGTERM" };
+    let name = hca_tools::interrupt::name(sig);
     note(format_args!("{name}: stopping the fabric server"));
     serving.stop()?;
     if let Some(state) = &args.state {
@@ -170,8 +173,8 @@ fn serve(args: &ServeArgs) -> CmdResult {
 /// `main` restores the default action, which ends a tool quietly when the reader of its
 /// output goes away (`| head`). A server must not die that way: its stderr may be a pipe whose
 /// reader has gone (`hca sim serve 2>&1 | tee log`, the terminal of a closed session), and
-/// dying of the next log line would skip what SIGINT and SIGTERM do (clients detached, state
-/// saved, socket removed). Ignored, the write fails with EPIPE instead, which [`note`] and the
+/// dying of the next log line would skip what SIGINT, SIGTERM and SIGHUP do (clients detached,
+/// state saved, socket removed). Ignored, the write fails with EPIPE instead, which [`note`] and the
 /// log writer drop. Called before any thread starts, like [`ExitSignals::block`].
 fn ignore_sigpipe() {
     // SAFETY: `signal` with SIG_IGN installs no handler of ours; no other thread exists yet.
@@ -194,13 +197,13 @@ fn generate(args: &GenArgs) -> CmdResult {
         out.flush()?;
         return Ok(());
     };
-    // FILE.tmp, renamed over FILE only when complete: a refused spec leaves FILE as it was.
+    // A new file beside FILE, renamed over FILE only when complete: a refused spec leaves FILE as it was.
     let mut out =
         ReplaceFile::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let fabric = generator::generate_text(&args.spec, &mut out)?;
     out.commit()
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!(
+    errln!(
         "wrote {}: {} nodes, {} links",
         path.display(),
         fabric.node_count(),

@@ -62,7 +62,7 @@ fn warn_of_the_wait(ctx: &Context, address: PciAddress) {
         Ok(Some(group)) => ctx.dev_root.join("vfio").join(group.to_string()),
         _ => ctx.dev_root.join("vfio/GROUP"),
     };
-    eprintln!(
+    errln!(
         "{address}: unbinding from vfio-pci; if a program holds {}, unbind waits for it to \
          close it (vfio-pci has asked it to through its REQ interrupt)",
         node.display()
@@ -75,7 +75,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let record = match ctx.state.load(address) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("warning: cannot read the bind record of {address}: {e}");
+            errln!("warning: cannot read the bind record of {address}: {e}");
             None
         }
     };
@@ -91,7 +91,7 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     } else if let Some(r) = record {
         r.restore
     } else {
-        println!("no record of {address}'s previous driver; letting the kernel choose one");
+        let _ = outln!("no record of {address}'s previous driver; letting the kernel choose one");
         Restore::KernelChoice
     };
     let to = GiveBack {
@@ -103,25 +103,25 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let done = ctx.sysfs.give_back(address, &to)?;
     if done.finished {
         if let Err(e) = ctx.state.remove(address) {
-            eprintln!("warning: could not remove the bind record of {address}: {e}");
+            errln!("warning: could not remove the bind record of {address}: {e}");
         }
-        println!(
+        let _ = outln!(
             "{address} had no driver (an earlier unbind stopped halfway); driver now {}",
             done.driver.as_deref().unwrap_or("none")
         );
         return Ok(());
     }
     if !done.was_vfio {
-        println!(
+        let _ = outln!(
             "{address} is not bound to vfio-pci (driver: {}); nothing to do",
             done.driver.as_deref().unwrap_or("none")
         );
         return Ok(());
     }
     if let Err(e) = ctx.state.remove(address) {
-        eprintln!("warning: could not remove the bind record of {address}: {e}");
+        errln!("warning: could not remove the bind record of {address}: {e}");
     }
-    println!(
+    let _ = outln!(
         "{address}: unbound from vfio-pci; driver now {}",
         done.driver.as_deref().unwrap_or("none")
     );

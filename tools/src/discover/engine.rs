@@ -373,6 +373,9 @@ impl Engine<'_> {
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) -> Result<(), EngineError> {
         let mut last_event = self.port.now();
         loop {
+            if let Some(signal) = crate::interrupt::requested() {
+                return Err(EngineError::Interrupted { signal });
+            }
             self.fill()?;
             progress(&self.progress());
             if self.in_flight.is_empty() && self.queue.is_empty() {
