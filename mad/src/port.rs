@@ -164,8 +164,11 @@ pub(crate) struct PortShared {
     pub(crate) next_agent: AtomicU32,
     /// Canceled sends not on the QP: the progress loop completes them.
     pub(crate) reap: Mutex<Vec<SlotRef>>,
-    /// Waiting sends whose timeout was modified: (slot, new deadline).
-    pub(crate) rearm: Mutex<Vec<(SlotRef, Duration)>>,
+    /// Waiting sends whose timeout was modified: a hint for the progress loop to move their
+    /// timers to the deadline the modify stored in the slot (`SlotData::deadline`), in case it
+    /// is earlier than the one armed. The deadline there is the one that counts: a timer that
+    /// fires earlier is armed again from it.
+    pub(crate) rearm: Mutex<Vec<SlotRef>>,
     /// Completions made in software for posts the device refused (with whether the work
     /// request had taken a send queue entry).
     pub(crate) soft_cq: Mutex<Vec<(WorkCompletion, bool)>>,
@@ -193,6 +196,10 @@ pub(crate) struct PortShared {
     /// A post was refused because the send queue is in SQE (per QP): after a failed recovery
     /// this is what asks the progress loop to try it again (see `PortShared::retry_recovery`).
     pub(crate) sq_refused: [AtomicBool; 2],
+    /// Tests only: run by the progress loop between its read of a send's timeout and that
+    /// send's CQE transition (`on_send_wc`), to put a modify exactly there.
+    #[cfg(test)]
+    pub(crate) after_timeout_read: Mutex<Option<Box<dyn FnMut() + Send>>>,
 }
 
 /// The progress token held: the loop's state, and on letting go a wake-up for the threads
@@ -397,6 +404,8 @@ impl Port {
             ),
             hold_posts: AtomicBool::new(false),
             sq_refused: [AtomicBool::new(false), AtomicBool::new(false)],
+            #[cfg(test)]
+            after_timeout_read: Mutex::new(None),
             hca,
         };
         shared.mirror_gauges(&lock(&shared.progress));
@@ -1316,37 +1325,38 @@ impl PortShared {
             let Some(generation) = slot.active_generation_of(id) else {
                 continue;
             };
+            // The kernel's ib_modify_mad decides under the agent's lock, which the send's
+            // completion and its timer take too; here the slot's data lock stands for it. The
+            // send's CQE transition takes it only for a send awaiting no response (one
+            // awaiting one reads the timeout again after it: `slot_events::modify`); the
+            // timer decides under it, against the deadline stored here.
             let mut d = lock(&slot.data);
+            // With the send's data held, its slot is not recycled (the data is taken out
+            // first), so what `slot_events::modify` stores is this send's.
             let Some(d) = d
                 .as_mut()
                 .filter(|d| d.generation == generation && d.p.agent.id == agent.id)
             else {
                 return Err(MadError::NotOutstanding(id));
             };
-            let w = slot.state.load();
-            if w.generation() != generation {
-                return Err(MadError::NotOutstanding(id));
-            }
-            match w.state() {
-                SendState::Canceled | SendState::Free | SendState::Done => {
-                    return Err(MadError::NotOutstanding(id));
-                }
-                SendState::WaitResp => {
+            match slot_events::modify(&slot.state, generation, &slot.timeout_ms, timeout_ms) {
+                Some(SendState::WaitResp) => {
+                    // The wait began at its CQE: it now ends `timeout_ms` from now
+                    // (`ib_reset_mad_timeout`). The timer armed at the CQE fires against this
+                    // deadline; the hint moves it earlier if need be.
                     d.p.timeout_ms = timeout_ms;
-                    slot.timeout_ms.store(timeout_ms, Ordering::Release);
-                    lock(&self.rearm).push((
-                        SlotRef {
-                            qp: ring.qp,
-                            index: index as u32,
-                            generation,
-                        },
-                        deadline,
-                    ));
+                    d.deadline = Some(deadline);
+                    lock(&self.rearm).push(SlotRef {
+                        qp: ring.qp,
+                        index: index as u32,
+                        generation,
+                    });
                 }
-                SendState::SendStart | SendState::EarlyResp | SendState::Queued => {
+                Some(SendState::SendStart | SendState::EarlyResp | SendState::Queued) => {
                     d.p.timeout_ms = timeout_ms;
-                    slot.timeout_ms.store(timeout_ms, Ordering::Release);
                 }
+                // Canceled or finishing: nothing reads the timeout it stored.
+                _ => return Err(MadError::NotOutstanding(id)),
             }
             drop(q);
             drop(fc);

@@ -1,7 +1,8 @@
 //! The progress loop of a port: one pass takes the device's events, drains the completion
 //! queue (and the completions made in software for refused posts), completes canceled sends,
-//! re-arms modified timers, fires expired ones, finishes everything after a fatal error, and
-//! posts what waits for a slot. Every transition of a send slot into DONE happens here, and
+//! re-arms modified timers, fires expired ones (against the deadline a modify may have stored
+//! with the send since: `on_timeout`), finishes everything after a fatal error, and posts what
+//! waits for a slot. Every transition of a send slot into DONE happens here, and
 //! each reports that send's one completion.
 //!
 //! Paths (reference/mad-stack.md §1): a send CQE moves a request to WAIT_RESP (timer armed at
@@ -26,7 +27,7 @@ use crate::event::{Event, PushRefused, RecvBox, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
-use crate::ring::{Job, Pending, Record, lock};
+use crate::ring::{Job, Pending, Record, SlotData, lock};
 use crate::slot_events;
 use crate::slot_state::{CqeOutcome, Finish, SendState, TimeoutOutcome};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
@@ -156,13 +157,21 @@ impl PortShared {
             }
         }
         work += reap.len();
+        // Modified timeouts: a hint to arm each timer at the deadline now stored with its send
+        // (which a modify made after this look is stored too: `on_timeout` goes by it).
         let rearm = std::mem::take(&mut *lock(&self.rearm));
-        for (r, deadline) in &rearm {
+        for r in &rearm {
             if let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) {
+                let deadline = lock(&slot.data)
+                    .as_ref()
+                    .filter(|d| d.generation == r.generation)
+                    .and_then(|d| d.deadline);
                 let w = slot.state.load();
-                if w.generation() == r.generation && w.state() == SendState::WaitResp {
-                    st.timers
-                        .arm(timer_key(r.qp, r.index), *deadline, r.generation);
+                if let Some(deadline) = deadline {
+                    if w.generation() == r.generation && w.state() == SendState::WaitResp {
+                        st.timers
+                            .arm(timer_key(r.qp, r.index), deadline, r.generation);
+                    }
                 }
             }
         }
@@ -182,6 +191,7 @@ impl PortShared {
                     index,
                     generation,
                 },
+                now,
             );
             work += 1;
         }
@@ -382,8 +392,43 @@ impl PortShared {
         if slot.state.load().generation() != r.generation {
             return self.bad_completion(wc, "slot holds no send of that generation");
         }
-        let timeout_ms = slot.timeout_ms.load(Ordering::Acquire);
-        match slot_events::send_cqe(&slot.state, r.generation, wc.status, fatal, timeout_ms) {
+        let read_ms = slot.timeout_ms.load(Ordering::Acquire);
+        #[cfg(test)]
+        if let Some(f) = lock(&self.after_timeout_read).as_mut() {
+            f();
+        }
+        // A send awaiting a response (the round trip's path) moves without the slot's data
+        // lock: a modify racing it is seen after the transition (`send_cqe_timed`). One
+        // awaiting none moves under that lock, where a modify may still give it a timeout
+        // (the kernel's completion reads it under the lock `ib_modify_mad` takes); it is then
+        // mostly DONE, and its data is taken out under the same lock for `finish`.
+        let mut taken = None;
+        let (out, timeout_ms) = if read_ms > 0 {
+            slot_events::send_cqe_timed(
+                &slot.state,
+                r.generation,
+                wc.status,
+                fatal,
+                read_ms,
+                &slot.timeout_ms,
+            )
+        } else {
+            let mut data = lock(&slot.data);
+            let read_ms = slot.timeout_ms.load(Ordering::Acquire);
+            let out = slot_events::send_cqe_timed(
+                &slot.state,
+                r.generation,
+                wc.status,
+                fatal,
+                read_ms,
+                &slot.timeout_ms,
+            );
+            if matches!(out.0, CqeOutcome::Done(_)) {
+                taken = data.take();
+            }
+            out
+        };
+        match out {
             CqeOutcome::Wait => {
                 let now = *st.batch_now.get_or_insert_with(|| self.hca.now());
                 let deadline = now + ms(timeout_ms);
@@ -395,7 +440,7 @@ impl PortShared {
                     Finish::Failed => (wc.status, wc.vendor_err),
                     f => self.status_of(f),
                 };
-                self.finish(st, r, status, vendor);
+                self.finish_taken(st, r, status, vendor, taken);
             }
             CqeOutcome::Repost => {
                 // Reposted once the batch is done: a later CQE of this batch may already have
@@ -538,13 +583,30 @@ impl PortShared {
         status: WcStatus,
         vendor_err: u32,
     ) {
+        self.finish_taken(st, r, status, vendor_err, None);
+    }
+
+    /// [`Self::finish`], the send's data already taken out of its slot (`Some`) by the caller,
+    /// under the lock it moved the slot into DONE under.
+    fn finish_taken(
+        &self,
+        st: &mut ProgressState,
+        r: SlotRef,
+        status: WcStatus,
+        vendor_err: u32,
+        taken: Option<SlotData>,
+    ) {
         let Some(ring) = self.ring(r.qp) else { return };
         let Some(slot) = ring.slots.get(r.index as usize) else {
             return;
         };
+        let taken = match taken {
+            Some(d) => Some(d),
+            None => lock(&slot.data).take(),
+        };
         // Checked in place rather than through Option::filter, which moves the record once
         // more.
-        let Some(mut data) = lock(&slot.data).take() else {
+        let Some(mut data) = taken else {
             tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
             return;
         };
@@ -595,25 +657,50 @@ impl PortShared {
         st.spent[qpi(r.qp)].push(data.p);
     }
 
-    fn on_timeout(&self, st: &mut ProgressState, r: SlotRef) {
+    /// The timer of the send in `r` fired at `now`. Decided under the slot's data lock, as
+    /// the kernel's `timeout_sends` decides under the agent's lock `ib_modify_mad` takes: a
+    /// modify accepted before counts (its deadline, if later, arms the timer again), one after
+    /// finds the send retried, queued or done.
+    fn on_timeout(&self, st: &mut ProgressState, r: SlotRef, now: Duration) {
         let Some(slot) = self.ring(r.qp).and_then(|g| g.slots.get(r.index as usize)) else {
             return;
         };
-        let (retry, solicited, agent) = match lock(&slot.data).as_ref() {
-            Some(d) if d.generation == r.generation => (
-                d.retries_used < d.p.max_retries,
-                d.p.solicited,
-                Arc::clone(&d.p.agent),
-            ),
-            _ => return,
-        };
-        match slot_events::timer(&slot.state, r.generation, retry, || {
-            solicited && !lock(&agent.fc).backlog.is_empty()
-        }) {
-            TimeoutOutcome::Reposted => {
-                if let Some(d) = lock(&slot.data).as_mut() {
-                    d.retries_used += 1;
+        // Whether a retry waits behind its agent's flow-control backlog: looked at without the
+        // data lock (flow control's lock comes first, as in modify and the backlog's drain),
+        // then everything is decided again under it.
+        let mut behind = None;
+        let (out, counted, agent) = loop {
+            let mut data = lock(&slot.data);
+            let Some(d) = data.as_mut().filter(|d| d.generation == r.generation) else {
+                return;
+            };
+            if let Some(deadline) = d.deadline.filter(|&t| t > now) {
+                st.timers
+                    .arm(timer_key(r.qp, r.index), deadline, r.generation);
+                return;
+            }
+            let retry = d.retries_used < d.p.max_retries;
+            if retry && d.p.solicited && behind.is_none() {
+                let agent = Arc::clone(&d.p.agent);
+                drop(data);
+                behind = Some(!lock(&agent.fc).backlog.is_empty());
+                continue;
+            }
+            let out =
+                slot_events::timer(&slot.state, r.generation, retry, || behind.unwrap_or(false));
+            let mut counted = false;
+            if matches!(out, TimeoutOutcome::Reposted | TimeoutOutcome::Queued) {
+                // This wait is over: the retry's own CQE arms the next one.
+                d.retries_used += 1;
+                d.deadline = None;
+                if out == TimeoutOutcome::Queued {
+                    counted = std::mem::replace(&mut d.p.fc_counted, false);
                 }
+            }
+            break (out, counted, Arc::clone(&d.p.agent));
+        };
+        match out {
+            TimeoutOutcome::Reposted => {
                 bump(&self.cells.retries);
                 bump(&agent.cells.retries);
                 // It waits for a send queue entry like any other post.
@@ -629,12 +716,6 @@ impl PortShared {
                 }
             }
             TimeoutOutcome::Queued => {
-                let counted = {
-                    let mut d = lock(&slot.data);
-                    let Some(d) = d.as_mut() else { return };
-                    d.retries_used += 1;
-                    std::mem::replace(&mut d.p.fc_counted, false)
-                };
                 bump(&self.cells.retries);
                 bump(&agent.cells.retries);
                 bump(&self.cells.backlogged);

@@ -24,6 +24,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use dma::{Access, DmaError, DmaLease, DmaPool};
 use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
@@ -98,6 +99,11 @@ pub(crate) struct SlotData {
     pub(crate) retries_used: u32,
     /// Counted in the ring's slots held by requests.
     pub(crate) request: bool,
+    /// The deadline of the current wait for a response, when a modify set it (the kernel's
+    /// `ib_reset_mad_timeout`) after the send's CQE had armed its timer: the progress loop
+    /// fires that timer against this one, under this lock (`on_timeout`). `None`: the
+    /// deadline the CQE armed stands. Cleared when the wait ends in a retry.
+    pub(crate) deadline: Option<Duration>,
 }
 
 /// One send slot.
@@ -109,8 +115,10 @@ pub(crate) struct Slot {
     /// Its agent (same rule).
     pub(crate) owner: AtomicU32,
     /// Its response timeout in ms (same rule; `modify` changes it with the record's, under
-    /// the data lock), which its send CQE reads without taking that lock.
-    pub(crate) timeout_ms: AtomicU32,
+    /// the data lock), which its send CQE reads without taking that lock when it is not 0
+    /// (`slot_events::send_cqe_timed` says how a modify racing that CQE is not lost). Loom's
+    /// atomic under `--cfg loom`.
+    pub(crate) timeout_ms: sync::AtomicU32,
     pub(crate) data: Mutex<Option<SlotData>>,
 }
 
@@ -120,7 +128,7 @@ impl Slot {
             state: SlotState::new(),
             send_id: AtomicU64::new(0),
             owner: AtomicU32::new(u32::MAX),
-            timeout_ms: AtomicU32::new(0),
+            timeout_ms: sync::AtomicU32::new(0),
             data: Mutex::new(None),
         }
     }
@@ -839,6 +847,7 @@ impl SendRing {
                 tid,
                 retries_used: 0,
                 request,
+                deadline: None,
             });
         }
         let published = slot.state.install(generation);

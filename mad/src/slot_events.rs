@@ -1,16 +1,18 @@
 //! What the port does with each event of a send slot: which [`SlotState`] transition a send
-//! CQE, a matched response, a timer expiry, a cancel or the reaping of a canceled send attempts,
-//! and what comes of it (a completion to report, a response to deliver or drop, a send for the
-//! progress loop to reap). The progress loop (`progress.rs`) and cancel and deregistration
-//! (`port.rs`) decide through these functions and only carry out the answer (timers, buffers,
-//! events), so the loom models (`slot_events/loom_tests.rs`) check the port's own decisions
-//! racing each other, not a copy of them.
+//! CQE, a matched response, a timer expiry, a cancel, a modify or the reaping of a canceled
+//! send attempts, and what comes of it (a completion to report, a response to deliver or drop,
+//! a send for the progress loop to reap, a deadline to move). The progress loop
+//! (`progress.rs`) and cancel, modify and deregistration (`port.rs`) decide through these
+//! functions and only carry out the answer (timers, buffers, events), so the loom models
+//! (`slot_events/loom_tests.rs`) check the port's own decisions racing each other, not a copy
+//! of them.
 
 use driver::verbs::WcStatus;
 
 use crate::counters::DropReason;
-use crate::slot_state::{CancelOutcome, CqeOutcome, Finish, RespOutcome, SlotState};
+use crate::slot_state::{CancelOutcome, CqeOutcome, Finish, RespOutcome, SendState, SlotState};
 use crate::slot_state::{TimeoutAction, TimeoutOutcome};
+use crate::sync::{AtomicU32, Ordering};
 
 /// A send CQE of `status` for generation `generation`. `fatal`: the device is dead.
 /// `timeout_ms`: the send's response timeout (0: no response awaited).
@@ -35,6 +37,48 @@ pub(crate) fn send_cqe(
         }
         out => out,
     }
+}
+
+/// [`send_cqe`] for a slot that keeps the send's response timeout in `timeout`, which a modify
+/// may change at any moment ([`modify`]). `read_ms` is the value the caller read from it
+/// before: it decides whether the send waits (a modify never makes a timeout 0, and a send
+/// read at 0 must be completed under the lock its modify takes, where this value is final).
+/// Returns the outcome and, for [`CqeOutcome::Wait`], the timeout to wait, read again after
+/// the transition: a modify ordered before the transition in the state word stored its value
+/// before, and the transition's acquire makes it seen here; a modify ordered after it finds
+/// the send waiting and sets the wait's deadline itself.
+#[inline]
+pub(crate) fn send_cqe_timed(
+    state: &SlotState,
+    generation: u32,
+    status: WcStatus,
+    fatal: bool,
+    read_ms: u32,
+    timeout: &AtomicU32,
+) -> (CqeOutcome, u32) {
+    match send_cqe(state, generation, status, fatal, read_ms) {
+        CqeOutcome::Wait => (CqeOutcome::Wait, timeout.load(Ordering::Acquire)),
+        out => (out, read_ms),
+    }
+}
+
+/// A modify of generation `generation`'s response timeout to `timeout_ms` (non-zero; any
+/// thread, holding the lock on the slot's send, so that the slot is not recycled meanwhile):
+/// the new value goes into `timeout`, then the state is read in the word's order
+/// ([`SlotState::load_ordered`]). Returns that state: SEND_START, EARLY_RESP or QUEUED, a
+/// later CQE transition waits the new timeout ([`send_cqe_timed`]); WAIT_RESP, the wait has
+/// begun and the caller sets its new deadline; anything else, the send is not outstanding.
+/// `None`: the slot holds another generation.
+#[inline]
+pub(crate) fn modify(
+    state: &SlotState,
+    generation: u32,
+    timeout: &AtomicU32,
+    timeout_ms: u32,
+) -> Option<SendState> {
+    timeout.store(timeout_ms, Ordering::Release);
+    let w = state.load_ordered();
+    (w.generation() == generation).then(|| w.state())
 }
 
 /// What the progress loop does with a response matched to its send.

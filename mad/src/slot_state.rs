@@ -247,6 +247,15 @@ impl SlotState {
         Word(self.word.load(Ordering::Acquire))
     }
 
+    /// The current word, read by a read-modify-write that changes nothing, so that the read
+    /// has its place in the word's order among the transitions (a plain load may return an
+    /// older word). A transition ordered before it is seen; one ordered after it sees what
+    /// the caller stored before it (release, then the transition's acquire). A modify relies
+    /// on this against a send's CQE transition (`slot_events::modify`).
+    pub fn load_ordered(&self) -> Word {
+        Word(self.word.fetch_add(0, Ordering::AcqRel))
+    }
+
     /// Apply `f` to the word of generation `generation` until the CAS succeeds or `f` declines
     /// (returns `Err`). Returns the word before and after, or `f`'s refusal.
     fn update<T>(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dma::Accounting;
-use driver::verbs::{GRH_LEN, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
+use driver::verbs::{GRH_LEN, HcaPort, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
 use mad_wire::header::MAD_LEN;
 
 use crate::double::{FakePort, Inbound, Outbound};
@@ -513,6 +513,265 @@ fn modify_before_the_cqe_changes_the_timeout_used_at_the_cqe() {
     assert_eq!(completions(&ev)[&id].0, WcStatus::RespTimeoutErr);
     a.deregister();
     r.assert_clean();
+}
+
+/// The events queued for `agent` so far (drives nothing).
+fn queued_events(agent: &Agent) -> Vec<Event> {
+    let mut ev = Vec::new();
+    agent.events().drain_into(&mut ev);
+    ev
+}
+
+/// Move device time to `t` and run one pass; the completions it queued for `agent`.
+fn pass_at(r: &Rig, agent: &Agent, t: Duration) -> HashMap<SendId, (WcStatus, u32, u32)> {
+    r.fake.wait(t);
+    r.port.progress();
+    completions(&queued_events(agent))
+}
+
+/// Path 7 racing a pass: a modify that returns Ok while a pass runs takes effect, whatever
+/// the pass has already looked at. Here it comes from a notify hook, which the pass runs after
+/// it took the list of modified timeouts and before it fires the expired timers; the old
+/// deadline has passed. The send must still wait after that pass and time out at its new
+/// deadline, not its old one. The kernel's `ib_modify_mad` and `timeout_sends` take the
+/// agent's lock, and `timeout_sends` reads each send's deadline under it (`mad.c`).
+#[test]
+fn modify_during_a_pass_is_not_undone_by_the_old_timer() {
+    let r = rig();
+    let a = Arc::new(r.perf_agent());
+    let id = a
+        .send(SendRequest::new(get(2), gsi(5)).timeout_ms(50))
+        .unwrap();
+    r.port.progress();
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    // Past its deadline, with no pass yet.
+    r.fake.wait(r.port.now() + Duration::from_millis(60));
+    let modified = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (a2, m, fake) = (Arc::clone(&a), Arc::clone(&modified), Arc::clone(&r.fake));
+        a.events().set_notify(Some(Arc::new(move || {
+            let mut g = m.lock().unwrap();
+            if g.is_none() {
+                *g = Some((fake.time(), a2.modify_timeout(id, 1000)));
+            }
+        })));
+    }
+    // Another send's completion is the event that runs the hook.
+    let other = a.send(SendRequest::new(get(1), gsi(5))).unwrap();
+    r.port.progress();
+    a.events().set_notify(None);
+    let (at, res) = modified.lock().unwrap().take().expect("the hook ran");
+    assert!(res.is_ok(), "{res:?}");
+    let c = completions(&queued_events(&a));
+    assert_eq!(c[&other].0, WcStatus::Success);
+    assert!(
+        !c.contains_key(&id),
+        "modify returned Ok, yet the send finished on its old timer: {:?}",
+        c[&id]
+    );
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    let new_deadline = at + Duration::from_secs(1);
+    assert!(pass_at(&r, &a, at + Duration::from_millis(999)).is_empty());
+    let c = pass_at(&r, &a, new_deadline);
+    assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 0)));
+    let a = Arc::try_unwrap(a).expect("the hook let go of the agent");
+    a.deregister();
+    r.assert_clean();
+}
+
+/// A modify whose new deadline has also passed when the old timer fires: the send retries
+/// then, and its retry waits the new timeout from its own completion. The modify's deadline,
+/// computed before the retry, must not come back to time the retry out early.
+#[test]
+fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
+    let r = rig();
+    let a = Arc::new(r.perf_agent());
+    let id = a
+        .send(SendRequest::new(get(2), gsi(5)).timeout_ms(50).retries(1))
+        .unwrap();
+    r.port.progress();
+    let t0 = r.port.now();
+    r.fake.wait(t0 + Duration::from_millis(60));
+    let modified = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (a2, m, fake) = (Arc::clone(&a), Arc::clone(&modified), Arc::clone(&r.fake));
+        a.events().set_notify(Some(Arc::new(move || {
+            let mut g = m.lock().unwrap();
+            if g.is_none() {
+                // New deadline t0 + 65 ms; the pass then reads the clock at t0 + 70 ms.
+                *g = Some(a2.modify_timeout(id, 5));
+                fake.wait(t0 + Duration::from_millis(70));
+            }
+        })));
+    }
+    let other = a.send(SendRequest::new(get(1), gsi(5))).unwrap();
+    r.port.progress();
+    a.events().set_notify(None);
+    assert!(matches!(*modified.lock().unwrap(), Some(Ok(()))));
+    let c = completions(&queued_events(&a));
+    assert_eq!(c[&other].0, WcStatus::Success);
+    assert!(!c.contains_key(&id), "{:?}", c[&id]);
+    // The retry's completion (at t0 + 70 ms): it waits 5 ms from there.
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(70));
+    assert!(
+        !c.contains_key(&id),
+        "the retry timed out at its completion: {:?}",
+        c[&id]
+    );
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(74)).is_empty());
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(75));
+    assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 1)));
+    let a = Arc::try_unwrap(a).expect("the hook let go of the agent");
+    a.deregister();
+    r.assert_clean();
+}
+
+/// A modify accepted between the progress loop's read of the send's timeout and the send's
+/// CQE transition (SEND_START -> WAIT_RESP): the wait uses the new timeout (the kernel's
+/// completion reads it under the lock `ib_modify_mad` takes). `from`: the send's timeout
+/// (0: no response awaited until the modify).
+fn modify_at_the_cqe(from: u32) {
+    let r = rig();
+    let a = Arc::new(r.perf_agent());
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(from))
+        .unwrap();
+    let modified = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (a2, m) = (Arc::clone(&a), Arc::clone(&modified));
+        *r.port.shared.after_timeout_read.lock().unwrap() = Some(Box::new(move || {
+            let mut g = m.lock().unwrap();
+            if g.is_none() {
+                *g = Some(a2.modify_timeout(id, 50));
+            }
+        }));
+    }
+    let t0 = r.port.now();
+    r.port.progress();
+    *r.port.shared.after_timeout_read.lock().unwrap() = None;
+    assert!(matches!(*modified.lock().unwrap(), Some(Ok(()))));
+    let c = completions(&queued_events(&a));
+    assert!(
+        !c.contains_key(&id),
+        "modified to 50 ms at its CQE, it did not wait: {:?}",
+        c[&id]
+    );
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(49)).is_empty());
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(50));
+    assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 0)));
+    let a = Arc::try_unwrap(a).expect("the hook let go of the agent");
+    a.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn modify_between_the_timeout_read_and_the_cqe_transition_is_used() {
+    modify_at_the_cqe(60_000);
+}
+
+#[test]
+fn modify_of_a_send_awaiting_no_response_at_its_cqe_makes_it_wait() {
+    modify_at_the_cqe(0);
+}
+
+/// Threads send solicited SA requests (short timeouts, retries, a third never answered, so
+/// timers fire and retries queue behind their agent's flow-control backlog of 2) and modify and
+/// cancel them while a progress thread runs. The timer decides under the slot's data lock and
+/// looks at the backlog without it; modify takes flow control's lock, then the data lock: no
+/// thread waits for another in a cycle, every send completes exactly once, and the port ends
+/// clean.
+#[test]
+fn modify_and_cancel_race_timers_and_retries_on_a_progress_thread() {
+    for round in 0..3u64 {
+        // A request slot for each send: with fewer, the retries queued behind flow control
+        // could fill the request limit while the agents' flow-control credits are held by
+        // new requests waiting for a request slot, which stalls both (a limit of the port's
+        // slot accounting this test is not about).
+        let config = PortConfig {
+            slots: Some(256),
+            ..PortConfig::default()
+        };
+        let r = rig_with(8, 64, config);
+        r.fake.set_responder(|o| {
+            if o.mad[15] % 3 == 0 {
+                Vec::new()
+            } else {
+                answer(o)
+            }
+        });
+        let progress = r.port.spawn_progress_thread().unwrap();
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+                let port = r.port.clone();
+                std::thread::spawn(move || {
+                    let mut ids = Vec::new();
+                    let mut seen = HashMap::new();
+                    let take = |seen: &mut HashMap<SendId, WcStatus>, e: Event| {
+                        if let Event::Send(c) = e {
+                            assert!(seen.insert(c.id, c.status).is_none(), "{} twice", c.id);
+                        }
+                    };
+                    for i in 0..60u64 {
+                        let tid = round << 32 | t << 16 | i;
+                        let req = SendRequest::new(mad(SA, 2, 0x01, 0x12, tid), gsi(5))
+                            .timeout_ms(1 + (i % 4) as u32)
+                            .retries((i / 3 % 3) as u32);
+                        let id = a.send(req).unwrap();
+                        ids.push(id);
+                        let earlier = ids[(i as usize * 7) % ids.len()];
+                        match i % 8 {
+                            0 | 4 => {
+                                let _ = a.modify_timeout(earlier, 1 + (i % 5) as u32);
+                            }
+                            1 | 5 => {
+                                let _ = a.modify_timeout(id, 3);
+                            }
+                            2 => {
+                                let _ = a.cancel(earlier);
+                            }
+                            _ => {}
+                        }
+                        if i % 4 == 3 {
+                            if let Some(e) =
+                                a.next_event(port.deadline_after(Duration::from_millis(2)))
+                            {
+                                take(&mut seen, e);
+                            }
+                        }
+                    }
+                    // Everything finishes on its own (by response, timeout or cancel). The
+                    // double's clock jumps whenever the loop sleeps, so its time is no measure
+                    // of a thread the machine does not run for a while: real time bounds this.
+                    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+                    while seen.len() < ids.len() && std::time::Instant::now() < give_up {
+                        if let Some(e) =
+                            a.next_event(port.deadline_after(Duration::from_millis(100)))
+                        {
+                            take(&mut seen, e);
+                        }
+                    }
+                    for id in &ids {
+                        assert!(seen.contains_key(id), "round {round} thread {t}: {id} lost");
+                    }
+                    assert_eq!(seen.len(), ids.len(), "round {round} thread {t}");
+                    a.deregister();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        progress.stop();
+        let c = r.port.counters();
+        assert!(
+            c.timeouts > 0 && c.retries > 0,
+            "round {round}: timers fired: {c:?}"
+        );
+        r.assert_clean();
+    }
 }
 
 #[test]

@@ -1,13 +1,15 @@
 //! Model checks of a send slot's events under every interleaving loom can find: completion,
 //! response, timer and reaping on the progress thread racing cancel and deregistration on
-//! others. Each event goes through the port's own decision ([`super::send_cqe`],
-//! [`super::response`], [`super::timer`], [`super::cancel`], [`super::reap`]); the models only
-//! record what the port would report.
+//! others, and a modify racing the CQE. Each event goes through the port's own decision
+//! ([`super::send_cqe`], [`super::send_cqe_timed`], [`super::response`], [`super::timer`],
+//! [`super::cancel`], [`super::modify`], [`super::reap`]); the models only record what the port
+//! would report.
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p mad --release --lib loom`.
 
-use super::{Response, cancel, reap, response, send_cqe, timer};
+use super::{Response, cancel, modify, reap, response, send_cqe, send_cqe_timed, timer};
 use crate::slot_state::{CancelOutcome, CqeOutcome, Finish, SendState, SlotState, TimeoutOutcome};
 use driver::verbs::WcStatus;
+use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
@@ -251,4 +253,67 @@ fn loom_stale_cancel_never_touches_the_next_use() {
             CqeOutcome::Done(Finish::Sent)
         );
     });
+}
+
+/// A modify of a waiting send's timeout (another thread) races its CQE, which read the old
+/// timeout before its transition. Whichever the state word orders first, the new timeout is
+/// not lost: the CQE waits it (the modify came first), or the modify finds the send waiting
+/// (and the port sets the wait's new deadline from it).
+#[test]
+fn loom_modify_vs_cqe_is_never_lost() {
+    const NEW: u32 = 7;
+    loom::model(|| {
+        let slot = Arc::new(SlotState::new());
+        assert!(slot.install(0));
+        let timeout = Arc::new(AtomicU32::new(AWAIT));
+        let m = {
+            let (slot, timeout) = (slot.clone(), timeout.clone());
+            thread::spawn(move || modify(&slot, 0, &timeout, NEW))
+        };
+        let read = timeout.load(Ordering::Acquire);
+        let (out, waits) = send_cqe_timed(&slot, 0, WcStatus::Success, false, read, &timeout);
+        let seen = m.join().unwrap();
+        assert_eq!(out, CqeOutcome::Wait);
+        match seen {
+            Some(SendState::SendStart) => {
+                assert_eq!(waits, NEW, "a modify before the CQE transition was lost");
+            }
+            Some(SendState::WaitResp) => {}
+            other => panic!("the send was outstanding: {other:?}"),
+        }
+    });
+}
+
+/// Negative control for [`loom_modify_vs_cqe_is_never_lost`]: with a modify that reads the
+/// state by a plain (acquire) load after its store, some execution loses the modify: the load
+/// reads SEND_START from before the CQE transition while the CQE's read after the transition
+/// misses the store (store buffering). This is why [`modify`] reads the word by a
+/// read-modify-write.
+#[test]
+fn loom_modify_with_a_plain_load_can_be_lost() {
+    const NEW: u32 = 7;
+    static LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    loom::model(|| {
+        let slot = Arc::new(SlotState::new());
+        assert!(slot.install(0));
+        let timeout = Arc::new(AtomicU32::new(AWAIT));
+        let m = {
+            let (slot, timeout) = (slot.clone(), timeout.clone());
+            thread::spawn(move || {
+                timeout.store(NEW, Ordering::Release);
+                slot.load().state()
+            })
+        };
+        let read = timeout.load(Ordering::Acquire);
+        let (out, waits) = send_cqe_timed(&slot, 0, WcStatus::Success, false, read, &timeout);
+        let seen = m.join().unwrap();
+        assert_eq!(out, CqeOutcome::Wait);
+        if seen == SendState::SendStart && waits != NEW {
+            LOST.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    assert!(
+        LOST.load(std::sync::atomic::Ordering::Relaxed),
+        "loom found no execution that loses the modify"
+    );
 }
