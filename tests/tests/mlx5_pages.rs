@@ -1,5 +1,6 @@
 //! Firmware page requests on the simulated ConnectX past bring-up: a MANAGE_PAGES the
-//! firmware never completes, and a firmware that asks faster than the page slot answers.
+//! firmware never completes, a firmware that asks faster than the page slot answers, and the
+//! requests still queued at close.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use driver::verbs::{DeviceEvent, Hca, HcaOptions, HcaPort};
 use firmware_cmds::mlx5::Opcode;
 use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
 use hca_tests::mlx5::{SimHca, port};
+use sim::mlx5::FetchedCommand;
 
 /// The command timeout the simulated firmware reports (`cmd_exec_to`, the default 60 s).
 const CMD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -182,5 +184,73 @@ fn pages_for_the_embedded_cpu_function_are_kept_apart_and_reclaimed() {
     assert_eq!(sim.model.pages_held_for(0, true), 0, "reclaimed from it");
     let s = hca.stats();
     assert_eq!(s.pages.returned, s.pages.given);
+    sim.assert_clean(&hca);
+}
+
+/// MANAGE_PAGES `op_mod`s (`MLX5_PAGES_GIVE`, `MLX5_PAGES_TAKE`).
+const GIVE: u16 = 1;
+const TAKE: u16 = 2;
+
+fn is_manage_pages(c: &FetchedCommand) -> bool {
+    c.opcode == Opcode::MANAGE_PAGES.0
+}
+
+/// Page requests still queued when the HCA is closed are served before TEARDOWN_HCA, and
+/// nothing is given after it (the kernel's `mlx5_pagealloc_stop` runs in `mlx5_unload`,
+/// after the EQs are destroyed and before `mlx5_function_teardown`): from TEARDOWN_HCA on the
+/// firmware sees only the reclaim TAKEs, then DISABLE_HCA; every page comes back.
+#[test]
+fn page_requests_queued_at_close_are_served_before_teardown_hca_and_none_after() {
+    const REQUESTS: u64 = 40;
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let requests_before = hca.stats().pages.requests;
+    for _ in 0..REQUESTS {
+        assert!(sim.model.faults().page_request_for(3, false, 1));
+    }
+    sim.model.record_commands(true);
+    // One pass queues every request (they fit one EQ polling budget) and starts the first.
+    p.events();
+    assert_eq!(hca.stats().pages.requests, requests_before + REQUESTS);
+    drop(p);
+    hca.close().unwrap();
+
+    let record = sim.model.take_command_record();
+    let teardown = record
+        .iter()
+        .position(|c| c.opcode == Opcode::TEARDOWN_HCA.0)
+        .expect("TEARDOWN_HCA sent");
+    let gives_before = record[..teardown]
+        .iter()
+        .filter(|c| is_manage_pages(c) && c.op_mod == GIVE)
+        .count();
+    assert_eq!(
+        gives_before as u64, REQUESTS,
+        "every queued request served before TEARDOWN_HCA"
+    );
+    let after: Vec<(u16, u16)> = record[teardown + 1..]
+        .iter()
+        .map(|c| (c.opcode, c.op_mod))
+        .collect();
+    let (last, takes) = after.split_last().expect("commands after TEARDOWN_HCA");
+    assert_eq!(last.0, Opcode::DISABLE_HCA.0, "{after:x?}");
+    assert!(
+        !takes.is_empty()
+            && takes
+                .iter()
+                .all(|&(op, op_mod)| op == Opcode::MANAGE_PAGES.0 && op_mod == TAKE),
+        "only reclaim TAKEs between TEARDOWN_HCA and DISABLE_HCA: {after:x?}"
+    );
+
+    let s = hca.stats();
+    assert_eq!(s.pages.unserved_at_close, 0);
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
+    assert_eq!(s.pages.dropped_after_quiesce, 0);
+    assert_eq!(sim.model.pages_held_for(3, false), 0);
+    assert_eq!(sim.model.counters().function_resets, 0, "a clean close");
     sim.assert_clean(&hca);
 }

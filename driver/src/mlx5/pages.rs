@@ -7,6 +7,12 @@
 //! reserved page slot while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs
 //! out); and the reclaim of every page at teardown. A page is released only once the device
 //! returned it or can no longer reach it (bus mastering off).
+//!
+//! At close the page-request machinery is stopped before TEARDOWN_HCA
+//! ([`Dev::stop_page_requests`], the kernel's `mlx5_pagealloc_stop` in `mlx5_unload`, after
+//! the EQs are destroyed): the requests already queued are served (for at most
+//! [`STOP_DRAIN`]), then nothing new starts; what is left is dropped and counted
+//! ([`PageStats::unserved_at_close`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -40,6 +46,14 @@ pub const MAX_PENDING_PAGE_REQUESTS: usize = 512;
 /// far above what a function's own firmware asks for (tens of MiB), room for the VFs of a
 /// PF, and a bound on the host memory a runaway firmware can take.
 pub const DEFAULT_MAX_FIRMWARE_PAGES: usize = 1 << 20;
+
+/// Longest time [`Dev::stop_page_requests`] goes on starting the page requests queued at
+/// close (the async EQ is gone by then, so the queue only shrinks). The kernel's
+/// `flush_workqueue` has no bound of its own beyond each command's timeout; a healthy device
+/// answers the [`MAX_PENDING_PAGE_REQUESTS`] the queue can hold in far less, and the
+/// RECLAIM_PAGES timeout (5 s) this takes is what the close already allowed the firmware to
+/// return its pages.
+pub(crate) const STOP_DRAIN: Duration = Duration::from_secs(5);
 
 /// Pages asked back per TAKE at teardown (`optimal_reclaimed_pages`: what 12 mailbox blocks
 /// hold).
@@ -119,6 +133,9 @@ pub struct PageStats {
     /// Pages of GIVEs whose outcome is unknown (a timeout, a corrupt completion, a delivery
     /// error): the firmware may hold them, so they stay leased until the quiesce.
     pub unknown_outcome: u64,
+    /// Page requests not served because the page machinery stopped at close: still waiting
+    /// after the close served them for 5 s, or arriving after the stop.
+    pub unserved_at_close: u64,
 }
 
 /// The firmware's pages and the page-request machinery.
@@ -134,6 +151,8 @@ pub(crate) struct FwPages {
     pending: VecDeque<PageRequest>,
     /// The MANAGE_PAGES on the page slot, and when it was posted (device time).
     in_flight: Option<(PageRequest, PageOp, Duration)>,
+    /// Stopped at close: no page request starts any more (the one in flight may finish).
+    stopped: bool,
     pub(crate) stats: PageStats,
 }
 
@@ -152,6 +171,7 @@ impl FwPages {
             limbo: Vec::new(),
             pending: VecDeque::new(),
             in_flight: None,
+            stopped: false,
             stats: PageStats::default(),
         }
     }
@@ -212,9 +232,17 @@ impl FwPages {
     }
 
     /// Queue a page request from an EQE; refused (counted, logged) when
-    /// [`MAX_PENDING_PAGE_REQUESTS`] already wait.
+    /// [`MAX_PENDING_PAGE_REQUESTS`] already wait, dropped (counted, logged) once stopped.
     pub(crate) fn request(&mut self, req: PageRequest) {
         self.stats.requests += 1;
+        if self.stopped {
+            self.stats.unserved_at_close += 1;
+            tracing::warn!(
+                ?req,
+                "page request after the page machinery stopped: not served"
+            );
+            return;
+        }
         if self.pending.len() >= MAX_PENDING_PAGE_REQUESTS {
             self.stats.refused += 1;
             tracing::warn!(
@@ -225,6 +253,21 @@ impl FwPages {
             return;
         }
         self.pending.push_back(req);
+    }
+
+    /// Start no page request from now on (close): the requests still waiting are dropped
+    /// and counted; returns how many. The one in flight, if any, may still finish.
+    fn stop(&mut self) -> usize {
+        self.stopped = true;
+        let n = self.pending.len();
+        self.stats.unserved_at_close += n as u64;
+        self.pending.clear();
+        n
+    }
+
+    /// Requests waiting, and whether one is in flight.
+    fn backlog(&self) -> (usize, bool) {
+        (self.pending.len(), self.in_flight.is_some())
     }
 
     /// The MANAGE_PAGES on the page slot timed out: its GIVE pages (if any) may be the
@@ -365,7 +408,8 @@ impl Dev {
     }
 
     /// Serve page requests on the page slot: finish the one in flight when the device gave
-    /// the slot back, then start the next. Called from the progress loop; never blocks.
+    /// the slot back, then start the next (none once stopped). Called from the progress
+    /// loop; never blocks.
     ///
     /// A MANAGE_PAGES the device has not given back within the command timeout loses the
     /// page slot for good (the firmware may still write its mailboxes, and its GIVE pages
@@ -436,7 +480,7 @@ impl Dev {
                 pages = self.lock_pages();
             }
         }
-        while pages.in_flight.is_none() {
+        while pages.in_flight.is_none() && !pages.stopped {
             let Some(req) = pages.pending.pop_front() else {
                 return;
             };
@@ -568,23 +612,60 @@ impl Dev {
         Ok(true)
     }
 
+    /// Stop the page-request machinery at close (`mlx5_pagealloc_stop`: the page-request
+    /// notifier unregistered, then `flush_workqueue`, so queued requests finish and none
+    /// starts after), called once the EQs are destroyed and before TEARDOWN_HCA: serve the
+    /// requests already queued for at most [`STOP_DRAIN`], then start nothing more (what is
+    /// left is dropped and counted in [`PageStats::unserved_at_close`]), and let the one in
+    /// flight finish, as the kernel's flush waits for its command: it completes, or at the
+    /// command timeout the device is declared fatal (see `service_page_requests`). Nothing
+    /// to wait for in a fatal state: the device is quiesced.
+    pub(crate) fn stop_page_requests(&self) {
+        let mut backoff = Backoff::new(Duration::from_millis(1));
+        let drain_end = self.backend.now().saturating_add(STOP_DRAIN);
+        while self.fatal_reason().is_none() && self.backend.now() < drain_end {
+            let (waiting, flying) = self.lock_pages().backlog();
+            if waiting == 0 && !flying {
+                break;
+            }
+            self.progress();
+            backoff.pause(self.backend.as_ref(), drain_end);
+        }
+        let dropped = self.lock_pages().stop();
+        if dropped > 0 {
+            tracing::warn!(
+                requests = dropped,
+                "page requests still queued {} ms into the close are not served",
+                ms(STOP_DRAIN)
+            );
+        }
+        // The command timeout bounds the wait: `service_page_requests` declares the device
+        // fatal when the page slot's command has not completed by then (the second is a
+        // margin, never reached).
+        let timeout = self.lock_cmd().timeout;
+        let end = self
+            .backend
+            .now()
+            .saturating_add(timeout)
+            .saturating_add(Duration::from_secs(1));
+        let mut backoff = Backoff::new(Duration::from_millis(1));
+        while self.lock_pages().op_in_flight() && self.fatal_reason().is_none() {
+            self.progress();
+            if self.backend.now() >= end {
+                break;
+            }
+            backoff.pause(self.backend.as_ref(), end);
+        }
+    }
+
     /// Take every page back (`mlx5_reclaim_startup_pages`): for each function pages were
     /// given for, TAKE in batches naming that function until none of its pages is left,
     /// giving up on it when the firmware returns nothing for RECLAIM_PAGES (5 s), as
-    /// `mlx5_reclaim_root_pages` does per function. In a fatal state nothing is sent: the
-    /// device is quiesced, so the pages are simply released.
+    /// `mlx5_reclaim_root_pages` does per function. Called after
+    /// [`Dev::stop_page_requests`], so no page request is served meanwhile. In a fatal state
+    /// nothing is sent: the device is quiesced, so the pages are simply released.
     pub(crate) fn reclaim_all_pages(&self) -> Result<(), DriverError> {
         let timeout = Timeout::ReclaimPages.default_duration();
-        // Let a page command in flight finish first (it may give pages).
-        let mut backoff = Backoff::new(Duration::from_millis(1));
-        let wait_end = self.backend.now().saturating_add(timeout);
-        while self.lock_pages().in_flight.is_some() && self.fatal_reason().is_none() {
-            self.progress();
-            if self.backend.now() >= wait_end {
-                break;
-            }
-            backoff.pause(self.backend.as_ref(), wait_end);
-        }
         let mut first_err = None;
         let mut given_up: Vec<Function> = Vec::new();
         loop {
