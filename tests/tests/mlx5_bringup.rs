@@ -266,8 +266,9 @@ fn a_function_left_needing_a_reset_it_does_not_offer_is_refused_at_the_next_brin
 /// starts nothing more after `STOP_DRAIN` (the requests behind it are dropped and counted)
 /// and waits for the command before TEARDOWN_HCA, as the kernel's `mlx5_pagealloc_stop`
 /// flushes its page work, which waits for its command. At the command timeout the page slot
-/// is lost and the device declared fatal (quiesced); the reclaim TAKEs are then not sent:
-/// the pages are released after the quiesce, and close resets the function.
+/// is lost and the device declared fatal (quiesced); the reclaim TAKEs, which go on the page
+/// slot too, are then not sent: the pages are released after the quiesce, and close resets
+/// the function.
 #[test]
 fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
     use firmware_cmds::mlx5::Opcode;
@@ -319,7 +320,7 @@ fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
     let record = sim.model.take_command_record();
     assert!(
         record.iter().all(|c| c.opcode != Opcode::MANAGE_PAGES.0),
-        "no MANAGE_PAGES sent after the fatal timeout: {record:x?}"
+        "nothing sent on the lost page slot: {record:x?}"
     );
     let s = hca.stats();
     assert_eq!(s.pages.timeouts, 1, "the page command timed out (fatal)");

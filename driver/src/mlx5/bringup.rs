@@ -611,9 +611,10 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     if (cmd_up || enabled) && !dev.quiesce_dma("closing") {
         left_behind.push("its DMA could not be stopped (buffers quarantined)".to_string());
     }
-    {
+    let page_op_left = {
         let mut pages = dev.lock_pages();
-        if pages.op_in_flight() {
+        let op_left = pages.op_in_flight();
+        if op_left {
             left_behind.push("a MANAGE_PAGES on the page slot never completed".to_string());
         }
         if pages.leases() > 0 {
@@ -627,10 +628,12 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
             ));
         }
         pages.drop_all_after_quiesce();
-    }
+        op_left
+    };
     {
         let mut st = dev.lock_cmd();
-        let lost = st.lost_slots() + st.in_flight();
+        // The page request's command, named above, is not counted twice.
+        let lost = (st.lost_slots() + st.in_flight()).saturating_sub(usize::from(page_op_left));
         if lost > 0 {
             left_behind.push(format!(
                 "{lost} firmware commands never completed (their command slots were lost)"

@@ -2,11 +2,12 @@
 //! leases with MANAGE_PAGES and taken back the same way, and the accounting that lets a test
 //! see every page come back.
 //!
-//! Three paths: the boot and init pages of the bring-up (QUERY_PAGES, then GIVE on an ordinary
-//! slot); page requests the firmware raises at any time through the async EQ, answered on the
-//! reserved page slot while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs
-//! out); and the reclaim of every page at teardown. A page is released only once the device
-//! returned it or can no longer reach it (bus mastering off).
+//! Three paths, every MANAGE_PAGES of them on the command queue's page slot, one at a time
+//! (see `cmd.rs`): the boot and init pages of the bring-up (QUERY_PAGES on an ordinary slot,
+//! then GIVE); page requests the firmware raises at any time through the async EQ, answered
+//! while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs out); and the
+//! reclaim of every page at teardown. A page is released only once the device returned it or
+//! can no longer reach it (bus mastering off).
 //!
 //! At close the page-request machinery is stopped before TEARDOWN_HCA
 //! ([`Dev::stop_page_requests`], the kernel's `mlx5_pagealloc_stop` in `mlx5_unload`, after
@@ -360,9 +361,9 @@ fn check_count(what: &'static str, n: i32) -> Result<u32, DriverError> {
 }
 
 impl Dev {
-    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`). Both
-    /// carry `embedded_cpu_function` from the function itself (`mlx5_core_is_ecpf`), not from
-    /// the QUERY_PAGES output, as the kernel does.
+    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`) on
+    /// the page slot. Both carry `embedded_cpu_function` from the function itself
+    /// (`mlx5_core_is_ecpf`), not from the QUERY_PAGES output, as the kernel does.
     pub(crate) fn give_startup_pages(&self, kind: PagesKind) -> Result<(), DriverError> {
         let ecpf = self.is_ecpf();
         let q = self.exec(&QueryPages {
@@ -408,8 +409,8 @@ impl Dev {
     }
 
     /// Serve page requests on the page slot: finish the one in flight when the device gave
-    /// the slot back, then start the next (none once stopped). Called from the progress
-    /// loop; never blocks.
+    /// the slot back, then start the next (none once stopped, nor while a caller of `exec`
+    /// waits for the slot). Called from the progress loop; never blocks.
     ///
     /// A MANAGE_PAGES the device has not given back within the command timeout loses the
     /// page slot for good (the firmware may still write its mailboxes, and its GIVE pages
@@ -555,38 +556,67 @@ fn page_op_done(
 
 impl Dev {
     /// Post the MANAGE_PAGES answering `req` on the page slot. False when the slot is not
-    /// free: `req` is put back first in line.
+    /// free, or a caller of `exec` waits for it: `req` is put back first in line.
     fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<bool, DriverError> {
-        let (op, input_op) = match req.num_pages.cmp(&0) {
-            std::cmp::Ordering::Greater => {
-                match check_count("page request EQE", req.num_pages)
-                    .and_then(|n| {
-                        pages.check_room(n, "a page request").inspect_err(|_| {
-                            pages.stats.over_limit += 1;
-                        })?;
-                        Ok(n)
-                    })
-                    .and_then(|n| lease_pages(self, n))
-                {
-                    Ok(leases) => {
-                        let pas = leases.iter().map(DmaLease::iova).collect();
-                        (PageOp::Give(leases), PagesOp::Give(pas))
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "cannot give {} pages: {e}; answering CAN'T GIVE",
-                            req.num_pages
-                        );
-                        pages.stats.cant_give += 1;
-                        (PageOp::CantGive, PagesOp::CantGive)
-                    }
+        if req.num_pages == 0 {
+            return Ok(true);
+        }
+        // The slot first, so that a request put back is neither leased for nor counted twice.
+        let slot = {
+            let mut st = self.lock_cmd();
+            if st.page_slot_wanted() {
+                None
+            } else {
+                cmd::reserve_page_slot(&mut st)
+            }
+        };
+        let Some(slot) = slot else {
+            // The slot is busy (a MANAGE_PAGES of `exec`, or one that was lost), or `exec`
+            // waits for it: try again later.
+            pages.pending.push_front(req);
+            return Ok(false);
+        };
+        let posted = self.post_page_op(pages, req, slot);
+        if posted.is_err() {
+            cmd::unreserve(&mut self.lock_cmd(), slot);
+        }
+        posted.map(|()| true)
+    }
+
+    /// Build the MANAGE_PAGES answering `req` (leasing the pages of a GIVE) and post it in
+    /// the page slot, reserved by the caller.
+    fn post_page_op(
+        &self,
+        pages: &mut FwPages,
+        req: PageRequest,
+        slot: usize,
+    ) -> Result<(), DriverError> {
+        let (op, input_op) = if req.num_pages > 0 {
+            match check_count("page request EQE", req.num_pages)
+                .and_then(|n| {
+                    pages.check_room(n, "a page request").inspect_err(|_| {
+                        pages.stats.over_limit += 1;
+                    })?;
+                    Ok(n)
+                })
+                .and_then(|n| lease_pages(self, n))
+            {
+                Ok(leases) => {
+                    let pas = leases.iter().map(DmaLease::iova).collect();
+                    (PageOp::Give(leases), PagesOp::Give(pas))
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot give {} pages: {e}; answering CAN'T GIVE",
+                        req.num_pages
+                    );
+                    pages.stats.cant_give += 1;
+                    (PageOp::CantGive, PagesOp::CantGive)
                 }
             }
-            std::cmp::Ordering::Less => {
-                let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
-                (PageOp::Take(n), PagesOp::Take(n))
-            }
-            std::cmp::Ordering::Equal => return Ok(true),
+        } else {
+            let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
+            (PageOp::Take(n), PagesOp::Take(n))
         };
         let m = ManagePages {
             op: input_op,
@@ -595,21 +625,13 @@ impl Dev {
         };
         let input = m.encode()?;
         let outlen = m.out_len();
-        let mut st = self.lock_cmd();
-        let Some(slot) = cmd::reserve_page_slot(&mut st) else {
-            drop(st);
-            // The slot is still busy with a command that was lost; try again later.
-            pages.pending.push_front(req);
-            return Ok(false);
-        };
         let now = self.backend.now();
-        if let Err(e) = cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now) {
-            cmd::unreserve(&mut st, slot);
-            return Err(e);
+        {
+            let mut st = self.lock_cmd();
+            cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now)?;
         }
-        drop(st);
         pages.in_flight = Some((req, op, now));
-        Ok(true)
+        Ok(())
     }
 
     /// Stop the page-request machinery at close (`mlx5_pagealloc_stop`: the page-request
@@ -661,9 +683,9 @@ impl Dev {
     /// Take every page back (`mlx5_reclaim_startup_pages`): for each function pages were
     /// given for, TAKE in batches naming that function until none of its pages is left,
     /// giving up on it when the firmware returns nothing for RECLAIM_PAGES (5 s), as
-    /// `mlx5_reclaim_root_pages` does per function. Called after
-    /// [`Dev::stop_page_requests`], so no page request is served meanwhile. In a fatal state
-    /// nothing is sent: the device is quiesced, so the pages are simply released.
+    /// `mlx5_reclaim_root_pages` does per function. Every TAKE goes on the page slot. Called
+    /// after [`Dev::stop_page_requests`], so no page request is served meanwhile. In a fatal
+    /// state nothing is sent: the device is quiesced, so the pages are simply released.
     pub(crate) fn reclaim_all_pages(&self) -> Result<(), DriverError> {
         let timeout = Timeout::ReclaimPages.default_duration();
         let mut first_err = None;

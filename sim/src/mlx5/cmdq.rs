@@ -34,7 +34,9 @@ use super::state::State;
 
 /// Slots of the queue.
 pub(crate) const SLOTS: u8 = 1 << LOG_CMDQ_SIZE;
-/// The slot the driver keeps for MANAGE_PAGES in answer to page requests.
+/// The slot a driver keeps for MANAGE_PAGES (the kernel's `max_reg_cmds`, the last one):
+/// every MANAGE_PAGES comes here, one at a time. The firmware runs any command in any slot;
+/// only [`crate::mlx5::Mlx5Faults::page_request_during_command`] leaves this slot alone.
 pub(crate) const PAGE_SLOT: u8 = SLOTS - 1;
 
 /// What the device remembers of a command it is working on.
