@@ -25,7 +25,8 @@ use firmware_cmds::mlx5::ops::pages::{ManagePages, PagesKind, PagesOp, QueryPage
 use firmware_cmds::mlx5::ops::pd::{AllocPd, DeallocPd};
 use firmware_cmds::mlx5::ops::qp::DestroyQp;
 use firmware_cmds::mlx5::qpc::QpServiceType;
-use mlx5rig::{IOVA_BASE, Rig};
+use mlx5rig::{IOVA_BASE, PAGE_SLOT, Rig};
+use sim::mlx5::FetchedCommand;
 use sim::mlx5::config::CONNECTX5_DEVICE;
 use sim::{Device, IrqKind};
 
@@ -476,6 +477,55 @@ fn a_page_request_raised_during_a_command_holds_it_until_pages_arrive() {
     assert!(vectors.contains(&EqeEvent::Command { vector: 1 << 3 }));
 }
 
+/// The record of the commands the firmware fetched names each one's slot and `op_mod`, and
+/// the commands the firmware held when it fetched it: here an ALLOC_PD held behind a page
+/// request while the GIVE that settles it arrives on the page slot.
+#[test]
+fn the_command_record_names_slots_and_the_commands_the_firmware_held() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let mut eq = rig.create_eq(&[EventType::PAGE_REQUEST.0, EventType::CMD.0], 4, 0);
+    eq.drain(&rig);
+    rig.dev.record_commands(true);
+    rig.dev.faults().page_request_during_command(1, 2);
+    let p = rig.prepare(3, &AllocPd.encode().unwrap(), 16);
+    let posted = rig.post(3, &p);
+    assert!(rig.completion(&posted).is_none(), "held");
+    let pas = rig.pages(2);
+    rig.exec_on(
+        PAGE_SLOT,
+        &ManagePages {
+            op: PagesOp::Give(pas),
+            function_id: 0,
+            embedded_cpu_function: false,
+        },
+    )
+    .unwrap();
+    assert!(rig.completion(&posted).is_some(), "released by the pages");
+    let fetched = |slot, opcode: Opcode, op_mod, others| FetchedCommand {
+        slot,
+        opcode: opcode.0,
+        op_mod,
+        others,
+    };
+    assert_eq!(
+        rig.dev.take_command_record(),
+        vec![
+            fetched(3, Opcode::ALLOC_PD, 0, vec![]),
+            fetched(
+                PAGE_SLOT,
+                Opcode::MANAGE_PAGES,
+                1,
+                vec![(3, Opcode::ALLOC_PD.0)]
+            ),
+        ]
+    );
+    assert!(rig.dev.take_command_record().is_empty(), "taken");
+    rig.dev.record_commands(false);
+    rig.exec(&AllocPd).unwrap();
+    assert!(rig.dev.take_command_record().is_empty(), "not recording");
+}
+
 #[test]
 fn a_refused_page_request_fails_the_held_command() {
     let mut rig = Rig::new();
@@ -580,11 +630,14 @@ fn teardown_gives_every_page_back() {
     let mut back = Vec::new();
     loop {
         let out = rig
-            .exec(&ManagePages {
-                op: PagesOp::Take(32),
-                function_id: 0,
-                embedded_cpu_function: false,
-            })
+            .exec_on(
+                PAGE_SLOT,
+                &ManagePages {
+                    op: PagesOp::Take(32),
+                    function_id: 0,
+                    embedded_cpu_function: false,
+                },
+            )
             .unwrap();
         if out.pas.is_empty() {
             break;

@@ -262,8 +262,13 @@ fn a_function_left_needing_a_reset_it_does_not_offer_is_refused_at_the_next_brin
 }
 
 /// A page request's MANAGE_PAGES still on the page slot at close (a CAN'T GIVE whose
-/// completion is withheld, not yet timed out; every page comes back): the page slot is lost
-/// with it, so close resets the function too.
+/// completion is withheld, not yet timed out, with requests queued behind it): the close
+/// starts nothing more after `STOP_DRAIN` (the requests behind it are dropped and counted)
+/// and waits for the command before TEARDOWN_HCA, as the kernel's `mlx5_pagealloc_stop`
+/// flushes its page work, which waits for its command. At the command timeout the page slot
+/// is lost and the device declared fatal (quiesced); the reclaim TAKEs, which go on the page
+/// slot too, are then not sent: the pages are released after the quiesce, and close resets
+/// the function.
 #[test]
 fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
     use firmware_cmds::mlx5::Opcode;
@@ -297,10 +302,35 @@ fn a_close_with_a_page_command_still_on_the_page_slot_resets_the_function() {
         1,
         "CAN'T GIVE posted on the page slot"
     );
+    let posted = p.now();
+    // Requests queued behind it cannot start: dropped at the close, and counted.
+    let requests = hca.stats().pages.requests;
+    for _ in 0..3 {
+        assert!(sim.model.faults().page_request(1));
+    }
+    p.events();
+    assert_eq!(hca.stats().pages.requests, requests + 3);
     drop(p);
+    sim.model.record_commands(true);
     hca.close().unwrap();
+    assert!(
+        sim.model.scheduler().now() >= posted + Duration::from_secs(60),
+        "the close waited for the page command's timeout"
+    );
+    let record = sim.model.take_command_record();
+    assert!(
+        record.iter().all(|c| c.opcode != Opcode::MANAGE_PAGES.0),
+        "nothing sent on the lost page slot: {record:x?}"
+    );
     let s = hca.stats();
-    assert_eq!(s.pages.returned, s.pages.given, "every page came back");
+    assert_eq!(s.pages.timeouts, 1, "the page command timed out (fatal)");
+    assert_eq!(s.pages.unserved_at_close, 3);
+    assert_eq!(s.pages.cant_give, 1, "nothing started behind it");
+    assert_eq!(s.pages.returned, 0);
+    assert_eq!(
+        s.pages.dropped_after_quiesce, s.pages.given,
+        "every page released after the quiesce"
+    );
     assert_eq!(sim.model.counters().function_resets, 1);
     sim.assert_clean(&hca);
 }

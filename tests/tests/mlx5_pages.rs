@@ -1,5 +1,6 @@
 //! Firmware page requests on the simulated ConnectX past bring-up: a MANAGE_PAGES the
-//! firmware never completes, and a firmware that asks faster than the page slot answers.
+//! firmware never completes, a firmware that asks faster than the page slot answers, the
+//! requests still queued at close, and the page slot every MANAGE_PAGES takes.
 
 use std::time::Duration;
 
@@ -7,8 +8,10 @@ use driver::DriverError;
 use driver::mlx5::MAX_PENDING_PAGE_REQUESTS;
 use driver::verbs::{DeviceEvent, Hca, HcaOptions, HcaPort};
 use firmware_cmds::mlx5::Opcode;
+use firmware_cmds::mlx5::ops::pages::{ManagePages, PagesOp};
 use firmware_cmds::mlx5::ops::special_contexts::QuerySpecialContexts;
 use hca_tests::mlx5::{SimHca, port};
+use sim::mlx5::FetchedCommand;
 
 /// The command timeout the simulated firmware reports (`cmd_exec_to`, the default 60 s).
 const CMD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -182,5 +185,196 @@ fn pages_for_the_embedded_cpu_function_are_kept_apart_and_reclaimed() {
     assert_eq!(sim.model.pages_held_for(0, true), 0, "reclaimed from it");
     let s = hca.stats();
     assert_eq!(s.pages.returned, s.pages.given);
+    sim.assert_clean(&hca);
+}
+
+/// MANAGE_PAGES `op_mod`s (`MLX5_PAGES_CANT_GIVE`, `MLX5_PAGES_GIVE`, `MLX5_PAGES_TAKE`).
+const CANT_GIVE: u16 = 0;
+const GIVE: u16 = 1;
+const TAKE: u16 = 2;
+
+/// The command queue's last slot, where the driver puts every MANAGE_PAGES (the simulated
+/// queue has 1 << LOG_CMDQ_SIZE slots).
+const PAGE_SLOT: u8 = (1u8 << sim::mlx5::config::LOG_CMDQ_SIZE) - 1;
+
+fn is_manage_pages(c: &FetchedCommand) -> bool {
+    c.opcode == Opcode::MANAGE_PAGES.0
+}
+
+/// Page requests still queued when the HCA is closed are served before TEARDOWN_HCA, and
+/// nothing is given after it (the kernel's `mlx5_pagealloc_stop` runs in `mlx5_unload`,
+/// after the EQs are destroyed and before `mlx5_function_teardown`): from TEARDOWN_HCA on the
+/// firmware sees only the reclaim TAKEs, then DISABLE_HCA; every page comes back.
+#[test]
+fn page_requests_queued_at_close_are_served_before_teardown_hca_and_none_after() {
+    const REQUESTS: u64 = 40;
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let requests_before = hca.stats().pages.requests;
+    for _ in 0..REQUESTS {
+        assert!(sim.model.faults().page_request_for(3, false, 1));
+    }
+    sim.model.record_commands(true);
+    // One pass queues every request (they fit one EQ polling budget) and starts the first.
+    p.events();
+    assert_eq!(hca.stats().pages.requests, requests_before + REQUESTS);
+    drop(p);
+    hca.close().unwrap();
+
+    let record = sim.model.take_command_record();
+    let teardown = record
+        .iter()
+        .position(|c| c.opcode == Opcode::TEARDOWN_HCA.0)
+        .expect("TEARDOWN_HCA sent");
+    let gives_before = record[..teardown]
+        .iter()
+        .filter(|c| is_manage_pages(c) && c.op_mod == GIVE)
+        .count();
+    assert_eq!(
+        gives_before as u64, REQUESTS,
+        "every queued request served before TEARDOWN_HCA"
+    );
+    let after: Vec<(u16, u16)> = record[teardown + 1..]
+        .iter()
+        .map(|c| (c.opcode, c.op_mod))
+        .collect();
+    let (last, takes) = after.split_last().expect("commands after TEARDOWN_HCA");
+    assert_eq!(last.0, Opcode::DISABLE_HCA.0, "{after:x?}");
+    assert!(
+        !takes.is_empty()
+            && takes
+                .iter()
+                .all(|&(op, op_mod)| op == Opcode::MANAGE_PAGES.0 && op_mod == TAKE),
+        "only reclaim TAKEs between TEARDOWN_HCA and DISABLE_HCA: {after:x?}"
+    );
+
+    let s = hca.stats();
+    assert_eq!(s.pages.unserved_at_close, 0);
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
+    assert_eq!(s.pages.dropped_after_quiesce, 0);
+    assert_eq!(sim.model.pages_held_for(3, false), 0);
+    assert_eq!(sim.model.counters().function_resets, 0, "a clean close");
+    sim.assert_clean(&hca);
+}
+
+/// Every MANAGE_PAGES, from the boot and init GIVEs through those answering page requests
+/// and one a caller issues to the reclaim TAKEs at close, goes on the page slot, and the
+/// firmware never holds two at once (the kernel's `cmd_exec` sets `pages_queue` for every
+/// MANAGE_PAGES: the last slot, under a semaphore of one). The caller's CAN'T GIVE is sent
+/// while the simulated firmware holds the next command on an ordinary slot behind a page
+/// request: on an ordinary slot it would be that command, and the GIVE answering the
+/// request would reach the firmware while it still held it.
+#[test]
+fn every_manage_pages_goes_on_the_page_slot_one_at_a_time() {
+    let sim = SimHca::new();
+    sim.model.record_commands(true);
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let own = sim.model.pages_held();
+    assert!(sim.model.faults().page_request(4));
+    serve_until(p.as_ref(), || sim.model.pages_held() == own + 4);
+    assert!(sim.model.faults().page_request(-2));
+    serve_until(p.as_ref(), || sim.model.pages_held() == own + 2);
+
+    sim.model.faults().page_request_during_command(1, 8);
+    hca.command(&ManagePages {
+        op: PagesOp::CantGive,
+        function_id: 0,
+        embedded_cpu_function: false,
+    })
+    .unwrap();
+    // On the page slot the CAN'T GIVE was not held: the next command is.
+    hca.command(&QuerySpecialContexts).unwrap();
+    assert_eq!(sim.model.pages_held(), own + 10, "the 8 pages were given");
+    drop(p);
+    hca.close().unwrap();
+
+    let record = sim.model.take_command_record();
+    let pages: Vec<&FetchedCommand> = record.iter().filter(|c| is_manage_pages(c)).collect();
+    let op_mods: Vec<u16> = pages.iter().map(|c| c.op_mod).collect();
+    // Boot and init GIVEs, the requests' GIVE and TAKE, the caller's CAN'T GIVE, the GIVE of
+    // the request raised behind the next command, then the reclaim.
+    assert_eq!(
+        op_mods[..6],
+        [GIVE, GIVE, GIVE, TAKE, CANT_GIVE, GIVE],
+        "{op_mods:?}"
+    );
+    assert!(
+        op_mods.len() > 6 && op_mods[6..].iter().all(|&m| m == TAKE),
+        "{op_mods:?}"
+    );
+    for c in &pages {
+        assert_eq!(c.slot, PAGE_SLOT, "MANAGE_PAGES on slot {}: {c:?}", c.slot);
+        assert!(
+            c.others.iter().all(|&(_, op)| op != Opcode::MANAGE_PAGES.0),
+            "two MANAGE_PAGES in the firmware at once: {c:?}"
+        );
+    }
+    // The GIVE answering the request raised behind the caller's next command reached the
+    // firmware while it held that command (on an ordinary slot), and nothing else.
+    let held_behind = record
+        .iter()
+        .rfind(|c| c.opcode == Opcode::QUERY_SPECIAL_CONTEXTS.0)
+        .expect("QUERY_SPECIAL_CONTEXTS sent");
+    assert_ne!(held_behind.slot, PAGE_SLOT);
+    assert_eq!(
+        pages[5].others,
+        vec![(held_behind.slot, Opcode::QUERY_SPECIAL_CONTEXTS.0)]
+    );
+
+    let s = hca.stats();
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
+    assert_eq!(sim.model.counters().function_resets, 0, "a clean close");
+    sim.assert_clean(&hca);
+}
+
+/// A caller's MANAGE_PAGES waiting for the page slot goes before the page requests still
+/// queued: it waits behind the one in flight only (the kernel's page work runs one request
+/// at a time, each taking the page slot's semaphore in turn), not for the whole queue.
+#[test]
+fn a_manage_pages_waiting_for_the_page_slot_goes_before_queued_page_requests() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    for _ in 0..5 {
+        assert!(sim.model.faults().page_request_for(3, false, 1));
+    }
+    sim.model.record_commands(true);
+    // Queues the five and starts the first on the page slot.
+    p.events();
+    assert!(hca.stats().pages.requests >= 5);
+    hca.command(&ManagePages {
+        op: PagesOp::CantGive,
+        function_id: 3,
+        embedded_cpu_function: false,
+    })
+    .unwrap();
+    serve_until(p.as_ref(), || sim.model.pages_held_for(3, false) == 5);
+    let op_mods: Vec<u16> = sim
+        .model
+        .take_command_record()
+        .iter()
+        .filter(|c| is_manage_pages(c))
+        .map(|c| c.op_mod)
+        .collect();
+    assert_eq!(
+        op_mods,
+        [GIVE, CANT_GIVE, GIVE, GIVE, GIVE, GIVE],
+        "the caller's CAN'T GIVE right after the GIVE in flight"
+    );
+    drop(p);
+    hca.close().unwrap();
+    let s = hca.stats();
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
     sim.assert_clean(&hca);
 }

@@ -19,8 +19,9 @@
 //!
 //! Teardown undoes whatever exists, in reverse: QPs to RESET and destroyed (their outstanding
 //! work requests flushed in software), CQs, EQs (commands back to polling before the command
-//! EQ goes), PD, UAR, TEARDOWN_HCA, every page reclaimed, DISABLE_HCA; then bus mastering off,
-//! and only then the queue memory, mailboxes and any page the firmware kept are released.
+//! EQ goes), the page requests still queued served and no new one started, PD, UAR,
+//! TEARDOWN_HCA, every page reclaimed, DISABLE_HCA; then bus mastering off, and only then the
+//! queue memory, mailboxes and any page the firmware kept are released.
 
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
@@ -549,6 +550,10 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     if let Some(e) = cmd_eq {
         note("DESTROY_EQ", e.destroy(dev));
     }
+    // No page request can arrive any more: serve those queued, start nothing after
+    // (`mlx5_unload`: `mlx5_eq_table_destroy`, then `mlx5_pagealloc_stop`, all before
+    // `mlx5_function_teardown` sends TEARDOWN_HCA).
+    dev.stop_page_requests();
 
     let (pd, uar, initialized, enabled, cmd_up) = {
         let mut s = dev.stage();
@@ -606,9 +611,10 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
     if (cmd_up || enabled) && !dev.quiesce_dma("closing") {
         left_behind.push("its DMA could not be stopped (buffers quarantined)".to_string());
     }
-    {
+    let page_op_left = {
         let mut pages = dev.lock_pages();
-        if pages.op_in_flight() {
+        let op_left = pages.op_in_flight();
+        if op_left {
             left_behind.push("a MANAGE_PAGES on the page slot never completed".to_string());
         }
         if pages.leases() > 0 {
@@ -622,10 +628,12 @@ pub(crate) fn teardown(dev: &Arc<Dev>, ports: &[Arc<Mlx5Port>]) -> Result<(), Dr
             ));
         }
         pages.drop_all_after_quiesce();
-    }
+        op_left
+    };
     {
         let mut st = dev.lock_cmd();
-        let lost = st.lost_slots() + st.in_flight();
+        // The page request's command, named above, is not counted twice.
+        let lost = (st.lost_slots() + st.in_flight()).saturating_sub(usize::from(page_op_left));
         if lost > 0 {
             left_behind.push(format!(
                 "{lost} firmware commands never completed (their command slots were lost)"

@@ -3,9 +3,17 @@
 //! bit or by command EQ events, timeouts from the init segment, and the results the kernel
 //! fakes once the device is in a fatal state.
 //!
-//! Slots `0 .. n-1` run ordinary commands; the last slot is reserved for MANAGE_PAGES answers
-//! to page requests (see `pages.rs`), so that a page request raised while every ordinary slot
-//! waits can still be served. A command completes when the device gives its entry back
+//! Slots `0 .. n-1` run ordinary commands; the last slot, the page slot, runs every
+//! MANAGE_PAGES and nothing else, one at a time: the startup GIVEs and the reclaim TAKEs
+//! (which wait here for the slot) as well as the answers to page requests (see `pages.rs`),
+//! so that a page request raised while every ordinary slot waits can still be served, and
+//! the firmware never has two MANAGE_PAGES at once. The kernel does the same (`cmd_exec`
+//! sets `pages_queue` for every MANAGE_PAGES; `cmd_work_handler` puts such a command at
+//! `max_reg_cmds`, the last slot, under `pages_sem`, a semaphore of one). A caller's
+//! MANAGE_PAGES waiting for the slot goes before the page requests still queued: it waits
+//! behind the one in flight only, as behind the kernel's page work, which runs one request at
+//! a time, each taking `pages_sem` in turn. A command completes when the device gives its
+//! entry back
 //! (ownership bit clear); in event mode the driver looks at an entry only when a command EQE
 //! names its slot, and falls back to polling it after [`EVENT_FALLBACK`] in case an event was
 //! lost. A command that times out keeps its slot and mailboxes out of use until the device is
@@ -147,6 +155,9 @@ pub(crate) struct CmdState {
     /// Untrusted completions kept since the queue was set up (see
     /// [`UNTRUSTED_COMPLETION_BUDGET`]).
     untrusted: usize,
+    /// Callers of [`Dev::exec`] waiting for the page slot with a MANAGE_PAGES: while there
+    /// is one, page requests start nothing there (see [`CmdState::page_slot_wanted`]).
+    page_waiters: usize,
 }
 
 /// Counters of the command queue.
@@ -188,6 +199,7 @@ impl CmdState {
             kept: Vec::new(),
             corrupt: 0,
             untrusted: 0,
+            page_waiters: 0,
         }
     }
 
@@ -254,15 +266,23 @@ impl CmdState {
         self.closed
     }
 
-    /// Ordinary slots holding a command the device has not given back or its caller has not
-    /// collected yet (lost slots excluded).
+    /// Slots, the page slot included, holding a command the device has not given back or
+    /// its caller has not collected yet (lost slots excluded).
     pub(crate) fn in_flight(&self) -> usize {
-        let n = self.page_slot();
         self.slots
             .iter()
-            .take(n)
             .filter(|s| matches!(s, Slot::Busy(_) | Slot::Reserved))
             .count()
+    }
+
+    /// A caller of [`Dev::exec`] waits for the page slot: page requests leave it to them.
+    pub(crate) fn page_slot_wanted(&self) -> bool {
+        self.page_waiters > 0
+    }
+
+    /// The page slot holds a command that timed out (until the device gives it back late).
+    pub(crate) fn page_slot_lost(&self) -> bool {
+        matches!(self.slots.last(), Some(Slot::Lost(_)))
     }
 
     /// Some slot holds a command (busy or lost): [`reap`] has something to look at.
@@ -275,7 +295,7 @@ impl CmdState {
         self.slots.len()
     }
 
-    /// The slot reserved for page-request commands: the last one.
+    /// The slot reserved for MANAGE_PAGES: the last one.
     pub(crate) fn page_slot(&self) -> usize {
         self.slots.len().saturating_sub(1)
     }
@@ -286,6 +306,12 @@ impl CmdState {
             .iter()
             .filter(|s| matches!(s, Slot::Lost(_)))
             .count()
+    }
+
+    /// Ordinary slots (the page slot excluded) whose command timed out and that the device
+    /// has not given back.
+    fn lost_ordinary_slots(&self) -> usize {
+        self.lost_slots() - usize::from(self.page_slot_lost())
     }
 
     fn next_token(&mut self) -> u8 {
@@ -650,7 +676,7 @@ pub(crate) fn reserve(state: &mut CmdState) -> Option<usize> {
     Some(slot)
 }
 
-/// Reserve the page slot.
+/// Reserve the page slot (for a MANAGE_PAGES).
 pub(crate) fn reserve_page_slot(state: &mut CmdState) -> Option<usize> {
     let slot = state.page_slot();
     if state.closed || !matches!(state.slots.get(slot), Some(Slot::Free)) {
@@ -774,15 +800,17 @@ pub(crate) fn check_status(op: Opcode, op_mod: u16, out: &[u8]) -> Result<(), Dr
 }
 
 impl Dev {
-    /// Run a typed command on an ordinary slot and decode its output.
+    /// Run a typed command and decode its output: on an ordinary slot, or on the page slot
+    /// for MANAGE_PAGES.
     pub(crate) fn exec<C: Command>(&self, cmd: &C) -> Result<C::Output, DriverError> {
         let input = cmd.encode()?;
         let out = self.exec_raw(&input, cmd.out_len())?;
         Ok(C::Output::decode(&out)?)
     }
 
-    /// Run a command given as raw input bytes on an ordinary slot; returns its output after
-    /// checking the delivery and the output status.
+    /// Run a command given as raw input bytes, on an ordinary slot, or on the page slot for
+    /// MANAGE_PAGES (waiting for it while another MANAGE_PAGES has it); returns its output
+    /// after checking the delivery and the output status.
     pub(crate) fn exec_raw(&self, input: &[u8], outlen: usize) -> Result<Vec<u8>, DriverError> {
         let header = InHeader::decode(input)?;
         let op = header.opcode;
@@ -796,49 +824,18 @@ impl Dev {
         let start = self.backend.now();
         let timeout = self.lock_cmd().timeout;
         let deadline = start.saturating_add(timeout);
-        let mut backoff = Backoff::new(MAX_POLL_PAUSE);
-
-        // A free ordinary slot (all may be busy with other threads' commands).
-        let (slot, generation) = loop {
-            {
-                let mut st = self.lock_cmd();
-                if st.is_closed() || st.slot_count() == 0 {
-                    return Err(DriverError::Closed);
-                }
-                if let Some(slot) = reserve(&mut st) {
-                    if let Err(e) = post(&mut st, slot, input, outlen, &self.pool, &self.bar, start)
-                    {
-                        unreserve(&mut st, slot);
-                        return Err(e);
-                    }
-                    break (slot, st.generation());
-                }
-                if st.lost_slots() >= st.page_slot() {
-                    return Err(DriverError::DeviceTimeout {
-                        what: format!(
-                            "a command slot for {op}: every ordinary slot holds a command that \
-                             timed out (close the HCA and reset the function)"
-                        ),
-                        ms: 0,
-                    });
-                }
-            }
-            self.progress();
-            if self.is_closed() {
-                return Err(DriverError::Closed);
-            }
-            if let Some(reason) = self.fatal_reason() {
-                self.lock_stats().cmd.faked += 1;
-                return fake_result(op, outlen, &reason);
-            }
-            if self.backend.now() >= deadline {
-                self.lock_stats().cmd.timeouts += 1;
-                return Err(DriverError::CommandTimeout {
-                    opcode: op,
-                    ms: ms(timeout),
-                });
-            }
-            backoff.pause(self.backend.as_ref(), deadline);
+        let page_cmd = op == Opcode::MANAGE_PAGES;
+        if page_cmd {
+            self.lock_cmd().page_waiters += 1;
+        }
+        let taken = self.take_slot(op, input, outlen, page_cmd, start, deadline);
+        if page_cmd {
+            let mut st = self.lock_cmd();
+            st.page_waiters = st.page_waiters.saturating_sub(1);
+        }
+        let (slot, generation) = match taken? {
+            Taken::Posted { slot, generation } => (slot, generation),
+            Taken::Faked(out) => return out,
         };
 
         let mut backoff = Backoff::new(MAX_POLL_PAUSE);
@@ -905,6 +902,90 @@ impl Dev {
                 });
             }
             backoff.pause(self.backend.as_ref(), posted.saturating_add(limit));
+        }
+    }
+}
+
+/// How [`Dev::take_slot`] ended.
+enum Taken {
+    /// The command is posted in `slot` of the queue's `generation`.
+    Posted { slot: usize, generation: u64 },
+    /// Not posted: the result the command gets (faked after a fatal error, or an abort).
+    Faked(Result<Vec<u8>, DriverError>),
+}
+
+impl Dev {
+    /// Post `input` in a free slot, waiting (and driving the device) while there is none: an
+    /// ordinary slot, or the page slot for a MANAGE_PAGES (`page_cmd`). Gives up at
+    /// `deadline`, at the close, or at once when every slot it could use holds a command
+    /// that timed out.
+    fn take_slot(
+        &self,
+        op: Opcode,
+        input: &[u8],
+        outlen: usize,
+        page_cmd: bool,
+        start: Duration,
+        deadline: Duration,
+    ) -> Result<Taken, DriverError> {
+        let mut backoff = Backoff::new(MAX_POLL_PAUSE);
+        loop {
+            {
+                let mut st = self.lock_cmd();
+                if st.is_closed() || st.slot_count() == 0 {
+                    return Err(DriverError::Closed);
+                }
+                let slot = if page_cmd {
+                    reserve_page_slot(&mut st)
+                } else {
+                    reserve(&mut st)
+                };
+                if let Some(slot) = slot {
+                    if let Err(e) = post(&mut st, slot, input, outlen, &self.pool, &self.bar, start)
+                    {
+                        unreserve(&mut st, slot);
+                        return Err(e);
+                    }
+                    return Ok(Taken::Posted {
+                        slot,
+                        generation: st.generation(),
+                    });
+                }
+                if page_cmd && st.page_slot_lost() {
+                    return Err(DriverError::DeviceTimeout {
+                        what: format!(
+                            "the page slot for {op}: it holds a MANAGE_PAGES that timed out \
+                             (close the HCA and reset the function)"
+                        ),
+                        ms: 0,
+                    });
+                }
+                if !page_cmd && st.lost_ordinary_slots() >= st.page_slot() {
+                    return Err(DriverError::DeviceTimeout {
+                        what: format!(
+                            "a command slot for {op}: every ordinary slot holds a command that \
+                             timed out (close the HCA and reset the function)"
+                        ),
+                        ms: 0,
+                    });
+                }
+            }
+            self.progress();
+            if self.is_closed() {
+                return Err(DriverError::Closed);
+            }
+            if let Some(reason) = self.fatal_reason() {
+                self.lock_stats().cmd.faked += 1;
+                return Ok(Taken::Faked(fake_result(op, outlen, &reason)));
+            }
+            if self.backend.now() >= deadline {
+                self.lock_stats().cmd.timeouts += 1;
+                return Ok(Taken::Faked(Err(DriverError::CommandTimeout {
+                    opcode: op,
+                    ms: ms(deadline.saturating_sub(start)),
+                })));
+            }
+            backoff.pause(self.backend.as_ref(), deadline);
         }
     }
 }
@@ -1280,6 +1361,28 @@ mod tests {
             Err(DriverError::Closed)
         ));
         assert_eq!(st.leases(), 0);
+    }
+
+    #[test]
+    fn the_page_slot_counts_in_flight_and_its_loss_is_told_apart() {
+        let (_iommu, pool) = pool();
+        let mut st = state(&pool);
+        let bar = dummy_bar();
+        let input = QueryHcaCap::general(CapMode::Max).encode().unwrap();
+        let page = reserve_page_slot(&mut st).unwrap();
+        assert_eq!(page, 3);
+        post(&mut st, page, &input, 16, &pool, &bar, Duration::ZERO).unwrap();
+        assert_eq!(st.in_flight(), 1, "a command on the page slot is in flight");
+        assert!(!st.page_slot_lost());
+        lose(&mut st, page);
+        assert!(st.page_slot_lost());
+        assert_eq!(st.in_flight(), 0);
+        assert_eq!(st.lost_slots(), 1);
+        assert_eq!(st.lost_ordinary_slots(), 0);
+        let slot = reserve(&mut st).unwrap();
+        post(&mut st, slot, &input, 16, &pool, &bar, Duration::ZERO).unwrap();
+        lose(&mut st, slot);
+        assert_eq!(st.lost_ordinary_slots(), 1);
     }
 
     #[test]

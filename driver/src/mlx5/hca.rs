@@ -52,8 +52,10 @@ impl Mlx5Hca {
         self.ports.iter().find(|p| p.port_num == n).cloned()
     }
 
-    /// Run one firmware command on an ordinary slot (diagnostics and tests: a command the
-    /// driver does not issue itself, or one with a deliberately bad parameter).
+    /// Run one firmware command (diagnostics and tests: a command the driver does not issue
+    /// itself, or one with a deliberately bad parameter), on an ordinary slot, or on the page
+    /// slot for MANAGE_PAGES, as every MANAGE_PAGES (whose pages the driver's accounting
+    /// then does not know).
     pub fn command<C: Command>(&self, cmd: &C) -> Result<C::Output, DriverError> {
         if self.dev.is_closed() {
             return Err(DriverError::Closed);

@@ -2,11 +2,18 @@
 //! leases with MANAGE_PAGES and taken back the same way, and the accounting that lets a test
 //! see every page come back.
 //!
-//! Three paths: the boot and init pages of the bring-up (QUERY_PAGES, then GIVE on an ordinary
-//! slot); page requests the firmware raises at any time through the async EQ, answered on the
-//! reserved page slot while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs
-//! out); and the reclaim of every page at teardown. A page is released only once the device
-//! returned it or can no longer reach it (bus mastering off).
+//! Three paths, every MANAGE_PAGES of them on the command queue's page slot, one at a time
+//! (see `cmd.rs`): the boot and init pages of the bring-up (QUERY_PAGES on an ordinary slot,
+//! then GIVE); page requests the firmware raises at any time through the async EQ, answered
+//! while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs out); and the
+//! reclaim of every page at teardown. A page is released only once the device returned it or
+//! can no longer reach it (bus mastering off).
+//!
+//! At close the page-request machinery is stopped before TEARDOWN_HCA
+//! ([`Dev::stop_page_requests`], the kernel's `mlx5_pagealloc_stop` in `mlx5_unload`, after
+//! the EQs are destroyed): the requests already queued are served (for at most
+//! [`STOP_DRAIN`]), then nothing new starts; what is left is dropped and counted
+//! ([`PageStats::unserved_at_close`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -40,6 +47,14 @@ pub const MAX_PENDING_PAGE_REQUESTS: usize = 512;
 /// far above what a function's own firmware asks for (tens of MiB), room for the VFs of a
 /// PF, and a bound on the host memory a runaway firmware can take.
 pub const DEFAULT_MAX_FIRMWARE_PAGES: usize = 1 << 20;
+
+/// Longest time [`Dev::stop_page_requests`] goes on starting the page requests queued at
+/// close (the async EQ is gone by then, so the queue only shrinks). The kernel's
+/// `flush_workqueue` has no bound of its own beyond each command's timeout; a healthy device
+/// answers the [`MAX_PENDING_PAGE_REQUESTS`] the queue can hold in far less, and the
+/// RECLAIM_PAGES timeout (5 s) this takes is what the close already allowed the firmware to
+/// return its pages.
+pub(crate) const STOP_DRAIN: Duration = Duration::from_secs(5);
 
 /// Pages asked back per TAKE at teardown (`optimal_reclaimed_pages`: what 12 mailbox blocks
 /// hold).
@@ -119,6 +134,9 @@ pub struct PageStats {
     /// Pages of GIVEs whose outcome is unknown (a timeout, a corrupt completion, a delivery
     /// error): the firmware may hold them, so they stay leased until the quiesce.
     pub unknown_outcome: u64,
+    /// Page requests not served because the page machinery stopped at close: still waiting
+    /// after the close served them for 5 s, or arriving after the stop.
+    pub unserved_at_close: u64,
 }
 
 /// The firmware's pages and the page-request machinery.
@@ -134,6 +152,8 @@ pub(crate) struct FwPages {
     pending: VecDeque<PageRequest>,
     /// The MANAGE_PAGES on the page slot, and when it was posted (device time).
     in_flight: Option<(PageRequest, PageOp, Duration)>,
+    /// Stopped at close: no page request starts any more (the one in flight may finish).
+    stopped: bool,
     pub(crate) stats: PageStats,
 }
 
@@ -152,6 +172,7 @@ impl FwPages {
             limbo: Vec::new(),
             pending: VecDeque::new(),
             in_flight: None,
+            stopped: false,
             stats: PageStats::default(),
         }
     }
@@ -212,9 +233,17 @@ impl FwPages {
     }
 
     /// Queue a page request from an EQE; refused (counted, logged) when
-    /// [`MAX_PENDING_PAGE_REQUESTS`] already wait.
+    /// [`MAX_PENDING_PAGE_REQUESTS`] already wait, dropped (counted, logged) once stopped.
     pub(crate) fn request(&mut self, req: PageRequest) {
         self.stats.requests += 1;
+        if self.stopped {
+            self.stats.unserved_at_close += 1;
+            tracing::warn!(
+                ?req,
+                "page request after the page machinery stopped: not served"
+            );
+            return;
+        }
         if self.pending.len() >= MAX_PENDING_PAGE_REQUESTS {
             self.stats.refused += 1;
             tracing::warn!(
@@ -225,6 +254,21 @@ impl FwPages {
             return;
         }
         self.pending.push_back(req);
+    }
+
+    /// Start no page request from now on (close): the requests still waiting are dropped
+    /// and counted; returns how many. The one in flight, if any, may still finish.
+    fn stop(&mut self) -> usize {
+        self.stopped = true;
+        let n = self.pending.len();
+        self.stats.unserved_at_close += n as u64;
+        self.pending.clear();
+        n
+    }
+
+    /// Requests waiting, and whether one is in flight.
+    fn backlog(&self) -> (usize, bool) {
+        (self.pending.len(), self.in_flight.is_some())
     }
 
     /// The MANAGE_PAGES on the page slot timed out: its GIVE pages (if any) may be the
@@ -317,9 +361,9 @@ fn check_count(what: &'static str, n: i32) -> Result<u32, DriverError> {
 }
 
 impl Dev {
-    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`). Both
-    /// carry `embedded_cpu_function` from the function itself (`mlx5_core_is_ecpf`), not from
-    /// the QUERY_PAGES output, as the kernel does.
+    /// QUERY_PAGES for `kind`, then GIVE that many pages (`mlx5_satisfy_startup_pages`) on
+    /// the page slot. Both carry `embedded_cpu_function` from the function itself
+    /// (`mlx5_core_is_ecpf`), not from the QUERY_PAGES output, as the kernel does.
     pub(crate) fn give_startup_pages(&self, kind: PagesKind) -> Result<(), DriverError> {
         let ecpf = self.is_ecpf();
         let q = self.exec(&QueryPages {
@@ -365,7 +409,8 @@ impl Dev {
     }
 
     /// Serve page requests on the page slot: finish the one in flight when the device gave
-    /// the slot back, then start the next. Called from the progress loop; never blocks.
+    /// the slot back, then start the next (none once stopped, nor while a caller of `exec`
+    /// waits for the slot). Called from the progress loop; never blocks.
     ///
     /// A MANAGE_PAGES the device has not given back within the command timeout loses the
     /// page slot for good (the firmware may still write its mailboxes, and its GIVE pages
@@ -436,7 +481,7 @@ impl Dev {
                 pages = self.lock_pages();
             }
         }
-        while pages.in_flight.is_none() {
+        while pages.in_flight.is_none() && !pages.stopped {
             let Some(req) = pages.pending.pop_front() else {
                 return;
             };
@@ -511,38 +556,67 @@ fn page_op_done(
 
 impl Dev {
     /// Post the MANAGE_PAGES answering `req` on the page slot. False when the slot is not
-    /// free: `req` is put back first in line.
+    /// free, or a caller of `exec` waits for it: `req` is put back first in line.
     fn start_page_op(&self, pages: &mut FwPages, req: PageRequest) -> Result<bool, DriverError> {
-        let (op, input_op) = match req.num_pages.cmp(&0) {
-            std::cmp::Ordering::Greater => {
-                match check_count("page request EQE", req.num_pages)
-                    .and_then(|n| {
-                        pages.check_room(n, "a page request").inspect_err(|_| {
-                            pages.stats.over_limit += 1;
-                        })?;
-                        Ok(n)
-                    })
-                    .and_then(|n| lease_pages(self, n))
-                {
-                    Ok(leases) => {
-                        let pas = leases.iter().map(DmaLease::iova).collect();
-                        (PageOp::Give(leases), PagesOp::Give(pas))
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "cannot give {} pages: {e}; answering CAN'T GIVE",
-                            req.num_pages
-                        );
-                        pages.stats.cant_give += 1;
-                        (PageOp::CantGive, PagesOp::CantGive)
-                    }
+        if req.num_pages == 0 {
+            return Ok(true);
+        }
+        // The slot first, so that a request put back is neither leased for nor counted twice.
+        let slot = {
+            let mut st = self.lock_cmd();
+            if st.page_slot_wanted() {
+                None
+            } else {
+                cmd::reserve_page_slot(&mut st)
+            }
+        };
+        let Some(slot) = slot else {
+            // The slot is busy (a MANAGE_PAGES of `exec`, or one that was lost), or `exec`
+            // waits for it: try again later.
+            pages.pending.push_front(req);
+            return Ok(false);
+        };
+        let posted = self.post_page_op(pages, req, slot);
+        if posted.is_err() {
+            cmd::unreserve(&mut self.lock_cmd(), slot);
+        }
+        posted.map(|()| true)
+    }
+
+    /// Build the MANAGE_PAGES answering `req` (leasing the pages of a GIVE) and post it in
+    /// the page slot, reserved by the caller.
+    fn post_page_op(
+        &self,
+        pages: &mut FwPages,
+        req: PageRequest,
+        slot: usize,
+    ) -> Result<(), DriverError> {
+        let (op, input_op) = if req.num_pages > 0 {
+            match check_count("page request EQE", req.num_pages)
+                .and_then(|n| {
+                    pages.check_room(n, "a page request").inspect_err(|_| {
+                        pages.stats.over_limit += 1;
+                    })?;
+                    Ok(n)
+                })
+                .and_then(|n| lease_pages(self, n))
+            {
+                Ok(leases) => {
+                    let pas = leases.iter().map(DmaLease::iova).collect();
+                    (PageOp::Give(leases), PagesOp::Give(pas))
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot give {} pages: {e}; answering CAN'T GIVE",
+                        req.num_pages
+                    );
+                    pages.stats.cant_give += 1;
+                    (PageOp::CantGive, PagesOp::CantGive)
                 }
             }
-            std::cmp::Ordering::Less => {
-                let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
-                (PageOp::Take(n), PagesOp::Take(n))
-            }
-            std::cmp::Ordering::Equal => return Ok(true),
+        } else {
+            let n = req.num_pages.unsigned_abs().min(MAX_PAGES_PER_REQUEST);
+            (PageOp::Take(n), PagesOp::Take(n))
         };
         let m = ManagePages {
             op: input_op,
@@ -551,40 +625,69 @@ impl Dev {
         };
         let input = m.encode()?;
         let outlen = m.out_len();
-        let mut st = self.lock_cmd();
-        let Some(slot) = cmd::reserve_page_slot(&mut st) else {
-            drop(st);
-            // The slot is still busy with a command that was lost; try again later.
-            pages.pending.push_front(req);
-            return Ok(false);
-        };
         let now = self.backend.now();
-        if let Err(e) = cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now) {
-            cmd::unreserve(&mut st, slot);
-            return Err(e);
+        {
+            let mut st = self.lock_cmd();
+            cmd::post(&mut st, slot, &input, outlen, &self.pool, &self.bar, now)?;
         }
-        drop(st);
         pages.in_flight = Some((req, op, now));
-        Ok(true)
+        Ok(())
+    }
+
+    /// Stop the page-request machinery at close (`mlx5_pagealloc_stop`: the page-request
+    /// notifier unregistered, then `flush_workqueue`, so queued requests finish and none
+    /// starts after), called once the EQs are destroyed and before TEARDOWN_HCA: serve the
+    /// requests already queued for at most [`STOP_DRAIN`], then start nothing more (what is
+    /// left is dropped and counted in [`PageStats::unserved_at_close`]), and let the one in
+    /// flight finish, as the kernel's flush waits for its command: it completes, or at the
+    /// command timeout the device is declared fatal (see `service_page_requests`). Nothing
+    /// to wait for in a fatal state: the device is quiesced.
+    pub(crate) fn stop_page_requests(&self) {
+        let mut backoff = Backoff::new(Duration::from_millis(1));
+        let drain_end = self.backend.now().saturating_add(STOP_DRAIN);
+        while self.fatal_reason().is_none() && self.backend.now() < drain_end {
+            let (waiting, flying) = self.lock_pages().backlog();
+            if waiting == 0 && !flying {
+                break;
+            }
+            self.progress();
+            backoff.pause(self.backend.as_ref(), drain_end);
+        }
+        let dropped = self.lock_pages().stop();
+        if dropped > 0 {
+            tracing::warn!(
+                requests = dropped,
+                "page requests still queued {} ms into the close are not served",
+                ms(STOP_DRAIN)
+            );
+        }
+        // The command timeout bounds the wait: `service_page_requests` declares the device
+        // fatal when the page slot's command has not completed by then (the second is a
+        // margin, never reached).
+        let timeout = self.lock_cmd().timeout;
+        let end = self
+            .backend
+            .now()
+            .saturating_add(timeout)
+            .saturating_add(Duration::from_secs(1));
+        let mut backoff = Backoff::new(Duration::from_millis(1));
+        while self.lock_pages().op_in_flight() && self.fatal_reason().is_none() {
+            self.progress();
+            if self.backend.now() >= end {
+                break;
+            }
+            backoff.pause(self.backend.as_ref(), end);
+        }
     }
 
     /// Take every page back (`mlx5_reclaim_startup_pages`): for each function pages were
     /// given for, TAKE in batches naming that function until none of its pages is left,
     /// giving up on it when the firmware returns nothing for RECLAIM_PAGES (5 s), as
-    /// `mlx5_reclaim_root_pages` does per function. In a fatal state nothing is sent: the
-    /// device is quiesced, so the pages are simply released.
+    /// `mlx5_reclaim_root_pages` does per function. Every TAKE goes on the page slot. Called
+    /// after [`Dev::stop_page_requests`], so no page request is served meanwhile. In a fatal
+    /// state nothing is sent: the device is quiesced, so the pages are simply released.
     pub(crate) fn reclaim_all_pages(&self) -> Result<(), DriverError> {
         let timeout = Timeout::ReclaimPages.default_duration();
-        // Let a page command in flight finish first (it may give pages).
-        let mut backoff = Backoff::new(Duration::from_millis(1));
-        let wait_end = self.backend.now().saturating_add(timeout);
-        while self.lock_pages().in_flight.is_some() && self.fatal_reason().is_none() {
-            self.progress();
-            if self.backend.now() >= wait_end {
-                break;
-            }
-            backoff.pause(self.backend.as_ref(), wait_end);
-        }
         let mut first_err = None;
         let mut given_up: Vec<Function> = Vec::new();
         loop {

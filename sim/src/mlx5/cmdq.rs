@@ -26,6 +26,7 @@ use firmware_cmds::mlx5::ops::mad_ifc::{MAD_LEN, MadIfcOut};
 
 use super::buffer;
 use super::config::{LOG_CMDQ_SIZE, MAX_CMD_MSG_LEN};
+use super::counters::FetchedCommand;
 use super::exec::{self, Exec};
 use super::faults::CmdCorruption;
 use super::regs;
@@ -33,7 +34,9 @@ use super::state::State;
 
 /// Slots of the queue.
 pub(crate) const SLOTS: u8 = 1 << LOG_CMDQ_SIZE;
-/// The slot the driver keeps for MANAGE_PAGES in answer to page requests.
+/// The slot a driver keeps for MANAGE_PAGES (the kernel's `max_reg_cmds`, the last one):
+/// every MANAGE_PAGES comes here, one at a time. The firmware runs any command in any slot;
+/// only [`crate::mlx5::Mlx5Faults::page_request_during_command`] leaves this slot alone.
 pub(crate) const PAGE_SLOT: u8 = SLOTS - 1;
 
 /// What the device remembers of a command it is working on.
@@ -114,6 +117,8 @@ pub(crate) struct CmdSlots {
     pub parked: Vec<Parked>,
     /// Set by MANAGE_PAGES when the request that parked commands is settled.
     pub unpark: Option<Unpark>,
+    /// The opcode of the command in each busy slot (meaningless while the slot is free).
+    pub opcodes: [u16; SLOTS as usize],
 }
 
 fn read_block(st: &State, addr: u64) -> Option<[u8; BLOCK_SIZE]> {
@@ -177,6 +182,7 @@ impl State {
         // inlen >= 8 was checked, so the header decodes.
         let header = InHeader::decode(&input).ok();
         ctx.opcode = header.map_or(0, |h| h.opcode.0);
+        self.note_fetched(slot, ctx.opcode, header.map_or(0, |h| h.op_mod));
         if slot != PAGE_SLOT {
             if let Some((skip, pages)) = self.faults.page_request_on_command {
                 if skip == 0 {
@@ -189,6 +195,23 @@ impl State {
             }
         }
         self.run(ctx, &input)
+    }
+
+    /// Remember which command `slot` holds, and add it to the record when one is kept.
+    fn note_fetched(&mut self, slot: u8, opcode: u16, op_mod: u16) {
+        if let Some(record) = self.counters.record.as_mut() {
+            let others = (0..SLOTS)
+                .filter(|&s| s != slot && self.cmd.busy & (1u32 << s) != 0)
+                .map(|s| (s, self.cmd.opcodes[usize::from(s)]))
+                .collect();
+            record.push(FetchedCommand {
+                slot,
+                opcode,
+                op_mod,
+                others,
+            });
+        }
+        self.cmd.opcodes[usize::from(slot)] = opcode;
     }
 
     /// The delivery checks, then the input message.

@@ -111,10 +111,28 @@ impl Mlx5Counters {
     }
 }
 
+/// A command as the firmware fetched it from the queue, in a record of
+/// [`crate::mlx5::Mlx5::record_commands`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedCommand {
+    /// The slot its doorbell named.
+    pub slot: u8,
+    /// Its opcode.
+    pub opcode: u16,
+    /// Its `op_mod` (for MANAGE_PAGES: 0 CAN'T GIVE, 1 GIVE, 2 TAKE).
+    pub op_mod: u16,
+    /// The other commands the firmware held when it fetched this one (not yet given back:
+    /// running, pending behind a page request or a MAD, withheld or lost), as (slot, opcode).
+    pub others: Vec<(u8, u16)>,
+}
+
 /// The counters as the model keeps them.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub snap: Mlx5Counters,
+    /// The commands fetched while recording is on (None: off). Kept over function resets,
+    /// as the counters are.
+    pub record: Option<Vec<FetchedCommand>>,
 }
 
 impl Counters {

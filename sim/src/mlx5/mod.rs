@@ -49,7 +49,7 @@ use firmware_cmds::mlx5::qpc::{QpServiceType, QpState};
 
 pub use self::attach::MELLANOX_OUI;
 pub use self::config::Mlx5Config;
-pub use self::counters::{DropReason, Mlx5Counters};
+pub use self::counters::{DropReason, FetchedCommand, Mlx5Counters};
 pub use self::engine::{DeviceThread, DeviceThreadError};
 pub use self::faults::{CmdCorruption, Mlx5Faults, WqeQueue};
 
@@ -521,6 +521,24 @@ impl Mlx5 {
     /// The outstanding run-time page request (> 0 wanted, < 0 offered back).
     pub fn pages_requested(&self) -> i64 {
         self.inner.with(|st| st.pages.request)
+    }
+
+    /// Start (`true`) or stop recording every command the firmware fetches from the queue,
+    /// with its slot and the commands it held at the time ([`FetchedCommand`]); starting
+    /// again drops what was recorded. Read with [`Mlx5::take_command_record`].
+    pub fn record_commands(&self, on: bool) {
+        self.inner.with(|st| st.counters.record = on.then(Vec::new));
+    }
+
+    /// The commands fetched since recording started, oldest first; the record goes on, empty.
+    pub fn take_command_record(&self) -> Vec<FetchedCommand> {
+        self.inner.with(|st| {
+            st.counters
+                .record
+                .as_mut()
+                .map(std::mem::take)
+                .unwrap_or_default()
+        })
     }
 
     /// Command slots the device is working on (bit n = slot n), e.g. a command held behind a

@@ -50,6 +50,9 @@ pub const MEM_LEN: usize = 16 << 20;
 pub const QP1_QKEY: u32 = 0x8001_0000;
 /// The LID the loopback link gives the port.
 pub const LID: u16 = 0x11;
+/// The last command slot, where a driver puts every MANAGE_PAGES (the kernel's
+/// `max_reg_cmds`), as the rig does.
+pub const PAGE_SLOT: u8 = (1 << sim::mlx5::config::LOG_CMDQ_SIZE) - 1;
 
 /// Host memory the device reaches at IOVA_BASE.
 pub struct HostMem {
@@ -409,7 +412,7 @@ impl Rig {
         (0..n).map(|_| self.alloc(4096, 4096)).collect()
     }
 
-    /// QUERY_PAGES `kind` and MANAGE_PAGES GIVE of what it asks.
+    /// QUERY_PAGES `kind` and MANAGE_PAGES GIVE of what it asks (on [`PAGE_SLOT`]).
     pub fn give_pages(&mut self, kind: PagesKind) -> usize {
         let q = self
             .exec(&QueryPages {
@@ -422,11 +425,14 @@ impl Rig {
         if n > 0 {
             let pas = self.pages(n);
             self.given.extend(&pas);
-            self.exec(&ManagePages {
-                op: PagesOp::Give(pas),
-                function_id: q.function_id,
-                embedded_cpu_function: false,
-            })
+            self.exec_on(
+                PAGE_SLOT,
+                &ManagePages {
+                    op: PagesOp::Give(pas),
+                    function_id: q.function_id,
+                    embedded_cpu_function: false,
+                },
+            )
             .unwrap();
         }
         n
