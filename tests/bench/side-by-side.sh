@@ -4,11 +4,19 @@
 # times (wall clock of the whole command, median), with the two times and their ratio; and
 # `hca discover` (the native engine, no libibumad) on the same fabric.
 #
-#   tests/bench/side-by-side.sh [--reps N] [--spec SPEC] [--node NAME] [--cpus LIST] [--keep]
+#   tests/bench/side-by-side.sh [--reps N] [--spec SPEC] [--node NAME] [--cpus LIST]
+#                               [--limit SECS] [--keep]
 #
 # Defaults: 5 repetitions of each; the 2,144-node tree fat-tree:leaves=64,hosts=32,spines=32
 # (64 leaves of 32 hosts, 32 spines); every tool runs from host-1. Goals (the issue): ours at
-# least 5x faster for ibnetdiscover and 2x for the OpenSM sweep.
+# least 5x faster for ibnetdiscover and 2x for the OpenSM sweep. A small run:
+# --spec fat-tree:leaves=4,hosts=3,spines=2 --reps 1.
+#
+# Every timed command runs under `timeout -k 10 SECS` (--limit, default 600): SIGTERM at the
+# limit, SIGKILL 10 s later (OpenSM handles SIGTERM). A failed or timed-out run stops the
+# script (exit 1) and keeps the work directory with its stderr. When the two stacks'
+# ibnetdiscover outputs (or hca discover's) differ, that ratio is printed as "n/c" (not
+# comparable: they did not do the same work) and the script exits 1.
 #
 # Every run starts from an unconfigured fabric: ibsim is restarted before each OpenSM run, and
 # each `hca run` opens a fresh simulator (no state=). ibsim is started (and ready) before the
@@ -32,14 +40,16 @@ spec="fat-tree:leaves=64,hosts=32,spines=32"
 node="host-1"
 keep=0
 cpus=
+limit=600
 while [ $# -gt 0 ]; do
     case "$1" in
     --reps) reps=$2; shift 2 ;;
     --spec) spec=$2; shift 2 ;;
     --node) node=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
+    --limit) limit=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -67,13 +77,14 @@ cargo build --release --quiet -p hca-tools || exit 1
 if cargo metadata --no-deps --format-version 1 2>/dev/null | grep -q '"name":"umad"'; then
     cargo build --release --quiet -p umad || exit 1
 fi
-hca=$PWD/target/release/hca
+hca=${CARGO_TARGET_DIR:-$PWD/target}/release/hca
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/side-by-side.XXXXXX")
 ibsim_pid=
+# A failure inside a $(...) subshell (time_run) cannot set $keep: it leaves $work/keep.
 cleanup() {
     [ -n "$ibsim_pid" ] && kill "$ibsim_pid" 2>/dev/null && wait "$ibsim_pid" 2>/dev/null
-    if [ $keep -eq 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+    if [ $keep -eq 1 ] || [ -e "$work/keep" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -107,8 +118,9 @@ stop_ibsim() {
     ibsim_pid=
 }
 
-# time_run OUT -- COMMAND...: run COMMAND in a fresh directory with stdout to OUT; print the
-# wall-clock seconds it took; fail if it fails.
+# time_run OUT -- COMMAND...: run COMMAND (under timeout -k) in a fresh directory with stdout
+# to OUT; print the wall-clock seconds it took; fail if it fails. It runs in a $(...)
+# subshell, so it marks the work directory to be kept with a file, not with $keep.
 time_run() {
     local out=$1
     shift 2
@@ -116,12 +128,15 @@ time_run() {
     dir=$(mktemp -d "$work/run.XXXXXX")
     local t0 t1
     t0=$(date +%s.%N)
-    (cd "$dir" && OSM_CACHE_DIR=$dir OSM_TMP_DIR=$dir "${pin[@]}" "$@") >"$out" 2>"$out.err" </dev/null
+    (cd "$dir" && OSM_CACHE_DIR=$dir OSM_TMP_DIR=$dir timeout -k 10 "$limit" "${pin[@]}" "$@") \
+        >"$out" 2>"$out.err" </dev/null
     local rc=$?
     t1=$(date +%s.%N)
     if [ $rc -ne 0 ]; then
-        echo "failed ($rc): $* -- stderr in $out.err" >&2
-        keep=1
+        local why="failed ($rc)"
+        [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s ($rc)"
+        echo "$why: $* -- stderr in $out.err (run directory $dir)" >&2
+        touch "$work/keep"
         return 1
     fi
     echo "$t0 $t1" | awk '{printf "%.4f\n", $2 - $1}'
@@ -135,6 +150,9 @@ subnet_up() { grep -q "SUBNET UP" "$1" || { echo "no SUBNET UP in $1" >&2; keep=
 
 declare -A result
 note=()
+status=0
+ibnd_same=1
+native_same=1
 
 echo "== $spec: $nodes nodes, $links links; $reps runs of each" >&2
 
@@ -173,7 +191,10 @@ if "$hca" run --help >/dev/null 2>&1; then
     if diff <(undated "$work/ibsim-ibnetdiscover.txt") <(undated "$work/ours-ibnetdiscover.txt") >/dev/null; then
         note+=("ibnetdiscover printed the same fabric on both (every line but the date)")
     else
-        note+=("ibnetdiscover's outputs DIFFER between ibsim and ours (--keep to see them)")
+        note+=("ibnetdiscover's outputs DIFFER between ibsim and ours: its ratio is not comparable (n/c); outputs kept in $work")
+        ibnd_same=0
+        keep=1
+        status=1
     fi
     times=()
     for i in $(seq 1 "$reps"); do
@@ -205,10 +226,15 @@ done
 if diff <(undated "$work/ibsim-ibnetdiscover.txt") <(undated "$work/hca-discover-32.txt") >/dev/null; then
     note+=("hca discover printed what ibnetdiscover printed on ibsim (every line but the date)")
 else
-    note+=("hca discover's output DIFFERS from ibnetdiscover's on ibsim (--keep to see them)")
+    note+=("hca discover's output DIFFERS from ibnetdiscover's on ibsim: the native rows' ratios are not comparable (n/c); outputs kept in $work")
+    native_same=0
+    keep=1
+    status=1
 fi
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0 && a == a + 0) printf "%.1fx", a / b; else print "-"}'; }
+# ratio_if SAME A B: the ratio, or n/c when the two runs' outputs differed.
+ratio_if() { if [ "$1" -eq 1 ]; then ratio "$2" "$3"; else printf 'n/c'; fi; }
 secs() { [ -n "$1" ] && printf '%.3f s' "$1" || printf -- '-'; }
 
 echo
@@ -218,13 +244,14 @@ echo "median wall clock of $reps runs each (ibsim started beforehand; our simula
 echo
 printf '%-34s %16s %16s %8s %8s\n' "" "ibsim+umad2sim" "our libibumad" "ratio" "goal"
 printf '%-34s %16s %16s %8s %8s\n' "ibnetdiscover" "$(secs "${result[ibsim_ibnd]}")" \
-    "$(secs "${result[ours_ibnd]:-}")" "$(ratio "${result[ibsim_ibnd]}" "${result[ours_ibnd]:-0}")" ">= 5x"
+    "$(secs "${result[ours_ibnd]:-}")" "$(ratio_if $ibnd_same "${result[ibsim_ibnd]}" "${result[ours_ibnd]:-0}")" ">= 5x"
 printf '%-34s %16s %16s %8s %8s\n' "opensm -o (one heavy sweep)" "$(secs "${result[ibsim_osm]}")" \
     "$(secs "${result[ours_osm]:-}")" "$(ratio "${result[ibsim_osm]}" "${result[ours_osm]:-0}")" ">= 2x"
 printf '%-34s %16s %16s %8s\n' "hca discover (native, window 32)" "-" "$(secs "${result[native_32]}")" \
-    "$(ratio "${result[ibsim_ibnd]}" "${result[native_32]}")"
+    "$(ratio_if $native_same "${result[ibsim_ibnd]}" "${result[native_32]}")"
 printf '%-34s %16s %16s %8s\n' "hca discover (native, window 2)" "-" "$(secs "${result[native_2]}")" \
-    "$(ratio "${result[ibsim_ibnd]}" "${result[native_2]}")"
+    "$(ratio_if $native_same "${result[ibsim_ibnd]}" "${result[native_2]}")"
 echo "(the native rows' ratio is against ibnetdiscover on ibsim; the walk alone, without"
 echo " starting the process and the simulator: ${result[walk_32]} ms at window 32, ${result[walk_2]} ms at window 2)"
 for n in "${note[@]}"; do echo "note: $n"; done
+exit $status

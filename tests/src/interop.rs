@@ -6,11 +6,20 @@
 //! - [`Ours`] runs a program with `LD_LIBRARY_PATH` pointing at a directory where
 //!   `libibumad.so.3` is the built library, `HCA_DEVICE=sim:topology=FILE,node=NAME` (with
 //!   `state=FILE` to keep what OpenSM configured for the programs after it), and OpenSM's
-//!   cache and temporary directories in the test's work directory.
+//!   cache and temporary directories (`OSM_CACHE_DIR`, `OSM_TMP_DIR`) in a directory of its
+//!   own inside the test's work directory.
 //! - [`Ibsim`] starts `ibsim -s -n FILE` on a socket name of its own (`IBSIM_SOCKNAME`, the
 //!   Linux abstract namespace, so tests running at once never meet), runs programs with
-//!   `LD_PRELOAD=libumad2sim.so` and `SIM_HOST` (the node to attach at), and kills ibsim (by
-//!   its pid) when dropped.
+//!   `LD_PRELOAD=libumad2sim.so` and `SIM_HOST` (the node to attach at), OpenSM's cache in a
+//!   directory of its own too, and kills ibsim (by its pid) when dropped.
+//! - OpenSM's cache is per world and per fabric: `opensm -o` writes `guid2lid` (and
+//!   `guid2mkey`, `neighbors`) there and the next OpenSM reads them back (OpenSM's
+//!   `osm_db_files.c`, `osm_lid_mgr.c`), so a shared cache would seed one world's LID
+//!   assignment with the other's. [`Ours::opensm_once`] and [`Ibsim::opensm_once`] assert the
+//!   cache is empty before they run OpenSM, and fail with the end of OpenSM's log.
+//! - Every program runs under `timeout -k` ([`limited`]): SIGTERM at its limit, SIGKILL
+//!   [`KILL_AFTER`] later (OpenSM handles SIGTERM, so a hang in its exit path would
+//!   otherwise hang the test).
 //! - [`normalize_ibnetdiscover`] and [`links`] make ibnetdiscover output comparable.
 //!
 //! Missing programs fail the test under CI (`CI` set) with the Debian package to install, and
@@ -29,8 +38,13 @@ use sim::fabric::Fabric;
 /// Where Debian's ibsim-utils puts the umad2sim preload library.
 pub const UMAD2SIM: &str = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so";
 
-/// The longest any one program may run before the harness gives up on it.
-pub const PROGRAM_LIMIT: Duration = Duration::from_secs(300);
+/// The longest any one program may run before the harness gives up on it: well inside
+/// nextest's limit for the interop tests (5 minutes, `.config/nextest.toml`), so that the
+/// harness, not nextest, stops a hung program and says what it printed.
+pub const PROGRAM_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long after SIGTERM at its limit a program still running gets SIGKILL.
+pub const KILL_AFTER: Duration = Duration::from_secs(10);
 
 /// `Some(())` when `ok`; otherwise fail under CI naming the package, or say the test is
 /// skipped and return `None`.
@@ -133,6 +147,9 @@ pub struct Run {
     pub what: String,
     /// Exit status code (`None` when killed).
     pub code: Option<i32>,
+    /// The signal that killed it, if one did (`timeout -k` itself dies of SIGKILL when it had
+    /// to kill the program).
+    pub signal: Option<i32>,
     /// Standard output.
     pub stdout: String,
     /// Standard error.
@@ -149,21 +166,108 @@ impl Run {
         assert_eq!(
             self.code,
             Some(0),
-            "{} failed after {:?}:\nstdout:\n{}\nstderr:\n{}",
+            "{} {} after {:?}:\nstdout:\n{}\nstderr:\n{}",
             self.what,
+            self.failure(),
             self.took,
             self.stdout,
             self.stderr
         );
         self
     }
+
+    /// Whether `timeout` stopped it: exit code 124 (SIGTERM at the limit was enough), or
+    /// `timeout` itself killed by SIGKILL (coreutils' `timeout -k` re-raises the signal its
+    /// program died of, which shells show as 137).
+    pub fn timed_out(&self) -> bool {
+        self.code == Some(124) || self.signal == Some(libc::SIGKILL)
+    }
+
+    /// How it failed, in words.
+    fn failure(&self) -> String {
+        if self.timed_out() {
+            format!("timed out (code {:?}, signal {:?})", self.code, self.signal)
+        } else {
+            format!("failed (code {:?}, signal {:?})", self.code, self.signal)
+        }
+    }
 }
 
-/// `program` under `timeout` (so that a hung program fails the test instead of hanging it).
-fn limited(program: &Path) -> Command {
+/// `program` under `timeout -k` (so that a hung program fails the test instead of hanging
+/// it): SIGTERM after `limit`, SIGKILL [`KILL_AFTER`] later if it is still running (a program
+/// that handles SIGTERM, as OpenSM does, and then hangs in its exit path is killed too); see
+/// [`Run::timed_out`].
+pub fn limited(program: &Path, limit: Duration) -> Command {
+    limited_with(program, limit, KILL_AFTER)
+}
+
+fn limited_with(program: &Path, limit: Duration, kill_after: Duration) -> Command {
     let mut c = Command::new("timeout");
-    c.arg(PROGRAM_LIMIT.as_secs().to_string()).arg(program);
+    c.arg("-k")
+        .arg(format!("{}s", kill_after.as_secs_f64()))
+        .arg(format!("{}s", limit.as_secs_f64()))
+        .arg(program);
     c
+}
+
+/// Panics, listing what it holds, unless `dir` is empty (or missing): OpenSM's cache before
+/// an OpenSM run, which must not start from another run's `guid2lid`.
+#[track_caller]
+pub fn assert_empty_dir(dir: &Path, what: &str) {
+    let held: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        held.is_empty(),
+        "{what}: {} is not empty before OpenSM runs: {held:?}",
+        dir.display()
+    );
+}
+
+/// A fresh directory `WORK/osm-WHO-N` for one world's OpenSM cache.
+fn fresh_cache(work: &Path, who: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = work.join(format!("osm-{who}-{}", N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&d).expect("OpenSM's cache directory");
+    d
+}
+
+/// `opensm -o -s 0 -f LOG`: one sweep, then exit.
+pub fn opensm_once_args(log: &Path) -> Vec<String> {
+    vec![
+        "-o".into(),
+        "-s".into(),
+        "0".into(),
+        "-f".into(),
+        log.display().to_string(),
+    ]
+}
+
+/// `run` (an OpenSM run logging to `log`) if it exited 0; otherwise panics with what it
+/// printed and the end of its log (saying so when `timeout` stopped it).
+#[track_caller]
+pub fn opensm_ok(run: Run, log: &Path) -> Run {
+    if run.code != Some(0) {
+        let text = std::fs::read(log).map_or_else(
+            |e| format!("(cannot read {}: {e})", log.display()),
+            |b| String::from_utf8_lossy(&b).into_owned(),
+        );
+        panic!(
+            "{} {} after {:?}:\nstdout:\n{}\nstderr:\n{}\nits log ({}) ends:\n{}",
+            run.what,
+            run.failure(),
+            run.took,
+            run.stdout,
+            run.stderr,
+            log.display(),
+            crate::live::tail(&text, 40)
+        );
+    }
+    run
 }
 
 /// Runs `cmd` to its end (its standard input empty), `what` naming it in messages.
@@ -176,6 +280,7 @@ pub fn run_command(mut cmd: Command, what: String) -> Run {
     Run {
         what,
         code: out.status.code(),
+        signal: std::os::unix::process::ExitStatusExt::signal(&out.status),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         took: start.elapsed(),
@@ -187,13 +292,15 @@ pub fn run_command(mut cmd: Command, what: String) -> Run {
 pub struct Ours {
     lib_dir: PathBuf,
     work: PathBuf,
+    cache: PathBuf,
     topology: PathBuf,
     node: String,
     state: Option<PathBuf>,
 }
 
 impl Ours {
-    /// Programs attached at CA `node` of `topology`, working in `work`.
+    /// Programs attached at CA `node` of `topology`, working in `work`, with an OpenSM cache
+    /// of their own (a new, empty one for each `Ours::new`).
     pub fn new(work: &WorkDir, topology: &Path, node: &str) -> Ours {
         let lib_dir = work.join("ours-lib");
         std::fs::create_dir_all(&lib_dir).expect("library directory");
@@ -203,6 +310,7 @@ impl Ours {
         Ours {
             lib_dir,
             work: work.path().to_owned(),
+            cache: fresh_cache(work.path(), "ours"),
             topology: topology.to_owned(),
             node: node.to_owned(),
             state: None,
@@ -216,12 +324,13 @@ impl Ours {
         self
     }
 
-    /// The same fabric and state, attached at `node`.
+    /// The same fabric, state and OpenSM cache, attached at `node`.
     #[must_use]
     pub fn at(&self, node: &str) -> Ours {
         Ours {
             lib_dir: self.lib_dir.clone(),
             work: self.work.clone(),
+            cache: self.cache.clone(),
             topology: self.topology.clone(),
             node: node.to_owned(),
             state: self.state.clone(),
@@ -241,15 +350,30 @@ impl Ours {
         d
     }
 
+    /// OpenSM's cache and temporary directory in this world.
+    pub fn cache(&self) -> &Path {
+        &self.cache
+    }
+
     /// The command for `program` (under `timeout`) with the environment set.
     pub fn command(&self, program: &Path) -> Command {
-        let mut c = limited(program);
+        let mut c = limited(program, PROGRAM_LIMIT);
         c.env("LD_LIBRARY_PATH", &self.lib_dir)
             .env(ibumad::DEVICE_ENV, self.device())
-            .env("OSM_CACHE_DIR", &self.work)
-            .env("OSM_TMP_DIR", &self.work)
+            .env("OSM_CACHE_DIR", &self.cache)
+            .env("OSM_TMP_DIR", &self.cache)
             .current_dir(&self.work);
         c
+    }
+
+    /// `opensm -o -s 0 -f LOG` (one sweep), its cache checked empty first; panics with the
+    /// end of the log unless it exits 0.
+    #[track_caller]
+    pub fn opensm_once(&self, opensm: &Path, log: &Path) -> Run {
+        assert_empty_dir(&self.cache, "ours: OpenSM's cache");
+        let args = opensm_once_args(log);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        opensm_ok(self.run(opensm, &args), log)
     }
 
     /// Run `program args`.
@@ -285,11 +409,20 @@ pub struct Ibsim {
     child: Child,
     sock: String,
     work: PathBuf,
+    cache: PathBuf,
+    log: PathBuf,
 }
 
 impl Ibsim {
     /// Start `ibsim -s -n topology` (`None` when ibsim or umad2sim is missing outside CI).
     pub fn start(work: &WorkDir, topology: &Path) -> Option<Ibsim> {
+        Ibsim::start_with(work, topology, &[])
+    }
+
+    /// [`Ibsim::start`] with more of ibsim's options before the file (e.g. its table sizes,
+    /// `-N`, `-S`, `-P`). Its output goes to `WORK/ibsim-SOCK.log`; it must listen within
+    /// 30 s. Its OpenSM cache is a new, empty directory.
+    pub fn start_with(work: &WorkDir, topology: &Path, extra: &[&str]) -> Option<Ibsim> {
         static N: AtomicU32 = AtomicU32::new(0);
         let ibsim = need_program("ibsim", "ibsim-utils")?;
         need(Path::new(UMAD2SIM).exists(), UMAD2SIM, "libumad2sim0")?;
@@ -298,9 +431,11 @@ impl Ibsim {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let log = std::fs::File::create(work.join("ibsim.log")).expect("ibsim log");
+        let log_path = work.join(&format!("ibsim-{sock}.log"));
+        let log = std::fs::File::create(&log_path).expect("ibsim log");
         let child = Command::new(ibsim)
             .args(["-s", "-n"])
+            .args(extra)
             .arg(topology)
             .env("IBSIM_SOCKNAME", &sock)
             .current_dir(work.path())
@@ -313,6 +448,8 @@ impl Ibsim {
             child,
             sock,
             work: work.path().to_owned(),
+            cache: fresh_cache(work.path(), "ibsim"),
+            log: log_path,
         };
         sim.wait_ready();
         Some(sim)
@@ -327,7 +464,7 @@ impl Ibsim {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
             if let Ok(Some(status)) = self.child.try_wait() {
-                let log = std::fs::read_to_string(self.work.join("ibsim.log")).unwrap_or_default();
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
                 panic!("ibsim exited ({status}) before it listened:\n{log}");
             }
             let unix = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
@@ -339,13 +476,24 @@ impl Ibsim {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("ibsim did not listen on {name} within 30 s");
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        panic!("ibsim did not listen on {name} within 30 s; it printed:\n{log}");
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// OpenSM's cache and temporary directory in this world.
+    pub fn cache(&self) -> &Path {
+        &self.cache
     }
 
     /// The command for `program` (under `timeout`), attached at node `host` (its name in
     /// the file).
     pub fn command(&self, program: &Path, host: &str) -> Command {
-        let mut c = limited(program);
+        let mut c = limited(program, PROGRAM_LIMIT);
         self.environment(&mut c, host);
         c
     }
@@ -362,9 +510,19 @@ impl Ibsim {
         c.env("LD_PRELOAD", UMAD2SIM)
             .env("IBSIM_SOCKNAME", &self.sock)
             .env("SIM_HOST", host)
-            .env("OSM_CACHE_DIR", &self.work)
-            .env("OSM_TMP_DIR", &self.work)
+            .env("OSM_CACHE_DIR", &self.cache)
+            .env("OSM_TMP_DIR", &self.cache)
             .current_dir(&self.work);
+    }
+
+    /// `opensm -o -s 0 -f LOG` at `host` (one sweep), its cache checked empty first; panics
+    /// with the end of the log unless it exits 0.
+    #[track_caller]
+    pub fn opensm_once(&self, opensm: &Path, host: &str, log: &Path) -> Run {
+        assert_empty_dir(&self.cache, "ibsim: OpenSM's cache");
+        let args = opensm_once_args(log);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        opensm_ok(self.run(opensm, host, &args), log)
     }
 
     /// Run `program args` attached at `host`.
@@ -523,8 +681,55 @@ pub struct Case {
     pub topology: PathBuf,
     /// The CA (its name in the file) the programs attach at.
     pub node: String,
-    /// Links the test took out of the file it started from (for the dropped-link case).
-    pub dropped: Vec<String>,
+    /// The ports the test uncabled, as (node name, port): both ends of each link it took out
+    /// of the file it started from (the dropped-link case; empty for the others).
+    pub dropped: Vec<(String, u8)>,
+}
+
+/// What a fabric check ([`sim::fabric::check::check`]) must have walked on a configured
+/// fabric, computed from the topology file: so that a check walking nothing cannot pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walked {
+    /// Both ends of every link, and every switch's port 0.
+    pub cabled_ports: usize,
+    /// Switches plus cabled CA ports (LMC 0: one LID each).
+    pub lids: usize,
+    /// CA ports with a link.
+    pub ca_ports: usize,
+    /// Ordered pairs of distinct such CA ports.
+    pub pairs: usize,
+}
+
+impl Walked {
+    /// The counts for the fabric of `topology`.
+    pub fn of(topology: &Path) -> Walked {
+        let f = Fabric::parse_file(topology).expect("topology parses");
+        let mut switches = 0;
+        let mut ca_ports = 0;
+        for n in f.node_ids() {
+            if f.node(n).kind() == sim::fabric::NodeType::Switch {
+                switches += 1;
+            } else {
+                ca_ports += f.ports_of(n).filter(|&p| f.peer(p).is_some()).count();
+            }
+        }
+        Walked {
+            cabled_ports: 2 * f.link_count() + switches,
+            lids: switches + ca_ports,
+            ca_ports,
+            pairs: ca_ports * ca_ports.saturating_sub(1),
+        }
+    }
+
+    /// The same counts from a check's report.
+    pub fn from_report(r: &sim::fabric::check::Report) -> Walked {
+        Walked {
+            cabled_ports: r.cabled_ports,
+            lids: r.lids,
+            ca_ports: r.ca_ports,
+            pairs: r.pairs,
+        }
+    }
 }
 
 /// ibsim's example fabrics (`sim/tests/net-examples/`, copies of Debian's
@@ -569,19 +774,29 @@ pub fn fat_tree_648(work: &WorkDir) -> Case {
 }
 
 /// A small fat tree (4 leaves of 3 hosts, 2 spines) with the first uplink of `leaf-1`
-/// (its port 4) taken out.
+/// (its port 4) taken out; `dropped` names both ends.
 pub fn dropped_link(work: &WorkDir) -> Case {
     let mut text = Vec::new();
     sim::fabric::generator::generate_text("fat-tree:leaves=4,hosts=3,spines=2", &mut text)
         .expect("the generator takes the spec");
-    let text = drop_link(&String::from_utf8_lossy(&text), "leaf-1", 4);
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let full = Fabric::parse_str("topology", &text).expect("topology parses");
+    let leaf = full.node_by_name("leaf-1").expect("leaf-1");
+    let peer = full
+        .peer(full.port_id(leaf, 4).expect("leaf-1 port 4"))
+        .expect("leaf-1 port 4 is cabled");
+    let spine = (
+        full.name(full.port(peer).node()).to_owned(),
+        full.port(peer).num(),
+    );
+    let text = drop_link(&text, "leaf-1", 4);
     let path = work.join("dropped.topo");
     std::fs::write(&path, text).expect("write the topology");
     Case {
         name: "dropped-link".into(),
         topology: path,
         node: "host-1".into(),
-        dropped: vec!["\"leaf-1\"[4]".into()],
+        dropped: vec![("leaf-1".into(), 4), spine],
     }
 }
 
@@ -591,4 +806,53 @@ pub fn all_cases(work: &WorkDir) -> Vec<Case> {
     v.push(fat_tree_648(work));
     v.push(dropped_link(work));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program that ignores SIGTERM (as one hung in a SIGTERM handler's exit path does) is
+    /// killed `kill_after` past its limit, rather than left running.
+    #[test]
+    fn limited_kills_a_program_that_ignores_sigterm() {
+        let mut c = limited_with(
+            Path::new("/bin/sh"),
+            Duration::from_millis(200),
+            Duration::from_millis(300),
+        );
+        c.args(["-c", "trap '' TERM; sleep 20; exit 3"]);
+        let r = run_command(c, "sh ignoring SIGTERM".into());
+        assert!(r.timed_out(), "{r:?}");
+        assert_eq!(
+            r.signal,
+            Some(libc::SIGKILL),
+            "SIGKILL after SIGTERM was ignored: {r:?}"
+        );
+        assert!(
+            r.took < Duration::from_secs(10),
+            "killed, not waited for: {r:?}"
+        );
+    }
+
+    /// A program that obeys SIGTERM ends at its limit with `timeout`'s code 124.
+    #[test]
+    fn limited_stops_a_program_at_its_limit() {
+        let mut c = limited(Path::new("/bin/sleep"), Duration::from_millis(200));
+        c.arg("20");
+        let r = run_command(c, "sleep".into());
+        assert_eq!((r.code, r.signal), (Some(124), None), "{r:?}");
+        assert!(r.timed_out());
+        assert!(r.took < Duration::from_secs(10), "{r:?}");
+    }
+
+    #[test]
+    fn assert_empty_dir_takes_an_empty_or_missing_directory_only() {
+        let work = WorkDir::new("empty-dir");
+        assert_empty_dir(&work.join("missing"), "missing");
+        assert_empty_dir(work.path(), "empty");
+        std::fs::write(work.join("guid2lid"), "0x1 1 1\n").unwrap();
+        let r = std::panic::catch_unwind(|| assert_empty_dir(work.path(), "held"));
+        assert!(r.is_err(), "a planted guid2lid is refused");
+    }
 }

@@ -7,8 +7,8 @@
 //! Every process a test starts is a [`Daemon`] or a bounded run: a `Daemon` is killed (by
 //! its pid) when dropped while still running, so a failing test leaves nothing behind; every
 //! wait has a limit and fails with what the process printed. [`mentioning`] finds processes
-//! still running whose command line names a path (the test's work directory), so a test can
-//! assert that none is left.
+//! still running whose command line names a path (the test's work directory) or that run in
+//! it, so a test can assert that none is left.
 //!
 //! The `hca` binary is the one cargo built beside the test (`target/<profile>/hca`, built by
 //! `cargo build`, `cargo nextest run --workspace` or `cargo test --workspace`, not by
@@ -218,7 +218,11 @@ impl Drop for Daemon {
     }
 }
 
-/// Processes other than this one whose command line contains `needle`, as "pid: cmdline".
+/// Processes other than this one whose command line contains `needle`, or whose working
+/// directory is `needle` or below it, as "pid: cmdline". The working directory catches what
+/// the command line does not name: ibsim's command line names the topology file (for the
+/// examples, in `sim/tests/net-examples/`), but the harness starts it, as every program, in
+/// the test's work directory.
 pub fn mentioning(needle: &str) -> Vec<String> {
     let me = std::process::id().to_string();
     let mut out = Vec::new();
@@ -234,7 +238,9 @@ pub fn mentioning(needle: &str) -> Vec<String> {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if cmdline.contains(needle) {
+        let in_dir =
+            std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(needle));
+        if cmdline.contains(needle) || in_dir {
             out.push(format!("{name}: {}", cmdline.trim_end()));
         }
     }
@@ -310,7 +316,8 @@ impl Served {
     }
 
     /// `hca run --lib LIB --device sim:server=SOCKET,node=NODE -- program` (the library the
-    /// test was built with), OpenSM's cache and dump directory `WORK/ours`.
+    /// test was built with), OpenSM's cache and dump directory `WORK/ours` (the ibsim world's
+    /// is its [`Ibsim::cache`]).
     pub fn command(&self, node: &str, program: &Path) -> Command {
         let cache = self.work.join("ours");
         std::fs::create_dir_all(&cache).expect("OpenSM's directory");
@@ -328,15 +335,12 @@ impl Served {
         c
     }
 
-    /// Runs `program args` at `node`, bounded by [`TOOL_LIMIT`].
+    /// Runs `program args` at `node`, bounded by [`TOOL_LIMIT`] (then SIGKILL
+    /// [`interop::KILL_AFTER`] later, [`interop::limited`]).
     pub fn run(&self, node: &str, program: &Path, args: &[&str]) -> Run {
         let inner = self.command(node, program);
-        let mut c = Command::new("timeout");
-        c.arg(TOOL_LIMIT.as_secs().to_string())
-            .arg(inner.get_program())
-            .args(inner.get_args())
-            .args(args)
-            .current_dir(&self.work);
+        let mut c = interop::limited(Path::new(inner.get_program()), TOOL_LIMIT);
+        c.args(inner.get_args()).args(args).current_dir(&self.work);
         for (k, v) in inner.get_envs() {
             if let Some(v) = v {
                 c.env(k, v);
@@ -478,6 +482,7 @@ pub fn ibsim_opensm(
     priority: u8,
 ) -> OpenSm {
     let (args, log) = opensm_args(work, "ibsim", priority);
+    interop::assert_empty_dir(sim.cache(), "ibsim: OpenSM's cache");
     let mut cmd = sim.daemon_command(opensm, host);
     cmd.args(&args);
     OpenSm::start(cmd, "ibsim", &log, &work.join("opensm-ibsim.out"))
@@ -494,6 +499,7 @@ pub fn our_opensm(
     extra: &[&str],
 ) -> OpenSm {
     let (args, log) = opensm_args(work, "ours", priority);
+    interop::assert_empty_dir(&served.work.join("ours"), "ours: OpenSM's cache");
     let mut cmd = served.command(node, opensm);
     cmd.args(&args).args(extra);
     OpenSm::start(cmd, "ours", &log, &work.join("opensm-ours.out"))
@@ -581,6 +587,26 @@ LinkRecord dump:
         assert_eq!(r[1].fields.len(), 2);
         assert_eq!(r[1].get("ToLID"), "5");
         assert!(sa_records("Query SA failed: Connection timed out\n").is_empty());
+    }
+
+    /// A process whose command line does not name the directory (as ibsim's names only the
+    /// topology file) but which runs in it is found.
+    #[test]
+    fn mentioning_finds_a_process_by_its_working_directory() {
+        let work = WorkDir::new("mentioning");
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30").current_dir(work.path());
+        let d = Daemon::spawn(cmd, "sleep", &work.join("sleep.out"));
+        let pid = d.pid().to_string();
+        let found = mentioning(&work.path().display().to_string());
+        drop(d);
+        assert!(
+            found.iter().any(|l| l.starts_with(&format!("{pid}: "))),
+            "sleep {pid} in {}: {found:?}",
+            work.path().display()
+        );
+        let after = mentioning(&work.path().display().to_string());
+        assert!(after.is_empty(), "killed when dropped: {after:?}");
     }
 
     #[test]

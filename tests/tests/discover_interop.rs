@@ -4,123 +4,38 @@
 //!
 //! Needs the Debian packages ibsim-utils (ibsim, libumad2sim.so) and infiniband-diags.
 //! Without them the test fails under CI (`CI` set) saying what to install, and is skipped with
-//! that message elsewhere.
+//! that message elsewhere. ibsim and ibnetdiscover run through the interop harness
+//! ([`interop::Ibsim`]): full paths (`/usr/sbin` included), ibsim's output logged in the
+//! work directory, a bounded wait for it to listen, ibnetdiscover under `timeout -k`.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 use std::time::SystemTime;
 
 use hca_tests::discover_rig::DiscoverRig;
+use hca_tests::interop::{self, Ibsim, WorkDir};
 use hca_tools::discover::{Config, ibnetdiscover};
 use sim::fabric::{Fabric, generator};
 
-const UMAD2SIM: &str = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so";
-
-/// What is missing to run the real tools, if anything.
-fn missing() -> Option<String> {
-    let mut gone = Vec::new();
-    for (what, package) in [
-        ("ibsim", "ibsim-utils"),
-        ("ibnetdiscover", "infiniband-diags"),
-    ] {
-        let found = std::env::var_os("PATH")
-            .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(what).is_file()))
-            || Path::new("/usr/sbin").join(what).is_file();
-        if !found {
-            gone.push(format!("{what} (package {package})"));
-        }
-    }
-    if !Path::new(UMAD2SIM).is_file() {
-        gone.push(format!("{UMAD2SIM} (package libumad2sim0)"));
-    }
-    (!gone.is_empty()).then(|| gone.join(", "))
+/// ibnetdiscover (its full path), or `None` when the test is skipped: fails under CI, and
+/// skips elsewhere, naming the Debian package of what is missing ([`interop::need`]; ibsim
+/// and umad2sim are looked for by [`Ibsim::start_with`]).
+fn ibnetdiscover_program() -> Option<std::path::PathBuf> {
+    interop::need_program("ibnetdiscover", "infiniband-diags")
 }
 
-fn skip_if_missing() -> bool {
-    let Some(what) = missing() else {
-        return false;
-    };
-    let msg = format!(
-        "the ibnetdiscover comparison cannot run: missing {what} (.ci/run installs the packages)"
-    );
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("skipped: {msg}");
-    true
-}
-
-/// ibsim running a topology file, on a socket name of its own.
-struct Ibsim {
-    child: Child,
-    sock: String,
-    dir: PathBuf,
-}
-
-impl Ibsim {
-    fn start(topology: &Path, nodes: usize) -> Ibsim {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let sock = format!(
-            "hca-discover-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = std::env::temp_dir().join(&sock);
-        std::fs::create_dir_all(&dir).unwrap();
-        let n = (nodes * 2).max(2048).to_string();
-        let mut child = Command::new("ibsim")
-            .args([
-                "-s",
-                "-n",
-                "-N",
-                &n,
-                "-S",
-                &n,
-                "-P",
-                &(nodes * 80).max(20000).to_string(),
-            ])
-            .arg(topology)
-            .env("IBSIM_SOCKNAME", &sock)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ibsim");
-        let out = child.stdout.take().expect("ibsim's output");
-        let ready = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.contains("Network simulator ready"));
-        assert!(ready, "ibsim did not start on {}", topology.display());
-        Ibsim { child, sock, dir }
-    }
-
-    /// Run ibnetdiscover from `node` through umad2sim; its standard output.
-    fn ibnetdiscover(&self, node: &str) -> String {
-        let out = Command::new("ibnetdiscover")
-            .env("IBSIM_SOCKNAME", &self.sock)
-            .env("SIM_HOST", node)
-            .env("LD_PRELOAD", UMAD2SIM)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run ibnetdiscover");
-        assert!(
-            out.status.success(),
-            "ibnetdiscover failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("UTF-8")
-    }
-}
-
-impl Drop for Ibsim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// ibnetdiscover from `node` under ibsim (bounded: ibsim must listen within 30 s, the run
+/// is under `timeout -k`), ibsim's tables sized for `nodes`; `None` when skipped.
+fn ibsim_ibnetdiscover(
+    work: &WorkDir,
+    topology: &Path,
+    nodes: usize,
+    node: &str,
+) -> Option<String> {
+    let program = ibnetdiscover_program()?;
+    let n = (nodes * 2).max(2048).to_string();
+    let p = (nodes * 80).max(20000).to_string();
+    let sim = Ibsim::start_with(work, topology, &["-N", &n, "-S", &n, "-P", &p])?;
+    Some(sim.run(&program, node, &[]).ok().stdout)
 }
 
 /// The lines of an ibnetdiscover output without its date line.
@@ -132,12 +47,11 @@ fn undated(text: &str) -> Vec<&str> {
 
 /// Compare ibnetdiscover on ibsim with our discovery on the simulator, both from `node` of
 /// the topology file at `path`.
-fn compare(path: &Path, node: &str) {
+fn compare(work: &WorkDir, path: &Path, node: &str) {
     let fabric = Fabric::parse_file(path).expect("topology");
     let nodes = fabric.node_count();
-    let real = {
-        let ibsim = Ibsim::start(path, nodes);
-        ibsim.ibnetdiscover(node)
+    let Some(real) = ibsim_ibnetdiscover(work, path, nodes, node) else {
+        return;
     };
     let rig = DiscoverRig::new(fabric, node);
     let t = rig.discover(&Config::default());
@@ -155,9 +69,7 @@ fn compare(path: &Path, node: &str) {
 
 #[test]
 fn the_ibsim_examples_read_as_ibnetdiscover_writes_them() {
-    if skip_if_missing() {
-        return;
-    }
+    let work = WorkDir::new("discover-examples");
     for name in [
         "net",
         "net.1",
@@ -165,30 +77,26 @@ fn the_ibsim_examples_read_as_ibnetdiscover_writes_them() {
         "net.2sw2path4hca",
         "net.2sw2path4hca2port",
     ] {
-        compare(&hca_tests::mad_fabric::example(name), "Hca1");
+        compare(&work, &hca_tests::mad_fabric::example(name), "Hca1");
     }
 }
 
 #[test]
 fn mellanox_qdr_ports_read_as_ibnetdiscover_writes_them() {
-    if skip_if_missing() {
-        return;
-    }
+    let work = WorkDir::new("discover-qdr");
     // Both tools ask the QDR ports of these Mellanox devices for ExtendedPortInfo.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mellanox-qdr.topo");
-    compare(&path, "H-0c42a10300a3e1c8");
+    compare(&work, &path, "H-0c42a10300a3e1c8");
 }
 
 #[test]
 fn a_generated_fat_tree_reads_as_ibnetdiscover_writes_it() {
-    if skip_if_missing() {
-        return;
-    }
     // Rates other than ibsim's default, and hosts reached through two levels of switches.
-    let path = std::env::temp_dir().join(format!("hca-discover-ft-{}.topo", std::process::id()));
+    // The file is in the work directory, removed with it (kept, and named, on a failure).
+    let work = WorkDir::new("discover-ft");
+    let path = work.join("ft.topo");
     let mut file = std::fs::File::create(&path).unwrap();
     generator::generate_text("fat-tree:leaves=8,hosts=6,spines=4,link=4xEDR", &mut file).unwrap();
     drop(file);
-    compare(&path, "host-1");
-    std::fs::remove_file(&path).unwrap();
+    compare(&work, &path, "host-1");
 }

@@ -21,11 +21,14 @@
 //!   state is a configured fabric (every port ACTIVE, LIDs unique, every CA reaches every
 //!   other), and no process of the test is left.
 //!
-//! And traps: with OpenSM's periodic sweep off (`-s 0`), a switch port disabled and enabled
-//! again with `ibportstate` makes the switch send trap 128 (link state change) to the SM,
-//! whose re-sweep drops the CA behind it and then brings it back, at the same LID. (ibsim
-//! 0.10 sends no trap for a PortInfo Set, so its OpenSM learns nothing without a sweep: this
-//! test has no ibsim half.)
+//! And traps: with OpenSM's periodic sweep off (`-s 0`), a spine's port to a leaf (the
+//! leaf's uplink its route to the SM does not use) disabled and enabled again with
+//! `ibportstate` makes the leaf, whose port went down under it, send trap 128 (link state
+//! change) to the SM (the spine, which the SM's own Set changed, sends none); each trap makes
+//! OpenSM re-sweep. With the uplink down the leaf's port is Down and the SA still has every
+//! node (the leaf keeps its other uplink); enabled again, the port is Active. (ibsim 0.10
+//! sends no trap for a PortInfo Set, so its OpenSM learns nothing without a sweep: this test
+//! has no ibsim half.)
 
 use std::path::Path;
 use std::time::Instant;
