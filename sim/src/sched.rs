@@ -245,11 +245,18 @@ impl Scheduler {
 
     /// Packets a network handed to this scheduler for a device port that, when they fell due,
     /// had no device any more (its sink dropped, e.g. the device detached while a link delay
-    /// held the packet): delivered to nobody. Counts the deliveries of every network that
+    /// held the packet), or that a fabric server could not write to its client because the
+    /// client's connection had ended or failed: delivered to nobody. Counts the deliveries of every network that
     /// uses this scheduler; [`Network::drops`](crate::net::Network::drops) reports it as
     /// [`DropReason::DeviceGone`](crate::net::DropReason::DeviceGone).
     pub fn undelivered(&self) -> u64 {
         self.undelivered.load(Ordering::Relaxed)
+    }
+
+    /// Counts one packet delivered to nobody, lost outside the scheduler for the same reason:
+    /// a fabric server's client had gone before the packet could be written to it.
+    pub(crate) fn count_undelivered(&self) {
+        self.undelivered.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Pop the earliest event if it is due at `now`.

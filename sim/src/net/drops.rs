@@ -41,7 +41,10 @@ pub enum DropReason {
     BadQkey,
     /// The packet fell due at a device port whose device had gone by then, typically since it
     /// was sent (its sink dropped, e.g. detached while a link delay held the packet): delivered
-    /// to nobody. Counted by the network's scheduler
+    /// to nobody; or, behind a [`FabricServer`](super::remote::FabricServer), a packet for a
+    /// client whose connection had ended or failed before the server could write it
+    /// ([`ServerStats::gone_drops`](super::remote::ServerStats::gone_drops)). Counted by the
+    /// network's scheduler
     /// ([`Scheduler::undelivered`](crate::Scheduler::undelivered)), for every network sharing
     /// that scheduler.
     DeviceGone,

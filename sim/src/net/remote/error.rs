@@ -39,6 +39,21 @@ pub enum RemoteError {
         /// The socket's path.
         path: PathBuf,
     },
+    /// Another process held the socket's lock file for as long as a server waits for it
+    /// ([`IO_TIMEOUT`](super::IO_TIMEOUT)); a server holds it only while it claims and binds
+    /// the path, so that one is stuck.
+    #[error(
+        "another process has held {lock} for {waited:?}: a fabric server starting on {path} \
+         is stuck there; stop it, or give this one another socket path"
+    )]
+    Locked {
+        /// The socket's path.
+        path: PathBuf,
+        /// The lock file beside it.
+        lock: PathBuf,
+        /// How long this server waited.
+        waited: std::time::Duration,
+    },
     /// The path exists and is not a socket; the server does not remove such a file.
     #[error("{path} exists and is not a socket: remove it or choose another socket path")]
     NotASocket {

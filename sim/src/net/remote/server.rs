@@ -5,11 +5,25 @@
 //! each client has a reader (its frames, answered under the network's lock) and a writer (the
 //! frames for it, from a bounded queue, so a client that stops reading can hold up only
 //! itself: when its queue is full, packets for it are dropped and counted, as a full
-//! receive queue drops them on hardware).
+//! receive queue drops them on hardware). Packets for a client whose connection has ended or
+//! failed are counted too ([`ServerStats::gone_drops`], and in the network's
+//! [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone), as an
+//! in-process network counts a packet for a device that has gone): every packet the network
+//! hands a client is written to its socket or counted.
+//!
+//! The socket file: a server takes an exclusive `flock` on `PATH.lock` beside it while it
+//! claims the path (a stale socket, one nobody answers on, is removed), binds and records
+//! which file it bound, so two servers starting together on one path cannot both think they
+//! own it: the second sees the first's socket live. The lock file is left in place (empty; the
+//! kernel drops the lock with its last descriptor, also when the process dies). At its stop a
+//! server removes the socket file only if it is still the one it bound, checked while its
+//! listening socket is still open (so the file's inode cannot have been reused by another).
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -60,6 +74,8 @@ impl Default for ServerLimits {
 const BUSY_WRITE: Duration = Duration::from_millis(100);
 /// How often the scheduler thread looks at the stop flag when nothing happens.
 const CLOCK_TICK: Duration = Duration::from_millis(200);
+/// How often a starting server tries again for the lock another server holds.
+const LOCK_RETRY: Duration = Duration::from_millis(5);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -75,7 +91,9 @@ pub struct ServerStats {
     /// Connections refused (bad attach, version, malformed or out-of-turn frames, too many
     /// waiting to attach, no ATTACH in time).
     pub refused: u64,
-    /// Connections closed for a malformed frame (also counted in `refused`).
+    /// Connections closed for a malformed frame (also counted in `refused`). A connection
+    /// that ends inside a frame once attached (a client killed while it wrote) is a
+    /// disconnect, not counted here.
     pub malformed: u64,
     /// Connections refused because [`ServerLimits::max_handshakes`] connections were already
     /// waiting to attach (also counted in `refused`).
@@ -85,6 +103,13 @@ pub struct ServerStats {
     pub timed_out: u64,
     /// Packets and port changes dropped because a client's queue was full.
     pub queue_drops: u64,
+    /// Packets (DELIVER frames) written to clients' sockets.
+    pub sent: u64,
+    /// Packets for a client whose connection had ended or failed before they could be
+    /// written: queued when it went, or handed over after. Also counted in the network's
+    /// [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone). (Port
+    /// changes for a gone client are news to nobody, as in the network: not counted.)
+    pub gone_drops: u64,
 }
 
 #[derive(Default)]
@@ -96,6 +121,8 @@ struct Counters {
     busy: AtomicU64,
     timed_out: AtomicU64,
     queue_drops: AtomicU64,
+    sent: AtomicU64,
+    gone_drops: AtomicU64,
 }
 
 /// A connection's thread and a handle on its socket (to close it at shutdown).
@@ -122,6 +149,17 @@ struct Shared {
     after_attach: Mutex<Option<AttachHook>>,
 }
 
+impl Shared {
+    /// Counts `msg`, for a client that has gone, as lost: a packet is a drop, a port change
+    /// nothing.
+    fn lost(&self, msg: &ServerMsg) {
+        if matches!(msg, ServerMsg::Deliver(_)) {
+            self.counters.gone_drops.fetch_add(1, Ordering::Relaxed);
+            self.net.scheduler().count_undelivered();
+        }
+    }
+}
+
 /// What a test runs right after a client's port is attached.
 #[cfg(test)]
 type AttachHook = Box<dyn Fn(&dyn PortSink) + Send>;
@@ -136,6 +174,10 @@ pub struct FabricServer {
     identity: (u64, u64),
     /// Wakes the accept thread at the stop (not a connection to the path: see `wake.rs`).
     wake: Stop,
+    /// The listening socket, shared with the accept thread and held until the socket file
+    /// is removed: while it is open the file's inode is taken, so `identity` still names
+    /// this server's socket and no other's.
+    listener: Option<Arc<UnixListener>>,
     accept: Option<JoinHandle<()>>,
     clock: Option<JoinHandle<()>>,
 }
@@ -175,11 +217,15 @@ fn claim(path: &Path) -> Result<(), RemoteError> {
         }),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
             tracing::info!(path = %path.display(), "removing a stale fabric server socket");
-            std::fs::remove_file(path).map_err(|e| RemoteError::ServerIo {
-                path: path.to_owned(),
-                what: "removing a stale socket",
-                source: e,
-            })
+            match std::fs::remove_file(path) {
+                // Removed meanwhile by the server that made it, at the end of its stop.
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                r => r.map_err(|e| RemoteError::ServerIo {
+                    path: path.to_owned(),
+                    what: "removing a stale socket",
+                    source: e,
+                }),
+            }
         }
         Err(e) => Err(RemoteError::ServerIo {
             path: path.to_owned(),
@@ -189,10 +235,70 @@ fn claim(path: &Path) -> Result<(), RemoteError> {
     }
 }
 
+/// `PATH.lock`: the lock file of the socket at `path`.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// An exclusive `flock` on a socket's lock file, released when dropped (the kernel releases
+/// it with the file's last descriptor, so a server that dies leaves no lock behind).
+struct PathLock {
+    _file: File,
+}
+
+/// Takes the lock on `path`'s lock file, waiting up to [`IO_TIMEOUT`] for a server that holds
+/// it (it holds it only while it claims and binds the path).
+fn lock_socket_path(path: &Path) -> Result<PathLock, RemoteError> {
+    let lock = lock_path(path);
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock)
+        .map_err(|e| RemoteError::ServerIo {
+            path: path.to_owned(),
+            what: "opening the socket's lock file (PATH.lock)",
+            source: e,
+        })?;
+    let by = Instant::now() + IO_TIMEOUT;
+    loop {
+        // SAFETY: flock(2) takes a descriptor of `file`, which outlives the call, and reads
+        // or writes no memory of ours.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(PathLock { _file: file });
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            ErrorKind::Interrupted => {}
+            ErrorKind::WouldBlock if Instant::now() < by => std::thread::sleep(LOCK_RETRY),
+            ErrorKind::WouldBlock => {
+                return Err(RemoteError::Locked {
+                    path: path.to_owned(),
+                    lock,
+                    waited: IO_TIMEOUT,
+                });
+            }
+            _ => {
+                return Err(RemoteError::ServerIo {
+                    path: path.to_owned(),
+                    what: "locking the socket's lock file (PATH.lock)",
+                    source: e,
+                });
+            }
+        }
+    }
+}
+
 impl FabricServer {
     /// Serves `net` on a new socket at `path`, with the default [`ServerLimits`]. Refuses a
     /// path where a server answers ([`RemoteError::Live`]) or that is not a socket; replaces
-    /// a stale socket. The network must run on real time.
+    /// a stale socket. Servers starting on one path take turns (a lock on `PATH.lock`, left
+    /// in place), so of two starting together on a free or stale path one gets it and the
+    /// other finds it live. The network must run on real time.
     pub fn start(net: Network, path: &Path) -> Result<FabricServer, RemoteError> {
         FabricServer::start_with(net, path, ServerLimits::default())
     }
@@ -206,6 +312,9 @@ impl FabricServer {
         if net.scheduler().clock().mode() != ClockMode::Real {
             return Err(RemoteError::VirtualClock);
         }
+        // Held while the path is claimed, bound and recorded: no other server can take the
+        // path in between (remove the stale socket after we did, and then ours).
+        let guard = lock_socket_path(path)?;
         claim(path)?;
         let listener = UnixListener::bind(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
@@ -231,6 +340,8 @@ impl FabricServer {
             what: "looking at the new socket",
             source: e,
         })?;
+        drop(guard);
+        let listener = Arc::new(listener);
         let shared = Arc::new(Shared {
             net,
             stop: AtomicBool::new(false),
@@ -254,14 +365,16 @@ impl FabricServer {
             .spawn(move || run_clock(&s))
             .map_err(spawn_err)?;
         let s = shared.clone();
+        let l = listener.clone();
         let accept = std::thread::Builder::new()
             .name("fabric-accept".into())
-            .spawn(move || accept_loop(&s, &listener, &signal));
+            .spawn(move || accept_loop(&s, &l, &signal));
         let mut server = FabricServer {
             shared,
             path: path.to_owned(),
             identity: (meta.dev(), meta.ino()),
             wake,
+            listener: Some(listener),
             accept: None,
             clock: Some(clock),
         };
@@ -298,6 +411,8 @@ impl FabricServer {
             busy: c.busy.load(Ordering::Relaxed),
             timed_out: c.timed_out.load(Ordering::Relaxed),
             queue_drops: c.queue_drops.load(Ordering::Relaxed),
+            sent: c.sent.load(Ordering::Relaxed),
+            gone_drops: c.gone_drops.load(Ordering::Relaxed),
         }
     }
 
@@ -328,12 +443,15 @@ impl FabricServer {
         for c in conns {
             let _ = c.thread.join();
         }
-        // Only the socket this server bound: another server may have replaced the file.
+        // Only the socket this server bound: another server may have replaced the file. Our
+        // listening socket, still open, keeps the inode we recorded ours (Linux's unix_bind
+        // holds the bound path until unix_release_sock), so a match is no reused inode.
         if let Ok(m) = std::fs::symlink_metadata(&self.path) {
             if (m.dev(), m.ino()) == self.identity {
                 let _ = std::fs::remove_file(&self.path);
             }
         }
+        drop(self.listener.take());
         tracing::info!(path = %self.path.display(), "fabric server stopped");
     }
 }
@@ -433,19 +551,26 @@ struct ClientSink {
 
 impl ClientSink {
     fn push(&self, msg: ServerMsg) {
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(msg) {
-            let n = self
-                .shared
-                .counters
-                .queue_drops
-                .fetch_add(1, Ordering::Relaxed);
-            if n.is_power_of_two() {
-                tracing::warn!(
-                    "fabric server: client {} does not read; {} frames dropped so far",
-                    self.id,
-                    n + 1
-                );
-            }
+        match self.tx.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => self.full(),
+            // The writer has gone (it outlives every sender unless it died).
+            Err(TrySendError::Disconnected(msg)) => self.shared.lost(&msg),
+        }
+    }
+
+    fn full(&self) {
+        let n = self
+            .shared
+            .counters
+            .queue_drops
+            .fetch_add(1, Ordering::Relaxed);
+        if n.is_power_of_two() {
+            tracing::warn!(
+                "fabric server: client {} does not read; {} frames dropped so far",
+                self.id,
+                n + 1
+            );
         }
     }
 }
@@ -612,12 +737,35 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
         let _ = stream.shutdown(std::net::Shutdown::Both);
         return;
     };
+    // The writer starts before the port is attached and waits for `go` to write ATTACHED:
+    // from the attach on, the network may deliver to the client at any time (an SM sweeping
+    // the fabric), the packets queue meanwhile, and the client must read the answer to its
+    // ATTACH before any DELIVER. If the attach fails the writer is never let go and the
+    // refusal is written here.
+    let w = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("fabric server: connection {id}: no writer: {e}");
+            refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    };
     let (tx, rx) = sync_channel(CLIENT_QUEUE);
-    // ATTACHED goes first in the queue, before the port is attached: from then on the network
-    // may deliver to the client at any time (an SM sweeping the fabric), and the client must
-    // read the answer to its ATTACH before any DELIVER. If the attach fails the queue is never
-    // written.
-    let _ = tx.send(ServerMsg::Attached { version: VERSION });
+    let (go, ready) = sync_channel::<()>(1);
+    let s = shared.clone();
+    let writer = match std::thread::Builder::new()
+        .name(format!("fabric-write-{id}"))
+        .spawn(move || write_loop(&s, id, &w, &ready, &rx))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("fabric server: connection {id}: no writer: {e}");
+            refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    };
     let sink: Arc<dyn PortSink> = Arc::new(ClientSink {
         tx: tx.clone(),
         shared: shared.clone(),
@@ -627,6 +775,8 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
         Ok(l) => l,
         Err(e) => {
             tracing::info!("fabric server: connection {id} refused: {e}");
+            drop(go);
+            let _ = writer.join();
             refuse_now(shared, stream, refusal_of(&e), &e.to_string());
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
@@ -636,30 +786,11 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
     if let Some(hook) = lock(&shared.after_attach).as_ref() {
         hook(sink.as_ref());
     }
-    let w = match stream.try_clone() {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!("fabric server: connection {id}: no writer: {e}");
-            refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
-            return;
-        }
-    };
-    // Recorded before the writer starts, so that a client that has read ATTACHED is counted.
+    // Recorded before the writer is let go, so that a client that has read ATTACHED is
+    // counted.
     shared.counters.attaches.fetch_add(1, Ordering::Relaxed);
     lock(&shared.attached).insert(id, (node.clone(), port));
-    let writer = match std::thread::Builder::new()
-        .name(format!("fabric-write-{id}"))
-        .spawn(move || write_loop(&w, &rx))
-    {
-        Ok(t) => t,
-        Err(e) => {
-            lock(&shared.attached).remove(&id);
-            shared.counters.attaches.fetch_sub(1, Ordering::Relaxed);
-            tracing::warn!("fabric server: connection {id}: no writer: {e}");
-            refuse_now(shared, stream, RefuseCode::ShuttingDown, &e.to_string());
-            return;
-        }
-    };
+    let _ = go.send(());
     tracing::info!("fabric server: connection {id} attached at {node:?} port {port}");
     let _ = stream.set_read_timeout(None);
     let why = read_loop(shared, id, stream, &link, &tx);
@@ -687,6 +818,8 @@ fn read_loop(
         let body = match read_frame(&mut &*stream) {
             Ok(Some(b)) => b,
             Ok(None) => return "disconnected".into(),
+            // A client killed while it wrote: gone, not misbehaving.
+            Err(e @ WireError::Truncated { .. }) => return format!("disconnected: {e}"),
             Err(e) => {
                 if shared.stop.load(Ordering::SeqCst) {
                     return "the server is stopping".into();
@@ -755,16 +888,48 @@ fn malformed(shared: &Shared, id: u64, tx: &SyncSender<ServerMsg>, e: &WireError
     format!("malformed frame: {e}")
 }
 
-/// Sends a client its frames until every sender is gone or the socket fails.
-fn write_loop(stream: &UnixStream, rx: &Receiver<ServerMsg>) {
-    for msg in rx {
-        if let Err(e) = send_all(stream, &msg.encode()) {
-            tracing::debug!("fabric server: writing to a client: {e}");
-            // The reader sees the connection end and detaches the client.
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            return;
-        }
+/// Sends a client ATTACHED once `ready` says its port is attached (nothing if `ready`'s
+/// sender goes first: the attach failed), then its frames until every sender is gone. Once a
+/// write fails it closes the connection (the reader sees the end and detaches the client) and
+/// takes the rest without writing, counting the packets lost, so that a sender never finds
+/// the queue gone with frames in it uncounted.
+fn write_loop(
+    shared: &Shared,
+    id: u64,
+    stream: &UnixStream,
+    ready: &Receiver<()>,
+    rx: &Receiver<ServerMsg>,
+) {
+    if ready.recv().is_err() {
+        return;
     }
+    let mut open = write(stream, &ServerMsg::Attached { version: VERSION }).is_ok();
+    for msg in rx {
+        if open {
+            match write(stream, &msg) {
+                Ok(()) => {
+                    if matches!(msg, ServerMsg::Deliver(_)) {
+                        shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!("fabric server: writing to client {id}: {e}");
+                    open = false;
+                }
+            }
+        }
+        shared.lost(&msg);
+    }
+}
+
+/// Writes one frame; on failure closes the connection both ways.
+fn write(stream: &UnixStream, msg: &ServerMsg) -> std::io::Result<()> {
+    let r = send_all(stream, &msg.encode());
+    if r.is_err() {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+    r
 }
 
 #[cfg(test)]
@@ -843,6 +1008,50 @@ mod tests {
             other => panic!("expected the delivery after ATTACHED, got {other:?}"),
         }
         drop(stream);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A client that goes while packets for it are queued: each packet the network handed
+    // it is written to its socket or counted, the ones queued when it went and the ones handed
+    // over after (ibsim warns of each packet it cannot write, ibsim.c sim_read_pkt).
+    #[test]
+    fn every_packet_for_a_client_that_goes_is_written_or_counted() {
+        const N: u64 = 20_000;
+        let (server, dir) = serve_example("sim-gone-client");
+        *lock(&server.shared.after_attach) = Some(Box::new(|sink| {
+            for _ in 0..N {
+                sink.deliver(1, packet());
+            }
+        }));
+
+        let mut stream = UnixStream::connect(server.path()).unwrap();
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: "Hca1".into(),
+            port: 1,
+        };
+        send_all(&stream, &attach.encode()).unwrap();
+        assert!(matches!(next(&mut stream), ServerMsg::Attached { .. }));
+        drop(stream);
+
+        let by = Instant::now() + Duration::from_secs(10);
+        let counted = |st: ServerStats| st.sent + st.queue_drops + st.gone_drops;
+        while counted(server.stats()) < N && Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let st = server.stats();
+        assert_eq!(counted(st), N, "written or dropped: {st:?}");
+        assert_eq!(st.queue_drops, N - CLIENT_QUEUE as u64, "{st:?}");
+        assert!(st.gone_drops > 0, "{st:?}");
+        assert_eq!(
+            server
+                .network()
+                .drops()
+                .get(crate::net::DropReason::DeviceGone),
+            st.gone_drops,
+            "the network counts the packets for the gone client as DeviceGone"
+        );
         server.shutdown();
         let _ = std::fs::remove_dir_all(&dir);
     }
