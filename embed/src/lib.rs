@@ -391,6 +391,13 @@ fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), String> {
                 return Err("node_guid= applies to an HCA alone: on a topology the node's GUID comes from the file".into());
             }
             let fabric = Fabric::parse_file(file).map_err(|e| e.to_string())?;
+            if fabric.node_count() == 0 {
+                // Else the node lookup says only that `node` is not in it.
+                return Err(format!(
+                    "topology={file}: the file has no nodes (is it empty?): give a topology \
+                     such as `hca discover -o FILE` or `hca sim gen SPEC -o FILE` writes"
+                ));
+            }
             let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
             let Some(state) = &p.state else {
                 let dev = Mlx5::on_network(p.cfg, &net, node.as_str(), p.port)
@@ -716,6 +723,20 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let msg = open_err(&format!("sim:topology={file},node=Hca1"));
         assert!(msg.contains("embed-mlx5"), "the file is named: {msg}");
+    }
+
+    #[test]
+    fn an_empty_topology_is_said_to_have_no_nodes() {
+        install();
+        let path = std::env::temp_dir().join(format!("embed-empty-{}.topo", std::process::id()));
+        std::fs::write(&path, "# nothing here\n\n").unwrap();
+        let msg = open_err(&format!("sim:topology={},node=host-1", path.display()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            msg.contains("embed-empty") && msg.contains("the file has no nodes"),
+            "{msg}"
+        );
+        assert!(!msg.contains("no node named"), "{msg}");
     }
 
     #[test]
