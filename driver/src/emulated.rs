@@ -61,10 +61,32 @@ pub trait DeviceModel: Send + Sync {
 /// Something that builds device models from the parameters of a `sim:` device string.
 pub trait ModelProvider: Send + Sync {
     /// Build a model from `key=value` parameters (in the order given).
-    fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, String>;
+    fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, ModelOpenError>;
 
     /// One line per accepted parameter, for error messages and `--help`.
     fn help(&self) -> &'static str;
+}
+
+/// Why a [`ModelProvider`] did not open a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelOpenError {
+    /// An unknown parameter, or one that another needs and is missing: the message comes with
+    /// the list of accepted parameters ([`ModelProvider::help`]).
+    Params(String),
+    /// Anything else (a bad value, a file, a node, a server): the message says what to fix.
+    Open(String),
+}
+
+impl From<String> for ModelOpenError {
+    fn from(reason: String) -> Self {
+        ModelOpenError::Open(reason)
+    }
+}
+
+impl From<&str> for ModelOpenError {
+    fn from(reason: &str) -> Self {
+        ModelOpenError::Open(reason.to_owned())
+    }
 }
 
 static PROVIDER: OnceLock<RwLock<Option<Arc<dyn ModelProvider>>>> = OnceLock::new();
@@ -149,12 +171,13 @@ impl EmulatedBackend {
         describe: impl Into<String>,
     ) -> Result<Self, DriverError> {
         let provider = provider().ok_or(DriverError::NoSimulator)?;
-        let model = provider
-            .open(params)
-            .map_err(|reason| DriverError::SimParams {
+        let model = provider.open(params).map_err(|e| match e {
+            ModelOpenError::Params(reason) => DriverError::SimParams {
                 reason,
                 help: provider.help(),
-            })?;
+            },
+            ModelOpenError::Open(reason) => DriverError::SimOpen { reason },
+        })?;
         Ok(EmulatedBackend::new(model, describe))
     }
 

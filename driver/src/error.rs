@@ -31,13 +31,21 @@ pub enum DriverError {
     )]
     NoSimulator,
 
-    /// The simulator refused its parameters.
+    /// The simulator does not know a parameter, or misses one another needs.
     #[error("the simulator refused its parameters: {reason}\naccepted parameters:\n{help}")]
     SimParams {
         /// Why.
         reason: String,
         /// The parameters it accepts.
         help: &'static str,
+    },
+
+    /// The simulator could not open the device for another reason (a value, a file, a node,
+    /// a server), which the reason names.
+    #[error("the simulated device cannot be opened: {reason}")]
+    SimOpen {
+        /// Why.
+        reason: String,
     },
 
     /// The backend has no such region, or it cannot be mapped.

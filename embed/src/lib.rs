@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use dma::DmaMapper;
 use driver::backend::{IrqIndex, IrqInfo, PciId, RegionInfo, region};
-use driver::emulated::{DeviceModel, EmulatedBackend, ModelProvider, register_provider};
+use driver::emulated::{
+    DeviceModel, EmulatedBackend, ModelOpenError, ModelProvider, register_provider,
+};
 use driver::eventfd::EventFd;
 use sim::fabric::Fabric;
 use sim::mlx5::config::parse_fw;
@@ -229,7 +231,7 @@ fn number<T: TryFrom<u64>>(key: &str, v: &str) -> Result<T, String> {
         .ok_or_else(|| format!("{key}={v}: not a number in range"))
 }
 
-fn parse(params: &[(String, String)]) -> Result<Params, String> {
+fn parse(params: &[(String, String)]) -> Result<Params, ModelOpenError> {
     let mut p = Params {
         model: "mlx5".to_string(),
         clock: ClockMode::Real,
@@ -253,7 +255,7 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
                 p.clock = match v.as_str() {
                     "real" => ClockMode::Real,
                     "virtual" => ClockMode::Virtual,
-                    other => return Err(format!("clock={other}: expected real or virtual")),
+                    other => return Err(format!("clock={other}: expected real or virtual").into()),
                 }
             }
             "topology" => p.topology = Some(v.clone()),
@@ -270,7 +272,9 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
                     "init" => StandaloneInit::Init,
                     "down" => StandaloneInit::Down,
                     other => {
-                        return Err(format!("port_state={other}: expected active, init or down"));
+                        return Err(
+                            format!("port_state={other}: expected active, init or down").into()
+                        );
                     }
                 }
             }
@@ -280,7 +284,11 @@ fn parse(params: &[(String, String)]) -> Result<Params, String> {
                 p.cfg.node_guid = number(k, v)?;
                 p.node_guid_set = true;
             }
-            other => return Err(format!("unknown parameter {other:?}")),
+            other => {
+                return Err(ModelOpenError::Params(format!(
+                    "unknown parameter {other:?}"
+                )));
+            }
         }
     }
     Ok(p)
@@ -306,7 +314,7 @@ fn generated_fabric(spec: &str, node: Option<&str>) -> Result<(Fabric, String), 
 
 /// A simulated ConnectX on the fabric of the server at `path`: device port `p` on port
 /// `p.port + p - 1` of `p.node`, over its own link each.
-fn open_on_server(p: Params, path: &str) -> Result<Mlx5, String> {
+fn open_on_server(p: Params, path: &str) -> Result<Mlx5, ModelOpenError> {
     let conflict = [
         (p.topology.is_some(), "topology="),
         (p.fabric.is_some(), "fabric="),
@@ -318,7 +326,8 @@ fn open_on_server(p: Params, path: &str) -> Result<Mlx5, String> {
         return Err(format!(
             "server= and {what} exclude each other: the fabric server holds the topology and \
              its state (give those to `hca sim serve`)"
-        ));
+        )
+        .into());
     }
     if p.clock_set && p.clock != ClockMode::Real {
         return Err(
@@ -326,9 +335,9 @@ fn open_on_server(p: Params, path: &str) -> Result<Mlx5, String> {
         );
     }
     let Some(node) = &p.node else {
-        return Err(
+        return Err(ModelOpenError::Params(
             "server= needs node=NAME: the CA node of the server's fabric the HCA is".into(),
-        );
+        ));
     };
     let sched = Arc::new(Scheduler::new(ClockMode::Real));
     let ports = p.cfg.ports;
@@ -347,12 +356,14 @@ fn open_on_server(p: Params, path: &str) -> Result<Mlx5, String> {
 }
 
 /// A simulated ConnectX as the parameters describe it, with the guard of its `state=FILE`.
-fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), String> {
+fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), ModelOpenError> {
     if let Some(path) = p.server.clone() {
         return open_on_server(p, &path).map(|dev| (dev, None));
     }
     if p.state.is_some() && p.topology.is_none() {
-        return Err("state= needs topology= and node=: it saves a fabric's state".into());
+        return Err(ModelOpenError::Params(
+            "state= needs topology= and node=: it saves a fabric's state".into(),
+        ));
     }
     if p.init_set && (p.topology.is_some() || p.fabric.is_some()) {
         return Err(
@@ -372,25 +383,33 @@ fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), String> {
         let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
         return Mlx5::on_network(p.cfg, &net, node.as_str(), p.port)
             .map(|dev| (dev, None))
-            .map_err(|e| e.to_string());
+            .map_err(|e| e.to_string().into());
     }
     match (&p.topology, &p.node) {
         (None, None) => {
             if p.port != 1 {
-                return Err(
+                return Err(ModelOpenError::Params(
                     "port= needs topology= and node= (or fabric=): an HCA alone sits on port 1 of its own node"
-                        .into(),
+                        .into()),
                 );
             }
             Mlx5::standalone(p.cfg, p.clock, "sim-hca", p.init)
                 .map(|(dev, _net)| (dev, None))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string().into())
         }
         (Some(file), Some(node)) => {
             if p.node_guid_set {
                 return Err("node_guid= applies to an HCA alone: on a topology the node's GUID comes from the file".into());
             }
             let fabric = Fabric::parse_file(file).map_err(|e| e.to_string())?;
+            if fabric.node_count() == 0 {
+                // Else the node lookup says only that `node` is not in it.
+                return Err(format!(
+                    "topology={file}: the file has no nodes (is it empty?): give a topology \
+                     such as `hca discover -o FILE` or `hca sim gen SPEC -o FILE` writes"
+                )
+                .into());
+            }
             let net = Network::new(fabric, Arc::new(Scheduler::new(p.clock)));
             let Some(state) = &p.state else {
                 let dev = Mlx5::on_network(p.cfg, &net, node.as_str(), p.port)
@@ -406,7 +425,8 @@ fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), String> {
                 return Err(EmbedError::StateFileInUse {
                     path: path.to_owned(),
                 }
-                .to_string());
+                .to_string()
+                .into());
             }
             if path.exists() {
                 net.load_state(path).map_err(|e| e.to_string())?;
@@ -424,13 +444,17 @@ fn open_mlx5(p: Params) -> Result<(Mlx5, Option<StateGuard>), String> {
             });
             Ok((dev, Some(StateGuard { id })))
         }
-        (Some(_), None) => Err("topology= needs node=NAME: the CA node the HCA is".into()),
-        (None, Some(_)) => Err("node= needs topology=FILE, fabric=SPEC or server=PATH".into()),
+        (Some(_), None) => Err(ModelOpenError::Params(
+            "topology= needs node=NAME: the CA node the HCA is".into(),
+        )),
+        (None, Some(_)) => Err(ModelOpenError::Params(
+            "node= needs topology=FILE, fabric=SPEC or server=PATH".into(),
+        )),
     }
 }
 
 impl ModelProvider for Provider {
-    fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, String> {
+    fn open(&self, params: &[(String, String)]) -> Result<Arc<dyn DeviceModel>, ModelOpenError> {
         let p = parse(params)?;
         match p.model.as_str() {
             "mlx5" => {
@@ -453,7 +477,8 @@ impl ModelProvider for Provider {
             }
             other => Err(format!(
                 "model={other}: the simulator has no such model (known: mlx5, edu)"
-            )),
+            )
+            .into()),
         }
     }
 
@@ -657,9 +682,10 @@ mod tests {
         install();
         let msg = open_err("sim:model=nope");
         assert!(msg.contains("model=nope"), "{msg}");
+        let msg = open_err("sim:colour=blue");
+        assert!(msg.contains("colour"), "{msg}");
         assert!(msg.contains("clock=real"), "{msg}");
         assert!(msg.contains("topology=FILE"), "{msg}");
-        assert!(open_err("sim:colour=blue").contains("colour"));
         for (spec, says) in [
             ("sim:ports=3", "1 or 2 ports"),
             ("sim:fw=1.2", "MAJOR.MINOR.SUBMINOR"),
@@ -672,6 +698,45 @@ mod tests {
         ] {
             let msg = open_err(spec);
             assert!(msg.contains(says), "{spec}: {msg}");
+        }
+    }
+
+    #[test]
+    fn the_parameter_list_comes_only_with_an_unknown_or_missing_parameter() {
+        const LIST: &str = "accepted parameters:";
+        install();
+        for (spec, says) in [
+            ("sim:colour=blue", "unknown parameter \"colour\""),
+            ("sim:node=Hca1", "node= needs topology=FILE"),
+            (
+                "sim:topology=/nonexistent/x.net",
+                "topology= needs node=NAME",
+            ),
+            ("sim:port=2", "port= needs topology="),
+            ("sim:state=/nonexistent/s", "state= needs topology="),
+        ] {
+            let msg = open_err(spec);
+            assert!(msg.contains(says) && msg.contains(LIST), "{spec}: {msg}");
+        }
+        for (spec, says) in [
+            (
+                "sim:topology=/nonexistent/x.net,node=Hca1",
+                "/nonexistent/x.net",
+            ),
+            ("sim:clock=virtual,fabric=switch:hosts=2,node=Hca9", "Hca9"),
+            (
+                "sim:server=/nonexistent/sock,node=Hca1",
+                "/nonexistent/sock",
+            ),
+            ("sim:clock=sometimes", "expected real or virtual"),
+            ("sim:model=nope", "no such model"),
+        ] {
+            let msg = open_err(spec);
+            assert!(msg.contains(says), "{spec}: {msg}");
+            assert!(
+                !msg.contains(LIST),
+                "{spec}: the list buries the reason: {msg}"
+            );
         }
     }
 
@@ -716,6 +781,20 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let msg = open_err(&format!("sim:topology={file},node=Hca1"));
         assert!(msg.contains("embed-mlx5"), "the file is named: {msg}");
+    }
+
+    #[test]
+    fn an_empty_topology_is_said_to_have_no_nodes() {
+        install();
+        let path = std::env::temp_dir().join(format!("embed-empty-{}.topo", std::process::id()));
+        std::fs::write(&path, "# nothing here\n\n").unwrap();
+        let msg = open_err(&format!("sim:topology={},node=host-1", path.display()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            msg.contains("embed-empty") && msg.contains("the file has no nodes"),
+            "{msg}"
+        );
+        assert!(!msg.contains("no node named"), "{msg}");
     }
 
     #[test]

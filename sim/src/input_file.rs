@@ -25,12 +25,9 @@ pub enum InputFileError {
     /// Opening, inspecting or reading the file failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    /// The path is not a regular file (a device, FIFO, socket or directory), which may never
-    /// end or never answer.
-    #[error(
-        "it is a {kind}, not a regular file, and reading it might never end: save the text to a \
-         regular file and give that file's path"
-    )]
+    /// The path is not a regular file: a directory, or a device, FIFO or socket, which may
+    /// never end or never answer.
+    #[error("{}", not_regular_message(kind))]
     NotRegular {
         /// What it is instead ("character device", "FIFO", ...).
         kind: &'static str,
@@ -48,10 +45,25 @@ pub enum InputFileError {
     NotUtf8,
 }
 
+/// The message of [`InputFileError::NotRegular`]: what applies to a `kind`.
+fn not_regular_message(kind: &str) -> String {
+    if kind == DIRECTORY {
+        "it is a directory: give the path of a file (a directory has no text to read)".into()
+    } else {
+        format!(
+            "it is a {kind}, not a regular file, and reading it might never end: save the text \
+             to a regular file and give that file's path"
+        )
+    }
+}
+
+/// The kind [`kind_of`] gives a directory.
+const DIRECTORY: &str = "directory";
+
 /// What a non-regular file is, for the message.
 fn kind_of(t: std::fs::FileType) -> &'static str {
     if t.is_dir() {
-        "directory"
+        DIRECTORY
     } else if t.is_char_device() {
         "character device"
     } else if t.is_block_device() {

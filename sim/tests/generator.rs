@@ -220,10 +220,29 @@ fn bad_specs() {
         spec_problem("switch:hosts=300"),
         SpecProblem::TooManyPorts { ports: 300, .. }
     ));
-    assert!(matches!(
-        spec_problem("switch:hosts=4,ports=3"),
-        SpecProblem::BadValue { .. }
-    ));
+    // Too few ports: the message names the key given and says what the ports are for.
+    let e = spec_problem("switch:hosts=3,ports=2");
+    assert!(matches!(e, SpecProblem::BadValue { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains("bad value `2` for `ports`")
+            && m.contains("the switch needs at least 3 ports: one for each of the 3 hosts"),
+        "{m}"
+    );
+    let m = spec_problem("fat-tree:leaves=2,hosts=3,spines=2,links=2,leaf-ports=6").to_string();
+    assert!(
+        m.contains("for `leaf-ports`")
+            && m.contains(
+                "a leaf needs at least 7 ports: 3 for its hosts and 2 to each of the 2 spines"
+            ),
+        "{m}"
+    );
+    let m = spec_problem("fat-tree:leaves=3,hosts=1,spines=1,links=2,spine-ports=5").to_string();
+    assert!(
+        m.contains("for `spine-ports`")
+            && m.contains("a spine needs at least 6 ports: 2 to each of the 3 leaves"),
+        "{m}"
+    );
     assert!(matches!(
         spec_problem("fat-tree:leaves=255,hosts=1,spines=1"),
         SpecProblem::TooManyPorts { .. }

@@ -4,11 +4,13 @@
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// A token of a hex dump is not hex.
-    #[error("bad hex `{token}` (token {position}): {reason}")]
+    #[error("bad hex `{token}` (line {line}, token {position}): {reason}")]
     BadHex {
         /// The token as given.
         token: String,
-        /// Its position among the whitespace-separated tokens, from 1.
+        /// The line it is on, from 1.
+        line: usize,
+        /// Its position among the whitespace-separated tokens of its line, from 1.
         position: usize,
         /// What is wrong with it.
         reason: String,
@@ -24,15 +26,27 @@ pub enum ToolError {
         got: usize,
     },
     /// A number too large for its field.
-    #[error("{what} {value:#x} is too large (at most {max:#x})")]
+    #[error("{what} {value} is too large (at most {max:#x})")]
     OutOfRange {
         /// The field.
         what: &'static str,
-        /// The value given.
-        value: u64,
+        /// The value as given.
+        value: String,
         /// The largest allowed.
         max: u64,
     },
+    /// `hca decode status` given a count of numbers it does not take.
+    #[error(
+        "status takes 1 or 2 numbers (`0xSTATUS [0xSYNDROME]`), not {got}; or give the first 8 \
+         bytes of the command's output as a dump"
+    )]
+    StatusNumbers {
+        /// How many numbers were given.
+        got: usize,
+    },
+    /// A `*` line (repeated lines left out) in a dump whose offsets cannot say how many.
+    #[error("{0}")]
+    RepeatedLines(String),
     /// The layout decoder refused the bytes.
     #[error("cannot decode: {0}")]
     Decode(String),

@@ -677,6 +677,60 @@ fn decode_names_an_error_cqe_and_its_wc_status() {
     }
 }
 
+/// [`ERR_CQE_DUMP`] as dmesg shows it (a timestamp on each line), as `xxd` writes it (words
+/// and an ASCII column) and as `hexdump -C` writes it (offsets without colons, `*` for the
+/// repeated zero lines, `|ascii|`).
+const ERR_CQE_LOGS: [&str; 3] = [
+    "\
+[ 1234.567891] 00000000: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[ 1234.567892] 00000010: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[ 1234.567893] 00000020: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[ 1234.567894] 00000030: 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0
+",
+    "\
+00000000: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+00000010: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+00000020: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+00000030: 0000 0000 0000 9113 0a00 0048 0003 00d0  ...........H....
+",
+    "\
+00000000  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|
+*
+00000030  00 00 00 00 00 00 91 13  0a 00 00 48 00 03 00 d0  |...........H....|
+00000040
+",
+];
+
+#[test]
+fn decode_reads_dmesg_xxd_and_hexdump_c_dumps_as_the_plain_dump() {
+    let plain = hca_stdin(&["decode", "cqe"], ERR_CQE_DUMP);
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    for log in ERR_CQE_LOGS {
+        let o = hca_stdin(&["decode", "cqe"], log);
+        assert_eq!(o.status.code(), Some(0), "{log}\n{}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&plain), "{log}");
+    }
+}
+
+#[test]
+fn decode_status_refuses_three_numbers_and_a_number_past_64_bits() {
+    let t = tree();
+    let o = hca(t.path(), &["decode", "status", "0x03", "0xab1234", "0x1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("status takes 1 or 2 numbers"),
+        "{}",
+        stderr(&o)
+    );
+    let o = hca(t.path(), &["decode", "status", "0xffffffffffffffffffff"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("status 0xffffffffffffffffffff is too large"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn decode_of_a_short_or_bad_dump_says_what_is_wrong() {
     let o = hca_stdin(&["decode", "cqe"], "00 01 02");

@@ -26,9 +26,14 @@ Decodes bytes as the device wrote them (big-endian, in memory order) into named 
   status  a command's status: the first 8 bytes of its output (status byte, 3 reserved bytes,
           32-bit syndrome), or the numbers themselves with 0x prefixes: STATUS [SYNDROME].
 
-HEX is any hex dump: bytes or words with or without spaces, `0x` prefixes, colons and commas;
-leading offsets ending in `:` (`0000:`, `00000010:` as the kernel's print_hex_dump writes them)
-are skipped. With no HEX, or `-`, the dump is read from standard input.
+HEX is any hex dump: bytes or words with or without spaces, `0x` prefixes, colons and commas,
+or lines copied from a log or a dump tool. Skipped on each line: dmesg's `[timestamp]`, a
+`DRIVER 0000:03:00.0:` device prefix, everything up to an offset ending in `:` (`00000010:`
+as the kernel's print_hex_dump writes them, and xxd), hexdump -C's offset column, and an ASCII
+column (`|...|`, or after two spaces as xxd writes it). A `*` line (repeated lines left out by
+hexdump, od or xxd -a) is filled in from the offsets around it; without offsets (od -An), dump
+with -v. xxd -p and od -An -tx1 -v output are plain hex. With no HEX, or `-`, the dump is read
+from standard input.
 
 Examples:
   hca decode cqe 00000000 00000000 00000000 00000000 00000000 00000000 00000000 \\
@@ -60,78 +65,310 @@ pub struct Args {
 }
 
 /// Parse a hex dump into bytes (see [`HELP`] for the accepted forms).
+///
+/// Line by line: a leading `[...]` (dmesg's timestamp) and a `DRIVER DDDD:BB:DD.F:` device
+/// prefix are dropped, and so is everything up to and including an offset token (`0010:`);
+/// in `hexdump -C` output the offset has no colon, and the text is taken for that format when
+/// a line is an offset, two spaces, and a `|ascii|` column. A line ends at `|`, or at two
+/// spaces followed by text that is not hex and is no longer than the bytes before it (the
+/// ASCII column of `xxd` and of print_hex_dump with ascii). A `*` line (lines equal to the one
+/// before, left out) is expanded up to the next line's offset.
 pub fn parse_hex(text: &str) -> Result<Vec<u8>, ToolError> {
+    let hexdump_c = text.lines().any(is_hexdump_c_line);
     let mut out = Vec::new();
-    for (i, raw) in text
-        .split(|c: char| c.is_whitespace() || c == ',')
-        .filter(|t| !t.is_empty())
-        .enumerate()
-    {
-        // An offset column (`0000:`), or `aa:bb:cc` byte lists.
-        if let Some(offset) = raw.strip_suffix(':') {
-            if offset.chars().all(|c| c.is_ascii_hexdigit()) && !offset.is_empty() {
-                continue;
+    // The last line with bytes: its offset, and where its bytes are in `out`.
+    let mut last: Option<(Option<u64>, std::ops::Range<usize>)> = None;
+    // The line number of a `*` waiting for the next offset.
+    let mut repeat: Option<usize> = None;
+    for (n, raw) in text.lines().enumerate() {
+        let line_no = n + 1;
+        let line = strip_log_prefix(raw);
+        if line.trim() == "*" {
+            if last.is_none() {
+                return Err(ToolError::RepeatedLines(format!(
+                    "line {line_no}: `*` (lines equal to the one before, left out) has no line \
+                     before it"
+                )));
+            }
+            repeat = Some(line_no);
+            continue;
+        }
+        let (offset, data) = split_offset(line, hexdump_c);
+        if offset.is_none() && data.trim().is_empty() {
+            continue;
+        }
+        if let Some(star) = repeat.take() {
+            expand_repeat(&mut out, last.clone(), offset, star)?;
+        }
+        let start = out.len();
+        parse_line(data, line_no, &mut out)?;
+        if out.len() > start {
+            last = Some((offset, start..out.len()));
+        }
+    }
+    if let Some(star) = repeat {
+        return Err(no_offsets_for_repeat(star));
+    }
+    Ok(out)
+}
+
+fn no_offsets_for_repeat(line_no: usize) -> ToolError {
+    ToolError::RepeatedLines(format!(
+        "line {line_no}: `*` stands for lines equal to the one before, left out, and there are \
+         no offsets before and after it to say how many: dump with `hexdump -v`, `od -v` or \
+         `xxd` without -a, or copy all the lines"
+    ))
+}
+
+/// Appends the lines a `*` on line `star` left out: copies of the `last` line's bytes up to
+/// the `next` line's offset.
+fn expand_repeat(
+    out: &mut Vec<u8>,
+    last: Option<(Option<u64>, std::ops::Range<usize>)>,
+    next: Option<u64>,
+    star: usize,
+) -> Result<(), ToolError> {
+    let (Some((Some(last_offset), bytes)), Some(next)) = (last, next) else {
+        return Err(no_offsets_for_repeat(star));
+    };
+    let len = bytes.len() as u64;
+    let gap = last_offset
+        .checked_add(len)
+        .and_then(|end| next.checked_sub(end));
+    let bad = |why: String| {
+        ToolError::RepeatedLines(format!(
+            "line {star}: `*` after a {len}-byte line at offset {last_offset:#x}, and the next \
+             line is at offset {next:#x}: {why}"
+        ))
+    };
+    let Some(gap) = gap else {
+        return Err(bad("the offsets go backwards".into()));
+    };
+    if gap % len != 0 {
+        return Err(bad(format!("{gap} left-out bytes are not whole lines")));
+    }
+    if (out.len() as u64).saturating_add(gap) > MAX_STDIN_BYTES {
+        return Err(bad(format!(
+            "{gap} left-out bytes, more than the {MAX_STDIN_BYTES} bytes hca decode reads"
+        )));
+    }
+    for _ in 0..gap / len {
+        out.extend_from_within(bytes.clone());
+    }
+    Ok(())
+}
+
+/// Whether `line` looks like `hexdump -C` output: an offset without a colon, two spaces, and
+/// a `|ascii|` column.
+fn is_hexdump_c_line(line: &str) -> bool {
+    let line = strip_log_prefix(line);
+    let end = line.find(char::is_whitespace).unwrap_or(line.len());
+    let first = &line[..end];
+    !first.is_empty()
+        && first.chars().all(|c| c.is_ascii_hexdigit())
+        && line[end..].starts_with("  ")
+        && line.contains('|')
+}
+
+/// `line` without a leading `[...]` (dmesg's timestamp) and `DRIVER DDDD:BB:DD.F:` device
+/// prefix (dev_printk's).
+fn strip_log_prefix(line: &str) -> &str {
+    let mut s = line.trim_start();
+    if s.starts_with('[') {
+        if let Some(i) = s.find(']') {
+            s = s[i + 1..].trim_start();
+        }
+    }
+    let mut tokens = s.split_whitespace();
+    if let (Some(driver), Some(device)) = (tokens.next(), tokens.next()) {
+        if driver
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && is_pci_address_prefix(device)
+        {
+            let at = s.find(device).unwrap_or(0) + device.len();
+            s = s[at..].trim_start();
+        }
+    }
+    s
+}
+
+/// Whether `t` is a PCI address followed by `:` (`0000:03:00.0:` or `03:00.0:`).
+fn is_pci_address_prefix(t: &str) -> bool {
+    let hex = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_hexdigit());
+    let Some(t) = t.strip_suffix(':') else {
+        return false;
+    };
+    let parts: Vec<&str> = t.split(':').collect();
+    let (bus, devfn) = match parts.as_slice() {
+        [domain, bus, devfn] if hex(domain, 4) => (bus, devfn),
+        [bus, devfn] => (bus, devfn),
+        _ => return false,
+    };
+    let Some((dev, func)) = devfn.split_once('.') else {
+        return false;
+    };
+    hex(bus, 2) && hex(dev, 2) && matches!(func, "0" | "1" | "2" | "3" | "4" | "5" | "6" | "7")
+}
+
+/// The offset a line starts with, if any, and the text after it: the first token that is hex
+/// digits and a `:` (everything before it is a log prefix), or in `hexdump -C` output the
+/// first token.
+fn split_offset(line: &str, hexdump_c: bool) -> (Option<u64>, &str) {
+    let mut rest = line;
+    let mut first = true;
+    while let Some(start) = rest.find(|c: char| !c.is_whitespace()) {
+        let end = rest[start..]
+            .find(char::is_whitespace)
+            .map_or(rest.len(), |e| start + e);
+        let token = &rest[start..end];
+        let is_hex = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_hexdigit());
+        if let Some(stem) = token.strip_suffix(':') {
+            if is_hex(stem) {
+                return (u64::from_str_radix(stem, 16).ok(), &rest[end..]);
             }
         }
-        for part in raw.split(':').filter(|p| !p.is_empty()) {
-            let digits = part
-                .strip_prefix("0x")
-                .or_else(|| part.strip_prefix("0X"))
-                .unwrap_or(part);
-            if let Some(bad) = digits.chars().find(|c| !c.is_ascii_hexdigit()) {
-                return Err(ToolError::BadHex {
-                    token: raw.to_string(),
-                    position: i + 1,
-                    reason: format!("`{bad}` is not a hex digit"),
-                });
-            }
-            if digits.is_empty() || digits.len() % 2 != 0 {
-                return Err(ToolError::BadHex {
-                    token: raw.to_string(),
-                    position: i + 1,
-                    reason: format!(
-                        "{} hex digits: bytes need two digits each (write 0a, not a)",
-                        digits.len()
-                    ),
-                });
-            }
-            for pair in digits.as_bytes().chunks(2) {
-                let s = std::str::from_utf8(pair).unwrap_or("00");
-                out.push(u8::from_str_radix(s, 16).unwrap_or(0));
-            }
+        if first && hexdump_c && is_hex(token) {
+            return (u64::from_str_radix(token, 16).ok(), &rest[end..]);
+        }
+        first = false;
+        rest = &rest[end..];
+    }
+    (None, line)
+}
+
+/// The bytes of one token: hex digits in pairs, with `0x` prefixes and `:` between bytes.
+fn token_bytes(raw: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    for part in raw.split(':').filter(|p| !p.is_empty()) {
+        let digits = part
+            .strip_prefix("0x")
+            .or_else(|| part.strip_prefix("0X"))
+            .unwrap_or(part);
+        if let Some(bad) = digits.chars().find(|c| !c.is_ascii_hexdigit()) {
+            return Err(format!("`{bad}` is not a hex digit"));
+        }
+        if digits.is_empty() || digits.len() % 2 != 0 {
+            return Err(format!(
+                "{} hex digits: bytes need two digits each (write 0a, not a)",
+                digits.len()
+            ));
+        }
+        for pair in digits.as_bytes().chunks(2) {
+            let s = std::str::from_utf8(pair).unwrap_or("00");
+            out.push(u8::from_str_radix(s, 16).unwrap_or(0));
         }
     }
     Ok(out)
 }
 
-/// A number with a `0x` prefix (the numeric form of `status`).
-fn hex_number(token: &str) -> Option<u64> {
+/// Appends the bytes of one line's data (after its offset) to `out`.
+fn parse_line(data: &str, line_no: usize, out: &mut Vec<u8>) -> Result<(), ToolError> {
+    // `hexdump -C`'s `|ascii|` column.
+    let data = data.split('|').next().unwrap_or("").trim_start();
+    // Segments: the text between runs of two or more spaces.
+    let mut starts = vec![0];
+    let mut blanks = 0;
+    for (i, c) in data.char_indices() {
+        if c.is_whitespace() {
+            blanks += 1;
+        } else {
+            if blanks >= 2 {
+                starts.push(i);
+            }
+            blanks = 0;
+        }
+    }
+    let line_start = out.len();
+    let mut position = 0;
+    for (k, &start) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(data.len());
+        let tokens: Vec<&str> = data[start..end]
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|t| !t.is_empty())
+            .collect();
+        let line_bytes = out.len() - line_start;
+        // An ASCII column: after two spaces, not hex, one character per byte before it.
+        if k > 0
+            && line_bytes > 0
+            && tokens.iter().any(|t| token_bytes(t).is_err())
+            && data[start..].trim_end().chars().count() <= line_bytes
+        {
+            break;
+        }
+        for raw in tokens {
+            position += 1;
+            // An offset column within the line (`0010:`), as the help promises to skip.
+            if let Some(stem) = raw.strip_suffix(':') {
+                if !stem.is_empty() && stem.chars().all(|c| c.is_ascii_hexdigit()) {
+                    continue;
+                }
+            }
+            let bytes = token_bytes(raw).map_err(|reason| ToolError::BadHex {
+                token: raw.to_string(),
+                line: line_no,
+                position,
+                reason,
+            })?;
+            out.extend_from_slice(&bytes);
+        }
+    }
+    Ok(())
+}
+
+/// The hex digits of a number written with a `0x` prefix (the numeric form of `status`).
+fn hex_number_digits(token: &str) -> Option<&str> {
     let digits = token
         .strip_prefix("0x")
         .or_else(|| token.strip_prefix("0X"))?;
-    u64::from_str_radix(digits, 16).ok()
+    (!digits.is_empty() && digits.chars().all(|c| c.is_ascii_hexdigit())).then_some(digits)
 }
 
-/// The (status, syndrome) of the `status` form.
-pub fn parse_status(tokens: &[String]) -> Result<(u8, u32), ToolError> {
-    let numeric: Option<Vec<u64>> = tokens.iter().map(|t| hex_number(t)).collect();
-    if let Some(nums) = numeric {
-        if (1..=2).contains(&nums.len()) {
-            let status = u8::try_from(nums[0]).map_err(|_| ToolError::OutOfRange {
-                what: "status",
-                value: nums[0],
-                max: 0xff,
-            })?;
-            let syndrome = nums.get(1).copied().unwrap_or(0);
-            let syndrome = u32::try_from(syndrome).map_err(|_| ToolError::OutOfRange {
-                what: "syndrome",
-                value: syndrome,
-                max: u64::from(u32::MAX),
-            })?;
-            return Ok((status, syndrome));
+/// The value of `token` (`0x` and hex `digits`), if it is at most `max`.
+fn number_at_most(
+    what: &'static str,
+    token: &str,
+    digits: &str,
+    max: u64,
+) -> Result<u64, ToolError> {
+    u64::from_str_radix(digits, 16)
+        .ok()
+        .filter(|v| *v <= max)
+        .ok_or_else(|| ToolError::OutOfRange {
+            what,
+            value: token.to_string(),
+            max,
+        })
+}
+
+/// The (status, syndrome) of the `status` form: `0xSTATUS [0xSYNDROME]`, or a dump of the
+/// first 8 bytes of a command's output.
+pub fn parse_status(text: &str) -> Result<(u8, u32), ToolError> {
+    let tokens: Vec<&str> = text.split_whitespace().collect();
+    let numbers: Option<Vec<&str>> = tokens.iter().map(|t| hex_number_digits(t)).collect();
+    match numbers.as_deref() {
+        Some([status] | [status, _]) => {
+            let s = number_at_most("status", tokens[0], status, 0xff)?;
+            let syndrome = match numbers.as_deref() {
+                Some([_, syndrome]) => {
+                    number_at_most("syndrome", tokens[1], syndrome, u64::from(u32::MAX))?
+                }
+                _ => 0,
+            };
+            return Ok((
+                u8::try_from(s).unwrap_or(u8::MAX),
+                u32::try_from(syndrome).unwrap_or(u32::MAX),
+            ));
         }
+        // Three or more numbers: a dump with `0x` prefixes (`0x03 0x00 ...`), or too many
+        // numbers.
+        Some(n) if n.len() > 2 => match parse_hex(text) {
+            Ok(bytes) if bytes.len() >= 8 => {}
+            _ => return Err(ToolError::StatusNumbers { got: n.len() }),
+        },
+        _ => {}
     }
-    let bytes = parse_hex(&tokens.join(" "))?;
+    let bytes = parse_hex(text)?;
     if bytes.len() < 8 {
         return Err(ToolError::WrongLength {
             what: "a command status",
@@ -263,8 +500,7 @@ pub fn run(args: &Args) -> CmdResult {
         Kind::Cqe => describe_cqe(&parse_hex(&text)?)?,
         Kind::Eqe => describe_eqe(&parse_hex(&text)?)?,
         Kind::Status => {
-            let tokens: Vec<String> = text.split_whitespace().map(String::from).collect();
-            let (status, syndrome) = parse_status(&tokens)?;
+            let (status, syndrome) = parse_status(&text)?;
             describe_status(status, syndrome)
         }
     };
@@ -315,7 +551,7 @@ mod tests {
     fn bad_hex_says_which_token_and_why() {
         let e = parse_hex("00 01 zz").unwrap_err().to_string();
         assert!(
-            e.contains("`zz`") && e.contains("token 3") && e.contains("`z`"),
+            e.contains("`zz`") && e.contains("line 1, token 3") && e.contains("`z`"),
             "{e}"
         );
         let e = parse_hex("00 a").unwrap_err().to_string();
@@ -346,18 +582,190 @@ mod tests {
 
     #[test]
     fn status_accepts_bytes_or_numbers() {
-        let t = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_status("03000000 00ab1234").unwrap(), (3, 0xab1234));
+        assert_eq!(parse_status("0x03 0xab1234").unwrap(), (3, 0xab1234));
+        assert_eq!(parse_status("0x05").unwrap(), (5, 0));
         assert_eq!(
-            parse_status(&t(&["03000000", "00ab1234"])).unwrap(),
-            (3, 0xab1234)
+            parse_status("0x03 0x00 0x00 0x00 0x00 0xab 0x12 0x34").unwrap(),
+            (3, 0xab1234),
+            "a dump with 0x prefixes"
         );
         assert_eq!(
-            parse_status(&t(&["0x03", "0xab1234"])).unwrap(),
+            parse_status("[ 5.1] 00000000: 03 00 00 00 00 ab 12 34\n").unwrap(),
             (3, 0xab1234)
         );
-        assert_eq!(parse_status(&t(&["0x05"])).unwrap(), (5, 0));
-        assert!(parse_status(&t(&["0x100"])).is_err());
-        assert!(parse_status(&t(&["0300"])).is_err(), "too short");
+        assert!(parse_status("0x100").is_err());
+        assert!(parse_status("0300").is_err(), "too short");
         assert!(describe_status(3, 0).contains("BAD_PARAM_ERR"));
+    }
+
+    #[test]
+    fn status_with_three_numbers_says_it_takes_one_or_two() {
+        for text in ["0x03 0xab1234 0x1", "0x03 0xab1234 0x10"] {
+            let e = parse_status(text).unwrap_err();
+            assert!(matches!(e, ToolError::StatusNumbers { got: 3 }), "{e:?}");
+            assert!(e.to_string().contains("status takes 1 or 2 numbers"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_status_number_too_large_for_u64_is_refused_not_read_as_a_dump() {
+        let e = parse_status("0xffffffffffffffffffff").unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("status 0xffffffffffffffffffff is too large") && m.contains("0xff)"),
+            "{m}"
+        );
+        let e = parse_status("0x03 0x1ffffffffffffffffffff")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("syndrome 0x1ffffffffffffffffffff is too large"),
+            "{e}"
+        );
+    }
+
+    /// The error CQE of the CLI tests: syndrome 0x13, vendor syndrome 0x91, QPN 0x48,
+    /// WQE counter 3, opcode REQ_ERR.
+    const CQE_PLAIN: &str = "00000000 00000000 00000000 00000000 00000000 00000000 00000000 \
+        00000000 00000000 00000000 00000000 00000000 00000000 00009113 0a000048 000300d0";
+
+    /// What dmesg shows for it: mlx5_dump_err_cqe (include/linux/mlx5/cq.h) calls
+    /// print_hex_dump(KERN_WARNING, "", DUMP_PREFIX_OFFSET, 16, 1, cqe, 64, false).
+    const CQE_DMESG: &str = "\
+[ 1234.567890] mlx5_core 0000:03:00.0: mlx5_ib_poll: WC error
+[ 1234.567891] 00000000: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[ 1234.567892] 00000010: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[ 1234.567893] 00000020: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[ 1234.567894] 00000030: 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0
+";
+
+    /// `dmesg -T` and journalctl prefixes.
+    const CQE_JOURNAL: &str = "\
+[Mon Jan  1 12:00:00 2024] 00000000: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+[Mon Jan  1 12:00:00 2024] 00000010: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+Jan 01 12:00:00 host kernel: 00000020: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+Jan 01 12:00:00 host kernel: 00000030: 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0
+";
+
+    /// print_hex_dump with ascii true: the ASCII column two spaces after the bytes.
+    const CQE_KERNEL_ASCII: &str = "\
+00000000: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  ................
+00000010: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  ................
+00000020: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  ................
+00000030: 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0  ...........H....
+";
+
+    /// `xxd cqe.bin`.
+    const CQE_XXD: &str = "\
+00000000: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+00000010: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+00000020: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+00000030: 0000 0000 0000 9113 0a00 0048 0003 00d0  ...........H....
+";
+
+    /// `xxd -a cqe.bin`: the all-zero lines left out.
+    const CQE_XXD_A: &str = "\
+00000000: 0000 0000 0000 0000 0000 0000 0000 0000  ................
+*
+00000030: 0000 0000 0000 9113 0a00 0048 0003 00d0  ...........H....
+";
+
+    /// `hexdump -C cqe.bin`.
+    const CQE_HEXDUMP_C: &str = "\
+00000000  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|
+*
+00000030  00 00 00 00 00 00 91 13  0a 00 00 48 00 03 00 d0  |...........H....|
+00000040
+";
+
+    /// `xxd -p cqe.bin`.
+    const CQE_XXD_P: &str = "\
+000000000000000000000000000000000000000000000000000000000000
+00000000000000000000000000000000000000000000000091130a000048
+000300d0
+";
+
+    /// `od -An -tx1 -v cqe.bin`.
+    const CQE_OD: &str = " 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+ 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+ 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+ 00 00 00 00 00 00 91 13 0a 00 00 48 00 03 00 d0
+";
+
+    #[test]
+    fn log_and_dump_tool_output_decodes_to_the_same_cqe_as_plain_hex() {
+        let want = parse_hex(CQE_PLAIN).unwrap();
+        assert_eq!(want.len(), 64);
+        let decoded = describe_cqe(&want).unwrap();
+        for (name, text) in [
+            ("dmesg", CQE_DMESG),
+            ("journal", CQE_JOURNAL),
+            ("print_hex_dump ascii", CQE_KERNEL_ASCII),
+            ("xxd", CQE_XXD),
+            ("xxd -a", CQE_XXD_A),
+            ("hexdump -C", CQE_HEXDUMP_C),
+            ("xxd -p", CQE_XXD_P),
+            ("od -An -tx1 -v", CQE_OD),
+        ] {
+            let text = if name == "dmesg" {
+                // The header line is not part of the dump.
+                text.split_once('\n').unwrap().1
+            } else {
+                text
+            };
+            let bytes = parse_hex(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(bytes, want, "{name}");
+            assert_eq!(describe_cqe(&bytes).unwrap(), decoded, "{name}");
+        }
+        assert!(decoded.contains("IB_WC_REM_ACCESS_ERR (10)"), "{decoded}");
+    }
+
+    #[test]
+    fn a_log_line_that_is_not_a_dump_is_named_by_line() {
+        let e = parse_hex(CQE_DMESG).unwrap_err().to_string();
+        assert!(e.contains("`mlx5_ib_poll:` (line 1, token 1)"), "{e}");
+    }
+
+    #[test]
+    fn a_device_prefix_is_dropped_only_before_a_pci_address() {
+        assert_eq!(
+            parse_hex("mlx5_core 0000:03:00.0: 00 01 ab cd").unwrap(),
+            [0, 1, 0xab, 0xcd]
+        );
+        assert_eq!(parse_hex("mlx5_core 03:00.7: 0001").unwrap(), [0, 1]);
+        // Not a PCI address: the first token is reported.
+        let e = parse_hex("mlx5_core mlx5_0: 00").unwrap_err().to_string();
+        assert!(e.contains("`mlx5_core`"), "{e}");
+    }
+
+    #[test]
+    fn repeated_lines_without_offsets_or_with_bad_offsets_are_refused() {
+        let od = " 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00\n*\n 00 01\n";
+        let e = parse_hex(od).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("-v"), "{e}");
+        let e = parse_hex("*\n00000010: 00\n").unwrap_err().to_string();
+        assert!(e.contains("no line before it"), "{e}");
+        let odd = "00000000: 00 00 00 00\n*\n00000006: 01\n";
+        let e = parse_hex(odd).unwrap_err().to_string();
+        assert!(e.contains("not whole lines"), "{e}");
+        let back = "00000010: 00 00 00 00\n*\n00000000: 01\n";
+        let e = parse_hex(back).unwrap_err().to_string();
+        assert!(e.contains("backwards"), "{e}");
+        let huge = "00000000: 00\n*\nffffffff: 01\n";
+        let e = parse_hex(huge).unwrap_err().to_string();
+        assert!(e.contains("more than"), "{e}");
+        let last = "00000000: 00 00\n*\n";
+        assert!(parse_hex(last).is_err());
+    }
+
+    #[test]
+    fn hex_after_two_spaces_is_still_read_and_bad_hex_still_refused() {
+        // hexdump -C's two halves without the ASCII column, and double-spaced words.
+        assert_eq!(parse_hex("00 01  02 03").unwrap(), [0, 1, 2, 3]);
+        assert_eq!(parse_hex("0001  0203\n").unwrap(), [0, 1, 2, 3]);
+        // Not an ASCII column: longer than the bytes before it.
+        let e = parse_hex("00  zzzzz").unwrap_err().to_string();
+        assert!(e.contains("`zzzzz`"), "{e}");
     }
 }

@@ -216,12 +216,15 @@ impl Gen {
         }
     }
 
+    /// The port count of `what`, which needs `needed` ports (`for_what` says what they are
+    /// for); `given` is the count the spec gave and its key.
     fn ports(
         &self,
         what: &'static str,
         needed: u64,
-        given: Option<u8>,
+        given: Option<(&'static str, u8)>,
         hint: &'static str,
+        for_what: impl FnOnce() -> String,
     ) -> Result<u8, FabricError> {
         if needed > 254 {
             return Err(self.fail(SpecProblem::TooManyPorts {
@@ -231,12 +234,12 @@ impl Gen {
             }));
         }
         match given {
-            Some(g) if u64::from(g) < needed => Err(self.fail(SpecProblem::BadValue {
-                key: format!("{what} ports"),
+            Some((key, g)) if u64::from(g) < needed => Err(self.fail(SpecProblem::BadValue {
+                key: key.to_owned(),
                 value: g.to_string(),
-                why: format!("the shape needs {needed} ports"),
+                why: format!("{what} needs at least {needed} ports: {}", for_what()),
             })),
-            Some(g) => Ok(g),
+            Some((_, g)) => Ok(g),
             None => Ok(needed.max(1) as u8),
         }
     }
@@ -321,14 +324,16 @@ impl Gen {
         let leaf_ports = self.ports(
             "a leaf",
             hosts + spines * links,
-            tree.leaf_ports,
+            tree.leaf_ports.map(|p| ("leaf-ports", p)),
             "hosts, spines or links",
+            || format!("{hosts} for its hosts and {links} to each of the {spines} spines"),
         )?;
         let spine_ports = self.ports(
             "a spine",
             leaves * links,
-            tree.spine_ports,
+            tree.spine_ports.map(|p| ("spine-ports", p)),
             "leaves or links",
+            || format!("{links} to each of the {leaves} leaves"),
         )?;
         self.check_ports(&[
             (leaves.checked_mul(hosts), 1),
@@ -373,9 +378,21 @@ impl Gen {
                 .and_then(|per_pod| per_pod.checked_mul(pods))
                 .and_then(|n| n.checked_add(cores)),
         )?;
-        let leaf_ports = self.ports("a leaf", hosts + spines, None, "hosts or spines")?;
-        let spine_ports = self.ports("a pod spine", leaves + per_group, None, "leaves or cores")?;
-        let core_ports = self.ports("a core", pods, None, "pods")?;
+        let leaf_ports = self.ports(
+            "a leaf",
+            hosts + spines,
+            None,
+            "hosts or spines",
+            String::new,
+        )?;
+        let spine_ports = self.ports(
+            "a pod spine",
+            leaves + per_group,
+            None,
+            "leaves or cores",
+            String::new,
+        )?;
+        let core_ports = self.ports("a core", pods, None, "pods", String::new)?;
         self.check_ports(&[
             (
                 pods.checked_mul(leaves).and_then(|l| l.checked_mul(hosts)),
@@ -418,7 +435,13 @@ impl Gen {
     fn star(&mut self, s: &Star) -> Result<(), FabricError> {
         let h = u64::from(s.hosts);
         self.check_size(h.checked_add(1))?;
-        let ports = self.ports("the switch", h, s.ports, "hosts")?;
+        let ports = self.ports(
+            "the switch",
+            h,
+            s.ports.map(|p| ("ports", p)),
+            "hosts",
+            || format!("one for each of the {h} hosts"),
+        )?;
         self.check_ports(&[(Some(h), 1), (Some(1), ports)])?;
         self.add_hosts(h)?;
         let sw = self.node(NodeType::Switch, "switch-1", None, ports)?;
@@ -442,7 +465,13 @@ impl Gen {
                 .and_then(|h| h.checked_add(switches)),
         )?;
         let inter = if switches > 1 { 2 * links } else { 0 };
-        let ports = self.ports("a switch", hosts + inter, None, "hosts or links")?;
+        let ports = self.ports(
+            "a switch",
+            hosts + inter,
+            None,
+            "hosts or links",
+            String::new,
+        )?;
         self.check_ports(&[(switches.checked_mul(hosts), 1), (Some(switches), ports)])?;
         self.add_hosts(switches * hosts)?;
         let ids = self.switches("sw-", chain.switches, ports)?;
