@@ -827,7 +827,12 @@ fn sim_serve_on_a_socket_path_it_cannot_bind_gives_the_server_hint() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains("/nonexistent/dir/x.sock: binding"), "{err}");
+    // The first step that needs the directory fails: the lock file beside the socket
+    // (servers starting on one path take turns), before the bind.
+    assert!(
+        err.contains("/nonexistent/dir/x.sock: opening the socket's lock file"),
+        "{err}"
+    );
     // The server itself: not the client's "is `hca sim serve` running" hint.
     assert!(!err.contains("running on this socket"), "{err}");
     assert!(
