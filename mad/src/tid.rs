@@ -23,8 +23,9 @@
 //! | 55 | QP: 0 = QP0, 1 = QP1 |
 //! | 56–63 | 0: the top byte stays clear, as the kernel keeps it (mlx4 uses it to demultiplex VF MADs) |
 //!
-//! With the default 128 slots per QP that is 7 index bits and 16 generation bits: a response
-//! for a recycled slot is rejected unless it arrives 65536 uses of that slot later *and* carries
+//! With the default 512 slots per QP (the driver's send depth of 128, 4 slots per entry) that
+//! is 9 index bits and 14 generation bits: a response for a recycled slot is rejected unless it
+//! arrives 16384 uses of that slot later *and* carries
 //! the same client TID, class and address. The full 64-bit TID is also compared with the one the
 //! slot sent, so the generation bits only decide between uses of a slot.
 //!

@@ -1,6 +1,6 @@
 //! A small driver for QEMU's `edu` device (QEMU `docs/specs/edu.rst`, `hw/misc/edu.c`), written
 //! on the project's own device access (`driver::DeviceBackend`, `driver::Mmio`) and DMA layer
-//! (`dma::DmaPool`). The QEMU guest test (`src/bin/vfio_guest.rs`) drives it to check the VFIO
+//! (`dma::DmaPool`). The QEMU guest test (`src/bin/vfio_guest/`) drives it to check the VFIO
 //! path against a real kernel and a real (emulated) IOMMU; nothing here issues an ioctl itself.
 //!
 //! The device: PCI `1234:11e8`, BAR0 of 1 MiB with little-endian registers (4-byte accesses
