@@ -48,11 +48,13 @@ with the device string sim:server=SOCKET,node=NAME[,port=N]. Time is the wall cl
 
 The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.sock in the
 temporary directory. A socket a live server answers on is refused; a stale one is replaced.
+Servers starting on one path take turns through a lock file beside the socket, SOCKET.lock,
+which stays (it is never stale: the kernel drops the lock when its holder exits).
 SIGINT, SIGTERM or SIGHUP (the terminal it runs in closed) stops the server: clients are
 detached (an SM's IsSM bit is cleared), the state is saved to --state, the socket is
 removed, and hca sim serve exits with status 0. A --state file that cannot be written, and a
-topology with no CA (nothing a client could attach to), are refused at the start. A client whose server goes away sees
-its port go Down.
+topology with no CA (nothing a client could attach to), are refused at the start. A client
+whose server goes away sees its port go Down.
 
 Examples:
   hca sim serve --topology net &
