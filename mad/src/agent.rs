@@ -375,6 +375,7 @@ impl Agent {
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
+            reserved: false,
             is_response: keep_tid,
             local: false,
         };

@@ -1098,6 +1098,7 @@ impl PortShared {
             context: 0,
             solicited: false,
             fc_counted: false,
+            reserved: false,
             is_response: true,
             local: false,
         };

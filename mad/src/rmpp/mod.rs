@@ -760,6 +760,7 @@ impl PortShared {
             context,
             solicited: false,
             fc_counted: false,
+            reserved: false,
             // The TID is the transfer's: kept as it is, like a response's.
             is_response: true,
             local: false,
