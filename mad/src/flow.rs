@@ -33,7 +33,8 @@
 //! - A send holding a unit and a credit, in the ring's queue, waits for a slot and an entry.
 //!   Requests hold at most `request_limit` slots minus the units reserved and not yet in a
 //!   slot, so the slots beyond that are free or held by sends that await no response, which
-//!   give them back at their send completion; entries come back at send completions. It waits
+//!   give them back at their send completion (or, given a timeout by a modify, at their
+//!   timer); entries come back at send completions. It waits
 //!   behind no request held by the limit (it needs no unit: it queues with the sends that
 //!   await no response).
 //! - A send in a slot, posted or waiting for its response, holds a unit (and a credit, if

@@ -1378,7 +1378,8 @@ impl PortShared {
         for b in &mut fc.backlog {
             if let Backlogged::New(p) = b {
                 if p.id == id {
-                    p.timeout_ms = timeout_ms;
+                    // Its first wait (QUEUED is active in `ib_modify_mad`).
+                    p.wait_ms = timeout_ms;
                     return Ok(());
                 }
             }
@@ -1387,7 +1388,7 @@ impl PortShared {
         for job in q.jobs_mut() {
             if let Job::New(p) = job {
                 if p.id == id && p.agent.id == agent.id {
-                    p.timeout_ms = timeout_ms;
+                    p.wait_ms = timeout_ms;
                     return Ok(());
                 }
             }
@@ -1414,8 +1415,8 @@ impl PortShared {
                 Some(SendState::WaitResp) => {
                     // The wait began at its CQE: it now ends `timeout_ms` from now
                     // (`ib_reset_mad_timeout`). The timer armed at the CQE fires against this
-                    // deadline; the hint moves it earlier if need be.
-                    d.p.timeout_ms = timeout_ms;
+                    // deadline; the hint moves it earlier if need be. A retry after it waits
+                    // the send's own timeout (the timer stores it back).
                     d.deadline = Some(deadline);
                     lock(&self.rearm).push(SlotRef {
                         qp: ring.qp,
@@ -1423,9 +1424,9 @@ impl PortShared {
                         generation,
                     });
                 }
-                Some(SendState::SendStart | SendState::EarlyResp | SendState::Queued) => {
-                    d.p.timeout_ms = timeout_ms;
-                }
+                // The wait its CQE begins takes the timeout `slot_events::modify` stored (for a
+                // QUEUED retry: the wait after its post), and only that wait.
+                Some(SendState::SendStart | SendState::EarlyResp | SendState::Queued) => {}
                 // Canceled or finishing: nothing reads the timeout it stored.
                 _ => return Err(MadError::NotOutstanding(id)),
             }

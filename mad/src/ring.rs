@@ -63,7 +63,14 @@ pub(crate) struct Pending {
     /// completion.
     pub(crate) header: [u8; HEADER_LEN],
     pub(crate) dest: UdDest,
+    /// Its response timeout (the kernel's `send_buf.timeout_ms`): each retry waits this long.
+    /// A modify does not change it (since the kernel's "IB/mad: Do not save the MRA
+    /// timeout"): see `wait_ms`.
     pub(crate) timeout_ms: u32,
+    /// The timeout of its first wait for a response (the kernel's `mad_send_wr->timeout`
+    /// before that wait begins): `timeout_ms`, or what a modify made while it was not in a
+    /// slot yet. Goes into [`Slot::timeout_ms`] at install.
+    pub(crate) wait_ms: u32,
     pub(crate) max_retries: u32,
     pub(crate) context: u64,
     /// Counts against its agent's solicited-MAD limit (§1.9).
@@ -125,8 +132,11 @@ pub(crate) struct Slot {
     pub(crate) send_id: AtomicU64,
     /// Its agent (same rule).
     pub(crate) owner: AtomicU32,
-    /// Its response timeout in ms (same rule; `modify` changes it with the record's, under
-    /// the data lock), which its send CQE reads without taking that lock when it is not 0
+    /// The timeout in ms of its next (or current) wait for a response, the kernel's
+    /// `mad_send_wr->timeout` (same rule): the record's `wait_ms` at install, what `modify`
+    /// stores (under the data lock) for the wait that its CQE begins, and the send's own
+    /// `timeout_ms` again for each retry (the timer stores it under the data lock, as
+    /// `retry_send` does). Its send CQE reads it without taking that lock when it is not 0
     /// (`slot_events::send_cqe_timed` says how a modify racing that CQE is not lost). Loom's
     /// atomic under `--cfg loom`.
     pub(crate) timeout_ms: sync::AtomicU32,
@@ -909,7 +919,7 @@ impl SendRing {
         let slot = &self.slots[index as usize];
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
-        slot.timeout_ms.store(p.timeout_ms, Ordering::Release);
+        slot.timeout_ms.store(p.wait_ms, Ordering::Release);
         p.reserved = false;
         {
             let mut data = lock(&slot.data);

@@ -580,8 +580,11 @@ fn modify_during_a_pass_is_not_undone_by_the_old_timer() {
 }
 
 /// A modify whose new deadline has also passed when the old timer fires: the send retries
-/// then, and its retry waits the new timeout from its own completion. The modify's deadline,
-/// computed before the retry, must not come back to time the retry out early.
+/// then, and its retry waits the send's own timeout (50 ms) from its own completion, not the
+/// modified one: the kernel's `ib_modify_mad` changes only the wait in progress
+/// (`mad_send_wr->timeout`), and `retry_send` takes `send_buf.timeout_ms` again, which a
+/// modify no longer saves ("IB/mad: Do not save the MRA timeout"). Nor must the modify's
+/// deadline, computed before the retry, come back to time the retry out early.
 #[test]
 fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
     let r = rig();
@@ -611,7 +614,7 @@ fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
     let c = completions(&queued_events(&a));
     assert_eq!(c[&other].0, WcStatus::Success);
     assert!(!c.contains_key(&id), "{:?}", c[&id]);
-    // The retry's completion (at t0 + 70 ms): it waits 5 ms from there.
+    // The retry's completion (at t0 + 70 ms): it waits its own 50 ms from there.
     let c = pass_at(&r, &a, t0 + Duration::from_millis(70));
     assert!(
         !c.contains_key(&id),
@@ -619,10 +622,46 @@ fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
         c[&id]
     );
     assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
-    assert!(pass_at(&r, &a, t0 + Duration::from_millis(74)).is_empty());
-    let c = pass_at(&r, &a, t0 + Duration::from_millis(75));
+    assert!(
+        pass_at(&r, &a, t0 + Duration::from_millis(75)).is_empty(),
+        "the retry waited the modified 5 ms"
+    );
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(119)).is_empty());
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(120));
     assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 1)));
     let a = Arc::try_unwrap(a).expect("the hook let go of the agent");
+    a.deregister();
+    r.assert_clean();
+}
+
+/// A modify of a send still on the wire (SEND_START) applies to the wait its send completion
+/// begins, and only to it: the retry after that wait waits the send's own timeout again (the
+/// kernel's `ib_modify_mad` sets `mad_send_wr->timeout` of an active send; `retry_send` sets
+/// it again from `send_buf.timeout_ms`).
+#[test]
+fn a_modify_on_the_wire_applies_to_the_first_wait_only() {
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(50).retries(1))
+        .unwrap();
+    assert_eq!(r.port.census().gsi.count(SendState::SendStart), 1);
+    a.modify_timeout(id, 5).unwrap();
+    r.port.progress();
+    let t0 = r.port.now();
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(4)).is_empty());
+    // The modified wait ends: the retry goes out, and its completion begins its wait.
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(5)).is_empty());
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(5)).is_empty());
+    assert_eq!(r.port.counters().retries, 1);
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    assert!(
+        pass_at(&r, &a, t0 + Duration::from_millis(54)).is_empty(),
+        "the retry waited the modified 5 ms"
+    );
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(55));
+    assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 1)));
     a.deregister();
     r.assert_clean();
 }

@@ -756,6 +756,7 @@ impl PortShared {
             header,
             dest,
             timeout_ms: 0,
+            wait_ms: 0,
             max_retries: 0,
             context,
             solicited: false,
