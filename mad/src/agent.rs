@@ -371,10 +371,12 @@ impl Agent {
             header,
             dest,
             timeout_ms,
+            wait_ms: timeout_ms,
             max_retries: retries,
             context,
             solicited: flow::is_solicited(mad_class, timeout_ms),
             fc_counted: false,
+            reserved: false,
             is_response: keep_tid,
             local: false,
         };
@@ -439,9 +441,12 @@ impl Agent {
         self.port.cancel(&self.inner, id)
     }
 
-    /// Change the response timeout of send `id` (the kernel's `ib_modify_mad`): a send waiting
-    /// for its response waits `timeout_ms` from now; one still on the QP (or queued) keeps the
-    /// new value for when it completes. 0 cancels.
+    /// Change the response timeout of send `id` for one wait (the kernel's `ib_modify_mad`): a
+    /// send waiting for its response waits `timeout_ms` from now; one not waiting yet (still
+    /// on the QP, or queued, or a retry waiting in the flow-control backlog) waits
+    /// `timeout_ms` from its send completion. A retry after that wait waits the send's own
+    /// timeout again: the kernel keeps the modified timeout only for the wait it applies to
+    /// (since "IB/mad: Do not save the MRA timeout", 2024). 0 cancels.
     pub fn modify_timeout(&self, id: SendId, timeout_ms: u32) -> Result<(), MadError> {
         if timeout_ms == 0 {
             return self.cancel(id);

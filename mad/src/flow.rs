@@ -8,6 +8,50 @@
 //! most `limit` solicited sends outstanding (posted or waiting for their response); further
 //! solicited sends wait in its backlog (state QUEUED) in order, and so does a retry when the
 //! backlog is not empty. The backlog drains as outstanding solicited sends finish.
+//!
+//! # Credits and request units: why sends never wait for each other in a cycle
+//!
+//! A send here may wait for four things: a credit of its agent (above), a *request unit* of
+//! its ring (`SendRing::request_limit` of a ring's slots may hold requests; the rest are kept
+//! for sends that await no response), a free slot, and a send queue entry. The kernel has
+//! only the first: it allocates a `mad_send_wr` per send, and its send queue has an unbounded
+//! overflow list, so a backlogged send there holds nothing. Here a retry that the kernel's
+//! `retry_send` puts in the backlog (QUEUED, when the backlog is not empty) keeps its slot,
+//! and with it its request unit: its slot's TID is how its response is still matched (the
+//! kernel's `ib_find_send_mad` searches `backlog_list` too). If a new send could hold a credit
+//! while it waits for a unit, this could happen: queued retries hold every unit, each waiting
+//! for its agent's credits, which new sends hold in the ring's queue, waiting for a unit.
+//!
+//! So a credit is only ever held by a send that holds a unit. A new send takes its credit and
+//! reserves a unit together, under its agent's lock (`PortShared::submit` and the backlog's
+//! drain, `Pending::reserved`); with no unit left it waits in the backlog holding neither,
+//! and its ring is told that a unit is wanted, so that whoever gives one back moves the
+//! backlogs on (`SendRing::want_then_reserve`, `PortShared::wake_unit_waiters`). A retry
+//! leaving the backlog holds its unit in its slot already. Units are taken before credits,
+//! never after, and every waiter waits only for holders that go on by themselves:
+//!
+//! - A send holding a unit and a credit, in the ring's queue, waits for a slot and an entry.
+//!   Requests hold at most `request_limit` slots minus the units reserved and not yet in a
+//!   slot, so the slots beyond that are free or held by sends that await no response, which
+//!   give them back at their send completion (or, given a timeout by a modify, at their
+//!   timer); entries come back at send completions. It waits
+//!   behind no request held by the limit (it needs no unit: it queues with the sends that
+//!   await no response).
+//! - A send in a slot, posted or waiting for its response, holds a unit (and a credit, if
+//!   solicited) and waits only for the device, a response or its timer.
+//! - A queued retry holds a unit and waits for a credit, which only the two kinds above hold.
+//! - A new send in the backlog holds nothing and waits for a credit or a unit, which only the
+//!   three kinds above hold.
+//!
+//! The backlog keeps its order but for one case, needed for the third point: when the new
+//! sends at its head wait for a unit while a credit is free, the retries behind them go first
+//! (new sends keep their order among themselves). The kernel never meets that case, so its
+//! observable behaviour differs only while a ring's requests are at their limit: a solicited
+//! send that finds its agent's credits free but no unit waits in the backlog (counted as
+//! `overflowed`, as a send waiting for a slot is, not as `backlogged`), the agent's later
+//! solicited sends and retries queue behind it, and a retry queued behind it goes on at once
+//! if a credit is free (and then, if its post is refused, completes with LOC_QP_OP_ERR as a
+//! retry from the backlog does).
 
 use std::collections::VecDeque;
 
@@ -95,9 +139,9 @@ impl FlowControl {
         pos.and_then(|p| self.backlog.remove(p)).is_some()
     }
 
-    /// Whether the head of the backlog may go now.
-    pub(crate) fn may_release(&self) -> bool {
-        !self.backlog.is_empty() && (self.max == 0 || self.outstanding < self.max)
+    /// Whether a credit is left (or there is no limit).
+    pub(crate) fn has_credit(&self) -> bool {
+        self.max == 0 || self.outstanding < self.max
     }
 }
 
@@ -150,8 +194,8 @@ mod tests {
             generation: 0,
         });
         assert!(f.must_wait(true), "a non-empty backlog keeps order");
-        assert!(f.may_release());
+        assert!(f.has_credit());
         f.outstanding = 2;
-        assert!(!f.may_release());
+        assert!(!f.has_credit());
     }
 }

@@ -860,7 +860,9 @@ impl PortShared {
 
     /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
     /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
-    pub(crate) fn submit(&self, agent: &AgentInner, mut p: Record) {
+    /// A solicited send takes its flow-control credit only with a request unit of its ring
+    /// (see [`crate::flow`]): without one it waits in the backlog too, as an overflow.
+    pub(crate) fn submit(&self, agent: &Arc<AgentInner>, mut p: Record) {
         debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
         {
             let mut fc = lock(&agent.fc);
@@ -871,6 +873,21 @@ impl PortShared {
                 return;
             }
             if p.solicited && fc.max > 0 {
+                match self.ring(agent.qp) {
+                    Some(ring) if !ring.try_reserve() => {
+                        // No request unit: it waits for one at the head of the (empty)
+                        // backlog, holding no credit. The drain below says so to the ring and
+                        // looks again.
+                        fc.backlog.push_back(Backlogged::New(p));
+                        drop(fc);
+                        bump(&self.cells.overflowed);
+                        self.fc_drain(agent);
+                        return;
+                    }
+                    Some(_) => p.reserved = true,
+                    // Agents are only registered on QPs that exist (enqueue completes it).
+                    None => {}
+                }
                 fc.outstanding += 1;
                 p.fc_counted = true;
             }
@@ -1075,6 +1092,12 @@ impl PortShared {
     /// ordinary memory; a send uses DMA memory only through a slot's send buffer).
     pub(crate) fn complete_pending(&self, p: Record, status: WcStatus, vendor_err: u32) {
         let agent = Arc::clone(&p.agent);
+        if p.reserved {
+            if let Some(ring) = self.ring(agent.qp) {
+                ring.unreserve();
+                self.wake_unit_waiters(ring);
+            }
+        }
         if p.fc_counted {
             self.fc_release(&agent);
         }
@@ -1152,6 +1175,28 @@ impl PortShared {
             };
             self.drain_queued(queued);
         }
+        for ring in self.rings.iter().flatten() {
+            self.wake_unit_waiters(ring);
+        }
+    }
+
+    /// Request units came back on `ring`: if a backlog waits for one, move every backlog of
+    /// the ring's agents on (rare: only when the ring's requests were at their limit). A
+    /// backlog still without a unit says so again.
+    pub(crate) fn wake_unit_waiters(&self, ring: &SendRing) {
+        if !ring.take_units_wanted() {
+            return;
+        }
+        let agents: Vec<Arc<AgentInner>> = self
+            .agents_read()
+            .agents
+            .values()
+            .filter(|a| a.qp == ring.qp)
+            .cloned()
+            .collect();
+        for a in &agents {
+            self.fc_drain(a);
+        }
     }
 
     /// `fc_drain` with the agent's lock held (`fc`); returns which QPs got work (indexed by
@@ -1159,16 +1204,42 @@ impl PortShared {
     /// lets go joins its ring's queue under one queue lock per ring (taken after the agent's
     /// lock, as every path takes them; a retry's slot lock comes after both, as the drainer
     /// takes a slot's lock under the queue lock), and the ring is kicked once.
+    ///
+    /// In backlog order while credits last, except that a new send takes its credit only with
+    /// a request unit ([`SendRing::try_reserve`]): when none is left, the new sends stay (in
+    /// order, the ring told that a unit is wanted), and the retries behind them, which hold
+    /// theirs in their slots, go on (see [`crate::flow`]).
     fn fc_drain_locked(&self, agent: &Arc<AgentInner>, fc: &mut FlowControl) -> [bool; 2] {
         let mut queued = [false; 2];
         let mut queues: [Option<MutexGuard<'_, Queues>>; 2] = [None, None];
-        while fc.may_release() {
-            match fc.backlog.pop_front() {
+        // Entries kept ahead (new sends waiting for a unit) and whether one was.
+        let mut at = 0;
+        let mut no_unit = false;
+        // Whether a new send takes a credit, and so a unit (every backlogged send does: it is
+        // solicited, and the agent has a limit).
+        let limited = fc.max > 0;
+        let counts = |p: &Pending| p.solicited && limited;
+        while fc.has_credit() && at < fc.backlog.len() {
+            let mut reserved = false;
+            if let Backlogged::New(p) = &fc.backlog[at] {
+                if counts(p) {
+                    if let Some(ring) = self.ring(agent.qp) {
+                        if no_unit || !(ring.try_reserve() || ring.want_then_reserve()) {
+                            no_unit = true;
+                            at += 1;
+                            continue;
+                        }
+                        reserved = true;
+                    }
+                }
+            }
+            match fc.backlog.remove(at) {
                 Some(Backlogged::New(mut p)) => {
-                    if p.solicited && fc.max > 0 {
+                    if counts(&p) {
                         fc.outstanding += 1;
                         p.fc_counted = true;
                     }
+                    p.reserved = reserved;
                     if let Some(ring) = self.ring(agent.qp) {
                         let i = qpi(agent.qp);
                         let q = queues[i].get_or_insert_with(|| ring.lock_queue());
@@ -1307,7 +1378,8 @@ impl PortShared {
         for b in &mut fc.backlog {
             if let Backlogged::New(p) = b {
                 if p.id == id {
-                    p.timeout_ms = timeout_ms;
+                    // Its first wait (QUEUED is active in `ib_modify_mad`).
+                    p.wait_ms = timeout_ms;
                     return Ok(());
                 }
             }
@@ -1316,7 +1388,7 @@ impl PortShared {
         for job in q.jobs_mut() {
             if let Job::New(p) = job {
                 if p.id == id && p.agent.id == agent.id {
-                    p.timeout_ms = timeout_ms;
+                    p.wait_ms = timeout_ms;
                     return Ok(());
                 }
             }
@@ -1343,8 +1415,8 @@ impl PortShared {
                 Some(SendState::WaitResp) => {
                     // The wait began at its CQE: it now ends `timeout_ms` from now
                     // (`ib_reset_mad_timeout`). The timer armed at the CQE fires against this
-                    // deadline; the hint moves it earlier if need be.
-                    d.p.timeout_ms = timeout_ms;
+                    // deadline; the hint moves it earlier if need be. A retry after it waits
+                    // the send's own timeout (the timer stores it back).
                     d.deadline = Some(deadline);
                     lock(&self.rearm).push(SlotRef {
                         qp: ring.qp,
@@ -1352,9 +1424,9 @@ impl PortShared {
                         generation,
                     });
                 }
-                Some(SendState::SendStart | SendState::EarlyResp | SendState::Queued) => {
-                    d.p.timeout_ms = timeout_ms;
-                }
+                // The wait its CQE begins takes the timeout `slot_events::modify` stored (for a
+                // QUEUED retry: the wait after its post), and only that wait.
+                Some(SendState::SendStart | SendState::EarlyResp | SendState::Queued) => {}
                 // Canceled or finishing: nothing reads the timeout it stored.
                 _ => return Err(MadError::NotOutstanding(id)),
             }

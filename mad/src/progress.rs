@@ -690,9 +690,13 @@ impl PortShared {
                 slot_events::timer(&slot.state, r.generation, retry, || behind.unwrap_or(false));
             let mut counted = false;
             if matches!(out, TimeoutOutcome::Reposted | TimeoutOutcome::Queued) {
-                // This wait is over: the retry's own CQE arms the next one.
+                // This wait is over: the retry's own CQE arms the next one, which waits the
+                // send's own timeout (`retry_send` sets `mad_send_wr->timeout` from
+                // `send_buf.timeout_ms`, which a modify no longer changes). A modify from now
+                // on finds the retry SEND_START or QUEUED and stores over it.
                 d.retries_used += 1;
                 d.deadline = None;
+                slot.timeout_ms.store(d.p.timeout_ms, Ordering::Release);
                 if out == TimeoutOutcome::Queued {
                     counted = std::mem::replace(&mut d.p.fc_counted, false);
                 }
@@ -1003,7 +1007,9 @@ impl PortShared {
                         && !same_address(sent_response, &d.p.dest, true, &recv.addr, &st.local)
                     {
                         Some(DropReason::WrongAddress)
-                    } else if d.p.timeout_ms == 0 {
+                    } else if slot.timeout_ms.load(Ordering::Acquire) == 0 {
+                        // The kernel's `ib_find_send_mad` skips a send on `send_list` whose
+                        // `timeout` is 0 (what a modify changes, not `send_buf.timeout_ms`).
                         Some(DropReason::NotExpected)
                     } else {
                         None
@@ -1094,10 +1100,12 @@ impl PortShared {
             header,
             dest,
             timeout_ms: 0,
+            wait_ms: 0,
             max_retries: 0,
             context: 0,
             solicited: false,
             fc_counted: false,
+            reserved: false,
             is_response: true,
             local: false,
         };

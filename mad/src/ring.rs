@@ -17,12 +17,19 @@
 //! starved by the requests it answers. What cannot go yet (no slot, or no entry) waits in the
 //! queue, in order, and nothing is refused.
 //!
+//! Requests may hold at most [`SendRing::request_limit`] slots, the *request units*, so that
+//! sends awaiting no response always find one. A request takes its unit as it leaves the
+//! queue, except a solicited send under flow control, which reserves it with its
+//! flow-control credit before it is queued and then waits only for a slot and an entry: a
+//! credit never waits for a unit, which a retry waiting in the backlog for a credit may hold
+//! ([`crate::flow`] has the argument).
+//!
 //! Posting is safe from any thread. Whoever queues a send then drains the queue; one drainer
 //! at a time holds the posting flag (a try-flag nobody waits on), so sends leave the queue and
 //! reach the QP in queue order, and no lock is held while the device is called.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -56,13 +63,24 @@ pub(crate) struct Pending {
     /// completion.
     pub(crate) header: [u8; HEADER_LEN],
     pub(crate) dest: UdDest,
+    /// Its response timeout (the kernel's `send_buf.timeout_ms`): each retry waits this long.
+    /// A modify does not change it (since the kernel's "IB/mad: Do not save the MRA
+    /// timeout"): see `wait_ms`.
     pub(crate) timeout_ms: u32,
+    /// The timeout of its first wait for a response (the kernel's `mad_send_wr->timeout`
+    /// before that wait begins): `timeout_ms`, or what a modify made while it was not in a
+    /// slot yet. Goes into [`Slot::timeout_ms`] at install.
+    pub(crate) wait_ms: u32,
     pub(crate) max_retries: u32,
     pub(crate) context: u64,
     /// Counts against its agent's solicited-MAD limit (§1.9).
     pub(crate) solicited: bool,
     /// Currently counted in its agent's outstanding solicited sends.
     pub(crate) fc_counted: bool,
+    /// Holds one of its ring's request units, reserved with its flow-control credit and not
+    /// yet in a slot ([`SendRing::try_reserve`]; see [`crate::flow`] on why a credit never
+    /// waits for one). Cleared at install, when the slot's `SlotData::request` takes it over.
+    pub(crate) reserved: bool,
     /// The MAD's TID is kept: a response (the requester's TID), an RMPP segment or control
     /// MAD of the port's RMPP agent, or a user-RMPP MAD continuing a transfer of its agent
     /// (the transfer's TID, `crate::rmpp::user_send`).
@@ -97,7 +115,7 @@ pub(crate) struct SlotData {
     /// The TID as sent.
     pub(crate) tid: u64,
     pub(crate) retries_used: u32,
-    /// Counted in the ring's slots held by requests.
+    /// Holds one of the ring's request units (given back when the slot is).
     pub(crate) request: bool,
     /// The deadline of the current wait for a response, when a modify set it (the kernel's
     /// `ib_reset_mad_timeout`) after the send's CQE had armed its timer: the progress loop
@@ -114,8 +132,11 @@ pub(crate) struct Slot {
     pub(crate) send_id: AtomicU64,
     /// Its agent (same rule).
     pub(crate) owner: AtomicU32,
-    /// Its response timeout in ms (same rule; `modify` changes it with the record's, under
-    /// the data lock), which its send CQE reads without taking that lock when it is not 0
+    /// The timeout in ms of its next (or current) wait for a response, the kernel's
+    /// `mad_send_wr->timeout` (same rule): the record's `wait_ms` at install, what `modify`
+    /// stores (under the data lock) for the wait that its CQE begins, and the send's own
+    /// `timeout_ms` again for each retry (the timer stores it under the data lock, as
+    /// `retry_send` does). Its send CQE reads it without taking that lock when it is not 0
     /// (`slot_events::send_cqe_timed` says how a modify racing that CQE is not lost). Loom's
     /// atomic under `--cfg loom`.
     pub(crate) timeout_ms: sync::AtomicU32,
@@ -366,9 +387,14 @@ pub(crate) struct SendRing {
     credits: AtomicU32,
     /// The most slots requests may hold (the rest are kept for sends that await no response,
     /// such as the answers to loopback requests, which would otherwise wait for slots held by
-    /// the very requests they answer).
+    /// the very requests they answer): the request units.
     pub(crate) request_limit: u32,
+    /// Request units taken: by requests in slots, and by queued sends that reserved one with
+    /// their flow-control credit ([`Pending::reserved`]). Never above `request_limit`.
     requests_held: AtomicU32,
+    /// An agent's backlog holds a new send waiting for a request unit: whoever gives one back
+    /// moves the backlogs on ([`SendRing::take_units_wanted`]).
+    units_wanted: AtomicBool,
     free: FreeRing,
     pub(crate) queue: Mutex<Queues>,
     queued: AtomicUsize,
@@ -409,6 +435,7 @@ impl SendRing {
             credits: AtomicU32::new(depth),
             request_limit: (slots - depth.min(slots / 2)).max(1),
             requests_held: AtomicU32::new(0),
+            units_wanted: AtomicBool::new(false),
             free: FreeRing::full(slots),
             buffer_leases: buffers.len(),
             queue: Mutex::new(Queues {
@@ -490,9 +517,52 @@ impl SendRing {
         spent.clear();
     }
 
-    /// Slots holding requests.
+    /// Request units taken (slots holding requests, and units reserved by queued sends).
     pub(crate) fn requests_held(&self) -> u32 {
         self.requests_held.load(Ordering::SeqCst)
+    }
+
+    /// Take a request unit if one is left (`requests_held < request_limit`).
+    #[inline]
+    pub(crate) fn try_reserve(&self) -> bool {
+        let limit = self.request_limit;
+        self.requests_held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+                (h < limit).then_some(h + 1)
+            })
+            .is_ok()
+    }
+
+    /// Give back the unit a queued send reserved and never took into a slot (it completed
+    /// first: canceled, or flushed). The caller then moves waiting backlogs on
+    /// ([`SendRing::take_units_wanted`]).
+    pub(crate) fn unreserve(&self) {
+        let before = self.requests_held.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "more request units returned than taken");
+        self.kick();
+    }
+
+    /// A backlog waits for a request unit: say so before trying [`SendRing::try_reserve`]
+    /// again (both sequentially consistent, as the unit's return and the look at this flag
+    /// after it: either the retry sees the unit, or the returner sees the flag).
+    fn want_units(&self) {
+        self.units_wanted.store(true, Ordering::SeqCst);
+    }
+
+    /// [`SendRing::want_units`], then [`SendRing::try_reserve`] again: after a failed try, so
+    /// that the unit it waits for is either taken now or its return moves the backlog on.
+    #[cold]
+    pub(crate) fn want_then_reserve(&self) -> bool {
+        self.want_units();
+        self.try_reserve()
+    }
+
+    /// Whether a backlog waits for a request unit (cleared: the caller moves the backlogs on,
+    /// and one still without a unit says so again). Called after giving units back; one
+    /// load when none waits.
+    #[inline]
+    pub(crate) fn take_units_wanted(&self) -> bool {
+        self.units_wanted.load(Ordering::SeqCst) && self.units_wanted.swap(false, Ordering::SeqCst)
     }
 
     /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
@@ -511,7 +581,8 @@ impl SendRing {
             || (matches!(job, Job::New(_)) && self.free.len() == 0);
         let seq = q.next_seq;
         q.next_seq += 1;
-        if matches!(&job, Job::New(p) if p.timeout_ms > 0) {
+        // A send holding a reserved unit needs none: it never waits behind the limit.
+        if matches!(&job, Job::New(p) if p.timeout_ms > 0 && !p.reserved) {
             q.requests.push_back((seq, job));
         } else {
             q.others.push_back((seq, job));
@@ -564,6 +635,12 @@ impl SendRing {
         self.kick();
     }
 
+    /// Give back an entry taken by this drainer and not used (no kick: the drainer looks at
+    /// the queue again itself).
+    fn return_credit(&self) {
+        self.credits.fetch_add(1, Ordering::SeqCst);
+    }
+
     fn take_credit(&self) -> bool {
         self.credits
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
@@ -612,9 +689,10 @@ impl SendRing {
     }
 
     /// With the posting flag and the queue lock held: the oldest queued job that can go now (a
-    /// slot and an entry for a new send, and for a request a slot under the request limit; an
-    /// entry for a retry). A request held by the request limit lets younger sends that await no
-    /// response go first; otherwise jobs go in arrival order.
+    /// slot and an entry for a new send, and for a request a request unit; an entry for a
+    /// retry). A request held by the request limit lets younger sends that need no unit go first
+    /// (those awaiting no response, and requests that reserved theirs with their flow-control
+    /// credit); otherwise jobs go in arrival order.
     fn next_locked(&self, q: &mut Queues, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
         if dead {
             if q.is_empty() {
@@ -661,6 +739,13 @@ impl SendRing {
                     if self.free.len() == 0 || !(local || self.take_credit()) {
                         return None;
                     }
+                    if from_requests && !self.try_reserve() {
+                        // A sender reserved the last unit since the look above.
+                        if !local {
+                            self.return_credit();
+                        }
+                        continue;
+                    }
                     let index = self
                         .free
                         .pop()
@@ -668,7 +753,9 @@ impl SendRing {
                     let Some((_, Job::New(p))) = list.pop_front() else {
                         unreachable!("the head is a new send")
                     };
-                    let (out, mad) = self.install(&q.buffers, index, p, from_requests, batch);
+                    // It holds a unit now if it is a request (taken above, or reserved).
+                    let request = from_requests || p.reserved;
+                    let (out, mad) = self.install(&q.buffers, index, p, request, batch);
                     if q.spares.len() < self.depth as usize && mad.capacity() >= MAD_LEN {
                         q.spares.push(mad);
                     }
@@ -826,15 +913,14 @@ impl SendRing {
         tid
     }
 
-    /// Store `p` in the free slot `index` and publish it as SEND_START.
-    fn occupy(&self, index: u32, generation: u32, p: Record, tid: u64, request: bool) {
+    /// Store `p` in the free slot `index` and publish it as SEND_START; `request`: it holds a
+    /// request unit (taken before), which the slot now holds until [`SendRing::release`].
+    fn occupy(&self, index: u32, generation: u32, mut p: Record, tid: u64, request: bool) {
         let slot = &self.slots[index as usize];
         slot.send_id.store(p.id.0, Ordering::Release);
         slot.owner.store(p.agent.id.0, Ordering::Release);
-        slot.timeout_ms.store(p.timeout_ms, Ordering::Release);
-        if request {
-            self.requests_held.fetch_add(1, Ordering::SeqCst);
-        }
+        slot.timeout_ms.store(p.wait_ms, Ordering::Release);
+        p.reserved = false;
         {
             let mut data = lock(&slot.data);
             // A slot from the free list holds nothing (its last send was taken out at DONE):
@@ -858,7 +944,8 @@ impl SendRing {
     }
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);
-    /// `request`: it held a request.
+    /// `request`: it held a request unit, which comes back too (the progress loop then moves
+    /// waiting backlogs on at the end of its pass: [`SendRing::take_units_wanted`]).
     pub(crate) fn release(&self, index: u32, request: bool) {
         if request {
             self.requests_held.fetch_sub(1, Ordering::SeqCst);

@@ -580,8 +580,11 @@ fn modify_during_a_pass_is_not_undone_by_the_old_timer() {
 }
 
 /// A modify whose new deadline has also passed when the old timer fires: the send retries
-/// then, and its retry waits the new timeout from its own completion. The modify's deadline,
-/// computed before the retry, must not come back to time the retry out early.
+/// then, and its retry waits the send's own timeout (50 ms) from its own completion, not the
+/// modified one: the kernel's `ib_modify_mad` changes only the wait in progress
+/// (`mad_send_wr->timeout`), and `retry_send` takes `send_buf.timeout_ms` again, which a
+/// modify no longer saves ("IB/mad: Do not save the MRA timeout"). Nor must the modify's
+/// deadline, computed before the retry, come back to time the retry out early.
 #[test]
 fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
     let r = rig();
@@ -611,7 +614,7 @@ fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
     let c = completions(&queued_events(&a));
     assert_eq!(c[&other].0, WcStatus::Success);
     assert!(!c.contains_key(&id), "{:?}", c[&id]);
-    // The retry's completion (at t0 + 70 ms): it waits 5 ms from there.
+    // The retry's completion (at t0 + 70 ms): it waits its own 50 ms from there.
     let c = pass_at(&r, &a, t0 + Duration::from_millis(70));
     assert!(
         !c.contains_key(&id),
@@ -619,10 +622,46 @@ fn a_modify_applied_before_a_retry_does_not_time_the_retry_out() {
         c[&id]
     );
     assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
-    assert!(pass_at(&r, &a, t0 + Duration::from_millis(74)).is_empty());
-    let c = pass_at(&r, &a, t0 + Duration::from_millis(75));
+    assert!(
+        pass_at(&r, &a, t0 + Duration::from_millis(75)).is_empty(),
+        "the retry waited the modified 5 ms"
+    );
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(119)).is_empty());
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(120));
     assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 1)));
     let a = Arc::try_unwrap(a).expect("the hook let go of the agent");
+    a.deregister();
+    r.assert_clean();
+}
+
+/// A modify of a send still on the wire (SEND_START) applies to the wait its send completion
+/// begins, and only to it: the retry after that wait waits the send's own timeout again (the
+/// kernel's `ib_modify_mad` sets `mad_send_wr->timeout` of an active send; `retry_send` sets
+/// it again from `send_buf.timeout_ms`).
+#[test]
+fn a_modify_on_the_wire_applies_to_the_first_wait_only() {
+    let r = rig();
+    let a = r.perf_agent();
+    let id = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(50).retries(1))
+        .unwrap();
+    assert_eq!(r.port.census().gsi.count(SendState::SendStart), 1);
+    a.modify_timeout(id, 5).unwrap();
+    r.port.progress();
+    let t0 = r.port.now();
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(4)).is_empty());
+    // The modified wait ends: the retry goes out, and its completion begins its wait.
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(5)).is_empty());
+    assert!(pass_at(&r, &a, t0 + Duration::from_millis(5)).is_empty());
+    assert_eq!(r.port.counters().retries, 1);
+    assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+    assert!(
+        pass_at(&r, &a, t0 + Duration::from_millis(54)).is_empty(),
+        "the retry waited the modified 5 ms"
+    );
+    let c = pass_at(&r, &a, t0 + Duration::from_millis(55));
+    assert_eq!(c.get(&id), Some(&(WcStatus::RespTimeoutErr, 0, 1)));
     a.deregister();
     r.assert_clean();
 }
@@ -2597,4 +2636,280 @@ fn a_port_dropped_after_a_fatal_error_releases_every_lease() {
 #[test]
 fn a_port_dropped_after_removal_releases_every_lease() {
     drop_with_a_send_on_the_qp(DeviceAtDrop::Removed);
+}
+
+/// Runs `body` on a thread of its own and fails if it has not finished within `limit` of real
+/// time: a deadlock is a failure, not a hung test run (the stuck thread is left behind).
+fn within_real_time(limit: Duration, body: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        body();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(()) => worker.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            // The body panicked: report its panic.
+            if let Err(e) = worker.join() {
+                std::panic::resume_unwind(e);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("not finished within {limit:?} of real time: deadlocked")
+        }
+    }
+}
+
+/// Threads send solicited SA requests (short timeouts, retries, a third never answered, so
+/// timers fire and retries queue behind their agent's flow-control backlog of 2) and modify and
+/// cancel them while a progress thread runs, with the default 32 slots of a send queue of 8
+/// (24 of them for requests). Retries waiting in the backlogs hold their slots: a new send let
+/// out of a backlog with a flow-control credit must not then wait for one of those slots, or
+/// no retry ever gets its credit back (the port-wide deadlock this guards against). Every
+/// send completes exactly once, deregistration returns, and the port ends clean.
+#[test]
+fn retries_queued_behind_flow_control_do_not_deadlock_the_request_slots() {
+    within_real_time(Duration::from_secs(120), || {
+        for round in 0..3u64 {
+            let r = rig_with(8, 64, PortConfig::default());
+            assert_eq!(r.port.slots(SpecialQp::Gsi), 32);
+            r.fake.set_responder(|o| {
+                if o.mad[15] % 3 == 0 {
+                    Vec::new()
+                } else {
+                    answer(o)
+                }
+            });
+            let progress = r.port.spawn_progress_thread().unwrap();
+            let handles: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+                    let port = r.port.clone();
+                    std::thread::spawn(move || {
+                        let mut ids = Vec::new();
+                        let mut seen = HashMap::new();
+                        let take = |seen: &mut HashMap<SendId, WcStatus>, e: Event| {
+                            if let Event::Send(c) = e {
+                                assert!(seen.insert(c.id, c.status).is_none(), "{} twice", c.id);
+                            }
+                        };
+                        for i in 0..60u64 {
+                            let tid = round << 32 | t << 16 | i;
+                            let req = SendRequest::new(mad(SA, 2, 0x01, 0x12, tid), gsi(5))
+                                .timeout_ms(1 + (i % 4) as u32)
+                                .retries((i / 3 % 3) as u32);
+                            let id = a.send(req).unwrap();
+                            ids.push(id);
+                            let earlier = ids[(i as usize * 7) % ids.len()];
+                            match i % 8 {
+                                0 | 4 => {
+                                    let _ = a.modify_timeout(earlier, 1 + (i % 5) as u32);
+                                }
+                                1 | 5 => {
+                                    let _ = a.modify_timeout(id, 3);
+                                }
+                                2 => {
+                                    let _ = a.cancel(earlier);
+                                }
+                                _ => {}
+                            }
+                            if i % 4 == 3 {
+                                if let Some(e) =
+                                    a.next_event(port.deadline_after(Duration::from_millis(2)))
+                                {
+                                    take(&mut seen, e);
+                                }
+                            }
+                        }
+                        // Everything finishes on its own (by response, timeout or cancel). The
+                        // double's clock jumps whenever the loop sleeps, so its time is no
+                        // measure of a thread the machine does not run for a while: real time
+                        // bounds this.
+                        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+                        while seen.len() < ids.len() && std::time::Instant::now() < give_up {
+                            if let Some(e) =
+                                a.next_event(port.deadline_after(Duration::from_millis(100)))
+                            {
+                                take(&mut seen, e);
+                            }
+                        }
+                        for id in &ids {
+                            assert!(seen.contains_key(id), "round {round} thread {t}: {id} lost");
+                        }
+                        assert_eq!(seen.len(), ids.len(), "round {round} thread {t}");
+                        a.deregister();
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            progress.stop();
+            let c = r.port.counters();
+            assert!(
+                c.timeouts > 0 && c.retries > 0,
+                "round {round}: timers fired: {c:?}"
+            );
+            r.assert_clean();
+        }
+    });
+}
+
+/// 4 slots on a send queue of 2: 2 request units.
+fn rig_with_two_request_units() -> Rig {
+    let r = rig_with(
+        2,
+        64,
+        PortConfig {
+            slots: Some(4),
+            ..PortConfig::default()
+        },
+    );
+    assert_eq!(r.port.shared.ring(SpecialQp::Gsi).unwrap().request_limit, 2);
+    r
+}
+
+fn request_units_taken(r: &Rig) -> u32 {
+    r.port.shared.ring(SpecialQp::Gsi).unwrap().requests_held()
+}
+
+/// The state the port-wide deadlock came from, reached deterministically: one SA agent (limit
+/// 64/32 = 2) on a ring with 2 request units, nobody answering. A1 and A2 take both units and
+/// both credits; A3 and A4 wait in the backlog. At A1's and A2's timeouts their retries queue
+/// behind A3 and A4 (the backlog is not empty, the kernel's `retry_send`) and give their
+/// credits back, keeping their slots and units. A3 and A4 used to take those credits into the
+/// ring's queue and wait there for a unit, which the queued retries held while they waited for
+/// those credits: nothing moved again. A new send now takes a credit only with a unit, so A3
+/// and A4 stay in the backlog, the retries go past them, and the units the retries give back
+/// at their end let A3 and A4 go.
+#[test]
+fn queued_retries_holding_every_request_unit_go_past_new_sends_waiting_for_one() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_request_units();
+        let sa = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let ids: Vec<SendId> = (1..=4u64)
+            .map(|t| {
+                let m = mad(SA, 2, 0x01, 0x11, t);
+                sa.send(SendRequest::new(m, gsi(5)).timeout_ms(10).retries(1))
+                    .unwrap()
+            })
+            .collect();
+        r.port.progress();
+        let t0 = r.port.now();
+        assert_eq!(r.port.census().backlogged, 2, "A3, A4");
+        assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 2);
+        let c = pass_at(&r, &sa, t0 + Duration::from_millis(10));
+        assert!(c.is_empty(), "{c:?}");
+        let k = r.port.counters();
+        assert_eq!(
+            (k.retries, k.backlogged),
+            (2, 4),
+            "both retries queued: {k:?}"
+        );
+        assert_eq!(request_units_taken(&r), 2, "the retries hold both units");
+        let wire = |r: &Rig| -> Vec<u64> {
+            r.fake
+                .sent()
+                .iter()
+                .map(|o| tid_of(&o.mad) & 0xFF)
+                .collect()
+        };
+        assert_eq!(k.posted, 4, "the retries went past A3 and A4: {k:?}");
+        let c = r.port.census();
+        assert_eq!(c.gsi.count(SendState::SendStart), 2, "{c:?}");
+        assert_eq!(c.backlogged, 2, "A3 and A4 wait for a unit: {c:?}");
+        assert_eq!(
+            c.gsi.queued, 0,
+            "with no credit, not in the ring's queue: {c:?}"
+        );
+        let done = completions(&r.collect(&sa, Duration::from_millis(100)));
+        for id in &ids {
+            assert_eq!(
+                done.get(id),
+                Some(&(WcStatus::RespTimeoutErr, 0, 1)),
+                "{id}"
+            );
+        }
+        assert_eq!(wire(&r), [1, 2, 1, 2, 3, 4, 3, 4]);
+        assert_eq!(request_units_taken(&r), 0);
+        sa.deregister();
+        r.assert_clean();
+    });
+}
+
+/// A solicited send that finds its agent's credits free but no request unit waits in the
+/// backlog holding nothing (an overflow, not flow control), and goes when another agent's
+/// request gives a unit back at its end.
+#[test]
+fn a_solicited_send_without_a_request_unit_goes_when_another_agents_request_ends() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_request_units();
+        let perf = r.perf_agent();
+        let p: Vec<SendId> = (1..=2u64)
+            .map(|t| {
+                perf.send(SendRequest::new(get(t), gsi(5)).timeout_ms(100_000))
+                    .unwrap()
+            })
+            .collect();
+        let sa = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let s = sa
+            .send(SendRequest::new(mad(SA, 2, 0x01, 0x11, 3), gsi(5)).timeout_ms(10))
+            .unwrap();
+        r.port.progress();
+        let c = r.port.census();
+        assert_eq!(c.backlogged, 1, "{c:?}");
+        let k = r.port.counters();
+        assert_eq!((k.backlogged, k.overflowed), (0, 1), "{k:?}");
+        assert_eq!(r.port.counters().posted, 2);
+        perf.cancel(p[0]).unwrap();
+        r.port.progress();
+        assert_eq!(r.port.census().backlogged, 0);
+        assert_eq!(r.port.counters().posted, 3, "the SA send went out");
+        assert_eq!(
+            completions(&r.collect(&sa, Duration::from_millis(20))).get(&s),
+            Some(&(WcStatus::RespTimeoutErr, 0, 0))
+        );
+        perf.deregister();
+        sa.deregister();
+        r.assert_clean();
+    });
+}
+
+/// A send that reserved a request unit with its credit and is canceled while it waits in the
+/// ring's queue (here for a send queue entry) gives the unit back, and the backlog waiting for
+/// it goes on.
+#[test]
+fn a_canceled_queued_send_gives_its_request_unit_to_a_waiting_backlog() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_request_units();
+        let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let send = |agent: &Agent, t: u64| {
+            let m = mad(SA, 2, 0x01, 0x11, t);
+            agent
+                .send(SendRequest::new(m, gsi(5)).timeout_ms(10_000))
+                .unwrap()
+        };
+        // The queue's 2 entries, taken by two sends that await no response.
+        let perf = r.perf_agent();
+        perf.send(SendRequest::new(get(9), gsi(5))).unwrap();
+        perf.send(SendRequest::new(get(10), gsi(5))).unwrap();
+        let a1 = send(&a, 1);
+        let a2 = send(&a, 2);
+        let b1 = send(&b, 3);
+        assert_eq!(r.port.census().gsi.queued, 2, "A1, A2 wait for an entry");
+        assert_eq!(r.port.census().backlogged, 1, "B1 waits for a unit");
+        a.cancel(a2).unwrap();
+        assert_eq!(r.port.census().backlogged, 0, "B1 took A2's unit");
+        let done = completions(&r.collect(&a, Duration::from_millis(5)));
+        assert_eq!(done[&a2].0, WcStatus::WrFlushErr);
+        a.cancel(a1).unwrap();
+        b.cancel(b1).unwrap();
+        let _ = r.collect(&perf, Duration::from_millis(5));
+        perf.deregister();
+        a.deregister();
+        b.deregister();
+        assert_eq!(request_units_taken(&r), 0);
+        r.assert_clean();
+    });
 }

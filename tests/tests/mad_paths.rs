@@ -340,6 +340,18 @@ fn path07_modify_timeout_of_an_outstanding_send() {
     let took = rig.port.now().saturating_sub(from);
     assert!(took >= ms(50) && took < ms(60), "{took:?}");
     assert_eq!(t.status(id), Some(WcStatus::RespTimeoutErr));
+    // The modify applies to the wait in progress only: the retry after it waits the send's
+    // own 200 ms (the kernel no longer saves a modified timeout for the retries: "IB/mad: Do
+    // not save the MRA timeout").
+    let id = a.send(rig.request(SILENT, 2, 200, 1)).unwrap();
+    rig.pump(None, &[&a], &mut t, ms(5));
+    let from = rig.port.now();
+    a.modify_timeout(id, 50).unwrap();
+    assert!(rig.pump_until(None, &[&a], &mut t, ms(1000), |t| t.all_done(&[id])));
+    let took = rig.port.now().saturating_sub(from);
+    assert!(took >= ms(250) && took < ms(270), "{took:?}");
+    assert_eq!(t.status(id), Some(WcStatus::RespTimeoutErr));
+    assert_eq!(t.done[&id].retries, 1);
     assert!(matches!(
         a.modify_timeout(id, 10),
         Err(MadError::NotOutstanding(_))

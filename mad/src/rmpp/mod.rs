@@ -756,10 +756,12 @@ impl PortShared {
             header,
             dest,
             timeout_ms: 0,
+            wait_ms: 0,
             max_retries: 0,
             context,
             solicited: false,
             fc_counted: false,
+            reserved: false,
             // The TID is the transfer's: kept as it is, like a response's.
             is_response: true,
             local: false,
