@@ -277,14 +277,44 @@ fn path05_cancel_while_on_the_qp_completes_at_the_cqe() {
         .model
         .faults()
         .send_completion_delay(rig.qpn(SpecialQp::Gsi), ms(30));
+    let sent_at = rig.port.now();
     let id = a.send(rig.request(SILENT, 1, 10_000, 0)).unwrap();
     rig.pump(None, &[&a], &mut t, ms(1));
+    // The packet went out at once (only its CQE is held back).
+    let Some(Event::Recv(req)) = silent.try_event() else {
+        panic!("the request arrived")
+    };
     a.cancel(id).unwrap();
     assert!(matches!(a.cancel(id), Err(MadError::NotOutstanding(_))));
-    rig.pump(None, &[&a], &mut t, ms(10));
-    assert!(t.done.is_empty(), "no completion before the CQE");
-    assert_eq!(rig.port.census().gsi.count(SendState::Canceled), 1);
-    assert!(rig.pump_until(None, &[&a], &mut t, ms(100), |t| t.all_done(&[id])));
+    // The response arrives while the send is still CANCELED (its CQE not in yet): dropped
+    // for that reason.
+    silent
+        .send(SendRequest::new(answer_of(&req), req.addr.reply_dest()))
+        .unwrap();
+    // The completion comes at the CQE, 30 ms after the send, not before; until then the
+    // census shows the send CANCELED.
+    let deadline = rig.port.deadline_after(ms(100));
+    while !t.all_done(&[id]) {
+        assert!(rig.port.now() < deadline, "no completion");
+        assert_eq!(
+            rig.port.census().gsi.count(SendState::Canceled),
+            1,
+            "CANCELED until the CQE"
+        );
+        rig.pump(None, &[&a], &mut t, ms(1));
+    }
+    let took = rig.port.now().saturating_sub(sent_at);
+    assert!(took >= ms(30), "completed before its CQE: {took:?}");
+    assert!(
+        t.recvs.is_empty(),
+        "the response of a canceled send is dropped"
+    );
+    let d = rig.port.counters().drops;
+    assert_eq!(
+        (d.get(DropReason::Canceled), d.get(DropReason::Late)),
+        (1, 0),
+        "{d:?}"
+    );
     let c = &t.done[&id];
     assert_eq!((c.status, c.vendor_err), (WcStatus::WrFlushErr, 0));
     rig.sim
@@ -321,10 +351,12 @@ fn path06_cancel_while_waiting_completes_from_the_loop_and_the_response_is_dropp
         t.recvs.is_empty(),
         "the response of a canceled send is dropped"
     );
+    // The send had completed (and its slot was recycled) before the response came: late. A
+    // response that finds its send still CANCELED is path05's.
     let d = rig.port.counters().drops;
     assert_eq!(
-        d.get(DropReason::Late) + d.get(DropReason::Canceled),
-        1,
+        (d.get(DropReason::Late), d.get(DropReason::Canceled)),
+        (1, 0),
         "{d:?}"
     );
     rig.deregister(a, &mut t);
@@ -886,7 +918,9 @@ fn path14_responses_matching_no_send_are_dropped_and_counted() {
     assert_eq!(d.get(DropReason::WrongClass), 1, "{d:?}");
     assert_eq!(t.status(grh_sent), Some(WcStatus::Success));
     assert_eq!(d.get(DropReason::WrongAddress), 1, "{d:?}");
-    // A response for a canceled send.
+    // A response for a canceled send: canceled while waiting, it completes from the progress
+    // loop before the response comes back, which is then late (path05 has one that finds its
+    // send still CANCELED).
     a.cancel(id).unwrap();
     forge(&|_| {});
     rig.pump(None, &[&a, &forger], &mut t, ms(20));
@@ -894,8 +928,8 @@ fn path14_responses_matching_no_send_are_dropped_and_counted() {
     assert_eq!(t.status(id), Some(WcStatus::WrFlushErr));
     let d = rig.port.counters().drops;
     assert_eq!(
-        d.get(DropReason::Canceled) + d.get(DropReason::Late),
-        1,
+        (d.get(DropReason::Late), d.get(DropReason::Canceled)),
+        (1, 0),
         "{d:?}"
     );
     assert_eq!(tid_of(&answer_of(&req)), tid);
