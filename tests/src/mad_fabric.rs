@@ -13,9 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use driver::DeviceBackend;
 use driver::mlx5::Mlx5Hca;
-use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, UdDest, WcStatus};
+use driver::verbs::{HcaOptions, HcaPort, SpecialQp, UdDest, WcStatus};
 use mad::wire::attr::linear_forwarding_table::{LinearForwardingTable, LinearForwardingTableRepr};
 use mad::wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
 use mad::wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
@@ -154,19 +153,7 @@ pub fn attach_configured(
     let hw = hca.mlx5_port(1).expect("port 1");
     let port = Port::open(hw.clone(), config).expect("MAD layer");
     let lid = hw.attrs().expect("port attributes").lid;
-    let base_leases = hca.accounting().mad_pool.leases_out;
-    let base_mappings = sim.backend.dma_mapper().live_mappings();
-    MadRig {
-        sim,
-        hca,
-        hw,
-        port,
-        lid,
-        base_leases,
-        base_mappings,
-        deregistered: std::sync::Mutex::default(),
-        longest_timeout: std::sync::Mutex::new(crate::mad_rig::LONGEST_TIMEOUT),
-    }
+    MadRig::assemble(sim, hca, hw, port, lid)
 }
 
 impl MadFabric {

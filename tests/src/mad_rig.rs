@@ -11,8 +11,8 @@ use driver::DeviceBackend;
 use driver::mlx5::{Mlx5Hca, Mlx5Port};
 use driver::verbs::{Hca, HcaOptions, HcaPort, SpecialQp, UdDest, WcStatus};
 use mad::{
-    Agent, AgentId, AgentSpec, Event, EventQueue, MethodMask, Port, PortConfig, QP1_QKEY, RecvMad,
-    SendCompletion, SendId, SendRequest,
+    Agent, AgentId, AgentSpec, DropReason, Event, EventQueue, MethodMask, Port, PortConfig,
+    QP1_QKEY, RecvMad, SendCompletion, SendId, SendRequest,
 };
 
 use crate::mlx5::SimHca;
@@ -77,6 +77,8 @@ pub struct MadRig {
     pub base_leases: usize,
     /// IOMMU mappings live once the port was open.
     pub base_mappings: usize,
+    /// Receive buffers posted once the port was open: QP1's, and QP0's if it has one.
+    pub base_recv_posted: (usize, Option<usize>),
     /// The queues of the agents [`MadRig::deregister`] took down: the final check drives the
     /// port a while longer and then asserts each is still empty.
     pub(crate) deregistered: Mutex<Vec<(AgentId, Arc<EventQueue>)>>,
@@ -104,8 +106,26 @@ impl MadRig {
         let hw = hca.mlx5_port(1).expect("port 1");
         let lid = hw.attrs().expect("port attributes").lid;
         let port = Port::open(hw.clone(), config).expect("MAD layer");
+        MadRig::assemble(sim, hca, hw, port, lid)
+    }
+
+    /// The rig of a MAD layer just opened on `port`: its baselines (leases, mappings, receive
+    /// buffers posted) are taken now.
+    pub(crate) fn assemble(
+        sim: SimHca,
+        hca: Arc<Mlx5Hca>,
+        hw: Arc<Mlx5Port>,
+        port: Port,
+        lid: u16,
+    ) -> MadRig {
         let base_leases = hca.accounting().mad_pool.leases_out;
         let base_mappings = sim.backend.dma_mapper().live_mappings();
+        let c = port.census();
+        let base_recv_posted = (c.gsi.recv_posted, c.smi.map(|s| s.recv_posted));
+        assert!(
+            c.gsi.recv_posted > 0,
+            "QP1 has receive buffers posted: {c:?}"
+        );
         MadRig {
             sim,
             hca,
@@ -114,6 +134,7 @@ impl MadRig {
             lid,
             base_leases,
             base_mappings,
+            base_recv_posted,
             deregistered: Mutex::default(),
             longest_timeout: Mutex::new(LONGEST_TIMEOUT),
         }
@@ -141,8 +162,12 @@ impl MadRig {
 
     /// No event after a deregistration returned: drive the port for twice the longest
     /// response timeout (any timer or late completion still tied to a deregistered agent has
-    /// fired by then), then check every queue [`MadRig::deregister`] kept is empty. The
-    /// final checks run it; a scenario calls it itself to look at the device after.
+    /// fired by then), then check every queue [`MadRig::deregister`] kept is empty and that
+    /// the port dropped no event for a closed agent. The queue of a deregistered agent refuses
+    /// every event (and counts it as [`DropReason::AgentClosed`]), so its being empty alone
+    /// shows nothing: the count is what catches an event meant for an agent after its
+    /// deregistration returned. The final checks run it; a scenario calls it itself to look
+    /// at the device after.
     pub fn assert_nothing_after_deregistration(&self) {
         let kept = std::mem::take(
             &mut *self
@@ -151,6 +176,7 @@ impl MadRig {
                 .unwrap_or_else(PoisonError::into_inner),
         );
         if kept.is_empty() {
+            self.assert_no_event_for_a_closed_agent();
             return;
         }
         let longest = *self
@@ -170,6 +196,18 @@ impl MadRig {
                 q.try_pop()
             );
         }
+        self.assert_no_event_for_a_closed_agent();
+    }
+
+    /// No event was refused because its agent had deregistered (on one thread driving the
+    /// port, a deregistration returns only once nothing more is owed to the agent).
+    pub fn assert_no_event_for_a_closed_agent(&self) {
+        let d = self.port.counters().drops;
+        assert_eq!(
+            d.get(DropReason::AgentClosed),
+            0,
+            "an event for an agent after its deregistration returned: {d:?}"
+        );
     }
 
     /// The device's QPN of a special QP (for fault injection).
@@ -270,9 +308,30 @@ impl MadRig {
         true
     }
 
-    /// MAD leases and IOMMU mappings back to what they were once the port opened, no IOMMU
-    /// fault (driver side and device side), no slot or queue busy, no post refused for room.
+    /// MAD leases and IOMMU mappings back to what they were once the port opened, every
+    /// receive buffer posted again (none kept idle, no repost refused), no IOMMU fault (driver
+    /// side and device side), no slot or queue busy, no post refused for room, no event
+    /// dropped for a closed agent.
     pub fn assert_clean(&self) {
+        self.assert_clean_but_receives();
+        let c = self.port.census();
+        assert_eq!(
+            (c.gsi.recv_posted, c.smi.map(|s| s.recv_posted)),
+            self.base_recv_posted,
+            "every receive buffer is posted again: {c:?}"
+        );
+        assert_eq!(
+            c.gsi.recv_idle + c.smi.map_or(0, |s| s.recv_idle),
+            0,
+            "no receive buffer kept idle: {c:?}"
+        );
+        let k = self.port.counters();
+        assert_eq!(k.recv_repost_failures, 0, "a receive repost was refused");
+    }
+
+    /// [`MadRig::assert_clean`] but for the receive buffers (a scenario whose QP went to
+    /// error, where they are kept unposted, checks them itself).
+    pub fn assert_clean_but_receives(&self) {
         let a = self.hca.accounting();
         assert_eq!(a.mad_pool.leases_out, self.base_leases, "MAD leases: {a:?}");
         // With pooled leases, arenas a busy moment added stay mapped until trimmed.
@@ -290,6 +349,12 @@ impl MadRig {
         );
         assert_eq!(c.gsi.posted + c.smi.map_or(0, |s| s.posted), 0, "{c:?}");
         let k = self.port.counters();
+        assert_eq!(
+            k.drops.get(DropReason::AgentClosed),
+            0,
+            "an event for an agent after its deregistration returned: {:?}",
+            k.drops
+        );
         assert_eq!(k.post_failures, 0, "a post was refused");
         assert_eq!(
             k.bad_completions, 0,
@@ -399,16 +464,29 @@ pub struct Tracker {
     pub recvs: Vec<RecvMad>,
     /// Fatal events seen.
     pub fatal: usize,
+    /// Fatal events seen, by the agent told.
+    pub fatal_by_agent: HashMap<AgentId, usize>,
     /// Requests answered by [`serve`].
     pub served: usize,
 }
 
 impl Tracker {
-    /// Take `e` in; panics on a second completion of a send.
+    /// Take `e` in; panics on a second completion of a send, on a second fatal event for an
+    /// agent, and on a completion told to an agent after its fatal event that is not the
+    /// stack's flush (WR_FLUSH_ERR, vendor_err 5): once the device is dead, nothing completes
+    /// otherwise.
     pub fn absorb(&mut self, e: Event) {
         match e {
             Event::Send(c) => {
                 let id = c.id;
+                if self.fatal_by_agent.contains_key(&c.agent) {
+                    assert_eq!(
+                        (c.status, c.vendor_err),
+                        (WcStatus::WrFlushErr, 5),
+                        "{id} completed after {} was told the device died: {c:?}",
+                        c.agent
+                    );
+                }
                 self.log.push((Seen::Send, Some(id)));
                 self.order.push(id);
                 if let Some(prev) = self.done.insert(id, c) {
@@ -420,9 +498,12 @@ impl Tracker {
                 self.log.push((Seen::Recv, r.response_to.map(|s| s.id)));
                 self.recvs.push(r);
             }
-            Event::DeviceFatal { .. } => {
+            Event::DeviceFatal { agent, reason } => {
                 self.log.push((Seen::Fatal, None));
                 self.fatal += 1;
+                let n = self.fatal_by_agent.entry(agent).or_default();
+                *n += 1;
+                assert_eq!(*n, 1, "{agent} told twice the device died ({reason})");
             }
         }
     }
