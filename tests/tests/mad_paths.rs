@@ -421,35 +421,53 @@ fn path08_deregistration_with_sends_in_every_state() {
     let mut t = Tracker::default();
     let mut ids = Vec::new();
     let to_self = rig.to_self(SpecialQp::Gsi);
-    // 8 SA GetTable requests wait for responses nobody sends; 4 more wait in the backlog.
-    for i in 0..12 {
+    // 12 SA GetTables nobody answers: 8 go out, 4 wait in the backlog. The first times out
+    // after 20 ms and its retry, the backlog not being empty, is held behind it (QUEUED,
+    // keeping its slot); the credit it gave back lets the backlog's head out.
+    let short = victim
+        .send(
+            SendRequest::new(mad(SA, GET_TABLE, 0), to_self)
+                .timeout_ms(20)
+                .retries(1),
+        )
+        .unwrap();
+    ids.push(short);
+    for i in 1..12 {
         ids.push(
             victim
                 .send(SendRequest::new(mad(SA, GET_TABLE, i), to_self).timeout_ms(60_000))
                 .unwrap(),
         );
     }
-    // 2 requests wait for responses and get canceled.
-    let canceled: Vec<_> = (0..2)
+    // 2 requests (not solicited: a vendor class) wait for responses nobody sends; one is
+    // canceled just before the deregistration, off the QP.
+    let waiting: Vec<_> = (0..2)
         .map(|i| {
             victim
                 .send(rig.request(SILENT, 100 + i, 60_000, 0))
                 .unwrap()
         })
         .collect();
-    ids.extend(&canceled);
-    rig.pump(Some(&responder), &[], &mut t, ms(5));
-    for id in &canceled {
-        victim.cancel(*id).unwrap();
-    }
+    ids.extend(&waiting);
+    rig.pump(Some(&responder), &[], &mut t, ms(30));
+    let c = rig.port.census();
+    assert_eq!(c.gsi.count(SendState::Queued), 1, "the retry held: {c:?}");
+    assert_eq!(c.backlogged, 4, "3 new sends and the retry: {c:?}");
+    assert_eq!(c.gsi.count(SendState::WaitResp), 10, "{c:?}");
+    assert_eq!(
+        (rig.port.counters().retries, rig.port.counters().backlogged),
+        (1, 5),
+        "4 new sends and the retry were held"
+    );
     // From now on send completions come late: 4 answered requests become EARLY_RESP, 4 silent
     // ones stay SEND_START.
     rig.sim
         .model
         .faults()
         .send_completion_delay(rig.qpn(SpecialQp::Gsi), ms(50));
+    let mut early = Vec::new();
     for i in 0..4 {
-        ids.push(
+        early.push(
             victim
                 .send(rig.request(ANSWERED, 200 + i, 60_000, 0))
                 .unwrap(),
@@ -460,36 +478,102 @@ fn path08_deregistration_with_sends_in_every_state() {
                 .unwrap(),
         );
     }
-    // Beyond the 20 request slots: these wait in the queue.
-    for i in 0..6 {
+    ids.extend(&early);
+    rig.pump(Some(&responder), &[], &mut t, ms(5));
+    assert_eq!(
+        rig.port.counters().early_responses,
+        4,
+        "the answers overtook their requests' CQEs"
+    );
+    // 19 request slots are held (9 SA sends with the queued retry, 2 waiting, 8 just sent):
+    // one more takes the last, posted 5 ms after the others (its CQE comes last); 5 wait in
+    // the ring's queue.
+    let last = victim.send(rig.request(SILENT, 400, 60_000, 0)).unwrap();
+    ids.push(last);
+    for i in 1..6 {
         ids.push(
             victim
                 .send(rig.request(SILENT, 400 + i, 60_000, 0))
                 .unwrap(),
         );
     }
-    rig.pump(Some(&responder), &[], &mut t, ms(5));
     let c = rig.port.census();
-    assert_eq!(c.gsi.count(SendState::WaitResp), 8, "{c:?}");
-    assert_eq!(c.backlogged, 4, "{c:?}");
+    assert_eq!(
+        c.gsi.count(SendState::SendStart),
+        9,
+        "4 silent requests, the last one, the responder's 4 answers: {c:?}"
+    );
+    // Canceled just before the deregistration: a send on the QP (its CQE held back, after
+    // every other one of the victim's) and a send waiting for its response (completed by the
+    // loop, which has not run since).
+    victim.cancel(last).unwrap();
+    victim.cancel(waiting[0]).unwrap();
+    let c = rig.port.census();
+    assert_eq!(c.gsi.count(SendState::Canceled), 2, "{c:?}");
+    assert_eq!(c.gsi.count(SendState::Queued), 1, "the retry: {c:?}");
+    assert_eq!(c.backlogged, 4, "3 new sends and the retry: {c:?}");
+    assert_eq!(c.gsi.queued, 5, "over the 20 request slots: {c:?}");
+    // 8 SA GetTables and a silent request.
+    assert_eq!(c.gsi.count(SendState::WaitResp), 9, "{c:?}");
     assert_eq!(c.gsi.count(SendState::EarlyResp), 4, "{c:?}");
-    // 4 silent requests, 4 of the last 6, and the responder's 4 answers, all with their CQEs
-    // held back; the last 2 requests are over the 20 request slots.
-    assert_eq!(c.gsi.count(SendState::SendStart), 12, "{c:?}");
-    assert_eq!(c.gsi.queued, 2, "{c:?}");
+    // 4 silent requests and the responder's 4 answers: all with their CQEs held back.
+    assert_eq!(c.gsi.count(SendState::SendStart), 8, "{c:?}");
+    assert_eq!(
+        c.gsi.active(),
+        24,
+        "20 requests and 4 answers in slots: {c:?}"
+    );
+    let answers = 4;
+    assert_eq!(c.outstanding, ids.len() + answers, "{c:?}");
     let q = victim.events().clone();
     rig.deregister(victim, &mut t);
+    // It returned once every send of the victim had completed: nothing of it is left.
+    let c = rig.port.census();
+    assert_eq!(
+        (
+            c.gsi.count(SendState::WaitResp),
+            c.gsi.count(SendState::EarlyResp),
+            c.gsi.count(SendState::Canceled),
+            c.gsi.count(SendState::Queued),
+            c.gsi.queued,
+            c.backlogged,
+        ),
+        (0, 0, 0, 0, 0, 0),
+        "{c:?}"
+    );
+    assert_eq!(
+        rig.hca.accounting().mad_pool.leases_out,
+        rig.base_leases,
+        "its sends' leases (their slots' buffers) are back"
+    );
+    // Each completed once (the tracker panics on a second) and before deregistration returned
+    // (a later one would be refused by the closed queue: the final check counts those).
     for id in &ids {
-        let s = t
-            .status(*id)
+        let c = t
+            .done
+            .get(id)
             .unwrap_or_else(|| panic!("{id} not completed"));
-        assert_eq!(s, WcStatus::WrFlushErr, "{id}");
+        // The kernel's cancel_mads (drivers/infiniband/core/mad.c): WR_FLUSH_ERR for every
+        // send, on the QP or waiting or backlogged, canceled before or not; vendor_err 0
+        // (clear_mad_error_list's) on a live device (5 is our fatal flush's).
+        assert_eq!((c.status, c.vendor_err), (WcStatus::WrFlushErr, 0), "{id}");
     }
     assert_eq!(t.done.len(), ids.len());
+    assert_eq!(t.done[&short].retries, 1, "the queued retry counted");
+    for id in &early {
+        assert!(
+            matches!(
+                (t.position(Seen::Recv, *id), t.position(Seen::Send, *id)),
+                (Some(told), Some(done)) if told < done
+            ),
+            "the early response was delivered before the flush: {:?}",
+            t.log
+        );
+    }
     assert_eq!(
         t.recvs.iter().filter(|r| r.response_to.is_some()).count(),
         4,
-        "the early responses were delivered before"
+        "only the early responses were delivered"
     );
     // Traffic goes on; nothing more reaches the deregistered agent.
     rig.sim
@@ -498,6 +582,7 @@ fn path08_deregistration_with_sends_in_every_state() {
         .send_completion_delay(rig.qpn(SpecialQp::Gsi), Duration::ZERO);
     rig.pump(Some(&responder), &[&silent], &mut t, ms(100));
     assert!(q.is_empty(), "no event after deregistration returned");
+    rig.assert_no_event_for_a_closed_agent();
     rig.deregister(responder, &mut t);
     rig.deregister(silent, &mut t);
     rig.assert_clean();
