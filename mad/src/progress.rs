@@ -182,7 +182,14 @@ impl PortShared {
         // and timers (crate::rmpp).
         work += self.smi_pass(st) + self.rmpp_pass(st);
         let now = self.hca.now();
-        while let Some((key, generation)) = st.timers.pop_expired(now) {
+        // Once the device is dead no timer decides anything: a send waiting for its response
+        // is flushed below (WR_FLUSH_ERR, vendor_err 5) like every other outstanding send, not
+        // timed out or retried after its agent was told of the death. Its timer, left armed,
+        // finds the slot's generation gone.
+        while let Some((key, generation)) = (!self.is_fatal())
+            .then(|| st.timers.pop_expired(now))
+            .flatten()
+        {
             let (qp, index) = timer_slot(key);
             self.on_timeout(
                 st,
