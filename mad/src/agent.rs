@@ -446,7 +446,10 @@ impl Agent {
     /// on the QP, or queued, or a retry waiting in the flow-control backlog) waits
     /// `timeout_ms` from its send completion. A retry after that wait waits the send's own
     /// timeout again: the kernel keeps the modified timeout only for the wait it applies to
-    /// (since "IB/mad: Do not save the MRA timeout", 2024). 0 cancels.
+    /// (since "IB/mad: Do not save the MRA timeout", 2024). An RMPP transfer likewise: the
+    /// ACK or response wait in progress, or the ACK wait its segment on the QP begins; its
+    /// response wait is always the send's own timeout, and a send given none still ends at its
+    /// last ACK. 0 cancels.
     pub fn modify_timeout(&self, id: SendId, timeout_ms: u32) -> Result<(), MadError> {
         if timeout_ms == 0 {
             return self.cancel(id);

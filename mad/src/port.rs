@@ -1235,19 +1235,32 @@ impl PortShared {
             }
             match fc.backlog.remove(at) {
                 Some(Backlogged::New(mut p)) => {
+                    let Some(ring) = self.ring(agent.qp) else {
+                        // Unreachable: agents are registered only on QPs with a ring
+                        // (`Port::register` refuses the others; the internal and RMPP agents
+                        // are on QP1, which always has one) and a port's rings are fixed at
+                        // open. Were it reached, the send still gets its one completion, as
+                        // `enqueue` gives it: it holds no credit and no unit (both are taken
+                        // with the ring only), so completing it takes no agent lock.
+                        debug_assert!(
+                            false,
+                            "a backlogged send of an agent on a QP without a ring"
+                        );
+                        debug_assert!(!p.fc_counted && !p.reserved && !reserved);
+                        self.complete_pending(p, WcStatus::LocQpOpErr, 0);
+                        continue;
+                    };
                     if counts(&p) {
                         fc.outstanding += 1;
                         p.fc_counted = true;
                     }
                     p.reserved = reserved;
-                    if let Some(ring) = self.ring(agent.qp) {
-                        let i = qpi(agent.qp);
-                        let q = queues[i].get_or_insert_with(|| ring.lock_queue());
-                        if ring.push_locked(q, Job::New(p)) {
-                            bump(&self.cells.overflowed);
-                        }
-                        queued[i] = true;
+                    let i = qpi(agent.qp);
+                    let q = queues[i].get_or_insert_with(|| ring.lock_queue());
+                    if ring.push_locked(q, Job::New(p)) {
+                        bump(&self.cells.overflowed);
                     }
+                    queued[i] = true;
                 }
                 Some(Backlogged::Retry {
                     qp,

@@ -9,6 +9,8 @@
 //!   lease of its own, released at its completion; the client's send has exactly one
 //!   completion, reported after its last segment left the QP. A request sent with RMPP gets a
 //!   TID the ring never uses (the QP0 pattern on QP1), so its ACKs and response find it here.
+//!   A modified timeout times one ACK or response wait, as the kernel's since "IB/mad: Do not
+//!   save the MRA timeout" (`rmpp_modify`); the response wait is always the client's timeout.
 //! - **Receiving.** DATA segments for such an agent are reassembled ([`receiver`]), ACKed at
 //!   each window's end, and the whole message is delivered once, as one receive (with
 //!   [`crate::RecvMad::rmpp`] holding it): a request to the agent registered for it, a
@@ -170,7 +172,14 @@ struct Transfer {
     message: Vec<u8>,
     layout: Layout,
     sender: Sender,
+    /// The client's timeout, kept for the whole transfer (the kernel's `send_buf.timeout_ms`,
+    /// which a modify no longer changes): each ACK wait's ([`Sender::ack_timeout`]) and the
+    /// response wait's.
     timeout_ms: u32,
+    /// A modified timeout for the next wait, given while a segment is on the QP (the kernel's
+    /// `mad_send_wr->timeout` set by `ib_modify_mad` in SEND_START): the ACK wait that
+    /// segment's completion begins takes it, once. See [`PortShared::rmpp_modify`].
+    wait_ms: Option<u32>,
     deadline: Option<Duration>,
     /// The send of the segment on the QP.
     in_flight: Option<SendId>,
@@ -631,6 +640,7 @@ impl PortShared {
             layout,
             sender: Sender::new(layout.seg_count, timeout_ms, retries),
             timeout_ms,
+            wait_ms: None,
             deadline: None,
             in_flight: None,
             max_posted: 0,
@@ -652,6 +662,13 @@ impl PortShared {
                     bump(&self.rmpp.cells.segments_resent);
                 }
                 x.max_posted = x.max_posted.max(n);
+                // The kernel's `send_next_seg` sets the 2 s ACK timeout over a modified one
+                // unless the client's timeout is 1..=2000 ms, where it leaves it: a modified
+                // timeout given while the previous segment was on the QP then waits for the
+                // ACK after this one instead.
+                if x.timeout_ms == 0 || x.timeout_ms > sender::ACK_TIMEOUT_MS {
+                    x.wait_ms = None;
+                }
                 let mut mad = Box::new([0u8; MAD_LEN]);
                 x.layout.segment(&x.message, n, &mut mad);
                 let seg_id = self.next_send_id();
@@ -665,9 +682,17 @@ impl PortShared {
                 });
             }
             Step::ArmAck => {
-                x.deadline = Some(self.hca.now() + Sender::ack_timeout(x.timeout_ms));
+                let wait = x.wait_ms.take().map_or_else(
+                    || Sender::ack_timeout(x.timeout_ms),
+                    |ms| Duration::from_millis(u64::from(ms)),
+                );
+                x.deadline = Some(self.hca.now() + wait);
             }
             Step::ArmResponse => {
+                // Always the client's own timeout: the kernel sets it again for the response
+                // wait (`ib_process_rmpp_send_wc`, `process_rmpp_ack` read
+                // `send_buf.timeout_ms`), whatever a modify set for the ACK wait.
+                x.wait_ms = None;
                 x.deadline = Some(self.hca.now() + Duration::from_millis(u64::from(x.timeout_ms)));
             }
             Step::Finish(status, vendor_err) => {
@@ -1437,7 +1462,19 @@ impl PortShared {
         Some(result)
     }
 
-    /// Change the response timeout of `agent`'s transfer `id`: `None` if it is not a transfer.
+    /// Change the timeout of one wait of `agent`'s transfer `id` (`timeout_ms` > 0; 0 is a
+    /// cancel): `None` if it is not a transfer. As the kernel's `ib_modify_mad` does to an
+    /// RMPP send since "IB/mad: Do not save the MRA timeout" (`mad.c`, `mad_rmpp.c`):
+    ///
+    /// - waiting for an ACK or the response, that wait ends `timeout_ms` from now
+    ///   (`ib_reset_mad_timeout`), with no 2 s bound on an ACK wait;
+    /// - with a segment on the QP, the ACK wait its completion begins takes `timeout_ms`
+    ///   (`mad_send_wr->timeout`; see `Step::Post` in `rmpp_step` for when a next segment
+    ///   sent first keeps it);
+    /// - every later wait is the client's own again: an ACK wait after an ACK or a resend,
+    ///   and the response wait after the last ACK (the kernel reads `send_buf.timeout_ms`,
+    ///   which no longer changes). Whether a response is awaited stays as the send said: a
+    ///   send without a timeout still ends at its last ACK.
     pub(crate) fn rmpp_modify(
         &self,
         agent: &AgentInner,
@@ -1449,10 +1486,13 @@ impl PortShared {
         if x.agent.id != agent.id || x.sender.done.is_some() {
             return Some(Err(MadError::NotOutstanding(id)));
         }
-        x.timeout_ms = timeout_ms;
-        x.sender.expects_response = timeout_ms > 0;
-        if x.sender.wait == Wait::Response {
-            x.deadline = Some(self.hca.now() + Duration::from_millis(u64::from(timeout_ms)));
+        let ms = Duration::from_millis(u64::from(timeout_ms));
+        match x.sender.wait {
+            Wait::Ack | Wait::Response => {
+                x.wait_ms = None;
+                x.deadline = Some(self.hca.now() + ms);
+            }
+            Wait::Nothing => x.wait_ms = Some(timeout_ms),
         }
         Some(Ok(()))
     }

@@ -1,7 +1,8 @@
 //! RMPP on a port against the in-crate test double, the peer scripted in the test (its
 //! segments and ACKs written out with the layouts of reference/mad-stack.md §2.9): reassembly
 //! with a lost segment, the sender's window, ACK timeouts, STOP and ABORT, the reassembly
-//! timeout, user RMPP, a request sent with RMPP, cancel, deregistration and device death.
+//! timeout, user RMPP, a request sent with RMPP, modified timeouts, cancel, deregistration and
+//! device death.
 //! Each checks one completion per send and the leases back. Transfers between two of our
 //! own ports run on the simulated fabric in `tests/tests/mad_rmpp.rs`.
 
@@ -1046,3 +1047,215 @@ fn transfers_sharing_a_tid_are_each_moved_by_their_own_acks() {
 mod closing;
 mod late;
 mod user;
+
+/// Move device time to `t` and run passes until there is nothing left to do; the send
+/// completions then queued for `agent`.
+fn settle_at(r: &Rig, agent: &crate::Agent, t: Duration) -> Vec<SendCompletion> {
+    use driver::verbs::HcaPort;
+    r.fake.wait(t);
+    for _ in 0..50 {
+        if r.port.progress() == 0 {
+            break;
+        }
+    }
+    let mut ev = Vec::new();
+    agent.events().drain_into(&mut ev);
+    completions(&ev)
+}
+
+/// The DATA segments sent to the peer so far, by segment number.
+fn data_sent(r: &Rig) -> Vec<u32> {
+    sent_rmpp(&r.fake.sent())
+        .iter()
+        .filter(|s| s.0 == rmpp_type::DATA)
+        .map(|s| s.3)
+        .collect()
+}
+
+/// The last segment sent to the peer.
+fn last_to_peer(r: &Rig) -> [u8; MAD_LEN] {
+    r.fake
+        .sent()
+        .iter()
+        .rev()
+        .find(|o| o.dest.dlid == PEER)
+        .expect("a segment sent")
+        .mad
+}
+
+/// A one-segment GetMulti sent with RMPP (timeout 100 ms, one retry) to a peer that never
+/// answers, modified to 1000 ms while waiting for the ACK (`on_the_wire`: while its segment is
+/// still on the QP). The kernel since "IB/mad: Do not save the MRA timeout" (`ib_modify_mad`
+/// no longer sets `send_buf.timeout_ms`): the modify times that one ACK wait
+/// (`ib_reset_mad_timeout`, or `mad_send_wr->timeout` taken at the CQE), and the resend's ACK
+/// wait is the send's own 100 ms again (`retry_send` reads `send_buf.timeout_ms`, and
+/// `send_next_seg` keeps it for a timeout of at most 2 s).
+fn a_modify_times_one_ack_wait(on_the_wire: bool) {
+    let r = Rig::new();
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    r.fake.hold_send_cqes(on_the_wire);
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_MULTI, 0x42, 20, true, 1), to_peer())
+                .timeout_ms(100)
+                .retries(1),
+        )
+        .unwrap();
+    let t0 = r.port.now();
+    assert!(settle_at(&r, &client, t0).is_empty());
+    assert_eq!(data_sent(&r), vec![1]);
+    client.modify_timeout(id, 1000).unwrap();
+    if on_the_wire {
+        r.fake.hold_send_cqes(false);
+        r.fake.release_send_cqes();
+        assert!(settle_at(&r, &client, t0).is_empty());
+    }
+    assert!(settle_at(&r, &client, t0 + Duration::from_millis(999)).is_empty());
+    assert_eq!(
+        data_sent(&r),
+        vec![1],
+        "the ACK wait was the modified 1000 ms"
+    );
+    assert!(settle_at(&r, &client, t0 + Duration::from_secs(1)).is_empty());
+    assert_eq!(
+        data_sent(&r),
+        vec![1, 1],
+        "resent when the modified wait ended"
+    );
+    assert!(settle_at(&r, &client, t0 + Duration::from_millis(1099)).is_empty());
+    let c = settle_at(&r, &client, t0 + Duration::from_millis(1100));
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.id, c.status, c.retries))
+            .collect::<Vec<_>>(),
+        vec![(id, WcStatus::RespTimeoutErr, 1)],
+        "the resend's ACK wait was the send's own 100 ms"
+    );
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_modify_during_an_ack_wait_times_that_wait_only() {
+    a_modify_times_one_ack_wait(false);
+}
+
+#[test]
+fn a_modify_while_a_segment_is_on_the_qp_times_the_ack_wait_it_begins_only() {
+    a_modify_times_one_ack_wait(true);
+}
+
+#[test]
+fn a_modify_before_the_last_ack_leaves_the_response_wait_at_the_sends_timeout() {
+    // The kernel's process_rmpp_ack arms the response wait with send_buf.timeout_ms, which a
+    // modify no longer changes.
+    let r = Rig::new();
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_MULTI, 0x42, 20, true, 1), to_peer())
+                .timeout_ms(100),
+        )
+        .unwrap();
+    let t0 = r.port.now();
+    assert!(settle_at(&r, &client, t0).is_empty());
+    client.modify_timeout(id, 5000).unwrap();
+    r.fake.inject(from_peer(control(
+        &last_to_peer(&r),
+        rmpp_type::ACK,
+        0,
+        1,
+        1,
+    )));
+    assert!(settle_at(&r, &client, t0).is_empty());
+    assert_eq!(r.port.rmpp_counters().acks_received, 1);
+    assert!(settle_at(&r, &client, t0 + Duration::from_millis(99)).is_empty());
+    let c = settle_at(&r, &client, t0 + Duration::from_millis(100));
+    assert_eq!(
+        c.iter().map(|c| (c.id, c.status)).collect::<Vec<_>>(),
+        vec![(id, WcStatus::RespTimeoutErr)],
+        "the response wait was the send's own 100 ms, not the modified 5 s"
+    );
+    client.deregister();
+    r.assert_clean();
+}
+
+#[test]
+fn a_modify_of_a_transfer_awaiting_no_response_does_not_make_it_wait_for_one() {
+    // process_rmpp_ack completes the send at its last ACK when send_buf.timeout_ms is 0,
+    // which a modify no longer changes.
+    let (r, sa, id) = sa_sends(200, 0, |_, _| None);
+    let t0 = r.port.now();
+    assert!(settle_at(&r, &sa, t0).is_empty());
+    assert_eq!(data_sent(&r), vec![1]);
+    sa.modify_timeout(id, 500).unwrap();
+    r.fake.inject(from_peer(control(
+        &last_to_peer(&r),
+        rmpp_type::ACK,
+        0,
+        1,
+        1,
+    )));
+    let c = settle_at(&r, &sa, t0);
+    assert_eq!(
+        c.iter().map(|c| (c.id, c.status)).collect::<Vec<_>>(),
+        vec![(id, WcStatus::Success)],
+        "ended at its last ACK"
+    );
+    sa.deregister();
+    r.assert_clean();
+}
+
+/// A 3-segment GetMulti with RMPP, timeout `timeout_ms`: the peer grants the window to 3 at
+/// segment 1's ACK; segment 2 is on the QP when the transfer is modified to 700 ms, and
+/// segment 3 follows it at its CQE. The ACK wait after segment 3: the modified 700 ms when the
+/// send's timeout is 1..=2000 ms (the kernel's `send_next_seg` leaves `mad_send_wr->timeout`
+/// alone then), else the 2 s `send_next_seg` sets over it. Returns when the go-back resend
+/// (from segment 2) went, in ms after the modify.
+fn modify_before_a_next_segment(timeout_ms: u32) -> u64 {
+    let r = Rig::new();
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_MULTI, 0x42, 500, true, 1), to_peer())
+                .timeout_ms(timeout_ms)
+                .retries(1),
+        )
+        .unwrap();
+    let t0 = r.port.now();
+    assert!(settle_at(&r, &client, t0).is_empty());
+    assert_eq!(data_sent(&r), vec![1]);
+    r.fake.hold_send_cqes(true);
+    r.fake.inject(from_peer(control(
+        &last_to_peer(&r),
+        rmpp_type::ACK,
+        0,
+        1,
+        3,
+    )));
+    assert!(settle_at(&r, &client, t0).is_empty());
+    assert_eq!(data_sent(&r), vec![1, 2], "segment 2 on the QP");
+    client.modify_timeout(id, 700).unwrap();
+    r.fake.hold_send_cqes(false);
+    r.fake.release_send_cqes();
+    assert!(settle_at(&r, &client, t0).is_empty());
+    assert_eq!(data_sent(&r), vec![1, 2, 3]);
+    let mut ms = 0;
+    while data_sent(&r).len() == 3 {
+        ms += 50;
+        assert!(ms <= 3000, "resent within 3 s");
+        assert!(settle_at(&r, &client, t0 + Duration::from_millis(ms)).is_empty());
+    }
+    assert_eq!(data_sent(&r)[..4], [1, 2, 3, 2], "back to segment 2");
+    client.cancel(id).unwrap();
+    settle_at(&r, &client, t0 + Duration::from_millis(ms));
+    client.deregister();
+    r.assert_clean();
+    ms
+}
+
+#[test]
+fn a_modify_before_a_next_segment_times_its_ack_wait_as_the_kernel_does() {
+    assert_eq!(modify_before_a_next_segment(100), 700);
+    assert_eq!(modify_before_a_next_segment(3000), 2000);
+}
