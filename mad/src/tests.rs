@@ -2913,3 +2913,89 @@ fn a_canceled_queued_send_gives_its_request_unit_to_a_waiting_backlog() {
         r.assert_clean();
     });
 }
+
+/// Fills the ring of [`rig_with_two_request_units`] (4 slots, send queue of 2, 2 units) with
+/// sends whose only way forward is a retry: `a`'s two requests with a retry left hold the
+/// units; two sends created with no timeout, given one by a modify (the kernel's
+/// `ib_modify_mad` sets `mad_send_wr->timeout` of a send on its send list) and with a retry
+/// left, hold the other two slots. Then `b`'s send awaiting no response waits for a slot.
+/// Returns `a`'s four sends and `b`'s.
+fn every_slot_held_by_a_send_that_must_retry(a: &Agent, b: &Agent) -> ([SendId; 4], SendId) {
+    let p1 = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(10).retries(1))
+        .unwrap();
+    let p2 = a
+        .send(SendRequest::new(get(2), gsi(5)).timeout_ms(10).retries(1))
+        .unwrap();
+    let n1 = a.send(SendRequest::new(get(3), gsi(5)).retries(1)).unwrap();
+    let n2 = a.send(SendRequest::new(get(4), gsi(5)).retries(1)).unwrap();
+    a.modify_timeout(n1, 10).unwrap();
+    a.modify_timeout(n2, 10).unwrap();
+    let n3 = b.send(SendRequest::new(get(5), gsi(5))).unwrap();
+    ([p1, p2, n1, n2], n3)
+}
+
+/// A retry needs only a send queue entry (it holds its slot): it must not wait in the ring's
+/// queue behind a new send waiting for a slot, when every slot is held by a send whose only
+/// way forward is that retry. It used to: `next_locked` stopped at the new send, no slot ever
+/// came back, and nothing completed. The kernel's `ib_send_mad` queues retries and new sends
+/// alike only for the send queue, whose entries always come back at their completions.
+#[test]
+fn a_retry_goes_past_a_new_send_waiting_for_the_slot_the_retry_holds() {
+    within_real_time(Duration::from_secs(20), || {
+        let r = rig_with_two_request_units();
+        let a = r.perf_agent();
+        let ([p1, p2, n1, n2], n3) = every_slot_held_by_a_send_that_must_retry(&a, &a);
+        let done = completions(&r.collect(&a, Duration::from_secs(1)));
+        for id in [p1, p2] {
+            assert_eq!(
+                done.get(&id),
+                Some(&(WcStatus::RespTimeoutErr, 0, 1)),
+                "{id} timed out after its retry: {done:?}"
+            );
+        }
+        // A retry waits for the send's own timeout (0: none), not the modified one (the
+        // kernel's `retry_send` since "IB/mad: Do not save the MRA timeout"): done at its CQE.
+        for id in [n1, n2] {
+            assert_eq!(
+                done.get(&id),
+                Some(&(WcStatus::Success, 0, 1)),
+                "{id} done after its retry: {done:?}"
+            );
+        }
+        assert_eq!(
+            done.get(&n3).map(|c| c.0),
+            Some(WcStatus::Success),
+            "{done:?}"
+        );
+        assert_eq!(r.fake.sent().len(), 9, "4 sends, 4 retries, the new send");
+        a.deregister();
+        assert_eq!(request_units_taken(&r), 0);
+        r.assert_clean();
+    });
+}
+
+/// The same cycle across two agents: deregistering the agent whose retries wait returns (its
+/// canceled retries, on no QP, complete in software), and the other agent's send goes.
+#[test]
+fn deregistration_returns_with_a_retry_behind_another_agents_send_waiting_for_a_slot() {
+    within_real_time(Duration::from_secs(20), || {
+        let r = rig_with_two_request_units();
+        let a = r.perf_agent();
+        let b = r.perf_agent();
+        let (held, n3) = every_slot_held_by_a_send_that_must_retry(&a, &b);
+        // Past the first timeouts: the retries are queued (or gone).
+        let _ = r.collect(&a, Duration::from_millis(20));
+        a.deregister();
+        let done = completions(&r.collect(&b, Duration::from_millis(100)));
+        assert_eq!(
+            done.get(&n3).map(|c| c.0),
+            Some(WcStatus::Success),
+            "{done:?}"
+        );
+        assert_eq!(r.port.census().outstanding, 0, "{held:?} all finished");
+        b.deregister();
+        assert_eq!(request_units_taken(&r), 0);
+        r.assert_clean();
+    });
+}
