@@ -392,7 +392,8 @@ pub(crate) struct SendRing {
     credits: AtomicU32,
     /// The most slots requests may hold (the rest are kept for sends that await no response,
     /// such as the answers to loopback requests, which would otherwise wait for slots held by
-    /// the very requests they answer): the request units.
+    /// the very requests they answer): the request units. Below the slot count, which is at
+    /// least [`crate::MIN_SLOTS`] (`Port::open`), so one slot at least is kept.
     pub(crate) request_limit: u32,
     /// Request units taken: by requests in slots, and by queued sends that reserved one with
     /// their flow-control credit ([`Pending::reserved`]). Never above `request_limit`.

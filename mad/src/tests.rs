@@ -189,7 +189,7 @@ fn tid_of(m: &[u8]) -> u64 {
 /// none of the previous MAD's bytes, and the buffers are the leases the census names.
 #[test]
 fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
-    let r = rig_with_slots(1);
+    let r = rig_with_slots(2);
     let census = r.port.census();
     assert_eq!(
         (
@@ -197,36 +197,41 @@ fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
             census.smi.map(|s| s.send_buffer_leases)
         ),
         (1, Some(1)),
-        "one lease holds the one slot's buffer on each QP"
+        "one lease holds the two slots' buffers on each QP"
     );
     let a = r.perf_agent();
-    let mut full = get(1);
-    full[24..].fill(0xA5);
-    a.send(SendRequest::new(full, gsi(2))).unwrap();
-    let ev = r.collect(&a, Duration::from_millis(10));
-    assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    // A full MAD in each slot's buffer, so that the short one reuses one, whichever.
+    for tid in [1, 3] {
+        let mut full = get(tid);
+        full[24..].fill(0xA5);
+        a.send(SendRequest::new(full, gsi(2))).unwrap();
+        let ev = r.collect(&a, Duration::from_millis(10));
+        assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    }
     let short = get(2)[..40].to_vec();
     a.send(SendRequest::new(short, gsi(2))).unwrap();
     let ev = r.collect(&a, Duration::from_millis(10));
     assert_eq!(completions(&ev).len(), 1, "{ev:?}");
     let sent = r.fake.sent();
-    assert_eq!(sent.len(), 2);
+    assert_eq!(sent.len(), 3);
     assert!(
-        sent[0].mad[24..].iter().all(|&b| b == 0xA5),
-        "the first MAD whole"
+        sent[..2]
+            .iter()
+            .all(|s| s.mad[24..].iter().all(|&b| b == 0xA5)),
+        "the full MADs whole"
     );
     // Its bytes as given, but for the TID's upper half, which the stack rewrites.
     let mut expected = get(2)[..40].to_vec();
-    expected[8..12].copy_from_slice(&sent[1].mad[8..12]);
+    expected[8..12].copy_from_slice(&sent[2].mad[8..12]);
     assert_eq!(
-        &sent[1].mad[..40],
+        &sent[2].mad[..40],
         &expected[..],
-        "the second MAD's own bytes"
+        "the short MAD's own bytes"
     );
     assert!(
-        sent[1].mad[40..].iter().all(|&b| b == 0),
+        sent[2].mad[40..].iter().all(|&b| b == 0),
         "zero-padded past its 40 bytes: {:?}",
-        &sent[1].mad[40..]
+        &sent[2].mad[40..]
     );
     a.deregister();
     r.assert_clean();
@@ -2449,7 +2454,7 @@ fn a_notify_hook_that_panics_on_completions_made_outside_the_loop_loses_none() {
 /// device sends the new bytes.
 #[test]
 fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
-    let r = rig_with_slots(1);
+    let r = rig_with_slots(2);
     r.fake.set_auto(false);
     let a = r.perf_agent();
     let ring = r.port.send_ring(SpecialQp::Gsi);
@@ -2457,12 +2462,17 @@ fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
     r.fake.execute(SpecialQp::Gsi, 1);
     let ev = r.collect(&a, Duration::from_millis(10));
     assert_eq!(completions(&ev).len(), 1, "{ev:?}");
-    // DONE: the slot's buffer is the stack's again.
-    ring.scribble_send_buffer(0, 0x5A);
+    // DONE: the slot's buffer is the stack's again (and the other slot's was never posted).
+    for index in 0..2 {
+        ring.scribble_send_buffer(index, 0x5A);
+    }
     assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
     a.send(SendRequest::new(get(2), gsi(2))).unwrap();
     assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1);
-    ring.scribble_send_buffer(0, 0xC3);
+    // Both buffers: the posted send's is one of them.
+    for index in 0..2 {
+        ring.scribble_send_buffer(index, 0xC3);
+    }
     r.fake.execute(SpecialQp::Gsi, 1);
     assert_eq!(
         r.fake.buffers_rewritten_while_posted(),
@@ -2485,7 +2495,7 @@ fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
 #[test]
 fn a_mad_not_copied_into_its_send_buffer_completes_with_loc_qp_op_err_unsent() {
     use driver::verbs::HcaPort;
-    let r = rig_with_slots(1);
+    let r = rig_with_slots(2);
     let a = r.perf_agent();
     let ring = r.port.send_ring(SpecialQp::Gsi);
     let first = a.send(SendRequest::new(get(1), gsi(2))).unwrap();
@@ -2998,4 +3008,36 @@ fn deregistration_returns_with_a_retry_behind_another_agents_send_waiting_for_a_
         assert_eq!(request_units_taken(&r), 0);
         r.assert_clean();
     });
+}
+
+/// A port with fewer than [`crate::MIN_SLOTS`] send slots is refused: with one slot, requests
+/// could hold every slot (its request limit would be 1), and a send awaiting no response (a
+/// reply to a loopback request) would wait for the request it answers.
+#[test]
+fn a_port_with_fewer_than_two_slots_is_refused() {
+    for slots in [0, 1] {
+        let fake = FakePort::new(16, 64);
+        let base = fake.accounting();
+        let config = PortConfig {
+            slots: Some(slots),
+            ..PortConfig::default()
+        };
+        let opened = Port::open(fake.clone(), config);
+        assert!(
+            matches!(opened, Err(MadError::TooFewSlots { slots: s, min: 2 }) if s == slots),
+            "{slots} slots: {:?}",
+            opened.err()
+        );
+        assert_eq!(
+            fake.accounting().leases_out,
+            base.leases_out,
+            "nothing leased"
+        );
+    }
+    let r = rig_with_slots(2);
+    assert_eq!(
+        r.port.shared.ring(SpecialQp::Gsi).unwrap().request_limit,
+        1,
+        "two slots: one for requests, one kept"
+    );
 }
