@@ -3041,3 +3041,42 @@ fn a_port_with_fewer_than_two_slots_is_refused() {
         "two slots: one for requests, one kept"
     );
 }
+
+/// A send waiting for its response when the device dies completes with WR_FLUSH_ERR
+/// (vendor_err 5) after the DeviceFatal event, like every other outstanding send, even when its
+/// deadline passed before the pass that sees the death: that pass fires no timer (it would
+/// complete it with RESP_TIMEOUT_ERR, or retry it, after its agent was told of the death).
+#[test]
+fn a_send_waiting_for_its_response_when_the_device_dies_is_flushed_even_past_its_deadline() {
+    for retries in [0, 1] {
+        let r = rig();
+        let a = r.perf_agent();
+        let id = a
+            .send(
+                SendRequest::new(get(1), gsi(5))
+                    .timeout_ms(1000)
+                    .retries(retries),
+            )
+            .unwrap();
+        r.port.progress();
+        assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+        r.fake.make_fatal(false);
+        r.fake.wait(r.port.now() + Duration::from_secs(2));
+        r.port.shared.next_pass_takes_device_events();
+        r.port.progress();
+        let ev = queued_events(&a);
+        assert!(
+            matches!(ev.first(), Some(Event::DeviceFatal { .. })),
+            "{ev:?}"
+        );
+        assert_eq!(
+            completions(&ev),
+            HashMap::from([(id, (WcStatus::WrFlushErr, 5, 0))]),
+            "{retries} retries: flushed, not timed out: {ev:?}"
+        );
+        assert_eq!(r.fake.sent().len(), 1, "not resent");
+        let c = r.port.counters();
+        assert_eq!((c.timeouts, c.retries), (0, 0));
+        a.deregister();
+    }
+}
