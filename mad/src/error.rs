@@ -190,4 +190,16 @@ pub enum MadError {
     /// A progress thread could not be started.
     #[error("starting the progress thread: {0}")]
     Thread(#[source] std::io::Error),
+
+    /// [`crate::PortConfig::slots`] below the least a port works with.
+    #[error(
+        "PortConfig::slots is {slots}: a port needs at least {min} send slots per QP (one kept \
+         for sends that await no response, such as replies, while requests hold the others)"
+    )]
+    TooFewSlots {
+        /// The slots asked for.
+        slots: u32,
+        /// The least allowed ([`crate::MIN_SLOTS`]).
+        min: u32,
+    },
 }

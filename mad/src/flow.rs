@@ -33,10 +33,13 @@
 //! - A send holding a unit and a credit, in the ring's queue, waits for a slot and an entry.
 //!   Requests hold at most `request_limit` slots minus the units reserved and not yet in a
 //!   slot, so the slots beyond that are free or held by sends that await no response, which
-//!   give them back at their send completion (or, given a timeout by a modify, at their
-//!   timer); entries come back at send completions. It waits
-//!   behind no request held by the limit (it needs no unit: it queues with the sends that
-//!   await no response).
+//!   give them back at their send completion, or, given a timeout by a modify, once their
+//!   last wait for a response ends: each of their retries is a repost, which waits only for
+//!   an entry (below); entries come back at send completions. It waits behind no request
+//!   held by the limit (it needs no unit: it queues with the sends that await no response).
+//! - A retry in the ring's queue (timed out, or leaving the backlog) holds its slot and
+//!   waits only for an entry: it goes past new sends waiting for a slot
+//!   (`SendRing::next_locked`), since the slot they wait for may be its own.
 //! - A send in a slot, posted or waiting for its response, holds a unit (and a credit, if
 //!   solicited) and waits only for the device, a response or its timer.
 //! - A queued retry holds a unit and waits for a credit, which only the two kinds above hold.

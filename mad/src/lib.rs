@@ -71,7 +71,7 @@ pub use error::MadError;
 pub use event::{
     AgentId, Event, EventQueue, Notify, RecvBox, RecvMad, SendCompletion, SendId, SendRef,
 };
-pub use port::{Census, Port, PortConfig, ProgressThread, QpCensus, open};
+pub use port::{Census, MIN_SLOTS, Port, PortConfig, ProgressThread, QpCensus, open};
 pub use recv::RECV_BUF_LEN;
 pub use registry::{ClassRegistration, MethodMask};
 pub use rmpp::RmppCounters;

@@ -49,8 +49,9 @@ pub struct PortConfig {
     pub poll_batch: usize,
     /// Send slots per QP: how many sends may be outstanding (posted, or waiting for their
     /// response) before more wait in the queue. Default: 4 × the send queue depth; at most
-    /// 8192 (the kernel's largest queue), at least 1. The send queue's depth itself bounds
-    /// the work requests posted at once.
+    /// 8192 (the kernel's largest queue); at least [`MIN_SLOTS`] ([`Port::open`] refuses
+    /// fewer with [`MadError::TooFewSlots`]). The send queue's depth itself bounds the work
+    /// requests posted at once.
     pub slots: Option<u32>,
 }
 
@@ -67,6 +68,11 @@ impl Default for PortConfig {
 
 /// Default send slots per send queue entry ([`PortConfig::slots`]).
 pub const DEFAULT_SLOTS_PER_ENTRY: u32 = 4;
+
+/// The fewest send slots per QP ([`PortConfig::slots`]): requests may hold all but one
+/// (`SendRing::request_limit`), so that a send awaiting no response (a reply to a loopback
+/// request, say) always finds a slot that no request waiting for its response holds.
+pub const MIN_SLOTS: u32 = 2;
 
 pub(crate) fn qpi(qp: SpecialQp) -> usize {
     match qp {
@@ -315,6 +321,12 @@ impl Port {
     /// Open the MAD layer on `hca`: size a send ring per special QP to its send queue and
     /// lease its slots' send buffers, lease and post a receive buffer per receive queue entry.
     pub fn open(hca: Arc<dyn HcaPort>, config: PortConfig) -> Result<Port, MadError> {
+        if let Some(slots) = config.slots.filter(|&n| n < MIN_SLOTS) {
+            return Err(MadError::TooFewSlots {
+                slots,
+                min: MIN_SLOTS,
+            });
+        }
         let attrs = hca.attrs()?;
         let pool = hca.dma().clone();
         let mut rings: [Option<SendRing>; 2] = [None, None];
@@ -331,7 +343,7 @@ impl Port {
             let slots = config
                 .slots
                 .unwrap_or(sq.saturating_mul(DEFAULT_SLOTS_PER_ENTRY))
-                .clamp(1, MAX_SLOTS_PER_QP);
+                .clamp(MIN_SLOTS, MAX_SLOTS_PER_QP);
             let i = qpi(qp);
             // On a failure, the receive rings before this one are posted to the live device:
             // keep what it may still write.

@@ -101,6 +101,17 @@ impl Drop for HoldPosts<'_> {
     }
 }
 
+#[cfg(test)]
+impl PortShared {
+    /// Make the next pass one that takes the device's events at its start (a fatal error is
+    /// then seen before that pass's timers and RMPP deadlines).
+    pub(crate) fn next_pass_takes_device_events(&self) {
+        let p = self.passes.load(Ordering::Relaxed);
+        self.passes
+            .store(p.next_multiple_of(EVENT_INTERVAL), Ordering::Relaxed);
+    }
+}
+
 impl PortShared {
     /// One pass of the progress loop; returns the work done.
     pub(crate) fn pass(&self, st: &mut ProgressState) -> usize {

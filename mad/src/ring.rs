@@ -15,7 +15,8 @@
 //! never exceed the send queue's depth (a post never fails for room), a port may have more
 //! requests waiting for responses than its send queue holds, and a loopback reply is not
 //! starved by the requests it answers. What cannot go yet (no slot, or no entry) waits in the
-//! queue, in order, and nothing is refused.
+//! queue, in order (except that a retry, which holds its slot, goes past new sends waiting
+//! for one), and nothing is refused.
 //!
 //! Requests may hold at most [`SendRing::request_limit`] slots, the *request units*, so that
 //! sends awaiting no response always find one. A request takes its unit as it leaves the
@@ -323,13 +324,17 @@ pub(crate) enum Drained {
     Fail(Vec<Record>, Vec<u64>),
 }
 
-/// The queue of a ring: requests (new sends with a response timeout) apart from the rest, each
-/// job numbered in arrival order.
+/// The queue of a ring: requests (new sends with a response timeout), the other new sends, and
+/// retries, each job numbered in arrival order. Retries are kept apart because they need only
+/// a send queue entry (each holds its slot): one must not wait behind a new send that waits
+/// for a slot, which the retry's own send may hold ([`SendRing::next_locked`]).
 #[derive(Default)]
 pub(crate) struct Queues {
     next_seq: u64,
     requests: VecDeque<(u64, Job)>,
     others: VecDeque<(u64, Job)>,
+    /// Only [`Job::Repost`]s.
+    reposts: VecDeque<(u64, Job)>,
     /// The slots' send buffers: slot `i`'s MAD is at byte `(i % BUFS_PER_LEASE) * MAD_LEN` of
     /// lease `i / BUFS_PER_LEASE`. Under the queue lock, which every install (the only writer
     /// of a buffer) holds: a lease is written through a shared reference, and is not `Sync`.
@@ -353,10 +358,10 @@ fn buffer(buffers: &[DmaLease], index: u32) -> (&DmaLease, usize) {
 
 impl Queues {
     fn is_empty(&self) -> bool {
-        self.requests.is_empty() && self.others.is_empty()
+        self.requests.is_empty() && self.others.is_empty() && self.reposts.is_empty()
     }
 
-    /// Every queued job, in no particular order.
+    /// Every queued new send's job, in no particular order.
     pub(crate) fn jobs_mut(&mut self) -> impl Iterator<Item = &mut Job> {
         self.requests
             .iter_mut()
@@ -387,7 +392,8 @@ pub(crate) struct SendRing {
     credits: AtomicU32,
     /// The most slots requests may hold (the rest are kept for sends that await no response,
     /// such as the answers to loopback requests, which would otherwise wait for slots held by
-    /// the very requests they answer): the request units.
+    /// the very requests they answer): the request units. Below the slot count, which is at
+    /// least [`crate::MIN_SLOTS`] (`Port::open`), so one slot at least is kept.
     pub(crate) request_limit: u32,
     /// Request units taken: by requests in slots, and by queued sends that reserved one with
     /// their flow-control credit ([`Pending::reserved`]). Never above `request_limit`.
@@ -576,17 +582,28 @@ impl SendRing {
     /// `enqueue` with the queue lock held, without the kick (for the drainer's own job, which
     /// it collects under the same lock).
     pub(crate) fn push_locked(&self, q: &mut Queues, job: Job) -> bool {
-        let waits = !q.is_empty()
-            || self.credits.load(Ordering::SeqCst) == 0
-            || (matches!(job, Job::New(_)) && self.free.len() == 0);
+        let no_entry = self.credits.load(Ordering::SeqCst) == 0;
         let seq = q.next_seq;
         q.next_seq += 1;
-        // A send holding a reserved unit needs none: it never waits behind the limit.
-        if matches!(&job, Job::New(p) if p.timeout_ms > 0 && !p.reserved) {
-            q.requests.push_back((seq, job));
-        } else {
-            q.others.push_back((seq, job));
-        }
+        let waits = match &job {
+            // A send holding a reserved unit needs none: it never waits behind the limit.
+            Job::New(p) => {
+                let waits = !q.is_empty() || no_entry || self.free.len() == 0;
+                if p.timeout_ms > 0 && !p.reserved {
+                    q.requests.push_back((seq, job));
+                } else {
+                    q.others.push_back((seq, job));
+                }
+                waits
+            }
+            // A retry waits only for older retries and an entry (new sends queued before it
+            // wait for a slot, a unit or an entry: it goes past the first two).
+            Job::Repost { .. } => {
+                let waits = !q.reposts.is_empty() || no_entry;
+                q.reposts.push_back((seq, job));
+                waits
+            }
+        };
         self.queued_add(1);
         waits
     }
@@ -692,7 +709,11 @@ impl SendRing {
     /// slot and an entry for a new send, and for a request a request unit; an entry for a
     /// retry). A request held by the request limit lets younger sends that need no unit go first
     /// (those awaiting no response, and requests that reserved theirs with their flow-control
-    /// credit); otherwise jobs go in arrival order.
+    /// credit), and a new send waiting for a slot lets younger retries go first (each holds
+    /// its slot already, and the slot the new send waits for may be one of theirs, given back
+    /// only once the retry is posted and its wait ends: the kernel's `ib_send_mad` too queues
+    /// retries and new sends alike for the send queue only); otherwise jobs go in arrival
+    /// order, and new sends, and retries, keep their order among themselves.
     fn next_locked(&self, q: &mut Queues, dead: bool, batch: &mut PostBatch) -> Option<Drained> {
         if dead {
             if q.is_empty() {
@@ -700,7 +721,12 @@ impl SendRing {
             }
             let mut news = Vec::new();
             let mut reposts = Vec::new();
-            let all: Vec<(u64, Job)> = q.requests.drain(..).chain(q.others.drain(..)).collect();
+            let all: Vec<(u64, Job)> = q
+                .requests
+                .drain(..)
+                .chain(q.others.drain(..))
+                .chain(q.reposts.drain(..))
+                .collect();
             for (_, job) in all {
                 match job {
                     Job::New(p) => news.push(p),
@@ -712,19 +738,29 @@ impl SendRing {
             self.queued_sub(news.len() + reposts.len());
             return Some(Drained::Fail(news, reposts));
         }
-        let req_seq = q.requests.front().map(|(s, _)| *s);
-        let oth_seq = q.others.front().map(|(s, _)| *s);
-        let order = match (req_seq, oth_seq) {
-            (None, None) => return None,
-            (Some(r), Some(o)) if r < o => [true, false],
-            (Some(_), None) => [true, false],
-            _ => [false, true],
-        };
-        for from_requests in order {
-            let list = if from_requests {
-                &mut q.requests
-            } else {
-                &mut q.others
+        // The heads of the three lists (requests, other new sends, retries), looked at in
+        // arrival order.
+        let seq = |l: &VecDeque<(u64, Job)>| l.front().map(|(s, _)| *s);
+        let mut heads = [seq(&q.requests), seq(&q.others), seq(&q.reposts)];
+        // A new send found no free slot: no new send goes in this call (they keep their
+        // order), but a retry, which holds its slot, may.
+        let mut no_slot = false;
+        loop {
+            let mut pick = None;
+            for (which, head) in heads.iter().enumerate() {
+                if let Some(s) = *head {
+                    if pick.is_none_or(|(best, _)| s < best) {
+                        pick = Some((s, which));
+                    }
+                }
+            }
+            let (_, which) = pick?;
+            heads[which] = None;
+            let from_requests = which == 0;
+            let list = match which {
+                0 => &mut q.requests,
+                1 => &mut q.others,
+                _ => &mut q.reposts,
             };
             let Some((_, head)) = list.front() else {
                 continue;
@@ -733,10 +769,16 @@ impl SendRing {
                 Job::New(p) => {
                     let local = p.local;
                     if from_requests && self.requests_held() >= self.request_limit {
-                        // Over the request limit: the other queue may go.
+                        // Over the request limit: the other lists may go.
                         continue;
                     }
-                    if self.free.len() == 0 || !(local || self.take_credit()) {
+                    if no_slot || self.free.len() == 0 {
+                        // Retries may go past it: one may hold the slot it waits for, and
+                        // give it back only after the retry (its last wait) ends.
+                        no_slot = true;
+                        continue;
+                    }
+                    if !(local || self.take_credit()) {
                         return None;
                     }
                     if from_requests && !self.try_reserve() {
@@ -797,7 +839,6 @@ impl SendRing {
             self.queued_sub(1);
             return Some(out);
         }
-        None
     }
 
     pub(crate) fn wr_id(&self, index: u32, generation: u32) -> u64 {

@@ -189,7 +189,7 @@ fn tid_of(m: &[u8]) -> u64 {
 /// none of the previous MAD's bytes, and the buffers are the leases the census names.
 #[test]
 fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
-    let r = rig_with_slots(1);
+    let r = rig_with_slots(2);
     let census = r.port.census();
     assert_eq!(
         (
@@ -197,36 +197,41 @@ fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
             census.smi.map(|s| s.send_buffer_leases)
         ),
         (1, Some(1)),
-        "one lease holds the one slot's buffer on each QP"
+        "one lease holds the two slots' buffers on each QP"
     );
     let a = r.perf_agent();
-    let mut full = get(1);
-    full[24..].fill(0xA5);
-    a.send(SendRequest::new(full, gsi(2))).unwrap();
-    let ev = r.collect(&a, Duration::from_millis(10));
-    assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    // A full MAD in each slot's buffer, so that the short one reuses one, whichever.
+    for tid in [1, 3] {
+        let mut full = get(tid);
+        full[24..].fill(0xA5);
+        a.send(SendRequest::new(full, gsi(2))).unwrap();
+        let ev = r.collect(&a, Duration::from_millis(10));
+        assert_eq!(completions(&ev).len(), 1, "{ev:?}");
+    }
     let short = get(2)[..40].to_vec();
     a.send(SendRequest::new(short, gsi(2))).unwrap();
     let ev = r.collect(&a, Duration::from_millis(10));
     assert_eq!(completions(&ev).len(), 1, "{ev:?}");
     let sent = r.fake.sent();
-    assert_eq!(sent.len(), 2);
+    assert_eq!(sent.len(), 3);
     assert!(
-        sent[0].mad[24..].iter().all(|&b| b == 0xA5),
-        "the first MAD whole"
+        sent[..2]
+            .iter()
+            .all(|s| s.mad[24..].iter().all(|&b| b == 0xA5)),
+        "the full MADs whole"
     );
     // Its bytes as given, but for the TID's upper half, which the stack rewrites.
     let mut expected = get(2)[..40].to_vec();
-    expected[8..12].copy_from_slice(&sent[1].mad[8..12]);
+    expected[8..12].copy_from_slice(&sent[2].mad[8..12]);
     assert_eq!(
-        &sent[1].mad[..40],
+        &sent[2].mad[..40],
         &expected[..],
-        "the second MAD's own bytes"
+        "the short MAD's own bytes"
     );
     assert!(
-        sent[1].mad[40..].iter().all(|&b| b == 0),
+        sent[2].mad[40..].iter().all(|&b| b == 0),
         "zero-padded past its 40 bytes: {:?}",
-        &sent[1].mad[40..]
+        &sent[2].mad[40..]
     );
     a.deregister();
     r.assert_clean();
@@ -2449,7 +2454,7 @@ fn a_notify_hook_that_panics_on_completions_made_outside_the_loop_loses_none() {
 /// device sends the new bytes.
 #[test]
 fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
-    let r = rig_with_slots(1);
+    let r = rig_with_slots(2);
     r.fake.set_auto(false);
     let a = r.perf_agent();
     let ring = r.port.send_ring(SpecialQp::Gsi);
@@ -2457,12 +2462,17 @@ fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
     r.fake.execute(SpecialQp::Gsi, 1);
     let ev = r.collect(&a, Duration::from_millis(10));
     assert_eq!(completions(&ev).len(), 1, "{ev:?}");
-    // DONE: the slot's buffer is the stack's again.
-    ring.scribble_send_buffer(0, 0x5A);
+    // DONE: the slot's buffer is the stack's again (and the other slot's was never posted).
+    for index in 0..2 {
+        ring.scribble_send_buffer(index, 0x5A);
+    }
     assert_eq!(r.fake.buffers_rewritten_while_posted(), 0);
     a.send(SendRequest::new(get(2), gsi(2))).unwrap();
     assert_eq!(r.fake.posted_sends(SpecialQp::Gsi), 1);
-    ring.scribble_send_buffer(0, 0xC3);
+    // Both buffers: the posted send's is one of them.
+    for index in 0..2 {
+        ring.scribble_send_buffer(index, 0xC3);
+    }
     r.fake.execute(SpecialQp::Gsi, 1);
     assert_eq!(
         r.fake.buffers_rewritten_while_posted(),
@@ -2485,7 +2495,7 @@ fn a_send_buffer_rewritten_while_its_send_is_posted_is_counted() {
 #[test]
 fn a_mad_not_copied_into_its_send_buffer_completes_with_loc_qp_op_err_unsent() {
     use driver::verbs::HcaPort;
-    let r = rig_with_slots(1);
+    let r = rig_with_slots(2);
     let a = r.perf_agent();
     let ring = r.port.send_ring(SpecialQp::Gsi);
     let first = a.send(SendRequest::new(get(1), gsi(2))).unwrap();
@@ -2912,4 +2922,161 @@ fn a_canceled_queued_send_gives_its_request_unit_to_a_waiting_backlog() {
         assert_eq!(request_units_taken(&r), 0);
         r.assert_clean();
     });
+}
+
+/// Fills the ring of [`rig_with_two_request_units`] (4 slots, send queue of 2, 2 units) with
+/// sends whose only way forward is a retry: `a`'s two requests with a retry left hold the
+/// units; two sends created with no timeout, given one by a modify (the kernel's
+/// `ib_modify_mad` sets `mad_send_wr->timeout` of a send on its send list) and with a retry
+/// left, hold the other two slots. Then `b`'s send awaiting no response waits for a slot.
+/// Returns `a`'s four sends and `b`'s.
+fn every_slot_held_by_a_send_that_must_retry(a: &Agent, b: &Agent) -> ([SendId; 4], SendId) {
+    let p1 = a
+        .send(SendRequest::new(get(1), gsi(5)).timeout_ms(10).retries(1))
+        .unwrap();
+    let p2 = a
+        .send(SendRequest::new(get(2), gsi(5)).timeout_ms(10).retries(1))
+        .unwrap();
+    let n1 = a.send(SendRequest::new(get(3), gsi(5)).retries(1)).unwrap();
+    let n2 = a.send(SendRequest::new(get(4), gsi(5)).retries(1)).unwrap();
+    a.modify_timeout(n1, 10).unwrap();
+    a.modify_timeout(n2, 10).unwrap();
+    let n3 = b.send(SendRequest::new(get(5), gsi(5))).unwrap();
+    ([p1, p2, n1, n2], n3)
+}
+
+/// A retry needs only a send queue entry (it holds its slot): it must not wait in the ring's
+/// queue behind a new send waiting for a slot, when every slot is held by a send whose only
+/// way forward is that retry. It used to: `next_locked` stopped at the new send, no slot ever
+/// came back, and nothing completed. The kernel's `ib_send_mad` queues retries and new sends
+/// alike only for the send queue, whose entries always come back at their completions.
+#[test]
+fn a_retry_goes_past_a_new_send_waiting_for_the_slot_the_retry_holds() {
+    within_real_time(Duration::from_secs(20), || {
+        let r = rig_with_two_request_units();
+        let a = r.perf_agent();
+        let ([p1, p2, n1, n2], n3) = every_slot_held_by_a_send_that_must_retry(&a, &a);
+        let done = completions(&r.collect(&a, Duration::from_secs(1)));
+        for id in [p1, p2] {
+            assert_eq!(
+                done.get(&id),
+                Some(&(WcStatus::RespTimeoutErr, 0, 1)),
+                "{id} timed out after its retry: {done:?}"
+            );
+        }
+        // A retry waits for the send's own timeout (0: none), not the modified one (the
+        // kernel's `retry_send` since "IB/mad: Do not save the MRA timeout"): done at its CQE.
+        for id in [n1, n2] {
+            assert_eq!(
+                done.get(&id),
+                Some(&(WcStatus::Success, 0, 1)),
+                "{id} done after its retry: {done:?}"
+            );
+        }
+        assert_eq!(
+            done.get(&n3).map(|c| c.0),
+            Some(WcStatus::Success),
+            "{done:?}"
+        );
+        assert_eq!(r.fake.sent().len(), 9, "4 sends, 4 retries, the new send");
+        a.deregister();
+        assert_eq!(request_units_taken(&r), 0);
+        r.assert_clean();
+    });
+}
+
+/// The same cycle across two agents: deregistering the agent whose retries wait returns (its
+/// canceled retries, on no QP, complete in software), and the other agent's send goes.
+#[test]
+fn deregistration_returns_with_a_retry_behind_another_agents_send_waiting_for_a_slot() {
+    within_real_time(Duration::from_secs(20), || {
+        let r = rig_with_two_request_units();
+        let a = r.perf_agent();
+        let b = r.perf_agent();
+        let (held, n3) = every_slot_held_by_a_send_that_must_retry(&a, &b);
+        // Past the first timeouts: the retries are queued (or gone).
+        let _ = r.collect(&a, Duration::from_millis(20));
+        a.deregister();
+        let done = completions(&r.collect(&b, Duration::from_millis(100)));
+        assert_eq!(
+            done.get(&n3).map(|c| c.0),
+            Some(WcStatus::Success),
+            "{done:?}"
+        );
+        assert_eq!(r.port.census().outstanding, 0, "{held:?} all finished");
+        b.deregister();
+        assert_eq!(request_units_taken(&r), 0);
+        r.assert_clean();
+    });
+}
+
+/// A port with fewer than [`crate::MIN_SLOTS`] send slots is refused: with one slot, requests
+/// could hold every slot (its request limit would be 1), and a send awaiting no response (a
+/// reply to a loopback request) would wait for the request it answers.
+#[test]
+fn a_port_with_fewer_than_two_slots_is_refused() {
+    for slots in [0, 1] {
+        let fake = FakePort::new(16, 64);
+        let base = fake.accounting();
+        let config = PortConfig {
+            slots: Some(slots),
+            ..PortConfig::default()
+        };
+        let opened = Port::open(fake.clone(), config);
+        assert!(
+            matches!(opened, Err(MadError::TooFewSlots { slots: s, min: 2 }) if s == slots),
+            "{slots} slots: {:?}",
+            opened.err()
+        );
+        assert_eq!(
+            fake.accounting().leases_out,
+            base.leases_out,
+            "nothing leased"
+        );
+    }
+    let r = rig_with_slots(2);
+    assert_eq!(
+        r.port.shared.ring(SpecialQp::Gsi).unwrap().request_limit,
+        1,
+        "two slots: one for requests, one kept"
+    );
+}
+
+/// A send waiting for its response when the device dies completes with WR_FLUSH_ERR
+/// (vendor_err 5) after the DeviceFatal event, like every other outstanding send, even when its
+/// deadline passed before the pass that sees the death: that pass fires no timer (it would
+/// complete it with RESP_TIMEOUT_ERR, or retry it, after its agent was told of the death).
+#[test]
+fn a_send_waiting_for_its_response_when_the_device_dies_is_flushed_even_past_its_deadline() {
+    for retries in [0, 1] {
+        let r = rig();
+        let a = r.perf_agent();
+        let id = a
+            .send(
+                SendRequest::new(get(1), gsi(5))
+                    .timeout_ms(1000)
+                    .retries(retries),
+            )
+            .unwrap();
+        r.port.progress();
+        assert_eq!(r.port.census().gsi.count(SendState::WaitResp), 1);
+        r.fake.make_fatal(false);
+        r.fake.wait(r.port.now() + Duration::from_secs(2));
+        r.port.shared.next_pass_takes_device_events();
+        r.port.progress();
+        let ev = queued_events(&a);
+        assert!(
+            matches!(ev.first(), Some(Event::DeviceFatal { .. })),
+            "{ev:?}"
+        );
+        assert_eq!(
+            completions(&ev),
+            HashMap::from([(id, (WcStatus::WrFlushErr, 5, 0))]),
+            "{retries} retries: flushed, not timed out: {ev:?}"
+        );
+        assert_eq!(r.fake.sent().len(), 1, "not resent");
+        let c = r.port.counters();
+        assert_eq!((c.timeouts, c.retries), (0, 0));
+        a.deregister();
+    }
 }

@@ -837,7 +837,12 @@ impl PortShared {
                 let step = x.sender.on_send_completion(c.status, c.vendor_err);
                 self.rmpp_step(x, step, &mut actions);
             }
-            for x in t.sends.values_mut() {
+            // Once the device is dead no timer decides anything (as for plain sends in
+            // `pass`): every transfer ends with WR_FLUSH_ERR (vendor_err 5) in
+            // `flush_everything` after this, not with a timeout or a resend after its agent
+            // was told of the death, and no reassembly's timeout sends an ABORT.
+            let dead = self.is_fatal();
+            for x in t.sends.values_mut().filter(|_| !dead) {
                 if x.deadline.is_some_and(|d| d <= now) {
                     x.deadline = None;
                     work += 1;
@@ -848,7 +853,7 @@ impl PortShared {
             t.retain_sends(|x| x.sender.done.is_none() || x.in_flight.is_some(), now);
             let mut expired = Vec::new();
             t.retain_recvs(|r| {
-                if r.deadline > now {
+                if dead || r.deadline > now {
                     return true;
                 }
                 if !r.receiver.complete {

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use driver::verbs::{HcaPort, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::MAD_LEN;
 use mad_wire::rmpp::{Rmpp, flags, rmpp_status, rmpp_type};
 use mad_wire::{class, method};
@@ -1258,4 +1258,84 @@ fn modify_before_a_next_segment(timeout_ms: u32) -> u64 {
 fn a_modify_before_a_next_segment_times_its_ack_wait_as_the_kernel_does() {
     assert_eq!(modify_before_a_next_segment(100), 700);
     assert_eq!(modify_before_a_next_segment(3000), 2000);
+}
+
+/// The device dies while an RMPP transfer waits for an ACK whose timeout has passed: the pass
+/// that sees the death (at its start) tells the agent DeviceFatal, and the transfer then ends
+/// with WR_FLUSH_ERR (vendor_err 5) like every other outstanding send, not RESP_TIMEOUT_ERR
+/// (no timer decides anything on a dead device, as for plain sends).
+#[test]
+fn an_rmpp_transfer_past_its_ack_timeout_when_the_device_dies_is_flushed_not_timed_out() {
+    for retries in [0, 1] {
+        let (r, sa, id) = sa_sends(1000, retries, |_, _| None);
+        let _ = r.collect(&sa, Duration::from_millis(5));
+        let before = r.port.rmpp_counters();
+        r.fake.make_fatal(false);
+        r.fake.wait(r.port.now() + Duration::from_secs(3));
+        r.port.shared.next_pass_takes_device_events();
+        r.port.progress();
+        r.port.progress();
+        let mut ev = Vec::new();
+        sa.events().drain_into(&mut ev);
+        assert!(
+            matches!(ev.first(), Some(Event::DeviceFatal { .. })),
+            "{ev:?}"
+        );
+        let c = completions(&ev);
+        assert_eq!(c.len(), 1, "{ev:?}");
+        assert_eq!(
+            (c[0].id, c[0].status, c[0].vendor_err),
+            (id, WcStatus::WrFlushErr, 5),
+            "{retries} retries: flushed, not timed out after the death"
+        );
+        assert_eq!(
+            r.port.rmpp_counters().segments_resent,
+            before.segments_resent,
+            "{retries} retries: no segment resent to a dead device"
+        );
+        sa.deregister();
+    }
+}
+
+/// A reassembly past its 40 s when the device dies is dropped, with no ABORT (T2L) sent to
+/// the dead device; the request it answers is flushed.
+#[test]
+fn a_stalled_reassembly_sends_no_abort_once_the_device_died() {
+    let r = Rig::new();
+    r.fake.set_responder(move |out| {
+        if out.mad[3] != method::GET_TABLE || rmpp_of(&out.mad).0 != rmpp_type::NONE {
+            return Vec::new();
+        }
+        let msg = sa_message(method::GET_TABLE_RESP, tid_of(&out.mad), 600, true, 1);
+        vec![from_peer(segments_of(&msg, &[1])[0])]
+    });
+    let client = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_rmpp(1));
+    let id = client
+        .send(
+            SendRequest::new(sa_message(method::GET_TABLE, 1, 0, false, 0), to_peer())
+                .timeout_ms(45_000),
+        )
+        .unwrap();
+    let ev = r.collect(&client, Duration::from_millis(5));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(
+        r.port.rmpp_counters().segments_received,
+        1,
+        "a reassembly under way"
+    );
+    r.fake.make_fatal(false);
+    r.fake.wait(r.port.now() + Duration::from_secs(41));
+    r.port.shared.next_pass_takes_device_events();
+    r.port.progress();
+    let mut ev = Vec::new();
+    client.events().drain_into(&mut ev);
+    let k = r.port.rmpp_counters();
+    assert_eq!((k.reassembly_timeouts, k.aborts_sent), (0, 0), "{ev:?}");
+    let c = completions(&ev);
+    assert_eq!(c.len(), 1, "{ev:?}");
+    assert_eq!(
+        (c[0].id, c[0].status, c[0].vendor_err),
+        (id, WcStatus::WrFlushErr, 5)
+    );
+    client.deregister();
 }
