@@ -720,104 +720,6 @@ fn modify_of_a_send_awaiting_no_response_at_its_cqe_makes_it_wait() {
     modify_at_the_cqe(0);
 }
 
-/// Threads send solicited SA requests (short timeouts, retries, a third never answered, so
-/// timers fire and retries queue behind their agent's flow-control backlog of 2) and modify and
-/// cancel them while a progress thread runs. The timer decides under the slot's data lock and
-/// looks at the backlog without it; modify takes flow control's lock, then the data lock: no
-/// thread waits for another in a cycle, every send completes exactly once, and the port ends
-/// clean.
-#[test]
-fn modify_and_cancel_race_timers_and_retries_on_a_progress_thread() {
-    for round in 0..3u64 {
-        // A request slot for each send: with fewer, the retries queued behind flow control
-        // could fill the request limit while the agents' flow-control credits are held by
-        // new requests waiting for a request slot, which stalls both (a limit of the port's
-        // slot accounting this test is not about).
-        let config = PortConfig {
-            slots: Some(256),
-            ..PortConfig::default()
-        };
-        let r = rig_with(8, 64, config);
-        r.fake.set_responder(|o| {
-            if o.mad[15] % 3 == 0 {
-                Vec::new()
-            } else {
-                answer(o)
-            }
-        });
-        let progress = r.port.spawn_progress_thread().unwrap();
-        let handles: Vec<_> = (0..4u64)
-            .map(|t| {
-                let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
-                let port = r.port.clone();
-                std::thread::spawn(move || {
-                    let mut ids = Vec::new();
-                    let mut seen = HashMap::new();
-                    let take = |seen: &mut HashMap<SendId, WcStatus>, e: Event| {
-                        if let Event::Send(c) = e {
-                            assert!(seen.insert(c.id, c.status).is_none(), "{} twice", c.id);
-                        }
-                    };
-                    for i in 0..60u64 {
-                        let tid = round << 32 | t << 16 | i;
-                        let req = SendRequest::new(mad(SA, 2, 0x01, 0x12, tid), gsi(5))
-                            .timeout_ms(1 + (i % 4) as u32)
-                            .retries((i / 3 % 3) as u32);
-                        let id = a.send(req).unwrap();
-                        ids.push(id);
-                        let earlier = ids[(i as usize * 7) % ids.len()];
-                        match i % 8 {
-                            0 | 4 => {
-                                let _ = a.modify_timeout(earlier, 1 + (i % 5) as u32);
-                            }
-                            1 | 5 => {
-                                let _ = a.modify_timeout(id, 3);
-                            }
-                            2 => {
-                                let _ = a.cancel(earlier);
-                            }
-                            _ => {}
-                        }
-                        if i % 4 == 3 {
-                            if let Some(e) =
-                                a.next_event(port.deadline_after(Duration::from_millis(2)))
-                            {
-                                take(&mut seen, e);
-                            }
-                        }
-                    }
-                    // Everything finishes on its own (by response, timeout or cancel). The
-                    // double's clock jumps whenever the loop sleeps, so its time is no measure
-                    // of a thread the machine does not run for a while: real time bounds this.
-                    let give_up = std::time::Instant::now() + Duration::from_secs(30);
-                    while seen.len() < ids.len() && std::time::Instant::now() < give_up {
-                        if let Some(e) =
-                            a.next_event(port.deadline_after(Duration::from_millis(100)))
-                        {
-                            take(&mut seen, e);
-                        }
-                    }
-                    for id in &ids {
-                        assert!(seen.contains_key(id), "round {round} thread {t}: {id} lost");
-                    }
-                    assert_eq!(seen.len(), ids.len(), "round {round} thread {t}");
-                    a.deregister();
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        progress.stop();
-        let c = r.port.counters();
-        assert!(
-            c.timeouts > 0 && c.retries > 0,
-            "round {round}: timers fired: {c:?}"
-        );
-        r.assert_clean();
-    }
-}
-
 #[test]
 fn path8_deregistration_with_sends_in_every_state() {
     // 4 slots; an SA agent limited to 64/32 = 2 outstanding solicited sends.
@@ -2675,7 +2577,9 @@ fn within_real_time(limit: Duration, body: impl FnOnce() + Send + 'static) {
 /// cancel them while a progress thread runs, with the default 32 slots of a send queue of 8
 /// (24 of them for requests). Retries waiting in the backlogs hold their slots: a new send let
 /// out of a backlog with a flow-control credit must not then wait for one of those slots, or
-/// no retry ever gets its credit back (the port-wide deadlock this guards against). Every
+/// no retry ever gets its credit back (the port-wide deadlock this guards against). The timer
+/// decides under the slot's data lock and looks at the backlog without it; modify takes flow
+/// control's lock, then the data lock: no thread waits for another in a cycle either. Every
 /// send completes exactly once, deregistration returns, and the port ends clean.
 #[test]
 fn retries_queued_behind_flow_control_do_not_deadlock_the_request_slots() {
