@@ -1,7 +1,7 @@
 //! The subcommands, one module each, and what they share.
 //!
-//! They print through [`outln!`] and [`errln!`], not `println!` and `eprintln!`, which panic
-//! when a write fails: standard output may be a full disk (`hca info sim > /dev/full`) and
+//! They print through `outln!` and `errln!` (defined here), not `println!` and `eprintln!`,
+//! which panic when a write fails: standard output may be a full disk (`hca info sim > /dev/full`) and
 //! standard error too. A failed write to standard output is an error of the command (exit 1);
 //! one to standard error is dropped, since there is nowhere left to report it. (A reader that
 //! went away ends the program by SIGPIPE before either, see `restore_sigpipe` in main.)
