@@ -269,6 +269,9 @@ pub struct QpCensus {
     pub depth: u32,
     /// Work requests posted and not completed (at most `depth`).
     pub posted: u32,
+    /// Request units taken: slots holding requests awaiting a response, and units reserved
+    /// by queued sends (at most the ring's request limit; 0 when nothing is in flight).
+    pub requests_held: u32,
     /// Receive buffers posted.
     pub recv_posted: usize,
     /// Receive buffers held but not posted (the device refused them back).
@@ -1537,6 +1540,7 @@ impl PortShared {
                 queued: ring.queued(),
                 depth: ring.depth,
                 posted: ring.posted(),
+                requests_held: ring.requests_held(),
                 recv_posted: self.gauges.recv_posted[qpi(ring.qp)].load(Ordering::Relaxed),
                 recv_idle: self.gauges.recv_idle[qpi(ring.qp)].load(Ordering::Relaxed),
                 send_buffer_leases: ring.buffer_leases,

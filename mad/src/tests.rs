@@ -119,7 +119,8 @@ impl Rig {
     }
 
     /// Leases and mappings back to what they were after the port opened, no IOMMU fault,
-    /// no send buffer rewritten under a posted send, no slot busy, nothing queued.
+    /// no send buffer rewritten under a posted send, no slot busy, nothing queued, no request
+    /// unit held on any ring, no agent still registered holding a credit or a backlog.
     fn assert_clean(&self) {
         let a = self.fake.accounting();
         assert_eq!(
@@ -142,6 +143,23 @@ impl Rig {
         assert_eq!(c.gsi.queued + c.backlogged, 0, "{c:?}");
         assert_eq!(c.outstanding, 0, "{c:?}");
         assert_eq!(c.gsi.posted, 0, "{c:?}");
+        // Request units of every ring back, and no agent still registered holding a
+        // flow-control credit or a backlogged send.
+        for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
+            if let Some(ring) = self.port.shared.ring(qp) {
+                assert_eq!(ring.requests_held(), 0, "{qp:?} request units back: {c:?}");
+            }
+        }
+        assert_eq!(
+            (c.gsi.requests_held, c.smi.map_or(0, |s| s.requests_held)),
+            (0, 0),
+            "{c:?}"
+        );
+        for (id, a) in &self.port.shared.agents_read().agents {
+            let fc = crate::ring::lock(&a.fc);
+            assert_eq!(fc.outstanding, 0, "agent {id} holds flow-control credits");
+            assert!(fc.backlog.is_empty(), "agent {id} has a backlog");
+        }
         assert_eq!(
             self.port.counters().post_failures,
             0,
@@ -2983,4 +3001,108 @@ fn a_send_waiting_for_its_response_when_the_device_dies_is_flushed_even_past_its
         assert_eq!((c.timeouts, c.retries), (0, 0));
         a.deregister();
     }
+}
+
+/// Request units taken on QP1's ring.
+fn gsi_units_held(r: &Rig) -> u32 {
+    r.port.shared.ring(SpecialQp::Gsi).unwrap().requests_held()
+}
+
+/// `agent`'s flow-control credits taken and sends in its backlog.
+fn credits_and_backlog(agent: &Agent) -> (u32, usize) {
+    let fc = crate::ring::lock(&agent.inner.fc);
+    (fc.outstanding, fc.backlog.len())
+}
+
+/// Request units and flow-control credits return to zero after a mixed run on a ring of 2
+/// request units: three SA agents (2 credits each) with retries queued in their backlogs,
+/// answers to half the requests, cancels of sends in the backlog, in the ring's queue and of
+/// queued retries, a modify, and one agent deregistered mid-flight.
+#[test]
+fn request_units_and_credits_return_to_zero_after_a_mixed_run() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_request_units();
+        // Answer even TIDs only.
+        r.fake.set_responder(|o| {
+            if o.mad[15] % 2 == 0 {
+                answer(o)
+            } else {
+                Vec::new()
+            }
+        });
+        let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let c = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let mut ids = Vec::new();
+        for t in 1..=6u64 {
+            for (k, ag) in [&a, &b, &c].into_iter().enumerate() {
+                let m = mad(SA, 2, 0x01, 0x11, t << 4 | k as u64);
+                let id = ag
+                    .send(SendRequest::new(m, gsi(5)).timeout_ms(10).retries(2))
+                    .unwrap();
+                ids.push(id);
+            }
+        }
+        r.port.progress();
+        // The run contends: every unit taken, sends waiting in backlogs.
+        assert_eq!(gsi_units_held(&r), 2, "{:?}", r.port.census());
+        assert!(r.port.census().backlogged > 0, "{:?}", r.port.census());
+        let _ = a.cancel(ids[0]);
+        let _ = b.cancel(ids[4]);
+        let _ = c.cancel(ids[17]);
+        let _ = a.modify_timeout(ids[9], 30);
+        for step in 1..=5usize {
+            pass_at(&r, &a, r.port.now() + Duration::from_millis(10));
+            let _ = b.cancel(ids[step * 3 + 1]);
+        }
+        b.deregister();
+        let _ = r.collect(&a, Duration::from_millis(500));
+        let _ = r.collect(&c, Duration::from_millis(500));
+        let census = r.port.census();
+        assert_eq!(gsi_units_held(&r), 0, "request units back: {census:?}");
+        assert_eq!(credits_and_backlog(&a), (0, 0), "{census:?}");
+        assert_eq!(credits_and_backlog(&c), (0, 0), "{census:?}");
+        a.deregister();
+        c.deregister();
+        r.assert_clean();
+    });
+}
+
+/// Request units and flow-control credits return to zero when the device dies while sends
+/// wait in agents' backlogs (for units or credits) and in the ring's queue holding units.
+#[test]
+fn request_units_and_credits_return_to_zero_after_a_fatal_error() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_request_units();
+        let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        // Sends awaiting no response take the send queue's 2 entries, so sends holding
+        // units wait in the ring's queue.
+        let perf = r.perf_agent();
+        perf.send(SendRequest::new(get(9), gsi(5))).unwrap();
+        perf.send(SendRequest::new(get(10), gsi(5))).unwrap();
+        for t in 1..=4u64 {
+            for ag in [&a, &b] {
+                let m = mad(SA, 2, 0x01, 0x11, t);
+                ag.send(SendRequest::new(m, gsi(5)).timeout_ms(10).retries(2))
+                    .unwrap();
+            }
+        }
+        let before = r.port.census();
+        assert_eq!(gsi_units_held(&r), 2, "{before:?}");
+        assert!(before.backlogged > 0, "{before:?}");
+        r.fake.make_fatal(false);
+        let _ = r.collect(&a, Duration::from_millis(200));
+        let _ = r.collect(&b, Duration::from_millis(200));
+        let _ = r.collect(&perf, Duration::from_millis(200));
+        let after = r.port.census();
+        assert_eq!(gsi_units_held(&r), 0, "request units back: {after:?}");
+        assert_eq!(after.gsi.requests_held, 0, "{after:?}");
+        assert_eq!(credits_and_backlog(&a), (0, 0), "{after:?}");
+        assert_eq!(credits_and_backlog(&b), (0, 0), "{after:?}");
+        assert_eq!((after.backlogged, after.outstanding), (0, 0), "{after:?}");
+        a.deregister();
+        b.deregister();
+        perf.deregister();
+    });
 }

@@ -348,6 +348,11 @@ impl MadRig {
             "{c:?}"
         );
         assert_eq!(c.gsi.posted + c.smi.map_or(0, |s| s.posted), 0, "{c:?}");
+        assert_eq!(
+            (c.gsi.requests_held, c.smi.map_or(0, |s| s.requests_held)),
+            (0, 0),
+            "request units back: {c:?}"
+        );
         let k = self.port.counters();
         assert_eq!(
             k.drops.get(DropReason::AgentClosed),
