@@ -880,12 +880,8 @@ mod tests {
         }
     }
 
-    /// Under `PagePolicy::Auto` a 1 MiB request gets a 2 MiB huge page when there are any; an
-    /// arena of 1 MiB must still be 1 MiB of memory, so that its release unmaps and frees
-    /// exactly what was mapped and allocated, and nothing is left behind.
-    #[test]
-    fn an_auto_arena_below_a_huge_page_is_released_whole_where_huge_pages_exist() {
-        let _huge = HugeOnBasePages::on();
+    /// A pooled pool of 1 MiB arenas (below a huge page) on a simulated IOMMU.
+    fn pooled_with_1mib_arenas() -> (Arc<SimIommu>, DmaPool) {
         let iommu = Arc::new(SimIommu::new());
         let pool = DmaPool::with_config(
             iommu.clone(),
@@ -895,6 +891,16 @@ mod tests {
             },
         )
         .unwrap();
+        (iommu, pool)
+    }
+
+    /// Under `PagePolicy::Auto` a 1 MiB request gets a 2 MiB huge page when there are any; an
+    /// arena of 1 MiB must still be 1 MiB of memory, so that its release unmaps and frees
+    /// exactly what was mapped and allocated, and nothing is left behind.
+    #[test]
+    fn an_auto_arena_below_a_huge_page_is_released_whole_where_huge_pages_exist() {
+        let _huge = HugeOnBasePages::on();
+        let (iommu, pool) = pooled_with_1mib_arenas();
         let lease = pool.lease(64, 64, Access::ReadWrite).unwrap();
         assert_eq!(pool.accounting().arenas, 1);
         drop(lease);
@@ -908,15 +914,7 @@ mod tests {
     #[test]
     fn release_uses_the_mapped_length_of_the_arena() {
         let _huge = HugeOnBasePages::on();
-        let iommu = Arc::new(SimIommu::new());
-        let pool = DmaPool::with_config(
-            iommu.clone(),
-            PoolConfig {
-                arena_size: 1 << 20,
-                ..PoolConfig::new(LeaseMode::Pooled)
-            },
-        )
-        .unwrap();
+        let (iommu, pool) = pooled_with_1mib_arenas();
         let inner = &pool.inner;
         // Memory longer than the mapping: 2 MiB of "huge" memory, 1 MiB of it mapped.
         let mem = DmaMemory::with_policy(1 << 20, PagePolicy::HugeOnly).unwrap();

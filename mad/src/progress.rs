@@ -420,8 +420,7 @@ impl PortShared {
         // awaiting none moves under that lock, where a modify may still give it a timeout
         // (the kernel's completion reads it under the lock `ib_modify_mad` takes); it is then
         // mostly DONE, and its data is taken out under the same lock for `finish`.
-        let mut taken = None;
-        let (out, timeout_ms) = if read_ms > 0 {
+        let cqe = |read_ms| {
             slot_events::send_cqe_timed(
                 &slot.state,
                 r.generation,
@@ -430,17 +429,13 @@ impl PortShared {
                 read_ms,
                 &slot.timeout_ms,
             )
+        };
+        let mut taken = None;
+        let (out, timeout_ms) = if read_ms > 0 {
+            cqe(read_ms)
         } else {
             let mut data = lock(&slot.data);
-            let read_ms = slot.timeout_ms.load(Ordering::Acquire);
-            let out = slot_events::send_cqe_timed(
-                &slot.state,
-                r.generation,
-                wc.status,
-                fatal,
-                read_ms,
-                &slot.timeout_ms,
-            );
+            let out = cqe(slot.timeout_ms.load(Ordering::Acquire));
             if matches!(out.0, CqeOutcome::Done(_)) {
                 taken = data.take();
             }
