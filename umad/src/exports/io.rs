@@ -227,9 +227,13 @@ pub unsafe extern "C-unwind" fn umad_recv(
     })
 }
 
-/// `umad_poll`: 0 when the fd is readable (or its device gone), -ETIMEDOUT, -EIO; waits
-/// as `umad_recv` does.
+/// `umad_poll`: 0 when the fd is readable (or its device gone, which includes a child of
+/// `fork()`, whose devices stayed with the parent), -ETIMEDOUT, -EIO; waits as `umad_recv`
+/// does.
 pub extern "C-unwind" fn umad_poll(fd: c_int, timeout_ms: c_int) -> c_int {
+    if global().is_some_and(|c| c.inherited()) {
+        return 0;
+    }
     wait_steps(fd, timeout_ms, &mut |f, until, last| {
         if f.wait_readable(until)? {
             Ok(Step::Done(0))
