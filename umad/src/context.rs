@@ -23,6 +23,7 @@ use crate::file::UmadFile;
 use crate::fork;
 use crate::info::{self, NodeAttrs, PortAttrs};
 use crate::issm::Issm;
+use crate::signals;
 
 /// The environment variable naming the device(s): a device string (`sim`,
 /// `sim:KEY=VALUE,...`, `vfio:DDDD:BB:DD.F`), or several separated by `;`.
@@ -589,12 +590,13 @@ static GLOBAL: OnceLock<Result<Arc<Context>, String>> = OnceLock::new();
 
 /// The context of the C functions: opened from `HCA_DEVICE` (default `sim`) on first use.
 /// A failure is reported once on stderr (the C API has no other way to say why) and then
-/// answered as "no such device".
+/// answered as "no such device". The threads it starts block asynchronous signals, which
+/// are the program's (see [`crate::signals`]).
 pub fn global() -> Option<&'static Arc<Context>> {
     GLOBAL
         .get_or_init(|| {
             let spec = std::env::var(DEVICE_ENV).unwrap_or_else(|_| DEFAULT_DEVICE.to_owned());
-            match Context::open(&spec) {
+            match signals::with_async_blocked(|| Context::open(&spec)) {
                 Ok(c) => {
                     // SAFETY: registers a plain extern "C" function with no arguments.
                     unsafe { libc::atexit(at_exit) };

@@ -582,3 +582,25 @@ fn a_fork_child_exiting_leaves_the_parents_issm_file_and_is_sm_alone() {
         ],
     );
 }
+
+#[test]
+fn a_caught_signal_ends_umad_recv_and_umad_poll_with_eintr_as_libibumads_poll_does() {
+    let Some(v) = run("eintr", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // libibumad's dev_poll: poll(2) fails (EINTR) -> -EIO, errno left at EINTR;
+            // *length untouched.
+            ("recv_forever", "-5 errno=4 alarms=1 len=256"),
+            ("poll", "-5 errno=4 before_timeout=1"),
+            // poll(2) is never restarted, SA_RESTART or not.
+            ("recv_restart", "-5 errno=4"),
+            ("poll_ignored", "-110"),
+            ("mask_restored", "1"),
+            ("after", "0 status=0"),
+            ("close", "0"),
+        ],
+    );
+}

@@ -916,6 +916,78 @@ static int mode_fork_exit(void)
 	return 0;
 }
 
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int s)
+{
+	(void)s;
+	alarms++;
+}
+
+/* A hung wait fails the test here rather than at the harness's time limit. */
+static void *watchdog(void *arg)
+{
+	(void)arg;
+	sleep(20);
+	printf("hung=1\n");
+	_exit(3);
+}
+
+static void alarm_handler(int flags)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = flags;
+	sigaction(SIGALRM, &sa, NULL);
+}
+
+/* A signal caught while umad_recv or umad_poll waits ends the wait as poll(2)'s EINTR
+ * ends libibumad's: -EIO with errno EINTR (with or without SA_RESTART: poll is never
+ * restarted). An ignored signal ends nothing. */
+static int mode_eintr(void)
+{
+	/* The watchdog must not take the SIGALRMs meant for the waiting thread. */
+	sigset_t alrm, old;
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, &old);
+	pthread_t w;
+	pthread_create(&w, NULL, watchdog, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int lid = my_lid();
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	alarm_handler(0);
+	int len = MAD;
+	alarm(1);
+	int r = umad_recv(fd, u, &len, -1);
+	printf("recv_forever=%d errno=%d alarms=%d len=%d\n", r, errno, alarms, len);
+	alarm(1);
+	long t0 = now_ms();
+	r = umad_poll(fd, 3000);
+	int e = errno;
+	printf("poll=%d errno=%d before_timeout=%d\n", r, e, now_ms() - t0 < 3000);
+	alarm_handler(SA_RESTART);
+	alarm(1);
+	len = MAD;
+	r = umad_recv(fd, u, &len, 3000);
+	printf("recv_restart=%d errno=%d\n", r, errno);
+	signal(SIGALRM, SIG_IGN);
+	alarm(1);
+	r = umad_poll(fd, 1500);
+	printf("poll_ignored=%d\n", r);
+	/* Nothing is left behind: the signal mask, the fd, the agent. */
+	sigset_t now;
+	pthread_sigmask(SIG_SETMASK, NULL, &now);
+	printf("mask_restored=%d\n", !sigismember(&now, SIGALRM) && !sigismember(&now, SIGINT));
+	round_trip("after", fd, agent, lid, 0x5151);
+	printf("close=%d\n", umad_close_port(fd));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -968,6 +1040,8 @@ int main(int argc, char **argv)
 		return mode_fork_use();
 	if (!strcmp(m, "fork_exit"))
 		return mode_fork_exit();
+	if (!strcmp(m, "eintr"))
+		return mode_eintr();
 	if (!strcmp(m, "strings"))
 		return mode_strings();
 	return 64;
