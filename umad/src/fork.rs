@@ -14,7 +14,7 @@
 //! ([`crate::Context::inherited`]). One atomic load per call, no `getpid`.
 //!
 //! The same handler closes, in the child, the library's own ends of the umad fds' socket
-//! pairs ([`LibFd`]): a child holding them would keep the parent's sockets alive, so that a
+//! pairs (`LibFd`): a child holding them would keep the parent's sockets alive, so that a
 //! device death in the parent (which closes its end to make the user's fd report POLLERR,
 //! see [`crate::queue`]) would go unseen while the child lives. The user's own fd is the
 //! user's, and stays open in the child as a kernel umad fd would.

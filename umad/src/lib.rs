@@ -26,7 +26,7 @@
 //! **Signals.** A signal whose handler runs while `umad_recv` or `umad_poll` waits ends the
 //! wait as it ends libibumad's `poll(2)`: -EIO with errno EINTR (`SA_RESTART` or not), and a
 //! signal ignored ends nothing. The library's own threads block the asynchronous signals, so
-//! that process-directed ones reach the program's threads (`signals`).
+//! that process-directed ones reach the program's threads ([`signals`]).
 //!
 //! **fork().** The devices stay with the process that opened them: their DMA memory is not
 //! mapped in a child and the library's threads do not run there. A child of `fork()` (after
@@ -60,7 +60,7 @@ pub mod header;
 pub mod info;
 pub mod issm;
 pub mod queue;
-pub(crate) mod signals;
+pub mod signals;
 pub mod strings;
 pub mod symbols;
 

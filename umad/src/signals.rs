@@ -13,7 +13,7 @@
 //! comes back when the wait ends.
 //!
 //! The library's own threads (progress, issm watcher, the simulator's) block the same
-//! signals for good ([`with_async_blocked`] around their start): a process-directed signal
+//! signals for good (`with_async_blocked` around their start): a process-directed signal
 //! then goes to a thread of the program, and while its only thread waits here, stays
 //! pending for that wait to find, instead of running its handler on a library thread.
 //!
