@@ -499,9 +499,12 @@ impl Port {
     /// For a thread waiting for something the progress loop delivers (in a queue of its own
     /// making): drive the loop until it does some work or `deadline` (device time) passes,
     /// sleeping in the device between passes; when another thread holds the loop, wait
-    /// instead until that thread does some work, `deadline`, or `max_sleep`. Returns false
-    /// only when `deadline` passed with nothing done here; either way the caller looks at
-    /// what it waits for and calls again.
+    /// instead until that thread does some work, `deadline`, or `max_sleep`. On a dead
+    /// device, back after each pass and sleep (at most `max_sleep`): another thread's pass
+    /// may have been the one that took the death and told the agents, between two of this
+    /// thread's, which then find nothing to do until the deadline. Returns false only when
+    /// `deadline` passed with nothing done here; either way the caller looks at what it
+    /// waits for and calls again.
     pub fn progress_or_wait(&self, deadline: Duration) -> bool {
         let s = &self.shared;
         loop {
@@ -520,6 +523,9 @@ impl Port {
                 return true;
             }
             s.sleep_in_device(&st, Some(deadline));
+            if s.is_fatal() {
+                return true;
+            }
         }
     }
 

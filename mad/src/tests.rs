@@ -2237,6 +2237,38 @@ fn progress_or_wait_returns_once_work_is_done_or_at_the_deadline() {
 }
 
 #[test]
+fn progress_or_wait_returns_on_a_dead_device_whichever_thread_took_the_death() {
+    let r = rig();
+    let q = EventQueue::shared();
+    let a = r.agent(AgentSpec::responses_only(SpecialQp::Gsi).with_events(Arc::clone(&q)));
+    r.fake.make_fatal(true);
+    // Another caller's passes take the death and tell the agent (as umad_send's pass or
+    // the fallback thread does while a reader sleeps).
+    let mut passes = 0;
+    while q.is_empty() {
+        r.port.progress();
+        passes += 1;
+        assert!(passes < 100, "the death is told within a few passes");
+    }
+    assert!(r.port.fatal_reason().is_some());
+    let deadline = r.port.deadline_after(Duration::from_secs(10));
+    assert!(
+        r.port.progress_or_wait(deadline),
+        "a dead device: back to look again, not false at the deadline"
+    );
+    assert!(r.port.now() < deadline, "not run to the deadline");
+    let mut ev = Vec::new();
+    q.drain_into(&mut ev);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::DeviceFatal { .. })),
+        "{ev:?}"
+    );
+    a.deregister();
+    assert_eq!(r.fake.faults(), 0);
+    assert_eq!(r.port.census().outstanding, 0);
+}
+
+#[test]
 fn progress_or_wait_waits_for_the_thread_holding_the_loop() {
     let r = rig();
     let held = r.port.shared.progress.lock().unwrap();

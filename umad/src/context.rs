@@ -20,8 +20,10 @@ use mad::{Agent, AgentSpec, Event, EventQueue, SpecialQp};
 use crate::drive::{Drive, Fallback};
 use crate::error::UmadError;
 use crate::file::UmadFile;
+use crate::fork;
 use crate::info::{self, NodeAttrs, PortAttrs};
 use crate::issm::Issm;
+use crate::signals;
 
 /// The environment variable naming the device(s): a device string (`sim`,
 /// `sim:KEY=VALUE,...`, `vfio:DDDD:BB:DD.F`), or several separated by `;`.
@@ -75,6 +77,8 @@ pub struct CaPort {
     sentinel: Mutex<Option<Agent>>,
     files: Mutex<Vec<Weak<UmadFile>>>,
     removed: OnceLock<String>,
+    /// The [`fork::generation`] it was made in.
+    generation: u64,
 }
 
 impl std::fmt::Debug for CaPort {
@@ -128,6 +132,7 @@ impl CaPort {
                 sentinel: Mutex::new(sentinel),
                 files: Mutex::new(Vec::new()),
                 removed: OnceLock::new(),
+                generation: fork::generation(),
             }
         });
         let weak = Arc::downgrade(&port);
@@ -156,8 +161,17 @@ impl CaPort {
         }
     }
 
-    /// Why the device is gone, if it is.
+    /// Whether this process is a child of `fork()` and the port its parent's (see
+    /// [`crate::fork`]): it answers as a removed device.
+    pub fn inherited(&self) -> bool {
+        self.generation != fork::generation()
+    }
+
+    /// Why the device is gone, if it is (in a child of `fork()`, it is the parent's).
     pub fn removed(&self) -> Option<String> {
+        if self.inherited() {
+            return Some(UmadError::Forked.to_string());
+        }
         self.removed
             .get()
             .cloned()
@@ -190,6 +204,9 @@ impl CaPort {
 
     /// What sysfs would show under `ports/<n>/`, asked of the SMA now.
     pub fn attrs(&self) -> Result<PortAttrs, UmadError> {
+        if self.inherited() {
+            return Err(UmadError::Forked);
+        }
         info::port(&*self.hca, self.pkey_entries)
     }
 
@@ -245,6 +262,9 @@ impl Ca {
             ca: self.name.clone(),
             port: 1,
         })?;
+        if p.inherited() {
+            return Err(UmadError::Forked);
+        }
         info::node(&*p.hca)
     }
 
@@ -260,6 +280,11 @@ pub struct Context {
     files: Mutex<HashMap<RawFd, Arc<UmadFile>>>,
     issm: Mutex<Option<Arc<Issm>>>,
     closed: AtomicBool,
+    /// The [`fork::generation`] it was made in.
+    generation: u64,
+    /// The process that made it (what the exit hook goes by, should the fork handler be
+    /// missing).
+    pid: u32,
 }
 
 impl std::fmt::Debug for Context {
@@ -295,6 +320,8 @@ impl Context {
     pub fn from_backends(
         backends: Vec<(String, Arc<dyn DeviceBackend>)>,
     ) -> Result<Context, UmadError> {
+        fork::install();
+        let generation = fork::generation();
         let mut cas: Vec<Arc<Ca>> = Vec::new();
         let mut per_family: HashMap<&'static str, u32> = HashMap::new();
         let mut umad_id = 0;
@@ -330,7 +357,17 @@ impl Context {
             files: Mutex::new(HashMap::new()),
             issm: Mutex::new(None),
             closed: AtomicBool::new(false),
+            generation,
+            pid: std::process::id(),
         })
+    }
+
+    /// Whether this process is a child of `fork()` and the context its parent's: the
+    /// devices, their memory and the library's threads stayed with the parent, and the locks
+    /// its threads held may stay held. Every call that needs a device then fails as on a
+    /// removed device, before it takes a lock (see [`crate::fork`]).
+    pub fn inherited(&self) -> bool {
+        self.generation != fork::generation()
     }
 
     /// The CAs, in name order.
@@ -437,6 +474,9 @@ impl Context {
     /// (that costs a system call per MAD): [`Context::open_file`] and
     /// [`Context::close_file`] are where a stale entry could do harm, and they check.
     pub fn file(&self, fd: RawFd) -> Result<Arc<UmadFile>, UmadError> {
+        if self.inherited() {
+            return Err(UmadError::Forked);
+        }
         lock(&self.files)
             .get(&fd)
             .cloned()
@@ -448,6 +488,9 @@ impl Context {
     /// file of the program now): only the file is released. `NotAPort` for a number this
     /// library never handed out.
     pub fn close_file(&self, fd: RawFd) -> Result<(), UmadError> {
+        if self.inherited() {
+            return Err(UmadError::Forked);
+        }
         let f = lock(&self.files)
             .remove(&fd)
             .ok_or(UmadError::NotAPort { fd })?;
@@ -463,6 +506,9 @@ impl Context {
 
     /// The issm files (made on first use).
     pub fn issm(&self) -> Result<Arc<Issm>, UmadError> {
+        if self.inherited() {
+            return Err(UmadError::Forked);
+        }
         let mut g = lock(&self.issm);
         if let Some(i) = g.as_ref() {
             return Ok(Arc::clone(i));
@@ -474,12 +520,18 @@ impl Context {
 
     /// The issm files if they were made.
     pub fn issm_if_open(&self) -> Option<Arc<Issm>> {
+        if self.inherited() {
+            return None;
+        }
         lock(&self.issm).clone()
     }
 
     /// Close everything: files, the issm watcher, the progress threads, the HCAs (whose
     /// teardown returns every page and lease). Idempotent.
     pub fn close(&self) -> Result<(), UmadError> {
+        if self.inherited() {
+            return Err(UmadError::Forked);
+        }
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -538,12 +590,13 @@ static GLOBAL: OnceLock<Result<Arc<Context>, String>> = OnceLock::new();
 
 /// The context of the C functions: opened from `HCA_DEVICE` (default `sim`) on first use.
 /// A failure is reported once on stderr (the C API has no other way to say why) and then
-/// answered as "no such device".
+/// answered as "no such device". The threads it starts block asynchronous signals, which
+/// are the program's (see [`crate::signals`]).
 pub fn global() -> Option<&'static Arc<Context>> {
     GLOBAL
         .get_or_init(|| {
             let spec = std::env::var(DEVICE_ENV).unwrap_or_else(|_| DEFAULT_DEVICE.to_owned());
-            match Context::open(&spec) {
+            match signals::with_async_blocked(|| Context::open(&spec)) {
                 Ok(c) => {
                     // SAFETY: registers a plain extern "C" function with no arguments.
                     unsafe { libc::atexit(at_exit) };
@@ -561,13 +614,20 @@ pub fn global() -> Option<&'static Arc<Context>> {
 
 /// At exit: save the simulated fabrics that asked for it (`state=FILE`) and remove the
 /// issm files. The HCAs stay up: other threads of the program may still be using them, and
-/// the process is going away.
+/// the process is going away. In a child of `fork()` (which inherits the hook) nothing: the
+/// devices, the issm files and the fabrics are the parent's. A panic stops here (it must
+/// not cross into the C runtime's `exit`, which would abort).
 extern "C" fn at_exit() {
-    crate::exports::uncancellable(at_exit_inner);
+    crate::exports::uncancellable(|| {
+        let _ = std::panic::catch_unwind(at_exit_inner);
+    });
 }
 
 fn at_exit_inner() {
     if let Some(Ok(c)) = GLOBAL.get() {
+        if c.inherited() || c.pid != std::process::id() {
+            return;
+        }
         if let Some(i) = c.issm_if_open() {
             i.shutdown();
         }

@@ -172,6 +172,14 @@ pub enum UmadError {
         need: usize,
     },
 
+    /// The call came from a child of `fork()`: the devices stayed with the parent.
+    #[error(
+        "this process is a child of fork(): the HCAs, their DMA memory and the library's \
+         threads stayed with the parent, so here the device is as good as removed (use the \
+         library in the parent, or in a program the child executes)"
+    )]
+    Forked,
+
     /// `poll` failed.
     #[error("poll on the umad fd failed: {0}")]
     Poll(#[source] std::io::Error),
@@ -209,6 +217,7 @@ impl UmadError {
             UmadError::NotAPort { .. } => libc::EBADF,
             UmadError::SendUnknownAgent { .. }
             | UmadError::Dead { .. }
+            | UmadError::Forked
             | UmadError::Poll(_)
             | UmadError::Driver(_) => libc::EIO,
             UmadError::AgentsFull => libc::ENOMEM,

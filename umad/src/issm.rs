@@ -113,10 +113,14 @@ impl Issm {
             thread: Mutex::new(None),
         });
         let weak = Arc::downgrade(&issm);
-        let handle = std::thread::Builder::new()
-            .name("umad-issm".into())
-            .spawn(move || watch(&ino, stop_raw, &weak))
-            .map_err(os("starting the issm watcher"))?;
+        // The watcher blocks the asynchronous signals: they are the program's
+        // (crate::signals).
+        let handle = crate::signals::with_async_blocked(|| {
+            std::thread::Builder::new()
+                .name("umad-issm".into())
+                .spawn(move || watch(&ino, stop_raw, &weak))
+        })
+        .map_err(os("starting the issm watcher"))?;
         *lock(&issm.thread) = Some(handle);
         Ok(issm)
     }

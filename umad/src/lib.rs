@@ -22,6 +22,32 @@
 //! What differs from the kernel's umad is said where it is done: the fd is for `poll` only
 //! ([`queue`]), issm is a watched file ([`issm`]), and every request with a timeout ends in
 //! its response or an ETIMEDOUT return ([`file`](mod@file)).
+//!
+//! **Signals.** A signal whose handler runs while `umad_recv` or `umad_poll` waits ends the
+//! wait as it ends libibumad's `poll(2)`: -EIO with errno EINTR (`SA_RESTART` or not), and a
+//! signal ignored ends nothing. The library's own threads block the asynchronous signals, so
+//! that process-directed ones reach the program's threads ([`signals`]).
+//!
+//! **fork().** The devices stay with the process that opened them: their DMA memory is not
+//! mapped in a child and the library's threads do not run there. A child of `fork()` (after
+//! the parent used the library; one that forked before gets a fresh context on first use)
+//! sees every device as removed, and nothing it calls touches a device or a lock of the
+//! parent's threads ([`fork`]):
+//! - `umad_get_port`, `umad_get_ca`, `umad_get_ca_portguids`, `umad_open_port` and
+//!   `umad_get_issm_path` answer as for a removed device: -ENODEV where the port is to be
+//!   resolved (no CA name, or port 0: nothing resolves), else -EIO (-1 for
+//!   `umad_get_ca_portguids`);
+//! - on a umad fd inherited from the parent: `umad_send` and `umad_recv` -EIO with errno EIO,
+//!   `umad_poll` 0 (libibumad's answer when `poll` reports POLLERR), `umad_register*` refused
+//!   with EPIPE, `umad_unregister` -1 with EINVAL, `umad_close_port` a plain `close` (0);
+//! - what needs no device works: `umad_init`, `umad_done`, `umad_get_cas_names`,
+//!   `umad_get_ca_device_list` (the parent's CA names), the header helpers, `umad_size`,
+//!   `umad_debug`, the dumps and the `umad_*_str` names;
+//! - at exit the child does nothing: the parent keeps its IsSM bits, its issm files and its
+//!   simulated fabric's state;
+//! - the library's ends of the inherited fds' socket pairs are closed in the child, so that
+//!   a device death in the parent still shows as POLLERR on the parent's fds while the child
+//!   lives. The fds the program was handed stay open in the child, as kernel umad fds would.
 
 pub mod abi;
 pub mod context;
@@ -29,10 +55,12 @@ pub mod drive;
 pub mod error;
 pub mod exports;
 pub mod file;
+pub mod fork;
 pub mod header;
 pub mod info;
 pub mod issm;
 pub mod queue;
+pub mod signals;
 pub mod strings;
 pub mod symbols;
 

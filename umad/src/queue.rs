@@ -27,6 +27,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use crate::abi::{IbUserMad, MAD_HDR_LEN};
 use crate::error::UmadError;
+use crate::fork::LibFd;
 use mad::wire::header::MAD_LEN;
 
 /// One entry of the read queue.
@@ -95,10 +96,10 @@ pub struct ReadQueue {
     /// The user's number was closed by us or found to name something else.
     user_released: bool,
     /// Our own descriptor of the user's end (a dup): the one we read and write it through.
-    mine: OwnedFd,
+    mine: LibFd,
     /// `st_dev` and `st_ino` of the user's end.
     ident: (u64, u64),
-    inner: Option<OwnedFd>,
+    inner: Option<LibFd>,
     raised: bool,
     held: usize,
 }
@@ -136,8 +137,9 @@ impl ReadQueue {
             });
         }
         // SAFETY: fcntl returned a new descriptor that nobody else owns.
-        let mine = unsafe { OwnedFd::from_raw_fd(dup) };
-        let ident = identity(mine.as_raw_fd()).map_err(|source| UmadError::Os {
+        let mine = LibFd::new(unsafe { OwnedFd::from_raw_fd(dup) });
+        let inner = LibFd::new(inner);
+        let ident = identity(mine.raw()).map_err(|source| UmadError::Os {
             what: "fstat of a umad fd",
             source,
         })?;
@@ -285,7 +287,7 @@ impl ReadQueue {
             // keeps a closed peer from raising SIGPIPE.
             let n = unsafe {
                 libc::send(
-                    inner.as_raw_fd(),
+                    inner.raw(),
                     [1u8].as_ptr().cast(),
                     1,
                     libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
@@ -304,7 +306,7 @@ impl ReadQueue {
             // SAFETY: reads into a live local buffer of the length given, from our descriptor.
             let n = unsafe {
                 libc::recv(
-                    self.mine.as_raw_fd(),
+                    self.mine.raw(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
                     libc::MSG_DONTWAIT,
@@ -327,7 +329,7 @@ impl ReadQueue {
         // SAFETY: sends one byte from a live buffer on a descriptor we own.
         unsafe {
             libc::send(
-                self.mine.as_raw_fd(),
+                self.mine.raw(),
                 [0u8].as_ptr().cast(),
                 1,
                 libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,

@@ -530,3 +530,77 @@ fn send_and_recv_work_on_a_buffer_at_an_odd_address() {
         ],
     );
 }
+
+#[test]
+fn a_child_of_fork_gets_errors_not_signals_and_the_parent_keeps_working() {
+    let Some(v) = run("fork_use", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("agent", "0"),
+            // The child ends normally, whatever it asked.
+            ("child", "code 0"),
+            // As on a removed device: no port resolves (-ENODEV), a named one cannot be
+            // read (-EIO), no file opens.
+            ("child_get_port", "-19"),
+            ("child_get_port_named", "-5"),
+            ("child_get_ca", "-5"),
+            // Names need no device.
+            ("child_cas", "1"),
+            ("child_open", "-19"),
+            ("child_open_named", "-5"),
+            ("child_send", "-5 errno=5"),
+            ("child_recv", "-5 errno=5"),
+            // Readable (the device is gone to the child), as poll(2) with POLLERR makes
+            // libibumad's umad_poll return 0.
+            ("child_poll", "0"),
+            ("child_register", "-1 errno=32"),
+            ("child_unregister", "-1 errno=22"),
+            ("child_close", "0"),
+            ("parent_rt", "0 status=0"),
+            ("close", "0"),
+        ],
+    );
+}
+
+#[test]
+fn a_fork_child_exiting_leaves_the_parents_issm_file_and_is_sm_alone() {
+    let Some(v) = run("fork_exit", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            ("issm_path", "0"),
+            ("issm_set", "1"),
+            ("child", "code 0"),
+            ("issm_exists", "1"),
+            ("issm_still_set", "1"),
+            ("issm_cleared", "1"),
+        ],
+    );
+}
+
+#[test]
+fn a_caught_signal_ends_umad_recv_and_umad_poll_with_eintr_as_libibumads_poll_does() {
+    let Some(v) = run("eintr", "sim") else {
+        return;
+    };
+    check(
+        &v,
+        &[
+            // libibumad's dev_poll: poll(2) fails (EINTR) -> -EIO, errno left at EINTR;
+            // *length untouched.
+            ("recv_forever", "-5 errno=4 alarms=1 len=256"),
+            ("poll", "-5 errno=4 before_timeout=1"),
+            // poll(2) is never restarted, SA_RESTART or not.
+            ("recv_restart", "-5 errno=4"),
+            ("poll_ignored", "-110"),
+            ("mask_restored", "1"),
+            ("after", "0 status=0"),
+            ("close", "0"),
+        ],
+    );
+}

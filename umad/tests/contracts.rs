@@ -1,7 +1,8 @@
 //! The library's contracts seen from Rust, over a simulated ConnectX the test keeps a handle
 //! on: nothing leaks when files and the context close; a device removal makes reads fail
 //! with EIO, the fd poll POLLERR and registrations EPIPE; a request whose send fails on the
-//! device still comes back (as ETIMEDOUT), so no caller waits forever.
+//! device still comes back (as ETIMEDOUT), so no caller waits forever; a removal ends long
+//! waits whichever thread's pass took it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -765,4 +766,59 @@ fn active_rmpp_segments_of_an_agent_without_kernel_rmpp_skip_the_duplicate_rule(
     }
     r.ctx.close_file(f.fd()).unwrap();
     r.ctx.close().unwrap();
+}
+
+#[test]
+fn a_removal_ends_long_waits_before_their_deadline_whichever_thread_sees_it() {
+    // Another thread runs the progress loop too (as umad_send and the fallback thread do):
+    // it may be the one whose pass takes the removal, between two passes of the waiters.
+    let r = rig();
+    let port = r.ctx.cas()[0].ports[0].clone();
+    let with_agent = r.ctx.open_file(&port).unwrap();
+    perf_agent(&with_agent);
+    let bare = r.ctx.open_file(&port).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let driver = {
+        let (p, stop) = (port.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                p.mad.progress();
+                std::thread::yield_now();
+            }
+        })
+    };
+    let deadline = port.mad.now() + Duration::from_secs(20);
+    let mut waiters = Vec::new();
+    for f in [with_agent.clone(), bare.clone()] {
+        let p = port.clone();
+        waiters.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; HDR_LEN + MAD];
+            let r = f.recv_wait(&mut buf, deadline, true).map(|_| ());
+            (r.map_err(|e| e.errno()), p.mad.now())
+        }));
+    }
+    let poller = {
+        let (p, f) = (port.clone(), bare.clone());
+        std::thread::spawn(move || {
+            (
+                f.wait_readable(deadline).map_err(|e| e.errno()),
+                p.mad.now(),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    r.model.faults().remove();
+    for w in waiters {
+        let (res, at) = w.join().unwrap();
+        assert_eq!(res, Err(libc::EIO));
+        assert!(at < deadline, "recv_wait ran to its deadline");
+    }
+    let (res, at) = poller.join().unwrap();
+    assert_eq!(res, Ok(true));
+    assert!(at < deadline, "wait_readable ran to its deadline");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    driver.join().unwrap();
+    r.ctx.close_file(with_agent.fd()).unwrap();
+    r.ctx.close_file(bare.fd()).unwrap();
+    let _ = r.ctx.close();
 }

@@ -7,6 +7,7 @@
 //! held), in steps of at most `SLICE` (in `drive`), and between steps the thread passes an explicit
 //! cancellation point with nothing alive that needs dropping. So these two are
 //! `extern "C-unwind"` (a plain `extern "C"` function aborts when an unwind crosses it).
+//! A signal handled during the wait ends it as it ends libibumad's `poll` ([`crate::signals`]).
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
@@ -16,8 +17,9 @@ use std::time::Duration;
 use crate::abi::{HDR_LEN, IbUserMad, MIN_WRITE_MAD};
 use crate::context::global;
 use crate::error::UmadError;
-use crate::exports::{guard, hdr_len, set_errno};
+use crate::exports::{errno, guard, hdr_len, set_errno};
 use crate::file::UmadFile;
+use crate::signals;
 
 unsafe extern "C-unwind" {
     /// pthread's explicit cancellation point; may unwind (a pending cancel).
@@ -43,16 +45,27 @@ enum Step {
 }
 
 /// A wait of `umad_recv` or `umad_poll` of `timeout_ms` (-1: forever), in steps of at most
-/// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until)` does
-/// one step (until `until`, device time) and says whether it is done; the wait's deadline is
-/// fixed in device time at the first step. After the deadline: -ETIMEDOUT.
+/// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until, last)`
+/// does one step (until `until`, device time; `last`: the deadline has passed) and says
+/// whether it is done; the wait's deadline is fixed in device time at the first step, which
+/// looks without sleeping. After the deadline: -ETIMEDOUT.
+///
+/// From the first sleep on the asynchronous signals are blocked, and a signal whose
+/// handler runs (after a step, see [`crate::signals`]) ends the wait as it ends libibumad's
+/// `poll`: -EIO with errno EINTR (rdma-core `libibumad/umad.c`, `dev_poll`; `umad_recv`
+/// keeps the errno poll left). The caller's mask is back when this returns. A thread
+/// cancelled meanwhile ends with them blocked (the mask is plain data here: the frames the
+/// cancellation unwinds hold nothing to drop).
 fn wait_steps(
     fd: c_int,
     timeout_ms: c_int,
     step: &mut dyn FnMut(&UmadFile, Duration, bool) -> Result<Step, UmadError>,
 ) -> c_int {
     let mut deadline: Option<Duration> = None;
+    // The caller's signal mask, once this wait sleeps with the asynchronous signals blocked.
+    let mut caller_mask: Option<libc::sigset_t> = None;
     loop {
+        let sleeps = caller_mask.is_some();
         // guard: cancellation disabled inside, acted on below between steps.
         let r = guard(Step::Done(-libc::EIO), || {
             let r = global()
@@ -65,7 +78,12 @@ fn wait_steps(
                             now.saturating_add(Duration::from_millis(ms))
                         })
                     });
-                    step(&f, end.min(now.saturating_add(SLICE)), now >= end)
+                    let until = if sleeps {
+                        end.min(now.saturating_add(SLICE))
+                    } else {
+                        now
+                    };
+                    step(&f, until, now >= end)
                 });
             r.unwrap_or_else(|e| {
                 set_errno(e.errno());
@@ -73,7 +91,23 @@ fn wait_steps(
             })
         });
         if let Step::Done(n) = r {
+            if let Some(mask) = &caller_mask {
+                // What the step left in errno is the answer's: keep it across the restore.
+                let e = errno();
+                signals::restore(mask);
+                set_errno(e);
+            }
             return n;
+        }
+        match &caller_mask {
+            None => caller_mask = Some(signals::block_async()),
+            Some(mask) => {
+                if signals::caught(mask) {
+                    signals::restore(mask);
+                    set_errno(libc::EINTR);
+                    return -libc::EIO;
+                }
+            }
         }
         cancellation_point();
     }
@@ -158,7 +192,8 @@ pub unsafe extern "C" fn umad_send(
 /// -ETIMEDOUT after the timeout, -EAGAIN when nothing is queued, -ENOSPC (with `*length` =
 /// the length needed) for a message longer than the buffer, -EINVAL for a buffer shorter
 /// than one MAD (or at once, `*length` untouched, for a negative `*length`), -EIO once the
-/// device is gone.
+/// device is gone, and -EIO with errno EINTR when a signal's handler ran during the wait
+/// (`*length` untouched), as libibumad's interrupted `poll`.
 ///
 /// The waiting thread runs the port's progress loop itself ([`crate::drive`]); a cancel of
 /// it (OpenSM stops its receiver thread with `pthread_cancel`) is acted on between steps of
@@ -227,9 +262,13 @@ pub unsafe extern "C-unwind" fn umad_recv(
     })
 }
 
-/// `umad_poll`: 0 when the fd is readable (or its device gone), -ETIMEDOUT, -EIO; waits
-/// as `umad_recv` does.
+/// `umad_poll`: 0 when the fd is readable (or its device gone, which includes a child of
+/// `fork()`, whose devices stayed with the parent), -ETIMEDOUT, -EIO (errno EINTR when a
+/// signal's handler ran); waits as `umad_recv` does.
 pub extern "C-unwind" fn umad_poll(fd: c_int, timeout_ms: c_int) -> c_int {
+    if global().is_some_and(|c| c.inherited()) {
+        return 0;
+    }
     wait_steps(fd, timeout_ms, &mut |f, until, last| {
         if f.wait_readable(until)? {
             Ok(Step::Done(0))

@@ -34,6 +34,11 @@ pub(crate) fn hdr_len() -> usize {
     }
 }
 
+pub(crate) fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
     unsafe { *libc::__errno_location() = e };

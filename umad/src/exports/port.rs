@@ -124,7 +124,14 @@ fn resolve(
 
 fn register(fd: c_int, r: &Registration) -> Result<u32, UmadError> {
     let c = global().ok_or(UmadError::NotAPort { fd })?;
-    c.file(fd)?.register(r)
+    match c.file(fd) {
+        Ok(f) => f.register(r),
+        // In a child of fork() the device is the parent's: refused as after a removal.
+        Err(UmadError::Forked) => Err(UmadError::RegisterRemoved {
+            reason: UmadError::Forked.to_string(),
+        }),
+        Err(e) => Err(e),
+    }
 }
 
 /// The two `long`s of a method mask (`NULL`: none).
@@ -295,6 +302,11 @@ pub extern "C" fn umad_unregister(fd: c_int, agentid: c_int) -> c_int {
                 let id = u32::try_from(agentid)
                     .map_err(|_| UmadError::AgentRange { id: agentid.into() })?;
                 f.unregister(id)
+            })
+            // In a child of fork(), as after a removal: the agents are gone.
+            .map_err(|e| match e {
+                UmadError::Forked => UmadError::UnregisterUnknownAgent { id: agentid as u32 },
+                e => e,
             });
         match r {
             Ok(()) => 0,

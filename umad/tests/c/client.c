@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <endian.h>
@@ -829,6 +830,164 @@ static int mode_recv_negative(void)
 	return 0;
 }
 
+/* A PerfMgt Get to our own port and its answer: "ret status" (ret -1 when the send fails). */
+static void round_trip(const char *key, int fd, int agent, int lid, uint64_t tid)
+{
+	void *u = alloc_umad();
+	perf_get(u, tid);
+	umad_set_addr(u, lid, 1, 0, 0x80010000);
+	int r = umad_send(fd, agent, u, MAD, 1000, 0);
+	int len = MAD;
+	if (r == 0)
+		r = umad_recv(fd, u, &len, 2000);
+	else
+		r = -1;
+	printf("%s=%d status=%d\n", key, r, r >= 0 ? umad_status(u) : -1);
+	free(u);
+}
+
+static void child_status(const char *key, pid_t pid)
+{
+	int st;
+	waitpid(pid, &st, 0);
+	printf("%s=%s %d\n", key, WIFSIGNALED(st) ? "signal" : "code",
+	       WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/* A child of fork() after the parent used the library: every call that needs the device
+ * fails as on a removed device (no signal), names are still listed, and exit() leaves the
+ * parent's port alone. */
+static int mode_fork_use(void)
+{
+	int lid = my_lid();
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	printf("agent=%d\n", agent);
+	pid_t pid = fork();
+	if (pid == 0) {
+		umad_port_t p;
+		umad_ca_t ca;
+		char names[4][UMAD_CA_NAME_LEN];
+		printf("child_get_port=%d\n", umad_get_port(NULL, 0, &p));
+		printf("child_get_port_named=%d\n", umad_get_port("mlx5_0", 1, &p));
+		printf("child_get_ca=%d\n", umad_get_ca("mlx5_0", &ca));
+		printf("child_cas=%d\n", umad_get_cas_names(names, 4));
+		printf("child_open=%d\n", umad_open_port(NULL, 0));
+		printf("child_open_named=%d\n", umad_open_port("mlx5_0", 1));
+		void *u = alloc_umad();
+		perf_get(u, 0x99);
+		umad_set_addr(u, lid, 1, 0, 0x80010000);
+		int r = umad_send(fd, agent, u, MAD, 100, 0);
+		printf("child_send=%d errno=%d\n", r, errno);
+		int len = MAD;
+		r = umad_recv(fd, u, &len, 100);
+		printf("child_recv=%d errno=%d\n", r, errno);
+		printf("child_poll=%d\n", umad_poll(fd, 100));
+		r = umad_register(fd, PERF, 1, 0, NULL);
+		printf("child_register=%d errno=%d\n", r, errno);
+		r = umad_unregister(fd, agent);
+		printf("child_unregister=%d errno=%d\n", r, errno);
+		printf("child_close=%d\n", umad_close_port(fd));
+		exit(0);
+	}
+	child_status("child", pid);
+	/* The parent's fd and agent work as before. */
+	round_trip("parent_rt", fd, agent, lid, 0x4242);
+	printf("close=%d\n", umad_close_port(fd));
+	return 0;
+}
+
+/* A child that exits with exit() after the parent took the issm file: the parent's IsSM
+ * and issm file stay. */
+static int mode_fork_exit(void)
+{
+	char path[256];
+	printf("issm_path=%d\n", umad_get_issm_path(NULL, 0, path, sizeof(path)));
+	int issm = open(path, O_NONBLOCK);
+	printf("issm_set=%d\n", wait_issm(1));
+	pid_t pid = fork();
+	if (pid == 0)
+		exit(0);
+	child_status("child", pid);
+	printf("issm_exists=%d\n", access(path, F_OK) == 0);
+	printf("issm_still_set=%d\n", (capmask() & 2) != 0);
+	close(issm);
+	printf("issm_cleared=%d\n", wait_issm(0));
+	return 0;
+}
+
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int s)
+{
+	(void)s;
+	alarms++;
+}
+
+/* A hung wait fails the test here rather than at the harness's time limit. */
+static void *watchdog(void *arg)
+{
+	(void)arg;
+	sleep(20);
+	printf("hung=1\n");
+	_exit(3);
+}
+
+static void alarm_handler(int flags)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = flags;
+	sigaction(SIGALRM, &sa, NULL);
+}
+
+/* A signal caught while umad_recv or umad_poll waits ends the wait as poll(2)'s EINTR
+ * ends libibumad's: -EIO with errno EINTR (with or without SA_RESTART: poll is never
+ * restarted). An ignored signal ends nothing. */
+static int mode_eintr(void)
+{
+	/* The watchdog must not take the SIGALRMs meant for the waiting thread. */
+	sigset_t alrm, old;
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, &old);
+	pthread_t w;
+	pthread_create(&w, NULL, watchdog, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int lid = my_lid();
+	int fd = open_port();
+	int agent = umad_register(fd, PERF, 1, 0, NULL);
+	void *u = alloc_umad();
+	alarm_handler(0);
+	int len = MAD;
+	alarm(1);
+	int r = umad_recv(fd, u, &len, -1);
+	printf("recv_forever=%d errno=%d alarms=%d len=%d\n", r, errno, alarms, len);
+	alarm(1);
+	long t0 = now_ms();
+	r = umad_poll(fd, 3000);
+	int e = errno;
+	printf("poll=%d errno=%d before_timeout=%d\n", r, e, now_ms() - t0 < 3000);
+	alarm_handler(SA_RESTART);
+	alarm(1);
+	len = MAD;
+	r = umad_recv(fd, u, &len, 3000);
+	printf("recv_restart=%d errno=%d\n", r, errno);
+	signal(SIGALRM, SIG_IGN);
+	alarm(1);
+	r = umad_poll(fd, 1500);
+	printf("poll_ignored=%d\n", r);
+	/* Nothing is left behind: the signal mask, the fd, the agent. */
+	sigset_t now;
+	pthread_sigmask(SIG_SETMASK, NULL, &now);
+	printf("mask_restored=%d\n", !sigismember(&now, SIGALRM) && !sigismember(&now, SIGINT));
+	round_trip("after", fd, agent, lid, 0x5151);
+	printf("close=%d\n", umad_close_port(fd));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -877,6 +1036,12 @@ int main(int argc, char **argv)
 		return mode_issm();
 	if (!strcmp(m, "helpers"))
 		return mode_helpers();
+	if (!strcmp(m, "fork_use"))
+		return mode_fork_use();
+	if (!strcmp(m, "fork_exit"))
+		return mode_fork_exit();
+	if (!strcmp(m, "eintr"))
+		return mode_eintr();
 	if (!strcmp(m, "strings"))
 		return mode_strings();
 	return 64;
