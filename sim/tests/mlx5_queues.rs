@@ -6,6 +6,7 @@ mod mlx5rig;
 
 use firmware_cmds::mlx5::cmd::status::CmdStatus;
 use firmware_cmds::mlx5::cqe::{CqeBody, CqeOpcode};
+use firmware_cmds::mlx5::doorbell::EqDoorbell;
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, cq_error_syndrome};
 use firmware_cmds::mlx5::health::HealthBuffer;
 use firmware_cmds::mlx5::init_seg::off;
@@ -80,6 +81,67 @@ fn an_eq_overrun_is_a_fatal_firmware_error() {
     );
     let posted = rig.post(0, &p);
     assert!(rig.completion(&posted).is_none());
+}
+
+/// The health syndrome byte of the init segment's health buffer.
+fn health_syndrome(rig: &Rig) -> u8 {
+    let mut raw = [0u8; 64];
+    for (i, b) in raw.chunks_mut(4).enumerate() {
+        b.copy_from_slice(&rig.rd32(off::HEALTH as u64 + 4 * i as u64).to_be_bytes());
+    }
+    HealthBuffer::decode(&raw).unwrap().synd.0
+}
+
+#[test]
+fn a_stale_eq_doorbell_leaves_one_entry_unconsumed() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let mut eq = rig.create_eq(&[EventType::CMD.0], 2, 0);
+    // EQE 0 (CREATE_EQ) and two commands: consumed, ci = 3.
+    rig.exec(&AllocPd).unwrap();
+    rig.exec(&AllocPd).unwrap();
+    assert_eq!(eq.drain(&rig).len(), 3);
+    eq.doorbell(&rig, false);
+    // A stale doorbell (a racing update seen late): ci = 2, one entry back.
+    let stale = EqDoorbell {
+        eqn: eq.eqn,
+        ci: eq.ci - 1,
+        arm: false,
+    };
+    rig.wr32(rig.uar_base() + stale.offset() as u64, stale.value());
+    // With ci = 2 the ring of 4 holds three more EQEs: the commands complete and the
+    // firmware stays healthy.
+    for i in 0..3 {
+        rig.exec(&AllocPd).unwrap();
+        assert_eq!(rig.dev.counters().eq_overruns, 0, "command {i}");
+        assert_eq!(health_syndrome(&rig), 0, "command {i}");
+    }
+    // The fourth fills what the stale index still counts as unconsumed: a real overrun.
+    rig.exec(&AllocPd).unwrap();
+    assert_eq!(rig.dev.counters().eq_overruns, 1);
+    assert_eq!(health_syndrome(&rig), 0x0c);
+}
+
+#[test]
+fn a_stale_cq_doorbell_record_leaves_one_entry_unconsumed() {
+    let (mut rig, mut eq, mut cq, mut qp) = qp_rig(2);
+    eq.drain(&rig);
+    for _ in 0..4 {
+        let ctrl = qp.write_nop(&rig, true);
+        rig.ring_send(&ctrl);
+    }
+    assert_eq!(cq.drain(&rig).len(), 4);
+    // The record goes one back (a stale write): ci = 3 with 4 produced.
+    rig.mem.set_be32(cq.dbr, (cq.ci - 1) & 0x00ff_ffff);
+    for i in 0..3 {
+        let ctrl = qp.write_nop(&rig, true);
+        rig.ring_send(&ctrl);
+        assert_eq!(rig.dev.counters().cq_overruns, 0, "NOP {i}");
+    }
+    assert_eq!(rig.dev.counters().cqes, 7);
+    let ctrl = qp.write_nop(&rig, true);
+    rig.ring_send(&ctrl);
+    assert_eq!(rig.dev.counters().cq_overruns, 1, "four unconsumed: full");
 }
 
 /// A QP1 in RTS with a CQ of `1 << log_cq` on a completion EQ.
