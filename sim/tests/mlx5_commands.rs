@@ -12,12 +12,13 @@ use std::time::Duration;
 use firmware_cmds::mlx5::cmd::entry::{self, CmdEntry};
 use firmware_cmds::mlx5::cmd::mailbox;
 use firmware_cmds::mlx5::cmd::status::{CmdStatus, DeliveryStatus};
+use firmware_cmds::mlx5::cqc::Cqc;
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType};
 use firmware_cmds::mlx5::init_seg::{self, CmdqAddrLoSz, FwRev, HealthCounter, off};
 use firmware_cmds::mlx5::opcode::Opcode;
 use firmware_cmds::mlx5::ops::Command;
-use firmware_cmds::mlx5::ops::cq::DestroyCq;
-use firmware_cmds::mlx5::ops::eq::CreateEq;
+use firmware_cmds::mlx5::ops::cq::{CreateCq, DestroyCq};
+use firmware_cmds::mlx5::ops::eq::{CreateEq, DestroyEq};
 use firmware_cmds::mlx5::ops::hca::{DisableHca, EnableHca, InitHca, TeardownHca, TeardownProfile};
 use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
 use firmware_cmds::mlx5::ops::issi::SetIssi;
@@ -28,6 +29,7 @@ use firmware_cmds::mlx5::qpc::QpServiceType;
 use mlx5rig::{IOVA_BASE, PAGE_SLOT, Rig};
 use sim::mlx5::FetchedCommand;
 use sim::mlx5::config::CONNECTX5_DEVICE;
+use sim::mlx5::syndrome;
 use sim::{Device, IrqKind};
 
 fn pd_count(rig: &Rig) -> usize {
@@ -122,21 +124,77 @@ fn bad_parameters_get_bad_param() {
     c.ctx.uar_page = rig.uar;
     c.ctx.intr = 4000;
     c.pas = vec![rig.alloc(4096, 4096)];
-    assert_eq!(rig.status(&c), CmdStatus::BAD_PARAM_ERR);
+    assert_eq!(
+        rig.outcome(&c),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::VECTOR)
+    );
     // Pages for another function.
     assert_eq!(
-        rig.status(&QueryPages {
+        rig.outcome(&QueryPages {
             kind: PagesKind::Regular,
             function_id: 3,
             embedded_cpu_function: false
         }),
-        CmdStatus::BAD_PARAM_ERR
+        (CmdStatus::BAD_PARAM_ERR, syndrome::FUNCTION)
     );
-    // An EQ larger than log_max_eq_sz.
-    c.ctx.intr = 0;
-    c.ctx.log_eq_size = 31;
-    assert_eq!(rig.status(&c), CmdStatus::BAD_PARAM_ERR);
     assert_eq!(rig.dev.resources().eqs, 0);
+}
+
+/// One page of `4 KiB << log_page_size` that holds `bytes`, at an address aligned to it
+/// (nothing is mapped there: the queues made over it are never written).
+fn one_page_for(bytes: u64) -> (u8, Vec<u64>) {
+    let shift = bytes.next_power_of_two().trailing_zeros().max(12);
+    ((shift - 12) as u8, vec![1u64 << shift])
+}
+
+#[test]
+fn an_eq_larger_than_log_max_eq_sz_is_refused_for_its_size() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let max = rig.caps().log_max_eq_sz();
+    // The buffer holds 2^(max + 1) EQEs, so only the size check can refuse the larger EQ.
+    let (log_page_size, pas) = one_page_for(64 << (max + 1));
+    let mut c = CreateEq::default();
+    c.ctx.uar_page = rig.uar;
+    c.ctx.log_page_size = log_page_size;
+    c.pas = pas;
+    c.ctx.log_eq_size = max as u8;
+    let eqn = rig.exec(&c).expect("an EQ of log_max_eq_sz").eqn;
+    rig.exec(&DestroyEq { eqn }).unwrap();
+    c.ctx.log_eq_size = max as u8 + 1;
+    assert_eq!(
+        rig.outcome(&c),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QUEUE_SIZE)
+    );
+    assert_eq!(rig.dev.resources().eqs, 0);
+}
+
+#[test]
+fn a_cq_larger_than_log_max_cq_sz_is_refused_for_its_size() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let eq = rig.create_eq(&[EventType::COMP.0], 2, 0);
+    let max = rig.caps().log_max_cq_sz();
+    let (log_page_size, pas) = one_page_for(64 << (max + 1));
+    let mut c = CreateCq {
+        ctx: Cqc {
+            uar_page: rig.uar,
+            c_eqn: u32::from(eq.eqn),
+            dbr_addr: rig.alloc(64, 64),
+            log_page_size,
+            log_cq_size: max as u8,
+            ..Cqc::default()
+        },
+        pas,
+    };
+    let cqn = rig.exec(&c).expect("a CQ of log_max_cq_sz").cqn;
+    rig.exec(&DestroyCq { cqn }).unwrap();
+    c.ctx.log_cq_size = max as u8 + 1;
+    assert_eq!(
+        rig.outcome(&c),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QUEUE_SIZE)
+    );
+    assert_eq!(rig.dev.resources().cqs, 0);
 }
 
 #[test]

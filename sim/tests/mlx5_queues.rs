@@ -11,13 +11,14 @@ use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, cq_error_syndrome};
 use firmware_cmds::mlx5::health::HealthBuffer;
 use firmware_cmds::mlx5::init_seg::off;
 use firmware_cmds::mlx5::ops::pd::AllocPd;
-use firmware_cmds::mlx5::ops::qp::{CreateQp, QueryQp};
+use firmware_cmds::mlx5::ops::qp::{CreateQp, DestroyQp, QueryQp};
 use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Err, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
 use firmware_cmds::mlx5::ops::uar::AllocUar;
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc};
 use mlx5rig::{QP1_QKEY, Rig};
+use sim::mlx5::syndrome;
 
 fn modify(qpn: u32, port: u8, pkey_index: u16) -> ModifyQp {
     ModifyQp {
@@ -345,36 +346,76 @@ fn create_qp_checks_what_the_qp_refers_to() {
     };
     assert_eq!(rig.status(&base), CmdStatus::OK);
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.st = QpServiceType::RC)),
-        CmdStatus::BAD_PARAM_ERR
+        rig.outcome(&with(&|c| c.ctx.st = QpServiceType::RC)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QP_TYPE)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.cqn_snd = 0x77_7777)),
-        CmdStatus::BAD_RES_ERR
+        rig.outcome(&with(&|c| c.ctx.cqn_snd = 0x77_7777)),
+        (CmdStatus::BAD_RES_ERR, syndrome::NO_CQ)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.pd = 0x55_5555)),
-        CmdStatus::BAD_RES_ERR
+        rig.outcome(&with(&|c| c.ctx.pd = 0x55_5555)),
+        (CmdStatus::BAD_RES_ERR, syndrome::NO_PD)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.uar_page = 0x4444)),
-        CmdStatus::BAD_RES_ERR
+        rig.outcome(&with(&|c| c.ctx.uar_page = 0x4444)),
+        (CmdStatus::BAD_RES_ERR, syndrome::NO_UAR)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.dbr_addr = dbr + 4)),
-        CmdStatus::BAD_PARAM_ERR
+        rig.outcome(&with(&|c| c.ctx.dbr_addr = dbr + 4)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::DBR)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.log_sq_size = 9)),
-        CmdStatus::BAD_PARAM_ERR,
+        rig.outcome(&with(&|c| c.ctx.log_sq_size = 9)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::PAS),
         "the buffer's one page cannot hold 512 basic blocks"
     );
-    assert_eq!(
-        rig.status(&with(&|c| c.ctx.log_rq_stride = 7)),
-        CmdStatus::BAD_PARAM_ERR,
-        "2 KiB receive WQEs exceed max_wqe_sz_rq"
-    );
     assert_eq!(rig.dev.resources().qps, 1);
+}
+
+/// The receive WQE stride against `max_wqe_sz_rq`, with a buffer large enough that only that
+/// check can refuse the QP. (`log_rq_size` and `log_sq_size` are 4-bit fields and
+/// `log_max_qp_sz` is 15: a queue past it cannot be encoded.)
+#[test]
+fn create_qp_checks_the_receive_stride_against_max_wqe_sz_rq() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let eq = rig.create_eq(&[EventType::COMP.0], 3, 0);
+    let cq = rig.create_cq(eq.eqn, 3);
+    let caps = rig.caps();
+    let dbr = rig.alloc(64, 64);
+    let (pd, uar, cqn) = (rig.pd, rig.uar, cq.cqn);
+    let qp = |log_rq_stride: u8, pas| CreateQp {
+        ctx: Qpc {
+            st: QpServiceType::UD,
+            pd,
+            log_rq_size: 3,
+            log_rq_stride,
+            log_sq_size: 3,
+            rlky: true,
+            uar_page: uar,
+            cqn_snd: cqn,
+            cqn_rcv: cqn,
+            dbr_addr: dbr,
+            ..Qpc::default()
+        },
+        opt_param_mask: 0,
+        input_qpn: 0,
+        pas,
+    };
+    // Receive WQEs of max_wqe_sz_rq, then twice that; 8 of each plus 8 send basic blocks
+    // fit the pages given.
+    let largest = caps.max_wqe_sz_rq().trailing_zeros() as u8 - 4;
+    let pas = rig.pages(((8u32 << (largest + 5)) as usize + 512).div_ceil(4096));
+    let ok = qp(largest, pas.clone());
+    let qpn = rig.exec(&ok).expect("receive WQEs of max_wqe_sz_rq").qpn;
+    rig.exec(&DestroyQp { qpn }).unwrap();
+    assert_eq!(
+        rig.outcome(&qp(largest + 1, pas)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QUEUE_SIZE),
+        "receive WQEs larger than max_wqe_sz_rq"
+    );
+    assert_eq!(rig.dev.resources().qps, 0);
 }
 
 #[test]
