@@ -122,10 +122,26 @@ impl Health {
             return Verdict::Removed(removed_reason());
         }
         if s.nic == NicInterface::DISABLED || s.nic == NicInterface::SW_RESET {
-            return Verdict::Fatal(format!(
+            // Firmware that went fatal disables the interface and leaves its syndrome in the
+            // health buffer (the kernel checks the interface first, `check_fatal_sensors`,
+            // and prints the buffer with its report): name both.
+            let mut reason = format!(
                 "the NIC interface is {} (firmware shut the function down)",
                 s.nic.name().unwrap_or("?")
-            ));
+            );
+            if s.health.synd.0 != 0 {
+                reason.push_str(&format!(
+                    "; health syndrome {}{}, ext_synd {:#06x}",
+                    s.health.synd,
+                    if s.health.rfr() {
+                        " with recovery required"
+                    } else {
+                        ""
+                    },
+                    s.health.ext_synd
+                ));
+            }
+            return Verdict::Fatal(reason);
         }
         if s.health.synd.0 != 0 && s.health.rfr() {
             return Verdict::Fatal(format!(
@@ -255,5 +271,27 @@ mod tests {
         assert!(matches!(h.evaluate(&s), Verdict::Fatal(r) if r.contains("DISABLED")));
         s.nic = NicInterface::SW_RESET;
         assert!(matches!(h.evaluate(&s), Verdict::Fatal(r) if r.contains("SW_RESET")));
+    }
+
+    /// Firmware that went fatal shows DISABLED and its syndrome: the reason names both,
+    /// with or without the recovery bit.
+    #[test]
+    fn a_disabled_interface_names_the_syndrome_it_was_left_with() {
+        for (rfr_severity, rfr) in [(0x8a, true), (0x0a, false)] {
+            let mut h = Health::default();
+            let mut s = healthy(1);
+            s.nic = NicInterface::DISABLED;
+            s.health.synd = HealthSyndrome::HW_FATAL_ERR;
+            s.health.rfr_severity = rfr_severity;
+            let Verdict::Fatal(reason) = h.evaluate(&s) else {
+                panic!("not fatal");
+            };
+            assert!(reason.contains("DISABLED"), "{reason}");
+            assert!(
+                reason.contains(HealthSyndrome::HW_FATAL_ERR.name().unwrap()),
+                "{reason}"
+            );
+            assert_eq!(reason.contains("recovery required"), rfr, "{reason}");
+        }
     }
 }
