@@ -670,6 +670,50 @@ fn run_time_page_requests_give_and_take() {
     assert_eq!(rig.dev.pages_requested(), 0);
 }
 
+/// MANAGE_PAGES names a function that exists (the device itself, or one the firmware asked
+/// pages for), as QUERY_PAGES does: any other is refused, and no page changes hands.
+#[test]
+fn manage_pages_for_a_function_that_does_not_exist_is_refused() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let _eq = rig.create_eq(&[EventType::PAGE_REQUEST.0], 4, 0);
+    let held = rig.dev.pages_held();
+    let refused = (CmdStatus::BAD_PARAM_ERR, syndrome::FUNCTION);
+    let pas = rig.pages(2);
+    let for_vf = |op| ManagePages {
+        op,
+        function_id: 0x77,
+        embedded_cpu_function: false,
+    };
+    let give = for_vf(PagesOp::Give(pas.clone()));
+    let d = rig.cmd_on(PAGE_SLOT, &give.encode().unwrap(), give.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "GIVE");
+    let take = for_vf(PagesOp::Take(5));
+    let d = rig.cmd_on(PAGE_SLOT, &take.encode().unwrap(), take.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "TAKE");
+    let cant = for_vf(PagesOp::CantGive);
+    let d = rig.cmd_on(PAGE_SLOT, &cant.encode().unwrap(), cant.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "CANT_GIVE");
+    // The embedded-CPU function of a device that is not an ECPF does not exist either.
+    let ec = ManagePages {
+        op: PagesOp::Give(pas.clone()),
+        function_id: 0,
+        embedded_cpu_function: true,
+    };
+    let d = rig.cmd_on(PAGE_SLOT, &ec.encode().unwrap(), ec.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "embedded CPU function");
+    assert_eq!(rig.dev.pages_held(), held, "no page changed hands");
+    assert_eq!(rig.dev.pages_held_for(0x77, false), 0);
+
+    // Once the firmware asks pages for that function (a VF of this PF), it exists.
+    assert!(rig.dev.faults().page_request_for(0x77, false, 2));
+    rig.exec_on(PAGE_SLOT, &give).unwrap();
+    assert_eq!(rig.dev.pages_held_for(0x77, false), 2);
+    let back = rig.exec_on(PAGE_SLOT, &take).unwrap();
+    assert_eq!(back.pas.len(), 2);
+    assert_eq!(rig.dev.pages_held(), held);
+}
+
 #[test]
 fn teardown_gives_every_page_back() {
     let mut rig = Rig::new();
