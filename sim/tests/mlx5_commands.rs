@@ -22,6 +22,7 @@ use firmware_cmds::mlx5::ops::eq::{CreateEq, DestroyEq};
 use firmware_cmds::mlx5::ops::hca::{DisableHca, EnableHca, InitHca, TeardownHca, TeardownProfile};
 use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
 use firmware_cmds::mlx5::ops::issi::SetIssi;
+use firmware_cmds::mlx5::ops::mad_ifc::MadIfc;
 use firmware_cmds::mlx5::ops::pages::{ManagePages, PagesKind, PagesOp, QueryPages};
 use firmware_cmds::mlx5::ops::pd::{AllocPd, DeallocPd};
 use firmware_cmds::mlx5::ops::qp::DestroyQp;
@@ -798,4 +799,134 @@ fn given_pages_are_checked() {
     );
     // INIT_HCA without the pages it needs.
     assert_eq!(rig.status(&InitHca::default()), CmdStatus::NO_RES_ERR);
+}
+
+/// What the port link below does while the device waits, lock released, for its SMA.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MidMad {
+    /// A function reset (another thread's), after which the driver turns bus mastering back
+    /// on, as a reopen does: a late write from before the reset would land.
+    Reset,
+    /// The firmware dies.
+    Fatal,
+}
+
+/// A port link whose SMA answers every MAD, the first one once armed after doing `what` to
+/// the device.
+struct MidMadLink {
+    dev: std::sync::Weak<sim::mlx5::Mlx5>,
+    what: MidMad,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl MidMadLink {
+    /// Attached to port 1 of `rig`, then armed (attaching reads the port through the SMA).
+    fn attach(rig: &Rig, what: MidMad) -> Arc<MidMadLink> {
+        let link = Arc::new(MidMadLink {
+            dev: Arc::downgrade(&rig.dev),
+            what,
+            armed: false.into(),
+        });
+        rig.dev.attach_port(1, link.clone()).unwrap();
+        link.armed.store(true, Ordering::SeqCst);
+        link
+    }
+}
+
+impl sim::PortLink for MidMadLink {
+    fn transmit(&self, _packet: sim::Packet) {}
+
+    fn local_mad(&self, mad: &[u8; 256], _ignore_mkey: bool) -> Option<[u8; 256]> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let dev = self.dev.upgrade().expect("device alive");
+            match self.what {
+                MidMad::Reset => {
+                    assert!(dev.reset());
+                    dev.config().write(
+                        0x04,
+                        &(sim::pci_config::COMMAND_MEMORY | sim::pci_config::COMMAND_MASTER)
+                            .to_le_bytes(),
+                    );
+                }
+                MidMad::Fatal => dev.faults().catastrophic(
+                    firmware_cmds::mlx5::health::HealthSyndrome::HW_FATAL_ERR,
+                    true,
+                ),
+            }
+        }
+        let mut answer = *mad;
+        answer[3] = 0x81; // GetResp
+        Some(answer)
+    }
+
+    fn modify_capability_mask(&self, _set: u32, _clear: u32) -> u32 {
+        0
+    }
+
+    fn port_info(&self) -> sim::PortSnapshot {
+        mlx5rig::active_port(mlx5rig::LID)
+    }
+}
+
+fn mad_ifc() -> MadIfc {
+    MadIfc {
+        ignore_mkey: true,
+        ignore_bkey: false,
+        remote_lid: 0,
+        port: 1,
+        mad: [0x01; 256],
+    }
+}
+
+/// The device answers MAD_IFC through the port's SMA with its lock released. A function reset
+/// in that window leaves the command to no one: the entry from before the reset is not
+/// written (nor its output, nor a command EQE), and the device runs its commands as usual
+/// once brought up again.
+#[test]
+fn a_mad_ifc_answered_across_a_function_reset_is_abandoned() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let mut eq = rig.create_eq(&[EventType::CMD.0], 4, 0);
+    eq.drain(&rig);
+    let _link = MidMadLink::attach(&rig, MidMad::Reset);
+    let resets = rig.dev.counters().function_resets;
+    let m = mad_ifc();
+    let p = rig.prepare(0, &m.encode().unwrap(), m.out_len());
+    // The output block as the driver framed it (what `post` writes).
+    let out_block = p.out_addrs[0];
+    let out_framed = p.out_blocks[0].encode();
+    let posted = rig.post(0, &p);
+    assert_eq!(rig.dev.counters().function_resets, resets + 1);
+    assert!(
+        rig.completion(&posted).is_none(),
+        "the entry from before the reset stays the device's"
+    );
+    assert_eq!(
+        rig.mem.bytes(out_block, out_framed.len()),
+        out_framed.to_vec(),
+        "no output written"
+    );
+    assert!(eq.poll(&rig).is_none(), "no command EQE");
+    assert_eq!(rig.dev.counters().commands_abandoned, 1);
+    assert_eq!(rig.dev.iommu().fault_count(), 0);
+    // Brought up again, the device runs MAD_IFC on the same slot.
+    rig.up(false);
+    let d = rig.cmd(&m.encode().unwrap(), m.out_len());
+    assert_eq!(d.status(), CmdStatus::OK);
+    assert_eq!(rig.dev.counters().commands_abandoned, 1);
+}
+
+/// The firmware dying while the SMA answers: the command is never completed (dead firmware
+/// completes nothing; its other commands stay pending as well).
+#[test]
+fn a_mad_ifc_answered_after_the_firmware_died_is_abandoned() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let _link = MidMadLink::attach(&rig, MidMad::Fatal);
+    let m = mad_ifc();
+    let p = rig.prepare(0, &m.encode().unwrap(), m.out_len());
+    let posted = rig.post(0, &p);
+    rig.wait(Duration::from_millis(10));
+    assert!(rig.completion(&posted).is_none());
+    assert_eq!(rig.dev.counters().commands_abandoned, 1);
 }

@@ -144,6 +144,9 @@ pub(crate) struct State {
     pub ports: Vec<PortView>,
     pub faults: FaultState,
     pub counters: Counters,
+    /// Function resets so far: work begun outside the lock (a MAD_IFC the port's SMA
+    /// answers) is finished only by the firmware that began it.
+    pub generation: u64,
     pub fx: Effects,
     /// MAD buffers of delivered packets, reused for the next sends (no allocation per
     /// packet in a loop back). Boxed because a `Packet` carries its MAD as a box: reuse
@@ -230,6 +233,7 @@ impl State {
             ports,
             faults: FaultState::default(),
             counters: Counters::default(),
+            generation: 0,
             fx: Effects::default(),
             mad_pool: Vec::new(),
             op_now: None,
@@ -259,9 +263,11 @@ impl State {
         let fresh = State::new(self.cfg.clone(), self.iommu.clone(), self.sched.clone());
         let ports = std::mem::take(&mut self.ports);
         let counters = std::mem::take(&mut self.counters);
+        let generation = self.generation.wrapping_add(1);
         *self = fresh;
         self.ports = ports;
         self.counters = counters;
+        self.generation = generation;
     }
 
     /// Drops every EQ, CQ, QP, UAR and PD (TEARDOWN_HCA); returns how many there were.
