@@ -11,6 +11,7 @@
 //! the firmware keeps running through: it is logged once per new syndrome, as the kernel
 //! queues its health report only when the syndrome changes, and the device stays up.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HEALTH_BUFFER_LEN, HealthBuffer};
@@ -130,16 +131,17 @@ impl Health {
                 s.nic.name().unwrap_or("?")
             );
             if s.health.synd.0 != 0 {
-                reason.push_str(&format!(
-                    "; health syndrome {}{}, ext_synd {:#06x}",
-                    s.health.synd,
-                    if s.health.rfr() {
-                        " with recovery required"
-                    } else {
-                        ""
-                    },
-                    s.health.ext_synd
-                ));
+                let rfr = if s.health.rfr() {
+                    " with recovery required"
+                } else {
+                    ""
+                };
+                // Writing into a String cannot fail.
+                let _ = write!(
+                    reason,
+                    "; health syndrome {}{rfr}, ext_synd {:#06x}",
+                    s.health.synd, s.health.ext_synd
+                );
             }
             return Verdict::Fatal(reason);
         }
