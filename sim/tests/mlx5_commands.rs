@@ -12,15 +12,17 @@ use std::time::Duration;
 use firmware_cmds::mlx5::cmd::entry::{self, CmdEntry};
 use firmware_cmds::mlx5::cmd::mailbox;
 use firmware_cmds::mlx5::cmd::status::{CmdStatus, DeliveryStatus};
+use firmware_cmds::mlx5::cqc::Cqc;
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType};
 use firmware_cmds::mlx5::init_seg::{self, CmdqAddrLoSz, FwRev, HealthCounter, off};
 use firmware_cmds::mlx5::opcode::Opcode;
 use firmware_cmds::mlx5::ops::Command;
-use firmware_cmds::mlx5::ops::cq::DestroyCq;
-use firmware_cmds::mlx5::ops::eq::CreateEq;
+use firmware_cmds::mlx5::ops::cq::{CreateCq, DestroyCq};
+use firmware_cmds::mlx5::ops::eq::{CreateEq, DestroyEq};
 use firmware_cmds::mlx5::ops::hca::{DisableHca, EnableHca, InitHca, TeardownHca, TeardownProfile};
 use firmware_cmds::mlx5::ops::hca_cap::{CapMode, QueryHcaCap};
 use firmware_cmds::mlx5::ops::issi::SetIssi;
+use firmware_cmds::mlx5::ops::mad_ifc::MadIfc;
 use firmware_cmds::mlx5::ops::pages::{ManagePages, PagesKind, PagesOp, QueryPages};
 use firmware_cmds::mlx5::ops::pd::{AllocPd, DeallocPd};
 use firmware_cmds::mlx5::ops::qp::DestroyQp;
@@ -28,6 +30,7 @@ use firmware_cmds::mlx5::qpc::QpServiceType;
 use mlx5rig::{IOVA_BASE, PAGE_SLOT, Rig};
 use sim::mlx5::FetchedCommand;
 use sim::mlx5::config::CONNECTX5_DEVICE;
+use sim::mlx5::syndrome;
 use sim::{Device, IrqKind};
 
 fn pd_count(rig: &Rig) -> usize {
@@ -122,21 +125,77 @@ fn bad_parameters_get_bad_param() {
     c.ctx.uar_page = rig.uar;
     c.ctx.intr = 4000;
     c.pas = vec![rig.alloc(4096, 4096)];
-    assert_eq!(rig.status(&c), CmdStatus::BAD_PARAM_ERR);
+    assert_eq!(
+        rig.outcome(&c),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::VECTOR)
+    );
     // Pages for another function.
     assert_eq!(
-        rig.status(&QueryPages {
+        rig.outcome(&QueryPages {
             kind: PagesKind::Regular,
             function_id: 3,
             embedded_cpu_function: false
         }),
-        CmdStatus::BAD_PARAM_ERR
+        (CmdStatus::BAD_PARAM_ERR, syndrome::FUNCTION)
     );
-    // An EQ larger than log_max_eq_sz.
-    c.ctx.intr = 0;
-    c.ctx.log_eq_size = 31;
-    assert_eq!(rig.status(&c), CmdStatus::BAD_PARAM_ERR);
     assert_eq!(rig.dev.resources().eqs, 0);
+}
+
+/// One page of `4 KiB << log_page_size` that holds `bytes`, at an address aligned to it
+/// (nothing is mapped there: the queues made over it are never written).
+fn one_page_for(bytes: u64) -> (u8, Vec<u64>) {
+    let shift = bytes.next_power_of_two().trailing_zeros().max(12);
+    ((shift - 12) as u8, vec![1u64 << shift])
+}
+
+#[test]
+fn an_eq_larger_than_log_max_eq_sz_is_refused_for_its_size() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let max = rig.caps().log_max_eq_sz();
+    // The buffer holds 2^(max + 1) EQEs, so only the size check can refuse the larger EQ.
+    let (log_page_size, pas) = one_page_for(64 << (max + 1));
+    let mut c = CreateEq::default();
+    c.ctx.uar_page = rig.uar;
+    c.ctx.log_page_size = log_page_size;
+    c.pas = pas;
+    c.ctx.log_eq_size = max as u8;
+    let eqn = rig.exec(&c).expect("an EQ of log_max_eq_sz").eqn;
+    rig.exec(&DestroyEq { eqn }).unwrap();
+    c.ctx.log_eq_size = max as u8 + 1;
+    assert_eq!(
+        rig.outcome(&c),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QUEUE_SIZE)
+    );
+    assert_eq!(rig.dev.resources().eqs, 0);
+}
+
+#[test]
+fn a_cq_larger_than_log_max_cq_sz_is_refused_for_its_size() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let eq = rig.create_eq(&[EventType::COMP.0], 2, 0);
+    let max = rig.caps().log_max_cq_sz();
+    let (log_page_size, pas) = one_page_for(64 << (max + 1));
+    let mut c = CreateCq {
+        ctx: Cqc {
+            uar_page: rig.uar,
+            c_eqn: u32::from(eq.eqn),
+            dbr_addr: rig.alloc(64, 64),
+            log_page_size,
+            log_cq_size: max as u8,
+            ..Cqc::default()
+        },
+        pas,
+    };
+    let cqn = rig.exec(&c).expect("a CQ of log_max_cq_sz").cqn;
+    rig.exec(&DestroyCq { cqn }).unwrap();
+    c.ctx.log_cq_size = max as u8 + 1;
+    assert_eq!(
+        rig.outcome(&c),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QUEUE_SIZE)
+    );
+    assert_eq!(rig.dev.resources().cqs, 0);
 }
 
 #[test]
@@ -612,6 +671,50 @@ fn run_time_page_requests_give_and_take() {
     assert_eq!(rig.dev.pages_requested(), 0);
 }
 
+/// MANAGE_PAGES names a function that exists (the device itself, or one the firmware asked
+/// pages for), as QUERY_PAGES does: any other is refused, and no page changes hands.
+#[test]
+fn manage_pages_for_a_function_that_does_not_exist_is_refused() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let _eq = rig.create_eq(&[EventType::PAGE_REQUEST.0], 4, 0);
+    let held = rig.dev.pages_held();
+    let refused = (CmdStatus::BAD_PARAM_ERR, syndrome::FUNCTION);
+    let pas = rig.pages(2);
+    let for_vf = |op| ManagePages {
+        op,
+        function_id: 0x77,
+        embedded_cpu_function: false,
+    };
+    let give = for_vf(PagesOp::Give(pas.clone()));
+    let d = rig.cmd_on(PAGE_SLOT, &give.encode().unwrap(), give.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "GIVE");
+    let take = for_vf(PagesOp::Take(5));
+    let d = rig.cmd_on(PAGE_SLOT, &take.encode().unwrap(), take.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "TAKE");
+    let cant = for_vf(PagesOp::CantGive);
+    let d = rig.cmd_on(PAGE_SLOT, &cant.encode().unwrap(), cant.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "CANT_GIVE");
+    // The embedded-CPU function of a device that is not an ECPF does not exist either.
+    let ec = ManagePages {
+        op: PagesOp::Give(pas.clone()),
+        function_id: 0,
+        embedded_cpu_function: true,
+    };
+    let d = rig.cmd_on(PAGE_SLOT, &ec.encode().unwrap(), ec.out_len());
+    assert_eq!((d.status(), d.syndrome()), refused, "embedded CPU function");
+    assert_eq!(rig.dev.pages_held(), held, "no page changed hands");
+    assert_eq!(rig.dev.pages_held_for(0x77, false), 0);
+
+    // Once the firmware asks pages for that function (a VF of this PF), it exists.
+    assert!(rig.dev.faults().page_request_for(0x77, false, 2));
+    rig.exec_on(PAGE_SLOT, &give).unwrap();
+    assert_eq!(rig.dev.pages_held_for(0x77, false), 2);
+    let back = rig.exec_on(PAGE_SLOT, &take).unwrap();
+    assert_eq!(back.pas.len(), 2);
+    assert_eq!(rig.dev.pages_held(), held);
+}
+
 #[test]
 fn teardown_gives_every_page_back() {
     let mut rig = Rig::new();
@@ -696,4 +799,134 @@ fn given_pages_are_checked() {
     );
     // INIT_HCA without the pages it needs.
     assert_eq!(rig.status(&InitHca::default()), CmdStatus::NO_RES_ERR);
+}
+
+/// What the port link below does while the device waits, lock released, for its SMA.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MidMad {
+    /// A function reset (another thread's), after which the driver turns bus mastering back
+    /// on, as a reopen does: a late write from before the reset would land.
+    Reset,
+    /// The firmware dies.
+    Fatal,
+}
+
+/// A port link whose SMA answers every MAD, the first one once armed after doing `what` to
+/// the device.
+struct MidMadLink {
+    dev: std::sync::Weak<sim::mlx5::Mlx5>,
+    what: MidMad,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl MidMadLink {
+    /// Attached to port 1 of `rig`, then armed (attaching reads the port through the SMA).
+    fn attach(rig: &Rig, what: MidMad) -> Arc<MidMadLink> {
+        let link = Arc::new(MidMadLink {
+            dev: Arc::downgrade(&rig.dev),
+            what,
+            armed: false.into(),
+        });
+        rig.dev.attach_port(1, link.clone()).unwrap();
+        link.armed.store(true, Ordering::SeqCst);
+        link
+    }
+}
+
+impl sim::PortLink for MidMadLink {
+    fn transmit(&self, _packet: sim::Packet) {}
+
+    fn local_mad(&self, mad: &[u8; 256], _ignore_mkey: bool) -> Option<[u8; 256]> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let dev = self.dev.upgrade().expect("device alive");
+            match self.what {
+                MidMad::Reset => {
+                    assert!(dev.reset());
+                    dev.config().write(
+                        0x04,
+                        &(sim::pci_config::COMMAND_MEMORY | sim::pci_config::COMMAND_MASTER)
+                            .to_le_bytes(),
+                    );
+                }
+                MidMad::Fatal => dev.faults().catastrophic(
+                    firmware_cmds::mlx5::health::HealthSyndrome::HW_FATAL_ERR,
+                    true,
+                ),
+            }
+        }
+        let mut answer = *mad;
+        answer[3] = 0x81; // GetResp
+        Some(answer)
+    }
+
+    fn modify_capability_mask(&self, _set: u32, _clear: u32) -> u32 {
+        0
+    }
+
+    fn port_info(&self) -> sim::PortSnapshot {
+        mlx5rig::active_port(mlx5rig::LID)
+    }
+}
+
+fn mad_ifc() -> MadIfc {
+    MadIfc {
+        ignore_mkey: true,
+        ignore_bkey: false,
+        remote_lid: 0,
+        port: 1,
+        mad: [0x01; 256],
+    }
+}
+
+/// The device answers MAD_IFC through the port's SMA with its lock released. A function reset
+/// in that window leaves the command to no one: the entry from before the reset is not
+/// written (nor its output, nor a command EQE), and the device runs its commands as usual
+/// once brought up again.
+#[test]
+fn a_mad_ifc_answered_across_a_function_reset_is_abandoned() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let mut eq = rig.create_eq(&[EventType::CMD.0], 4, 0);
+    eq.drain(&rig);
+    let _link = MidMadLink::attach(&rig, MidMad::Reset);
+    let resets = rig.dev.counters().function_resets;
+    let m = mad_ifc();
+    let p = rig.prepare(0, &m.encode().unwrap(), m.out_len());
+    // The output block as the driver framed it (what `post` writes).
+    let out_block = p.out_addrs[0];
+    let out_framed = p.out_blocks[0].encode();
+    let posted = rig.post(0, &p);
+    assert_eq!(rig.dev.counters().function_resets, resets + 1);
+    assert!(
+        rig.completion(&posted).is_none(),
+        "the entry from before the reset stays the device's"
+    );
+    assert_eq!(
+        rig.mem.bytes(out_block, out_framed.len()),
+        out_framed.to_vec(),
+        "no output written"
+    );
+    assert!(eq.poll(&rig).is_none(), "no command EQE");
+    assert_eq!(rig.dev.counters().commands_abandoned, 1);
+    assert_eq!(rig.dev.iommu().fault_count(), 0);
+    // Brought up again, the device runs MAD_IFC on the same slot.
+    rig.up(false);
+    let d = rig.cmd(&m.encode().unwrap(), m.out_len());
+    assert_eq!(d.status(), CmdStatus::OK);
+    assert_eq!(rig.dev.counters().commands_abandoned, 1);
+}
+
+/// The firmware dying while the SMA answers: the command is never completed (dead firmware
+/// completes nothing; its other commands stay pending as well).
+#[test]
+fn a_mad_ifc_answered_after_the_firmware_died_is_abandoned() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let _link = MidMadLink::attach(&rig, MidMad::Fatal);
+    let m = mad_ifc();
+    let p = rig.prepare(0, &m.encode().unwrap(), m.out_len());
+    let posted = rig.post(0, &p);
+    rig.wait(Duration::from_millis(10));
+    assert!(rig.completion(&posted).is_none());
+    assert_eq!(rig.dev.counters().commands_abandoned, 1);
 }

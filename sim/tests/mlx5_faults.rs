@@ -13,7 +13,7 @@ use firmware_cmds::mlx5::cmd::status::CmdStatus;
 use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode};
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, queue_type};
 use firmware_cmds::mlx5::health::{HealthBuffer, HealthSyndrome};
-use firmware_cmds::mlx5::init_seg::{HealthCounter, off};
+use firmware_cmds::mlx5::init_seg::{CmdqAddrLoSz, HealthCounter, NicInterface, off};
 use firmware_cmds::mlx5::ops::Command;
 use firmware_cmds::mlx5::ops::pd::AllocPd;
 use firmware_cmds::mlx5::ops::qp_modify::{ModifyQp, Sqerr2RtsQp};
@@ -261,6 +261,12 @@ fn a_catastrophic_error_shows_in_the_health_buffer_and_stops_the_firmware() {
         HealthCounter::decode(n.rig.rd32(off::HEALTH_COUNTER as u64)).syndrome,
         HealthSyndrome::HW_FATAL_ERR.0
     );
+    // The firmware shut the NIC interface down (what the kernel's `check_fatal_sensors`
+    // reads first), and a driver's request does not bring it back.
+    let nic = |rig: &Rig| CmdqAddrLoSz::decode(rig.rd32(off::CMDQ_ADDR_L_SZ as u64)).nic_interface;
+    assert_eq!(nic(&n.rig), NicInterface::DISABLED);
+    n.rig.wr32(off::CMDQ_ADDR_L_SZ as u64, n.rig.cmdq as u32);
+    assert_eq!(nic(&n.rig), NicInterface::DISABLED, "FULL_DRIVER asked");
     // Commands stay pending; doorbells and packets are ignored.
     let p = n.rig.prepare(0, &AllocPd.encode().unwrap(), 16);
     let posted = n.rig.post(0, &p);
@@ -288,6 +294,7 @@ fn a_catastrophic_error_shows_in_the_health_buffer_and_stops_the_firmware() {
     // A function reset brings the device back to power-on.
     assert!(n.rig.dev.reset());
     assert_eq!(health(&n.rig).synd.0, 0);
+    assert_eq!(nic(&n.rig), NicInterface::FULL_DRIVER);
     assert_eq!(n.rig.dev.resources(), sim::mlx5::ResourceCounts::default());
     assert_eq!(n.rig.dev.pages_held(), 0);
     assert_eq!(n.rig.rd32(off::INITIALIZING as u64) >> 31, 1);

@@ -6,17 +6,19 @@ mod mlx5rig;
 
 use firmware_cmds::mlx5::cmd::status::CmdStatus;
 use firmware_cmds::mlx5::cqe::{CqeBody, CqeOpcode};
+use firmware_cmds::mlx5::doorbell::EqDoorbell;
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, cq_error_syndrome};
 use firmware_cmds::mlx5::health::HealthBuffer;
 use firmware_cmds::mlx5::init_seg::off;
 use firmware_cmds::mlx5::ops::pd::AllocPd;
-use firmware_cmds::mlx5::ops::qp::{CreateQp, QueryQp};
+use firmware_cmds::mlx5::ops::qp::{CreateQp, DestroyQp, QueryQp};
 use firmware_cmds::mlx5::ops::qp_modify::{
     Init2RtrQp, ModifyQp, Qp2Err, Qp2Rst, Rst2InitQp, Rtr2RtsQp, Sqerr2RtsQp,
 };
 use firmware_cmds::mlx5::ops::uar::AllocUar;
 use firmware_cmds::mlx5::qpc::{QpServiceType, QpState, Qpc};
 use mlx5rig::{QP1_QKEY, Rig};
+use sim::mlx5::syndrome;
 
 fn modify(qpn: u32, port: u8, pkey_index: u16) -> ModifyQp {
     ModifyQp {
@@ -80,6 +82,67 @@ fn an_eq_overrun_is_a_fatal_firmware_error() {
     );
     let posted = rig.post(0, &p);
     assert!(rig.completion(&posted).is_none());
+}
+
+/// The health syndrome byte of the init segment's health buffer.
+fn health_syndrome(rig: &Rig) -> u8 {
+    let mut raw = [0u8; 64];
+    for (i, b) in raw.chunks_mut(4).enumerate() {
+        b.copy_from_slice(&rig.rd32(off::HEALTH as u64 + 4 * i as u64).to_be_bytes());
+    }
+    HealthBuffer::decode(&raw).unwrap().synd.0
+}
+
+#[test]
+fn a_stale_eq_doorbell_leaves_one_entry_unconsumed() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let mut eq = rig.create_eq(&[EventType::CMD.0], 2, 0);
+    // EQE 0 (CREATE_EQ) and two commands: consumed, ci = 3.
+    rig.exec(&AllocPd).unwrap();
+    rig.exec(&AllocPd).unwrap();
+    assert_eq!(eq.drain(&rig).len(), 3);
+    eq.doorbell(&rig, false);
+    // A stale doorbell (a racing update seen late): ci = 2, one entry back.
+    let stale = EqDoorbell {
+        eqn: eq.eqn,
+        ci: eq.ci - 1,
+        arm: false,
+    };
+    rig.wr32(rig.uar_base() + stale.offset() as u64, stale.value());
+    // With ci = 2 the ring of 4 holds three more EQEs: the commands complete and the
+    // firmware stays healthy.
+    for i in 0..3 {
+        rig.exec(&AllocPd).unwrap();
+        assert_eq!(rig.dev.counters().eq_overruns, 0, "command {i}");
+        assert_eq!(health_syndrome(&rig), 0, "command {i}");
+    }
+    // The fourth fills what the stale index still counts as unconsumed: a real overrun.
+    rig.exec(&AllocPd).unwrap();
+    assert_eq!(rig.dev.counters().eq_overruns, 1);
+    assert_eq!(health_syndrome(&rig), 0x0c);
+}
+
+#[test]
+fn a_stale_cq_doorbell_record_leaves_one_entry_unconsumed() {
+    let (mut rig, mut eq, mut cq, mut qp) = qp_rig(2);
+    eq.drain(&rig);
+    for _ in 0..4 {
+        let ctrl = qp.write_nop(&rig, true);
+        rig.ring_send(&ctrl);
+    }
+    assert_eq!(cq.drain(&rig).len(), 4);
+    // The record goes one back (a stale write): ci = 3 with 4 produced.
+    rig.mem.set_be32(cq.dbr, (cq.ci - 1) & 0x00ff_ffff);
+    for i in 0..3 {
+        let ctrl = qp.write_nop(&rig, true);
+        rig.ring_send(&ctrl);
+        assert_eq!(rig.dev.counters().cq_overruns, 0, "NOP {i}");
+    }
+    assert_eq!(rig.dev.counters().cqes, 7);
+    let ctrl = qp.write_nop(&rig, true);
+    rig.ring_send(&ctrl);
+    assert_eq!(rig.dev.counters().cq_overruns, 1, "four unconsumed: full");
 }
 
 /// A QP1 in RTS with a CQ of `1 << log_cq` on a completion EQ.
@@ -283,36 +346,76 @@ fn create_qp_checks_what_the_qp_refers_to() {
     };
     assert_eq!(rig.status(&base), CmdStatus::OK);
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.st = QpServiceType::RC)),
-        CmdStatus::BAD_PARAM_ERR
+        rig.outcome(&with(&|c| c.ctx.st = QpServiceType::RC)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QP_TYPE)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.cqn_snd = 0x77_7777)),
-        CmdStatus::BAD_RES_ERR
+        rig.outcome(&with(&|c| c.ctx.cqn_snd = 0x77_7777)),
+        (CmdStatus::BAD_RES_ERR, syndrome::NO_CQ)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.pd = 0x55_5555)),
-        CmdStatus::BAD_RES_ERR
+        rig.outcome(&with(&|c| c.ctx.pd = 0x55_5555)),
+        (CmdStatus::BAD_RES_ERR, syndrome::NO_PD)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.uar_page = 0x4444)),
-        CmdStatus::BAD_RES_ERR
+        rig.outcome(&with(&|c| c.ctx.uar_page = 0x4444)),
+        (CmdStatus::BAD_RES_ERR, syndrome::NO_UAR)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.dbr_addr = dbr + 4)),
-        CmdStatus::BAD_PARAM_ERR
+        rig.outcome(&with(&|c| c.ctx.dbr_addr = dbr + 4)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::DBR)
     );
     assert_eq!(
-        rig.status(&with(&|c| c.ctx.log_sq_size = 9)),
-        CmdStatus::BAD_PARAM_ERR,
+        rig.outcome(&with(&|c| c.ctx.log_sq_size = 9)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::PAS),
         "the buffer's one page cannot hold 512 basic blocks"
     );
-    assert_eq!(
-        rig.status(&with(&|c| c.ctx.log_rq_stride = 7)),
-        CmdStatus::BAD_PARAM_ERR,
-        "2 KiB receive WQEs exceed max_wqe_sz_rq"
-    );
     assert_eq!(rig.dev.resources().qps, 1);
+}
+
+/// The receive WQE stride against `max_wqe_sz_rq`, with a buffer large enough that only that
+/// check can refuse the QP. (`log_rq_size` and `log_sq_size` are 4-bit fields and
+/// `log_max_qp_sz` is 15: a queue past it cannot be encoded.)
+#[test]
+fn create_qp_checks_the_receive_stride_against_max_wqe_sz_rq() {
+    let mut rig = Rig::new();
+    rig.up(false);
+    let eq = rig.create_eq(&[EventType::COMP.0], 3, 0);
+    let cq = rig.create_cq(eq.eqn, 3);
+    let caps = rig.caps();
+    let dbr = rig.alloc(64, 64);
+    let (pd, uar, cqn) = (rig.pd, rig.uar, cq.cqn);
+    let qp = |log_rq_stride: u8, pas| CreateQp {
+        ctx: Qpc {
+            st: QpServiceType::UD,
+            pd,
+            log_rq_size: 3,
+            log_rq_stride,
+            log_sq_size: 3,
+            rlky: true,
+            uar_page: uar,
+            cqn_snd: cqn,
+            cqn_rcv: cqn,
+            dbr_addr: dbr,
+            ..Qpc::default()
+        },
+        opt_param_mask: 0,
+        input_qpn: 0,
+        pas,
+    };
+    // Receive WQEs of max_wqe_sz_rq, then twice that; 8 of each plus 8 send basic blocks
+    // fit the pages given.
+    let largest = caps.max_wqe_sz_rq().trailing_zeros() as u8 - 4;
+    let pas = rig.pages(((8u32 << (largest + 5)) as usize + 512).div_ceil(4096));
+    let ok = qp(largest, pas.clone());
+    let qpn = rig.exec(&ok).expect("receive WQEs of max_wqe_sz_rq").qpn;
+    rig.exec(&DestroyQp { qpn }).unwrap();
+    assert_eq!(
+        rig.outcome(&qp(largest + 1, pas)),
+        (CmdStatus::BAD_PARAM_ERR, syndrome::QUEUE_SIZE),
+        "receive WQEs larger than max_wqe_sz_rq"
+    );
+    assert_eq!(rig.dev.resources().qps, 0);
 }
 
 #[test]

@@ -19,6 +19,7 @@ use firmware_cmds::mlx5::wqe::{
 };
 use mlx5rig::{CqRing, EqRing, LID, Loopback, QP1_QKEY, QpRing, Rig, SendSpec};
 use sim::mlx5::DropReason;
+use sim::mlx5::config::vendor_syndrome;
 use sim::{Device, Packet, PortChange};
 use std::sync::Arc;
 
@@ -394,6 +395,53 @@ fn malformed_wqes_get_local_qp_operation_errors() {
         CqeSyndrome::LOCAL_LENGTH_ERR
     );
     assert!(n.link.sent.lock().unwrap().is_empty());
+}
+
+/// A data segment's byte count of 0 means 2 GiB (the kernel and rdma-core leave zero-length
+/// SGEs out of a WQE for it): a send with one is far longer than a MAD.
+#[test]
+fn a_send_data_segment_of_byte_count_0_is_2_gib_and_too_long() {
+    let mut n = net(QpServiceType::QP1);
+    let (addr, _) = mad_buf(&mut n.rig, 5);
+    let spec = SendSpec {
+        len: 0,
+        ..SendSpec::mad(addr)
+    };
+    let ctrl = n.qp.write_send(&n.rig, &spec);
+    n.rig.ring_send(&ctrl);
+    let c = n.scq.poll(&n.rig).expect("error CQE");
+    assert_eq!(
+        err(&c),
+        (
+            CqeOpcode::REQ_ERR,
+            CqeSyndrome::LOCAL_LENGTH_ERR,
+            vendor_syndrome::LENGTH
+        )
+    );
+    assert!(n.link.sent.lock().unwrap().is_empty(), "nothing sent");
+    assert_eq!(n.rig.dev.qp_state(n.qp.qpn), Some(QpState::Sqer));
+}
+
+/// A receive data segment of byte count 0 is 2 GiB of room: the message lands in it.
+#[test]
+fn a_receive_data_segment_of_byte_count_0_is_2_gib_of_room() {
+    let mut n = net(QpServiceType::QP1);
+    let rbuf = recv_buf(&mut n.rig, 512);
+    n.qp.post_recv(&n.rig, rbuf, 0);
+    n.link.inject(packet(1, QP1_QKEY, 0xffff, false));
+    n.rig.settle();
+    let c = n.rcq.poll(&n.rig).expect("receive CQE");
+    assert_eq!(c.opcode, CqeOpcode::RESP_SEND, "{:?}", c.body);
+    let CqeBody::Responder(resp) = c.body else {
+        panic!("responder CQE expected");
+    };
+    assert_eq!(resp.byte_cnt, 40 + 256);
+    assert_eq!(&n.rig.mem.bytes(rbuf + 40, 256)[..], &[0x42; 256][..]);
+    assert!(
+        n.rig.mem.bytes(rbuf + 296, 216).iter().all(|&b| b == 0xee),
+        "nothing past the message"
+    );
+    assert_eq!(n.rig.dev.qp_state(n.qp.qpn), Some(QpState::Rts));
 }
 
 #[test]

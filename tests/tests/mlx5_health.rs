@@ -309,6 +309,33 @@ fn a_fatal_health_syndrome_is_detected_within_one_poll_and_flushes_in_software()
     }
 }
 
+/// Firmware that stops without asking for the recovery flow (its syndrome lacks the RFR bit,
+/// and its health counter keeps moving) still shuts its NIC interface down: the driver sees
+/// DISABLED within one poll (the kernel's `check_fatal_sensors` reads the interface before
+/// the syndrome), and the fatal path runs as for any other fatal error.
+#[test]
+fn a_firmware_stop_without_the_recovery_bit_is_fatal_through_the_disabled_interface() {
+    let synd = HealthSyndrome::FW_INTERNAL_ERR;
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    p.events();
+    let work = post_work(&sim, &hca);
+    sim.model.faults().catastrophic(synd, false);
+    let (took, ev) = wait_for_event(p.as_ref(), 10 * interval(), |e| {
+        matches!(e, DeviceEvent::Fatal { .. })
+    })
+    .expect("the stopped firmware is detected");
+    assert!(took <= interval(), "detected after {took:?}");
+    let DeviceEvent::Fatal { reason } = ev else {
+        unreachable!()
+    };
+    assert!(reason.contains("DISABLED"), "{reason}");
+    assert!(reason.contains(synd.name().unwrap()), "{reason}");
+    check_software_flush(&hca, &work);
+    check_fatal_then_close(&sim, &hca, work);
+}
+
 // The kernel (`sensor_fw_synd_rfr`) and rdma-core's VFIO provider act on a syndrome only with
 // the recovery-flow-required bit; without it the firmware is reporting, and keeps running.
 #[test]

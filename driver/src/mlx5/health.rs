@@ -11,6 +11,7 @@
 //! the firmware keeps running through: it is logged once per new syndrome, as the kernel
 //! queues its health report only when the syndrome changes, and the device stays up.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use firmware_cmds::mlx5::health::{FW_VER_UNREACHABLE, HEALTH_BUFFER_LEN, HealthBuffer};
@@ -122,10 +123,27 @@ impl Health {
             return Verdict::Removed(removed_reason());
         }
         if s.nic == NicInterface::DISABLED || s.nic == NicInterface::SW_RESET {
-            return Verdict::Fatal(format!(
+            // Firmware that went fatal disables the interface and leaves its syndrome in the
+            // health buffer (the kernel checks the interface first, `check_fatal_sensors`,
+            // and prints the buffer with its report): name both.
+            let mut reason = format!(
                 "the NIC interface is {} (firmware shut the function down)",
                 s.nic.name().unwrap_or("?")
-            ));
+            );
+            if s.health.synd.0 != 0 {
+                let rfr = if s.health.rfr() {
+                    " with recovery required"
+                } else {
+                    ""
+                };
+                // Writing into a String cannot fail.
+                let _ = write!(
+                    reason,
+                    "; health syndrome {}{rfr}, ext_synd {:#06x}",
+                    s.health.synd, s.health.ext_synd
+                );
+            }
+            return Verdict::Fatal(reason);
         }
         if s.health.synd.0 != 0 && s.health.rfr() {
             return Verdict::Fatal(format!(
@@ -255,5 +273,27 @@ mod tests {
         assert!(matches!(h.evaluate(&s), Verdict::Fatal(r) if r.contains("DISABLED")));
         s.nic = NicInterface::SW_RESET;
         assert!(matches!(h.evaluate(&s), Verdict::Fatal(r) if r.contains("SW_RESET")));
+    }
+
+    /// Firmware that went fatal shows DISABLED and its syndrome: the reason names both,
+    /// with or without the recovery bit.
+    #[test]
+    fn a_disabled_interface_names_the_syndrome_it_was_left_with() {
+        for (rfr_severity, rfr) in [(0x8a, true), (0x0a, false)] {
+            let mut h = Health::default();
+            let mut s = healthy(1);
+            s.nic = NicInterface::DISABLED;
+            s.health.synd = HealthSyndrome::HW_FATAL_ERR;
+            s.health.rfr_severity = rfr_severity;
+            let Verdict::Fatal(reason) = h.evaluate(&s) else {
+                panic!("not fatal");
+            };
+            assert!(reason.contains("DISABLED"), "{reason}");
+            assert!(
+                reason.contains(HealthSyndrome::HW_FATAL_ERR.name().unwrap()),
+                "{reason}"
+            );
+            assert_eq!(reason.contains("recovery required"), rfr, "{reason}");
+        }
     }
 }

@@ -684,6 +684,8 @@ impl Qp {
             SwState::Rts | SwState::SqError => {}
             _ => self.ready()?,
         }
+        // This also keeps a byte count of 0 (2 GiB to the device, `ZERO_BYTE_COUNT_LEN`) out
+        // of the ring.
         if wr.sge.len < GRH_LEN {
             return Err(PostError::Invalid(format!(
                 "a receive buffer of {} bytes cannot hold the {GRH_LEN}-byte GRH area",
@@ -1365,6 +1367,12 @@ pub(crate) mod tests {
             q.post_recv(&recv(39, 0)),
             Err(PostError::Invalid(_))
         ));
+        // An empty buffer never becomes a data segment of byte count 0 (2 GiB to the device).
+        assert!(matches!(
+            q.post_recv(&recv(0, 0)),
+            Err(PostError::Invalid(_))
+        ));
+        assert_eq!(q.db.read_u32_be(0).unwrap(), 0, "nothing posted");
         for id in 0..4 {
             q.post_recv(&recv(296, id)).unwrap();
         }

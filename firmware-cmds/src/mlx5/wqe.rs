@@ -375,10 +375,17 @@ impl DatagramSeg {
     }
 }
 
+/// What a data segment's `byte_count` of 0 stands for: 2 GiB, not an empty buffer. Hence the
+/// kernel (`mlx5_ib_post_send` in drivers/infiniband/hw/mlx5/wr.c) and rdma-core
+/// (`_mlx5_post_send` and `mlx5_post_recv` in providers/mlx5/qp.c) leave zero-length SGEs
+/// out of a WQE (`if (likely(wr->sg_list[i].length))`) instead of writing a count of 0.
+pub const ZERO_BYTE_COUNT_LEN: u64 = 1 << 31;
+
 /// A data (scatter/gather) segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DataSeg {
-    /// Length in bytes (bit 31 must be clear: it marks inline segments).
+    /// Length in bytes (bit 31 must be clear: it marks inline segments; 0 means 2 GiB,
+    /// [`ZERO_BYTE_COUNT_LEN`]).
     pub byte_count: u32,
     /// Local key.
     pub lkey: u32,
@@ -418,6 +425,16 @@ impl DataSeg {
             lkey: be32(buf, 4),
             addr: u64::from_be_bytes(a),
         })
+    }
+
+    /// The bytes the device reads or writes through this segment: `byte_count`, where 0
+    /// means [`ZERO_BYTE_COUNT_LEN`].
+    pub fn byte_len(&self) -> u64 {
+        if self.byte_count == 0 {
+            ZERO_BYTE_COUNT_LEN
+        } else {
+            u64::from(self.byte_count)
+        }
     }
 
     /// True for the receive-list terminator (lkey `MLX5_INVALID_LKEY`).

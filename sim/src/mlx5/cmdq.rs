@@ -85,6 +85,9 @@ pub(crate) struct MadWork {
     pub ctx: SlotCtx,
     pub port: u8,
     pub what: PortWork,
+    /// [`State::generation`] when the command began: a function reset while the port
+    /// worked outside the lock leaves the answer to no one.
+    pub generation: u64,
 }
 
 /// What a command needs done through a port's link, outside the device lock.
@@ -349,11 +352,13 @@ impl State {
                 ctx,
                 port,
                 what: PortWork::Mad { mad, ignore_mkey },
+                generation: self.generation,
             }],
             Exec::PortCaps { port, caps } => vec![MadWork {
                 ctx,
                 port,
                 what: PortWork::Caps(caps),
+                generation: self.generation,
             }],
         }
     }
@@ -379,12 +384,28 @@ impl State {
         work
     }
 
+    /// Whether port work the lock was let go for is still this firmware's to finish. Not
+    /// after a function reset meanwhile: the command belonged to the firmware the reset
+    /// replaced (its entry, mailboxes and EQ are the old driver's), and its completion would
+    /// land in what the driver set up since. Not after the firmware died meanwhile either:
+    /// dead firmware completes nothing. Such a command is abandoned, never given back.
+    fn port_work_current(&mut self, work: &MadWork) -> bool {
+        if work.generation == self.generation && !self.health.fatal {
+            return true;
+        }
+        self.counters.snap.commands_abandoned += 1;
+        false
+    }
+
     /// The SMA answered (or not) a MAD_IFC.
     pub(crate) fn finish_mad(
         &mut self,
         work: &MadWork,
         answer: Option<&[u8; MAD_LEN]>,
     ) -> Vec<MadWork> {
+        if !self.port_work_current(work) {
+            return Vec::new();
+        }
         let result = match answer {
             Some(mad) => MadIfcOut { mad: *mad }
                 .encode()
@@ -400,6 +421,9 @@ impl State {
     /// port has no link to set it through).
     pub(crate) fn finish_caps(&mut self, work: &MadWork, caps: Option<u32>) -> Vec<MadWork> {
         use firmware_cmds::mlx5::ops::access_reg::{AccessRegOut, Pcap};
+        if !self.port_work_current(work) {
+            return Vec::new();
+        }
         let result = match caps {
             Some(caps) => AccessRegOut {
                 data: Pcap {

@@ -52,6 +52,9 @@ pub struct Mlx5Counters {
     pub commands_lost: u64,
     /// Lost commands the firmware ran late (`Mlx5Faults::run_lost_commands`).
     pub commands_run_late: u64,
+    /// Commands whose port work (a MAD_IFC the SMA answered, a PCAP write) came back after a
+    /// function reset or the firmware's death: never completed.
+    pub commands_abandoned: u64,
     /// Entries completed with a non-zero delivery status.
     pub delivery_errors: u64,
     /// Command doorbells for a slot the device did not own, or while it could not run

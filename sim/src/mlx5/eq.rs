@@ -81,9 +81,16 @@ impl Eq {
     /// A doorbell: the driver consumed up to `ci` (24 bits), and optionally re-arms.
     pub(crate) fn doorbell(&mut self, ci: u32, arm: bool) {
         // The driver writes its 24-bit consumer counter; keep the upper bits of ours so the
-        // distance to the producer stays right across the 2^24 wrap.
+        // distance to the producer stays right across the 2^24 wrap. The step is signed: a
+        // stale or reordered doorbell (ci one behind the last) moves the counter back by one
+        // (an entry not yet consumed), it is not a jump of 2^24 - 1 forward that would make
+        // the next EQE an overrun.
         let delta = ci.wrapping_sub(self.ci) & 0x00ff_ffff;
-        self.ci = self.ci.wrapping_add(delta);
+        if delta & 0x0080_0000 == 0 {
+            self.ci = self.ci.wrapping_add(delta);
+        } else {
+            self.ci = self.ci.wrapping_sub(0x0100_0000 - delta);
+        }
         if arm {
             self.armed = true;
         }

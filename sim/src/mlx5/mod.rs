@@ -51,6 +51,7 @@ pub use self::attach::MELLANOX_OUI;
 pub use self::config::Mlx5Config;
 pub use self::counters::{DropReason, FetchedCommand, Mlx5Counters};
 pub use self::engine::{DeviceThread, DeviceThreadError};
+pub use self::exec::synd as syndrome;
 pub use self::faults::{CmdCorruption, Mlx5Faults, WqeQueue};
 
 use self::cmdq::{MadWork, PortWork};

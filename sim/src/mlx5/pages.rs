@@ -39,6 +39,9 @@ pub(crate) struct Pages {
     set: HashSet<u64>,
     /// The function itself ([`own`]).
     pub own: Function,
+    /// Other functions the firmware raised page requests for (VFs of this PF, the host PF
+    /// of an ECPF): the ones a MANAGE_PAGES may name besides [`Pages::own`].
+    others: HashSet<Function>,
     /// Pages of [`Pages::own`] the firmware cannot give back now (its working set once initialized).
     pub need: u64,
     /// Outstanding run-time request: > 0 pages wanted, < 0 pages offered back.
@@ -57,6 +60,20 @@ impl Pages {
     /// Pages held, for every function.
     pub(crate) fn held(&self) -> u64 {
         self.held.len() as u64
+    }
+
+    /// The firmware raised a page request for `f`: it is a function MANAGE_PAGES may name.
+    pub(crate) fn know(&mut self, f: Function) {
+        if f != self.own {
+            self.others.insert(f);
+        }
+    }
+
+    /// Whether MANAGE_PAGES may name `f`: the function itself, the host PF when this is an
+    /// ECPF (function 0 without `embedded_cpu_function`, which the ECPF's driver gives pages
+    /// for), or a function the firmware asked pages for. Anything else does not exist here.
+    pub(crate) fn exists(&self, f: Function) -> bool {
+        f == self.own || (self.own.1 && f == (0, false)) || self.others.contains(&f)
     }
 
     /// Pages held for `f`.
@@ -113,5 +130,28 @@ impl Pages {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_functions_manage_pages_may_name() {
+        let pf = Pages::new(own(false));
+        assert!(pf.exists((0, false)), "itself");
+        assert!(
+            !pf.exists((0, true)),
+            "no embedded CPU function on a plain PF"
+        );
+        assert!(!pf.exists((3, false)), "a VF it never asked pages for");
+
+        let mut ecpf = Pages::new(own(true));
+        assert!(ecpf.exists((0, true)), "itself");
+        assert!(ecpf.exists((0, false)), "the host PF");
+        assert!(!ecpf.exists((3, false)));
+        ecpf.know((3, false));
+        assert!(ecpf.exists((3, false)), "asked pages for");
     }
 }

@@ -190,16 +190,17 @@ fn scatter(
     // Every data segment is checked (and the capacity summed) before anything is written;
     // the write below walks the same segments again rather than keeping a zeroed array of
     // them for each packet.
+    // A byte count of 0 is 2 GiB (`DataSeg::byte_len`), room for any message.
     let mut nsegs = 0;
-    let mut capacity = 0usize;
+    let mut capacity = 0u64;
     for s in data_segs(&raw[..stride]) {
         if s.lkey != special_keys::RESD_LKEY || !qp.rlky {
             return Err(prot);
         }
         nsegs += 1;
-        capacity += s.byte_count as usize;
+        capacity += s.byte_len();
     }
-    if capacity < RECV_LEN {
+    if capacity < RECV_LEN as u64 {
         return Err((CqeSyndrome::LOCAL_LENGTH_ERR, vendor_syndrome::LENGTH));
     }
     let grh = pkt.grh.as_deref().map(|g| {
@@ -219,7 +220,8 @@ fn scatter(
     let mut at = 0usize;
     let mut ok = true;
     for seg in data_segs(&raw[..stride]).take(nsegs) {
-        let (addr, len) = (seg.addr, seg.byte_count as usize);
+        // At most 2^31 and `at` < RECV_LEN here: `at + len` cannot overflow a usize.
+        let (addr, len) = (seg.addr, seg.byte_len() as usize);
         let end = (at + len).min(RECV_LEN);
         let mut pos = at;
         while pos < end {

@@ -95,8 +95,10 @@ pub(crate) fn write32(st: &mut State, offset: usize, value: u32) -> WriteEffect 
             let r = CmdqAddrLoSz::decode(value);
             st.cmdq_addr_l = r.addr_lo;
             // The driver requests a state; firmware reports where it went. A software reset
-            // request (recovery) and a fast teardown both end with the interface disabled.
+            // request (recovery) and a fast teardown both end with the interface disabled,
+            // and dead firmware keeps it disabled until a function reset.
             st.nic_interface = match r.nic_interface {
+                _ if st.health.fatal => NicInterface::DISABLED.0,
                 NicInterface::SW_RESET | NicInterface::DISABLED => NicInterface::DISABLED.0,
                 other => other.0,
             };

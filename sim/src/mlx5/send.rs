@@ -299,13 +299,15 @@ impl SendCx<'_> {
                             vendor_syndrome::PROTECTION,
                         ));
                     }
-                    let n = d.byte_count as usize;
-                    if len + n > MAD_LEN {
+                    // A byte count of 0 is 2 GiB (`DataSeg::byte_len`): far past a MAD.
+                    let n = d.byte_len();
+                    if len as u64 + n > MAD_LEN as u64 {
                         return Err(SendError(
                             CqeSyndrome::LOCAL_LENGTH_ERR,
                             vendor_syndrome::LENGTH,
                         ));
                     }
+                    let n = n as usize;
                     if !buffer::read(dma, d.addr, &mut mad[len..len + n]) {
                         self.counters.snap.dma_errors += 1;
                         return Err(SendError(

@@ -14,6 +14,7 @@ use firmware_cmds::mlx5::caps::HcaCaps;
 use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, ErrCqe};
 use firmware_cmds::mlx5::eqe::{EqeEvent, EventType, cq_error_syndrome};
 use firmware_cmds::mlx5::health::HealthSyndrome;
+use firmware_cmds::mlx5::init_seg::NicInterface;
 use firmware_cmds::mlx5::qpc::QpState;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use firmware_cmds::mlx5::wqe::{CTRL_SEG_LEN, CtrlSeg, bbs_for_ds};
@@ -143,6 +144,9 @@ pub(crate) struct State {
     pub ports: Vec<PortView>,
     pub faults: FaultState,
     pub counters: Counters,
+    /// Function resets so far: work begun outside the lock (a MAD_IFC the port's SMA
+    /// answers) is finished only by the firmware that began it.
+    pub generation: u64,
     pub fx: Effects,
     /// MAD buffers of delivered packets, reused for the next sends (no allocation per
     /// packet in a loop back). Boxed because a `Packet` carries its MAD as a box: reuse
@@ -229,6 +233,7 @@ impl State {
             ports,
             faults: FaultState::default(),
             counters: Counters::default(),
+            generation: 0,
             fx: Effects::default(),
             mad_pool: Vec::new(),
             op_now: None,
@@ -258,9 +263,11 @@ impl State {
         let fresh = State::new(self.cfg.clone(), self.iommu.clone(), self.sched.clone());
         let ports = std::mem::take(&mut self.ports);
         let counters = std::mem::take(&mut self.counters);
+        let generation = self.generation.wrapping_add(1);
         *self = fresh;
         self.ports = ports;
         self.counters = counters;
+        self.generation = generation;
     }
 
     /// Drops every EQ, CQ, QP, UAR and PD (TEARDOWN_HCA); returns how many there were.
@@ -285,11 +292,16 @@ impl State {
         Some(idx)
     }
 
-    /// Firmware death: the health buffer shows `synd`, the recovery-flow bit when `rfr`, and
-    /// from now on no command or doorbell is processed.
+    /// Firmware death: the health buffer shows `synd`, the recovery-flow bit when `rfr`, the
+    /// NIC interface reads DISABLED, and from now on no command or doorbell is processed.
+    /// The kernel counts a DISABLED interface as fatal by itself (`check_fatal_sensors` in
+    /// drivers/net/ethernet/mellanox/mlx5/core/health.c returns MLX5_SENSOR_NIC_DISABLED
+    /// before it looks at the syndrome), and `mlx5_handle_bad_state` expects to find it
+    /// DISABLED after a fatal error ("Expected to see disabled NIC but it is full driver").
     pub(crate) fn fatal(&mut self, synd: HealthSyndrome, rfr: bool) {
         self.set_health_syndrome(synd, rfr, 0x2);
         self.health.fatal = true;
+        self.nic_interface = NicInterface::DISABLED.0;
         self.fx.notify = true;
     }
 

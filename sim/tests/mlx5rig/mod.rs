@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dma::{Access, DmaMapper, DmaMemory};
+use firmware_cmds::mlx5::caps::HcaCaps;
 use firmware_cmds::mlx5::cmd::entry::{self, CmdEntry, INLINE_LEN};
 use firmware_cmds::mlx5::cmd::header::OutHeader;
 use firmware_cmds::mlx5::cmd::mailbox::{
@@ -405,6 +406,21 @@ impl Rig {
         let d = self.cmd(&input, c.out_len());
         assert_eq!(d.delivery, DeliveryStatus::OK);
         d.status()
+    }
+
+    /// The status and syndrome a typed command gets.
+    pub fn outcome<C: Command>(&mut self, c: &C) -> (CmdStatus, u32) {
+        let input = c.encode().unwrap();
+        let d = self.cmd(&input, c.out_len());
+        assert_eq!(d.delivery, DeliveryStatus::OK);
+        (d.status(), d.syndrome())
+    }
+
+    /// The general capabilities in force (QUERY_HCA_CAP, current).
+    pub fn caps(&mut self) -> HcaCaps {
+        self.exec(&QueryHcaCap::general(CapMode::Current))
+            .unwrap()
+            .caps
     }
 
     /// `n` fresh 4 KiB pages.

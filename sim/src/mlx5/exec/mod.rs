@@ -32,8 +32,9 @@ use firmware_cmds::mlx5::ops::mad_ifc::MAD_LEN;
 
 use super::state::{Phase, State};
 
-/// The model's syndromes, one per check.
-pub(crate) mod synd {
+/// The model's syndromes, one per check (public as `sim::mlx5::syndrome`, for tests to tell
+/// which check refused a command).
+pub mod synd {
     /// The HCA is not in a phase that allows the command.
     pub const PHASE: u32 = 0x5100_0001;
     /// The input is shorter than the command's layout.

@@ -25,6 +25,7 @@ impl State {
     /// function (a VF of this PF, or the host PF of an ECPF): only the EQE; the firmware's
     /// own demand is not changed. Returns whether an EQ took the event.
     pub(crate) fn request_pages_for(&mut self, f: Function, num_pages: i32) -> bool {
+        self.pages.know(f);
         self.post_event(&EqeEvent::PageRequest {
             ec_function: if f.1 { page_req::EC_FUNCTION } else { 0 },
             function_id: f.0,
@@ -99,12 +100,18 @@ pub(super) fn query_pages(st: &mut State, input: &[u8], _: u32) -> Out {
 
 pub(super) fn manage_pages(st: &mut State, input: &[u8], outlen: u32) -> Out {
     let c = ManagePages::decode(input).map_err(|e| decode_failure(&e))?;
-    // Pages for other functions (VFs, the host PF of an ECPF) are held apart; only the
-    // function's own pages settle its requests. On an ECPF, a GIVE for function 0 without
-    // `embedded_cpu_function` is for the host PF: accepted and held apart, so the function's
-    // own INIT_HCA then lacks them (as a driver that forgot the flag would find).
+    // Pages for other functions (VFs the firmware asked pages for, the host PF of an ECPF)
+    // are held apart; only the function's own pages settle its requests. On an ECPF, a GIVE
+    // for function 0 without `embedded_cpu_function` is for the host PF: accepted and held
+    // apart, so the function's own INIT_HCA then lacks them (as a driver that forgot the
+    // flag would find).
     let f: Function = (c.function_id, c.embedded_cpu_function);
     let own = st.pages.own;
+    // A function that does not exist gets nothing and gives nothing back, as QUERY_PAGES
+    // refuses it.
+    if !st.pages.exists(f) {
+        return Err((CmdStatus::BAD_PARAM_ERR, synd::FUNCTION));
+    }
     match c.op {
         PagesOp::Give(pas) => {
             let iommu = st.iommu.clone();
