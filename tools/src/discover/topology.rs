@@ -418,6 +418,27 @@ impl Topology {
         }
     }
 
+    /// The port whose LID and LMC stand for node `i` in the JSON and graph writers: a
+    /// switch's port 0; for the local node, the port discovery started from; for another CA
+    /// or router, its first port with a link (port 1 when none has one), so that a CA cabled
+    /// only on port 2 shows that port's LID.
+    pub fn lid_port(&self, i: NodeIndex) -> u8 {
+        let Some(n) = self.nodes.get(i) else {
+            return 0;
+        };
+        if n.is_switch() {
+            return 0;
+        }
+        if let Some(f) = self.from.filter(|f| f.node == i) {
+            return f.port;
+        }
+        n.ports
+            .iter()
+            .skip(1)
+            .find(|p| p.remote.is_some())
+            .map_or(1, |p| p.num)
+    }
+
     /// Nodes of `kind`.
     pub fn count_of(&self, kind: NodeType) -> usize {
         self.nodes.iter().filter(|n| n.kind == kind).count()
