@@ -4,14 +4,15 @@
 //! link that is down hides the subtree behind it (not followed, nothing times out), and the
 //! subtree is back once the link is. Nodes that lie (a CA answering through
 //! [`hca_tests::impostor`]): one that claims to be a switch answering by its port 0 is listed
-//! as a failure, not linked.
+//! as a failure, not linked; one that claims the local HCA's NodeGUID does not change the
+//! local PortGUID the text's header gives.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use driver::verbs::WcStatus;
 use hca_tests::discover_rig::{DiscoverRig, discovered_links, example, links_by_guid};
 use hca_tests::impostor::Impostor;
-use hca_tools::discover::{Config, FailureKind};
+use hca_tools::discover::{Config, FailureKind, ibnetdiscover};
 use mad::wire::attr::node_info::NodeType;
 use mad::wire::attr::port_info::PhysPortState;
 use mad::wire::attr_id::sm;
@@ -244,6 +245,34 @@ fn a_switch_that_answers_a_link_by_its_port_0_is_a_failure_not_a_link() {
     let (sw1, _) = guid_and_port_guid(&expected, "Switch1", 1);
     let sw1 = t.node_by_guid(sw1).unwrap();
     assert_eq!(t.nodes[sw1].port(2).unwrap().remote, None);
+    drop(liar);
+    rig.finish();
+}
+
+#[test]
+fn another_node_claiming_the_local_guid_leaves_the_headers_port_guid_alone() {
+    let expected = example("net.2sw2path4hca");
+    let rig = DiscoverRig::new(example("net.2sw2path4hca"), "Hca1");
+    let (hca1, hca1_port) = guid_and_port_guid(&expected, "Hca1", 1);
+    let (_, hca3_port) = guid_and_port_guid(&expected, "Hca3", 1);
+    assert_ne!(hca1_port, hca3_port);
+    // Hca3 answers with Hca1's NodeGUID (and its own PortGUID, by its port 1 as Hca1's).
+    let liar = Impostor::attach(&rig.net, "Hca3", 1, move |ni| ni.node_guid = hca1);
+    let t = rig.discover(&Config::default());
+    assert!(liar.node_infos() >= 1, "the impostor answered");
+
+    let from = t.from.expect("the local node");
+    assert_eq!(t.nodes[from.node].guid, hca1);
+    // The later NodeInfo took over the local node's port 1, as libibnetdisc's
+    // `recv_node_info` sets `port->guid` from every NodeInfo...
+    assert_eq!(t.nodes[from.node].port(1).unwrap().guid, hca3_port);
+    // ...but the header gives the first NodeInfo's PortGUID, as `dump_topology` does.
+    assert_eq!(t.from_port_guid, hca1_port);
+    let mut text = Vec::new();
+    ibnetdiscover::write(&t, std::time::SystemTime::now(), &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    let header = format!("# Initiated from node {hca1:016x} port {hca1_port:016x}");
+    assert_eq!(text.lines().nth(3), Some(header.as_str()), "{text}");
     drop(liar);
     rig.finish();
 }

@@ -656,7 +656,10 @@ impl Engine<'_> {
             p.guid = ni.port_guid;
         }
         match via {
-            None => self.topo.from = Some(here),
+            None => {
+                self.topo.from = Some(here);
+                self.topo.from_port_guid = ni.port_guid;
+            }
             Some(v) => self.topo.link(here, v),
         }
         if !is_switch {

@@ -299,6 +299,12 @@ pub struct Topology {
     pub nodes: Vec<Node>,
     /// The local node and the port discovery started from.
     pub from: Option<PortRef>,
+    /// The PortGUID the local port's NodeInfo (the walk's first answer) reported, kept apart
+    /// from [`Port::guid`], which a later NodeInfo of a node claiming the same NodeGUID
+    /// overwrites: ibnetdiscover's `# Initiated from node ... port ...` prints this one
+    /// (`dump_topology` reads `from_node->info`, the NodeInfo libibnetdisc's `create_node`
+    /// copied once).
+    pub from_port_guid: u64,
     /// Queries that failed.
     pub failures: Vec<Failure>,
     /// Counts.
@@ -412,6 +418,7 @@ impl Topology {
         Topology {
             nodes,
             from: self.from.map(moved),
+            from_port_guid: self.from_port_guid,
             failures,
             stats: self.stats,
             by_guid,
