@@ -26,7 +26,9 @@
 //!   link must be described from both ends, consistently.
 //! * Rates: a port starts from ibsim's defaults (4x, SDR) or the last `width=`/`speed=`/
 //!   `extspeed=` directive, then the line's `w=`/`s=`/`e=` options apply, then an ibnetdiscover
-//!   token (`4xQDR`) following the comment's last `lid N` (ibsim's precedence).
+//!   token (`4xQDR`) following the comment's last `lid N` (ibsim's precedence). Tokens are
+//!   ibsim's, and `XDR` besides, which current ibnetdiscover prints and ibsim does not know
+//!   ([`LinkRates::apply_token`]).
 //! * Descriptions: a header's comment gives the node's NodeDescription; one longer than its 64
 //!   bytes is cut to them with a warning. ibsim cuts shorter, to 63 bytes (`sim_net.c`
 //!   `new_node` copies at most `sizeof(nodedesc) - 1` into its `char nodedesc[64]`), so its
