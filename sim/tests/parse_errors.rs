@@ -250,7 +250,7 @@ fn bad_port_options_and_tokens() {
             }
         )
     );
-    let (line, p) = fail("Switch 4 \"S\"\n[1] \"A\"[1] # \"A\" lid 3 4xXDR\n");
+    let (line, p) = fail("Switch 4 \"S\"\n[1] \"A\"[1] # \"A\" lid 3 4xGDR\n");
     assert_eq!(line, 2);
     assert!(
         matches!(p, Problem::UnknownLinkToken { what: "speed", .. }),

@@ -19,7 +19,8 @@ struct NodePlan {
 }
 
 /// Rates of a cabled port: any masks (always enabling 4x and SDR, so most random links can
-/// train), or what an ibnetdiscover token gives, which is the only way FDR10 gets enabled.
+/// train), or what an ibnetdiscover token gives, which is the only way FDR10 and XDR get
+/// enabled.
 fn rates() -> impl Strategy<Value = LinkRates> {
     prop_oneof![
         Just(LinkRates::DEFAULT),
@@ -28,6 +29,7 @@ fn rates() -> impl Strategy<Value = LinkRates> {
                 width: w | 2,
                 speed: s | 1,
                 speed_ext,
+                speed_ext2: 0,
                 fdr10: false,
             }
         }),
@@ -40,7 +42,8 @@ fn rates() -> impl Strategy<Value = LinkRates> {
                 Just("FDR"),
                 Just("EDR"),
                 Just("HDR"),
-                Just("NDR")
+                Just("NDR"),
+                Just("XDR")
             ],
             0u8..=15,
         )
@@ -71,6 +74,7 @@ fn node_plan() -> impl Strategy<Value = NodePlan> {
             width: w | 2,
             speed: s | 1,
             speed_ext,
+            speed_ext2: 0,
             fdr10: false,
         }),
         any::<bool>(),

@@ -819,3 +819,91 @@ fn set_to_supported_on_a_port_with_extended_speeds_enables_them() {
     assert_eq!(set_state(&net, &d, SW, 1, 1, 0), status::SUCCESS);
     assert_eq!(rates(&net, &d).2, (1, 15, 1), "retrained at FDR");
 }
+
+/// A switch whose port 1 faces an XDR CA (the `4xXDR` token on both ends, which ibsim does not
+/// know) and whose port 2 faces the SM's CA at the net's defaults (4x, SDR).
+const XDR_NET: &str = "Switch 2 \"S\"
+[1] \"H\"[1] # \"H\" lid 0 4xXDR
+[2] \"G\"[1]
+
+Hca 1 \"H\"
+[1] \"S\"[1] # lid 0 lmc 0 \"S\" lid 0 4xXDR
+
+Hca 1 \"G\"
+[1] \"S\"[2]
+";
+
+/// (LinkSpeedExtEnabled2, LinkSpeedExtSupported2, LinkSpeedExtActive2) of a PortInfo.
+fn ext2(pi: &PortInfoRepr) -> (u8, u8, u8) {
+    (
+        pi.link_speed_ext_enabled2,
+        pi.link_speed_ext_supported2,
+        pi.link_speed_ext_active2,
+    )
+}
+
+/// An XDR port reports LinkSpeedExt*2 (XDR = 1: libibmad `dump.c` `dump_linkspeedext2`) and
+/// CapabilityMask2 IsExtSpeeds2Supported (0x0800) and IsLinkSpeedXDRSupported (0x1000), on a
+/// switch on port 0, whose masks readers take for its ports (libibnetdisc
+/// `ibnd_get_agg_linkspeedext`); a port without XDR reports none of it, as ibsim's do. Down,
+/// only Active2 goes to 0. A Set of LinkSpeedExtEnabled2 beyond what the port supports is
+/// refused.
+#[test]
+fn an_xdr_port_reports_its_extended_speeds_2() {
+    const XDR_CAPS: u16 = 0x0800 | 0x1000;
+    let fabric = sim::fabric::Fabric::parse_str("xdr", XDR_NET).unwrap();
+    let net = network(fabric);
+    let d = attach(&net, "G", 1);
+    let get =
+        |path: &[u8], port: u32| port_info(&dr_get(&net, &d, path, attr_id::sm::PORT_INFO, port).1);
+
+    let s1 = get(SW, 1);
+    assert_eq!(ext2(&s1), (1, 1, 1), "switch port 1");
+    assert_eq!(
+        (
+            s1.link_speed_ext_enabled,
+            s1.link_speed_ext_supported,
+            s1.link_speed_ext_active
+        ),
+        (15, 15, 8),
+        "NDR and below trained as before"
+    );
+    assert_eq!(
+        get(SW, 0).capability_mask2 & XDR_CAPS,
+        XDR_CAPS,
+        "switch port 0"
+    );
+    assert_eq!(ext2(&get(SW, 2)), (0, 0, 0), "switch port 2 (no XDR)");
+    let h = get(&[1, 1], 1);
+    assert_eq!(ext2(&h), (1, 1, 1), "the XDR CA");
+    assert_eq!(h.capability_mask2 & XDR_CAPS, XDR_CAPS);
+    let g =
+        port_info(&netutil::local_call(&d, method::GET, attr_id::sm::PORT_INFO, 1, [0; 64]).data);
+    assert_eq!(g.capability_mask2, 0x0030, "a CA without XDR: ibsim's mask");
+    assert_eq!(ext2(&g), (0, 0, 0));
+
+    // Enabled2 beyond the supported XDR, or XDR on a port without it: refused.
+    for (port, mask) in [(1, 2), (2, 1)] {
+        let (_, data) = dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, port);
+        let mut pi: PortInfoRepr = port_info(&data);
+        pi.port_state = PortState::NoChange;
+        pi.port_physical_state = PhysPortState::NoChange;
+        pi.link_speed_ext_enabled2 = mask;
+        let (st, back) = dr_set(
+            &net,
+            &d,
+            SW,
+            attr_id::sm::PORT_INFO,
+            port,
+            port_info_data(&pi),
+        );
+        assert_eq!(st, status::INVALID_ATTR_VALUE, "{mask} on port {port}");
+        assert_eq!(ext2(&port_info(&back)), ext2(&get(SW, port)), "unchanged");
+    }
+
+    let port = net.port("S", 1).unwrap();
+    net.set_link_down(port, true);
+    assert_eq!(ext2(&get(SW, 1)), (1, 1, 0), "cable pulled");
+    net.set_link_down(port, false);
+    assert_eq!(ext2(&get(SW, 1)), (1, 1, 1), "cable back");
+}

@@ -454,3 +454,35 @@ fn values_a_set_would_refuse_and_one_sided_links_are_refused_with_their_line() {
     let (text, _) = with_field(&text, &hca2_port, "ps", "2");
     fresh.load_state_text(&text).unwrap();
 }
+
+/// On an XDR fabric the rates carry LinkSpeedExtEnabled2 / LinkSpeedExtActive2 as a fifth
+/// value (`en=3,7,15,1,1`), which loads back; XDR enabled where the port does not support it
+/// is refused with its line; a fabric without XDR writes the four values it always did.
+#[test]
+fn xdr_rates_round_trip_and_are_checked() {
+    let spec = "switch:hosts=2,link=4xXDR";
+    let net = netutil::network(sim::fabric::generator::generate(spec).unwrap());
+    let text = net.state_text();
+    let host = net.with_fabric(|f| f.node(f.node_by_name("host-1").unwrap()).guid());
+    let record = format!("port {host:x} 1 ");
+    let line = text.lines().find(|l| l.starts_with(&record)).unwrap();
+    assert!(line.contains(" en=3,7,15,1,1 "), "{line}");
+    assert!(line.ends_with(" act=2,4,8,1,1"), "{line}");
+    let fresh = netutil::network(sim::fabric::generator::generate(spec).unwrap());
+    fresh.load_state_text(&text).unwrap();
+    assert_eq!(fresh.state_text(), text);
+
+    // XDR on a port of a fabric without it: refused, with the record's line.
+    let sdr = netutil::network(sim::fabric::generator::generate("switch:hosts=2").unwrap());
+    let plain = sdr.state_text();
+    let plain_line = plain.lines().find(|l| l.starts_with(&record)).unwrap();
+    assert!(
+        plain_line.contains(" en=2,1,0,0 "),
+        "four values without XDR: {plain_line}"
+    );
+    let (bad, line) = with_field(&plain, &record, "en", "2,1,0,0,1");
+    let err = sdr.load_state_text(&bad).unwrap_err();
+    assert_eq!(err.0, line, "{err:?}");
+    assert!(err.1.contains("LinkSpeedExtEnabled2"), "{err:?}");
+    assert_eq!(sdr.state_text(), plain, "nothing applied");
+}

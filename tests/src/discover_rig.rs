@@ -126,7 +126,8 @@ pub fn discovered_links(t: &Topology) -> BTreeSet<((u64, u8), (u64, u8))> {
 /// Assert that the discovered graph is `f` exactly: the same nodes (GUID, type, port count,
 /// system image GUID, vendor and device IDs, description, a switch's EnhancedPort0 and LID),
 /// the same links between the same ports, the same port GUIDs, LIDs, enabled and active widths
-/// and speeds on every port the engine read, and no failure.
+/// and speeds (extended speeds 2, XDR, included) on every port the engine read, and no
+/// failure.
 // t/f for the two sides, n/p/q for nodes and ports: the comparison reads like the model.
 #[allow(clippy::many_single_char_names)]
 pub fn assert_reproduces(t: &Topology, f: &Fabric) {
@@ -196,19 +197,21 @@ pub fn assert_reproduces(t: &Topology, f: &Fabric) {
                 (
                     info.link_width_enabled,
                     info.link_speed_enabled,
-                    info.link_speed_ext_enabled
+                    info.link_speed_ext_enabled,
+                    info.link_speed_ext_enabled2
                 ),
-                (e.width, e.speed, e.speed_ext),
-                "{what}: enabled width/speed/extended speed"
+                (e.width, e.speed, e.speed_ext, e.speed_ext2),
+                "{what}: enabled width/speed/extended speed/extended speed 2"
             );
             assert_eq!(
                 (
                     info.link_width_active,
                     info.link_speed_active,
-                    info.link_speed_ext_active
+                    info.link_speed_ext_active,
+                    info.link_speed_ext_active2
                 ),
-                (a.width, a.speed, a.speed_ext),
-                "{what}: active width/speed/extended speed"
+                (a.width, a.speed, a.speed_ext, a.speed_ext2),
+                "{what}: active width/speed/extended speed/extended speed 2"
             );
         }
     }

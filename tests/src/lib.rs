@@ -21,10 +21,12 @@
 //!
 //! For the discovery tests (`tests/discover_*.rs`): [`discover_rig`] puts that ConnectX on a
 //! fabric the test controls, runs `hca-tools`' discovery engine through it, and compares what
-//! it found with the topology file parsed on its own.
+//! it found with the topology file parsed on its own; [`impostor`] makes a CA of that fabric
+//! answer with a NodeInfo the test rewrites (a node that lies).
 
 pub mod discover_rig;
 pub mod edu;
+pub mod impostor;
 pub mod interop;
 pub mod kmsg;
 pub mod live;

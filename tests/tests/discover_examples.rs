@@ -110,6 +110,26 @@ fn fat_tree_of_648_hosts() {
 }
 
 #[test]
+fn a_generated_xdr_fabric_is_found_and_its_text_reads_back() {
+    // ibnetdiscover prints XDR for LinkSpeedExtActive2 1 (libibnetdisc aggregates it to 32);
+    // the simulator's 4xXDR ports report it, and the text the walk writes reads back with the
+    // same active rates (XDR included) on every port.
+    let spec = "fat-tree:leaves=2,hosts=2,spines=2,link=4xXDR";
+    let expected = generator::generate(spec).expect("generate");
+    let t = check(
+        generator::generate(spec).expect("generate"),
+        &expected,
+        &Config::default(),
+    );
+    let text = text_of(&t);
+    let rated: Vec<&str> = text.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(rated.len(), 2 * expected.link_count(), "{text}");
+    for l in rated {
+        assert!(l.ends_with(" 4xXDR"), "{l}");
+    }
+}
+
+#[test]
 fn one_smp_at_a_time_finds_the_same_fabric() {
     let expected = example("net.2sw2path4hca");
     let t = check(

@@ -2,13 +2,18 @@
 //! MAD layer and the walk still finds everything; a link that loses every SMP ends in a
 //! timeout in the MAD layer that the discovery reports, with the rest of the fabric found; a
 //! link that is down hides the subtree behind it (not followed, nothing times out), and the
-//! subtree is back once the link is.
+//! subtree is back once the link is. Nodes that lie (a CA answering through
+//! [`hca_tests::impostor`]): one that claims to be a switch answering by its port 0 is listed
+//! as a failure, not linked; one that claims the local HCA's NodeGUID does not change the
+//! local PortGUID the text's header gives.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use driver::verbs::WcStatus;
 use hca_tests::discover_rig::{DiscoverRig, discovered_links, example, links_by_guid};
-use hca_tools::discover::{Config, FailureKind};
+use hca_tests::impostor::Impostor;
+use hca_tools::discover::{Config, FailureKind, ibnetdiscover};
+use mad::wire::attr::node_info::NodeType;
 use mad::wire::attr::port_info::PhysPortState;
 use mad::wire::attr_id::sm;
 use sim::fabric::{Fabric, NodeId, PortId, generator};
@@ -198,5 +203,76 @@ fn a_link_down_removes_the_subtree_behind_it() {
         .set_link_down(rig.net.port("leaf-3", 3).unwrap(), false);
     let t = rig.discover(&Config::default());
     hca_tests::discover_rig::assert_reproduces(&t, &expected);
+    rig.finish();
+}
+
+/// The GUID of node `name` of `f`, and the GUID of its port `port` (a CA's).
+fn guid_and_port_guid(f: &Fabric, name: &str, port: u8) -> (u64, u64) {
+    let n = f.node_by_name(name).unwrap();
+    (f.node(n).guid(), f.port(f.port_id(n, port).unwrap()).guid())
+}
+
+#[test]
+fn a_switch_that_answers_a_link_by_its_port_0_is_a_failure_not_a_link() {
+    let expected = example("net.2sw2path4hca");
+    let rig = DiscoverRig::new(example("net.2sw2path4hca"), "Hca1");
+    // Hca3, behind Switch1 port 2, says it is a switch and that the SMP came in by port 0.
+    let liar = Impostor::attach(&rig.net, "Hca3", 1, |ni| {
+        ni.node_type = NodeType::Switch;
+        ni.local_port_num = 0;
+    });
+    let t = rig.discover(&Config::default());
+    assert!(liar.node_infos() >= 1, "the impostor answered");
+
+    let (hca3, _) = guid_and_port_guid(&expected, "Hca3", 1);
+    assert_eq!(t.failures.len(), 1, "{:#?}", t.failures);
+    let f = &t.failures[0];
+    assert_eq!(
+        (f.attr_id, f.attr_mod, f.path.as_slice()),
+        (sm::NODE_INFO, 0, &[1u8, 2][..])
+    );
+    assert!(
+        matches!(&f.kind, FailureKind::BadResponse(why) if why.contains("LocalPortNum 0")),
+        "{:?}",
+        f.kind
+    );
+    // Not a node, not a link: Switch1 port 2 leads nowhere, everything else is there.
+    let mut want = guids_of(&expected);
+    want.remove(&hca3);
+    assert_eq!(guids(&t), want);
+    let cut = expected.port_id(expected.node_by_name("Switch1").unwrap(), 2);
+    assert_eq!(discovered_links(&t), links_among(&expected, &want, cut));
+    let (sw1, _) = guid_and_port_guid(&expected, "Switch1", 1);
+    let sw1 = t.node_by_guid(sw1).unwrap();
+    assert_eq!(t.nodes[sw1].port(2).unwrap().remote, None);
+    drop(liar);
+    rig.finish();
+}
+
+#[test]
+fn another_node_claiming_the_local_guid_leaves_the_headers_port_guid_alone() {
+    let expected = example("net.2sw2path4hca");
+    let rig = DiscoverRig::new(example("net.2sw2path4hca"), "Hca1");
+    let (hca1, hca1_port) = guid_and_port_guid(&expected, "Hca1", 1);
+    let (_, hca3_port) = guid_and_port_guid(&expected, "Hca3", 1);
+    assert_ne!(hca1_port, hca3_port);
+    // Hca3 answers with Hca1's NodeGUID (and its own PortGUID, by its port 1 as Hca1's).
+    let liar = Impostor::attach(&rig.net, "Hca3", 1, move |ni| ni.node_guid = hca1);
+    let t = rig.discover(&Config::default());
+    assert!(liar.node_infos() >= 1, "the impostor answered");
+
+    let from = t.from.expect("the local node");
+    assert_eq!(t.nodes[from.node].guid, hca1);
+    // The later NodeInfo took over the local node's port 1, as libibnetdisc's
+    // `recv_node_info` sets `port->guid` from every NodeInfo...
+    assert_eq!(t.nodes[from.node].port(1).unwrap().guid, hca3_port);
+    // ...but the header gives the first NodeInfo's PortGUID, as `dump_topology` does.
+    assert_eq!(t.from_port_guid, hca1_port);
+    let mut text = Vec::new();
+    ibnetdiscover::write(&t, std::time::SystemTime::now(), &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    let header = format!("# Initiated from node {hca1:016x} port {hca1_port:016x}");
+    assert_eq!(text.lines().nth(3), Some(header.as_str()), "{text}");
+    drop(liar);
     rig.finish();
 }

@@ -969,3 +969,105 @@ fn bench_help_gives_the_default_count() {
         "{help}"
     );
 }
+
+/// A switch with three CAs: h1 (GUID 0x2000, LID 5), h2 (0x3000, two ports, cabled only on
+/// port 2, LID 7) and h3 (0x4000, two ports, both cabled: LID 9 on port 1, LID 11 on port 2).
+const PORT2: &str = "\
+switchguid=0x1000(1000)
+Switch\t4 \"S-0000000000001000\"\t\t# \"sw\" base port 0 lid 1 lmc 0
+[1]\t\"H-0000000000002000\"[1](2001)
+[2]\t\"H-0000000000003000\"[2](3002)
+[3]\t\"H-0000000000004000\"[2](4002)
+[4]\t\"H-0000000000004000\"[1](4001)
+
+caguid=0x2000
+Ca\t1 \"H-0000000000002000\"\t\t# \"h1\"
+[1](2001)\t\"S-0000000000001000\"[1]\t\t# lid 5 lmc 0 \"sw\" lid 1 4xSDR
+
+caguid=0x3000
+Ca\t2 \"H-0000000000003000\"\t\t# \"h2\"
+[2](3002)\t\"S-0000000000001000\"[2]\t\t# lid 7 lmc 0 \"sw\" lid 1 4xSDR
+
+caguid=0x4000
+Ca\t2 \"H-0000000000004000\"\t\t# \"h3\"
+[1](4001)\t\"S-0000000000001000\"[4]\t\t# lid 9 lmc 0 \"sw\" lid 1 4xSDR
+[2](4002)\t\"S-0000000000001000\"[3]\t\t# lid 11 lmc 0 \"sw\" lid 1 4xSDR
+";
+
+#[test]
+fn the_graph_and_the_json_give_a_node_the_same_lid() {
+    // A CA cabled only on its port 2 is labelled with that port's LID, not port 1's (which
+    // has none); the local node with the LID of the port the walk started from.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("port2.topo");
+    fs::write(&path, PORT2).unwrap();
+    let device = format!(
+        "sim:clock=virtual,topology={},node=H-0000000000004000,ports=2",
+        path.display()
+    );
+    let args = ["discover", "--device", &device, "--port", "2"];
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&[&args[..], &["--json"]].concat())).unwrap();
+    let dot = ok(&[&args[..], &["--dot"]].concat());
+    let mut lids = std::collections::BTreeMap::new();
+    for n in v["nodes"].as_array().unwrap() {
+        let guid = n["guid"].as_str().unwrap();
+        let lid = n["lid"].as_u64().unwrap();
+        // The graph's label ends `\n<guid>\nlid <lid>`.
+        assert!(
+            dot.contains(&format!("\\n{guid}\\nlid {lid}\"")),
+            "{guid}: JSON says lid {lid}\n{dot}"
+        );
+        lids.insert(guid.to_owned(), lid);
+    }
+    let want = [
+        ("0x0000000000001000", 1),
+        ("0x0000000000002000", 5),
+        ("0x0000000000003000", 7),
+        ("0x0000000000004000", 11),
+    ]
+    .map(|(g, l)| (g.to_owned(), l));
+    assert_eq!(lids, want.into_iter().collect());
+}
+
+#[test]
+fn an_xdr_fabric_from_sim_gen_is_discovered_and_its_output_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("xdr.topo");
+    ok(&[
+        "sim",
+        "gen",
+        "switch:hosts=2,link=4xXDR",
+        "-o",
+        topo.to_str().unwrap(),
+    ]);
+    let device = format!("sim:clock=virtual,topology={},node=host-1", topo.display());
+    let text = ok(&["discover", "--device", &device]);
+    let ports: Vec<&str> = text.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(ports.len(), 4, "two links, both ends: {text}");
+    assert!(ports.iter().all(|l| l.ends_with(" lid 0 4xXDR")), "{text}");
+    // The output is a topology file: read back, its links train to XDR again, and a walk of
+    // it prints the same.
+    let found = Fabric::parse_str("discovered", &text).expect("the output parses");
+    for n in found.node_ids() {
+        for p in found.ports_of(n).filter(|&p| found.peer(p).is_some()) {
+            assert_eq!(
+                found.port(p).state.active.speed_ext2,
+                1,
+                "{}",
+                found.port_label(p)
+            );
+        }
+    }
+    let again = dir.path().join("found.topo");
+    fs::write(&again, &text).unwrap();
+    let device = format!(
+        "sim:clock=virtual,topology={},node=H-0000000000100000",
+        again.display()
+    );
+    let undated = |t: &str| t.lines().skip(2).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        undated(&ok(&["discover", "--device", &device])),
+        undated(&text)
+    );
+}

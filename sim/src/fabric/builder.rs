@@ -7,7 +7,7 @@ use super::error::{FabricError, Problem};
 use super::guid::GuidAllocator;
 use super::model::{Fabric, NONE, Node, NodeId, NodeType, Port, PortId, Span, UNICAST_LID_END};
 use super::rate::{ActiveRates, LinkRates, NoCommon};
-use super::sma::defaults::LINK_SPEED_EXT_SUPPORTED;
+use super::sma::defaults::{LINK_SPEED_EXT_SUPPORTED, LINK_SPEED_EXT2_SUPPORTED};
 use super::state::{LinkState, PhysState, PortState, SwitchState};
 
 /// Longest node id ibsim keeps (`NODEIDLEN` 65 with the terminating NUL).
@@ -229,6 +229,7 @@ impl FabricBuilder {
                 guid: pguid,
                 enabled: spec.enabled,
                 speed_ext_supported: 0,
+                speed_ext2_supported: 0,
                 state: PortState::default(),
             });
             self.explicit_guid.push(false);
@@ -323,8 +324,8 @@ impl FabricBuilder {
     }
 
     /// Finishes the fabric: fixes each port's supported extended speeds from the ones it
-    /// enables ([`Port::speed_ext_supported`]), trains every link, sets the initial port
-    /// states, indexes port GUIDs.
+    /// enables ([`Port::speed_ext_supported`], [`Port::speed_ext2_supported`]), trains every
+    /// link, sets the initial port states, indexes port GUIDs.
     pub fn build(self) -> Result<Fabric, FabricError> {
         self.finish().map_err(|(p, _)| FabricError::Invalid(p))
     }
@@ -337,6 +338,11 @@ impl FabricBuilder {
                 0
             } else {
                 LINK_SPEED_EXT_SUPPORTED
+            };
+            f.ports[i].speed_ext2_supported = if f.ports[i].enabled.speed_ext2 == 0 {
+                0
+            } else {
+                LINK_SPEED_EXT2_SUPPORTED
             };
             let node = &f.nodes[f.ports[i].node as usize];
             let (kind, num) = (node.kind, f.ports[i].num);

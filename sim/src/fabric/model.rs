@@ -124,6 +124,9 @@ pub struct Port {
     /// LinkSpeedExtSupported: fixed when the fabric is built (see
     /// [`speed_ext_supported`](Self::speed_ext_supported)).
     pub(super) speed_ext_supported: u8,
+    /// LinkSpeedExtSupported2: fixed when the fabric is built (see
+    /// [`speed_ext2_supported`](Self::speed_ext2_supported)).
+    pub(super) speed_ext2_supported: u8,
     /// PortInfo state kept by the SMA.
     pub state: PortState,
 }
@@ -158,6 +161,15 @@ impl Port {
     /// [`LINK_SPEED_EXT_SUPPORTED`]: super::sma::defaults::LINK_SPEED_EXT_SUPPORTED
     pub fn speed_ext_supported(&self) -> u8 {
         self.speed_ext_supported
+    }
+    /// The extended speeds 2 the port supports (PortInfo LinkSpeedExtSupported2): XDR
+    /// ([`LINK_SPEED_EXT2_SUPPORTED`]) if its topology enables it, else none. Fixed when the
+    /// fabric is built, as [`speed_ext_supported`](Self::speed_ext_supported) is; the SMA
+    /// keeps [`enabled`](Self::enabled)`.speed_ext2` inside it.
+    ///
+    /// [`LINK_SPEED_EXT2_SUPPORTED`]: super::sma::defaults::LINK_SPEED_EXT2_SUPPORTED
+    pub fn speed_ext2_supported(&self) -> u8 {
+        self.speed_ext2_supported
     }
     /// The port cabled to this one, if any.
     pub fn peer(&self) -> Option<PortId> {

@@ -3,8 +3,14 @@
 //!
 //! Values are PortInfo encodings (`mad-stack.md` §2.7; ibsim `sim.h`): LinkWidthEnabled bits
 //! 1 = 1x, 2 = 4x, 4 = 8x, 8 = 12x, 16 = 2x; LinkSpeedEnabled bits 1 = SDR, 2 = DDR, 4 = QDR;
-//! LinkSpeedExtEnabled bits 1 = FDR, 2 = EDR, 4 = HDR, 8 = NDR; and Mellanox ExtendedPortInfo's
-//! FDR10 bit.
+//! LinkSpeedExtEnabled bits 1 = FDR, 2 = EDR, 4 = HDR, 8 = NDR; LinkSpeedExtEnabled2 bit 1 =
+//! XDR (212.5 Gb/s per lane: libibmad `fields.c` "More PortInfo fields (XDR)", `dump.c`
+//! `dump_linkspeedext2`); and Mellanox ExtendedPortInfo's FDR10 bit.
+//!
+//! XDR goes beyond ibsim, which knows no extended speed 2 (`sim_net.c`
+//! `parse_port_link_width_and_speed` warns of `4xXDR` and keeps the port's speeds): here
+//! the token enables it, so that ibnetdiscover's output of an XDR fabric (current
+//! infiniband-diags prints `XDR`) reads back.
 
 use super::error::Problem;
 
@@ -32,6 +38,9 @@ pub const SPEED_EXT_EDR: u8 = 2;
 pub const SPEED_EXT_HDR: u8 = 4;
 /// Extended speed bit for NDR.
 pub const SPEED_EXT_NDR: u8 = 8;
+/// Extended speed 2 bit for XDR (LinkSpeedExtEnabled2, LinkSpeedExtSupported2,
+/// LinkSpeedExtActive2).
+pub const SPEED_EXT2_XDR: u8 = 1;
 
 /// The link rates a port enables: what PortInfo's *Enabled fields hold and what the SMA trains
 /// a link with. The topology file sets them (`w=`, `s=`, `e=` options or an ibnetdiscover token).
@@ -43,17 +52,20 @@ pub struct LinkRates {
     pub speed: u8,
     /// LinkSpeedExtEnabled mask (0-15).
     pub speed_ext: u8,
+    /// LinkSpeedExtEnabled2 mask (0 or [`SPEED_EXT2_XDR`]).
+    pub speed_ext2: u8,
     /// Mellanox FDR10 enabled (ExtendedPortInfo LinkSpeedEnabled bit 0).
     pub fdr10: bool,
 }
 
 impl LinkRates {
     /// What ibsim gives a port the file says nothing about (`sim.h` `DEFAULT_LINKWIDTH` 4x,
-    /// `DEFAULT_LINKSPEED` SDR, `DEFAULT_LINKSPEEDEXT` none, no FDR10).
+    /// `DEFAULT_LINKSPEED` SDR, `DEFAULT_LINKSPEEDEXT` none, no FDR10; no XDR).
     pub const DEFAULT: LinkRates = LinkRates {
         width: WIDTH_4X,
         speed: SPEED_SDR,
         speed_ext: 0,
+        speed_ext2: 0,
         fdr10: false,
     };
 
@@ -62,6 +74,8 @@ impl LinkRates {
     /// to it (4 → 1x|4x, 12 → 1x|4x|12x, but 8 → 8x and 2 → 2x alone), and a speed name enables
     /// every speed up to it; SDR, DDR, QDR and FDR10 leave the extended speeds as they were.
     /// A speed of `???` (what ibnetdiscover prints for a speed it cannot name) changes nothing.
+    /// `XDR`, which ibsim does not know, follows the same rule: every speed up to NDR, FDR10,
+    /// and XDR (FDR to NDR clear XDR, as they set the extended speeds whole).
     pub fn apply_token(self, width: &str, speed: &str) -> Result<LinkRates, Problem> {
         const SDR_QDR: u8 = SPEED_SDR | SPEED_DDR | SPEED_QDR;
         let mut r = self;
@@ -87,22 +101,24 @@ impl LinkRates {
                 r.speed = SDR_QDR;
                 r.fdr10 = true;
             }
-            "FDR" | "EDR" | "HDR" | "NDR" => {
+            "FDR" | "EDR" | "HDR" | "NDR" | "XDR" => {
+                const FDR_NDR: u8 = SPEED_EXT_FDR | SPEED_EXT_EDR | SPEED_EXT_HDR | SPEED_EXT_NDR;
                 r.speed = SDR_QDR;
                 r.fdr10 = true;
                 r.speed_ext = match speed {
                     "FDR" => SPEED_EXT_FDR,
                     "EDR" => SPEED_EXT_FDR | SPEED_EXT_EDR,
                     "HDR" => SPEED_EXT_FDR | SPEED_EXT_EDR | SPEED_EXT_HDR,
-                    _ => SPEED_EXT_FDR | SPEED_EXT_EDR | SPEED_EXT_HDR | SPEED_EXT_NDR,
+                    _ => FDR_NDR,
                 };
+                r.speed_ext2 = if speed == "XDR" { SPEED_EXT2_XDR } else { 0 };
             }
             "???" => {}
             _ => {
                 return Err(Problem::UnknownLinkToken {
                     what: "speed",
                     text: speed.to_owned(),
-                    known: "SDR DDR QDR FDR10 FDR EDR HDR NDR",
+                    known: "SDR DDR QDR FDR10 FDR EDR HDR NDR XDR",
                 });
             }
         }
@@ -113,7 +129,9 @@ impl LinkRates {
     /// if there is one. The writer uses it so that files it writes look like ibnetdiscover's.
     pub fn token_from(self, base: LinkRates) -> Option<String> {
         const WIDTHS: [&str; 5] = ["1", "2", "4", "8", "12"];
-        const SPEEDS: [&str; 8] = ["SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR"];
+        const SPEEDS: [&str; 9] = [
+            "SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR",
+        ];
         for w in WIDTHS {
             for s in SPEEDS {
                 if base.apply_token(w, s).ok() == Some(self) {
@@ -140,6 +158,8 @@ pub struct ActiveRates {
     pub speed: u8,
     /// LinkSpeedExtActive (a single bit, or 0 when no extended speed is common).
     pub speed_ext: u8,
+    /// LinkSpeedExtActive2 ([`SPEED_EXT2_XDR`], or 0 when both ends do not enable XDR).
+    pub speed_ext2: u8,
     /// FDR10 active.
     pub fdr10: bool,
 }
@@ -170,12 +190,16 @@ impl ActiveRates {
         width: WIDTH_4X,
         speed: SPEED_SDR,
         speed_ext: 0,
+        speed_ext2: 0,
         fdr10: false,
     };
 
     /// Trains a link between ports enabling `a` and `b`: the widest common width and fastest
     /// common speeds, as ibsim's `get_active_link*` pick them (12x > 8x > 4x > 2x > 1x;
-    /// QDR > DDR > SDR; NDR > HDR > EDR > FDR > none).
+    /// QDR > DDR > SDR; NDR > HDR > EDR > FDR > none), each field on its own as ibsim trains
+    /// them, and XDR when both enable it. A reader takes the fastest that is active: the
+    /// extended speed over LinkSpeedActive, LinkSpeedExtActive2 over LinkSpeedExtActive
+    /// (libibnetdisc `ibnd_get_agg_linkspeedext`).
     pub fn train(one: LinkRates, other: LinkRates) -> Result<ActiveRates, NoCommon> {
         let best = |common: u8, order: &[u8]| order.iter().copied().find(|bit| common & bit != 0);
         let width = best(
@@ -194,6 +218,7 @@ impl ActiveRates {
             width,
             speed,
             speed_ext,
+            speed_ext2: one.speed_ext2 & other.speed_ext2 & SPEED_EXT2_XDR,
             fdr10: one.fdr10 && other.fdr10,
         })
     }
@@ -232,6 +257,29 @@ mod tests {
     }
 
     #[test]
+    fn xdr_enables_every_speed_up_to_it() {
+        // Beyond ibsim: XDR is NDR's masks (speeds SDR to QDR, FDR10, FDR to NDR) and
+        // LinkSpeedExtEnabled2 XDR (libibmad dump.c `dump_linkspeedext2`: bit 0 is 212.5 Gbps).
+        let d = LinkRates::DEFAULT;
+        let r = d.apply_token("4", "XDR").unwrap();
+        assert_eq!(
+            (r.width, r.speed, r.speed_ext, r.speed_ext2, r.fdr10),
+            (3, 7, 15, 1, true)
+        );
+        // The classic speeds and FDR10 leave it; FDR to NDR name the top speed and clear it.
+        let r = r.apply_token("4", "QDR").unwrap();
+        assert_eq!((r.speed_ext, r.speed_ext2), (15, 1));
+        let r = r.apply_token("4", "FDR10").unwrap();
+        assert_eq!(r.speed_ext2, 1);
+        let r = r.apply_token("4", "NDR").unwrap();
+        assert_eq!((r.speed_ext, r.speed_ext2), (15, 0));
+        assert_eq!(
+            d.apply_token("2", "XDR").unwrap().token_from(d).as_deref(),
+            Some("2xXDR")
+        );
+    }
+
+    #[test]
     fn unknown_tokens() {
         let d = LinkRates::DEFAULT;
         let r = d.apply_token("1", "???").unwrap();
@@ -241,7 +289,7 @@ mod tests {
             Err(Problem::UnknownLinkToken { what: "width", .. })
         ));
         assert!(matches!(
-            d.apply_token("4", "XDR"),
+            d.apply_token("4", "GDR"),
             Err(Problem::UnknownLinkToken { what: "speed", .. })
         ));
     }
@@ -254,6 +302,7 @@ mod tests {
                 width: 3,
                 speed: 7,
                 speed_ext: 7,
+                speed_ext2: 0,
                 fdr10: true
             }
             .token_from(d)
@@ -267,6 +316,7 @@ mod tests {
                 width: 2,
                 speed: 7,
                 speed_ext: 0,
+                speed_ext2: 0,
                 fdr10: false
             }
             .token_from(d),
@@ -280,12 +330,14 @@ mod tests {
             width: 3,
             speed: 7,
             speed_ext: 7,
+            speed_ext2: 0,
             fdr10: true,
         };
         let edr = LinkRates {
             width: 2,
             speed: 7,
             speed_ext: 3,
+            speed_ext2: 0,
             fdr10: true,
         };
         let a = ActiveRates::train(hdr, edr).unwrap();
@@ -308,5 +360,11 @@ mod tests {
             ActiveRates::train(ddr, LinkRates::DEFAULT),
             Err(NoCommon::Speed)
         );
+        // XDR when both ends enable it; the other fields train as before.
+        let xdr = LinkRates::DEFAULT.apply_token("4", "XDR").unwrap();
+        let a = ActiveRates::train(xdr, xdr).unwrap();
+        assert_eq!((a.width, a.speed, a.speed_ext, a.speed_ext2), (2, 4, 8, 1));
+        let a = ActiveRates::train(xdr, hdr).unwrap();
+        assert_eq!((a.speed_ext, a.speed_ext2), (4, 0));
     }
 }

@@ -8,14 +8,15 @@
 //! format sets them); a linked port that differs from them gets an ibnetdiscover token (`4xQDR`)
 //! when one gives exactly its enabled masks, else `w=`/`s=`/`e=` options. The result reads the
 //! same under ibsim, except that ibsim ignores parenthesised port GUIDs (it uses CA GUID + port
-//! number).
+//! number) and reads an `XDR` token as no speed (it has no XDR: `sim_net.c`
+//! `parse_port_link_width_and_speed` warns and keeps the port's speeds).
 //!
 //! Not written (the format has no place for them): the LID of an unlinked CA port, and all
 //! SMA state other than LIDs (the link and physical states and active rates follow from the
 //! topology when read back). Refused with [`FabricError::Unrepresentable`]: an unlinked CA
 //! port whose GUID is not node GUID + port number; unlinked ports of one node with different
-//! rates, or with FDR10 enabled; rates no spelling reproduces; and references to a node outside
-//! a module from inside one.
+//! rates, or with FDR10 or XDR enabled; rates no spelling reproduces; and references to a
+//! node outside a module from inside one.
 
 use std::collections::HashMap;
 use std::io::{BufWriter, Write};
@@ -54,10 +55,12 @@ fn spell(r: LinkRates, base: LinkRates) -> Option<Spelling> {
     let w = (r.width != base.width && (1..=31).contains(&r.width)).then_some(r.width);
     let s = (r.speed != base.speed && (1..=7).contains(&r.speed)).then_some(r.speed);
     let e = (r.speed_ext != base.speed_ext && r.speed_ext <= 15).then_some(r.speed_ext);
+    // XDR has no option (ibsim has none): only a token (`4xXDR`) enables it.
     let with_opts = LinkRates {
         width: w.unwrap_or(base.width),
         speed: s.unwrap_or(base.speed),
         speed_ext: e.unwrap_or(base.speed_ext),
+        speed_ext2: base.speed_ext2,
         fdr10: base.fdr10,
     };
     let opts = Spelling {
@@ -216,6 +219,9 @@ impl<W: Write> Writer<'_, W> {
         if base.fdr10 {
             return Err(self.unrepresentable(n, 0, "FDR10 enabled on ports without a link"));
         }
+        if base.speed_ext2 != 0 {
+            return Err(self.unrepresentable(n, 0, "XDR enabled on ports without a link"));
+        }
         let d = self.defaults;
         let directives = [
             ("width", d.width, base.width, 1..=31),
@@ -329,6 +335,7 @@ mod tests {
             width: 3,
             speed: 7,
             speed_ext: 0,
+            speed_ext2: 0,
             fdr10: false,
         };
         assert_eq!(spell(qdr, d).unwrap().token.as_deref(), Some("4xQDR"));
@@ -345,6 +352,7 @@ mod tests {
             width: 2,
             speed: 7,
             speed_ext: 4,
+            speed_ext2: 0,
             fdr10: false,
         };
         let s = spell(odd, d).unwrap();
@@ -357,6 +365,7 @@ mod tests {
             width: 3,
             speed: 7,
             speed_ext: 5,
+            speed_ext2: 0,
             fdr10: true,
         };
         let s = spell(f10, d).unwrap();

@@ -14,7 +14,7 @@
 //! fabric nodes=<n> ports=<slots> guids=<xor of NodeGUIDs, hex>
 //! port <guid> <num> ls=<PortState> ps=<PhysState> lid=<n> lmc=<n> mkey=<hex> lease=<n>
 //!      protect=<n> prefix=<hex> smlid=<n> smsl=<n> cap=<hex> nmtu=<n> opvls=<n> hoq=<n>
-//!      en=<width>,<speed>,<ext>,<fdr10> act=<width>,<speed>,<ext>,<fdr10>
+//!      en=<width>,<speed>,<ext>,<fdr10>[,<ext2>] act=<width>,<speed>,<ext>,<fdr10>[,<ext2>]
 //! extra <guid> <num> ldd=<n> vhl=<n> vsc=<n> sto=<n> lpe=<n> ove=<n> pe=<in><out> fr=<in><out>
 //! pkeys <guid> <num> <hex>,<hex>,...
 //! switch <guid> top=<n> dport=<n> dmpp=<n> dmnpp=<n> life=<n> psc=<0|1> mtop=<n> lpp=<n>
@@ -22,7 +22,9 @@
 //! mft <guid> <hex 16-bit mask words, 4 digits each, from MLID 0xC000>
 //! ```
 //!
-//! (`port` records are one line.) `lpp=` (LIDsPerPort) was added later: a `switch` record
+//! (`port` records are one line.) `<ext2>` (LinkSpeedExtEnabled2 / LinkSpeedExtActive2: XDR)
+//! is written only when it is not 0, so the records of a fabric without XDR are as before,
+//! and a record without it reads as 0. `lpp=` (LIDsPerPort) was added later: a `switch` record
 //! without it loads and leaves LIDsPerPort as it was. Every port slot has a `port` record; `extra`, `pkeys`,
 //! `lft` and `mft` only where the SM wrote something. The `fabric` line must match the
 //! network the file is loaded onto, or loading fails without changing anything. So does a
@@ -137,8 +139,12 @@ fn fingerprint(f: &Fabric) -> (usize, usize, u64) {
     (f.node_count(), f.port_count(), guids)
 }
 
-fn rates(w: u8, s: u8, e: u8, f: bool) -> String {
-    format!("{w},{s},{e},{}", u8::from(f))
+fn rates(w: u8, s: u8, e: u8, f: bool, e2: u8) -> String {
+    if e2 == 0 {
+        format!("{w},{s},{e},{}", u8::from(f))
+    } else {
+        format!("{w},{s},{e},{},{e2}", u8::from(f))
+    }
 }
 
 fn write_state(st: &NetState) -> String {
@@ -179,13 +185,15 @@ fn write_state(st: &NetState) -> String {
                     p.enabled.width,
                     p.enabled.speed,
                     p.enabled.speed_ext,
-                    p.enabled.fdr10
+                    p.enabled.fdr10,
+                    p.enabled.speed_ext2
                 ),
                 rates(
                     s.active.width,
                     s.active.speed,
                     s.active.speed_ext,
-                    s.active.fdr10
+                    s.active.fdr10,
+                    s.active.speed_ext2
                 ),
             );
             if let Some(x) = st.agents.extra.get(pid) {
@@ -349,16 +357,25 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn rates(&self, key: &str) -> Result<(u8, u8, u8, bool), Problem> {
+    fn rates(&self, key: &str) -> Result<(u8, u8, u8, bool, u8), Problem> {
         let value = self.raw(key)?;
         let parts: Vec<Option<u8>> = value.split(',').map(|p| num::<u8>(p, false)).collect();
         match parts[..] {
             [Some(width), Some(speed), Some(ext), Some(fdr10 @ 0..=1)] => {
-                Ok((width, speed, ext, fdr10 == 1))
+                Ok((width, speed, ext, fdr10 == 1, 0))
             }
+            [
+                Some(width),
+                Some(speed),
+                Some(ext),
+                Some(fdr10 @ 0..=1),
+                Some(ext2),
+            ] => Ok((width, speed, ext, fdr10 == 1, ext2)),
             _ => Err((
                 self.line,
-                format!("{key}={value}: expected width,speed,ext,fdr10"),
+                format!(
+                    "{key}={value}: expected width,speed,ext,fdr10 or width,speed,ext,fdr10,ext2"
+                ),
             )),
         }
     }
@@ -467,8 +484,8 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
             Some("port") if words.len() >= 3 => {
                 let port = port_of(words[1], words[2])?;
                 let k = Fields::new(n, &words[3..])?;
-                let (ew, es, ee, ef) = k.rates("en")?;
-                let (aw, as_, ae, af) = k.rates("act")?;
+                let (ew, es, ee, ef, ee2) = k.rates("en")?;
+                let (aw, as_, ae, af, ae2) = k.rates("act")?;
                 parsed.ports.push(PortRec {
                     line: n,
                     port,
@@ -492,12 +509,14 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
                         width: ew,
                         speed: es,
                         speed_ext: ee,
+                        speed_ext2: ee2,
                         fdr10: ef,
                     },
                     active: ActiveRates {
                         width: aw,
                         speed: as_,
                         speed_ext: ae,
+                        speed_ext2: ae2,
                         fdr10: af,
                     },
                 });
@@ -647,6 +666,7 @@ fn held(f: &Fabric, r: &PortRec) -> HeldPortInfo {
         hoq_life: r.hoq,
         enabled: r.enabled,
         speed_ext_supported: f.port(r.port).speed_ext_supported(),
+        speed_ext2_supported: f.port(r.port).speed_ext2_supported(),
     }
 }
 
@@ -662,9 +682,13 @@ fn port_field(f: PortInfoField, r: &HeldPortInfo, x: Option<&PortExtra>) -> Stri
         F::NeighborMtu => format!("nmtu={}", r.neighbor_mtu),
         F::OperationalVls => format!("opvls={}", r.op_vls),
         F::HoqLife => format!("hoq={}", r.hoq_life),
-        F::LinkWidthEnabled | F::LinkSpeedEnabled | F::LinkSpeedExtEnabled => {
-            format!("en={}", rates(e.width, e.speed, e.speed_ext, e.fdr10))
-        }
+        F::LinkWidthEnabled
+        | F::LinkSpeedEnabled
+        | F::LinkSpeedExtEnabled
+        | F::LinkSpeedExtEnabled2 => format!(
+            "en={}",
+            rates(e.width, e.speed, e.speed_ext, e.fdr10, e.speed_ext2)
+        ),
         F::LinkDownDefault => format!("ldd={}", extra(|x| x.link_down_default)),
         F::VlStallCount => format!("vsc={}", extra(|x| x.vl_stall_count)),
         F::SubnetTimeout => format!("sto={}", extra(|x| x.subnet_timeout)),
@@ -709,6 +733,7 @@ fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
                 hoq_life: p.state.hoq_life,
                 enabled: p.enabled,
                 speed_ext_supported: p.speed_ext_supported(),
+                speed_ext2_supported: p.speed_ext2_supported(),
             }
         };
         limits::check_port_info(d, &h, Some(x))

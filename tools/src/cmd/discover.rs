@@ -21,8 +21,9 @@ at once, and prints what it found.
 Output (to standard output, or to --output FILE, which is replaced only when the walk and the
 write succeed: it is written to a new file beside FILE, FILE.<random>.tmp, and renamed):
   default   ibnetdiscover's topology format: switches, then CAs, each with its linked ports;
-            readable by ibsim, by `hca sim`/sim:topology=, and by scripts written for
-            ibnetdiscover (the date in the header is UTC)
+            readable by `hca sim`/sim:topology=, by ibsim (but for XDR links, which ibsim
+            does not know), and by scripts written for ibnetdiscover (the date in the
+            header is UTC)
   --json    the same as JSON (schema hca-discover/1: nodes, ports with GUIDs, LIDs, states,
             widths and speeds, links, failed queries, counts)
   --dot     a Graphviz graph: hca discover --dot | dot -Tsvg > fabric.svg

@@ -26,7 +26,8 @@ Shapes (numbers are decimal):
   switch:hosts=H[,ports=P]      one switch with H hosts
   line:switches=N,hosts=H[,links=K]   switches in a line, H hosts each
   ring:switches=N,hosts=H[,links=K]   the same, closed into a ring (N >= 3)
-Every shape takes link=RATE (e.g. link=4xHDR) for the rate of every cable.
+Every shape takes link=RATE (e.g. link=4xHDR; 1x to 12x, SDR to NDR, FDR10, XDR) for the rate of
+every cable.
 
 Hosts are single-port CAs named host-1, host-2, ... and come first in the file; switches are
 named after their role (leaf-N, spine-N, core-N, podP-leafN, switch-1, sw-N). GUIDs follow

@@ -26,12 +26,11 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
             NodeType::Router => "diamond",
             NodeType::Unknown(_) => "octagon",
         };
-        let port = t.from.filter(|f| f.node == i).map_or(1, |f| f.port);
         let label = format!(
             "{}\n{:#018x}\nlid {}",
             n.description_text(),
             n.guid,
-            n.lid_of(if n.is_switch() { 0 } else { port })
+            n.lid_of(t.lid_port(i))
         );
         let local = if t.from.is_some_and(|f| f.node == i) {
             ", style=filled, fillcolor=lightblue"

@@ -607,6 +607,20 @@ impl Engine<'_> {
         };
         let local = ni.local_port_num;
         let is_switch = ni.node_type == NodeType::Switch;
+        // Port 0 of a switch is its management port, which no cable reaches: a switch that
+        // says an SMP from a link came in by port 0 is refused, where libibnetdisc
+        // (`recv_node_info`) links its `ports[0]` to the port the SMP left by and so drops
+        // the real link. Stricter on purpose: the answer is listed as a failure instead.
+        if local == 0 && is_switch && via.is_some() {
+            return self.fail(
+                q,
+                FailureKind::BadResponse(format!(
+                    "NodeInfo of switch {:#018x}: LocalPortNum 0 (its management port) for an \
+                     SMP that came in over a link",
+                    ni.node_guid
+                )),
+            );
+        }
         if ni.num_ports == 0 || local > ni.num_ports || (local == 0 && !is_switch) {
             return self.fail(
                 q,
@@ -642,7 +656,10 @@ impl Engine<'_> {
             p.guid = ni.port_guid;
         }
         match via {
-            None => self.topo.from = Some(here),
+            None => {
+                self.topo.from = Some(here);
+                self.topo.from_port_guid = ni.port_guid;
+            }
             Some(v) => self.topo.link(here, v),
         }
         if !is_switch {

@@ -152,12 +152,14 @@ pub fn write(t: &Topology, generated_on: SystemTime, out: &mut dyn Write) -> std
         ctime_utc(generated_on)
     )?;
     if let Some(from) = t.from {
-        let n = &t.nodes[from.node];
-        let pguid = n.port(from.port).map_or(0, |p| p.guid);
+        // The PortGUID of the local NodeInfo, not the local port's as it stands after the
+        // walk: another node answering with the local NodeGUID overwrites that
+        // (infiniband-diags `ibnetdiscover.c` `dump_topology` prints the PortGUID of
+        // `from_node->info`, the first NodeInfo libibnetdisc's `create_node` kept).
         writeln!(
             out,
-            "# Initiated from node {:016x} port {pguid:016x}",
-            n.guid
+            "# Initiated from node {:016x} port {:016x}",
+            t.nodes[from.node].guid, t.from_port_guid
         )?;
     }
     for i in newest_first(t, NodeType::Switch) {

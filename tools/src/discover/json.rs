@@ -13,7 +13,8 @@
 //!     "guid": GUID, "type": "switch" | "ca" | "router" | "unknown",
 //!     "name": "S-<guid>" | "H-<guid>" | "R-<guid>", "description": string,
 //!     "num_ports": N, "system_image_guid": GUID, "vendor_id": HEX, "device_id": HEX,
-//!     "revision": N, "lid": N, "lmc": N (a switch's port 0; a CA's first linked port),
+//!     "revision": N, "lid": N, "lmc": N (a switch's port 0; the local node's start port;
+//!               another CA's first linked port: Topology::lid_port, as in the graph),
 //!     "path": [egress port per hop], "enhanced_port0": bool (switches),
 //!     "ports": [{                                    ports whose PortInfo was read
 //!       "port": N, "guid": GUID, "lid": N, "lmc": N, "state": string, "phys_state": string,
@@ -55,7 +56,7 @@ use mad::wire::attr::port_info::PhysPortState;
 use mad::wire::attr_id::sm;
 
 use super::ibnetdiscover::{node_name, speed_word, width_name};
-use super::topology::{Node, Port, PortRef, Topology};
+use super::topology::{Node, NodeIndex, Port, PortRef, Topology};
 
 /// `s` as a JSON string, quotes included.
 pub fn quote(s: &str) -> String {
@@ -175,16 +176,9 @@ fn write_port(t: &Topology, n: &Node, p: &Port, out: &mut dyn Write) -> std::io:
     )
 }
 
-fn write_node(t: &Topology, n: &Node, out: &mut dyn Write) -> std::io::Result<()> {
-    let first_port = if n.is_switch() {
-        0
-    } else {
-        n.ports
-            .iter()
-            .skip(1)
-            .find(|p| p.remote.is_some())
-            .map_or(1, |p| p.num)
-    };
+fn write_node(t: &Topology, i: NodeIndex, out: &mut dyn Write) -> std::io::Result<()> {
+    let n = &t.nodes[i];
+    let lid_port = t.lid_port(i);
     write!(
         out,
         "    {{\"guid\": {}, \"type\": \"{}\", \"name\": {}, \"description\": {}, \"num_ports\": {}, \
@@ -199,8 +193,8 @@ fn write_node(t: &Topology, n: &Node, out: &mut dyn Write) -> std::io::Result<()
         n.vendor_id,
         n.device_id,
         n.revision,
-        n.lid_of(first_port),
-        n.lmc_of(first_port),
+        n.lid_of(lid_port),
+        n.lmc_of(lid_port),
         path(&n.path)
     )?;
     if n.is_switch() {
@@ -262,9 +256,9 @@ pub fn write(t: &Topology, out: &mut dyn Write) -> std::io::Result<()> {
         s.device.as_secs_f64() * 1e3
     )?;
     write!(out, "  \"nodes\": [")?;
-    for (i, n) in t.nodes.iter().enumerate() {
+    for i in 0..t.nodes.len() {
         writeln!(out, "{}", if i == 0 { "" } else { "," })?;
-        write_node(t, n, out)?;
+        write_node(t, i, out)?;
     }
     write!(out, "\n  ],\n  \"links\": [")?;
     for (i, (a, b)) in links.iter().enumerate() {

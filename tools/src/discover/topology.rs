@@ -299,6 +299,12 @@ pub struct Topology {
     pub nodes: Vec<Node>,
     /// The local node and the port discovery started from.
     pub from: Option<PortRef>,
+    /// The PortGUID the local port's NodeInfo (the walk's first answer) reported, kept apart
+    /// from [`Port::guid`], which a later NodeInfo of a node claiming the same NodeGUID
+    /// overwrites: ibnetdiscover's `# Initiated from node ... port ...` prints this one
+    /// (`dump_topology` reads `from_node->info`, the NodeInfo libibnetdisc's `create_node`
+    /// copied once).
+    pub from_port_guid: u64,
     /// Queries that failed.
     pub failures: Vec<Failure>,
     /// Counts.
@@ -412,10 +418,32 @@ impl Topology {
         Topology {
             nodes,
             from: self.from.map(moved),
+            from_port_guid: self.from_port_guid,
             failures,
             stats: self.stats,
             by_guid,
         }
+    }
+
+    /// The port whose LID and LMC stand for node `i` in the JSON and graph writers: a
+    /// switch's port 0; for the local node, the port discovery started from; for another CA
+    /// or router, its first port with a link (port 1 when none has one), so that a CA cabled
+    /// only on port 2 shows that port's LID.
+    pub fn lid_port(&self, i: NodeIndex) -> u8 {
+        let Some(n) = self.nodes.get(i) else {
+            return 0;
+        };
+        if n.is_switch() {
+            return 0;
+        }
+        if let Some(f) = self.from.filter(|f| f.node == i) {
+            return f.port;
+        }
+        n.ports
+            .iter()
+            .skip(1)
+            .find(|p| p.remote.is_some())
+            .map_or(1, |p| p.num)
     }
 
     /// Nodes of `kind`.

@@ -12,9 +12,9 @@
 //! | `line` | `switches`, `hosts` (per switch), optional `links` | switch `i` cabled to switch `i+1` with `links` cables (ports `hosts + k + 1` to the next, `hosts + links + k + 1` to the previous) |
 //! | `ring` | as `line`, `switches` ≥ 3 | a line whose last switch is cabled to the first |
 //!
-//! Every shape takes `link=<rate>` (an ibnetdiscover rate such as `4xQDR`, `4xHDR`) to enable
-//! that rate on both ends of every cable (as the token would in a file); spare ports and all
-//! ports without it have ibsim's defaults (4x SDR).
+//! Every shape takes `link=<rate>` (an ibnetdiscover rate such as `4xQDR`, `4xHDR`,
+//! `4xXDR`) to enable that rate on both ends of every cable (as the token would in a file);
+//! spare ports and all ports without it have ibsim's defaults (4x SDR).
 //!
 //! Hosts are single-port CAs named `host-N` (N from 1, described as `host-N HCA-1`) and come
 //! first in the file, so the first node (ibsim's default attach point) is a host. Switches are

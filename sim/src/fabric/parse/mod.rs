@@ -26,9 +26,13 @@
 //!   link must be described from both ends, consistently.
 //! * Rates: a port starts from ibsim's defaults (4x, SDR) or the last `width=`/`speed=`/
 //!   `extspeed=` directive, then the line's `w=`/`s=`/`e=` options apply, then an ibnetdiscover
-//!   token (`4xQDR`) following the comment's last `lid N` (ibsim's precedence).
+//!   token (`4xQDR`) following the comment's last `lid N` (ibsim's precedence). Tokens are
+//!   ibsim's, and `XDR` besides, which current ibnetdiscover prints and ibsim does not know
+//!   ([`LinkRates::apply_token`]).
 //! * Descriptions: a header's comment gives the node's NodeDescription; one longer than its 64
-//!   bytes is cut to them with a warning (ibsim cuts it too).
+//!   bytes is cut to them with a warning. ibsim cuts shorter, to 63 bytes (`sim_net.c`
+//!   `new_node` copies at most `sizeof(nodedesc) - 1` into its `char nodedesc[64]`), so its
+//!   SMA never answers with 64 bytes and no NUL, as real hardware and ours may.
 //! * LIDs: a switch header's `lid N lmc M` is port 0's; a CA or router line's comment starting
 //!   `lid N lmc M` is that port's.
 //! * GUIDs: absent ones follow ibsim's scheme ([`guid`](crate::fabric::guid)); a CA port's GUID
@@ -442,8 +446,9 @@ impl<'l> Parser<'l> {
     }
 
     /// A header's description cut to the 64 bytes of NodeDescription (at a character
-    /// boundary), as ibsim's `strncpy` cuts it: ibnetdiscover with a node-name map can print
-    /// longer names, and a file it wrote should read.
+    /// boundary): ibnetdiscover with a node-name map can print longer names, and a file it
+    /// wrote should read. ibsim cuts to 63 bytes (`sim_net.c` `new_node`: `strncpy` of
+    /// `sizeof(nodedesc) - 1`); we keep all 64, as a real SMA may fill them with no NUL.
     fn fit_description<'d>(&self, d: &'d str, node: &str, loc: Loc) -> &'d str {
         if d.len() <= MAX_DESCRIPTION_LEN {
             return d;

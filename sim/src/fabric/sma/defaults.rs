@@ -122,6 +122,18 @@ pub const LINK_SPEED_SUPPORTED: u8 = 0x7;
 /// what ibsim reports whatever the port enables (`LINKSPEEDEXT_NDR_HDR_EDR_FDR`). A port
 /// enabling none supports none ([`Port::speed_ext_supported`](crate::fabric::Port::speed_ext_supported)).
 pub const LINK_SPEED_EXT_SUPPORTED: u8 = 0xF;
+/// LinkSpeedExtSupported2 of a port whose topology enables XDR (ibsim has no extended
+/// speed 2). A port that does not supports none, and then neither it nor, for a switch, its
+/// port 0 sets CapabilityMask2 IsExtSpeeds2Supported and IsLinkSpeedXDRSupported
+/// ([`CAP_MASK2_XDR`]): the PortInfo of a simulated port without XDR stays ibsim's.
+pub const LINK_SPEED_EXT2_SUPPORTED: u8 = crate::fabric::rate::SPEED_EXT2_XDR;
+/// The CapabilityMask2 bits of a port that supports XDR, or of a switch's port 0 when one
+/// of its ports does (a switch's ports are read with port 0's masks): IsExtSpeeds2Supported
+/// (0x0800: the LinkSpeedExt*2 fields mean something; libibnetdisc
+/// `ibnd_get_agg_linkspeedext` reads LinkSpeedExtActive2 only then) and
+/// IsLinkSpeedXDRSupported (0x1000), libibmad `iba_types.h`.
+pub const CAP_MASK2_XDR: u16 = mad_wire::attr::port_info::cap_mask2::EXT_SPEEDS_2_SUPPORTED
+    | mad_wire::attr::port_info::cap_mask2::LINK_SPEED_XDR_SUPPORTED;
 /// LinkDownDefaultState until the SM writes it: 2 = Polling.
 pub const LINK_DOWN_DEFAULT: u8 = 2;
 

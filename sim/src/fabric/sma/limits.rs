@@ -70,6 +70,8 @@ pub enum PortInfoField {
     LinkSpeedEnabled,
     /// LinkSpeedExtEnabled (supported extended speeds only).
     LinkSpeedExtEnabled,
+    /// LinkSpeedExtEnabled2 (XDR only where supported).
+    LinkSpeedExtEnabled2,
     /// LinkDownDefaultState (1 or 2).
     LinkDownDefault,
     /// VLStallCount (3 bits).
@@ -102,6 +104,9 @@ pub struct HeldPortInfo {
     /// The port's LinkSpeedExtSupported
     /// ([`Port::speed_ext_supported`](crate::fabric::Port::speed_ext_supported)).
     pub speed_ext_supported: u8,
+    /// The port's LinkSpeedExtSupported2
+    /// ([`Port::speed_ext2_supported`](crate::fabric::Port::speed_ext2_supported)).
+    pub speed_ext2_supported: u8,
 }
 
 /// Whether a port of defaults `d` could hold `p` (and `x`, its PortInfo fields beyond the
@@ -165,6 +170,9 @@ pub fn check_port_info(
     }
     if !rate_mask_ok(p.enabled.speed_ext, p.speed_ext_supported) {
         return Err(F::LinkSpeedExtEnabled);
+    }
+    if !rate_mask_ok(p.enabled.speed_ext2, p.speed_ext2_supported) {
+        return Err(F::LinkSpeedExtEnabled2);
     }
     if x.is_some_and(|x| !link_down_default_ok(x.link_down_default)) {
         return Err(F::LinkDownDefault);

@@ -21,7 +21,9 @@
 //!   so there 31 changes nothing (as under ibsim, whose `do_portinfo` ignores 31) and any
 //!   explicit mask is refused (`qib_mad.c`: a mask beyond the supported speeds is 0x001C);
 //!   OpenSM writes 31 on every port claiming IsExtendedSpeedsSupported, which ours all do, as
-//!   ibsim's (CapabilityMask bit 0x4000, `defaults.rs`);
+//!   ibsim's (CapabilityMask bit 0x4000, `defaults.rs`); LinkSpeedExtEnabled2 (XDR, which
+//!   ibsim does not have): 0 no change, else a subset of the port's
+//!   ([`Port::speed_ext2_supported`]: XDR where the topology enables it, else none);
 //! - LinkDownDefaultState 0-2; NeighborMTU 1 up to MTUCap; OperationalVLs up to VLCap;
 //! - PortState 0 (no change), 1 Down, 3 Armed or 4 Active; PortPhysicalState 0, 2 Polling or
 //!   3 Disabled, and only with PortState 0 or 1.
@@ -60,11 +62,12 @@
 //!
 //! [`ActiveRates::SWITCH_PORT0`]: crate::fabric::ActiveRates::SWITCH_PORT0
 //! [`Port::speed_ext_supported`]: crate::fabric::Port::speed_ext_supported
+//! [`Port::speed_ext2_supported`]: crate::fabric::Port::speed_ext2_supported
 
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortInfoRepr, PortState};
 use mad_wire::status;
 
-use super::defaults::{LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind};
+use super::defaults::{CAP_MASK2_XDR, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED, PortKind};
 use super::limits;
 use super::link::Cause;
 use super::{Data, Effect, Sma, Status, port_kind};
@@ -182,6 +185,19 @@ impl Sma<'_> {
             p.enabled.speed_ext != 0
         };
         let pick = |v: u64| if mgmt { v } else { 0 };
+        // XDR, beyond ibsim: a port whose topology enables it reports its LinkSpeedExt*2
+        // fields whatever its state (Active2 is 0 while the link is down, as the other Active
+        // fields are), and CapabilityMask2 says they are valid; a switch says so on port 0,
+        // whose masks a reader takes for all its ports (libibnetdisc, ibnetdiscover). A port
+        // without XDR reports none of it, as ibsim's ports do.
+        let ext2 = p.speed_ext2_supported() != 0;
+        let xdr_caps = match kind {
+            PortKind::SwitchPort0 => self
+                .fabric
+                .ports_of(p.node())
+                .any(|q| self.fabric.port(q).speed_ext2_supported() != 0),
+            _ => ext2,
+        };
         PortInfoRepr {
             m_key: if hide_mkey { 0 } else { pick(s.m_key) },
             gid_prefix: pick(s.subnet_prefix),
@@ -230,15 +246,13 @@ impl Sma<'_> {
             overrun_errors: x.overrun_errors,
             max_credit_hint: 0,
             link_round_trip_latency: 0,
-            capability_mask2: d.capability_mask2,
+            capability_mask2: d.capability_mask2 | if xdr_caps { CAP_MASK2_XDR } else { 0 },
             link_speed_ext_active: if ext { s.active.speed_ext } else { 0 },
             link_speed_ext_supported: if ext { p.speed_ext_supported() } else { 0 },
             link_speed_ext_enabled: if ext { p.enabled.speed_ext } else { 0 },
-            // No XDR: the simulated ports claim no extended speed 2 (CapabilityMask2 bit 0x1000
-            // clear), as ibsim's do.
-            link_speed_ext_active2: 0,
-            link_speed_ext_supported2: 0,
-            link_speed_ext_enabled2: 0,
+            link_speed_ext_active2: if ext2 { s.active.speed_ext2 } else { 0 },
+            link_speed_ext_supported2: if ext2 { p.speed_ext2_supported() } else { 0 },
+            link_speed_ext_enabled2: if ext2 { p.enabled.speed_ext2 } else { 0 },
         }
     }
 
@@ -301,6 +315,14 @@ impl Sma<'_> {
             e if limits::rate_mask_ok(e, ext_supported) => Some(e),
             _ => return BAD,
         };
+        // LinkSpeedExtEnabled2 (3 bits, libibmad `fields.c`): 0 no change, as for
+        // LinkSpeedExtEnabled; else a subset of the port's LinkSpeedExtSupported2 (none on a
+        // port without XDR, where any other value is refused).
+        let speed_ext2 = match req.link_speed_ext_enabled2 {
+            0 => None,
+            e if limits::rate_mask_ok(e, self.fabric.port(pid).speed_ext2_supported()) => Some(e),
+            _ => return BAD,
+        };
         let link_down_default = match req.link_down_default_state {
             0 => None,
             v if limits::link_down_default_ok(v) => Some(v),
@@ -345,7 +367,8 @@ impl Sma<'_> {
         };
         let local_change = explicit_change(req.link_width_enabled, &[0xFF], old.width)
             || explicit_change(req.link_speed_enabled, &[0xF], old.speed)
-            || explicit_change(req.link_speed_ext_enabled, &[0x1E, 0x1F], old.speed_ext);
+            || explicit_change(req.link_speed_ext_enabled, &[0x1E, 0x1F], old.speed_ext)
+            || explicit_change(req.link_speed_ext_enabled2, &[], old.speed_ext2);
 
         // Everything checked: apply.
         if mgmt {
@@ -378,6 +401,9 @@ impl Sma<'_> {
             }
             if let Some(e) = speed_ext {
                 p.enabled.speed_ext = e;
+            }
+            if let Some(e) = speed_ext2 {
+                p.enabled.speed_ext2 = e;
             }
             p.state.neighbor_mtu = req.neighbor_mtu;
             p.state.hoq_life = req.hoq_life;
