@@ -504,15 +504,15 @@ impl Qp {
         }
     }
 
+    /// Why a QP in ERR or RESET is not recovered: ERR stays ([`DriverError::QpInError`]);
+    /// RESET is the close's (it resets a QP only after taking it out of the port), so closed.
     fn not_recoverable(&self) -> DriverError {
-        DriverError::DeviceUnsupported {
-            what: format!(
-                "recovering {:?} QP {:#x} from {:?}",
-                self.kind, self.qpn, self.state
-            ),
-            hint: "only a send-queue error (SQE) is recovered in place; close and reopen the \
-                   HCA"
-            .into(),
+        match self.state {
+            SwState::Reset => DriverError::Closed,
+            _ => DriverError::QpInError {
+                qp: format!("{:?}", self.kind),
+                qpn: self.qpn,
+            },
         }
     }
     /// 2RST: the device stops using the rings (outstanding work requests are then flushed in
@@ -1316,7 +1316,7 @@ pub(crate) mod tests {
         q.state = SwState::Error;
         assert!(matches!(
             q.finish_recovery(Ok(())),
-            Err(DriverError::DeviceUnsupported { .. })
+            Err(DriverError::QpInError { qpn: 0x48, .. })
         ));
         assert_eq!((q.state, q.recovering), (SwState::Error, false));
 
