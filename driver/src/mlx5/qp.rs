@@ -1067,11 +1067,21 @@ pub(crate) mod tests {
 
     /// A QP in RTS with its rings in strict leases, without a device.
     pub(crate) fn qp(kind: SpecialQp, send: u32, recv: u32) -> (DmaPool, Arc<Recorder>, Mmio, Qp) {
-        let pool = DmaPool::new(Arc::new(SimIommu::new()), LeaseMode::Strict).unwrap();
+        let iommu = Arc::new(SimIommu::new());
+        let pool = DmaPool::new(iommu.clone(), LeaseMode::Strict).unwrap();
         let geo = Geometry::new(send, recv, 15).unwrap();
         let buf = pool.lease(geo.bytes(), 4096, Access::ReadWrite).unwrap();
         let db = pool.lease(8, 8, Access::ReadWrite).unwrap();
         let (rec, bar) = recording_bar();
+        // What the device finds in the send ring and the doorbell record at each doorbell.
+        let sq = geo.sq_offset();
+        rec.watch_dma(
+            iommu,
+            &[
+                (buf.iova() + sq as u64, geo.bytes() - sq),
+                (db.iova(), DB_RECORD_LEN),
+            ],
+        );
         let q = Qp {
             kind,
             qpn: 0x48,
@@ -1118,23 +1128,40 @@ pub(crate) mod tests {
         })
     }
 
+    /// When the BlueFlame write arrives, the device finds the send's WQE in the ring and the
+    /// doorbell record counting it (the recorder reads both through the IOMMU as the write
+    /// lands): a doorbell rung before either is written fails here. The order of the WQE and
+    /// the doorbell record, two plain memory writes with no device access between them, is
+    /// not observable without instrumenting DMA memory writes, and not checked.
     #[test]
-    fn a_send_writes_the_wqe_then_the_doorbell_record_then_the_bf_register() {
+    fn a_send_writes_the_wqe_and_the_doorbell_record_before_the_bf_register() {
         let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
-        q.post_send(&bar, &wr(0, None)).unwrap();
-        let mut wqe = [0u8; 128];
-        q.buf.read(q.geo.sq_offset(), &mut wqe).unwrap();
         let want = send_wqe(0x48, 0, &wr(0, None), 0x100).unwrap();
-        assert_eq!(&wqe[..], &want[..]);
-        assert_eq!(q.db.read_u32_be(4).unwrap(), 2, "SQ counter in BBs");
-        assert_eq!(q.db.read_u32_be(0).unwrap(), 0, "RQ counter untouched");
-        assert_eq!(rec.take(), vec![(0x2800, want[..8].to_vec())]);
-        // The next doorbell goes to the other half of the register, the WQE two BBs on.
         q.post_send(&bar, &wr(0, None)).unwrap();
-        assert_eq!(q.db.read_u32_be(4).unwrap(), 4);
-        let w = rec.take();
-        assert_eq!(w[0].0, 0x2900);
-        assert_eq!(&w[0].1[0..4], &[0x00, 0x00, 0x02, 0x0a], "WQE index 2");
+        let w = rec.take_with_dma();
+        assert_eq!(w.len(), 1, "one doorbell");
+        let (offset, bytes, dma) = &w[0];
+        assert_eq!((*offset, &bytes[..]), (0x2800, &want[..8]));
+        assert_eq!(&dma[0][..128], &want[..], "the WQE was in the ring");
+        assert_eq!(
+            dma[1],
+            [0, 0, 0, 0, 0, 0, 0, 2],
+            "the doorbell record counted it: RQ 0 (untouched), SQ 2 BBs"
+        );
+        // The next doorbell goes to the other half of the register, the WQE two BBs on.
+        let want = send_wqe(0x48, 2, &wr(0, None), 0x100).unwrap();
+        q.post_send(&bar, &wr(0, None)).unwrap();
+        let w = rec.take_with_dma();
+        assert_eq!(w.len(), 1, "one doorbell");
+        let (offset, bytes, dma) = &w[0];
+        assert_eq!(*offset, 0x2900);
+        assert_eq!(&bytes[0..4], &[0x00, 0x00, 0x02, 0x0a], "WQE index 2");
+        assert_eq!(
+            &dma[0][128..256],
+            &want[..],
+            "the second WQE was in the ring"
+        );
+        assert_eq!(dma[1], [0, 0, 0, 0, 0, 0, 0, 4], "SQ 4 BBs");
     }
 
     #[test]
