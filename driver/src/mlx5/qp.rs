@@ -819,20 +819,27 @@ impl Qp {
                 self.kind, self.qpn
             ));
         };
-        // The counter is the device's full 16-bit receive WQE counter (the one the
-        // doorbell record counts in), not the ring index: the sim writes its `rq_cc`, and
-        // mlx5e reads it as a counter (`mlx5_wq_cyc_ctr2ix`). rdma-core and mlx5_ib ignore it
-        // for a non-SRQ RQ and take the next in order; we compare, and only the full value,
-        // because a ring index matches a CQE from an earlier lap of the ring too, which would
-        // complete (as Success) a receive the device may still write into.
+        // Only the ring index the counter names is compared with the oldest receive's slot:
+        // the sim writes its full 16-bit `rq_cc`, but the references do not rely on more than
+        // the index. mlx5_ib ignores the field for a non-SRQ RQ and takes the next receive in
+        // order (drivers/infiniband/hw/mlx5/cq.c, `handle_responder`: `wq->tail &
+        // (wq->wqe_cnt - 1)`); rdma-core masks it to the ring (providers/mlx5/cq.c,
+        // `handle_responder`: `wqe_counter & (wq->wqe_cnt - 1)`, since "mlx5: Handle OOO WQE
+        // consumption in CQE generation"), as mlx5e does (en_rx.c, `mlx5e_handle_rx_cqe`,
+        // through `mlx5_wq_cyc_ctr2ix`, core/wq.h). So a device writing either a counter or
+        // an index works; an index that is not the oldest receive's is still refused.
+        let mask = (self.geo.rq_cnt - 1) as u16;
         let tail = self.rq_tail as u16;
-        if wqe_counter != tail {
+        if wqe_counter & mask != tail & mask {
             return Err(format!(
-                "receive CQE for {:?} QP {:#x} with wqe_counter {wqe_counter}: the oldest \
-                 outstanding receive is {tail} (ring index {})",
+                "receive CQE for {:?} QP {:#x} with wqe_counter {wqe_counter} (ring index {}): \
+                 the oldest outstanding receive is at ring index {} (counter {tail}, {} \
+                 outstanding)",
                 self.kind,
                 self.qpn,
-                tail & (self.geo.rq_cnt - 1) as u16
+                wqe_counter & mask,
+                tail & mask,
+                self.recvs.len()
             ));
         }
         let wc = match kind {
@@ -1411,7 +1418,10 @@ pub(crate) mod tests {
         let err = q.complete_recv(0, &ok_recv(39), |_| 0).unwrap_err();
         assert!(err.contains("39 bytes"), "{err}");
         let err = q.complete_recv(1, &ok_recv(296), |_| 0).unwrap_err();
-        assert!(err.contains("oldest outstanding receive is 0"), "{err}");
+        assert!(
+            err.contains("oldest outstanding receive is at ring index 0"),
+            "{err}"
+        );
         let wc = q
             .complete_recv(0, &ok_recv(296), |p| if p == 0xffff { 5 } else { 0 })
             .unwrap();
@@ -1422,12 +1432,12 @@ pub(crate) mod tests {
         assert!(!wc.grh);
     }
 
-    /// The device writes the full 16-bit receive counter (the sim: `rq_cc`; mlx5e reads it
-    /// as a counter, `mlx5_wq_cyc_ctr2ix`), so a CQE naming the ring slot of the oldest
-    /// receive but an earlier lap is a stale one: completing the receive posted there would
-    /// hand back a buffer the device may still write into.
+    /// A receive CQE is matched by the ring index its counter names: a device writing the
+    /// full counter (the sim's `rq_cc`) and one writing only the ring index both complete
+    /// the oldest receive, past the first lap of the ring and across the counter's 16-bit
+    /// wrap; an index that is not the oldest receive's is refused and completes nothing.
     #[test]
-    fn a_receive_cqe_from_the_previous_lap_of_the_ring_is_refused() {
+    fn a_receive_cqe_is_matched_by_the_ring_index_its_counter_names() {
         let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
         for id in 0..4 {
             q.post_recv(&recv(296, id)).unwrap();
@@ -1437,26 +1447,36 @@ pub(crate) mod tests {
             assert_eq!(wc.wr_id, u64::from(counter));
             q.post_recv(&recv(296, 10 + u64::from(counter))).unwrap();
         }
-        // The oldest is now counter 4, in ring slot 0.
-        let err = q.complete_recv(0, &ok_recv(296), |_| 0).unwrap_err();
-        assert!(err.contains("oldest outstanding receive is 4"), "{err}");
+        // Second lap: the oldest is counter 4, ring slot 0.
+        let err = q.complete_recv(1, &ok_recv(296), |_| 0).unwrap_err();
+        assert!(
+            err.contains("ring index 1")
+                && err.contains("oldest outstanding receive is at ring index 0"),
+            "{err}"
+        );
+        let err = q.complete_recv(5, &ok_recv(296), |_| 0).unwrap_err();
+        assert!(
+            err.contains("ring index 1"),
+            "a full counter naming slot 1: {err}"
+        );
         assert_eq!(q.outstanding(), 4, "nothing completed");
-        let wc = q.complete_recv(4, &ok_recv(296), |_| 0).unwrap();
-        assert_eq!(wc.wr_id, 10);
-        // Across the 16-bit wrap of the counter too.
+        let wc = q.complete_recv(0, &ok_recv(296), |_| 0).unwrap();
+        assert_eq!(wc.wr_id, 10, "the ring index of counter 4");
+        let wc = q.complete_recv(5, &ok_recv(296), |_| 0).unwrap();
+        assert_eq!(wc.wr_id, 11, "the full counter 5");
+        assert_eq!(q.outstanding(), 2);
+
+        // Across the 16-bit wrap of the counter: slot 3, then slot 0.
         let (_pool, _rec, _bar, mut q) = qp(SpecialQp::Gsi, 4, 4);
         q.rq_head = 0xffff;
         q.rq_tail = 0xffff;
         q.post_recv(&recv(296, 1)).unwrap();
         q.post_recv(&recv(296, 2)).unwrap();
-        assert_eq!(
-            q.complete_recv(0xffff, &ok_recv(296), |_| 0).unwrap().wr_id,
-            1
-        );
         assert!(
-            q.complete_recv(4, &ok_recv(296), |_| 0).is_err(),
-            "slot 0, an older lap"
+            q.complete_recv(0, &ok_recv(296), |_| 0).is_err(),
+            "slot 0 is not the oldest"
         );
+        assert_eq!(q.complete_recv(3, &ok_recv(296), |_| 0).unwrap().wr_id, 1);
         assert_eq!(q.complete_recv(0, &ok_recv(296), |_| 0).unwrap().wr_id, 2);
     }
 
