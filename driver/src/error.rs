@@ -447,6 +447,21 @@ pub enum DriverError {
         last: Box<DriverError>,
     },
 
+    /// A special QP is in error (ERR: a receive failed or was flushed, the device reported a
+    /// QP error, or QUERY_QP found it so), which no send-queue recovery undoes: SQERR2RTS
+    /// brings back only a send queue stopped in SQE.
+    #[error(
+        "{qp} QP {qpn:#x} is in error (ERR), not in a send-queue error (SQE): SQERR2RTS cannot \
+         bring it back, and its work requests complete with WR_FLUSH_ERR; close and reopen the \
+         HCA to use it again"
+    )]
+    QpInError {
+        /// Which special QP (SMI or GSI).
+        qp: String,
+        /// Its hardware QP number.
+        qpn: u32,
+    },
+
     /// The device could not take a firmware command off the queue (a transport error).
     #[error(
         "firmware command {opcode} was not delivered: {status}; this is a driver or device \

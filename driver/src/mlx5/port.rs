@@ -233,6 +233,34 @@ impl Mlx5Port {
         })
     }
 
+    /// Why a port call other than a post cannot run: [`DriverError::Closed`] once the HCA is
+    /// closed, [`DriverError::DeviceFatal`] on a dead device.
+    fn check_usable(&self) -> Result<(), DriverError> {
+        match self.dev.fatal_reason() {
+            None => Ok(()),
+            // Closed is for good: a fatal state seen first and closed since reads as closed.
+            Some(_) if self.dev.is_closed() => Err(DriverError::Closed),
+            Some(reason) => Err(DriverError::DeviceFatal { reason }),
+        }
+    }
+
+    /// Why special QP `qp` is not in its slot: QP0 of a function without SMI was never
+    /// created; any other QP was taken out by the close (`take_qp_for_close`), which may run
+    /// before the device is marked closed.
+    fn missing_qp(&self, qp: SpecialQp) -> DriverError {
+        if qp == SpecialQp::Smi && !self.has_smi {
+            DriverError::DeviceUnsupported {
+                what: format!("QP0 (SMI) on port {}", self.port_num),
+                hint: "this virtualised function has no SMI (its HCA vport context's has_smi \
+                       is 0); send SMPs through a function that has one, such as the physical \
+                       function"
+                    .into(),
+            }
+        } else {
+            DriverError::Closed
+        }
+    }
+
     fn fatal_post(&self) -> Option<PostError> {
         // One load while the device is up; the reason is built only for a dead device.
         self.dev.fatal_reason().map(PostError::DeviceFatal)
@@ -472,13 +500,7 @@ impl HcaPort for Mlx5Port {
     }
 
     fn attrs(&self) -> Result<PortAttrs, DriverError> {
-        if let Some(reason) = self.dev.fatal_reason() {
-            return Err(if self.dev.is_closed() {
-                DriverError::Closed
-            } else {
-                DriverError::DeviceFatal { reason }
-            });
-        }
+        self.check_usable()?;
         if self.dev.ib_virt() {
             self.attrs_vport()
         } else {
@@ -534,9 +556,7 @@ impl HcaPort for Mlx5Port {
     }
 
     fn recover_send_queue(&self, qp: SpecialQp) -> Result<(), DriverError> {
-        if let Some(reason) = self.dev.fatal_reason() {
-            return Err(DriverError::DeviceFatal { reason });
-        }
+        self.check_usable()?;
         let i = qp_index(qp);
         // A recovery already running (only the MAD progress loop recovers, but the API is
         // public): wait for it to end, without the QP's lock, then look at what it left.
@@ -546,10 +566,8 @@ impl HcaPort for Mlx5Port {
             })
             .unwrap_or_else(PoisonError::into_inner);
         let Some(q) = g.as_mut() else {
-            return Err(DriverError::DeviceUnsupported {
-                what: format!("{qp:?} on port {}", self.port_num),
-                hint: "this function has no SMI".into(),
-            });
+            drop(g);
+            return Err(self.missing_qp(qp));
         };
         let Some(job) = q.begin_recovery()? else {
             return Ok(());
@@ -579,9 +597,7 @@ impl HcaPort for Mlx5Port {
     /// MAD_IFC), then write the new one with ACCESS_REG PCAP (`mlx5_set_port_caps`). A
     /// virtualised function would use MODIFY_HCA_VPORT_CONTEXT, which is not implemented.
     fn modify_capability_mask(&self, set: u32, clear: u32) -> Result<u32, DriverError> {
-        if let Some(reason) = self.dev.fatal_reason() {
-            return Err(DriverError::DeviceFatal { reason });
-        }
+        self.check_usable()?;
         if self.dev.ib_virt() {
             return Err(DriverError::DeviceUnsupported {
                 what: "changing the capability mask of a virtualised function".into(),
@@ -709,8 +725,11 @@ mod tests {
     use firmware_cmds::mlx5::ops::Command;
 
     use super::*;
+    use crate::emulated::EmulatedBackend;
     use crate::mlx5::qp::SwState;
     use crate::mlx5::qp::tests::qp;
+    use crate::mlx5::testutil::Recorder;
+    use crate::verbs::HcaOptions;
 
     fn shared() -> PortShared {
         PortShared {
@@ -724,6 +743,87 @@ mod tests {
             cap_mask_lock: Mutex::new(()),
             port: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Port 2 of a function on a register file (no firmware: nothing here may issue a
+    /// command), with or without SMI, its GSI QP (QPN 0x48, in RTS) in its slot and no QP0.
+    fn port_with_gsi(has_smi: bool) -> (DmaPool, Mlx5Port) {
+        let model = Arc::new(Recorder {
+            bar0_len: Some(0x1014),
+            ..Recorder::default()
+        });
+        let backend = Arc::new(EmulatedBackend::new(model, "test"));
+        let dev = Arc::new(Dev::new(backend, HcaOptions::default()).unwrap());
+        let port = Mlx5Port::new(dev, Arc::new(shared()), has_smi);
+        let (pool, _rec, _bar, q) = qp(SpecialQp::Gsi, 4, 4);
+        *lock(&port.qps[1]) = Some(q);
+        (pool, port)
+    }
+
+    /// The close takes the QPs out of the port before it marks the device closed: a
+    /// recovery in between finds no QP and says the HCA is closed (not that the function
+    /// lacks something). Only QP0 of a function without SMI is a missing feature.
+    #[test]
+    fn a_recovery_of_a_qp_the_close_took_says_closed() {
+        let (_pool, port) = port_with_gsi(false);
+        let taken = port.take_qp_for_close(1).expect("the GSI QP");
+        assert!(!port.dev.is_fatal(), "the device is not marked closed yet");
+        let r = port.recover_send_queue(SpecialQp::Gsi);
+        assert!(matches!(r, Err(DriverError::Closed)), "{r:?}");
+        let r = port.recover_send_queue(SpecialQp::Smi);
+        assert!(
+            matches!(&r, Err(DriverError::DeviceUnsupported { what, hint })
+                if what.contains("QP0") && hint.contains("no SMI")),
+            "{r:?}"
+        );
+        drop(taken);
+
+        // With SMI, an empty QP0 slot is the close's too.
+        let (_pool, port) = port_with_gsi(true);
+        let r = port.recover_send_queue(SpecialQp::Smi);
+        assert!(matches!(r, Err(DriverError::Closed)), "{r:?}");
+    }
+
+    /// After the close, the port calls that are not posts all say `Closed` (as `attrs` does);
+    /// on a device that is fatal but not closed they say `DeviceFatal`.
+    #[test]
+    fn after_the_close_recovery_and_the_capability_mask_say_closed() {
+        let (_pool, port) = port_with_gsi(true);
+        port.dev.enter_fatal("test: a health syndrome", false);
+        let r = port.recover_send_queue(SpecialQp::Gsi);
+        assert!(matches!(r, Err(DriverError::DeviceFatal { .. })), "{r:?}");
+        let r = port.modify_capability_mask(1 << 5, 0);
+        assert!(matches!(r, Err(DriverError::DeviceFatal { .. })), "{r:?}");
+        let r = port.attrs();
+        assert!(matches!(r, Err(DriverError::DeviceFatal { .. })), "{r:?}");
+
+        port.dev.set_closed();
+        let r = port.recover_send_queue(SpecialQp::Gsi);
+        assert!(matches!(r, Err(DriverError::Closed)), "{r:?}");
+        let r = port.modify_capability_mask(1 << 5, 0);
+        assert!(matches!(r, Err(DriverError::Closed)), "{r:?}");
+        let r = port.attrs();
+        assert!(matches!(r, Err(DriverError::Closed)), "{r:?}");
+    }
+
+    /// A QP in ERR is not recovered: the error names the QP and its state and says what to
+    /// do; the QP stays in ERR and no recovery is left marked running.
+    #[test]
+    fn recovering_a_qp_in_error_says_it_is_in_error() {
+        let (_pool, port) = port_with_gsi(true);
+        lock(&port.qps[1]).as_mut().unwrap().state = SwState::Error;
+        let r = port.recover_send_queue(SpecialQp::Gsi);
+        let Err(e @ DriverError::QpInError { qpn: 0x48, .. }) = &r else {
+            panic!("{r:?}");
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("Gsi QP 0x48 is in error (ERR)") && msg.contains("close and reopen"),
+            "{msg}"
+        );
+        let g = lock(&port.qps[1]);
+        let q = g.as_ref().unwrap();
+        assert_eq!((q.state, q.recovering), (SwState::Error, false));
     }
 
     /// End a recovery of a QP in SQE whose QP is in `state` once the commands ran, with

@@ -1,5 +1,5 @@
 //! Test helpers: a register file that records every write, for checking doorbells without a
-//! device model.
+//! device model, and what DMA memory held when each write arrived.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,6 +10,9 @@ use crate::backend::{IrqIndex, IrqInfo, PciId, RegionInfo};
 use crate::emulated::DeviceModel;
 use crate::eventfd::EventFd;
 use crate::mmio::Mmio;
+
+/// DMA areas (IOVA, length) and the IOMMU they are read through.
+type DmaWatch = (Arc<SimIommu>, Vec<(u64, usize)>);
 
 /// Records MMIO writes (offset, bytes as they crossed the bus); reads return zeros.
 #[derive(Default)]
@@ -25,11 +28,54 @@ pub(crate) struct Recorder {
     pub(crate) config_vfio_merge: bool,
     /// Config-space writes seen (offset, bytes).
     pub(crate) config_writes: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// DMA areas (IOVA, length) read through the IOMMU as each MMIO write arrives
+    /// ([`Recorder::watch_dma`]).
+    pub(crate) dma_watch: Mutex<Option<DmaWatch>>,
+    /// One entry per write in `writes`: the watched areas' bytes when it arrived (empty
+    /// without a watch). What a device reading memory on a doorbell would find, so a test
+    /// sees whether the driver wrote memory before or after the doorbell.
+    pub(crate) dma_at_writes: Mutex<Vec<Vec<Vec<u8>>>>,
 }
 
 impl Recorder {
+    /// The MMIO writes so far (and forget them).
     pub(crate) fn take(&self) -> Vec<(u64, Vec<u8>)> {
+        self.dma_at_writes.lock().unwrap().clear();
         std::mem::take(&mut *self.writes.lock().unwrap())
+    }
+
+    /// From now on, read `areas` (IOVA, length) through `iommu` as each MMIO write arrives.
+    pub(crate) fn watch_dma(&self, iommu: Arc<SimIommu>, areas: &[(u64, usize)]) {
+        *self.dma_watch.lock().unwrap() = Some((iommu, areas.to_vec()));
+    }
+
+    /// The MMIO writes so far, each with the watched areas' bytes when it arrived (and
+    /// forget them).
+    pub(crate) fn take_with_dma(&self) -> Vec<(u64, Vec<u8>, Vec<Vec<u8>>)> {
+        let dma = std::mem::take(&mut *self.dma_at_writes.lock().unwrap());
+        let writes = std::mem::take(&mut *self.writes.lock().unwrap());
+        assert_eq!(writes.len(), dma.len(), "one DMA reading per write");
+        writes
+            .into_iter()
+            .zip(dma)
+            .map(|((offset, bytes), dma)| (offset, bytes, dma))
+            .collect()
+    }
+
+    /// The watched areas' bytes now, as the device reads them.
+    fn read_watched(&self) -> Vec<Vec<u8>> {
+        let watch = self.dma_watch.lock().unwrap();
+        let Some((iommu, areas)) = watch.as_ref() else {
+            return Vec::new();
+        };
+        areas
+            .iter()
+            .map(|&(iova, len)| {
+                let mut b = vec![0u8; len];
+                iommu.read(iova, &mut b).expect("a watched area is mapped");
+                b
+            })
+            .collect()
     }
 }
 
@@ -58,6 +104,8 @@ impl DeviceModel for Recorder {
         d.fill(0);
     }
     fn mmio_write(&self, _: u8, offset: u64, d: &[u8]) {
+        let dma = self.read_watched();
+        self.dma_at_writes.lock().unwrap().push(dma);
         self.writes.lock().unwrap().push((offset, d.to_vec()));
     }
     fn config_read(&self, offset: u64, d: &mut [u8]) {
