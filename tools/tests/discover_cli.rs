@@ -804,70 +804,147 @@ fn a_bench_modifier_the_attribute_cannot_take_is_refused() {
 }
 
 /// Sends `sig` to the child.
-fn signal(child: &std::process::Child, sig: i32) {
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) with a pid this test started and has not waited for.
+fn signal(child: &Reaped, sig: i32) {
+    let pid = i32::try_from(child.0.id()).unwrap();
+    // SAFETY: kill(2) with a pid this test started and has not reaped (a `Reaped` reaps it
+    // only when dropped), so the pid is still the child's.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
-/// Waits for `child` at most a minute (then kills it and fails).
-fn wait_bounded(child: &mut std::process::Child) -> Output {
+/// A child `hca`, killed and reaped when dropped: a test that fails leaves no process behind.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // Both are harmless on a child that already ended (`kill` then does nothing).
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `hca args`, its stdout and stderr piped, without the log variables.
+fn spawn_hca(args: &[&str]) -> Reaped {
+    Reaped(
+        Command::new(env!("CARGO_BIN_EXE_hca"))
+            .args(args)
+            .env_remove("HCA_LOG")
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run hca"),
+    )
+}
+
+/// Waits until `ready()`, at most 30 s, failing at once if `child` ends first.
+fn wait_until(child: &mut Reaped, what: &str, mut ready: impl FnMut() -> bool) {
     let t = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("hca did not end within a minute");
+    while !ready() {
+        if child.0.try_wait().unwrap().is_some() {
+            let o = wait_bounded(child);
+            panic!(
+                "hca ended before {what}: {:?}\n{}{}",
+                o.status,
+                stdout(&o),
+                stderr(&o)
+            );
         }
+        assert!(t.elapsed().as_secs() < 30, "not within 30 s: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Waits for `child` at most a minute (then fails; dropping it kills it).
+fn wait_bounded(child: &mut Reaped) -> Output {
+    let c = &mut child.0;
+    let t = std::time::Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "hca did not end within a minute"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let mut out = Vec::new();
     let mut err = Vec::new();
-    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    c.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    c.stderr.take().unwrap().read_to_end(&mut err).unwrap();
     Output {
-        status: child.wait().unwrap(),
+        status: c.wait().unwrap(),
         stdout: out,
         stderr: err,
     }
 }
 
+/// An M_Key no SMP of `hca discover` carries (it sends 0).
+const MKEY: &str = "mkey=1";
+
 /// Ctrl-C during a walk: the walk stops, the command unwinds (the temporary output file
 /// removed, the session closed, the state= fabric saved) and hca exits 130.
+///
+/// The walk cannot end before the signal: the state file protects every switch with an
+/// M_Key the walk does not know at M_KeyProtectBits 2, so a switch drops the walk's Gets
+/// unanswered (IBA 14.2.4; the sim's `sma/mkey.rs`), and the walk waits for a one-hour
+/// timeout with no retry for the NodeInfo of the first switch, behind which every other
+/// node lies.
 #[test]
 fn ctrl_c_stops_a_walk_cleanly_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
-    let topo = dir.path().join("big.topo");
+    let topo = dir.path().join("net.topo");
     ok(&[
         "sim",
         "gen",
-        "fat-tree:leaves=32,hosts=32,spines=16",
+        "fat-tree:leaves=2,hosts=2,spines=1",
         "-o",
         topo.to_str().unwrap(),
     ]);
-    let state = dir.path().join("big.state");
+    let state = dir.path().join("net.state");
     let out = dir.path().join("out.topo");
     let device = format!(
         "sim:topology={},node=host-1,state={}",
         topo.display(),
         state.display()
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
-        .args(["discover", "--window", "1", "--device", &device, "-o"])
-        .arg(&out)
-        .env_remove("HCA_LOG")
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The temporary output file is made after the handler is installed: once it is there,
-    // Ctrl-C is the handler's.
-    let t = std::time::Instant::now();
-    while names(dir.path()).len() < 2 {
-        assert!(t.elapsed().as_secs() < 30, "no temporary file appeared");
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    // A first walk writes the state file; then every switch's port 0 (whose M_Key guards
+    // the switch's SMA) gets an M_Key and protect bits 2, and the file a line of ours that
+    // a save would not write.
+    ok(&["discover", "--device", &device]);
+    let mut protected = 0;
+    let mut text = String::new();
+    for line in fs::read_to_string(&state).unwrap().lines() {
+        let mut line = line.to_owned();
+        if line.split(' ').nth(2) == Some("0") && line.starts_with("port ") {
+            let key = line.replace(
+                "mkey=0 lease=0 protect=0",
+                &format!("{MKEY} lease=0 protect=2"),
+            );
+            assert_ne!(key, line, "a switch port 0 record of another form: {line}");
+            line = key;
+            protected += 1;
+        }
+        text.push_str(&line);
+        text.push('\n');
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(protected, 3, "one port 0 per switch:\n{text}");
+    text.push_str("# protected by the test\n");
+    fs::write(&state, &text).unwrap();
+
+    let mut child = spawn_hca(&[
+        "discover",
+        "--device",
+        &device,
+        "--timeout",
+        "3600000",
+        "--retries",
+        "0",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    // The temporary output file (a third name beside the topology and the state) is made
+    // after the handler is installed: once it is there, Ctrl-C is the handler's.
+    wait_until(&mut child, "the temporary output file appears", || {
+        names(dir.path()).len() > 2
+    });
     signal(&child, libc::SIGINT);
     let o = wait_bounded(&mut child);
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
@@ -879,35 +956,64 @@ fn ctrl_c_stops_a_walk_cleanly_and_exits_130() {
     assert!(!out.exists());
     assert_eq!(
         names(dir.path()),
-        ["big.state", "big.topo"],
+        ["net.state", "net.topo"],
         "{}",
         stderr(&o)
     );
+    // Saved by this run: the file is the save's, without our line, the M_Keys kept.
     let text = fs::read_to_string(&state).unwrap();
     assert!(text.contains("hca-sim-state 1"), "{text}");
+    assert!(
+        !text.contains("protected by the test"),
+        "not saved:\n{text}"
+    );
+    assert_eq!(text.matches(MKEY).count(), 3, "{text}");
 }
 
 /// Ctrl-C during a bench: it stops, prints the report of what it measured, and exits 130.
+///
+/// The fabric is served from this test, which loses the second SMP the HCA sends: with
+/// one SMP in flight, a one-hour timeout and no retry, the first is a round trip before
+/// the second leaves, and the bench waits for the second's answer until the signal.
 #[test]
 fn ctrl_c_stops_a_bench_with_its_report() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
-        .args(["bench", "--device", DEVICE, "--time", "100"])
-        .env_remove("HCA_LOG")
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let dir = tempfile::tempdir().unwrap();
+    let net = sim::Network::new(
+        generator::generate("fat-tree:leaves=2,hosts=2,spines=1").unwrap(),
+        std::sync::Arc::new(sim::Scheduler::new(sim::ClockMode::Real)),
+    );
+    net.drop_nth_leaving(net.port("host-1", 1).unwrap(), 2);
+    let socket = dir.path().join("fabric.sock");
+    let server = sim::net::remote::FabricServer::start(net, &socket).unwrap();
+    let device = format!("sim:server={},node=host-1", socket.display());
+    let mut child = spawn_hca(&[
+        "bench",
+        "--device",
+        &device,
+        "--window",
+        "1",
+        "--timeout",
+        "3600000",
+        "--retries",
+        "0",
+    ]);
+    let lost = || server.network().drops().get(sim::net::DropReason::Fault);
+    wait_until(&mut child, "the second SMP is lost", || lost() > 0);
     signal(&child, libc::SIGINT);
     let o = wait_bounded(&mut child);
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     let report = stdout(&o);
-    assert!(report.contains("interrupted     by SIGINT"), "{report}");
-    assert!(
-        field(&report, "round trips").split(' ').next().unwrap() != "0",
+    assert_eq!(
+        field(&report, "interrupted"),
+        "by SIGINT (1 sends in flight cancelled)",
         "{report}"
     );
+    assert_eq!(
+        field(&report, "round trips"),
+        "1 (0 with an error status, 0 timed out, 0 failed, 0 retries)",
+        "{report}"
+    );
+    assert_eq!(lost(), 1);
 }
 
 /// `--time` bounds the run: sends in flight when it is up are cancelled, not waited for up to
