@@ -13,6 +13,14 @@
 //!   thread of its own (real clock) and the benchmark's thread polling: the host's work alone
 //!   on one core (MAD layer, driver), as with a real HCA, whose work runs beside the host.
 //!
+//! - `machine/cache_line_round_trip`: not the stack: two threads passing one cache line back
+//!   and forth, the time of one round trip. The device-thread group moves a dozen cache lines
+//!   between the two cores per MAD round trip (WQEs, MAD buffers, CQEs, doorbell records), so
+//!   its figure depends on this one: on a 2-vCPU VM it was seen to switch, from one run to
+//!   the next as the hypervisor placed the vCPUs, between about 80 ns here with
+//!   `mad_round_trips_sma_device_thread/128` at 2.1-2.2 M/s and about 390 ns with the same
+//!   code at 1.15-1.25 M/s. Read the two together.
+//!
 //! Criterion reports time per element; elements are sends or round trips.
 
 use std::sync::Arc;
@@ -207,8 +215,52 @@ fn bench_sma_round_trips_device_thread(c: &mut Criterion) {
     sma_round_trips(c, "mad_round_trips_sma_device_thread", true);
 }
 
+/// Two threads pass a cache line back and forth (one writes an odd value and waits for the
+/// next even one, the other answers): time per round trip, the cost the device thread's
+/// figures depend on (see the module doc).
+fn bench_cache_line_round_trip(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// Spin until `line` holds `want` (yielding now and then, so that two threads sharing one
+    /// CPU still make progress).
+    fn wait_for(line: &AtomicU64, want: u64) {
+        let mut spins = 0u32;
+        while line.load(Ordering::Acquire) != want {
+            spins = spins.wrapping_add(1);
+            if spins % 4096 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    let mut g = c.benchmark_group("machine");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("cache_line_round_trip", |b| {
+        b.iter_custom(|iters| {
+            let line = Arc::new(AtomicU64::new(0));
+            let other = line.clone();
+            let answerer = std::thread::spawn(move || {
+                for i in 0..iters {
+                    wait_for(&other, 2 * i + 1);
+                    other.store(2 * i + 2, Ordering::Release);
+                }
+            });
+            let t = Instant::now();
+            for i in 0..iters {
+                line.store(2 * i + 1, Ordering::Release);
+                wait_for(&line, 2 * i + 2);
+            }
+            let elapsed = t.elapsed();
+            answerer.join().expect("the answering thread");
+            elapsed
+        });
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    bench_cache_line_round_trip,
     bench_sends,
     bench_round_trips,
     bench_sma_round_trips,
