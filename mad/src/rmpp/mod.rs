@@ -110,7 +110,9 @@ pub struct RmppCounters {
     /// Segments of agents without RMPP delivered as they came.
     pub raw_delivered: u64,
     /// User-RMPP responses under way forgotten before their Last segment to keep within
-    /// [`RmppLimits::max_user_transfers`] (their later segments are dropped).
+    /// [`RmppLimits::max_user_transfers`] (their later segments are dropped). Completed ones
+    /// forgotten early for room are not counted: they go first, and cost only a final ACK's
+    /// TID if the request's slot went to another agent's send.
     pub user_transfers_evicted: u64,
     /// User-RMPP responses under way forgotten [`REASSEMBLY_TIMEOUT`] after their first
     /// segment without their Last one.
@@ -257,9 +259,11 @@ pub struct RmppLimits {
     /// one message of the most segments a reassembly takes still fits (about 64 MiB of
     /// 256-byte segments), and all of them together no more.
     pub max_segments_held: usize,
-    /// User-RMPP responses under way whose agent is remembered after the request's send slot
-    /// went to another send ([`user`]). Default: [`DEFAULT_MAX_USER_TRANSFERS`]. At the
-    /// limit the oldest is forgotten (counted in [`RmppCounters::user_transfers_evicted`]).
+    /// User-RMPP responses whose agent is remembered after the request's send slot went to
+    /// another send ([`user`]): under way, or completed and kept [`CLEANUP_DELAY`] for the
+    /// user's final ACK. Default: [`DEFAULT_MAX_USER_TRANSFERS`]. At the limit the completed
+    /// one due soonest is forgotten; if none is, the oldest under way (counted in
+    /// [`RmppCounters::user_transfers_evicted`]).
     pub max_user_transfers: usize,
 }
 
@@ -285,6 +289,9 @@ pub struct RmppCensus {
     pub segments_held: usize,
     /// User-RMPP responses under way whose agent is remembered by TID.
     pub user_transfers: usize,
+    /// User-RMPP responses completed (their Last segment came) less than [`CLEANUP_DELAY`]
+    /// ago whose agent is remembered by TID, for the user's final ACK.
+    pub user_transfers_completed: usize,
     /// RMPP requests ended less than [`REASSEMBLY_TIMEOUT`] ago whose agent is remembered
     /// by TID (for their responses still coming).
     pub ended_requests: usize,
@@ -523,7 +530,8 @@ impl Port {
             transfers: t.sends.len(),
             reassemblies: t.recvs.len(),
             segments_held: t.held,
-            user_transfers: t.user.len(),
+            user_transfers: t.user.len() - t.user.completed_len(),
+            user_transfers_completed: t.user.completed_len(),
             ended_requests: t.ended.len(),
         }
     }
@@ -812,14 +820,15 @@ impl PortShared {
             {
                 return 0;
             }
-            work += t.ended.expire(now);
+            let ended = t.ended.expire(now);
+            work += ended.under_way + ended.completed;
             let expired = t.user.expire(now);
-            if expired > 0 {
-                work += expired;
+            work += expired.under_way + expired.completed;
+            if expired.under_way > 0 {
                 self.rmpp
                     .cells
                     .user_transfers_expired
-                    .fetch_add(expired as u64, Ordering::Relaxed);
+                    .fetch_add(expired.under_way as u64, Ordering::Relaxed);
             }
             for ev in events {
                 let Event::Send(c) = ev else { continue };
@@ -940,7 +949,8 @@ impl PortShared {
                 // The slot went to another send. A reassembly under way or kept for late
                 // copies takes its segments whatever became of the request (the kernel's
                 // `continue_rmpp` finds it by the segment alone); a user-RMPP response under
-                // way still names its agent (the kernel's `find_mad_agent` by `hi_tid`).
+                // way or just completed still names its agent (the kernel's `find_mad_agent`
+                // by `hi_tid`).
                 None => match self
                     .rmpp_recv_agent(mad, addr)
                     .or_else(|| self.user_rmpp_owner(tid, mgmt_class))
@@ -974,7 +984,11 @@ impl PortShared {
             if !response {
                 return false;
             }
-            self.user_rmpp_track(&agent, tid, mgmt_class, mad, addr);
+            if !self.user_rmpp_track(&agent, tid, mgmt_class, mad, addr) {
+                // A DATA segment other than the Last one after the Last one: the transfer
+                // has completed for us; dropped and counted as any response for no send.
+                return false;
+            }
             if waiting {
                 return false;
             }
@@ -1050,7 +1064,9 @@ impl PortShared {
         Some((agent, waiting))
     }
 
-    /// The agent (still registered) of the user-RMPP response under way with TID `tid`.
+    /// The agent (still registered) of the user-RMPP response with TID `tid`, under way or
+    /// completed (then only a copy of its Last segment, or an ACK, STOP or ABORT, reaches the
+    /// agent: [`Self::user_rmpp_track`]).
     fn user_rmpp_owner(&self, tid: u64, mgmt_class: u8) -> Option<Arc<AgentInner>> {
         let id = lock(&self.rmpp.table)
             .user
@@ -1060,7 +1076,11 @@ impl PortShared {
 
     /// Keep `agent`'s user-RMPP transfer `tid` (an active response `mad` of it arrived from
     /// `addr`: a segment of the response, or an ACK of a segment of the request) attributed
-    /// until it ends: the response's Last DATA segment, or an ABORT or STOP, forgets it.
+    /// until it ends: the response's Last DATA segment completes it, kept [`CLEANUP_DELAY`]
+    /// more for the user's final ACK and its ACKs of resent copies of the Last segment (see
+    /// [`user`]); an ABORT or STOP forgets it. Returns `false` for a DATA segment other than
+    /// the Last one of a completed transfer, which is not to be delivered (a resent Last
+    /// segment is, so that the user acknowledges it again).
     fn user_rmpp_track(
         &self,
         agent: &AgentInner,
@@ -1068,29 +1088,49 @@ impl PortShared {
         mgmt_class: u8,
         mad: &[u8; MAD_LEN],
         addr: &RecvAddr,
-    ) {
+    ) -> bool {
         let r = RmppView::new_checked(&mad[..]).expect("a MAD holds an RMPP header");
+        let now = self.hca.now();
         let mut t = lock(&self.rmpp.table);
         let kind = r.rmpp_type();
         let last = r.flags() & flags::LAST != 0;
-        match kind {
-            rmpp_type::ACK | rmpp_type::DATA if kind == rmpp_type::ACK || !last => {
-                let deadline = self.hca.now() + REASSEMBLY_TIMEOUT;
-                let max = t.limits.max_user_transfers;
-                let peer = (addr.slid, addr.src_qp);
-                let evicted = t
-                    .user
-                    .insert(tid, agent.id, mgmt_class, peer, deadline, max);
-                if evicted > 0 {
-                    self.rmpp
-                        .cells
-                        .user_transfers_evicted
-                        .fetch_add(evicted as u64, Ordering::Relaxed);
+        let max = t.limits.max_user_transfers;
+        let peer = (addr.slid, addr.src_qp);
+        let evicted = match kind {
+            rmpp_type::DATA if !last => {
+                if t.user
+                    .lookup(tid, mgmt_class, now)
+                    .is_some_and(|(_, completed)| completed)
+                {
+                    return false;
                 }
+                let deadline = now + REASSEMBLY_TIMEOUT;
+                t.user
+                    .insert(tid, agent.id, mgmt_class, peer, deadline, max)
             }
-            rmpp_type::DATA | rmpp_type::ABORT | rmpp_type::STOP => t.user.remove(tid),
-            _ => {}
+            rmpp_type::ACK => {
+                let deadline = now + REASSEMBLY_TIMEOUT;
+                t.user
+                    .insert(tid, agent.id, mgmt_class, peer, deadline, max)
+            }
+            rmpp_type::DATA => {
+                let deadline = now + CLEANUP_DELAY;
+                t.user
+                    .complete(tid, agent.id, mgmt_class, peer, deadline, max)
+            }
+            rmpp_type::ABORT | rmpp_type::STOP => {
+                t.user.remove(tid);
+                0
+            }
+            _ => 0,
+        };
+        if evicted > 0 {
+            self.rmpp
+                .cells
+                .user_transfers_evicted
+                .fetch_add(evicted as u64, Ordering::Relaxed);
         }
+        true
     }
 
     /// An RMPP-active MAD for `agent`, registered with RMPP (`ib_process_rmpp_recv_wc`).

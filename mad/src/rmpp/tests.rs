@@ -1047,6 +1047,7 @@ fn transfers_sharing_a_tid_are_each_moved_by_their_own_acks() {
 mod closing;
 mod late;
 mod user;
+mod user_completed;
 
 /// Move device time to `t` and run passes until there is nothing left to do; the send
 /// completions then queued for `agent`.

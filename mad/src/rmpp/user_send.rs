@@ -10,10 +10,13 @@
 //! agent without RMPP, other than a First DATA segment, goes with:
 //!
 //! - for a DATA segment, the TID of the agent's newest transfer under way (the user-RMPP
-//!   table, [`super::user`]) with the same TID lower half, class and peer: the peer's ACK of
-//!   the First segment, which the sender waits for before any later one, recorded it;
-//! - its own TID if that names a transfer of the agent: a user-RMPP table entry of the agent,
-//!   or a send slot whose send (in it now, or its last) was the agent's;
+//!   table, [`super::user`]; not a completed one) with the same TID lower half, class and
+//!   peer: the peer's ACK of the First segment, which the sender waits for before any later
+//!   one, recorded it;
+//! - its own TID if that names a transfer of the agent: a user-RMPP table entry of the agent
+//!   (under way, or completed: the final ACK of a response's Last segment, and the ACKs of
+//!   its resent copies, whatever sends took the request's slot meanwhile), or a send slot
+//!   whose send (in it now, or its last) was the agent's;
 //! - for an ACK, STOP or ABORT, failing that, the TID the DATA rule gives;
 //! - otherwise a slot's TID as any request.
 //!
