@@ -147,7 +147,12 @@ fn build(nodes: &[NodePlan], links: &[LinkPlan], lids: bool) -> Fabric {
                 f.ports_of(n).filter(|&p| f.peer(p).is_some()).collect()
             };
             for p in ports {
-                let lmc = (lid % 3) as u8;
+                // A switch's base port 0 has one LID (LMC 0).
+                let lmc = if b.fabric().lmc_capable(p) {
+                    (lid % 3) as u8
+                } else {
+                    0
+                };
                 b.set_lid(p, lid, lmc).unwrap();
                 lid += 1 << lmc;
             }

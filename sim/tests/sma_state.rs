@@ -112,12 +112,13 @@ fn init_armed_active_in_order_only() {
     assert_eq!(set_state(&net, &d, SW, 2, 0, 1), status::INVALID_ATTR_VALUE);
 }
 
-/// A switch's port 0 has no link: it stays Active. ibsim's `do_portinfo` (`sim_mad.c`) acts
-/// on a PortState only for a port with a remote end, which port 0 never has: Down (1) is
-/// taken and changes nothing, Armed (3) and Active (4) are refused with 0x001C ("trying to
-/// change the state of DOWN port"), as they are on an external port that is already Active.
+/// A switch's port 0 has no link: it stays Active, and its state bits are ignored ("for
+/// switch port 0, the state bits are ignored": OpenSM `osm_lid_mgr.c`
+/// `lid_mgr_set_physp_pi`). Down (1) is taken and changes nothing; Active (4), the state it
+/// holds, is a no-op success as on any Active port; Armed (3) is refused with 0x001C, as
+/// Active -> Armed is on any port. (ibsim's `do_portinfo` refuses Armed and Active on it.)
 #[test]
-fn a_switch_port_0_takes_down_as_no_change_and_refuses_armed_and_active() {
+fn a_switch_port_0_takes_down_and_active_as_no_change_and_refuses_armed() {
     let (net, d) = setup();
     // Port 0 holds the switch's LID: a Set must carry a valid one.
     update_port(&net, &d, SW, 0, |pi| {
@@ -125,20 +126,20 @@ fn a_switch_port_0_takes_down_as_no_change_and_refuses_armed_and_active() {
         pi.master_sm_lid = 1;
     });
     assert_eq!(states(&net, &d, SW, 0), ACTIVE);
-    assert_eq!(set_state(&net, &d, SW, 0, 1, 0), status::SUCCESS);
-    assert_eq!(states(&net, &d, SW, 0), ACTIVE);
-    for state in [3, 4] {
+    for state in [1, 4] {
         assert_eq!(
             set_state(&net, &d, SW, 0, state, 0),
-            status::INVALID_ATTR_VALUE,
+            status::SUCCESS,
             "PortState {state}"
         );
         assert_eq!(states(&net, &d, SW, 0), ACTIVE);
     }
+    assert_eq!(set_state(&net, &d, SW, 0, 3, 0), status::INVALID_ATTR_VALUE);
+    assert_eq!(states(&net, &d, SW, 0), ACTIVE);
     // A refused Set changes nothing else either.
     let before = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
     let mut pi = before;
-    pi.port_state = PortState::Active;
+    pi.port_state = PortState::Armed;
     pi.port_physical_state = PhysPortState::NoChange;
     pi.lid = 0x40;
     pi.master_sm_lid = 1;

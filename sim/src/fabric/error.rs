@@ -287,6 +287,17 @@ pub enum Problem {
         /// The port, as `"A"[1]`.
         port: String,
     },
+    /// An LMC other than 0 on a switch's base port 0, which has one LID.
+    #[error(
+        "LMC {lmc} on {port}: a switch's base port 0 has one LID (LMC 0); give it LMC 0, or \
+         make the switch's port 0 enhanced"
+    )]
+    LmcOnBaseSwitchPort0 {
+        /// The LMC.
+        lmc: u64,
+        /// The port, as `"S"[0]`.
+        port: String,
+    },
     /// An operation aimed at a port that cannot take it (builder API).
     #[error("{port}: {why}")]
     InvalidPort {

@@ -362,6 +362,20 @@ impl Fabric {
         Ok(())
     }
 
+    /// Whether port `id` may hold an LMC other than 0: not a switch's base port 0
+    /// (SwitchInfo EnhancedPort0 clear), which has one LID. OpenSM gives it one
+    /// (`osm_lid_mgr.c` `lid_mgr_get_port_lid`: "if the port is a base switch port 0 then we
+    /// only need one lid", by `osm_switch.h` `osm_switch_sp0_is_lmc_capable`, true only for an
+    /// enhanced port 0) and writes LMC 0 to it (`lid_mgr_set_physp_pi` sets the LMC of a
+    /// switch's port 0 only when it is enhanced and `lmc_esp0` is on).
+    pub fn lmc_capable(&self, id: PortId) -> bool {
+        let p = &self.ports[id.index()];
+        p.num != 0
+            || self
+                .switch(NodeId(p.node))
+                .is_none_or(|s| s.info.enhanced_port0)
+    }
+
     /// Whether port `id` can hold `lid`/`lmc` at all.
     fn check_lid(&self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
         let p = &self.ports[id.index()];
@@ -370,6 +384,12 @@ impl Fabric {
             return Err(super::Problem::InvalidPort {
                 port: self.port_label(id),
                 why: "only CA and router ports and a switch's port 0 have LIDs",
+            });
+        }
+        if lmc != 0 && !self.lmc_capable(id) {
+            return Err(super::Problem::LmcOnBaseSwitchPort0 {
+                lmc: u64::from(lmc),
+                port: self.port_label(id),
             });
         }
         if lid_range(lid, lmc).is_none() {
@@ -429,6 +449,15 @@ impl Fabric {
         let p = &self.ports[id.index()];
         format!("\"{}\"[{}]", self.name(NodeId(p.node)), p.num)
     }
+}
+
+/// Whether base LID `lid` has its low `lmc` bits clear, as a port's LIDs are: a port takes
+/// the DLIDs that match its base LID with the low LMC bits masked (IBA 4.1.3), so a base
+/// LID with any of them set names LIDs the port does not answer to. OpenSM's LID manager
+/// hands out aligned ranges only (`osm_lid_mgr.c` `lid_mgr_init_sweep` drops a persistent
+/// entry that is "Not aligned").
+pub(crate) fn lid_aligned(lid: u16, lmc: u8) -> bool {
+    u32::from(lid) & ((1u32 << lmc.min(16)) - 1) == 0
 }
 
 /// The LIDs `lid .. lid + 2^lmc`, if they are all unicast LIDs (an empty range for LID 0).

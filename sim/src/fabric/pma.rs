@@ -9,10 +9,18 @@
 //! - PortCounters Get and Set (Set clears the counters CounterSelect names, and PortXmitWait
 //!   when CounterSelect2 has bit 0, the bit libibmad's reset mask puts there for it; ibsim
 //!   clears it for any non-zero CounterSelect2): a CA answers for the port the MAD arrived on only
-//!   (another PortSelect is 0x001C, as ibsim and the kernel's PMAs); a switch for any of its
-//!   ports, or all of them summed with PortSelect 255. The modifier must be 0.
+//!   (another PortSelect is 0x001C, as ibsim and qib do: `qib_mad.c` `pma_get_portcounters`;
+//!   mlx5's `process_pma_cmd` ignores PortSelect); a switch for any of its ports, or all of
+//!   them summed with PortSelect 255. The modifier must be 0.
 //! - PortCountersExtended Get and Set, the same ports selected; Set clears what CounterSelect
 //!   bits 0-7 name.
+//!
+//! PortCounters and PortCountersExtended report the same counters of a port ([`PortCounters`]
+//! is their one store), as qib does (`qib_mad.c`: `pma_set_portcounters` and
+//! `pma_set_portcounters_ext` move the same `z_port_xmit_data` and like baselines): a
+//! PortCounters Set clearing PortXmitData (or RcvData, XmitPkts, RcvPkts) zeroes
+//! the 64-bit PortCountersExtended counter too, and the other way round. ibsim keeps the two
+//! attributes apart, so under it the clear of one leaves the other.
 //!
 //! Counters saturate at their field's width and stay there until cleared, as IBA 16.1.3.5
 //! says; they are kept in 64 bits and clamped when reported.

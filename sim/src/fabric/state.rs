@@ -164,7 +164,7 @@ impl Default for SwitchInfo {
             filter_raw_inbound_cap: true,
             filter_raw_outbound_cap: true,
             enhanced_port0: false,
-            multicast_fdb_top: 0,
+            multicast_fdb_top: crate::fabric::sma::limits::MULTICAST_FDB_TOP,
         }
     }
 }

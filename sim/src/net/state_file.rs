@@ -660,6 +660,8 @@ fn held(f: &Fabric, r: &PortRec) -> HeldPortInfo {
     HeldPortInfo {
         m_key_protect: r.protect,
         sm_lid: r.sm_lid,
+        lmc: r.lmc,
+        lmc_capable: f.lmc_capable(r.port),
         sm_sl: r.sm_sl,
         neighbor_mtu: r.nmtu,
         op_vls: r.op_vls,
@@ -678,6 +680,7 @@ fn port_field(f: PortInfoField, r: &HeldPortInfo, x: Option<&PortExtra>) -> Stri
     match f {
         F::MKeyProtect => format!("protect={}", r.m_key_protect),
         F::MasterSmLid => format!("smlid={}", r.sm_lid),
+        F::Lmc => format!("lmc={}", r.lmc),
         F::MasterSmSl => format!("smsl={}", r.sm_sl),
         F::NeighborMtu => format!("nmtu={}", r.neighbor_mtu),
         F::OperationalVls => format!("opvls={}", r.op_vls),
@@ -727,6 +730,8 @@ fn check_ports(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
             HeldPortInfo {
                 m_key_protect: p.state.m_key_protect,
                 sm_lid: p.state.sm_lid,
+                lmc: p.lmc(),
+                lmc_capable: f.lmc_capable(*port),
                 sm_sl: p.state.sm_sl,
                 neighbor_mtu: p.state.neighbor_mtu,
                 op_vls: p.state.op_vls,
@@ -800,6 +805,7 @@ fn check_switches(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
         i.default_mcast_primary_port = s.dmpp;
         i.default_mcast_not_primary_port = s.dmnpp;
         i.life_time_value = s.life;
+        i.multicast_fdb_top = s.mtop;
         limits::check_switch_info(f.node(s.node).num_ports(), &i).map_err(|e| {
             let what = match e {
                 F::LinearFdbTop => format!("top={}", s.top),
@@ -807,6 +813,7 @@ fn check_switches(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
                 F::DefaultMcastPrimaryPort => format!("dmpp={}", s.dmpp),
                 F::DefaultMcastNotPrimaryPort => format!("dmnpp={}", s.dmnpp),
                 F::LifeTimeValue => format!("life={}", s.life),
+                F::MulticastFdbTop => format!("mtop={}", s.mtop),
             };
             (
                 s.line,

@@ -38,6 +38,12 @@ pub(super) fn sm_lid_ok(v: u16) -> bool {
     v != 0 && u32::from(v) < UNICAST_LID_END
 }
 
+/// The LMC a port holds: 0 on a port with one LID (a switch's base port 0,
+/// [`Fabric::lmc_capable`](crate::fabric::Fabric::lmc_capable)), else any 3-bit LMC.
+pub(super) fn lmc_ok(lmc_capable: bool, lmc: u8) -> bool {
+    lmc == 0 || (lmc_capable && lmc <= 7)
+}
+
 /// The largest LinearFDBTop a switch takes: below LinearFDBCap and a unicast LID.
 pub(super) fn linear_fdb_top_max(i: &SwitchInfoState) -> u16 {
     let max = u32::from(i.linear_fdb_cap).min(UNICAST_LID_END) - 1;
@@ -56,6 +62,8 @@ pub enum PortInfoField {
     MKeyProtect,
     /// MasterSMLID (a unicast LID, or 0 before an SM wrote one).
     MasterSmLid,
+    /// LMC (0 on a switch's base port 0, else 0-7).
+    Lmc,
     /// MasterSMSL (4 bits).
     MasterSmSl,
     /// NeighborMTU (1 up to MTUCap).
@@ -91,6 +99,11 @@ pub struct HeldPortInfo {
     pub m_key_protect: u8,
     /// MasterSMLID.
     pub sm_lid: u16,
+    /// LMC.
+    pub lmc: u8,
+    /// Whether the port may hold an LMC other than 0
+    /// ([`Fabric::lmc_capable`](crate::fabric::Fabric::lmc_capable)).
+    pub lmc_capable: bool,
     /// MasterSMSL.
     pub sm_sl: u8,
     /// NeighborMTU.
@@ -156,6 +169,9 @@ pub fn check_port_info(
     if p.sm_lid != 0 && !sm_lid_ok(p.sm_lid) {
         return Err(F::MasterSmLid);
     }
+    if !lmc_ok(p.lmc_capable, p.lmc) {
+        return Err(F::Lmc);
+    }
     if !neighbor_mtu_ok(d, p.neighbor_mtu) {
         return Err(F::NeighborMtu);
     }
@@ -193,7 +209,18 @@ pub enum SwitchInfoField {
     DefaultMcastNotPrimaryPort,
     /// LifeTimeValue (5 bits).
     LifeTimeValue,
+    /// MulticastFDBTop (not supported: only the value the switch starts with,
+    /// [`MULTICAST_FDB_TOP`]).
+    MulticastFdbTop,
 }
+
+/// The MulticastFDBTop every simulated switch holds: 0, as ibsim's SwitchInfo template
+/// (`ibsim/sim_net.c` `switchinfo`). No switch supports the component (port 0's
+/// CapabilityMask lacks IsMulticastFDBTopSupported, 0x40000000, `defaults.rs`; OpenSM writes
+/// it only to a switch that sets the bit, `osm_mcast_mgr.c`), so a SwitchInfo Set leaves it
+/// alone, as ibsim's `do_switchinfo` (`sim_mad.c`) stores only PortStateChange,
+/// LinearFDBTop and LifeTimeValue.
+pub const MULTICAST_FDB_TOP: u16 = 0;
 
 /// Whether a switch of `ports` ports could hold SwitchInfo `i`: what a SwitchInfo Set would
 /// refuse, or a field could not carry, is the first field named.
@@ -201,6 +228,9 @@ pub fn check_switch_info(ports: u8, i: &SwitchInfoState) -> Result<(), SwitchInf
     use SwitchInfoField as F;
     if i.linear_fdb_top > linear_fdb_top_max(i) {
         return Err(F::LinearFdbTop);
+    }
+    if i.multicast_fdb_top != MULTICAST_FDB_TOP {
+        return Err(F::MulticastFdbTop);
     }
     for (field, p) in [
         (F::DefaultPort, i.default_port),

@@ -9,7 +9,13 @@
 //! Set fail with 0x001C, changing nothing. Checks (after the kernel's `qib_mad.c`
 //! `subn_set_portinfo` and IBA 14.2.5.6):
 //! - LID and MasterSMLID (CA ports, switch port 0): unicast (1-0xBFFF), the LMC range inside
-//!   the unicast LIDs. A LID another port still holds is taken: an SMA knows only its own
+//!   the unicast LIDs, the base LID's low LMC bits clear (a port answers the DLIDs matching
+//!   its base LID with those bits masked, IBA 4.1.3, so an unaligned base names LIDs it
+//!   does not answer; OpenSM assigns aligned ranges only, `osm_lid_mgr.c`). LMC 0 on a
+//!   switch's base port 0 (SwitchInfo EnhancedPort0 clear), which has one LID: OpenSM gives
+//!   it one (`osm_lid_mgr.c` `lid_mgr_get_port_lid`, `osm_switch.h`
+//!   `osm_switch_sp0_is_lmc_capable`) and writes LMC 0 there; another LMC is refused rather
+//!   than stored, so the switch never holds LIDs its SM did not give it. A LID another port still holds is taken: an SMA knows only its own
 //!   port (`qib_mad.c` refuses only LID 0 and multicast LIDs; ibsim's `sim_mad.c` takes it and
 //!   logs "overwrite lid table entry"), and an SM moving LIDs with several Sets in flight
 //!   gives a port a LID another gives up later in the same sweep
@@ -50,12 +56,15 @@
 //! current state is a no-op. Down bounces the link (both ends retrain to Init, as ibsim);
 //! Disabled holds the port down until a Set of Polling enables it. A switch's port 0 has no
 //! link: it stays Active and reports the 4x SDR active rate ibsim and real switches give it
-//! ([`ActiveRates::SWITCH_PORT0`]). Its PortState is handled as ibsim's `do_portinfo` does,
-//! which acts on a PortState only for a port with a remote end (port 0 has none): Down is
-//! taken and changes nothing, Armed and Active are refused with 0x001C. OpenSM never sends
-//! them: its link manager skips a port already at or beyond the state it sets, and port 0
-//! reads Active. A physical state other than "no change" is refused too, where ibsim stores
-//! it and then reports port 0 Disabled or Polling while Active, which no port can be.
+//! ([`ActiveRates::SWITCH_PORT0`]). Its PortState is taken as OpenSM's `osm_lid_mgr.c`
+//! (`lid_mgr_set_physp_pi`) says a switch does: "for switch port 0, the state bits are
+//! ignored". Down and Active are taken and change nothing (Active is the state it holds, a
+//! no-op as on any Active port); Armed is refused with 0x001C, as Active -> Armed is on any
+//! port. (ibsim's `do_portinfo` acts on a PortState only for a port with a remote end and
+//! refuses Armed and Active on port 0; OpenSM never sends them: its link manager skips a
+//! port already at or beyond the state it sets, and port 0 reads Active.) A physical state
+//! other than "no change" is refused, where ibsim stores it and then reports port 0
+//! Disabled or Polling while Active, which no port can be.
 //!
 //! A port whose link is down keeps reporting its Supported and Enabled widths and speeds
 //! (extended speeds included); only the Active fields are zero until the link trains again.
@@ -71,7 +80,7 @@ use super::defaults::{CAP_MASK2_XDR, LINK_SPEED_SUPPORTED, LINK_WIDTH_SUPPORTED,
 use super::limits;
 use super::link::Cause;
 use super::{Data, Effect, Sma, Status, port_kind};
-use crate::fabric::model::{NodeId, NodeType, PortId, lid_range};
+use crate::fabric::model::{NodeId, NodeType, PortId, lid_aligned, lid_range};
 use crate::fabric::state::{LinkState, PhysState};
 use crate::link::PortChange;
 
@@ -291,7 +300,11 @@ impl Sma<'_> {
         let kind = port_kind(self.fabric, pid);
         let d = *kind.defaults();
         let mgmt = kind != PortKind::SwitchExternal;
-        if mgmt && (!Self::lid_range_ok(req.lid, req.lmc) || !limits::sm_lid_ok(req.master_sm_lid))
+        if mgmt
+            && (!Self::lid_range_ok(req.lid, req.lmc)
+                || !limits::lmc_ok(self.fabric.lmc_capable(pid), req.lmc)
+                || !lid_aligned(req.lid, req.lmc)
+                || !limits::sm_lid_ok(req.master_sm_lid))
         {
             return BAD;
         }
@@ -345,9 +358,12 @@ impl Sma<'_> {
             return BAD;
         }
         if kind == PortKind::SwitchPort0 {
-            // ibsim's `do_portinfo` acts on PortState only for a port with a remote end, which
-            // port 0 never has: Down is taken as no change, any higher state is 0x001C.
-            if matches!(state, 3 | 4) || phys != 0 {
+            // Port 0 has no link and is always Active ("for switch port 0, the state bits are
+            // ignored": OpenSM `osm_lid_mgr.c` `lid_mgr_set_physp_pi`): Down and Active change
+            // nothing, Active being the state it holds, as on any Active port; Armed is
+            // refused, as Active -> Armed is on any port. A physical state is refused (see the
+            // module documentation).
+            if state == 3 || phys != 0 {
                 return BAD;
             }
         } else if (state == 3 && !self.transition_ok(pid, LinkState::Armed))

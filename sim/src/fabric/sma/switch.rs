@@ -2,8 +2,10 @@
 //! asked for them answers 0x000C (the dispatcher never calls these for a CA).
 //!
 //! - SwitchInfo Set writes LinearFDBTop (at most LinearFDBCap - 1 and a unicast LID), the
-//!   default ports (a port of the switch, or 255), LifeTimeValue, LIDsPerPort and
-//!   MulticastFDBTop; PortStateChange is cleared by writing 1. The capabilities are read-only.
+//!   default ports (a port of the switch, or 255), LifeTimeValue and LIDsPerPort;
+//!   PortStateChange is cleared by writing 1. The capabilities are read-only. MulticastFDBTop
+//!   is ignored, as ibsim's `do_switchinfo` (`sim_mad.c`) ignores it: no simulated switch
+//!   supports it ([`limits::MULTICAST_FDB_TOP`]).
 //! - LinearForwardingTable: modifier = block of 64 LIDs, below LinearFDBCap / 64.
 //! - MulticastForwardingTable: modifier bits 0-8 the block of 32 MLIDs (below
 //!   MulticastFDBCap / 32), bits 28-31 the 16-port mask position (within the switch's ports).
@@ -62,7 +64,6 @@ impl Sma<'_> {
                 i.default_mcast_not_primary_port = req.default_mcast_not_primary_port;
                 i.life_time_value = req.life_time_value;
                 i.lids_per_port = req.lids_per_port;
-                i.multicast_fdb_top = req.multicast_fdb_top;
                 if req.port_state_change {
                     i.port_state_change = false;
                 }

@@ -1,0 +1,244 @@
+//! What a port's LID/LMC and a switch's SwitchInfo may hold, through a Set to the SMA, a
+//! topology file and a state file alike: a switch's base port 0 has one LID (LMC 0), a base
+//! LID with LMC has its low LMC bits clear, and MulticastFDBTop (which no simulated switch
+//! supports) stays as the switch started. On ibsim's `net.2sw2path4hca` with the SM's device
+//! at Hca1 port 1: Switch1 (path 1, base port 0), Hca3 (path 1,2).
+
+mod netutil;
+
+use mad_wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState};
+use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
+use mad_wire::{attr_id, status};
+use netutil::sweep;
+use netutil::{Device, attach, dr_get, dr_set, example, network, port_info, port_info_data};
+use sim::fabric::{Fabric, FabricError, Problem};
+use sim::net::Network;
+
+const SW: &[u8] = &[1];
+const CA: &[u8] = &[1, 2];
+const OK: u16 = status::SUCCESS;
+const BAD: u16 = status::INVALID_ATTR_VALUE;
+
+/// The port 0 of switch `name`.
+fn port0(net: &Network, name: &str) -> sim::fabric::PortId {
+    net.with_fabric(|f| f.port_id(f.node_by_name(name).unwrap(), 0).unwrap())
+}
+
+fn setup(fabric: Fabric) -> (Network, Device) {
+    let net = network(fabric);
+    let dev = attach(&net, "Hca1", 1);
+    (net, dev)
+}
+
+/// A PortInfo Set of `lid`/`lmc` (SM LID 1, states unchanged) on `port` at `path`: its status
+/// and the PortInfo answered.
+fn set_lid(
+    net: &Network,
+    d: &Device,
+    path: &[u8],
+    port: u32,
+    lid: u16,
+    lmc: u8,
+) -> (u16, PortInfoRepr) {
+    let mut pi = port_info(&dr_get(net, d, path, attr_id::sm::PORT_INFO, port).1);
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PhysPortState::NoChange;
+    pi.lid = lid;
+    pi.lmc = lmc;
+    pi.master_sm_lid = 1;
+    let (s, back) = dr_set(
+        net,
+        d,
+        path,
+        attr_id::sm::PORT_INFO,
+        port,
+        port_info_data(&pi),
+    );
+    (s, port_info(&back))
+}
+
+/// `net.2sw2path4hca` with Switch1's port 0 enhanced.
+fn enhanced_switch1() -> Fabric {
+    let text = std::fs::read_to_string(netutil::data("net-examples/net.2sw2path4hca")).unwrap();
+    let text = text.replacen(
+        "Switch\t8 \"Switch1\"",
+        "Switch\t8 \"Switch1\" # \"Switch1\" enhanced port 0",
+        1,
+    );
+    assert!(text.contains("enhanced port 0"));
+    Fabric::parse_str("enhanced", &text).unwrap()
+}
+
+/// A switch's base port 0 has one LID: a Set with LMC 3 is refused whole (OpenSM gives a base
+/// port 0 one LID and writes LMC 0, `osm_lid_mgr.c`), the switch keeps its LID and holds no
+/// other; LMC 0 is taken. An enhanced port 0 takes an LMC and holds the whole range.
+#[test]
+fn a_base_switch_port_0_refuses_an_lmc_and_an_enhanced_one_takes_it() {
+    let (net, d) = setup(example("net.2sw2path4hca"));
+    assert_eq!(set_lid(&net, &d, SW, 0, 0x10, 0).0, OK);
+    let (s, back) = set_lid(&net, &d, SW, 0, 0x20, 3);
+    assert_eq!(s, BAD);
+    assert_eq!(
+        (back.lid, back.lmc),
+        (0x10, 0),
+        "a refused Set changes nothing"
+    );
+    let sw1 = port0(&net, "Switch1");
+    net.with_fabric(|f| {
+        assert_eq!(f.lid_owner(0x10), Some(sw1));
+        for lid in 0x11..0x28 {
+            assert_eq!(f.lid_owner(lid), None, "LID {lid:#x}");
+        }
+    });
+
+    let (net, d) = setup(enhanced_switch1());
+    let (s, back) = set_lid(&net, &d, SW, 0, 0x20, 3);
+    assert_eq!(s, OK);
+    assert_eq!((back.lid, back.lmc), (0x20, 3));
+    let sw1 = port0(&net, "Switch1");
+    net.with_fabric(|f| {
+        for lid in 0x20..0x28 {
+            assert_eq!(f.lid_owner(lid), Some(sw1), "LID {lid:#x}");
+        }
+    });
+}
+
+/// A topology file cannot give a base port 0 an LMC either; the error names the port and
+/// says what to do.
+#[test]
+fn a_topology_giving_a_base_port_0_an_lmc_is_refused() {
+    let text = "Switch 2 \"S\" # \"s\" base port 0 lid 4 lmc 1\n[1] \"A\"[1]\n\n\
+                Ca 1 \"A\"\n[1] \"S\"[1]\n";
+    let e = Fabric::parse_str("t", text).unwrap_err();
+    let FabricError::Parse { line, problem, .. } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(*line, 1, "{e}");
+    assert!(
+        matches!(problem, Problem::LmcOnBaseSwitchPort0 { lmc: 1, .. }),
+        "{problem:?}"
+    );
+    assert!(e.to_string().contains("\"S\"[0]"), "{e}");
+    // Enhanced, the same line loads.
+    let ok = text.replace("base port 0", "enhanced port 0");
+    let f = Fabric::parse_str("t", &ok).unwrap();
+    let s = f.node_by_name("S").unwrap();
+    assert_eq!(f.port(f.port_id(s, 0).unwrap()).lmc(), 1);
+}
+
+/// A state file holding an LMC on a base port 0 is refused with its line and field; the same
+/// file with LMC 0 loads.
+#[test]
+fn a_state_file_giving_a_base_port_0_an_lmc_is_refused() {
+    let net = network(example("net.2sw2path4hca"));
+    let sm = attach(&net, "Hca1", 1);
+    sweep::configure(&net, &sm);
+    let good = net.state_text();
+    let guid = net.with_fabric(|f| f.node(f.node_by_name("Switch1").unwrap()).guid());
+    let record = format!("port {guid:x} 0 ");
+    let (n, line) = good
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.starts_with(&record))
+        .expect("Switch1's port 0 record");
+    assert!(line.contains(" lmc=0 "), "{line}");
+    let bad = good.replace(line, &line.replace(" lmc=0 ", " lmc=1 "));
+    let fresh = network(example("net.2sw2path4hca"));
+    let (l, msg) = fresh.load_state_text(&bad).unwrap_err();
+    assert_eq!(l, n + 1, "{msg}");
+    assert!(msg.contains("lmc=1") && msg.contains("Lmc"), "{msg}");
+    fresh.load_state_text(&good).unwrap();
+}
+
+/// A base LID with LMC must have its low LMC bits clear: LID 0x21 with LMC 2 would be
+/// 0x20-0x23 to the port (it masks them) but 0x21-0x24 to a LID table; the Set is refused.
+/// LID 0x20 with LMC 2, and 0x21 with LMC 0, are taken.
+#[test]
+fn an_unaligned_base_lid_with_an_lmc_is_refused() {
+    let (net, d) = setup(example("net.2sw2path4hca"));
+    assert_eq!(set_lid(&net, &d, CA, 0, 0x21, 0).0, OK);
+    for (lid, lmc) in [(0x21, 2), (0x22, 2), (0x24, 3), (0x40, 7)] {
+        let (s, back) = set_lid(&net, &d, CA, 0, lid, lmc);
+        assert_eq!(s, BAD, "LID {lid:#x} LMC {lmc}");
+        assert_eq!((back.lid, back.lmc), (0x21, 0), "LID {lid:#x} LMC {lmc}");
+    }
+    let hca3 = net.port("Hca3", 1).unwrap();
+    net.with_fabric(|f| assert_eq!(f.lid_owner(0x24), None));
+    let (s, back) = set_lid(&net, &d, CA, 0, 0x20, 2);
+    assert_eq!(s, OK);
+    assert_eq!((back.lid, back.lmc), (0x20, 2));
+    net.with_fabric(|f| {
+        for lid in 0x20..0x24 {
+            assert_eq!(f.lid_owner(lid), Some(hca3), "LID {lid:#x}");
+        }
+        assert_eq!(f.lid_owner(0x24), None);
+    });
+    // The switch's port 0 too.
+    assert_eq!(set_lid(&net, &d, SW, 0, 0x31, 0).0, OK);
+    let (net, d) = setup(enhanced_switch1());
+    assert_eq!(set_lid(&net, &d, SW, 0, 0x31, 1).0, BAD);
+    assert_eq!(set_lid(&net, &d, SW, 0, 0x30, 1).0, OK);
+}
+
+fn switch_info(data: &[u8; 64]) -> SwitchInfoRepr {
+    SwitchInfoRepr::parse(&SwitchInfo::new_checked(&data[..]).unwrap()).unwrap()
+}
+
+fn switch_info_data(si: &SwitchInfoRepr) -> [u8; 64] {
+    let mut d = [0u8; 64];
+    si.emit(&mut SwitchInfo::new_checked(&mut d[..]).unwrap());
+    d
+}
+
+/// No simulated switch supports MulticastFDBTop (port 0's CapabilityMask lacks
+/// IsMulticastFDBTopSupported): a SwitchInfo Set leaves it as it was, as ibsim's
+/// `do_switchinfo` does, while the rest of the Set is taken.
+#[test]
+fn switch_info_set_leaves_multicast_fdb_top_alone() {
+    let (net, d) = setup(example("net.2sw2path4hca"));
+    let (s, data) = dr_get(&net, &d, SW, attr_id::sm::SWITCH_INFO, 0);
+    assert_eq!(s, OK);
+    let before = switch_info(&data);
+    let pi = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
+    assert_eq!(
+        pi.capability_mask & 0x4000_0000,
+        0,
+        "not IsMulticastFDBTopSupported"
+    );
+    for top in [0xFFFF, 0xBFFF, 0xC01F] {
+        let mut si = before;
+        si.multicast_fdb_top = top;
+        si.linear_fdb_top = 0x40;
+        let (s, back) = dr_set(
+            &net,
+            &d,
+            SW,
+            attr_id::sm::SWITCH_INFO,
+            0,
+            switch_info_data(&si),
+        );
+        assert_eq!(s, OK, "MulticastFDBTop {top:#x}");
+        let got = switch_info(&back);
+        assert_eq!(got.multicast_fdb_top, before.multicast_fdb_top, "{top:#x}");
+        assert_eq!(got.linear_fdb_top, 0x40);
+    }
+}
+
+/// A state file's `mtop=` other than the value every switch holds is refused with its line.
+#[test]
+fn a_state_file_with_another_multicast_fdb_top_is_refused() {
+    let net = network(example("net.2sw2path4hca"));
+    let good = net.state_text();
+    let (n, line) = good
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.starts_with("switch "))
+        .expect("a switch record");
+    assert!(line.contains(" mtop=0 "), "{line}");
+    let bad = good.replace(line, &line.replace(" mtop=0 ", " mtop=65535 "));
+    let fresh = network(example("net.2sw2path4hca"));
+    let (l, msg) = fresh.load_state_text(&bad).unwrap_err();
+    assert_eq!(l, n + 1, "{msg}");
+    assert!(msg.contains("mtop=65535"), "{msg}");
+    fresh.load_state_text(&good).unwrap();
+}
