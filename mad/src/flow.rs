@@ -24,9 +24,9 @@
 //!
 //! So a credit is only ever held by a send that holds a unit. A new send takes its credit and
 //! reserves a unit together, under its agent's lock (`PortShared::submit` and the backlog's
-//! drain, `Pending::reserved`); with no unit left it waits in the backlog holding neither,
-//! and its ring is told that a unit is wanted, so that whoever gives one back moves the
-//! backlogs on (`SendRing::want_then_reserve`, `PortShared::wake_unit_waiters`). A retry
+//! drain, `Pending::reserved`); with no unit left for it it waits in the backlog holding
+//! neither, and its agent joins the ring's *unit waiters*, so that whoever gives a unit back
+//! moves the backlogs on (`RequestUnits::reserve`, `PortShared::wake_unit_waiters`). A retry
 //! leaving the backlog holds its unit in its slot already. Units are taken before credits,
 //! never after, and every waiter waits only for holders that go on by themselves:
 //!
@@ -45,6 +45,30 @@
 //! - A queued retry holds a unit and waits for a credit, which only the two kinds above hold.
 //! - A new send in the backlog holds nothing and waits for a credit or a unit, which only the
 //!   three kinds above hold.
+//!
+//! # The order units go in
+//!
+//! Units go to the waiting agents in the order they began waiting, one each in turn
+//! (`units.rs`): the ring keeps its waiting agents in a FIFO (an agent joins at the back
+//! when a new send of its finds no unit while it has a credit, and leaves once none of its new
+//! sends waits, or it has no credit to take one with, or it is deregistered); only the agent
+//! at the front takes a unit while others wait, even one its own request just gave back, and
+//! having taken one it goes to the back if another send of its waits. A unit given back
+//! serves the waiters from the front, then moves every other agent of the ring on as before:
+//! the set of backlogs a unit wakes is unchanged, only their order is the waiters'. (The
+//! ring's requests that reserved no unit, which take theirs as they leave the ring's queue,
+//! are not among the waiters: they wait in the ring's queue, in its order.)
+//!
+//! The argument above is unchanged by it: the order adds no wait on anything held. A new send
+//! behind others in the FIFO holds nothing, and waits only until the agents ahead of it have
+//! had their turn, which needs nothing but a free unit: the front takes one under the FIFO's
+//! lock; when it finds none it sets the wanted flag and looks again, so either it takes the
+//! unit or the thread that gave it back sees the flag and serves it; a serve goes on down the
+//! FIFO while units last; and whoever makes another agent the front outside a serve (the
+//! front took a unit, or left) serves the new front once it let go of its agent's lock. The
+//! FIFO's lock is a leaf (taken under an agent's lock, and under the ring's queue lock the
+//! backlog's drain may hold, with nothing taken under it), so it adds no lock cycle either.
+//! `units/loom_tests.rs` model-checks that no unit stays free while an agent waits for one.
 //!
 //! The backlog keeps its order but for one case, needed for the third point: when the new
 //! sends at its head wait for a unit while a credit is free, the retries behind them go first

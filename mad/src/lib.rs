@@ -20,6 +20,8 @@
 //!   `wr_id`; each slot has a send buffer of its own (leased with the ring when the port
 //!   opens, 16 to a lease) that holds its MAD until DONE; a send queue entry is held
 //!   only from post to completion; what cannot go yet waits in order, nothing is refused.
+//! - `units`: a ring's request units, which agents waiting for one get in the order they began
+//!   waiting (model-checked with loom).
 //! - [`tid`]: `wr_id` and TID encodings (the TID's upper 32 bits name the slot: O(1) matching).
 //! - `progress`: the progress loop (CQEs, responses, timers, cancels, fatal errors).
 //! - `park`, `waiters`: where threads wait for the thread running the progress loop (parked,
@@ -57,6 +59,7 @@ pub mod smi;
 mod sync;
 pub mod tid;
 pub mod timer;
+mod units;
 mod waiters;
 
 #[cfg(all(test, not(loom)))]

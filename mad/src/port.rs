@@ -36,6 +36,7 @@ use crate::slot_events;
 use crate::slot_state::{CancelOutcome, SendState};
 use crate::tid::{MAX_AGENT_ID, MAX_SLOTS_PER_QP, WrId};
 use crate::timer::TimerHeap;
+use crate::units::Reserve;
 use crate::waiters::{Driver, LetGo, Taken, TokenWaiters};
 
 /// Settings of a [`Port`].
@@ -79,6 +80,16 @@ pub(crate) fn qpi(qp: SpecialQp) -> usize {
         SpecialQp::Smi => 0,
         SpecialQp::Gsi => 1,
     }
+}
+
+/// What [`PortShared::fc_drain_locked`] did: the QPs whose rings got work (indexed by `qpi`),
+/// and whether the agent handed the front of its ring's unit waiters on to another agent,
+/// whom the caller serves once it let go of the agent's lock
+/// ([`PortShared::serve_handed_on`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct BacklogMoved {
+    queued: [bool; 2],
+    handed_on: bool,
 }
 
 /// The agents of a port and what they registered.
@@ -272,6 +283,9 @@ pub struct QpCensus {
     /// Request units taken: slots holding requests awaiting a response, and units reserved
     /// by queued sends (at most the ring's request limit; 0 when nothing is in flight).
     pub requests_held: u32,
+    /// Agents whose backlog waits for a request unit, served in the order they began waiting
+    /// (0 when no backlog holds a new send).
+    pub unit_waiters: usize,
     /// Receive buffers posted.
     pub recv_posted: usize,
     /// Receive buffers held but not posted (the device refused them back).
@@ -457,10 +471,12 @@ impl Port {
             // IDs of live agents, as the kernel's xa_alloc_cyclic: after the counter wraps, an
             // ID still in use is never handed out again. Under the table's lock, so no other
             // registration takes the same one; there are far fewer live agents than IDs, so
-            // this ends. (2^32 is a multiple of 2^23: the masked counter wraps evenly.)
+            // this ends. (2^32 is a multiple of 2^23: the masked counter wraps evenly.) Nor
+            // the ID of an agent just taken out of the table that its deregistration has not
+            // yet taken out of a ring's unit waiters (which know agents by ID).
             let id = loop {
                 let id = s.next_agent.fetch_add(1, Ordering::Relaxed) & MAX_AGENT_ID;
-                if id != 0 && !t.agents.contains_key(&id) {
+                if id != 0 && !t.agents.contains_key(&id) && !s.waits_for_a_unit(id) {
                     break id;
                 }
             };
@@ -714,6 +730,14 @@ impl PortShared {
         }
     }
 
+    /// Whether agent `id` is among the unit waiters of a ring (see [`crate::units`]).
+    pub(crate) fn waits_for_a_unit(&self, id: u32) -> bool {
+        self.rings
+            .iter()
+            .flatten()
+            .any(|ring| ring.units.is_waiting(id))
+    }
+
     pub(crate) fn agents_read(&self) -> RwLockReadGuard<'_, AgentTable> {
         self.agents.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -882,9 +906,11 @@ impl PortShared {
     /// Accept `p` of `agent` (counted in its `outstanding` already): to the agent's backlog
     /// if flow control holds it, otherwise to the ring's queue, then post what can be posted.
     /// A solicited send takes its flow-control credit only with a request unit of its ring
-    /// (see [`crate::flow`]): without one it waits in the backlog too, as an overflow.
+    /// (see [`crate::flow`]): without one, or while other agents wait for one before it, it
+    /// waits in the backlog too, as an overflow.
     pub(crate) fn submit(&self, agent: &Arc<AgentInner>, mut p: Record) {
         debug_assert_eq!(agent.id, p.agent.id, "the send's own agent");
+        let mut handed_on = false;
         {
             let mut fc = lock(&agent.fc);
             if fc.must_wait(p.solicited) {
@@ -894,18 +920,22 @@ impl PortShared {
                 return;
             }
             if p.solicited && fc.max > 0 {
-                match self.ring(agent.qp) {
-                    Some(ring) if !ring.try_reserve() => {
-                        // No request unit: it waits for one at the head of the (empty)
-                        // backlog, holding no credit. The drain below says so to the ring and
-                        // looks again.
+                match self
+                    .ring(agent.qp)
+                    .map(|ring| ring.units.reserve(agent.id.0))
+                {
+                    Some(Reserve::Waiting) => {
+                        // No request unit for it: it waits for one at the head of the (empty)
+                        // backlog, holding no credit; its agent is among the ring's unit
+                        // waiters, which a unit given back serves.
                         fc.backlog.push_back(Backlogged::New(p));
-                        drop(fc);
                         bump(&self.cells.overflowed);
-                        self.fc_drain(agent);
                         return;
                     }
-                    Some(_) => p.reserved = true,
+                    Some(Reserve::Taken { handed_on: h }) => {
+                        p.reserved = true;
+                        handed_on = h;
+                    }
                     // Agents are only registered on QPs that exist (enqueue completes it).
                     None => {}
                 }
@@ -913,7 +943,11 @@ impl PortShared {
                 p.fc_counted = true;
             }
         }
+        let qp = agent.qp;
         self.enqueue(p);
+        if handed_on {
+            self.serve_handed_on(qp);
+        }
     }
 
     /// Queue `p` on its QP's ring and drain.
@@ -1153,13 +1187,35 @@ impl PortShared {
             self.fc_drain_locked(agent, &mut fc)
         };
         self.drain_queued(queued);
+        if queued.handed_on {
+            self.serve_handed_on(agent.qp);
+        }
     }
 
     /// Move what the limit allows from `agent`'s backlog onward: new sends to the ring's
     /// queue, retries back onto the QP.
     pub(crate) fn fc_drain(&self, agent: &Arc<AgentInner>) {
+        if self.fc_drain_quiet(agent) {
+            self.serve_handed_on(agent.qp);
+        }
+    }
+
+    /// [`PortShared::fc_drain`] within [`PortShared::wake_unit_waiters`], which serves the
+    /// unit waiters itself: returns whether the agent handed the front of its ring's unit
+    /// waiters on to another agent ([`Reserve::Taken`]).
+    fn fc_drain_quiet(&self, agent: &Arc<AgentInner>) -> bool {
         let queued = self.fc_drain_locked(agent, &mut lock(&agent.fc));
         self.drain_queued(queued);
+        queued.handed_on
+    }
+
+    /// Another agent became the front of the unit waiters of `qp`'s ring (the one before it
+    /// took a unit or left, outside a serve): serve it, as a unit given back would (its
+    /// hand-on set the wanted flag).
+    pub(crate) fn serve_handed_on(&self, qp: SpecialQp) {
+        if let Some(ring) = self.ring(qp) {
+            self.wake_unit_waiters(ring);
+        }
     }
 
     /// [`PortShared::fc_release`] for a send the progress loop finished: counted now, and at
@@ -1195,6 +1251,7 @@ impl PortShared {
                 self.fc_drain_locked(&agent, &mut fc)
             };
             self.drain_queued(queued);
+            // A hand-on set its ring's wanted flag: the wakes below serve it.
         }
         for ring in self.rings.iter().flatten() {
             self.wake_unit_waiters(ring);
@@ -1202,36 +1259,70 @@ impl PortShared {
     }
 
     /// Request units came back on `ring`: if a backlog waits for one, move every backlog of
-    /// the ring's agents on (rare: only when the ring's requests were at their limit). A
-    /// backlog still without a unit says so again.
+    /// the ring's agents on (rare: only when the ring's requests were at their limit). First
+    /// the agents waiting for a unit, in the order they began waiting (`RequestUnits::serve`:
+    /// while units last, each takes one in turn), then every other agent of the ring, as
+    /// before the order was kept: the agents moved on are the same, only their order is the
+    /// waiters'. A backlog still without a unit says so again.
     pub(crate) fn wake_unit_waiters(&self, ring: &SendRing) {
-        if !ring.take_units_wanted() {
-            return;
-        }
-        let agents: Vec<Arc<AgentInner>> = self
-            .agents_read()
-            .agents
-            .values()
-            .filter(|a| a.qp == ring.qp)
-            .cloned()
-            .collect();
-        for a in &agents {
-            self.fc_drain(a);
+        while ring.units.take_wanted() {
+            let mut served: Vec<u32> = Vec::new();
+            ring.units.serve(|id| {
+                let agent = self
+                    .agents_read()
+                    .agents
+                    .get(&id)
+                    .filter(|a| a.qp == ring.qp)
+                    .cloned();
+                match agent {
+                    Some(a) => {
+                        // Its hand-on (if any) made another agent the front: `serve` goes on.
+                        self.fc_drain_quiet(&a);
+                        served.push(id);
+                    }
+                    // Deregistered (its clean-up takes it out too): the next one is served.
+                    None => {
+                        ring.units.leave(id);
+                    }
+                }
+            });
+            let others: Vec<Arc<AgentInner>> = self
+                .agents_read()
+                .agents
+                .values()
+                .filter(|a| a.qp == ring.qp && !served.contains(&a.id.0))
+                .cloned()
+                .collect();
+            let mut handed_on = false;
+            for a in &others {
+                handed_on |= self.fc_drain_quiet(a);
+            }
+            // One of them became the front and left it (it joined and took a unit meanwhile,
+            // or spent its credit): serve the new front (the hand-on set the flag again).
+            if !handed_on {
+                break;
+            }
         }
     }
 
     /// `fc_drain` with the agent's lock held (`fc`); returns which QPs got work (indexed by
-    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]). What it
-    /// lets go joins its ring's queue under one queue lock per ring (taken after the agent's
-    /// lock, as every path takes them; a retry's slot lock comes after both, as the drainer
-    /// takes a slot's lock under the queue lock), and the ring is kicked once.
+    /// `qpi`), to be drained once each after the lock ([`PortShared::drain_queued`]), and
+    /// whether the agent handed the front of its ring's unit waiters on. What it lets go
+    /// joins its ring's queue under one queue lock per ring (taken after the agent's lock, as
+    /// every path takes them; a retry's slot lock comes after both, as the drainer takes a
+    /// slot's lock under the queue lock; the ring's unit waiters' lock, a leaf, after those),
+    /// and the ring is kicked once.
     ///
     /// In backlog order while credits last, except that a new send takes its credit only with
-    /// a request unit ([`SendRing::try_reserve`]): when none is left, the new sends stay (in
-    /// order, the ring told that a unit is wanted), and the retries behind them, which hold
-    /// theirs in their slots, go on (see [`crate::flow`]).
-    fn fc_drain_locked(&self, agent: &Arc<AgentInner>, fc: &mut FlowControl) -> [bool; 2] {
+    /// a request unit ([`crate::units::RequestUnits::reserve`]): when none is left for it
+    /// (none free, or other agents wait for one before it), the new sends stay (in order,
+    /// the agent among the ring's unit waiters), and the retries behind them, which hold
+    /// theirs in their slots, go on (see [`crate::flow`]). An agent stays among the unit
+    /// waiters only while a new send of its found no unit and it still has a credit to take
+    /// one with.
+    fn fc_drain_locked(&self, agent: &Arc<AgentInner>, fc: &mut FlowControl) -> BacklogMoved {
         let mut queued = [false; 2];
+        let mut handed_on = false;
         let mut queues: [Option<MutexGuard<'_, Queues>>; 2] = [None, None];
         // Entries kept ahead (new sends waiting for a unit) and whether one was.
         let mut at = 0;
@@ -1245,10 +1336,17 @@ impl PortShared {
             if let Backlogged::New(p) = &fc.backlog[at] {
                 if counts(p) {
                     if let Some(ring) = self.ring(agent.qp) {
-                        if no_unit || !(ring.try_reserve() || ring.want_then_reserve()) {
-                            no_unit = true;
+                        if no_unit {
                             at += 1;
                             continue;
+                        }
+                        match ring.units.reserve(agent.id.0) {
+                            Reserve::Taken { handed_on: h } => handed_on |= h,
+                            Reserve::Waiting => {
+                                no_unit = true;
+                                at += 1;
+                                continue;
+                            }
                         }
                         reserved = true;
                     }
@@ -1329,13 +1427,20 @@ impl PortShared {
                 }
             }
         }
-        queued
+        // No longer waiting for a unit: every new send took one, or those left wait for a
+        // credit (the retries behind them spent the last), which its own sends give back.
+        if !(no_unit && fc.has_credit()) {
+            if let Some(ring) = self.ring(agent.qp) {
+                handed_on |= ring.units.leave(agent.id.0);
+            }
+        }
+        BacklogMoved { queued, handed_on }
     }
 
     /// Drain the rings `fc_drain_locked` queued work on (after the agent's lock).
-    fn drain_queued(&self, queued: [bool; 2]) {
+    fn drain_queued(&self, moved: BacklogMoved) {
         for qp in [SpecialQp::Smi, SpecialQp::Gsi] {
-            if queued[qpi(qp)] {
+            if moved.queued[qpi(qp)] {
                 if let Some(ring) = self.ring(qp) {
                     self.drain(ring);
                 }
@@ -1349,6 +1454,7 @@ impl PortShared {
             return r;
         }
         let ring = self.ring(agent.qp).ok_or(MadError::NotOutstanding(id))?;
+        let mut handed_on = false;
         let found = {
             let mut fc = lock(&agent.fc);
             let pos = fc
@@ -1356,6 +1462,10 @@ impl PortShared {
                 .iter()
                 .position(|b| matches!(b, Backlogged::New(p) if p.id == id));
             if let Some(Backlogged::New(p)) = pos.and_then(|i| fc.backlog.remove(i)) {
+                // Its agent waits for a unit only while a new send of its does.
+                if !fc.backlog.iter().any(|b| matches!(b, Backlogged::New(_))) {
+                    handed_on = ring.units.leave(agent.id.0);
+                }
                 p
             } else {
                 let mut q = ring.lock_queue();
@@ -1393,6 +1503,9 @@ impl PortShared {
             }
         };
         self.complete_pending(found, WcStatus::WrFlushErr, self.flush_vendor());
+        if handed_on {
+            self.wake_unit_waiters(ring);
+        }
         Ok(())
     }
 
@@ -1479,6 +1592,7 @@ impl PortShared {
             return;
         };
         let mut list = Vec::new();
+        let handed_on;
         {
             let mut fc = lock(&agent.fc);
             for b in fc.backlog.drain(..) {
@@ -1486,6 +1600,8 @@ impl PortShared {
                     list.push(p);
                 }
             }
+            // No new send of its waits for a unit any more.
+            handed_on = ring.units.leave(agent.id.0);
             let mut q = ring.lock_queue();
             list.extend(ring.remove_locked(&mut q, |p| p.agent.id == agent.id));
             let mut reap = Vec::new();
@@ -1504,6 +1620,9 @@ impl PortShared {
         }
         for p in list {
             self.complete_pending(p, WcStatus::WrFlushErr, self.flush_vendor());
+        }
+        if handed_on {
+            self.wake_unit_waiters(ring);
         }
     }
 
@@ -1531,6 +1650,12 @@ impl PortShared {
                 &|d, ready| self.park_unless(d, ready),
             );
         }
+        // Nothing of it left in a backlog, so not among any ring's unit waiters either (every
+        // path that takes a new send out of a backlog makes its agent leave when none is left).
+        debug_assert!(
+            !self.waits_for_a_unit(agent.id.0),
+            "a deregistered agent left among the unit waiters"
+        );
         if let Some(q) = agent.events.as_ref() {
             let _queue = q.lock();
             agent.closed.store(true, Ordering::Release);
@@ -1547,6 +1672,7 @@ impl PortShared {
                 depth: ring.depth,
                 posted: ring.posted(),
                 requests_held: ring.requests_held(),
+                unit_waiters: ring.units.waiting(),
                 recv_posted: self.gauges.recv_posted[qpi(ring.qp)].load(Ordering::Relaxed),
                 recv_idle: self.gauges.recv_idle[qpi(ring.qp)].load(Ordering::Relaxed),
                 send_buffer_leases: ring.buffer_leases,

@@ -27,7 +27,7 @@ use crate::event::{Event, PushRefused, RecvBox, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
-use crate::ring::{Job, Pending, Record, SlotData, lock};
+use crate::ring::{Job, Pending, SlotData, lock};
 use crate::slot_events;
 use crate::slot_state::{CqeOutcome, Finish, SendState, TimeoutOutcome};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
@@ -786,7 +786,7 @@ impl PortShared {
         let agents: Vec<Arc<AgentInner>> = self.agents_read().agents.values().cloned().collect();
         for a in agents {
             // Retries leave the backlog too: their QUEUED slots were flushed above.
-            let list: Vec<Record> = {
+            let (list, handed_on) = {
                 let mut fc = lock(&a.fc);
                 let mut out = Vec::new();
                 for b in fc.backlog.drain(..) {
@@ -794,11 +794,16 @@ impl PortShared {
                         out.push(p);
                     }
                 }
-                out
+                // It no longer waits for a request unit.
+                let handed_on = self.ring(a.qp).is_some_and(|r| r.units.leave(a.id.0));
+                (out, handed_on)
             };
             for p in list {
                 self.complete_pending(p, WcStatus::WrFlushErr, 5);
                 work += 1;
+            }
+            if handed_on {
+                self.serve_handed_on(a.qp);
             }
         }
         work

@@ -23,14 +23,15 @@
 //! queue, except a solicited send under flow control, which reserves it with its
 //! flow-control credit before it is queued and then waits only for a slot and an entry: a
 //! credit never waits for a unit, which a retry waiting in the backlog for a credit may hold
-//! ([`crate::flow`] has the argument).
+//! ([`crate::flow`] has the argument). Agents whose backlogs wait for a unit get them in the
+//! order they began waiting ([`crate::units`]).
 //!
 //! Posting is safe from any thread. Whoever queues a send then drains the queue; one drainer
 //! at a time holds the posting flag (a try-flag nobody waits on), so sends leave the queue and
 //! reach the QP in queue order, and no lock is held while the device is called.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -44,6 +45,7 @@ use crate::event::SendId;
 use crate::slot_state::SlotState;
 use crate::sync;
 use crate::tid::{TidLayout, WrId};
+use crate::units::RequestUnits;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -395,12 +397,10 @@ pub(crate) struct SendRing {
     /// the very requests they answer): the request units. Below the slot count, which is at
     /// least [`crate::MIN_SLOTS`] (`Port::open`), so one slot at least is kept.
     pub(crate) request_limit: u32,
-    /// Request units taken: by requests in slots, and by queued sends that reserved one with
-    /// their flow-control credit ([`Pending::reserved`]). Never above `request_limit`.
-    requests_held: AtomicU32,
-    /// An agent's backlog holds a new send waiting for a request unit: whoever gives one back
-    /// moves the backlogs on ([`SendRing::take_units_wanted`]).
-    units_wanted: AtomicBool,
+    /// The request units taken (by requests in slots, and by queued sends that reserved one
+    /// with their flow-control credit, [`Pending::reserved`]), and the agents whose backlogs
+    /// wait for one, served in the order they began waiting ([`crate::units`]).
+    pub(crate) units: RequestUnits,
     free: FreeRing,
     pub(crate) queue: Mutex<Queues>,
     queued: AtomicUsize,
@@ -433,15 +433,15 @@ impl SendRing {
                 pool.lease(n * MAD_LEN, 64, Access::Read)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let request_limit = (slots - depth.min(slots / 2)).max(1);
         Ok(SendRing {
             qp,
             slots: (0..slots).map(|_| Slot::new()).collect(),
             layout: TidLayout::new(qp, slots),
             depth,
             credits: AtomicU32::new(depth),
-            request_limit: (slots - depth.min(slots / 2)).max(1),
-            requests_held: AtomicU32::new(0),
-            units_wanted: AtomicBool::new(false),
+            request_limit,
+            units: RequestUnits::new(request_limit),
             free: FreeRing::full(slots),
             buffer_leases: buffers.len(),
             queue: Mutex::new(Queues {
@@ -525,50 +525,23 @@ impl SendRing {
 
     /// Request units taken (slots holding requests, and units reserved by queued sends).
     pub(crate) fn requests_held(&self) -> u32 {
-        self.requests_held.load(Ordering::SeqCst)
+        self.units.held()
     }
 
-    /// Take a request unit if one is left (`requests_held < request_limit`).
+    /// Take a request unit if one is left (`requests_held < request_limit`), for a request
+    /// leaving the queue without one. (A new send under flow control reserves its own with
+    /// [`RequestUnits::reserve`], in the order its agent began waiting.)
     #[inline]
     pub(crate) fn try_reserve(&self) -> bool {
-        let limit = self.request_limit;
-        self.requests_held
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
-                (h < limit).then_some(h + 1)
-            })
-            .is_ok()
+        self.units.try_take()
     }
 
     /// Give back the unit a queued send reserved and never took into a slot (it completed
     /// first: canceled, or flushed). The caller then moves waiting backlogs on
-    /// ([`SendRing::take_units_wanted`]).
+    /// ([`RequestUnits::take_wanted`]).
     pub(crate) fn unreserve(&self) {
-        let before = self.requests_held.fetch_sub(1, Ordering::SeqCst);
-        debug_assert!(before > 0, "more request units returned than taken");
+        self.units.give_back();
         self.kick();
-    }
-
-    /// A backlog waits for a request unit: say so before trying [`SendRing::try_reserve`]
-    /// again (both sequentially consistent, as the unit's return and the look at this flag
-    /// after it: either the retry sees the unit, or the returner sees the flag).
-    fn want_units(&self) {
-        self.units_wanted.store(true, Ordering::SeqCst);
-    }
-
-    /// [`SendRing::want_units`], then [`SendRing::try_reserve`] again: after a failed try, so
-    /// that the unit it waits for is either taken now or its return moves the backlog on.
-    #[cold]
-    pub(crate) fn want_then_reserve(&self) -> bool {
-        self.want_units();
-        self.try_reserve()
-    }
-
-    /// Whether a backlog waits for a request unit (cleared: the caller moves the backlogs on,
-    /// and one still without a unit says so again). Called after giving units back; one
-    /// load when none waits.
-    #[inline]
-    pub(crate) fn take_units_wanted(&self) -> bool {
-        self.units_wanted.load(Ordering::SeqCst) && self.units_wanted.swap(false, Ordering::SeqCst)
     }
 
     /// Put `job` at the back of its queue. Returns whether it had to wait behind others or
@@ -986,10 +959,10 @@ impl SendRing {
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);
     /// `request`: it held a request unit, which comes back too (the progress loop then moves
-    /// waiting backlogs on at the end of its pass: [`SendRing::take_units_wanted`]).
+    /// waiting backlogs on at the end of its pass: [`RequestUnits::take_wanted`]).
     pub(crate) fn release(&self, index: u32, request: bool) {
         if request {
-            self.requests_held.fetch_sub(1, Ordering::SeqCst);
+            self.units.give_back();
         }
         self.free.push(index);
         self.kick();

@@ -120,7 +120,8 @@ impl Rig {
 
     /// Leases and mappings back to what they were after the port opened, no IOMMU fault,
     /// no send buffer rewritten under a posted send, no slot busy, nothing queued, no request
-    /// unit held on any ring, no agent still registered holding a credit or a backlog.
+    /// unit held on any ring, no agent among a ring's unit waiters, no agent still registered
+    /// holding a credit or a backlog.
     fn assert_clean(&self) {
         let a = self.fake.accounting();
         assert_eq!(
@@ -154,6 +155,11 @@ impl Rig {
             (c.gsi.requests_held, c.smi.map_or(0, |s| s.requests_held)),
             (0, 0),
             "{c:?}"
+        );
+        assert_eq!(
+            (c.gsi.unit_waiters, c.smi.map_or(0, |s| s.unit_waiters)),
+            (0, 0),
+            "no agent left among a ring's unit waiters: {c:?}"
         );
         for (id, a) in &self.port.shared.agents_read().agents {
             let fc = crate::ring::lock(&a.fc);
@@ -2874,6 +2880,195 @@ fn a_canceled_queued_send_gives_its_request_unit_to_a_waiting_backlog() {
         a.deregister();
         b.deregister();
         assert_eq!(request_units_taken(&r), 0);
+        r.assert_clean();
+    });
+}
+
+/// [`rig_with_two_request_units`] with 256 receive buffers: an SA agent may have 8 solicited
+/// sends outstanding (R/32), more than the ring's 2 units, so its sends wait for units, not
+/// for credits.
+fn rig_with_two_units_and_sa_credits_to_spare() -> Rig {
+    let r = rig_with(
+        2,
+        256,
+        PortConfig {
+            slots: Some(4),
+            ..PortConfig::default()
+        },
+    );
+    assert_eq!(r.port.shared.ring(SpecialQp::Gsi).unwrap().request_limit, 2);
+    r
+}
+
+/// The ring's unit waiters, front first, by agent.
+fn unit_waiters(r: &Rig) -> Vec<u32> {
+    r.port.shared.ring(SpecialQp::Gsi).unwrap().units.waiters()
+}
+
+/// Both units held by `holder`'s two requests (a class without flow control; nobody answers),
+/// then `first` and `second` (SA agents) each send 3 requests, in that order: `first` begins
+/// waiting for a unit before `second`. Returns the holder's sends, `first`'s and `second`'s.
+fn two_agents_waiting_for_units(
+    r: &Rig,
+    holder: &Agent,
+    first: &Agent,
+    second: &Agent,
+) -> (Vec<SendId>, Vec<SendId>, Vec<SendId>) {
+    let h: Vec<SendId> = (1..=2u64)
+        .map(|t| {
+            holder
+                .send(SendRequest::new(get(0x100 + t), gsi(5)).timeout_ms(1_000_000))
+                .unwrap()
+        })
+        .collect();
+    r.port.progress();
+    assert_eq!(request_units_taken(r), 2, "the holder has both units");
+    let send = |agent: &Agent, t: u64| {
+        let m = mad(SA, 2, 0x01, 0x11, t);
+        agent
+            .send(SendRequest::new(m, gsi(5)).timeout_ms(1_000_000))
+            .unwrap()
+    };
+    let f: Vec<SendId> = (0xA1..=0xA3).map(|t| send(first, t)).collect();
+    let s: Vec<SendId> = (0xB1..=0xB3).map(|t| send(second, t)).collect();
+    r.port.progress();
+    let c = r.port.census();
+    assert_eq!(c.backlogged, 6, "every SA send waits for a unit: {c:?}");
+    assert_eq!(
+        unit_waiters(r),
+        [first.id().0, second.id().0],
+        "in the order they began waiting"
+    );
+    assert_eq!(c.gsi.unit_waiters, 2, "{c:?}");
+    (h, f, s)
+}
+
+/// The client TIDs (low 32 bits) of the MADs posted on QP1, in the order they were posted,
+/// from the `from`-th on the wire (the double puts a posted send on the wire when it executes
+/// it, at the next poll: this executes those posted since).
+fn wire_tids_from(r: &Rig, from: usize) -> Vec<u64> {
+    r.fake.execute(SpecialQp::Gsi, usize::MAX);
+    r.fake.sent()[from..]
+        .iter()
+        .map(|o| tid_of(&o.mad) & 0xFFFF_FFFF)
+        .collect()
+}
+
+/// Request units freed one at a time go to the agents waiting for one in the order they began
+/// waiting, one each in turn: A (which began waiting first) gets the first, B the next, and so
+/// on, whoever gave the unit back. In particular an agent whose own request ends does not take
+/// the unit it gave back while the other agent waits at the front. They used to go to the
+/// agents in the agent table's (`HashMap`) order: one agent took every unit freed while it had
+/// sends waiting (A1 A2 A3 B1 B2 B3, or B1 B2 B3 A1 A2 A3), and the other waited.
+#[test]
+fn freed_request_units_go_round_the_waiting_agents_in_the_order_they_began_waiting() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_units_and_sa_credits_to_spare();
+        let holder = r.perf_agent();
+        // B registered first: the agents' IDs (and the table) are no guide to the order.
+        let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let (h, a_ids, b_ids) = two_agents_waiting_for_units(&r, &holder, &a, &b);
+        let on_wire = r.fake.sent().len();
+        // Each step gives one unit back (a cancel of a request waiting for its response,
+        // finished by the next pass), and names the request that must go out with it and the
+        // unit waiters after it.
+        let steps: [(&Agent, SendId, u64, Vec<u32>); 6] = [
+            (&holder, h[0], 0xA1, vec![b.id().0, a.id().0]),
+            (&holder, h[1], 0xB1, vec![a.id().0, b.id().0]),
+            // B's own request ends while A waits at the front: A gets the unit.
+            (&b, b_ids[0], 0xA2, vec![b.id().0, a.id().0]),
+            (&a, a_ids[0], 0xB2, vec![a.id().0, b.id().0]),
+            // A's last send: A no longer waits.
+            (&b, b_ids[1], 0xA3, vec![b.id().0]),
+            (&a, a_ids[1], 0xB3, vec![]),
+        ];
+        let mut expect = Vec::new();
+        for (i, (agent, id, goes, waiters)) in steps.into_iter().enumerate() {
+            agent.cancel(id).unwrap();
+            r.port.progress();
+            expect.push(goes);
+            assert_eq!(
+                wire_tids_from(&r, on_wire),
+                expect,
+                "step {i}: the unit of {id} goes to the agent at the front"
+            );
+            assert_eq!(unit_waiters(&r), waiters, "step {i}");
+            assert_eq!(request_units_taken(&r), 2, "step {i}: every unit in use");
+        }
+        assert_eq!(r.port.census().backlogged, 0);
+        for (agent, id) in [(&a, a_ids[2]), (&b, b_ids[2])] {
+            agent.cancel(id).unwrap();
+        }
+        for agent in [&holder, &a, &b] {
+            let done = completions(&r.collect(agent, Duration::from_millis(5)));
+            assert!(
+                done.values().all(|c| c.0 == WcStatus::WrFlushErr),
+                "{done:?}"
+            );
+        }
+        holder.deregister();
+        a.deregister();
+        b.deregister();
+        r.assert_clean();
+    });
+}
+
+/// Two units given back in one pass go one to each waiting agent, in the order they began
+/// waiting; they used to both go to whichever agent the table listed first.
+#[test]
+fn request_units_freed_together_go_one_to_each_waiting_agent() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_units_and_sa_credits_to_spare();
+        let holder = r.perf_agent();
+        let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let (h, _, _) = two_agents_waiting_for_units(&r, &holder, &a, &b);
+        let on_wire = r.fake.sent().len();
+        holder.cancel(h[0]).unwrap();
+        holder.cancel(h[1]).unwrap();
+        r.port.progress();
+        assert_eq!(
+            wire_tids_from(&r, on_wire),
+            [0xA1, 0xB1],
+            "one each, A first"
+        );
+        assert_eq!(unit_waiters(&r), [a.id().0, b.id().0], "both wait again");
+        let _ = r.collect(&holder, Duration::from_millis(5));
+        holder.deregister();
+        // Deregistering cancels their sends: each leaves the waiters.
+        a.deregister();
+        assert_eq!(unit_waiters(&r), [b.id().0]);
+        b.deregister();
+        r.assert_clean();
+    });
+}
+
+/// An agent deregistered while it waits for a unit leaves the ring's unit waiters (the one
+/// behind it becomes the front), and the next unit given back goes to that one.
+#[test]
+fn an_agent_deregistered_while_waiting_for_a_unit_leaves_the_waiters() {
+    within_real_time(Duration::from_secs(60), || {
+        let r = rig_with_two_units_and_sa_credits_to_spare();
+        let holder = r.perf_agent();
+        let a = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let b = r.agent(AgentSpec::class(SA, 2, MethodMask::NONE));
+        let (h, _, _) = two_agents_waiting_for_units(&r, &holder, &a, &b);
+        let a_id = a.id().0;
+        a.deregister();
+        assert_eq!(unit_waiters(&r), [b.id().0], "A left, B is the front");
+        assert_eq!(r.port.census().gsi.unit_waiters, 1);
+        assert!(!r.port.shared.waits_for_a_unit(a_id));
+        let on_wire = r.fake.sent().len();
+        holder.cancel(h[0]).unwrap();
+        r.port.progress();
+        assert_eq!(wire_tids_from(&r, on_wire), [0xB1]);
+        holder.cancel(h[1]).unwrap();
+        r.port.progress();
+        assert_eq!(wire_tids_from(&r, on_wire), [0xB1, 0xB2]);
+        let _ = r.collect(&holder, Duration::from_millis(5));
+        holder.deregister();
+        b.deregister();
         r.assert_clean();
     });
 }

@@ -310,8 +310,8 @@ impl MadRig {
 
     /// MAD leases and IOMMU mappings back to what they were once the port opened, every
     /// receive buffer posted again (none kept idle, no repost refused), no IOMMU fault (driver
-    /// side and device side), no slot or queue busy, no post refused for room, no event
-    /// dropped for a closed agent.
+    /// side and device side), no slot or queue busy, no request unit held and no agent
+    /// waiting for one, no post refused for room, no event dropped for a closed agent.
     pub fn assert_clean(&self) {
         self.assert_clean_but_receives();
         let c = self.port.census();
@@ -352,6 +352,11 @@ impl MadRig {
             (c.gsi.requests_held, c.smi.map_or(0, |s| s.requests_held)),
             (0, 0),
             "request units back: {c:?}"
+        );
+        assert_eq!(
+            (c.gsi.unit_waiters, c.smi.map_or(0, |s| s.unit_waiters)),
+            (0, 0),
+            "no agent left among a ring's unit waiters: {c:?}"
         );
         let k = self.port.counters();
         assert_eq!(
