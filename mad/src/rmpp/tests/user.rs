@@ -38,9 +38,15 @@ fn first_segments_only(r: &Rig) -> Kept {
 
 /// A GetTable from `client` (client TID 5) that expects a response; its segment 1 answers it.
 fn get_table(r: &Rig, client: &crate::Agent) {
+    get_table_with_tid(r, client, 5);
+}
+
+/// A GetTable from `client` with the client TID `tid` that expects a response; its segment 1
+/// answers it.
+pub(super) fn get_table_with_tid(r: &Rig, client: &crate::Agent, tid: u64) {
     let id = client
         .send(
-            SendRequest::new(sa_message(method::GET_TABLE, 5, 0, false, 0), to_peer())
+            SendRequest::new(sa_message(method::GET_TABLE, tid, 0, false, 0), to_peer())
                 .timeout_ms(100),
         )
         .unwrap();

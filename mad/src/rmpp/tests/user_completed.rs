@@ -39,18 +39,7 @@ fn responder(r: &Rig, segs: &'static [u32], one: bool) -> Kept {
 
 /// `client`'s GetTable (client TID 0x42), answered by its response's segment 1.
 fn get_table(r: &Rig, client: &crate::Agent) {
-    let id = client
-        .send(
-            SendRequest::new(sa_message(method::GET_TABLE, 0x42, 0, false, 0), to_peer())
-                .timeout_ms(100),
-        )
-        .unwrap();
-    let ev = r.collect(client, Duration::from_millis(5));
-    assert!(
-        matches!(&ev[..], [Event::Recv(m), Event::Send(c)]
-            if m.response_to.map(|s| s.id) == Some(id) && c.status == WcStatus::Success),
-        "segment 1 answers the GetTable: {ev:?}"
-    );
+    super::user::get_table_with_tid(r, client, 0x42);
 }
 
 /// The segments among `ev` that answer no send, as (TID, RMPP type, segment number).
