@@ -15,13 +15,12 @@ use mad_wire::attr::node_description::{NodeDescription, NodeDescriptionRepr};
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
 use mad_wire::attr::pkey_table::{PkeyAttrMod, PkeyTable, PkeyTableRepr};
 use mad_wire::attr::sl_to_vl_table::{SlToVlAttrMod, SlToVlTable, SlToVlTableRepr};
-use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad_wire::attr::vl_arb_table::{VlArbAttrMod, VlArbEntry, VlArbTable, VlArbTableRepr};
 use mad_wire::smp::SmpRepr;
 use mad_wire::{attr_id, method, status};
 use netutil::{
     Device, attach, dr_call, dr_get, dr_set, dr_smp, example, network, port_info, port_info_data,
-    smp_of,
+    smp_of, switch_info, switch_info_data,
 };
 use sim::net::Network;
 
@@ -336,16 +335,6 @@ fn switch_port0_reports_a_4x_sdr_rate_as_ibsim() {
     net.set_link_down(p0, true);
     let pi = port_info(&dr_get(&net, &d, SW, attr_id::sm::PORT_INFO, 0).1);
     expect(&pi, "after a fault on port 0");
-}
-
-fn switch_info(data: &[u8; 64]) -> SwitchInfoRepr {
-    SwitchInfoRepr::parse(&SwitchInfo::new_checked(&data[..]).unwrap()).unwrap()
-}
-
-fn switch_info_data(si: &SwitchInfoRepr) -> [u8; 64] {
-    let mut d = [0u8; 64];
-    si.emit(&mut SwitchInfo::new_checked(&mut d[..]).unwrap());
-    d
 }
 
 #[test]

@@ -7,10 +7,12 @@
 mod netutil;
 
 use mad_wire::attr::port_info::{PhysPortState, PortInfoRepr, PortState};
-use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
 use mad_wire::{attr_id, status};
 use netutil::sweep;
-use netutil::{Device, attach, dr_get, dr_set, example, network, port_info, port_info_data};
+use netutil::{
+    Device, attach, dr_get, dr_set, example, network, port_info, port_info_data, switch_info,
+    switch_info_data,
+};
 use sim::fabric::{Fabric, FabricError, Problem};
 use sim::net::Network;
 
@@ -178,16 +180,6 @@ fn an_unaligned_base_lid_with_an_lmc_is_refused() {
     let (net, d) = setup(enhanced_switch1());
     assert_eq!(set_lid(&net, &d, SW, 0, 0x31, 1).0, BAD);
     assert_eq!(set_lid(&net, &d, SW, 0, 0x30, 1).0, OK);
-}
-
-fn switch_info(data: &[u8; 64]) -> SwitchInfoRepr {
-    SwitchInfoRepr::parse(&SwitchInfo::new_checked(&data[..]).unwrap()).unwrap()
-}
-
-fn switch_info_data(si: &SwitchInfoRepr) -> [u8; 64] {
-    let mut d = [0u8; 64];
-    si.emit(&mut SwitchInfo::new_checked(&mut d[..]).unwrap());
-    d
 }
 
 /// No simulated switch supports MulticastFDBTop (port 0's CapabilityMask lacks

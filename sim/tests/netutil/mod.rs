@@ -243,6 +243,20 @@ pub fn port_info_data(r: &mad_wire::attr::port_info::PortInfoRepr) -> [u8; 64] {
     d
 }
 
+/// SwitchInfo of 64 data bytes.
+pub fn switch_info(data: &[u8; 64]) -> mad_wire::attr::switch_info::SwitchInfoRepr {
+    use mad_wire::attr::switch_info::{SwitchInfo, SwitchInfoRepr};
+    SwitchInfoRepr::parse(&SwitchInfo::new_checked(&data[..]).unwrap()).unwrap()
+}
+
+/// The 64 data bytes of a SwitchInfo.
+pub fn switch_info_data(r: &mad_wire::attr::switch_info::SwitchInfoRepr) -> [u8; 64] {
+    use mad_wire::attr::switch_info::SwitchInfo;
+    let mut d = [0u8; 64];
+    r.emit(&mut SwitchInfo::new_checked(&mut d[..]).unwrap());
+    d
+}
+
 /// The host's SMA answers a 0-hop SMP for the device (MAD_IFC, M_Key ignored).
 pub fn local_call(dev: &Device, m: u8, attr: u16, attr_mod: u32, data: [u8; 64]) -> SmpRepr {
     let resp = dev

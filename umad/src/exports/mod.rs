@@ -35,8 +35,7 @@ pub(crate) fn hdr_len() -> usize {
 }
 
 pub(crate) fn errno() -> c_int {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() }
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 pub(crate) fn set_errno(e: c_int) {
