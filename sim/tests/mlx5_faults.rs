@@ -314,6 +314,30 @@ fn a_stopped_health_counter_stops() {
     assert_ne!(read(&rig), a);
 }
 
+/// Dead firmware no longer increments its health counter (the kernel's `poll_health` in
+/// `health.c` counts a counter unchanged for `MAX_MISSES` polls as firmware gone), so after a
+/// fatal error it reads the same however long the driver waits; a function reset brings the
+/// firmware back and the counter moves again.
+#[test]
+fn a_fatal_error_stops_the_health_counter_until_a_reset() {
+    let rig = Rig::new();
+    let read = |rig: &Rig| HealthCounter::decode(rig.rd32(off::HEALTH_COUNTER as u64)).counter;
+    rig.wait(Duration::from_millis(500));
+    let alive = read(&rig);
+    rig.wait(Duration::from_millis(300));
+    assert_ne!(read(&rig), alive, "a live firmware's counter moves");
+    rig.dev
+        .faults()
+        .catastrophic(HealthSyndrome::HW_FATAL_ERR, true);
+    let dead = read(&rig);
+    rig.wait(Duration::from_secs(7));
+    assert_eq!(read(&rig), dead, "three missed polls at 2 s and more");
+    assert!(rig.dev.reset());
+    let reset = read(&rig);
+    rig.wait(Duration::from_millis(300));
+    assert_ne!(read(&rig), reset, "the firmware is back after the reset");
+}
+
 #[test]
 fn an_unreachable_firmware_version_reads_all_ones() {
     let rig = Rig::new();

@@ -30,6 +30,8 @@ fn fragment() -> impl Strategy<Value = String> {
         Just(String::new()),
         Just("# comment".to_owned()),
         Just("Switch 4 \"S\"".to_owned()),
+        Just("Switch 2 \"T\" # \"t\" enhanced port 0 lid 4 lmc 1".to_owned()),
+        // Refused: the base LID's low LMC bit is set.
         Just("Switch 2 \"T\" # \"t\" enhanced port 0 lid 3 lmc 1".to_owned()),
         Just("Ca 2 \"A\"".to_owned()),
         Just("Rt 1 \"R\"".to_owned()),

@@ -147,12 +147,15 @@ fn build(nodes: &[NodePlan], links: &[LinkPlan], lids: bool) -> Fabric {
                 f.ports_of(n).filter(|&p| f.peer(p).is_some()).collect()
             };
             for p in ports {
-                // A switch's base port 0 has one LID (LMC 0).
+                // A switch's base port 0 has one LID (LMC 0); a base LID with LMC has its
+                // low LMC bits clear.
                 let lmc = if b.fabric().lmc_capable(p) {
                     (lid % 3) as u8
                 } else {
                     0
                 };
+                let step = 1u16 << lmc;
+                lid = lid.next_multiple_of(step);
                 b.set_lid(p, lid, lmc).unwrap();
                 lid += 1 << lmc;
             }

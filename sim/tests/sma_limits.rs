@@ -234,3 +234,144 @@ fn a_state_file_with_another_multicast_fdb_top_is_refused() {
     assert!(msg.contains("mtop=65535"), "{msg}");
     fresh.load_state_text(&good).unwrap();
 }
+
+/// A topology file cannot give a port an unaligned base LID with LMC either, on a CA's port
+/// line or on an enhanced switch's port 0 (ibsim itself reads both numbers with no check,
+/// `sim_net.c` `parse_port_lid_and_lmc`): the error names the file, the line, the port, the
+/// LID and the LMC, and says what to use. The same lines with an aligned LID load.
+#[test]
+fn a_topology_giving_an_unaligned_base_lid_with_an_lmc_is_refused() {
+    let ca = "Switch 2 \"S\" # \"s\" base port 0 lid 4\n[1] \"A\"[1]\n\n\
+              Ca 1 \"A\"\n[1](a1) \"S\"[1] # lid 33 lmc 2 \"s\" lid 4 4xQDR\n";
+    let sw = "Switch 2 \"S\" # \"s\" enhanced port 0 lid 6 lmc 2\n[1] \"A\"[1]\n\n\
+              Ca 1 \"A\"\n[1] \"S\"[1]\n";
+    for (text, bad_line, port, lid, lmc, aligned) in [
+        (
+            ca,
+            5,
+            "\"A\"[1]",
+            33u16,
+            2u8,
+            ca.replace("lid 33 lmc 2", "lid 32 lmc 2"),
+        ),
+        (
+            sw,
+            1,
+            "\"S\"[0]",
+            6,
+            2,
+            sw.replace("lid 6 lmc 2", "lid 8 lmc 2"),
+        ),
+    ] {
+        let e = Fabric::parse_str("topo.net", text).unwrap_err();
+        let FabricError::Parse {
+            file,
+            line,
+            problem,
+        } = &e
+        else {
+            panic!("{e}");
+        };
+        assert_eq!((file.as_str(), *line), ("topo.net", bad_line), "{e}");
+        assert_eq!(
+            *problem,
+            Problem::UnalignedLid {
+                lid,
+                lmc,
+                port: port.to_owned()
+            },
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("LID {lid} with LMC {lmc}"))
+                && msg.contains(port)
+                && msg.contains("multiple of 4"),
+            "{msg}"
+        );
+        let f = Fabric::parse_str("topo.net", &aligned).unwrap();
+        let (node, num) = if port == "\"A\"[1]" {
+            ("A", 1)
+        } else {
+            ("S", 0)
+        };
+        let p = f.port(f.port_id(f.node_by_name(node).unwrap(), num).unwrap());
+        assert_eq!((p.lid() & 3, p.lmc()), (0, 2));
+    }
+}
+
+/// A state file holding an unaligned base LID with LMC is refused without changing anything,
+/// the error naming the file, the record's line, the port, the LID and the LMC; the same
+/// record with an aligned LID loads.
+#[test]
+fn a_state_file_giving_an_unaligned_base_lid_with_an_lmc_is_refused() {
+    let net = network(example("net.2sw2path4hca"));
+    let sm = attach(&net, "Hca1", 1);
+    sweep::configure(&net, &sm);
+    let good = net.state_text();
+    let hca3 = net.with_fabric(|f| f.node(f.node_by_name("Hca3").unwrap()).guid());
+    let record = format!("port {hca3:x} 1 ");
+    let (n, line) = good
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.starts_with(&record))
+        .expect("Hca3's port 1 record");
+    let lid_field = line
+        .split(' ')
+        .find(|w| w.starts_with("lid="))
+        .expect("lid=");
+    assert!(line.contains(" lmc=0 "), "{line}");
+    let with = |lid: u16| {
+        good.replace(
+            line,
+            &line
+                .replace(lid_field, &format!("lid={lid}"))
+                .replace(" lmc=0 ", " lmc=2 "),
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("sma-limits-lmc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state");
+    std::fs::write(&path, with(0x101)).unwrap();
+    let fresh = network(example("net.2sw2path4hca"));
+    let before = fresh.state_text();
+    let e = fresh.load_state(&path).unwrap_err();
+    let msg = e.to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        msg.contains(&path.display().to_string())
+            && msg.contains(&format!(" line {}:", n + 1))
+            && msg.contains("\"Hca3\"[1]")
+            && msg.contains("LID 257 with LMC 2")
+            && msg.contains("multiple of 4"),
+        "{msg}"
+    );
+    assert_eq!(fresh.state_text(), before, "nothing changed");
+    fresh.load_state_text(&with(0x100)).unwrap();
+    let p = net.port("Hca3", 1).unwrap();
+    fresh.with_fabric(|f| assert_eq!((f.port(p).lid(), f.port(p).lmc()), (0x100, 2)));
+}
+
+/// The builder refuses it too, changing nothing.
+#[test]
+fn the_builder_refuses_an_unaligned_base_lid_with_an_lmc() {
+    let mut f = example("net.2sw2path4hca");
+    let p = f.port_id(f.node_by_name("Hca3").unwrap(), 1).unwrap();
+    assert!(matches!(
+        f.set_lid(p, 0x21, 1),
+        Err(Problem::UnalignedLid {
+            lid: 0x21,
+            lmc: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.assign_lid(p, 0x22, 2),
+        Err(Problem::UnalignedLid { .. })
+    ));
+    assert_eq!(
+        (f.port(p).lid(), f.lid_owner(0x21), f.lid_owner(0x22)),
+        (0, None, None)
+    );
+    f.set_lid(p, 0x24, 2).unwrap();
+}

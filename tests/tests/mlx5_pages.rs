@@ -1,6 +1,7 @@
 //! Firmware page requests on the simulated ConnectX past bring-up: a MANAGE_PAGES the
 //! firmware never completes, a firmware that asks faster than the page slot answers, the
-//! requests still queued at close, and the page slot every MANAGE_PAGES takes.
+//! requests still queued at close, the page slot every MANAGE_PAGES takes, and requests
+//! behind a page slot a caller's timed-out MANAGE_PAGES holds.
 
 use std::time::Duration;
 
@@ -376,5 +377,118 @@ fn a_manage_pages_waiting_for_the_page_slot_goes_before_queued_page_requests() {
         s.pages.returned, s.pages.given,
         "every page came back by TAKE"
     );
+    sim.assert_clean(&hca);
+}
+
+/// A caller's MANAGE_PAGES that the firmware loses: it times out after the command timeout
+/// and the page slot stays lost (its mailboxes may still be written) while a page request
+/// waits for it; another MANAGE_PAGES is refused at once. When the firmware gives the entry
+/// back late, the slot comes back: the waiting request is served, nothing is fatal and the
+/// close gives every page back by TAKE.
+#[test]
+fn a_lost_page_slot_comes_back_when_the_firmware_gives_its_entry_back_late() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    let own = sim.model.pages_held();
+    let faults = sim.model.faults();
+    faults.lose_commands(Opcode::MANAGE_PAGES.0, 1);
+    let start = p.now();
+    let cant_give = ManagePages {
+        op: PagesOp::CantGive,
+        function_id: 0,
+        embedded_cpu_function: false,
+    };
+    let err = hca.command(&cant_give).unwrap_err();
+    assert!(
+        matches!(err, DriverError::CommandTimeout { opcode, .. } if opcode == Opcode::MANAGE_PAGES),
+        "{err}"
+    );
+    assert!(p.now() >= start + CMD_TIMEOUT);
+    assert!(sim.model.faults().page_request(4));
+    let end = p.now() + Duration::from_secs(1);
+    while p.now() < end {
+        let events = p.events();
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, DeviceEvent::Fatal { .. })),
+            "{events:?}"
+        );
+        p.wait(p.now() + Duration::from_millis(10));
+    }
+    assert_eq!(hca.stats().pages.requests, 1);
+    assert_eq!(
+        sim.model.pages_held(),
+        own,
+        "the request waits for the slot"
+    );
+    let again = hca.command(&cant_give).unwrap_err();
+    assert!(
+        matches!(&again, DriverError::DeviceTimeout { what, .. } if what.contains("page slot")),
+        "{again}"
+    );
+
+    assert_eq!(faults.run_lost_commands(), 1);
+    serve_until(p.as_ref(), || sim.model.pages_held() == own + 4);
+    assert_eq!(hca.stats().cmd.late_completions, 1);
+    assert!(hca.fatal_reason().is_none());
+    drop(p);
+    hca.close().unwrap();
+    let s = hca.stats();
+    assert_eq!(
+        s.pages.returned, s.pages.given,
+        "every page came back by TAKE"
+    );
+    assert_eq!(
+        sim.model.counters().function_resets,
+        0,
+        "nothing was left with the firmware"
+    );
+    sim.assert_clean(&hca);
+}
+
+/// A caller's MANAGE_PAGES that the firmware loses and never gives back: a page request
+/// the firmware raises afterwards cannot be answered on the lost page slot. It is not left
+/// waiting for good: once it has waited a command timeout for the slot, the device is
+/// declared fatal (as when a page request's own MANAGE_PAGES times out), with a reason
+/// naming the page slot; close resets the function and returns every lease.
+#[test]
+fn a_page_request_behind_a_page_slot_never_given_back_makes_the_device_fatal() {
+    let sim = SimHca::new();
+    let hca = sim.open_strict();
+    let p = port(&hca, 1);
+    sim.model.faults().lose_commands(Opcode::MANAGE_PAGES.0, 1);
+    let err = hca
+        .command(&ManagePages {
+            op: PagesOp::CantGive,
+            function_id: 0,
+            embedded_cpu_function: false,
+        })
+        .unwrap_err();
+    assert!(matches!(err, DriverError::CommandTimeout { .. }), "{err}");
+    assert!(hca.fatal_reason().is_none(), "one timeout is not fatal");
+    assert!(sim.model.faults().page_request(4));
+    let start = p.now();
+    let mut fatal = None;
+    while fatal.is_none() && p.now() < start + 2 * CMD_TIMEOUT {
+        fatal = p.events().into_iter().find_map(|e| match e {
+            DeviceEvent::Fatal { reason } => Some(reason),
+            _ => None,
+        });
+        p.wait(p.now() + Duration::from_millis(100));
+    }
+    let reason = fatal.expect("the page request is not left waiting for good");
+    assert!(
+        p.now() >= start + CMD_TIMEOUT,
+        "not before the request waited a command timeout"
+    );
+    assert!(
+        reason.contains("page slot") && reason.contains("MANAGE_PAGES"),
+        "{reason}"
+    );
+    drop(p);
+    hca.close().unwrap();
+    assert_eq!(sim.model.counters().function_resets, 1);
     sim.assert_clean(&hca);
 }

@@ -18,7 +18,8 @@
 //! names its slot, and falls back to polling it after [`EVENT_FALLBACK`] in case an event was
 //! lost. A command that times out keeps its slot and mailboxes out of use until the device is
 //! quiesced, or until the device gives its entry back late with the command's token: the
-//! firmware may still write them.
+//! firmware may still write them. A page slot lost so holds page requests up for at most a
+//! command timeout; then the device is declared fatal (`pages.rs`).
 //!
 //! Nothing in a completed entry is trusted: the delivery status, the token (which must be the
 //! one posted) and every output mailbox block (inside our own chain, numbered in order,

@@ -7,7 +7,9 @@
 //! then GIVE); page requests the firmware raises at any time through the async EQ, answered
 //! while other commands wait (GIVE, TAKE, or CAN'T GIVE when memory runs out); and the
 //! reclaim of every page at teardown. A page is released only once the device returned it or
-//! can no longer reach it (bus mastering off).
+//! can no longer reach it (bus mastering off). A page request the firmware raised is never
+//! left unanswered for good: when its MANAGE_PAGES, or a caller's that holds the page slot,
+//! has not come back within the command timeout, the device is declared fatal.
 //!
 //! At close the page-request machinery is stopped before TEARDOWN_HCA
 //! ([`Dev::stop_page_requests`], the kernel's `mlx5_pagealloc_stop` in `mlx5_unload`, after
@@ -152,6 +154,9 @@ pub(crate) struct FwPages {
     pending: VecDeque<PageRequest>,
     /// The MANAGE_PAGES on the page slot, and when it was posted (device time).
     in_flight: Option<(PageRequest, PageOp, Duration)>,
+    /// When page requests were first found waiting for a page slot that holds a caller's
+    /// MANAGE_PAGES that timed out (device time); `None` while they are not blocked so.
+    blocked_since: Option<Duration>,
     /// Stopped at close: no page request starts any more (the one in flight may finish).
     stopped: bool,
     pub(crate) stats: PageStats,
@@ -172,6 +177,7 @@ impl FwPages {
             limbo: Vec::new(),
             pending: VecDeque::new(),
             in_flight: None,
+            blocked_since: None,
             stopped: false,
             stats: PageStats::default(),
         }
@@ -416,7 +422,9 @@ impl Dev {
     /// page slot for good (the firmware may still write its mailboxes, and its GIVE pages
     /// may be the firmware's): the pages go to limbo and the device is declared fatal, which
     /// quiesces it before anything is released, as the kernel's teardown after a command
-    /// timeout would.
+    /// timeout would. Requests that cannot start because the page slot holds a caller's
+    /// MANAGE_PAGES that timed out wait for the firmware to give it back for at most a
+    /// command timeout, then make the device fatal too (`check_blocked`).
     pub(crate) fn service_page_requests(&self) {
         let mut pages = self.lock_pages();
         if let Some((_, _, posted_at)) = pages.in_flight {
@@ -483,15 +491,68 @@ impl Dev {
         }
         while pages.in_flight.is_none() && !pages.stopped {
             let Some(req) = pages.pending.pop_front() else {
+                pages.blocked_since = None;
                 return;
             };
             match self.start_page_op(&mut pages, req) {
-                Ok(true) => {}
+                Ok(true) => pages.blocked_since = None,
                 // The slot is not free (requeued): try again on a later pass.
-                Ok(false) => return,
+                Ok(false) => return self.check_blocked(pages),
                 Err(e) => tracing::error!("page request {req:?} not served: {e}"),
             }
         }
+    }
+
+    /// Page requests wait for the page slot: in order while a MANAGE_PAGES holds it, but not
+    /// for good while it holds one that timed out (a caller's: see [`Dev::exec`]). The
+    /// firmware may give that entry back late, which frees the slot (`cmd::reap`); if it has
+    /// not within a command timeout of the requests finding the slot so, the firmware's
+    /// request for pages cannot be answered and the device is declared fatal, as when a page
+    /// request's own MANAGE_PAGES times out. (The kernel's page work stalls behind it with
+    /// no bound: a timed-out page command keeps `pages_sem` until a real completion, or the
+    /// error state's `mlx5_cmd_flush`, frees the entry: `cmd.c` `mlx5_cmd_comp_handler`,
+    /// "only real completion can free the cmd slot", and `cmd_ent_put`.)
+    fn check_blocked(&self, mut pages: std::sync::MutexGuard<'_, FwPages>) {
+        let (lost, timeout) = {
+            let st = self.lock_cmd();
+            (st.page_slot_lost(), st.timeout)
+        };
+        if !lost {
+            pages.blocked_since = None;
+            return;
+        }
+        let now = self.backend.now();
+        let since = if let Some(t) = pages.blocked_since {
+            t
+        } else {
+            tracing::warn!(
+                waiting = pages.pending.len(),
+                "page requests wait for the page slot, which holds a MANAGE_PAGES that timed \
+                 out; the device is declared fatal unless the firmware gives it back within \
+                 {} ms",
+                ms(timeout)
+            );
+            pages.blocked_since = Some(now);
+            now
+        };
+        if now.saturating_sub(since) < timeout {
+            return;
+        }
+        let first = pages
+            .pending
+            .front()
+            .map_or_else(String::new, |r| format!(" (the first {r:?})"));
+        let waiting = pages.pending.len();
+        drop(pages);
+        self.enter_fatal(
+            &format!(
+                "{waiting} page requests{first} waited {} ms for the page slot, which holds a \
+                 MANAGE_PAGES that timed out and that the firmware never gave back: the \
+                 firmware's requests for pages cannot be answered",
+                ms(timeout)
+            ),
+            false,
+        );
     }
 }
 

@@ -298,6 +298,25 @@ pub enum Problem {
         /// The port, as `"S"[0]`.
         port: String,
     },
+    /// A base LID with LMC whose low LMC bits are not all clear. A port answers to the DLIDs
+    /// that match its base LID with those bits masked (IBA 4.1.3), so such a LID names LIDs
+    /// the port does not answer to. ibsim takes any (`sim_net.c` `parse_port_lid_and_lmc`
+    /// reads both numbers with no check); OpenSM never hands one out (`osm_lid_mgr.c`
+    /// `lid_mgr_init_sweep` drops a persistent LID that is "Not aligned").
+    #[error(
+        "base LID {lid} with LMC {lmc} of {port} is not a multiple of 2^LMC = {}: a port \
+         answers to its base LID with the low LMC bits masked, so they must be 0; use a LID \
+         that is a multiple of {} (such as {}), or LMC 0",
+        1u32 << .lmc, 1u32 << .lmc, aligned_near(*.lid, *.lmc)
+    )]
+    UnalignedLid {
+        /// The base LID.
+        lid: u16,
+        /// The LMC (0-7).
+        lmc: u8,
+        /// The port, as `"A"[1]`.
+        port: String,
+    },
     /// An operation aimed at a port that cannot take it (builder API).
     #[error("{port}: {why}")]
     InvalidPort {
@@ -306,6 +325,14 @@ pub enum Problem {
         /// Why.
         why: &'static str,
     },
+}
+
+/// An aligned base LID for LMC `lmc` next to `lid`: `lid` with its low LMC bits cleared, or
+/// the first one above if that is 0.
+fn aligned_near(lid: u16, lmc: u8) -> u32 {
+    let step = 1u32 << lmc.min(7);
+    let down = u32::from(lid) & !(step - 1);
+    if down == 0 { step } else { down }
 }
 
 fn at(place: Option<&String>, prefix: &str) -> String {

@@ -332,7 +332,8 @@ impl Fabric {
     /// Gives port `id` base LID `lid` and LMC `lmc` as a topology or state file does, keeping
     /// the LID index in step. `lid` 0 unassigns. Fails, changing nothing, if the port cannot
     /// hold a LID (a switch's external port, a CA's port 0), if the range leaves the unicast
-    /// LIDs or if another port holds part of it.
+    /// LIDs, if the base LID has any of its low LMC bits set or if another port
+    /// holds part of it.
     pub fn set_lid(&mut self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
         self.check_lid(id, lid, lmc)?;
         let range = lid_range(lid, lmc).unwrap_or(0..0);
@@ -354,8 +355,8 @@ impl Fabric {
     /// `subn_set_portinfo` and ibsim's `sim_mad.c` do the same; an SM moving LIDs gives a
     /// port a LID another gives up later in the same sweep). Both then hold it until one
     /// moves; [`Fabric::lid_owner`] names the one that took it last. `lid` 0 unassigns.
-    /// Fails, changing nothing, if the port cannot hold a LID or the range leaves the unicast
-    /// LIDs.
+    /// Fails, changing nothing, if the port cannot hold a LID, the range leaves the unicast
+    /// LIDs or the base LID has any of its low LMC bits set.
     pub fn assign_lid(&mut self, id: PortId, lid: u16, lmc: u8) -> Result<(), super::Problem> {
         self.check_lid(id, lid, lmc)?;
         self.move_lid(id, lid, lmc);
@@ -396,6 +397,13 @@ impl Fabric {
             return Err(super::Problem::LidOutOfRange {
                 lid: u64::from(lid),
                 lmc: u64::from(lmc),
+                port: self.port_label(id),
+            });
+        }
+        if !lid_aligned(lid, lmc) {
+            return Err(super::Problem::UnalignedLid {
+                lid,
+                lmc,
                 port: self.port_label(id),
             });
         }

@@ -7,7 +7,7 @@
 //! | [`Mlx5Faults::qp_to_error`] | the QP goes to ERR, every outstanding WQE is flushed, a WQ_CATAS_ERROR event is raised |
 //! | [`Mlx5Faults::cqe_delay`], [`Mlx5Faults::cq_cqe_delay`] | CQEs are written that much later (by the scheduler), in order |
 //! | [`Mlx5Faults::send_completion_delay`] | a QP's send completions are generated that much later, without holding back other CQEs (a looped-back response can complete first) |
-//! | [`Mlx5Faults::catastrophic`] | the health buffer shows the syndrome (and RFR); commands and doorbells are no longer processed |
+//! | [`Mlx5Faults::catastrophic`] | the health buffer shows the syndrome (and RFR); commands and doorbells are no longer processed and the health counter stops, until a function reset |
 //! | [`Mlx5Faults::report_syndrome`] | the health buffer shows the syndrome without RFR; the device keeps working |
 //! | [`Mlx5Faults::stop_health_counter`] | the health counter stops changing |
 //! | [`Mlx5Faults::fw_ver_unreachable`] | the health buffer's `fw_ver` reads all-ones |
@@ -239,8 +239,8 @@ impl Mlx5Faults<'_> {
 
     /// A catastrophic firmware error: the health buffer shows `synd`, with the
     /// recovery-flow-required bit when `recovery_required` (the kernel declares the device
-    /// fatal when both are set); commands stay pending forever and doorbells are ignored
-    /// until a function reset.
+    /// fatal when both are set); commands stay pending forever, doorbells are ignored and the
+    /// health counter stops until a function reset.
     pub fn catastrophic(&self, synd: HealthSyndrome, recovery_required: bool) {
         self.inner.with(|st| st.fatal(synd, recovery_required));
     }

@@ -57,7 +57,7 @@ pub(crate) struct Health {
     pub ext_synd: u16,
     /// `fw_ver` as the buffer reads.
     pub fw_ver: u32,
-    /// The counter stopped at this value.
+    /// The counter stopped at this value (a fault, or the firmware died).
     pub stopped_at: Option<u32>,
     /// Firmware is dead: commands and doorbells are no longer processed.
     pub fatal: bool,
@@ -298,9 +298,16 @@ impl State {
     /// drivers/net/ethernet/mellanox/mlx5/core/health.c returns MLX5_SENSOR_NIC_DISABLED
     /// before it looks at the syndrome), and `mlx5_handle_bad_state` expects to find it
     /// DISABLED after a fatal error ("Expected to see disabled NIC but it is full driver").
+    /// The health counter, the firmware's heartbeat, stops where it is (the kernel's
+    /// `poll_health` counts a counter unchanged for `MAX_MISSES` polls as "device's health
+    /// compromised"); a function reset ([`State::power_on`]) starts it again.
     pub(crate) fn fatal(&mut self, synd: HealthSyndrome, rfr: bool) {
         self.set_health_syndrome(synd, rfr, 0x2);
         self.health.fatal = true;
+        if self.health.stopped_at.is_none() {
+            let now = self.sched.now();
+            self.health.stopped_at = Some(super::regs::health_counter_value(self, now));
+        }
         self.nic_interface = NicInterface::DISABLED.0;
         self.fx.notify = true;
     }

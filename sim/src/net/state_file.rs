@@ -30,8 +30,9 @@
 //! network the file is loaded onto, or loading fails without changing anything. So does a
 //! record holding what the SMA could not: a value a PortInfo or SwitchInfo Set refuses or
 //! its field cannot carry (the Set's own checks, `crate::fabric::sma::limits`), a P_Key table
-//! of another length than the port's, a LID range beyond the unicast LIDs, a link one end of
-//! which is up and the other Down; the error names the record's line.
+//! of another length than the port's, a LID range beyond the unicast LIDs or a base LID with
+//! any of its low LMC bits set, a link one end of which is up and the other Down; the error
+//! names the record's line.
 //! CapabilityMask is saved without IsSM: the SM that held the port is gone when the file is
 //! read. Not saved: SL-to-VL and VL arbitration tables, alias GUIDs, PMA counters, link and
 //! node faults, and PortInfo's M_Key, P_Key and Q_Key violation counters (they load as 0).
@@ -43,6 +44,7 @@ use mad_wire::attr::port_info::cap_mask;
 
 use super::engine::NetState;
 use super::{NetError, Network};
+use crate::fabric::model::lid_aligned;
 use crate::fabric::rate::{ActiveRates, LinkRates};
 use crate::fabric::sma::defaults::CA_PARTITION_CAP;
 use crate::fabric::sma::limits::{self, HeldPortInfo, PortInfoField, SwitchInfoField};
@@ -631,8 +633,8 @@ fn parse(f: &Fabric, text: &str) -> Result<Parsed, Problem> {
     Ok(parsed)
 }
 
-/// Every LID range fits the unicast LIDs and sits on a port that can hold LIDs: applying the
-/// records then cannot fail half-way. Ranges may overlap: an SM moving LIDs leaves a LID with
+/// Every LID range fits the unicast LIDs, starts at a base LID aligned to its LMC and sits on
+/// a port that can hold LIDs: applying the records then cannot fail half-way. Ranges may overlap: an SM moving LIDs leaves a LID with
 /// two holders for a while (`Fabric::assign_lid`), and a state saved then loads back.
 fn check_lids(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
     for r in parsed.ports.iter().filter(|r| r.lid != 0) {
@@ -650,6 +652,14 @@ fn check_lids(f: &Fabric, parsed: &Parsed) -> Result<(), Problem> {
                     r.lid, r.lmc
                 ),
             ));
+        }
+        if !lid_aligned(r.lid, r.lmc) {
+            let problem = crate::fabric::Problem::UnalignedLid {
+                lid: r.lid,
+                lmc: r.lmc,
+                port: label,
+            };
+            return Err((r.line, problem.to_string()));
         }
     }
     Ok(())

@@ -34,7 +34,9 @@
 //!   `new_node` copies at most `sizeof(nodedesc) - 1` into its `char nodedesc[64]`), so its
 //!   SMA never answers with 64 bytes and no NUL, as real hardware and ours may.
 //! * LIDs: a switch header's `lid N lmc M` is port 0's; a CA or router line's comment starting
-//!   `lid N lmc M` is that port's.
+//!   `lid N lmc M` is that port's. A base LID with LMC must have its low LMC bits clear, and a
+//!   base switch port 0 holds LMC 0 (ibsim takes any: `sim_net.c` `parse_port_lid_and_lmc`
+//!   reads both numbers with `strtoul` and no check).
 //! * GUIDs: absent ones follow ibsim's scheme ([`guid`](crate::fabric::guid)); a CA port's GUID
 //!   comes from its own line's `(guid)`, else from the peer line's `(guid)`, else node GUID + p.
 //!   (ibsim ignores parenthesised port GUIDs; we keep them because real ibnetdiscover output has
