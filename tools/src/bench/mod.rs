@@ -464,7 +464,11 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
             break Err(EngineError::DeviceFatal { reason });
         }
         crate::session::drive(others);
-        let slice = crate::session::wait_slice(others, Duration::from_millis(100));
+        let slice = wait_bound(
+            cfg.stop,
+            started.elapsed(),
+            crate::session::wait_slice(others, Duration::from_millis(100)),
+        );
         let Some(ev) = agent.next_event(port.deadline_after(slice)) else {
             if in_flight.is_empty() {
                 continue;
@@ -540,6 +544,16 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     Ok(report)
 }
 
+/// How long the bench waits for its next event: `slice`, but no longer than what is left of
+/// a `--time` run at `elapsed`, so that a run whose sends get no answer ends when its time is
+/// up rather than a whole slice after.
+fn wait_bound(stop: Stop, elapsed: Duration, slice: Duration) -> Duration {
+    match stop {
+        Stop::Time(d) => slice.min(d.saturating_sub(elapsed)),
+        Stop::Count(_) => slice,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +568,20 @@ mod tests {
         let mut one = vec![Duration::from_micros(7)];
         assert_eq!(Latency::of(&mut one).unwrap().p99, Duration::from_micros(7));
         assert_eq!(Latency::of(&mut []), None);
+    }
+
+    #[test]
+    fn the_wait_for_events_ends_when_the_time_is_up() {
+        let ms = Duration::from_millis;
+        let slice = ms(100);
+        assert_eq!(wait_bound(Stop::Time(ms(10)), ms(0), slice), ms(10));
+        assert_eq!(wait_bound(Stop::Time(ms(1000)), ms(990), slice), ms(10));
+        assert_eq!(wait_bound(Stop::Time(ms(1000)), ms(500), slice), slice);
+        assert_eq!(
+            wait_bound(Stop::Time(ms(10)), ms(20), slice),
+            Duration::ZERO
+        );
+        assert_eq!(wait_bound(Stop::Count(5), ms(20), slice), slice);
     }
 
     #[test]
