@@ -1,5 +1,6 @@
 //! `hca bench`: MAD round trips through the MAD layer, with their throughput and latency.
 
+use std::io::Write;
 use std::time::Duration;
 
 use hca_tools::EngineError;
@@ -138,7 +139,11 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let closed = session.close();
     let report = result?;
     closed?;
-    report.write(&args.device, &mut std::io::stdout().lock())?;
+    let mut out = std::io::stdout().lock();
+    report
+        .write(&args.device, &mut out)
+        .and_then(|()| out.flush())
+        .map_err(super::stdout_error)?;
     if let Some(signal) = report.interrupted {
         return Err(EngineError::Interrupted { signal }.into());
     }
