@@ -343,6 +343,14 @@ fn a_bench_that_cannot_complete_says_why_and_fails() {
         "{}",
         stderr(&o)
     );
+    // A --time too short for the first send: nothing is sent, and the error says what to do.
+    let o = hca(&["bench", "--device", DEVICE, "--time", "1e-9"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("out of 0 sends: the time (--time 0.000000001) ran out before the first send: give a longer --time"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -76,7 +76,8 @@ pub struct Args {
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
     /// Seconds to run for, instead of a count: sends still in flight when the time is up are
-    /// cancelled (the report counts them), not waited for.
+    /// cancelled (the report counts them), not waited for; a time too short for the first
+    /// send sends none (an error).
     #[arg(long, value_name = "S")]
     pub time: Option<f64>,
     /// Response timeout of each attempt, in ms.
@@ -150,9 +151,14 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     if report.round_trips == 0 {
         return Err(EngineError::NoRoundTrip {
             sent: report.timeouts + report.failed + report.cancelled,
-            why: report
-                .first_failure
-                .unwrap_or_else(|| "nothing was sent".to_string()),
+            why: report.first_failure.unwrap_or_else(|| match stop {
+                // The time ran out before the loop's first send.
+                Stop::Time(d) => format!(
+                    "the time (--time {}) ran out before the first send: give a longer --time",
+                    d.as_secs_f64()
+                ),
+                Stop::Count(_) => "nothing was sent".to_string(),
+            }),
         }
         .into());
     }
