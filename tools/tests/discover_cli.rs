@@ -379,9 +379,14 @@ fn bench_help_says_what_its_figures_cover() {
         "no warm-up is left out",
         "none when no round trip completed",
         "over the time from the first send to the last response",
+        // --count counts sends, a timed-out one too, not round trips.
+        "until COUNT SMPs have been sent and have ended, each in a round trip, a timeout or a \
+         failure",
+        "--count <N> SMPs to send, each ending in a round trip, a timeout or a failure",
     ] {
         assert!(flat.contains(says), "{says}: {help}");
     }
+    assert!(!flat.contains("COUNT round trips"), "{help}");
 }
 
 /// The value of a report line `  key  value`.
@@ -681,7 +686,7 @@ fn settings_are_refused_before_the_device_is_opened() {
         ),
         (vec!["discover", "--max-hops", "0"], "max hops: 0"),
         (vec!["discover", "--timeout", "0"], "timeout: 0 ms"),
-        (vec!["bench", "--count", "0"], "count: 0 round trips"),
+        (vec!["bench", "--count", "0"], "count: 0 sends"),
         (vec!["bench", "--window", "0"], "window: 0 sends in flight"),
         (
             vec!["bench", "--path", "2"],

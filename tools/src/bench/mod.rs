@@ -88,7 +88,8 @@ impl std::str::FromStr for Attr {
 /// When the bench stops sending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
-    /// After this many round trips.
+    /// After this many sends, each ending in a round trip, a timeout or a failure (one that
+    /// times out counts as much as one answered).
     Count(u64),
     /// After this much wall-clock time: sends still in flight then are cancelled (and
     /// counted in [`Report::cancelled`]), not waited for up to their timeouts.
@@ -144,7 +145,7 @@ impl Config {
         if self.stop == Stop::Count(0) {
             return Err(EngineError::BadSetting {
                 what: "count",
-                why: "0 round trips: give at least 1".into(),
+                why: "0 sends: give at least 1".into(),
             });
         }
         SmpRepr::directed_get(&self.path, self.attr.id(), self.attr_mod, 0).map_err(|e| {

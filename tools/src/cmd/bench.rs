@@ -12,9 +12,10 @@ use super::{CmdResult, Context};
 /// Long help of `hca bench`.
 pub const HELP: &str = "\
 Sends directed-route SMP Gets of one attribute along one route through the MAD layer, WINDOW
-of them in flight at once, until COUNT round trips are done (or for --time seconds), and
-prints a small report: round trips, timeouts, elapsed time, round trips per second, and the
-latency from each send to its response (p50, p99, max; none when no round trip completed).
+of them in flight at once, until COUNT SMPs have been sent and have ended, each in a round
+trip, a timeout or a failure (or for --time seconds), and prints a small report: round trips,
+timeouts, elapsed time, round trips per second, and the latency from each send to its
+response (p50, p99, max; none when no round trip completed).
 Every round trip counts, the first ones too: no warm-up is left out (when first-use costs
 matter, run a short bench first, or one long enough that they do not show).
 
@@ -72,7 +73,8 @@ pub struct Args {
     /// accepted; 0 for the local port.
     #[arg(long, value_name = "PORTS", default_value = "1")]
     pub path: String,
-    /// Round trips to make [default: 100000, unless --time is given].
+    /// SMPs to send, each ending in a round trip, a timeout or a failure (a send that times
+    /// out counts too) [default: 100000, unless --time is given].
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
     /// Seconds to run for, instead of a count: sends still in flight when the time is up are
