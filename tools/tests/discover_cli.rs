@@ -354,6 +354,23 @@ fn a_bench_that_cannot_complete_says_why_and_fails() {
 }
 
 #[test]
+fn a_bench_from_a_down_port_says_the_port_is_down() {
+    let down = "sim:clock=virtual,port_state=down";
+    let o = hca(&["bench", "--device", down, "--count", "1", "--timeout", "10"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("port 1 is Down (physical state Polling)")
+            && stderr(&o).contains("pick another port with --port"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "", "refused before anything is sent");
+    // The HCA's own SMA answers without the wire, Down or not.
+    let o = hca(&["bench", "--device", down, "--count", "1", "--path", "0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
 fn help_gives_the_default_window_per_device_kind() {
     let help = ok(&["discover", "--help"]);
     assert!(

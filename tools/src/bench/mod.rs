@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use driver::verbs::{PortState, SpecialQp, UdDest, WcStatus};
+use mad::wire::attr::port_info::PhysPortState;
 use mad::wire::attr_id::sm;
 use mad::wire::method;
 use mad::wire::smp::{Smp, SmpRepr};
@@ -365,6 +366,9 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
 /// that port's SMA.
 pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, EngineError> {
     let repr = cfg.check(port.port_num())?;
+    if !cfg.path.is_empty() {
+        check_port_up(port)?;
+    }
     let mut template = vec![0u8; 256];
     repr.emit(&mut Smp::new_checked(&mut template[..]).expect("256 bytes hold an SMP"));
     let dest = UdDest::DIRECTED_ROUTE;
@@ -543,6 +547,20 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     report.wall_latency = Latency::of(&mut wall_lat);
     report.device_latency = Latency::of(&mut dev_lat);
     Ok(report)
+}
+
+/// Refuse to send along a route from a port that is Down: every SMP would time out, and the
+/// report would blame the route. (An empty path is not checked: the HCA's own SMA answers
+/// it without the wire.) A port whose attributes cannot be read is let through: its sends
+/// then say what is wrong.
+fn check_port_up(port: &Port) -> Result<(), EngineError> {
+    match port.hca().attrs() {
+        Ok(a) if a.state == PortState::Down => Err(EngineError::PortDown {
+            port: a.port_num,
+            phys: format!("{:?}", PhysPortState::from(a.phys_state)),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// How long the bench waits for its next event: `slice`, but no longer than what is left of

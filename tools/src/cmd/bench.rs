@@ -31,7 +31,8 @@ simulated time, in which a round trip with no simulated delay takes none.
 The default device is the simulator's generated fat tree (see `hca discover --help`), and the
 default route, 1, reaches the leaf switch of the HCA's host; --path 0 asks the HCA's own SMA
 (answered without the wire, as the kernel answers SMPs for the local port). The first hop of
---path is the port the SMPs leave by, so it must be --port; --timeout must be above 0.
+--path is the port the SMPs leave by, so it must be --port; --timeout must be above 0. A route
+from a port that is Down is refused before anything is sent (--path 0 is still answered).
 
 A route may end in the HCA itself by another of its ports: the MAD layer is open on every
 port and answers there too, within a millisecond (the bench gives those ports a pass of
