@@ -448,6 +448,7 @@ fn the_bench_report_is_well_formed() {
         let p99: f64 = words[4].parse().unwrap();
         let max: f64 = words[7].parse().unwrap();
         assert!(p50 <= p99 && p99 <= max, "{key}: {v}");
+        assert!(v.ends_with("(over the 500 answered sends)"), "{key}: {v}");
     }
     let in_flight: usize = field(&r, "in flight")
         .split_whitespace()

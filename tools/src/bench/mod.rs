@@ -310,8 +310,11 @@ impl Report {
                     self.round_trip_span.as_secs_f64()
                 ),
             ),
-            ("latency wall", fmt_latency(self.wall_latency.as_ref())),
-            ("latency device", fmt_latency(self.device_latency.as_ref())),
+            ("latency wall", self.fmt_latency(self.wall_latency.as_ref())),
+            (
+                "latency device",
+                self.fmt_latency(self.device_latency.as_ref()),
+            ),
             ("in flight", format!("{} at most", self.max_in_flight)),
         ];
         for (k, v) in rows {
@@ -337,17 +340,32 @@ impl Report {
         }
         Ok(())
     }
+
+    /// A latency line: its percentiles are over the answered sends only (a send that timed
+    /// out, failed or was cancelled has no latency), which the line says.
+    fn fmt_latency(&self, l: Option<&Latency>) -> String {
+        let Some(l) = l else {
+            return "none (no round trips)".into();
+        };
+        let unanswered = self.timeouts + self.failed + self.cancelled;
+        format!(
+            "p50 {}  p99 {}  max {}  (over the {} answered send{}{})",
+            us(l.p50),
+            us(l.p99),
+            us(l.max),
+            self.round_trips,
+            if self.round_trips == 1 { "" } else { "s" },
+            if unanswered > 0 {
+                format!(", not the {unanswered} unanswered")
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)
-}
-
-fn fmt_latency(l: Option<&Latency>) -> String {
-    match l {
-        Some(l) => format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max)),
-        None => "none (no round trips)".into(),
-    }
 }
 
 struct Sent {
@@ -601,6 +619,45 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(wait_bound(Stop::Count(5), ms(20), slice), slice);
+    }
+
+    #[test]
+    fn the_latency_lines_say_they_cover_the_answered_sends_only() {
+        let lat = Latency {
+            p50: Duration::from_micros(2),
+            p99: Duration::from_micros(3),
+            max: Duration::from_micros(4),
+        };
+        let r = Report {
+            config: Config::default(),
+            round_trips: 19,
+            error_status: 0,
+            timeouts: 1,
+            failed: 0,
+            retries: 0,
+            wall: Duration::from_millis(5),
+            round_trip_span: Duration::from_millis(4),
+            device: Duration::from_millis(5),
+            wall_latency: Some(lat),
+            device_latency: Some(lat),
+            max_in_flight: 1,
+            first_failure: None,
+            interrupted: None,
+            cancelled: 0,
+        };
+        let mut out = Vec::new();
+        r.write("sim", &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for key in ["latency wall", "latency device"] {
+            let line = text.lines().find(|l| l.contains(key)).unwrap();
+            assert!(
+                line.ends_with(
+                    "p50 2.0 us  p99 3.0 us  max 4.0 us  (over the 19 answered sends, not the 1 \
+                     unanswered)"
+                ),
+                "{line}"
+            );
+        }
     }
 
     #[test]

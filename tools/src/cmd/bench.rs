@@ -15,7 +15,8 @@ Sends directed-route SMP Gets of one attribute along one route through the MAD l
 of them in flight at once, until COUNT SMPs have been sent and have ended, each in a round
 trip, a timeout or a failure (or for --time seconds), and prints a small report: round trips,
 timeouts, elapsed time, round trips per second, and the latency from each send to its
-response (p50, p99, max; none when no round trip completed).
+response (p50, p99, max), over the answered sends only: one that timed out, failed or was
+cancelled has no latency, and the lines say none when no round trip completed.
 Every round trip counts, the first ones too: no warm-up is left out (when first-use costs
 matter, run a short bench first, or one long enough that they do not show).
 
