@@ -80,6 +80,16 @@ pub enum EngineError {
         /// What happened to the query.
         why: String,
     },
+    /// The port the SMPs would leave by is Down: a route through it reaches nothing.
+    #[error(
+        "port {port} is Down (physical state {phys}): SMPs sent along a route leave by it and reach nothing; bring its link up (`hca info` shows the port's state), pick another port with --port, or give --path 0 to ask the HCA's own SMA"
+    )]
+    PortDown {
+        /// The port.
+        port: u8,
+        /// Its PortPhysicalState, by name.
+        phys: String,
+    },
     /// A bench in which no send got its response.
     #[error("no round trip completed out of {sent} sends: {why}")]
     NoRoundTrip {

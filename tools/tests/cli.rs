@@ -1170,6 +1170,15 @@ fn a_full_standard_output_or_error_is_an_error_not_a_panic() {
         &["list"],
         &["decode", "status", "0x3"],
         &["decode", "cqe", ERR_CQE_DUMP],
+        &[
+            "bench",
+            "--device",
+            "sim:clock=virtual",
+            "--path",
+            "0",
+            "--count",
+            "1",
+        ],
     ] {
         let o = hca_to_dev_full(t.path(), args, false);
         let err = stderr(&o);

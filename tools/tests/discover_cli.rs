@@ -343,6 +343,31 @@ fn a_bench_that_cannot_complete_says_why_and_fails() {
         "{}",
         stderr(&o)
     );
+    // A --time too short for the first send: nothing is sent, and the error says what to do.
+    let o = hca(&["bench", "--device", DEVICE, "--time", "1e-9"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("out of 0 sends: the time (--time 0.000000001) ran out before the first send: give a longer --time"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_bench_from_a_down_port_says_the_port_is_down() {
+    let down = "sim:clock=virtual,port_state=down";
+    let o = hca(&["bench", "--device", down, "--count", "1", "--timeout", "10"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("port 1 is Down (physical state Polling)")
+            && stderr(&o).contains("pick another port with --port"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "", "refused before anything is sent");
+    // The HCA's own SMA answers without the wire, Down or not.
+    let o = hca(&["bench", "--device", down, "--count", "1", "--path", "0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
 #[test]
@@ -371,9 +396,14 @@ fn bench_help_says_what_its_figures_cover() {
         "no warm-up is left out",
         "none when no round trip completed",
         "over the time from the first send to the last response",
+        // --count counts sends, a timed-out one too, not round trips.
+        "until COUNT SMPs have been sent and have ended, each in a round trip, a timeout or a \
+         failure",
+        "--count <N> SMPs to send, each ending in a round trip, a timeout or a failure",
     ] {
         assert!(flat.contains(says), "{says}: {help}");
     }
+    assert!(!flat.contains("COUNT round trips"), "{help}");
 }
 
 /// The value of a report line `  key  value`.
@@ -418,6 +448,7 @@ fn the_bench_report_is_well_formed() {
         let p99: f64 = words[4].parse().unwrap();
         let max: f64 = words[7].parse().unwrap();
         assert!(p50 <= p99 && p99 <= max, "{key}: {v}");
+        assert!(v.ends_with("(over the 500 answered sends)"), "{key}: {v}");
     }
     let in_flight: usize = field(&r, "in flight")
         .split_whitespace()
@@ -673,7 +704,7 @@ fn settings_are_refused_before_the_device_is_opened() {
         ),
         (vec!["discover", "--max-hops", "0"], "max hops: 0"),
         (vec!["discover", "--timeout", "0"], "timeout: 0 ms"),
-        (vec!["bench", "--count", "0"], "count: 0 round trips"),
+        (vec!["bench", "--count", "0"], "count: 0 sends"),
         (vec!["bench", "--window", "0"], "window: 0 sends in flight"),
         (
             vec!["bench", "--path", "2"],

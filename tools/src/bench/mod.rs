@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use driver::verbs::{PortState, SpecialQp, UdDest, WcStatus};
+use mad::wire::attr::port_info::PhysPortState;
 use mad::wire::attr_id::sm;
 use mad::wire::method;
 use mad::wire::smp::{Smp, SmpRepr};
@@ -88,7 +89,8 @@ impl std::str::FromStr for Attr {
 /// When the bench stops sending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
-    /// After this many round trips.
+    /// After this many sends, each ending in a round trip, a timeout or a failure (one that
+    /// times out counts as much as one answered).
     Count(u64),
     /// After this much wall-clock time: sends still in flight then are cancelled (and
     /// counted in [`Report::cancelled`]), not waited for up to their timeouts.
@@ -144,7 +146,7 @@ impl Config {
         if self.stop == Stop::Count(0) {
             return Err(EngineError::BadSetting {
                 what: "count",
-                why: "0 round trips: give at least 1".into(),
+                why: "0 sends: give at least 1".into(),
             });
         }
         SmpRepr::directed_get(&self.path, self.attr.id(), self.attr_mod, 0).map_err(|e| {
@@ -308,8 +310,11 @@ impl Report {
                     self.round_trip_span.as_secs_f64()
                 ),
             ),
-            ("latency wall", fmt_latency(self.wall_latency.as_ref())),
-            ("latency device", fmt_latency(self.device_latency.as_ref())),
+            ("latency wall", self.fmt_latency(self.wall_latency.as_ref())),
+            (
+                "latency device",
+                self.fmt_latency(self.device_latency.as_ref()),
+            ),
             ("in flight", format!("{} at most", self.max_in_flight)),
         ];
         for (k, v) in rows {
@@ -335,17 +340,32 @@ impl Report {
         }
         Ok(())
     }
+
+    /// A latency line: its percentiles are over the answered sends only (a send that timed
+    /// out, failed or was cancelled has no latency), which the line says.
+    fn fmt_latency(&self, l: Option<&Latency>) -> String {
+        let Some(l) = l else {
+            return "none (no round trips)".into();
+        };
+        let unanswered = self.timeouts + self.failed + self.cancelled;
+        format!(
+            "p50 {}  p99 {}  max {}  (over the {} answered send{}{})",
+            us(l.p50),
+            us(l.p99),
+            us(l.max),
+            self.round_trips,
+            if self.round_trips == 1 { "" } else { "s" },
+            if unanswered > 0 {
+                format!(", not the {unanswered} unanswered")
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 fn us(d: Duration) -> String {
     format!("{:.1} us", d.as_secs_f64() * 1e6)
-}
-
-fn fmt_latency(l: Option<&Latency>) -> String {
-    match l {
-        Some(l) => format!("p50 {}  p99 {}  max {}", us(l.p50), us(l.p99), us(l.max)),
-        None => "none (no round trips)".into(),
-    }
 }
 
 struct Sent {
@@ -364,6 +384,9 @@ pub fn run(port: &Port, cfg: &Config) -> Result<Report, EngineError> {
 /// that port's SMA.
 pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, EngineError> {
     let repr = cfg.check(port.port_num())?;
+    if !cfg.path.is_empty() {
+        check_port_up(port)?;
+    }
     let mut template = vec![0u8; 256];
     repr.emit(&mut Smp::new_checked(&mut template[..]).expect("256 bytes hold an SMP"));
     let dest = UdDest::DIRECTED_ROUTE;
@@ -464,7 +487,11 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
             break Err(EngineError::DeviceFatal { reason });
         }
         crate::session::drive(others);
-        let slice = crate::session::wait_slice(others, Duration::from_millis(100));
+        let slice = wait_bound(
+            cfg.stop,
+            started.elapsed(),
+            crate::session::wait_slice(others, Duration::from_millis(100)),
+        );
         let Some(ev) = agent.next_event(port.deadline_after(slice)) else {
             if in_flight.is_empty() {
                 continue;
@@ -540,6 +567,30 @@ pub fn run_with(port: &Port, others: &[Port], cfg: &Config) -> Result<Report, En
     Ok(report)
 }
 
+/// Refuse to send along a route from a port that is Down: every SMP would time out, and the
+/// report would blame the route. (An empty path is not checked: the HCA's own SMA answers
+/// it without the wire.) A port whose attributes cannot be read is let through: its sends
+/// then say what is wrong.
+fn check_port_up(port: &Port) -> Result<(), EngineError> {
+    match port.hca().attrs() {
+        Ok(a) if a.state == PortState::Down => Err(EngineError::PortDown {
+            port: a.port_num,
+            phys: format!("{:?}", PhysPortState::from(a.phys_state)),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// How long the bench waits for its next event: `slice`, but no longer than what is left of
+/// a `--time` run at `elapsed`, so that a run whose sends get no answer ends when its time is
+/// up rather than a whole slice after.
+fn wait_bound(stop: Stop, elapsed: Duration, slice: Duration) -> Duration {
+    match stop {
+        Stop::Time(d) => slice.min(d.saturating_sub(elapsed)),
+        Stop::Count(_) => slice,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +605,59 @@ mod tests {
         let mut one = vec![Duration::from_micros(7)];
         assert_eq!(Latency::of(&mut one).unwrap().p99, Duration::from_micros(7));
         assert_eq!(Latency::of(&mut []), None);
+    }
+
+    #[test]
+    fn the_wait_for_events_ends_when_the_time_is_up() {
+        let ms = Duration::from_millis;
+        let slice = ms(100);
+        assert_eq!(wait_bound(Stop::Time(ms(10)), ms(0), slice), ms(10));
+        assert_eq!(wait_bound(Stop::Time(ms(1000)), ms(990), slice), ms(10));
+        assert_eq!(wait_bound(Stop::Time(ms(1000)), ms(500), slice), slice);
+        assert_eq!(
+            wait_bound(Stop::Time(ms(10)), ms(20), slice),
+            Duration::ZERO
+        );
+        assert_eq!(wait_bound(Stop::Count(5), ms(20), slice), slice);
+    }
+
+    #[test]
+    fn the_latency_lines_say_they_cover_the_answered_sends_only() {
+        let lat = Latency {
+            p50: Duration::from_micros(2),
+            p99: Duration::from_micros(3),
+            max: Duration::from_micros(4),
+        };
+        let r = Report {
+            config: Config::default(),
+            round_trips: 19,
+            error_status: 0,
+            timeouts: 1,
+            failed: 0,
+            retries: 0,
+            wall: Duration::from_millis(5),
+            round_trip_span: Duration::from_millis(4),
+            device: Duration::from_millis(5),
+            wall_latency: Some(lat),
+            device_latency: Some(lat),
+            max_in_flight: 1,
+            first_failure: None,
+            interrupted: None,
+            cancelled: 0,
+        };
+        let mut out = Vec::new();
+        r.write("sim", &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for key in ["latency wall", "latency device"] {
+            let line = text.lines().find(|l| l.contains(key)).unwrap();
+            assert!(
+                line.ends_with(
+                    "p50 2.0 us  p99 3.0 us  max 4.0 us  (over the 19 answered sends, not the 1 \
+                     unanswered)"
+                ),
+                "{line}"
+            );
+        }
     }
 
     #[test]

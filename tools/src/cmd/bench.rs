@@ -1,5 +1,6 @@
 //! `hca bench`: MAD round trips through the MAD layer, with their throughput and latency.
 
+use std::io::Write;
 use std::time::Duration;
 
 use hca_tools::EngineError;
@@ -11,9 +12,11 @@ use super::{CmdResult, Context};
 /// Long help of `hca bench`.
 pub const HELP: &str = "\
 Sends directed-route SMP Gets of one attribute along one route through the MAD layer, WINDOW
-of them in flight at once, until COUNT round trips are done (or for --time seconds), and
-prints a small report: round trips, timeouts, elapsed time, round trips per second, and the
-latency from each send to its response (p50, p99, max; none when no round trip completed).
+of them in flight at once, until COUNT SMPs have been sent and have ended, each in a round
+trip, a timeout or a failure (or for --time seconds), and prints a small report: round trips,
+timeouts, elapsed time, round trips per second, and the latency from each send to its
+response (p50, p99, max), over the answered sends only: one that timed out, failed or was
+cancelled has no latency, and the lines say none when no round trip completed.
 Every round trip counts, the first ones too: no warm-up is left out (when first-use costs
 matter, run a short bench first, or one long enough that they do not show).
 
@@ -29,7 +32,8 @@ simulated time, in which a round trip with no simulated delay takes none.
 The default device is the simulator's generated fat tree (see `hca discover --help`), and the
 default route, 1, reaches the leaf switch of the HCA's host; --path 0 asks the HCA's own SMA
 (answered without the wire, as the kernel answers SMPs for the local port). The first hop of
---path is the port the SMPs leave by, so it must be --port; --timeout must be above 0.
+--path is the port the SMPs leave by, so it must be --port; --timeout must be above 0. A route
+from a port that is Down is refused before anything is sent (--path 0 is still answered).
 
 A route may end in the HCA itself by another of its ports: the MAD layer is open on every
 port and answers there too, within a millisecond (the bench gives those ports a pass of
@@ -71,11 +75,13 @@ pub struct Args {
     /// accepted; 0 for the local port.
     #[arg(long, value_name = "PORTS", default_value = "1")]
     pub path: String,
-    /// Round trips to make [default: 100000, unless --time is given].
+    /// SMPs to send, each ending in a round trip, a timeout or a failure (a send that times
+    /// out counts too) [default: 100000, unless --time is given].
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
     /// Seconds to run for, instead of a count: sends still in flight when the time is up are
-    /// cancelled (the report counts them), not waited for.
+    /// cancelled (the report counts them), not waited for; a time too short for the first
+    /// send sends none (an error).
     #[arg(long, value_name = "S")]
     pub time: Option<f64>,
     /// Response timeout of each attempt, in ms.
@@ -138,16 +144,25 @@ pub fn run(ctx: &Context, args: &Args) -> CmdResult {
     let closed = session.close();
     let report = result?;
     closed?;
-    report.write(&args.device, &mut std::io::stdout().lock())?;
+    let mut out = std::io::stdout().lock();
+    report
+        .write(&args.device, &mut out)
+        .and_then(|()| out.flush())
+        .map_err(super::stdout_error)?;
     if let Some(signal) = report.interrupted {
         return Err(EngineError::Interrupted { signal }.into());
     }
     if report.round_trips == 0 {
         return Err(EngineError::NoRoundTrip {
             sent: report.timeouts + report.failed + report.cancelled,
-            why: report
-                .first_failure
-                .unwrap_or_else(|| "nothing was sent".to_string()),
+            why: report.first_failure.unwrap_or_else(|| match stop {
+                // The time ran out before the loop's first send.
+                Stop::Time(d) => format!(
+                    "the time (--time {}) ran out before the first send: give a longer --time",
+                    d.as_secs_f64()
+                ),
+                Stop::Count(_) => "nothing was sent".to_string(),
+            }),
         }
         .into());
     }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 
-use firmware_cmds::mlx5::cqe::{CQE_SIZE, CQE128_OFFSET, CqeBody};
+use firmware_cmds::mlx5::cqe::{CQE_SIZE, CQE128_OFFSET, CqeBody, CqeOpcode, RespCqe};
 use firmware_cmds::mlx5::decode::{self, HexDump};
 use firmware_cmds::mlx5::eqe::EQE_SIZE;
 use firmware_cmds::mlx5::syndrome::IbWcStatus;
@@ -19,8 +19,10 @@ Decodes bytes as the device wrote them (big-endian, in memory order) into named 
 
   cqe     64 bytes of a completion queue entry (or a 128-byte CQE slot: its second half is
           the CQE). Prints opcode, owner, QPN, WQE counter, byte count, source QP/LID for a
-          receive, and for an error CQE the syndrome, vendor syndrome and the work-completion
-          status the driver reports (unknown syndromes are IB_WC_GENERAL_ERR).
+          receive and its word at 0x24 as the opcode reads it (immediate data, the invalidated
+          rkey, or a plain send's P_Key if the QP is QP1), and for an error CQE the syndrome,
+          vendor syndrome and the work-completion status the driver reports (unknown
+          syndromes are IB_WC_GENERAL_ERR).
   eqe     64 bytes of an event queue entry: event type, subtype and the typed data (command
           slots, page request, port change, CQ or QP error).
   status  a command's status: the first 8 bytes of its output (status byte, 3 reserved bytes,
@@ -414,20 +416,7 @@ pub fn describe_cqe(bytes: &[u8]) -> Result<String, ToolError> {
         (CqeBody::Requester(_) | CqeBody::Responder(_), None) => {
             let _ = writeln!(s, "work completion: {}", IbWcStatus::Success);
             if let CqeBody::Responder(r) = &cqe.body {
-                if r.byte_cnt >= 40 {
-                    let _ = writeln!(
-                        s,
-                        "  receive of {} bytes: {}-byte GRH area + {} bytes of payload{}",
-                        r.byte_cnt,
-                        40,
-                        r.byte_cnt - 40,
-                        if r.pkey() != 0 {
-                            format!(", P_Key {:#06x} (a QP1 receive)", r.pkey())
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
+                describe_receive(&mut s, cqe.opcode, r);
             }
         }
         (CqeBody::Other(_), None) => s.push_str(
@@ -437,6 +426,57 @@ pub fn describe_cqe(bytes: &[u8]) -> Result<String, ToolError> {
         (CqeBody::Error(_), None) => {}
     }
     Ok(s)
+}
+
+/// What a successful responder CQE received, by its opcode (`MLX5_CQE_RESP_*`, the
+/// kernel's include/linux/mlx5/device.h: WR_IMM 1, SEND 2, SEND_IMM 3, SEND_INV 4). The word
+/// at 0x24 is read as the kernel's `handle_responder` (drivers/infiniband/hw/mlx5/cq.c) reads
+/// it: immediate data for RESP_WR_IMM and RESP_SEND_IMM, the invalidated rkey for
+/// RESP_SEND_INV, and the P_Key (its low 16 bits) only on QP1, whose receives are plain sends.
+/// The CQE does not carry the QP type, so the GRH area (the first 40 bytes of a UD receive)
+/// and the P_Key are given as what they are if the QP is UD or QP1. UD carries only SEND and
+/// SEND with immediate (include/rdma/ib_pack.h, the UD opcodes): a send with invalidate (RC,
+/// XRC) and an RDMA write (RC, UC) have no GRH area.
+fn describe_receive(s: &mut String, opcode: CqeOpcode, r: &RespCqe) {
+    let n = r.byte_cnt;
+    let word = r.imm_inval_pkey;
+    let ud_split = if n >= 40 {
+        format!(
+            " (if the QP is UD: a 40-byte GRH area + {} bytes of payload)",
+            n - 40
+        )
+    } else {
+        String::new()
+    };
+    match opcode {
+        CqeOpcode::RESP_WR_IMM => {
+            let _ = writeln!(s, "  RDMA write with immediate of {n} bytes (RC or UC)");
+            let _ = writeln!(s, "  immediate data {word:#010x}");
+        }
+        CqeOpcode::RESP_SEND => {
+            let _ = writeln!(s, "  receive of {n} bytes{ud_split}");
+            if r.pkey() != 0 {
+                let _ = writeln!(
+                    s,
+                    "  P_Key {:#06x} if the QP is QP1 (the low 16 bits of the word at 0x24; \
+                     the CQE does not carry the QP type)",
+                    r.pkey()
+                );
+            }
+        }
+        CqeOpcode::RESP_SEND_IMM => {
+            let _ = writeln!(s, "  receive of {n} bytes{ud_split}");
+            let _ = writeln!(s, "  immediate data {word:#010x}");
+        }
+        CqeOpcode::RESP_SEND_INV => {
+            let _ = writeln!(
+                s,
+                "  receive of {n} bytes (a send with invalidate: RC or XRC)"
+            );
+            let _ = writeln!(s, "  invalidated rkey {word:#010x}");
+        }
+        _ => {}
+    }
 }
 
 /// The text `hca decode` prints for an EQE.
@@ -578,6 +618,38 @@ mod tests {
         let s = describe_cqe(&b).unwrap();
         assert!(s.contains("IB_WC_GENERAL_ERR (21)"), "{s}");
         assert!(s.contains("vendor_err 0x91"), "{s}");
+    }
+
+    /// A successful responder CQE of `opcode` with byte_cnt 4096 and 0xdeadbeef at 0x24.
+    fn responder_cqe(opcode: u8) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0x24..0x28].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+        b[0x2c..0x30].copy_from_slice(&4096u32.to_be_bytes());
+        b[0x38..0x3c].copy_from_slice(&0x48u32.to_be_bytes());
+        b[0x3f] = opcode << 4;
+        b
+    }
+
+    #[test]
+    fn the_word_at_0x24_is_read_by_the_receive_opcode() {
+        // RESP_SEND: the only receive that may be QP1's, so the only one with a P_Key.
+        let s = describe_cqe(&responder_cqe(2)).unwrap();
+        assert!(
+            s.contains("if the QP is UD: a 40-byte GRH area + 4056 bytes of payload"),
+            "{s}"
+        );
+        assert!(s.contains("P_Key 0xbeef if the QP is QP1"), "{s}");
+        for (opcode, name, word, grh) in [
+            (1, "RESP_WR_IMM", "immediate data 0xdeadbeef", false),
+            (3, "RESP_SEND_IMM", "immediate data 0xdeadbeef", true),
+            (4, "RESP_SEND_INV", "invalidated rkey 0xdeadbeef", false),
+        ] {
+            let s = describe_cqe(&responder_cqe(opcode)).unwrap();
+            assert!(s.contains(&format!("CQE opcode {name}")), "{s}");
+            assert!(s.contains(word), "{name}: {s}");
+            assert!(!s.contains("P_Key") && !s.contains("QP1"), "{name}: {s}");
+            assert_eq!(s.contains("GRH area"), grh, "{name}: {s}");
+        }
     }
 
     #[test]
