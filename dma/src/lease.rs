@@ -102,8 +102,8 @@ pub struct Accounting {
     /// Pooled arenas currently mapped (an arena whose unmap failed is still mapped, and still
     /// counted).
     pub arenas: usize,
-    /// Unmaps that failed (their memory and IOVA are kept, never reused: the device might
-    /// still reach them).
+    /// Unmaps that failed, and failed maps that left a mapping behind (their memory and
+    /// IOVA are kept, never reused: the device might still reach them).
     pub unmap_failures: usize,
     /// Leases dropped after [`DmaPool::quarantine`]: kept allocated and mapped, never handed
     /// out again (no longer counted in `leases_out`).
@@ -247,7 +247,9 @@ impl DmaPool {
     /// Errors: [`DmaError::Invalid`] for `len == 0` or a bad alignment; otherwise what getting
     /// memory, an IOVA or a mapping returned ([`DmaError::MemlockTooLow`],
     /// [`DmaError::IovaExhausted`], [`DmaError::Map`], [`DmaError::Alloc`]), with nothing
-    /// left allocated.
+    /// left allocated, unless a failed map left a mapping behind (the mapper broke the
+    /// [`DmaMapper::map`] contract): then its memory and IOVA are kept for good and counted
+    /// in [`Accounting::unmap_failures`].
     pub fn lease(&self, len: usize, align: usize, access: Access) -> Result<DmaLease, DmaError> {
         self.lease_inner(len, align, access, true)
     }
@@ -503,7 +505,7 @@ impl PoolInner {
         // `map_page` as the IOVA is, that the arena owns; it is unmapped (release_arena)
         // before the memory is dropped.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
-            let _ = self.lock_iova().free(iova, size as u64);
+            self.map_failed(&e, mem, iova, size as u64);
             return Err(e);
         }
         self.arena_count.fetch_add(1, Ordering::Relaxed);
@@ -574,7 +576,7 @@ impl PoolInner {
         // `iova` is); the lease owns it and unmaps before dropping it (DmaLease::drop), or
         // never drops it if the unmap fails.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
-            let _ = self.lock_iova().free(iova, reserved);
+            self.map_failed(&e, mem, iova, reserved);
             return Err(e);
         }
         let Some(host) = NonNull::new(mem.as_ptr()) else {
@@ -590,11 +592,32 @@ impl PoolInner {
         ))
     }
 
+    /// A map of `mem` at `iova` (inside `reserved` bytes taken from the IOVA allocator)
+    /// failed: give both back, unless the mapper still has a mapping there (a map that failed
+    /// halfway, against the [`DmaMapper::map`] contract), in which case the device may reach
+    /// `mem` and both are kept as after a failed unmap.
+    fn map_failed(&self, err: &DmaError, mem: DmaMemory, iova: u64, reserved: u64) {
+        if self.mapper.has_mapping_in(iova, mem.len()) {
+            self.keep_reachable(err, "the failed map left a mapping behind", mem);
+            return;
+        }
+        if let Err(e) = self.lock_iova().free(iova, reserved) {
+            tracing::error!("DMA pool: freeing the IOVA of a failed map: {e}");
+        }
+        drop(mem);
+    }
+
     /// An unmap failed: the device may still reach `mem`, so keep it (and its IOVA) forever.
     fn unmap_failed(&self, err: &DmaError, mem: DmaMemory) {
+        self.keep_reachable(err, "the mapping may still be live", mem);
+    }
+
+    /// The device may still reach `mem` (`why`): keep it and its IOVA out of use forever,
+    /// counted in [`Accounting::unmap_failures`].
+    fn keep_reachable(&self, err: &DmaError, why: &str, mem: DmaMemory) {
         self.unmap_failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
-            "DMA pool: {err}; keeping the {} bytes of memory and their IOVA out of use",
+            "DMA pool: {err}; {why}, so the {} bytes of memory and their IOVA are kept out of use",
             mem.len()
         );
         std::mem::forget(mem);

@@ -47,6 +47,14 @@ pub trait DmaMapper: Send + Sync {
 
     /// Map `len` bytes of host memory at `vaddr` to the device address `iova`.
     ///
+    /// All or nothing: when it returns an error, no byte of `iova .. iova + len` may be left
+    /// mapped, so that the caller may free the memory and reuse the IOVA. VFIO type1 does
+    /// this itself: a map that fails after pinning or mapping part of the range is undone
+    /// before the ioctl returns (`vfio_pin_map_dma` calls `vfio_remove_dma` on error,
+    /// drivers/vfio/vfio_iommu_type1.c). A [`crate::DmaPool`] does not rely on it: after a
+    /// failed map it asks [`DmaMapper::has_mapping_in`], and keeps the memory and IOVA for
+    /// good when anything was left mapped there.
+    ///
     /// # Safety
     /// `vaddr .. vaddr + len` must be valid, page-aligned memory that stays mapped and is not
     /// reused for anything else until [`DmaMapper::unmap`] of the same range returns: from now
@@ -64,6 +72,10 @@ pub trait DmaMapper: Send + Sync {
 
     /// How many mappings are live in this domain right now.
     fn live_mappings(&self) -> usize;
+
+    /// True when a live mapping covers any byte of `iova .. iova + len` (`len` > 0): what a
+    /// caller asks after a failed [`DmaMapper::map`] before it frees the memory and the IOVA.
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool;
 
     /// How many device accesses this domain refused (always 0 where the kernel does not tell us).
     fn fault_count(&self) -> usize {

@@ -155,6 +155,13 @@ impl Mappings {
         self.index_at_or_below(iova).map(|i| &self.by_iova[i])
     }
 
+    /// True when a mapping covers any byte of `iova ..= last`: mappings never overlap, so
+    /// only the one starting last at or below `last` can.
+    fn overlaps(&self, iova: u64, last: u64) -> bool {
+        self.at_or_below(last)
+            .is_some_and(|&(s, ref m)| s + (m.len - 1) >= iova)
+    }
+
     /// The index in `by_iova` of [`Mappings::at_or_below`].
     #[inline]
     fn index_at_or_below(&self, iova: u64) -> Option<usize> {
@@ -588,11 +595,7 @@ impl DmaMapper for SimIommu {
             ));
         }
         let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
-        let last = iova + (len64 - 1);
-        let overlaps = maps
-            .at_or_below(last)
-            .is_some_and(|&(s, ref m)| s + (m.len - 1) >= iova);
-        if overlaps {
+        if maps.overlaps(iova, iova + (len64 - 1)) {
             return Err(self.map_error(
                 iova,
                 len,
@@ -654,6 +657,16 @@ impl DmaMapper for SimIommu {
             .unwrap_or_else(PoisonError::into_inner)
             .by_iova
             .len()
+    }
+
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        let Some(last) = (len as u64).checked_sub(1).map(|l| iova.saturating_add(l)) else {
+            return false;
+        };
+        self.maps
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .overlaps(iova, last)
     }
 
     fn fault_count(&self) -> usize {

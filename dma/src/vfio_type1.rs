@@ -206,6 +206,22 @@ impl DmaMapper for VfioType1 {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
     }
+
+    /// From the mappings this mapper made: a map the kernel refused is never recorded, and
+    /// the kernel undoes whatever part of it was done (`vfio_pin_map_dma` calls
+    /// `vfio_remove_dma` on error, drivers/vfio/vfio_iommu_type1.c).
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        let Some(last) = (len as u64).checked_sub(1).map(|l| iova.saturating_add(l)) else {
+            return false;
+        };
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|(&start, &l)| {
+                start <= last && iova <= start.saturating_add((l as u64).saturating_sub(1))
+            })
+    }
 }
 
 /// The smallest page of a `iova_pgsizes` bitmap; the CPU page for none (or an empty bitmap).

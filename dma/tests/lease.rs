@@ -498,6 +498,9 @@ impl DmaMapper for FailingUnmap {
     fn live_mappings(&self) -> usize {
         self.inner.live_mappings()
     }
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        self.inner.has_mapping_in(iova, len)
+    }
 }
 
 #[test]
@@ -543,6 +546,72 @@ fn an_arena_whose_unmap_fails_is_still_counted_as_mapped() {
         "{acc:?}"
     );
     assert_eq!(pool.iova_stats().allocations, 1, "its IOVA is kept");
+}
+
+/// A mapper whose maps fail: after mapping (a map that fails halfway, which the
+/// `DmaMapper::map` contract forbids) while `leave_mapping` is set, cleanly otherwise.
+struct FailingMap {
+    inner: SimIommu,
+    leave_mapping: bool,
+}
+
+impl DmaMapper for FailingMap {
+    fn name(&self) -> &'static str {
+        "failing-map"
+    }
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.inner.iova_ranges()
+    }
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError> {
+        if self.leave_mapping {
+            // SAFETY: the caller's guarantee is passed on unchanged.
+            unsafe { self.inner.map(vaddr, len, iova, access) }?;
+        }
+        Err(DmaError::Invalid("injected map failure".into()))
+    }
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        self.inner.unmap(iova, len)
+    }
+    fn live_mappings(&self) -> usize {
+        self.inner.live_mappings()
+    }
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        self.inner.has_mapping_in(iova, len)
+    }
+}
+
+/// A failed map that left its mapping behind must not free the memory the device can still
+/// reach, nor hand its IOVA out again: both are kept and counted, as after a failed unmap.
+/// A map that fails cleanly gives everything back.
+#[test]
+fn a_failed_map_that_left_a_mapping_keeps_its_memory_and_iova() {
+    for mode in MODES {
+        for leave_mapping in [false, true] {
+            let mapper = Arc::new(FailingMap {
+                inner: SimIommu::new(),
+                leave_mapping,
+            });
+            let pool = DmaPool::new(mapper.clone(), mode).unwrap();
+            let err = pool.lease(4096, 64, Access::ReadWrite).unwrap_err();
+            assert!(matches!(err, DmaError::Invalid(_)), "{err:?}");
+            let acc = pool.accounting();
+            let ctx = format!("{mode:?}, leave_mapping {leave_mapping}: {acc:?}");
+            assert_eq!((acc.leases_out, acc.arenas), (0, 0), "{ctx}");
+            if leave_mapping {
+                assert_eq!((acc.live_mappings, acc.unmap_failures), (1, 1), "{ctx}");
+                assert_eq!(pool.iova_stats().allocations, 1, "{ctx}: IOVA kept");
+            } else {
+                assert_eq!(acc, Accounting::default(), "{ctx}");
+                assert_eq!(pool.iova_stats().allocations, 0, "{ctx}: IOVA given back");
+            }
+        }
+    }
 }
 
 #[test]
