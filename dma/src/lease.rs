@@ -245,7 +245,8 @@ impl DmaPool {
     /// with `access` for the device.
     ///
     /// Errors: [`DmaError::Invalid`] for `len == 0` or a bad alignment; otherwise what getting
-    /// memory, an IOVA or a mapping returned ([`DmaError::MemlockTooLow`],
+    /// memory, an IOVA or a mapping returned ([`DmaError::MemlockTooLow`] from
+    /// [`DmaMapper::check_pin_headroom`], asked before any memory is allocated;
     /// [`DmaError::IovaExhausted`], [`DmaError::Map`], [`DmaError::Alloc`]), with nothing
     /// left allocated, unless a failed map left a mapping behind (the mapper broke the
     /// [`DmaMapper::map`] contract): then its memory and IOVA are kept for good and counted
@@ -489,6 +490,8 @@ impl PoolInner {
     /// Get, place and map a new arena (under the state lock: growth is rare).
     fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
         let size = self.config.arena_size;
+        // Before the memory is allocated and faulted in, not only in the map.
+        self.mapper.check_pin_headroom(size)?;
         let mem = DmaMemory::with_alignment(size, self.arena_pages(), self.map_page)?;
         if mem.len() != size {
             // Not reached: `arena_pages` only picks pages that divide `size`, and `size` is a
@@ -554,6 +557,12 @@ impl PoolInner {
         align: usize,
         access: Access,
     ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
+        // Before the memory is allocated and faulted in, not only in the map: the least the
+        // mapping can be (huge pages may make it longer, which the map checks). A length that
+        // cannot be rounded is refused by the allocation.
+        if let Some(least) = len.checked_next_multiple_of(self.map_page) {
+            self.mapper.check_pin_headroom(least)?;
+        }
         // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
         let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
         let mapped = mem.len();

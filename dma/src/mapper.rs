@@ -45,6 +45,15 @@ pub trait DmaMapper: Send + Sync {
         4096
     }
 
+    /// Whether `len` more bytes may be pinned for DMA now: [`DmaError::MemlockTooLow`] when a
+    /// map of that length would pass the pinning limit. For callers to ask before they
+    /// allocate and fault in the memory (a [`crate::DmaPool`] does); [`DmaMapper::map`]
+    /// checks again. `Ok` unless the backend has such a limit.
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        let _ = len;
+        Ok(())
+    }
+
     /// Map `len` bytes of host memory at `vaddr` to the device address `iova`.
     ///
     /// All or nothing: when it returns an error, no byte of `iova .. iova + len` may be left

@@ -472,6 +472,14 @@ impl SimIommu {
         }
     }
 
+    /// [`SimIommuConfig::memlock_limit`] against `pinned + len` bytes.
+    fn check_memlock(&self, pinned: u64, len: u64) -> Result<(), DmaError> {
+        match self.config.memlock_limit {
+            Some(limit) => check_memlock(pinned, len, limit, false),
+            None => Ok(()),
+        }
+    }
+
     fn map_error(&self, iova: u64, len: usize, kind: io::ErrorKind, msg: String) -> DmaError {
         DmaError::Map {
             mapper: self.name(),
@@ -565,6 +573,16 @@ impl DmaMapper for SimIommu {
         usize::try_from(self.config.page_size.max(1)).unwrap_or(usize::MAX)
     }
 
+    /// [`SimIommuConfig::memlock_limit`] against what the live mappings pin.
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        let pinned = self
+            .maps
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pinned;
+        self.check_memlock(pinned, len as u64)
+    }
+
     unsafe fn map(
         &self,
         vaddr: *mut u8,
@@ -614,9 +632,7 @@ impl DmaMapper for SimIommu {
                 ),
             ));
         }
-        if let Some(limit) = self.config.memlock_limit {
-            check_memlock(maps.pinned, len64, limit, false)?;
-        }
+        self.check_memlock(maps.pinned, len64)?;
         let at = maps.by_iova.partition_point(|&(start, _)| start < iova);
         maps.by_iova.insert(
             at,

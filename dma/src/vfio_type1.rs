@@ -95,6 +95,12 @@ impl DmaMapper for VfioType1 {
         min_page_of(self.pgsizes)
     }
 
+    /// `RLIMIT_MEMLOCK` and `CAP_IPC_LOCK` as VFIO will judge them
+    /// ([`crate::memlock::MemlockState`]), against what this mapper has pinned.
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        MemlockState::current().check(self.pinned_bytes(), len as u64)
+    }
+
     unsafe fn map(
         &self,
         vaddr: *mut u8,

@@ -2,7 +2,7 @@
 //! device side, bounds, permissions, memlock and unmap failures, and use from many threads.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dma::{
     Access, Accounting, DmaError, DmaLease, DmaMapper, DmaPool, FaultReason, IovaRange, LeaseMode,
@@ -439,6 +439,97 @@ fn memlock_too_low_fails_cleanly_in_both_modes() {
             0,
             "{mode:?}: IOVA given back"
         );
+    }
+}
+
+/// A simulated IOMMU that counts the maps asked of it.
+struct CountingMaps {
+    inner: SimIommu,
+    maps: AtomicUsize,
+}
+
+impl DmaMapper for CountingMaps {
+    fn name(&self) -> &'static str {
+        "counting-maps"
+    }
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.inner.iova_ranges()
+    }
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        self.inner.check_pin_headroom(len)
+    }
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError> {
+        self.maps.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's guarantee is passed on unchanged.
+        unsafe { self.inner.map(vaddr, len, iova, access) }
+    }
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        self.inner.unmap(iova, len)
+    }
+    fn live_mappings(&self) -> usize {
+        self.inner.live_mappings()
+    }
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        self.inner.has_mapping_in(iova, len)
+    }
+}
+
+/// A lease past the memlock limit is refused before its memory is allocated and faulted in,
+/// not by the map afterwards: a lease of 2^63 bytes, whose memory cannot even be allocated
+/// (the memfd refuses that size), is refused for memlock rather than for the allocation,
+/// and neither it nor any other lease or new arena past the limit reaches the mapper's map.
+#[test]
+fn a_memlock_refusal_comes_before_the_memory_is_allocated() {
+    const LIMIT: u64 = 192 << 10;
+    for mode in MODES {
+        let mapper = Arc::new(CountingMaps {
+            inner: SimIommu::with_config(SimIommuConfig {
+                memlock_limit: Some(LIMIT),
+                ..SimIommuConfig::default()
+            }),
+            maps: AtomicUsize::new(0),
+        });
+        let pool = DmaPool::with_config(
+            mapper.clone(),
+            PoolConfig {
+                arena_size: 128 << 10,
+                pages: PagePolicy::BaseOnly,
+                ..PoolConfig::new(mode)
+            },
+        )
+        .unwrap();
+        // Within the limit (strict: 4 KiB pinned; pooled: one 128 KiB arena).
+        let held = pool.lease(4096, 64, Access::ReadWrite).unwrap();
+        assert_eq!(mapper.maps.load(Ordering::Relaxed), 1, "{mode:?}");
+        let baseline = pool.accounting();
+        let mut refused = vec![256 << 10, 1 << 63];
+        if mode == LeaseMode::Pooled {
+            // A second arena (another access) would pin 256 KiB.
+            refused.push(256);
+        }
+        for len in refused {
+            let err = pool.lease(len, 64, Access::Read).unwrap_err();
+            assert!(
+                matches!(err, DmaError::MemlockTooLow { limit: LIMIT, .. }),
+                "{mode:?}, {len:#x} bytes: {err:?}"
+            );
+            assert_eq!(pool.accounting(), baseline, "{mode:?}");
+            assert_eq!(pool.iova_stats().allocations, 1, "{mode:?}");
+        }
+        assert_eq!(
+            mapper.maps.load(Ordering::Relaxed),
+            1,
+            "{mode:?}: refused before the map"
+        );
+        drop(held);
+        pool.trim();
+        assert_eq!(pool.accounting(), Accounting::default(), "{mode:?}");
     }
 }
 
