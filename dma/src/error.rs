@@ -72,7 +72,10 @@ pub enum DmaError {
     },
 
     /// The IOMMU refused a mapping.
-    #[error("{mapper}: mapping {len:#x} bytes at IOVA {iova:#x} failed: {source}")]
+    #[error(
+        "{mapper}: mapping {len:#x} bytes at IOVA {iova:#x} failed: {source}{}",
+        remedy.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
+    )]
     Map {
         /// Mapper name.
         mapper: &'static str,
@@ -83,6 +86,9 @@ pub enum DmaError {
         /// The OS error (or a description from a simulated IOMMU).
         #[source]
         source: io::Error,
+        /// What the error means here and what to do, when the mapper knows (VFIO type1:
+        /// [`crate::vfio_type1::map_errno_remedy`]).
+        remedy: Option<String>,
     },
 
     /// The IOMMU refused to remove a mapping, or removed a different amount.

@@ -486,6 +486,7 @@ impl SimIommu {
             iova,
             len,
             source: io::Error::new(kind, msg),
+            remedy: None,
         }
     }
 }
