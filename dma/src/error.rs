@@ -37,11 +37,11 @@ pub enum DmaError {
         why: &'static str,
     },
 
-    /// No free IOVA range is large enough.
+    /// No free IOVA hole holds the request at its alignment.
     #[error(
         "IOVA space exhausted: need {requested} bytes aligned to {align:#x}, largest free hole is \
          {largest_free} bytes of {total_free} free in {holes} holes{}",
-        if *holes > 1 && *total_free >= *requested { " (fragmented: free space is enough in total but not in one hole)" } else { "" }
+        iova_exhaustion_cause(*requested, *align, *largest_free, *total_free, *holes)
     )]
     IovaExhausted {
         /// Bytes requested.
@@ -72,7 +72,10 @@ pub enum DmaError {
     },
 
     /// The IOMMU refused a mapping.
-    #[error("{mapper}: mapping {len:#x} bytes at IOVA {iova:#x} failed: {source}")]
+    #[error(
+        "{mapper}: mapping {len:#x} bytes at IOVA {iova:#x} failed: {source}{}",
+        remedy.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
+    )]
     Map {
         /// Mapper name.
         mapper: &'static str,
@@ -83,6 +86,9 @@ pub enum DmaError {
         /// The OS error (or a description from a simulated IOMMU).
         #[source]
         source: io::Error,
+        /// What the error means here and what to do, when the mapper knows (VFIO type1:
+        /// [`crate::vfio_type1::map_errno_remedy`]).
+        remedy: Option<String>,
     },
 
     /// The IOMMU refused to remove a mapping, or removed a different amount.
@@ -125,4 +131,27 @@ pub enum DmaError {
         /// Length of the lease.
         lease_len: usize,
     },
+}
+
+/// Why an [`DmaError::IovaExhausted`] request fit no hole, when the figures say more than
+/// "not enough space": a hole large enough that no multiple of the alignment leaves room in
+/// (the alignment is the cause), or enough free space spread over holes each too small
+/// (fragmentation).
+fn iova_exhaustion_cause(
+    requested: u64,
+    align: u64,
+    largest_free: u64,
+    total_free: u64,
+    holes: usize,
+) -> String {
+    if largest_free >= requested {
+        format!(
+            " (no hole holds {requested} bytes at a multiple of {align:#x}, though the largest \
+             is big enough: the alignment is the cause; ask for a smaller one)"
+        )
+    } else if holes > 1 && total_free >= requested {
+        " (fragmented: free space is enough in total but not in one hole)".into()
+    } else {
+        String::new()
+    }
 }

@@ -92,7 +92,7 @@ impl IovaAllocator {
     /// the IOVA.
     ///
     /// Fails with [`DmaError::IovaExhausted`] (which says whether the space is merely
-    /// fragmented) when no hole fits, [`DmaError::Invalid`] for `len == 0` or a bad alignment.
+    /// fragmented, or the alignment alone is the cause) when no hole fits, [`DmaError::Invalid`] for `len == 0` or a bad alignment.
     pub fn alloc(&mut self, len: u64, align: u64) -> Result<u64, DmaError> {
         check_request(len, align)?;
         let found = self.fit_from(0, len, align);

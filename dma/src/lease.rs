@@ -102,8 +102,8 @@ pub struct Accounting {
     /// Pooled arenas currently mapped (an arena whose unmap failed is still mapped, and still
     /// counted).
     pub arenas: usize,
-    /// Unmaps that failed (their memory and IOVA are kept, never reused: the device might
-    /// still reach them).
+    /// Unmaps that failed, and failed maps that left a mapping behind (their memory and
+    /// IOVA are kept, never reused: the device might still reach them).
     pub unmap_failures: usize,
     /// Leases dropped after [`DmaPool::quarantine`]: kept allocated and mapped, never handed
     /// out again (no longer counted in `leases_out`).
@@ -245,9 +245,12 @@ impl DmaPool {
     /// with `access` for the device.
     ///
     /// Errors: [`DmaError::Invalid`] for `len == 0` or a bad alignment; otherwise what getting
-    /// memory, an IOVA or a mapping returned ([`DmaError::MemlockTooLow`],
+    /// memory, an IOVA or a mapping returned ([`DmaError::MemlockTooLow`] from
+    /// [`DmaMapper::check_pin_headroom`], asked before any memory is allocated;
     /// [`DmaError::IovaExhausted`], [`DmaError::Map`], [`DmaError::Alloc`]), with nothing
-    /// left allocated.
+    /// left allocated, unless a failed map left a mapping behind (the mapper broke the
+    /// [`DmaMapper::map`] contract): then its memory and IOVA are kept for good and counted
+    /// in [`Accounting::unmap_failures`].
     pub fn lease(&self, len: usize, align: usize, access: Access) -> Result<DmaLease, DmaError> {
         self.lease_inner(len, align, access, true)
     }
@@ -487,6 +490,8 @@ impl PoolInner {
     /// Get, place and map a new arena (under the state lock: growth is rare).
     fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
         let size = self.config.arena_size;
+        // Before the memory is allocated and faulted in, not only in the map.
+        self.mapper.check_pin_headroom(size)?;
         let mem = DmaMemory::with_alignment(size, self.arena_pages(), self.map_page)?;
         if mem.len() != size {
             // Not reached: `arena_pages` only picks pages that divide `size`, and `size` is a
@@ -503,7 +508,7 @@ impl PoolInner {
         // `map_page` as the IOVA is, that the arena owns; it is unmapped (release_arena)
         // before the memory is dropped.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
-            let _ = self.lock_iova().free(iova, size as u64);
+            self.map_failed(&e, mem, iova, size as u64);
             return Err(e);
         }
         self.arena_count.fetch_add(1, Ordering::Relaxed);
@@ -552,6 +557,12 @@ impl PoolInner {
         align: usize,
         access: Access,
     ) -> Result<(NonNull<u8>, u64, Backing), DmaError> {
+        // Before the memory is allocated and faulted in, not only in the map: the least the
+        // mapping can be (huge pages may make it longer, which the map checks). A length that
+        // cannot be rounded is refused by the allocation.
+        if let Some(least) = len.checked_next_multiple_of(self.map_page) {
+            self.mapper.check_pin_headroom(least)?;
+        }
         // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
         let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
         let mapped = mem.len();
@@ -574,7 +585,7 @@ impl PoolInner {
         // `iova` is); the lease owns it and unmaps before dropping it (DmaLease::drop), or
         // never drops it if the unmap fails.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), mapped, iova, access) } {
-            let _ = self.lock_iova().free(iova, reserved);
+            self.map_failed(&e, mem, iova, reserved);
             return Err(e);
         }
         let Some(host) = NonNull::new(mem.as_ptr()) else {
@@ -590,11 +601,32 @@ impl PoolInner {
         ))
     }
 
+    /// A map of `mem` at `iova` (inside `reserved` bytes taken from the IOVA allocator)
+    /// failed: give both back, unless the mapper still has a mapping there (a map that failed
+    /// halfway, against the [`DmaMapper::map`] contract), in which case the device may reach
+    /// `mem` and both are kept as after a failed unmap.
+    fn map_failed(&self, err: &DmaError, mem: DmaMemory, iova: u64, reserved: u64) {
+        if self.mapper.has_mapping_in(iova, mem.len()) {
+            self.keep_reachable(err, "the failed map left a mapping behind", mem);
+            return;
+        }
+        if let Err(e) = self.lock_iova().free(iova, reserved) {
+            tracing::error!("DMA pool: freeing the IOVA of a failed map: {e}");
+        }
+        drop(mem);
+    }
+
     /// An unmap failed: the device may still reach `mem`, so keep it (and its IOVA) forever.
     fn unmap_failed(&self, err: &DmaError, mem: DmaMemory) {
+        self.keep_reachable(err, "the mapping may still be live", mem);
+    }
+
+    /// The device may still reach `mem` (`why`): keep it and its IOVA out of use forever,
+    /// counted in [`Accounting::unmap_failures`].
+    fn keep_reachable(&self, err: &DmaError, why: &str, mem: DmaMemory) {
         self.unmap_failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
-            "DMA pool: {err}; keeping the {} bytes of memory and their IOVA out of use",
+            "DMA pool: {err}; {why}, so the {} bytes of memory and their IOVA are kept out of use",
             mem.len()
         );
         std::mem::forget(mem);

@@ -45,7 +45,24 @@ pub trait DmaMapper: Send + Sync {
         4096
     }
 
+    /// Whether `len` more bytes may be pinned for DMA now: [`DmaError::MemlockTooLow`] when a
+    /// map of that length would pass the pinning limit. For callers to ask before they
+    /// allocate and fault in the memory (a [`crate::DmaPool`] does); [`DmaMapper::map`]
+    /// checks again. `Ok` unless the backend has such a limit.
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        let _ = len;
+        Ok(())
+    }
+
     /// Map `len` bytes of host memory at `vaddr` to the device address `iova`.
+    ///
+    /// All or nothing: when it returns an error, no byte of `iova .. iova + len` may be left
+    /// mapped, so that the caller may free the memory and reuse the IOVA. VFIO type1 does
+    /// this itself: a map that fails after pinning or mapping part of the range is undone
+    /// before the ioctl returns (`vfio_pin_map_dma` calls `vfio_remove_dma` on error,
+    /// drivers/vfio/vfio_iommu_type1.c). A [`crate::DmaPool`] does not rely on it: after a
+    /// failed map it asks [`DmaMapper::has_mapping_in`], and keeps the memory and IOVA for
+    /// good when anything was left mapped there.
     ///
     /// # Safety
     /// `vaddr .. vaddr + len` must be valid, page-aligned memory that stays mapped and is not
@@ -64,6 +81,10 @@ pub trait DmaMapper: Send + Sync {
 
     /// How many mappings are live in this domain right now.
     fn live_mappings(&self) -> usize;
+
+    /// True when a live mapping covers any byte of `iova .. iova + len` (`len` > 0): what a
+    /// caller asks after a failed [`DmaMapper::map`] before it frees the memory and the IOVA.
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool;
 
     /// How many device accesses this domain refused (always 0 where the kernel does not tell us).
     fn fault_count(&self) -> usize {

@@ -155,6 +155,13 @@ impl Mappings {
         self.index_at_or_below(iova).map(|i| &self.by_iova[i])
     }
 
+    /// True when a mapping covers any byte of `iova ..= last`: mappings never overlap, so
+    /// only the one starting last at or below `last` can.
+    fn overlaps(&self, iova: u64, last: u64) -> bool {
+        self.at_or_below(last)
+            .is_some_and(|&(s, ref m)| s + (m.len - 1) >= iova)
+    }
+
     /// The index in `by_iova` of [`Mappings::at_or_below`].
     #[inline]
     fn index_at_or_below(&self, iova: u64) -> Option<usize> {
@@ -465,12 +472,21 @@ impl SimIommu {
         }
     }
 
+    /// [`SimIommuConfig::memlock_limit`] against `pinned + len` bytes.
+    fn check_memlock(&self, pinned: u64, len: u64) -> Result<(), DmaError> {
+        match self.config.memlock_limit {
+            Some(limit) => check_memlock(pinned, len, limit, false),
+            None => Ok(()),
+        }
+    }
+
     fn map_error(&self, iova: u64, len: usize, kind: io::ErrorKind, msg: String) -> DmaError {
         DmaError::Map {
             mapper: self.name(),
             iova,
             len,
             source: io::Error::new(kind, msg),
+            remedy: None,
         }
     }
 }
@@ -558,6 +574,16 @@ impl DmaMapper for SimIommu {
         usize::try_from(self.config.page_size.max(1)).unwrap_or(usize::MAX)
     }
 
+    /// [`SimIommuConfig::memlock_limit`] against what the live mappings pin.
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        let pinned = self
+            .maps
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pinned;
+        self.check_memlock(pinned, len as u64)
+    }
+
     unsafe fn map(
         &self,
         vaddr: *mut u8,
@@ -588,11 +614,7 @@ impl DmaMapper for SimIommu {
             ));
         }
         let mut maps = self.maps.write().unwrap_or_else(PoisonError::into_inner);
-        let last = iova + (len64 - 1);
-        let overlaps = maps
-            .at_or_below(last)
-            .is_some_and(|&(s, ref m)| s + (m.len - 1) >= iova);
-        if overlaps {
+        if maps.overlaps(iova, iova + (len64 - 1)) {
             return Err(self.map_error(
                 iova,
                 len,
@@ -611,9 +633,7 @@ impl DmaMapper for SimIommu {
                 ),
             ));
         }
-        if let Some(limit) = self.config.memlock_limit {
-            check_memlock(maps.pinned, len64, limit, false)?;
-        }
+        self.check_memlock(maps.pinned, len64)?;
         let at = maps.by_iova.partition_point(|&(start, _)| start < iova);
         maps.by_iova.insert(
             at,
@@ -654,6 +674,16 @@ impl DmaMapper for SimIommu {
             .unwrap_or_else(PoisonError::into_inner)
             .by_iova
             .len()
+    }
+
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        let Some(last) = (len as u64).checked_sub(1).map(|l| iova.saturating_add(l)) else {
+            return false;
+        };
+        self.maps
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .overlaps(iova, last)
     }
 
     fn fault_count(&self) -> usize {

@@ -95,6 +95,12 @@ impl DmaMapper for VfioType1 {
         min_page_of(self.pgsizes)
     }
 
+    /// `RLIMIT_MEMLOCK` and `CAP_IPC_LOCK` as VFIO will judge them
+    /// ([`crate::memlock::MemlockState`]), against what this mapper has pinned.
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        MemlockState::current().check(self.pinned_bytes(), len as u64)
+    }
+
     unsafe fn map(
         &self,
         vaddr: *mut u8,
@@ -138,11 +144,25 @@ impl DmaMapper for VfioType1 {
                     return Err(e);
                 }
             }
+            let remedy = source.raw_os_error().and_then(|errno| {
+                map_errno_remedy(
+                    errno,
+                    MapRequest {
+                        vaddr: vaddr.addr() as u64,
+                        iova,
+                        len: len as u64,
+                    },
+                    &self.ranges,
+                    self.min_page_size() as u64,
+                    self.live_mappings(),
+                )
+            });
             return Err(DmaError::Map {
                 mapper: self.name(),
                 iova,
                 len,
                 source,
+                remedy,
             });
         }
         self.live
@@ -206,6 +226,112 @@ impl DmaMapper for VfioType1 {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
     }
+
+    /// From the mappings this mapper made: a map the kernel refused is never recorded, and
+    /// the kernel undoes whatever part of it was done (`vfio_pin_map_dma` calls
+    /// `vfio_remove_dma` on error, drivers/vfio/vfio_iommu_type1.c).
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        let Some(last) = (len as u64).checked_sub(1).map(|l| iova.saturating_add(l)) else {
+            return false;
+        };
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|(&start, &l)| {
+                start <= last && iova <= start.saturating_add((l as u64).saturating_sub(1))
+            })
+    }
+}
+
+/// A refused `VFIO_IOMMU_MAP_DMA`, as [`map_errno_remedy`] judges it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapRequest {
+    /// Host address of the memory.
+    pub vaddr: u64,
+    /// IOVA asked for.
+    pub iova: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// What an errno from `VFIO_IOMMU_MAP_DMA` means for `req` and what to do about it, from the
+/// checks of `vfio_dma_do_map` (drivers/vfio/vfio_iommu_type1.c); `None` for an errno none of
+/// them gives (`ENOMEM` past `RLIMIT_MEMLOCK` is [`DmaError::MemlockTooLow`] instead).
+///
+/// `ranges` and `page` are the container's IOVA ranges and smallest IOMMU page as this mapper
+/// knows them, `live` the mappings it has made.
+///
+/// - `ENOSPC`: `!iommu->dma_avail`, the container holds `dma_entry_limit` mappings (a module
+///   parameter, 65535 by default, taken by each container when it is opened,
+///   `vfio_iommu_type1_open`).
+/// - `EEXIST`: `vfio_find_dma` found a mapping overlapping the range.
+/// - `EINVAL`: the length, IOVA or address is not a multiple of the smallest page of the
+///   `pgsize_bitmap`, the range wraps, or it is outside every IOVA range
+///   (`vfio_iommu_iova_dma_valid`).
+pub fn map_errno_remedy(
+    errno: i32,
+    req: MapRequest,
+    ranges: &[IovaRange],
+    page: u64,
+    live: usize,
+) -> Option<String> {
+    let MapRequest { vaddr, iova, len } = req;
+    let last = iova.wrapping_add(len.wrapping_sub(1));
+    match errno {
+        libc::ENOSPC => Some(format!(
+            "the container already holds as many mappings as VFIO type1 allows (the \
+             dma_entry_limit parameter of the vfio_iommu_type1 module, 65535 by default; \
+             {live} of them made here): lease through a pooled DmaPool (LeaseMode::Pooled), \
+             whose arenas put many buffers in one mapping, or raise the limit in \
+             /sys/module/vfio_iommu_type1/parameters/dma_entry_limit (containers opened \
+             afterwards get it)"
+        )),
+        libc::EEXIST => Some(format!(
+            "IOVA {iova:#x}..={last:#x} overlaps a mapping already in the container: a bug in \
+             the IOVA bookkeeping (two IOVA allocators on one container, or an IOVA handed out \
+             again before its unmap), not a setting; please report it"
+        )),
+        libc::EINVAL => {
+            let page = page.max(1);
+            let misaligned: Vec<&str> = [("length", len), ("IOVA", iova), ("address", vaddr)]
+                .into_iter()
+                .filter(|&(_, v)| v % page != 0)
+                .map(|(what, _)| what)
+                .collect();
+            let mut causes = Vec::new();
+            if len == 0 {
+                causes.push("the length is 0".to_string());
+            }
+            if !misaligned.is_empty() {
+                causes.push(format!(
+                    "the {} not a multiple of the IOMMU's smallest page {page:#x} (the lowest \
+                     bit of iova_pgsizes): map whole IOMMU pages, as a DmaPool does",
+                    match misaligned.as_slice() {
+                        [one] => format!("{one} is"),
+                        many => format!("{} are", many.join(" and ")),
+                    }
+                ));
+            }
+            if len > 0 && !ranges.iter().any(|r| r.contains(iova, len)) {
+                causes.push(format!(
+                    "IOVA {iova:#x}..={last:#x} is not inside one of the container's IOVA \
+                     ranges {ranges:?}: take IOVAs from an IovaAllocator over those ranges"
+                ));
+            }
+            Some(if causes.is_empty() {
+                format!(
+                    "VFIO type1 refuses a map outside its IOVA ranges or not aligned to its \
+                     smallest page; by the figures read when the container was set up \
+                     (ranges {ranges:?}, page {page:#x}) this one is neither, so the \
+                     kernel's have changed since (another group attached to the container?)"
+                )
+            } else {
+                causes.join("; and ")
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The smallest page of a `iova_pgsizes` bitmap; the CPU page for none (or an empty bitmap).
@@ -256,6 +382,118 @@ mod tests {
         assert_eq!(VFIO_IOMMU_UNMAP_DMA, 0x3B72);
         assert_eq!((VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE), (1, 2));
     }
+
+    /// A 4 KiB-aligned map of 8 KiB at IOVA 0x10000.
+    const REQ: MapRequest = MapRequest {
+        vaddr: 0x7f00_0000_1000,
+        iova: 0x10000,
+        len: 0x2000,
+    };
+
+    #[test]
+    fn an_entry_limit_refusal_says_to_pool_or_raise_the_module_parameter() {
+        let msg =
+            map_errno_remedy(libc::ENOSPC, REQ, &crate::VTD_39BIT_RANGES, 4096, 65535).unwrap();
+        for part in [
+            "dma_entry_limit",
+            "65535 of them made here",
+            "LeaseMode::Pooled",
+            "/sys/module/vfio_iommu_type1/parameters/dma_entry_limit",
+        ] {
+            assert!(msg.contains(part), "{part}: {msg}");
+        }
+    }
+
+    #[test]
+    fn an_overlap_refusal_is_called_a_bug() {
+        let msg = map_errno_remedy(libc::EEXIST, REQ, &crate::VTD_39BIT_RANGES, 4096, 1).unwrap();
+        assert!(msg.contains("IOVA 0x10000..=0x11fff overlaps"), "{msg}");
+        assert!(msg.contains("a bug"), "{msg}");
+    }
+
+    #[test]
+    fn an_invalid_map_names_what_is_misaligned_or_outside_the_ranges() {
+        let ranges = &crate::VTD_39BIT_RANGES;
+        let einval = |req, page| map_errno_remedy(libc::EINVAL, req, ranges, page, 0).unwrap();
+        // On an IOMMU with 64 KiB pages: the length and the address are not whole pages.
+        let msg = einval(REQ, 0x10000);
+        assert!(
+            msg.contains(
+                "the length and address are not a multiple of the IOMMU's smallest page 0x10000"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains("IOVA ranges"), "{msg}");
+        let msg = einval(
+            MapRequest {
+                vaddr: 0x7f00_0000_2000,
+                iova: 0x11000,
+                ..REQ
+            },
+            0x2000,
+        );
+        assert!(msg.contains("the IOVA is not a multiple"), "{msg}");
+        // In the MSI window, which the ranges leave out.
+        let msg = einval(
+            MapRequest {
+                iova: 0xfee0_0000,
+                ..REQ
+            },
+            4096,
+        );
+        assert!(
+            msg.contains(
+                "IOVA 0xfee00000..=0xfee01fff is not inside one of the container's IOVA ranges \
+                 [[0x0, 0xfedfffff], [0xfef00000, 0x7fffffffff]]"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains("multiple"), "{msg}");
+        // Wrapping past the top of the space is outside every range too.
+        let msg = einval(
+            MapRequest {
+                iova: u64::MAX - 0xfff,
+                ..REQ
+            },
+            4096,
+        );
+        assert!(msg.contains("not inside one of"), "{msg}");
+        // Neither by our figures: the kernel's differ.
+        let msg = einval(REQ, 4096);
+        assert!(msg.contains("this one is neither"), "{msg}");
+    }
+
+    #[test]
+    fn other_errnos_get_no_remedy_and_a_remedy_ends_the_message() {
+        for errno in [libc::ENOMEM, libc::EFAULT, libc::ENOTTY] {
+            assert_eq!(
+                map_errno_remedy(errno, REQ, &crate::VTD_39BIT_RANGES, 4096, 0),
+                None
+            );
+        }
+        let err = DmaError::Map {
+            mapper: "vfio-type1",
+            iova: REQ.iova,
+            len: REQ.len as usize,
+            source: io::Error::from_raw_os_error(libc::EEXIST),
+            remedy: Some("what to do".into()),
+        };
+        let msg = err.to_string();
+        assert!(msg.ends_with("(os error 17): what to do"), "{msg}");
+        // A map refused for another reason (not a VFIO container here: ENOTTY) stays bare.
+        let container = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let mapper = VfioType1::new(container, Arc::new(()), REQ_RANGES.to_vec(), None);
+        let mem = crate::DmaMemory::with_policy(4096, crate::PagePolicy::BaseOnly).unwrap();
+        // SAFETY: the map fails (not a VFIO container), so nothing is mapped.
+        let err =
+            unsafe { mapper.map(mem.as_ptr(), 4096, 0x10000, Access::ReadWrite) }.unwrap_err();
+        assert!(
+            matches!(&err, DmaError::Map { remedy: None, source, .. } if source.raw_os_error() == Some(libc::ENOTTY)),
+            "{err:?}"
+        );
+    }
+
+    const REQ_RANGES: [IovaRange; 1] = [IovaRange::new(0, u64::MAX)];
 
     #[test]
     fn the_attachment_lives_exactly_as_long_as_the_mapper() {

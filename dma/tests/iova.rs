@@ -151,6 +151,33 @@ fn fragmentation_is_reported_as_such() {
     assert!(msg.contains("largest free hole is 4096 bytes"), "{msg}");
 }
 
+/// A request that fails only on its alignment (the largest hole is far larger) is not
+/// called fragmentation: the message names the alignment as the cause.
+#[test]
+fn exhaustion_by_alignment_alone_names_the_alignment_not_fragmentation() {
+    let mut a = IovaAllocator::new(&dma::VTD_39BIT_RANGES);
+    let err = a.alloc(2 * PAGE, 1 << 63).unwrap_err();
+    let DmaError::IovaExhausted {
+        requested,
+        largest_free,
+        holes,
+        ..
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert!(largest_free >= requested && holes > 1, "{err:?}");
+    let msg = err.to_string();
+    assert!(!msg.contains("fragmented"), "{msg}");
+    assert!(
+        msg.contains("at a multiple of 0x8000000000000000")
+            && msg.contains("ask for a smaller one"),
+        "{msg}"
+    );
+    // With the same holes, an alignment they can meet succeeds.
+    assert!(a.alloc(2 * PAGE, 1 << 30).is_ok());
+}
+
 #[test]
 fn free_coalesces_and_space_is_reused() {
     let mut a = IovaAllocator::new(&[IovaRange::new(0x1000, 0x10_0fff)]);

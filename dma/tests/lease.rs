@@ -2,7 +2,7 @@
 //! device side, bounds, permissions, memlock and unmap failures, and use from many threads.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dma::{
     Access, Accounting, DmaError, DmaLease, DmaMapper, DmaPool, FaultReason, IovaRange, LeaseMode,
@@ -442,6 +442,97 @@ fn memlock_too_low_fails_cleanly_in_both_modes() {
     }
 }
 
+/// A simulated IOMMU that counts the maps asked of it.
+struct CountingMaps {
+    inner: SimIommu,
+    maps: AtomicUsize,
+}
+
+impl DmaMapper for CountingMaps {
+    fn name(&self) -> &'static str {
+        "counting-maps"
+    }
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.inner.iova_ranges()
+    }
+    fn check_pin_headroom(&self, len: usize) -> Result<(), DmaError> {
+        self.inner.check_pin_headroom(len)
+    }
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError> {
+        self.maps.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's guarantee is passed on unchanged.
+        unsafe { self.inner.map(vaddr, len, iova, access) }
+    }
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        self.inner.unmap(iova, len)
+    }
+    fn live_mappings(&self) -> usize {
+        self.inner.live_mappings()
+    }
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        self.inner.has_mapping_in(iova, len)
+    }
+}
+
+/// A lease past the memlock limit is refused before its memory is allocated and faulted in,
+/// not by the map afterwards: a lease of 2^63 bytes, whose memory cannot even be allocated
+/// (the memfd refuses that size), is refused for memlock rather than for the allocation,
+/// and neither it nor any other lease or new arena past the limit reaches the mapper's map.
+#[test]
+fn a_memlock_refusal_comes_before_the_memory_is_allocated() {
+    const LIMIT: u64 = 192 << 10;
+    for mode in MODES {
+        let mapper = Arc::new(CountingMaps {
+            inner: SimIommu::with_config(SimIommuConfig {
+                memlock_limit: Some(LIMIT),
+                ..SimIommuConfig::default()
+            }),
+            maps: AtomicUsize::new(0),
+        });
+        let pool = DmaPool::with_config(
+            mapper.clone(),
+            PoolConfig {
+                arena_size: 128 << 10,
+                pages: PagePolicy::BaseOnly,
+                ..PoolConfig::new(mode)
+            },
+        )
+        .unwrap();
+        // Within the limit (strict: 4 KiB pinned; pooled: one 128 KiB arena).
+        let held = pool.lease(4096, 64, Access::ReadWrite).unwrap();
+        assert_eq!(mapper.maps.load(Ordering::Relaxed), 1, "{mode:?}");
+        let baseline = pool.accounting();
+        let mut refused = vec![256 << 10, 1 << 63];
+        if mode == LeaseMode::Pooled {
+            // A second arena (another access) would pin 256 KiB.
+            refused.push(256);
+        }
+        for len in refused {
+            let err = pool.lease(len, 64, Access::Read).unwrap_err();
+            assert!(
+                matches!(err, DmaError::MemlockTooLow { limit: LIMIT, .. }),
+                "{mode:?}, {len:#x} bytes: {err:?}"
+            );
+            assert_eq!(pool.accounting(), baseline, "{mode:?}");
+            assert_eq!(pool.iova_stats().allocations, 1, "{mode:?}");
+        }
+        assert_eq!(
+            mapper.maps.load(Ordering::Relaxed),
+            1,
+            "{mode:?}: refused before the map"
+        );
+        drop(held);
+        pool.trim();
+        assert_eq!(pool.accounting(), Accounting::default(), "{mode:?}");
+    }
+}
+
 #[test]
 fn iova_exhaustion_fails_cleanly() {
     // Room for exactly one 2 MiB arena.
@@ -498,6 +589,9 @@ impl DmaMapper for FailingUnmap {
     fn live_mappings(&self) -> usize {
         self.inner.live_mappings()
     }
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        self.inner.has_mapping_in(iova, len)
+    }
 }
 
 #[test]
@@ -543,6 +637,72 @@ fn an_arena_whose_unmap_fails_is_still_counted_as_mapped() {
         "{acc:?}"
     );
     assert_eq!(pool.iova_stats().allocations, 1, "its IOVA is kept");
+}
+
+/// A mapper whose maps fail: after mapping (a map that fails halfway, which the
+/// `DmaMapper::map` contract forbids) while `leave_mapping` is set, cleanly otherwise.
+struct FailingMap {
+    inner: SimIommu,
+    leave_mapping: bool,
+}
+
+impl DmaMapper for FailingMap {
+    fn name(&self) -> &'static str {
+        "failing-map"
+    }
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.inner.iova_ranges()
+    }
+    unsafe fn map(
+        &self,
+        vaddr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<(), DmaError> {
+        if self.leave_mapping {
+            // SAFETY: the caller's guarantee is passed on unchanged.
+            unsafe { self.inner.map(vaddr, len, iova, access) }?;
+        }
+        Err(DmaError::Invalid("injected map failure".into()))
+    }
+    fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        self.inner.unmap(iova, len)
+    }
+    fn live_mappings(&self) -> usize {
+        self.inner.live_mappings()
+    }
+    fn has_mapping_in(&self, iova: u64, len: usize) -> bool {
+        self.inner.has_mapping_in(iova, len)
+    }
+}
+
+/// A failed map that left its mapping behind must not free the memory the device can still
+/// reach, nor hand its IOVA out again: both are kept and counted, as after a failed unmap.
+/// A map that fails cleanly gives everything back.
+#[test]
+fn a_failed_map_that_left_a_mapping_keeps_its_memory_and_iova() {
+    for mode in MODES {
+        for leave_mapping in [false, true] {
+            let mapper = Arc::new(FailingMap {
+                inner: SimIommu::new(),
+                leave_mapping,
+            });
+            let pool = DmaPool::new(mapper.clone(), mode).unwrap();
+            let err = pool.lease(4096, 64, Access::ReadWrite).unwrap_err();
+            assert!(matches!(err, DmaError::Invalid(_)), "{err:?}");
+            let acc = pool.accounting();
+            let ctx = format!("{mode:?}, leave_mapping {leave_mapping}: {acc:?}");
+            assert_eq!((acc.leases_out, acc.arenas), (0, 0), "{ctx}");
+            if leave_mapping {
+                assert_eq!((acc.live_mappings, acc.unmap_failures), (1, 1), "{ctx}");
+                assert_eq!(pool.iova_stats().allocations, 1, "{ctx}: IOVA kept");
+            } else {
+                assert_eq!(acc, Accounting::default(), "{ctx}");
+                assert_eq!(pool.iova_stats().allocations, 0, "{ctx}: IOVA given back");
+            }
+        }
+    }
 }
 
 #[test]

@@ -557,3 +557,33 @@ fn fault_display_names_the_access_and_the_reason() {
     assert!(msg.contains("write of 8 bytes at IOVA 0x1234"), "{msg}");
     assert!(msg.contains("does not allow"), "{msg}");
 }
+
+/// `has_mapping_in` answers for any overlap with a live mapping, at both edges, and not for
+/// the gaps between mappings or ranges that merely touch them.
+#[test]
+fn has_mapping_in_sees_any_overlap_and_nothing_else() {
+    let s = setup();
+    let p = PAGE as u64;
+    // Mappings: 0x10000..0x12000 (two) and 0x20000..0x21000.
+    for (iova, len, mapped) in [
+        (0x10000, PAGE, true),
+        (0x11fff, 1, true),
+        (0xf000, PAGE, false),
+        (0xf000, PAGE + 1, true),
+        (0x12000, 0xe000, false),
+        (0x12000, 0xe001, true),
+        (0x20fff, 1, true),
+        (0x21000, PAGE, false),
+        (0x0, 0x40000, true),
+        (0x10000, 0, false),
+        (u64::MAX - p + 1, PAGE, false),
+    ] {
+        assert_eq!(
+            s.iommu.has_mapping_in(iova, len),
+            mapped,
+            "{iova:#x} +{len:#x}"
+        );
+    }
+    s.iommu.unmap(0x20000, PAGE).unwrap();
+    assert!(!s.iommu.has_mapping_in(0x20000, PAGE));
+}
