@@ -375,17 +375,24 @@ impl DatagramSeg {
     }
 }
 
-/// What a data segment's `byte_count` of 0 stands for: 2 GiB, not an empty buffer. Hence the
-/// kernel (`mlx5_ib_post_send` in drivers/infiniband/hw/mlx5/wr.c) and rdma-core
-/// (`_mlx5_post_send` and `mlx5_post_recv` in providers/mlx5/qp.c) leave zero-length SGEs
-/// out of a WQE (`if (likely(wr->sg_list[i].length))`) instead of writing a count of 0.
-pub const ZERO_BYTE_COUNT_LEN: u64 = 1 << 31;
-
 /// A data (scatter/gather) segment.
+///
+/// On mlx5 `byte_count` is taken as a plain length, 0 included: a count of 0 is an empty
+/// buffer, not 2 GiB. This is unverified without the PRM or hardware; the evidence is
+/// indirect:
+/// - the kernel's `mlx5_ib_post_recv` (drivers/infiniband/hw/mlx5/wr.c) writes each SGE of a
+///   receive as given (`set_data_ptr_seg`), zero-length ones included, which would let the
+///   device write up to 2 GiB into a buffer the caller said was empty if 0 meant 2 GiB;
+/// - a third-party report (uiuc-hpc/lci pull request #33) says mlx4 takes a zero-length SGE
+///   as 2^31 bytes and mlx5 as 0 bytes.
+///
+/// The kernel's `mlx5_ib_post_send` and rdma-core's `_mlx5_post_send` and `mlx5_post_recv`
+/// (providers/mlx5/qp.c) leave zero-length SGEs out of a WQE; that fits either reading and
+/// says nothing about the encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DataSeg {
-    /// Length in bytes (bit 31 must be clear: it marks inline segments; 0 means 2 GiB,
-    /// [`ZERO_BYTE_COUNT_LEN`]).
+    /// Length in bytes (bit 31 must be clear: it marks inline segments; 0 is 0 bytes, see
+    /// above).
     pub byte_count: u32,
     /// Local key.
     pub lkey: u32,
@@ -425,16 +432,6 @@ impl DataSeg {
             lkey: be32(buf, 4),
             addr: u64::from_be_bytes(a),
         })
-    }
-
-    /// The bytes the device reads or writes through this segment: `byte_count`, where 0
-    /// means [`ZERO_BYTE_COUNT_LEN`].
-    pub fn byte_len(&self) -> u64 {
-        if self.byte_count == 0 {
-            ZERO_BYTE_COUNT_LEN
-        } else {
-            u64::from(self.byte_count)
-        }
     }
 
     /// True for the receive-list terminator (lkey `MLX5_INVALID_LKEY`).
