@@ -8,7 +8,7 @@ use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, RespCqe};
 use firmware_cmds::mlx5::grh::{GRH_LEN, Grh, IP_VERSION, NEXT_HEADER_IBA};
 use firmware_cmds::mlx5::qpc::QpServiceType;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use firmware_cmds::mlx5::wqe::{DATA_SEG_LEN, DataSeg};
+use firmware_cmds::mlx5::wqe::{DATA_SEG_LEN, DataSeg, INVALID_LKEY};
 
 use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
@@ -262,8 +262,10 @@ fn scatter(
 }
 
 /// The data segments of a receive WQE, up to the first that does not decode or ends the list.
+/// The model does not advertise the `terminate_scatter_list_mkey` capability (caps.rs), so a
+/// list ends with the fallback key `INVALID_LKEY` (0x100), as the kernel writes it then.
 fn data_segs(wqe: &[u8]) -> impl Iterator<Item = DataSeg> + '_ {
     wqe.chunks_exact(DATA_SEG_LEN)
         .map_while(|chunk| DataSeg::decode(chunk).ok())
-        .take_while(|s| !s.is_terminator())
+        .take_while(|s| !s.is_terminator(INVALID_LKEY))
 }
