@@ -145,6 +145,8 @@ fn cmd_hca_cap_fields() {
         (c::NUM_OF_UARS_PER_PAGE, 0x520, 32),
         (c::HCA_CAP_2, 0x20, 1),
         (c::EVENT_CAP, 0x90, 1),
+        // mlx5_ifc.h: reserved_at_f0[0x6], then terminate_scatter_list_mkey[0x1].
+        (c::TERMINATE_SCATTER_LIST_MKEY, 0xf6, 1),
         (c::FAST_TEARDOWN, 0xfb, 1),
         (c::FORCE_TEARDOWN, 0x110, 1),
         (c::NULL_MKEY, 0x119, 1),

@@ -1,6 +1,13 @@
-//! Golden tests of every mlx5 numeric code this crate names. Expected numbers are written out
-//! from /work/shared/reference/hca-hardware.md (section given per test) and the kernel headers
-//! it cites (`mlx5_ifc.h`, `device.h`, `cq.h`, `qp.h`, `cmd.c`, `tout.c`, `ib_verbs.h`).
+//! Golden tests of every mlx5 numeric code this crate names, written out by hand, not computed
+//! by the crate.
+//!
+//! Where the expected numbers come from: unless a test says otherwise, they were copied from
+//! the table of /work/shared/reference/hca-hardware.md named on the test. That file cites the
+//! kernel headers (`mlx5_ifc.h`, `device.h`, `cq.h`, `qp.h`, `cmd.c`, `tout.c`, `ib_verbs.h`),
+//! but these tables were not re-read from the headers when they were written, so an error in
+//! the reference is copied here and these tests cannot catch it. `qp_states_and_service_types`
+//! is the exception: its values were checked against include/linux/mlx5/qp.h itself, because
+//! the reference's §5.4 service-type table swaps SYNC_UMR and REG_UMR.
 
 use firmware_cmds::mlx5::cmd::status::{CmdStatus, DeliveryStatus, StatusReport};
 use firmware_cmds::mlx5::cqe::CqeOpcode;
@@ -374,7 +381,11 @@ fn wqe_opcodes_and_flags() {
     assert_eq!(fm_ce_se::FENCE_SMALL_AND_FENCE, 0x80);
 }
 
-/// §5.4 QP states and service types; qp.h PM states and OPTPAR bits.
+/// QP states, service types, PM states, `rq_type` and OPTPAR bits, all checked against
+/// include/linux/mlx5/qp.h (torvalds/linux: `enum mlx5_qp_state`, the `MLX5_QP_ST_*`,
+/// `MLX5_QP_PM_*` and `MLX5_*_RQ` enums, `enum mlx5_qp_optpar`). The reference's §5.4 agrees
+/// on the states but gives SYNC_UMR 0xc and REG_UMR 0xe, where qp.h has
+/// `MLX5_QP_ST_SYNC_UMR = 0xe`, `MLX5_QP_ST_PTP_1588 = 0xd`, `MLX5_QP_ST_REG_UMR = 0xc`.
 #[test]
 fn qp_states_and_service_types() {
     let states: &[(QpState, u8, &str)] = &[
@@ -407,9 +418,11 @@ fn qp_states_and_service_types() {
         (QpServiceType::RAW_ETHERTYPE, 0x9, "RAW_ETHERTYPE"),
         (QpServiceType::RAW_IPV6, 0xa, "RAW_IPV6"),
         (QpServiceType::SNIFFER, 0xb, "SNIFFER"),
-        (QpServiceType::SYNC_UMR, 0xc, "SYNC_UMR"),
+        // qp.h: MLX5_QP_ST_REG_UMR 0xc, MLX5_QP_ST_PTP_1588 0xd, MLX5_QP_ST_SYNC_UMR 0xe
+        // (not §5.4 of the reference, which swaps the two UMR types).
+        (QpServiceType::REG_UMR, 0xc, "REG_UMR"),
         (QpServiceType::PTP_1588, 0xd, "PTP_1588"),
-        (QpServiceType::REG_UMR, 0xe, "REG_UMR"),
+        (QpServiceType::SYNC_UMR, 0xe, "SYNC_UMR"),
     ];
     for &(t, v, name) in st {
         assert_eq!(t.0, v);
@@ -418,8 +431,8 @@ fn qp_states_and_service_types() {
     assert_eq!(pm_state::MIGRATED, 3);
     assert_eq!(pm_state::ARMED, 0);
     assert_eq!(pm_state::REARM, 1);
-    // qp.h: MLX5_NON_ZERO_RQ 0 << 24, MLX5_SRQ_RQ 1 << 24, MLX5_CRQ_RQ 2 << 24,
-    // MLX5_ZERO_LEN_RQ 3 << 24; the qpc field rq_type[0x3] takes the unshifted value.
+    // qp.h: MLX5_NON_ZERO_RQ 0, MLX5_SRQ_RQ 1, MLX5_CRQ_RQ 2, MLX5_ZERO_LEN_RQ 3 (older
+    // copies hold them shifted left by 24); the qpc field rq_type[0x3] takes the plain value.
     assert_eq!(rq_type::NON_ZERO, 0);
     assert_eq!(rq_type::SRQ, 1);
     assert_eq!(rq_type::CRQ, 2);

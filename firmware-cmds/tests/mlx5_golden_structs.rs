@@ -592,11 +592,6 @@ fn wqe_segments() {
         [0, 0, 1, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 1, 0, 0, 0x20, 0]
     );
     assert_eq!(wqe::inline_header(5).unwrap(), [0x80, 0, 0, 5]);
-    // A byte count of 0 is 2 GiB to the device, any other is itself.
-    assert_eq!(d.byte_len(), 256);
-    let zero = DataSeg { byte_count: 0, ..d };
-    assert_eq!(zero.byte_len(), 1 << 31);
-    assert_eq!(zero.byte_len(), wqe::ZERO_BYTE_COUNT_LEN);
 }
 
 #[test]
@@ -658,21 +653,54 @@ fn wqe_size_arithmetic() {
     assert!(g.next().unwrap().is_err());
     assert!(g.next().is_none());
     assert!(UdSendWqe::decode(&bad).is_err());
-    // Receive WQE shorter than the RQ's max SGE ends with lkey 0x100.
-    let r = wqe::recv_wqe(
-        &[DataSeg {
-            byte_count: 296,
-            lkey: 7,
-            addr: 0x3000,
-        }],
-        2,
-    )
-    .unwrap();
+    // Receive WQE shorter than the RQ's max SGE ends with the device's terminator key: 0x100
+    // without the terminate_scatter_list_mkey cap.
+    let seg = DataSeg {
+        byte_count: 296,
+        lkey: 7,
+        addr: 0x3000,
+    };
+    let r = wqe::recv_wqe(&[seg], 2, wqe::INVALID_LKEY).unwrap();
     assert_eq!(
         &r[16..32],
         &[0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0, 0, 0, 0, 0, 0, 0]
     );
-    assert_eq!(wqe::parse_recv_wqe(&r).unwrap().len(), 1);
+    assert_eq!(wqe::parse_recv_wqe(&r, 0x100).unwrap(), [seg]);
+}
+
+/// With the `terminate_scatter_list_mkey` cap set, the kernel ends a short receive list with
+/// the key QUERY_SPECIAL_CONTEXTS reports (`mlx5r_cmd_query_special_mkeys` in
+/// drivers/infiniband/hw/mlx5/cmd.c, written by `mlx5_ib_post_recv` in wr.c), not 0x100: the
+/// list ends at that key, and 0x100 is then an ordinary key.
+#[test]
+fn a_receive_list_ends_at_the_device_terminator_key() {
+    let key = 0x0000_0200; // a device-reported key: any value the firmware picks
+    let seg = DataSeg {
+        byte_count: 296,
+        lkey: 7,
+        addr: 0x3000,
+    };
+    let r = wqe::recv_wqe(&[seg], 3, key).unwrap();
+    assert_eq!(
+        &r[16..32],
+        &[0, 0, 0, 0, 0, 0, 0x02, 0x00, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(wqe::parse_recv_wqe(&r, key).unwrap(), [seg]);
+    assert!(DataSeg::terminator(key).is_terminator(key));
+    // Under that key, an entry with lkey 0x100 is data, and the list goes on past it.
+    let other = DataSeg {
+        byte_count: 64,
+        lkey: wqe::INVALID_LKEY,
+        addr: 0x4000,
+    };
+    let mut r = Vec::new();
+    for s in [seg, other, DataSeg::terminator(key), seg] {
+        r.extend_from_slice(&s.to_bytes());
+    }
+    assert!(!other.is_terminator(key));
+    assert_eq!(wqe::parse_recv_wqe(&r, key).unwrap(), [seg, other]);
+    // And under the fallback key the same bytes end after the first entry.
+    assert_eq!(wqe::parse_recv_wqe(&r, wqe::INVALID_LKEY).unwrap(), [seg]);
 }
 
 /// §6.2: CQ error syndromes and the queue types of QP/SRQ events (`MLX5_CQ_ERROR_SYNDROME_*`

@@ -728,7 +728,8 @@ fn all_decoders() -> Vec<(&'static str, Decoder)> {
         ("DataSeg", |b| DataSeg::decode(b).is_ok()),
         ("UdSendWqe", |b| UdSendWqe::decode(b).is_ok()),
         ("RecvWqe", |b| {
-            firmware_cmds::mlx5::wqe::parse_recv_wqe(b).is_ok()
+            firmware_cmds::mlx5::wqe::parse_recv_wqe(b, firmware_cmds::mlx5::wqe::INVALID_LKEY)
+                .is_ok()
         }),
     ]
 }

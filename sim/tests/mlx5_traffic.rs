@@ -397,37 +397,78 @@ fn malformed_wqes_get_local_qp_operation_errors() {
     assert!(n.link.sent.lock().unwrap().is_empty());
 }
 
-/// A data segment's byte count of 0 means 2 GiB (the kernel and rdma-core leave zero-length
-/// SGEs out of a WQE for it): a send with one is far longer than a MAD.
+/// A send data segment of byte count 0 is 0 bytes (`DataSeg`): between a zero-length entry
+/// and a MAD's, the packet carries exactly the MAD.
 #[test]
-fn a_send_data_segment_of_byte_count_0_is_2_gib_and_too_long() {
+fn a_zero_length_send_data_segment_adds_no_bytes() {
     let mut n = net(QpServiceType::QP1);
-    let (addr, _) = mad_buf(&mut n.rig, 5);
-    let spec = SendSpec {
-        len: 0,
-        ..SendSpec::mad(addr)
+    let (empty, _) = mad_buf(&mut n.rig, 9);
+    let (addr, mad) = mad_buf(&mut n.rig, 5);
+    let lkey = n.rig.resd_lkey;
+    let wqe = UdSendWqe {
+        ctrl: CtrlSeg {
+            wqe_index: n.qp.sq_pc,
+            opcode: WqeOpcode::SEND,
+            qpn: n.qp.qpn,
+            fm_ce_se: fm_ce_se::CQ_UPDATE,
+            ..CtrlSeg::default()
+        },
+        av: DatagramSeg {
+            qkey: QP1_QKEY,
+            dqpn: 1,
+            extended_ud: true,
+            rlid: LID,
+            ..DatagramSeg::default()
+        },
+        gather: vec![
+            Gather::Data(DataSeg {
+                byte_count: 0,
+                lkey,
+                addr: empty,
+            }),
+            Gather::Data(DataSeg {
+                byte_count: 256,
+                lkey,
+                addr,
+            }),
+        ],
     };
-    let ctrl = n.qp.write_send(&n.rig, &spec);
+    let ctrl = n.qp.write_wqe(&n.rig, &wqe);
     n.rig.ring_send(&ctrl);
-    let c = n.scq.poll(&n.rig).expect("error CQE");
+    let c = n.scq.poll(&n.rig).expect("send CQE");
+    assert_eq!(c.opcode, CqeOpcode::REQ, "{:?}", c.body);
+    let sent = n.link.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1);
     assert_eq!(
-        err(&c),
-        (
-            CqeOpcode::REQ_ERR,
-            CqeSyndrome::LOCAL_LENGTH_ERR,
-            vendor_syndrome::LENGTH
-        )
+        &sent[0].mad[..],
+        &mad[..],
+        "the MAD, nothing of the empty entry"
     );
-    assert!(n.link.sent.lock().unwrap().is_empty(), "nothing sent");
-    assert_eq!(n.rig.dev.qp_state(n.qp.qpn), Some(QpState::Sqer));
+    assert_eq!(n.rig.dev.qp_state(n.qp.qpn), Some(QpState::Rts));
 }
 
-/// A receive data segment of byte count 0 is 2 GiB of room: the message lands in it.
+/// A receive data segment of byte count 0 is 0 bytes of room (`DataSeg`): the message skips
+/// it for the next entry, and a WQE of only such an entry is too short for any message.
 #[test]
-fn a_receive_data_segment_of_byte_count_0_is_2_gib_of_room() {
+fn a_zero_length_receive_data_segment_takes_no_bytes() {
     let mut n = net(QpServiceType::QP1);
-    let rbuf = recv_buf(&mut n.rig, 512);
-    n.qp.post_recv(&n.rig, rbuf, 0);
+    let lkey = n.rig.resd_lkey;
+    let (skipped, rbuf) = (recv_buf(&mut n.rig, 512), recv_buf(&mut n.rig, 512));
+    n.qp.post_recv_segs(
+        &n.rig,
+        &[
+            DataSeg {
+                byte_count: 0,
+                lkey,
+                addr: skipped,
+            },
+            DataSeg {
+                byte_count: 512,
+                lkey,
+                addr: rbuf,
+            },
+        ],
+    );
     n.link.inject(packet(1, QP1_QKEY, 0xffff, false));
     n.rig.settle();
     let c = n.rcq.poll(&n.rig).expect("receive CQE");
@@ -438,10 +479,27 @@ fn a_receive_data_segment_of_byte_count_0_is_2_gib_of_room() {
     assert_eq!(resp.byte_cnt, 40 + 256);
     assert_eq!(&n.rig.mem.bytes(rbuf + 40, 256)[..], &[0x42; 256][..]);
     assert!(
-        n.rig.mem.bytes(rbuf + 296, 216).iter().all(|&b| b == 0xee),
-        "nothing past the message"
+        n.rig.mem.bytes(skipped, 512).iter().all(|&b| b == 0xee),
+        "nothing written through the zero-length entry"
     );
-    assert_eq!(n.rig.dev.qp_state(n.qp.qpn), Some(QpState::Rts));
+
+    // Only a zero-length entry: no room, a local length error.
+    n.qp.post_recv(&n.rig, skipped, 0);
+    n.link.inject(packet(1, QP1_QKEY, 0xffff, false));
+    n.rig.settle();
+    let c = n.rcq.poll(&n.rig).expect("error CQE");
+    assert_eq!(
+        err(&c),
+        (
+            CqeOpcode::RESP_ERR,
+            CqeSyndrome::LOCAL_LENGTH_ERR,
+            vendor_syndrome::LENGTH
+        )
+    );
+    assert!(
+        n.rig.mem.bytes(skipped, 512).iter().all(|&b| b == 0xee),
+        "nothing written"
+    );
 }
 
 #[test]

@@ -270,14 +270,13 @@ pub(crate) fn send_wqe_with_av(
     av: &[u8; DATAGRAM_SEG_LEN],
     b: &mut [u8; SINGLE_DATA_WQE_LEN],
 ) -> Result<(), PostError> {
-    // A data segment's byte count is not a plain length at its edges: the kernel
-    // (`set_data_ptr_seg` callers in wr.c) and rdma-core leave zero-length SGEs out of a
-    // WQE rather than give the device a count of 0, and bit 31 marks an inline segment.
+    // A MAD send needs the MAD's bytes. The kernel's `mlx5_ib_post_send` (wr.c) and
+    // rdma-core leave zero-length SGEs out of a send WQE, so a count of 0 is never given to
+    // the device (what it makes of one is not documented; `DataSeg` takes it as 0 bytes).
+    // Bit 31 marks an inline segment.
     if wr.sge.len == 0 {
         return Err(PostError::Invalid(
-            "an empty send buffer: a MAD send needs the MAD's bytes (a data segment cannot \
-             say 0 bytes)"
-                .into(),
+            "an empty send buffer: a MAD send needs the MAD's bytes".into(),
         ));
     }
     if wr.sge.len & 0x8000_0000 != 0 {
@@ -684,8 +683,7 @@ impl Qp {
             SwState::Rts | SwState::SqError => {}
             _ => self.ready()?,
         }
-        // This also keeps a byte count of 0 (2 GiB to the device, `ZERO_BYTE_COUNT_LEN`) out
-        // of the ring.
+        // This also keeps a byte count of 0 (an empty buffer) out of the ring.
         if wr.sge.len < GRH_LEN {
             return Err(PostError::Invalid(format!(
                 "a receive buffer of {} bytes cannot hold the {GRH_LEN}-byte GRH area",
@@ -1401,7 +1399,7 @@ pub(crate) mod tests {
             q.post_recv(&recv(39, 0)),
             Err(PostError::Invalid(_))
         ));
-        // An empty buffer never becomes a data segment of byte count 0 (2 GiB to the device).
+        // An empty buffer never becomes a data segment of byte count 0.
         assert!(matches!(
             q.post_recv(&recv(0, 0)),
             Err(PostError::Invalid(_))
@@ -1666,9 +1664,9 @@ pub(crate) mod tests {
         assert_eq!(q.sends.len(), chain.len(), "the refused one is not posted");
     }
 
-    /// A data segment's byte count of 0 does not mean an empty buffer to the device (the
-    /// kernel and rdma-core leave zero-length SGEs out of a WQE), and bit 31 marks inline
-    /// data: such a send is refused before anything reaches the ring.
+    /// An empty send buffer cannot carry a MAD (and the kernel and rdma-core never give the
+    /// device a send data segment of byte count 0), and bit 31 marks inline data: such a send
+    /// is refused before anything reaches the ring.
     #[test]
     fn an_empty_or_2_gib_send_buffer_is_refused_without_posting() {
         let (_pool, rec, bar, mut q) = qp(SpecialQp::Gsi, 4, 4);

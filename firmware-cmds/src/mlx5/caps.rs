@@ -115,6 +115,11 @@ pub mod field {
     pub const HCA_CAP_2: Field = Field::new("hca_cap_2", 0x20, 1);
     /// `event_cap`: Affiliated/unaffiliated event reporting.
     pub const EVENT_CAP: Field = Field::new("event_cap", 0x90, 1);
+    /// `terminate_scatter_list_mkey`: receive scatter lists end with the key
+    /// QUERY_SPECIAL_CONTEXTS reports, not with `wqe::INVALID_LKEY` (0x100)
+    /// (`mlx5r_cmd_query_special_mkeys` in drivers/infiniband/hw/mlx5/cmd.c).
+    pub const TERMINATE_SCATTER_LIST_MKEY: Field =
+        Field::new("terminate_scatter_list_mkey", 0xf6, 1);
     /// `fast_teardown`: TEARDOWN_HCA PREPARE_FAST_TEARDOWN is supported.
     pub const FAST_TEARDOWN: Field = Field::new("fast_teardown", 0xfb, 1);
     /// `force_teardown`: TEARDOWN_HCA FORCE_CLOSE is supported.
@@ -204,6 +209,7 @@ pub mod field {
         NUM_OF_UARS_PER_PAGE,
         HCA_CAP_2,
         EVENT_CAP,
+        TERMINATE_SCATTER_LIST_MKEY,
         FAST_TEARDOWN,
         FORCE_TEARDOWN,
         NULL_MKEY,

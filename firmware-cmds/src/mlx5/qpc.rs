@@ -96,7 +96,9 @@ impl fmt::Display for QpState {
     }
 }
 
-/// QP service type (`MLX5_QP_ST_*`), QPC `st`.
+/// QP service type (`MLX5_QP_ST_*`), QPC `st`. Values from include/linux/mlx5/qp.h (the
+/// anonymous `MLX5_QP_ST_*` enum), which lists SYNC_UMR (0xe) before PTP_1588 (0xd) and
+/// REG_UMR (0xc): the numbers, not the order, are what counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpServiceType(pub u8);
 
@@ -125,12 +127,12 @@ impl QpServiceType {
     pub const RAW_IPV6: Self = Self(0xa);
     /// Sniffer.
     pub const SNIFFER: Self = Self(0xb);
-    /// Synchronous UMR.
-    pub const SYNC_UMR: Self = Self(0xc);
+    /// Registration UMR (`MLX5_QP_ST_REG_UMR`).
+    pub const REG_UMR: Self = Self(0xc);
     /// PTP 1588.
     pub const PTP_1588: Self = Self(0xd);
-    /// Registration UMR.
-    pub const REG_UMR: Self = Self(0xe);
+    /// Synchronous UMR (`MLX5_QP_ST_SYNC_UMR`).
+    pub const SYNC_UMR: Self = Self(0xe);
 
     /// The name of the type, or `None` for an undefined code.
     pub fn name(self) -> Option<&'static str> {
@@ -147,9 +149,9 @@ impl QpServiceType {
             0x9 => "RAW_ETHERTYPE",
             0xa => "RAW_IPV6",
             0xb => "SNIFFER",
-            0xc => "SYNC_UMR",
+            0xc => "REG_UMR",
             0xd => "PTP_1588",
-            0xe => "REG_UMR",
+            0xe => "SYNC_UMR",
             _ => return None,
         })
     }
@@ -165,7 +167,7 @@ pub mod pm_state {
     pub const MIGRATED: u8 = 0x3;
 }
 
-/// QPC `rq_type` values (`MLX5_NON_ZERO_RQ` … `MLX5_ZERO_LEN_RQ`; the kernel's enum holds
+/// QPC `rq_type` values (`MLX5_NON_ZERO_RQ` … `MLX5_ZERO_LEN_RQ`; older kernels' qp.h holds
 /// them shifted by 24 for the old QPC layout, the `rq_type` field takes the plain value).
 pub mod rq_type {
     /// The QP has its own receive queue.

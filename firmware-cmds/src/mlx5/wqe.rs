@@ -26,8 +26,14 @@ pub const DATAGRAM_SEG_LEN: usize = 48;
 pub const DATA_SEG_LEN: usize = 16;
 /// `byte_count` bit 31 marking an inline segment (`MLX5_INLINE_SEG`).
 pub const INLINE_SEG: u32 = 0x8000_0000;
-/// lkey that terminates a receive scatter list shorter than the RQ's maximum
-/// (`MLX5_INVALID_LKEY`).
+/// The fallback key that ends a receive scatter list shorter than the RQ's maximum
+/// (`MLX5_INVALID_LKEY`, called `MLX5_TERMINATE_SCATTER_LIST_LKEY` in newer qp.h): what a
+/// device without the `terminate_scatter_list_mkey` capability
+/// ([`crate::mlx5::caps::field::TERMINATE_SCATTER_LIST_MKEY`]) expects. With the capability
+/// set, the kernel ends the list with the key QUERY_SPECIAL_CONTEXTS reports instead
+/// (`mlx5r_cmd_query_special_mkeys` in drivers/infiniband/hw/mlx5/cmd.c fills
+/// `dev->mkeys.terminate_scatter_list_mkey`, which `mlx5_ib_post_recv` in wr.c writes), so
+/// the terminator checks below take the key as a parameter.
 pub const INVALID_LKEY: u32 = 0x100;
 /// `dqp_dct` bit 31 set on UD/GSI sends (`MLX5_EXTENDED_UD_AV`).
 pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
@@ -375,17 +381,24 @@ impl DatagramSeg {
     }
 }
 
-/// What a data segment's `byte_count` of 0 stands for: 2 GiB, not an empty buffer. Hence the
-/// kernel (`mlx5_ib_post_send` in drivers/infiniband/hw/mlx5/wr.c) and rdma-core
-/// (`_mlx5_post_send` and `mlx5_post_recv` in providers/mlx5/qp.c) leave zero-length SGEs
-/// out of a WQE (`if (likely(wr->sg_list[i].length))`) instead of writing a count of 0.
-pub const ZERO_BYTE_COUNT_LEN: u64 = 1 << 31;
-
 /// A data (scatter/gather) segment.
+///
+/// On mlx5 `byte_count` is taken as a plain length, 0 included: a count of 0 is an empty
+/// buffer, not 2 GiB. This is unverified without the PRM or hardware; the evidence is
+/// indirect:
+/// - the kernel's `mlx5_ib_post_recv` (drivers/infiniband/hw/mlx5/wr.c) writes each SGE of a
+///   receive as given (`set_data_ptr_seg`), zero-length ones included, which would let the
+///   device write up to 2 GiB into a buffer the caller said was empty if 0 meant 2 GiB;
+/// - a third-party report (uiuc-hpc/lci pull request #33) says mlx4 takes a zero-length SGE
+///   as 2^31 bytes and mlx5 as 0 bytes.
+///
+/// The kernel's `mlx5_ib_post_send` and rdma-core's `_mlx5_post_send` and `mlx5_post_recv`
+/// (providers/mlx5/qp.c) leave zero-length SGEs out of a WQE; that fits either reading and
+/// says nothing about the encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DataSeg {
-    /// Length in bytes (bit 31 must be clear: it marks inline segments; 0 means 2 GiB,
-    /// [`ZERO_BYTE_COUNT_LEN`]).
+    /// Length in bytes (bit 31 must be clear: it marks inline segments; 0 is 0 bytes, see
+    /// above).
     pub byte_count: u32,
     /// Local key.
     pub lkey: u32,
@@ -394,12 +407,15 @@ pub struct DataSeg {
 }
 
 impl DataSeg {
-    /// The terminator of a short receive scatter list.
-    pub const TERMINATOR: DataSeg = DataSeg {
-        byte_count: 0,
-        lkey: INVALID_LKEY,
-        addr: 0,
-    };
+    /// The terminator of a short receive scatter list, with the device's terminator key
+    /// (`key`: [`INVALID_LKEY`] unless the capability says otherwise).
+    pub const fn terminator(key: u32) -> DataSeg {
+        DataSeg {
+            byte_count: 0,
+            lkey: key,
+            addr: 0,
+        }
+    }
 
     /// Emits the 16 bytes.
     pub fn to_bytes(&self) -> [u8; DATA_SEG_LEN] {
@@ -427,19 +443,10 @@ impl DataSeg {
         })
     }
 
-    /// The bytes the device reads or writes through this segment: `byte_count`, where 0
-    /// means [`ZERO_BYTE_COUNT_LEN`].
-    pub fn byte_len(&self) -> u64 {
-        if self.byte_count == 0 {
-            ZERO_BYTE_COUNT_LEN
-        } else {
-            u64::from(self.byte_count)
-        }
-    }
-
-    /// True for the receive-list terminator (lkey `MLX5_INVALID_LKEY`).
-    pub fn is_terminator(&self) -> bool {
-        self.lkey == INVALID_LKEY
+    /// True for the receive-list terminator of a device whose terminator key is `key`
+    /// ([`INVALID_LKEY`] unless the capability says otherwise).
+    pub fn is_terminator(&self, key: u32) -> bool {
+        self.lkey == key
     }
 }
 
@@ -685,8 +692,8 @@ impl<'a> Iterator for GatherIter<'a> {
 }
 
 /// Builds a receive WQE of `max_sge` data segments: the given entries, then (if fewer) the
-/// terminator, then zeros.
-pub fn recv_wqe(sges: &[DataSeg], max_sge: usize) -> Result<Vec<u8>> {
+/// terminator with key `terminator_key`, then zeros.
+pub fn recv_wqe(sges: &[DataSeg], max_sge: usize, terminator_key: u32) -> Result<Vec<u8>> {
     if sges.len() > max_sge {
         return Err(Error::Invalid {
             what: "receive WQE",
@@ -700,17 +707,18 @@ pub fn recv_wqe(sges: &[DataSeg], max_sge: usize) -> Result<Vec<u8>> {
     if sges.len() < max_sge {
         let i = sges.len();
         b[i * DATA_SEG_LEN..(i + 1) * DATA_SEG_LEN]
-            .copy_from_slice(&DataSeg::TERMINATOR.to_bytes());
+            .copy_from_slice(&DataSeg::terminator(terminator_key).to_bytes());
     }
     Ok(b)
 }
 
-/// Parses a receive WQE: data segments up to the terminator or the end of `buf`.
-pub fn parse_recv_wqe(buf: &[u8]) -> Result<Vec<DataSeg>> {
+/// Parses a receive WQE: data segments up to the terminator (key `terminator_key`) or the end
+/// of `buf`.
+pub fn parse_recv_wqe(buf: &[u8], terminator_key: u32) -> Result<Vec<DataSeg>> {
     let mut out = Vec::new();
     for chunk in buf.chunks_exact(DATA_SEG_LEN) {
         let s = DataSeg::decode(chunk)?;
-        if s.is_terminator() {
+        if s.is_terminator(terminator_key) {
             break;
         }
         out.push(s);

@@ -31,8 +31,11 @@ pub const LOG_BF_REG_SIZE: u32 = 9;
 pub const MAX_CMD_MSG_LEN: u32 = 4 << 20;
 
 /// The reserved memory keys QUERY_SPECIAL_CONTEXTS reports. Real values are firmware-specific;
-/// the model's are chosen distinct from each other and from 0. `terminate_scatter_list_mkey`
-/// is `MLX5_INVALID_LKEY` (0x100), the receive-list terminator the kernel writes.
+/// the model's are chosen distinct from each other and from 0. A driver ends receive lists
+/// with `terminate_scatter_list_mkey` only when the capability of that name is set
+/// (`mlx5r_cmd_query_special_mkeys` in drivers/infiniband/hw/mlx5/cmd.c); the model does not
+/// set it, so lists end with the fallback `wqe::INVALID_LKEY` (0x100), and the model reports
+/// that same value here.
 pub mod special_keys {
     /// `dump_fill_mkey`.
     pub const DUMP_FILL_MKEY: u32 = 0x0000_0200;

@@ -8,7 +8,7 @@ use firmware_cmds::mlx5::cqe::{Cqe, CqeBody, CqeOpcode, RespCqe};
 use firmware_cmds::mlx5::grh::{GRH_LEN, Grh, IP_VERSION, NEXT_HEADER_IBA};
 use firmware_cmds::mlx5::qpc::QpServiceType;
 use firmware_cmds::mlx5::syndrome::CqeSyndrome;
-use firmware_cmds::mlx5::wqe::{DATA_SEG_LEN, DataSeg};
+use firmware_cmds::mlx5::wqe::{DATA_SEG_LEN, DataSeg, INVALID_LKEY};
 
 use super::buffer;
 use super::config::{special_keys, vendor_syndrome};
@@ -190,7 +190,7 @@ fn scatter(
     // Every data segment is checked (and the capacity summed) before anything is written;
     // the write below walks the same segments again rather than keeping a zeroed array of
     // them for each packet.
-    // A byte count of 0 is 2 GiB (`DataSeg::byte_len`), room for any message.
+    // A byte count of 0 is 0 bytes (see `DataSeg`): no room, and nothing is written there.
     let mut nsegs = 0;
     let mut capacity = 0u64;
     for s in data_segs(&raw[..stride]) {
@@ -198,7 +198,7 @@ fn scatter(
             return Err(prot);
         }
         nsegs += 1;
-        capacity += s.byte_len();
+        capacity += u64::from(s.byte_count);
     }
     if capacity < RECV_LEN as u64 {
         return Err((CqeSyndrome::LOCAL_LENGTH_ERR, vendor_syndrome::LENGTH));
@@ -220,9 +220,9 @@ fn scatter(
     let mut at = 0usize;
     let mut ok = true;
     for seg in data_segs(&raw[..stride]).take(nsegs) {
-        // At most 2^31 and `at` < RECV_LEN here: `at + len` cannot overflow a usize.
-        let (addr, len) = (seg.addr, seg.byte_len() as usize);
-        let end = (at + len).min(RECV_LEN);
+        // `byte_count` is whatever the WQE holds (bit 31 included): saturate, do not overflow.
+        let (addr, len) = (seg.addr, seg.byte_count as usize);
+        let end = at.saturating_add(len).min(RECV_LEN);
         let mut pos = at;
         while pos < end {
             let (src, take): (&[u8], usize) = if pos < GRH_LEN {
@@ -249,7 +249,7 @@ fn scatter(
             }
             pos += take;
         }
-        at += len;
+        at = at.saturating_add(len);
         if at >= RECV_LEN || !ok {
             break;
         }
@@ -262,8 +262,10 @@ fn scatter(
 }
 
 /// The data segments of a receive WQE, up to the first that does not decode or ends the list.
+/// The model does not advertise the `terminate_scatter_list_mkey` capability (caps.rs), so a
+/// list ends with the fallback key `INVALID_LKEY` (0x100), as the kernel writes it then.
 fn data_segs(wqe: &[u8]) -> impl Iterator<Item = DataSeg> + '_ {
     wqe.chunks_exact(DATA_SEG_LEN)
         .map_while(|chunk| DataSeg::decode(chunk).ok())
-        .take_while(|s| !s.is_terminator())
+        .take_while(|s| !s.is_terminator(INVALID_LKEY))
 }

@@ -299,8 +299,8 @@ impl SendCx<'_> {
                             vendor_syndrome::PROTECTION,
                         ));
                     }
-                    // A byte count of 0 is 2 GiB (`DataSeg::byte_len`): far past a MAD.
-                    let n = d.byte_len();
+                    // A byte count of 0 is 0 bytes (see `DataSeg`): it adds nothing.
+                    let n = u64::from(d.byte_count);
                     if len as u64 + n > MAD_LEN as u64 {
                         return Err(SendError(
                             CqeSyndrome::LOCAL_LENGTH_ERR,

@@ -37,7 +37,7 @@ use firmware_cmds::mlx5::ops::uar::AllocUar;
 use firmware_cmds::mlx5::ops::{Command, CommandOutput};
 use firmware_cmds::mlx5::qpc::{QpServiceType, Qpc};
 use firmware_cmds::mlx5::wqe::{
-    CtrlSeg, DataSeg, DatagramSeg, Gather, UdSendWqe, WqeOpcode, fm_ce_se, recv_wqe,
+    CtrlSeg, DataSeg, DatagramSeg, Gather, INVALID_LKEY, UdSendWqe, WqeOpcode, fm_ce_se, recv_wqe,
 };
 use sim::mlx5::{Mlx5, Mlx5Config};
 use sim::pci_config::{COMMAND_MASTER, COMMAND_MEMORY};
@@ -734,12 +734,21 @@ pub struct QpRing {
 impl QpRing {
     /// Posts a receive of `len` bytes at `addr` and updates the doorbell record.
     pub fn post_recv(&mut self, rig: &Rig, addr: u64, len: u32) {
-        let seg = DataSeg {
-            byte_count: len,
-            lkey: rig.resd_lkey,
-            addr,
-        };
-        let wqe = recv_wqe(&[seg], self.rq_stride / 16).unwrap();
+        self.post_recv_segs(
+            rig,
+            &[DataSeg {
+                byte_count: len,
+                lkey: rig.resd_lkey,
+                addr,
+            }],
+        );
+    }
+
+    /// Posts a receive WQE of the scatter entries `segs` (at most `rq_stride / 16`; fewer
+    /// get the terminator, with the fallback key: the model does not advertise
+    /// `terminate_scatter_list_mkey`) and updates the doorbell record.
+    pub fn post_recv_segs(&mut self, rig: &Rig, segs: &[DataSeg]) {
+        let wqe = recv_wqe(segs, self.rq_stride / 16, INVALID_LKEY).unwrap();
         let at =
             self.buf + u64::from(u32::from(self.rq_pc) & (self.rq_n - 1)) * self.rq_stride as u64;
         rig.mem.write(at, &wqe);
