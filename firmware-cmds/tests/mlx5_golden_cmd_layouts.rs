@@ -4,6 +4,12 @@
 //! hand from the named `mlx5_ifc_<struct>_bits` field: bit offset counted from the MSB of
 //! dword 0, byte = bit / 8 for byte-aligned fields; a field of width w at bit b sits in dword
 //! b / 32, bits [31 - b % 32 : 32 - b % 32 - w].
+//!
+//! Every field below was checked against that copy by adding up the widths of the members
+//! before it, nested `_bits` structs included, and every length against the struct's size
+//! (`MLX5_ST_SZ_BYTES`). Where mlx5_ifc.h renamed a field since, the test says so. Constants
+//! that are not layouts name their own file; `QUERY_QP`'s output length follows rdma-core
+//! (linux-rdma/rdma-core @691953d8, providers/mlx5/mlx5_ifc.h), see `create_qp_for_qp1_image`.
 
 use firmware_cmds::mlx5::bits::{Bytes, Field, Field64};
 use firmware_cmds::mlx5::caps::{self, CapType, HcaCaps};
@@ -47,6 +53,8 @@ fn fb(field: Bytes, bit: usize, len: usize) {
     assert_eq!((field.bit, field.len), (bit, len), "field {}", field.name);
 }
 
+/// `struct mlx5_ifc_mbox_in_bits` / `mlx5_ifc_mbox_out_bits`: defined in
+/// drivers/net/ethernet/mellanox/mlx5/core/cmd.c, not in mlx5_ifc.h.
 #[test]
 fn generic_headers() {
     use firmware_cmds::mlx5::cmd::header::field as h;
@@ -59,6 +67,11 @@ fn generic_headers() {
     f(h::SYNDROME, 0x20, 32);
 }
 
+/// mlx5_ifc.h: `enable_hca_in/out`, `init_hca_in`, `teardown_hca_in/out`, `query_issi_out`,
+/// `set_issi_in`, `query_pages_in/out`, `manage_pages_in/out`, `access_register_in`,
+/// `query_hca_cap_in/out` and `set_hca_cap_in` (capability = `union mlx5_ifc_hca_cap_union_bits`,
+/// 0x8000 bits), `alloc_uar_out`, `alloc_pd_out`, `query_special_contexts_out`;
+/// `MLX5_REG_HOST_ENDIANNESS = 0x7004` in include/linux/mlx5/driver.h.
 #[test]
 fn hca_and_issi_and_pages_fields() {
     // enable_hca_in: embedded_cpu_function 0x40/1, function_id 0x50/16.
@@ -78,7 +91,7 @@ fn hca_and_issi_and_pages_fields() {
     assert_eq!(issi::QUERY_ISSI_OUT_LEN, 0x70);
     // set_issi_in.current_issi 0x50/16.
     f(issi::field::CURRENT_ISSI_IN, 0x50, 16);
-    // query_pages_in/out, manage_pages_in/out.
+    // query_pages_in/out, manage_pages_in/out (query_pages_out.function_id is 0x50/16 too).
     f(pages::field::EMBEDDED_CPU_FUNCTION, 0x40, 1);
     f(pages::field::FUNCTION_ID, 0x50, 16);
     f(pages::field::NUM_PAGES, 0x60, 32);
@@ -111,6 +124,12 @@ fn hca_and_issi_and_pages_fields() {
     assert_eq!(special_contexts::QUERY_SPECIAL_CONTEXTS_OUT_LEN, 0x20);
 }
 
+/// `struct mlx5_ifc_cmd_hca_cap_bits`; `CAP_LEN` is `union mlx5_ifc_hca_cap_union_bits`
+/// (0x8000 bits = 0x1000 bytes; cmd_hca_cap itself is 0x800 bits). Cap types: `enum
+/// mlx5_cap_type` in include/linux/mlx5/device.h (`MLX5_CAP_GENERAL = 0`, `MLX5_CAP_ROCE` the
+/// fifth, 4; `MLX5_SET_HCA_CAP_OP_MOD_ROCE = 0x4` in mlx5_ifc.h). P_Key table codes:
+/// `to_fw_pkey_sz()` in drivers/net/ethernet/mellanox/mlx5/core/main.c (128 -> 0 ... 4096 -> 5)
+/// and `mlx5_to_sw_pkey_sz()` in device.h (`MLX5_MIN_PKEY_TABLE_SIZE << code`).
 #[test]
 fn cmd_hca_cap_fields() {
     use caps::field as c;
@@ -190,6 +209,11 @@ fn cmd_hca_cap_fields() {
     assert_eq!(caps::pkey_table_entries(1), Some(256));
 }
 
+/// Byte positions of `query_hca_cap_out.capability` (bit 0x80) plus a `cmd_hca_cap` bit / 8;
+/// `MLX5_CAP_PORT_TYPE_ETH = 0x1` (mlx5_ifc.h). op_mod: `mlx5_core_get_caps_mode()` in
+/// drivers/net/ethernet/mellanox/mlx5/core/main.c builds `cap_type << 1 | mode` for QUERY
+/// (`HCA_CAP_OPMOD_GET_MAX = 0`, `HCA_CAP_OPMOD_GET_CUR = 1`, device.h), `set_caps()` there
+/// `opmod << 1` for SET.
 #[test]
 fn query_hca_cap_output_byte_positions() {
     // query_hca_cap_out.capability at bit 0x80 (byte 0x10): a cap at cap bit b lands in
@@ -266,6 +290,16 @@ fn query_hca_cap_output_byte_positions() {
     assert_eq!(&q[6..12], &[0x00, 0x08, 0x80, 0x00, 0x00, 0x03]);
 }
 
+/// Command images from the `_bits` structs of `hca_and_issi_and_pages_fields`; op_mods:
+/// `MLX5_QUERY_PAGES_IN_OP_MOD_BOOT_PAGES = 0x1` (mlx5_ifc.h); `MLX5_PAGES_CANT_GIVE = 0`,
+/// `MLX5_PAGES_GIVE = 1`, `MLX5_PAGES_TAKE = 2` and the TAKE output length
+/// `MLX5_ST_SZ_BYTES(manage_pages_out) + npages * 8` (`reclaim_pages()`), both in
+/// drivers/net/ethernet/mellanox/mlx5/core/pagealloc.c; ACCESS_REG `op_mod = !write`
+/// (`mlx5_core_access_reg()`, port.c); HOST_ENDIANNESS data = `struct
+/// mlx5_reg_host_endianness` (main.c, `he` first) with `MLX5_SET_HOST_ENDIANNESS` 0 on a
+/// little-endian host, 0x80 on a big-endian one (device.h; written by `set_hca_ctrl()`);
+/// `MLX5_TEARDOWN_HCA_IN_PROFILE_PREPARE_FAST_TEARDOWN = 0x2` and
+/// `MLX5_TEARDOWN_HCA_OUT_FORCE_STATE_FAIL = 0x1` (mlx5_ifc.h).
 #[test]
 fn bring_up_command_images() {
     // ENABLE_HCA: opcode 0x104; function_id at bytes 0x0a..0x0c.
@@ -357,8 +391,9 @@ fn bring_up_command_images() {
         AccessReg::host_endianness(true).encode().unwrap()[0x10],
         0x80
     );
-    // ACCESS_REG write PCAP (mlx5 port.c `mlx5_set_port_caps`, `struct mlx5_reg_pcap`):
-    // register_id 0x5001; data = rsvd, port_num, rsvd[2], caps_127_96 (BE), 3 more words.
+    // ACCESS_REG write PCAP (mlx5 port.c `mlx5_set_port_caps`, `struct mlx5_reg_pcap` there):
+    // register_id 0x5001 (`MLX5_REG_PCAP`, driver.h); data = rsvd, port_num, rsvd[2],
+    // caps_127_96 (BE), 3 more words.
     let b = AccessReg::pcap(2, 0x0251_0a6a).encode().unwrap();
     assert_eq!(b.len(), 0x10 + 20);
     assert_eq!(&b[0x0a..0x0c], &[0x50, 0x01]);
@@ -417,6 +452,10 @@ fn bring_up_command_images() {
     assert_eq!((s.resd_lkey, s.null_mkey), (0x100, 0x200));
 }
 
+/// `struct mlx5_ifc_eqc_bits`, `create_eq_in/out`, `destroy_eq_in`; `MLX5_EQ_STATE_ARMED =
+/// 0x9`, `MLX5_EQ_STATE_FIRED = 0xa` in drivers/net/ethernet/mellanox/mlx5/core/eq.c; event n
+/// is bit n of the first 64-bit `event_bitmask` word (`create_map_eq()` in eq.c writes
+/// `mask[i]` with `MLX5_ARRAY_SET64`).
 #[test]
 fn eqc_and_create_eq() {
     // mlx5_ifc_eqc_bits.
@@ -469,6 +508,9 @@ fn eqc_and_create_eq() {
     assert_eq!(DestroyEq { eqn: 9 }.encode().unwrap()[0x0b], 9);
 }
 
+/// `struct mlx5_ifc_cqc_bits` (`C_EQN` is today's `c_eqn_or_apu_element[0x20]`),
+/// `create_cq_in/out`, `destroy_cq_in`; `MLX5_CQC_CQE_SZ_64_BYTES = 0x0`,
+/// `MLX5_CQC_CQE_SZ_128_BYTES = 0x1` (mlx5_ifc.h; `CQE_STRIDE_*` in include/linux/mlx5/cq.h).
 #[test]
 fn cqc_and_create_cq() {
     // mlx5_ifc_cqc_bits.
@@ -533,6 +575,8 @@ fn cqc_and_create_cq() {
     );
 }
 
+/// `struct mlx5_ifc_qpc_bits` with `struct mlx5_ifc_ads_bits primary_address_path` at bit
+/// 0xc0 (`SRQN` is `srqn_rmpn_xrqn[0x18]`); `create_qp_in/out`.
 #[test]
 fn qpc_fields() {
     // mlx5_ifc_qpc_bits; address-path fields = ads offset + 0xc0 (primary_address_path).
@@ -580,6 +624,9 @@ fn qpc_fields() {
     assert_eq!(qp::PAS_OFFSET, 0x110);
 }
 
+/// Images of `create_qp_in`, `rst2init_qp_in` (0x110 bytes), `qp_2err_in` and
+/// `query_qp_out` from the fields of `qpc_fields`; `MLX5_QP_ST_QP1 = 0x8`, `MLX5_QP_PM_MIGRATED
+/// = 0x3` (include/linux/mlx5/qp.h).
 #[test]
 fn create_qp_for_qp1_image() {
     let ctx = Qpc {
@@ -648,7 +695,13 @@ fn create_qp_for_qp1_image() {
         Qp2Err { qpn: 0x48 }.encode().unwrap(),
         [0x05, 0x07, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x48, 0, 0, 0, 0]
     );
-    // QUERY_QP out: qpc at 0x18, state in the high nibble of byte 0x18.
+    // QUERY_QP out: qpc at 0x18, state in the high nibble of byte 0x18. The output length
+    // 0x110 is rdma-core's `query_qp_out` (providers/mlx5/mlx5_ifc.h: qpc, reserved_at_800,
+    // then `pas[0]`). The kernel's mlx5_ifc.h ends the struct with
+    // `union mlx5_ifc_qp_pas_or_qpc_ext_and_pas_bits` (room for the 0xc0-byte QPC extension),
+    // so `MLX5_ST_SZ_BYTES(query_qp_out)`, what drivers/infiniband/hw/mlx5/qp.c asks for, is
+    // 0x1d0. Both put the qpc at 0x18; the shorter output omits only the extension and the
+    // PAS list, which nothing here reads.
     assert_eq!(QueryQp { qpn: 0x48 }.out_len(), 0x110);
     let mut o = vec![0u8; 0x110];
     o[0x18] = 0x30;
@@ -658,6 +711,11 @@ fn create_qp_for_qp1_image() {
     assert_eq!(q.ctx.st, QpServiceType::QP0);
 }
 
+/// `struct mlx5_ifc_mad_ifc_in_bits` / `mad_ifc_out_bits` (`RESPONSE_MAD` is
+/// `response_mad_packet`); op_mod bits `MLX5_MAD_IFC_IGNORE_MKEY = 1`,
+/// `MLX5_MAD_IFC_IGNORE_BKEY = 2` in drivers/infiniband/hw/mlx5/mlx5_ib.h (`mlx5_MAD_IFC()` in
+/// drivers/infiniband/hw/mlx5/mad.c ORs 0x1 / 0x2 into the op_mod that `mlx5_cmd_mad_ifc()`,
+/// cmd.c there, writes).
 #[test]
 fn mad_ifc_layout() {
     // mad_ifc_in: remote_lid 0x40/16, port 0x58/8, mad[256] at 0x80; out response at 0x80.
@@ -690,10 +748,13 @@ fn mad_ifc_layout() {
     assert_eq!(MadIfcOut::decode(&o).unwrap().mad[0], 0x81);
 }
 
+/// `query_hca_vport_context_in/out`, `struct mlx5_ifc_hca_vport_context_bits` (at bit 0x80
+/// of the output), `query_vport_state_in/out`.
 #[test]
 fn vport_layouts() {
     use vport::field as v;
-    // query_hca_vport_context_in / query_vport_state_in.
+    // query_hca_vport_context_in / query_vport_state_in: other_vport and vport_number in both,
+    // port_num only in query_hca_vport_context_in (QUERY_VPORT_STATE does not send it).
     f(v::OTHER_VPORT, 0x40, 1);
     f(v::PORT_NUM, 0x4c, 4);
     f(v::VPORT_NUMBER, 0x50, 16);

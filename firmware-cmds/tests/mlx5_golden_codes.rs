@@ -1,13 +1,17 @@
 //! Golden tests of every mlx5 numeric code this crate names, written out by hand, not computed
 //! by the crate.
 //!
-//! Where the expected numbers come from: unless a test says otherwise, they were copied from
-//! the table of /work/shared/reference/hca-hardware.md named on the test. That file cites the
-//! kernel headers (`mlx5_ifc.h`, `device.h`, `cq.h`, `qp.h`, `cmd.c`, `tout.c`, `ib_verbs.h`),
-//! but these tables were not re-read from the headers when they were written, so an error in
-//! the reference is copied here and these tests cannot catch it. `qp_states_and_service_types`
-//! is the exception: its values were checked against include/linux/mlx5/qp.h itself, because
-//! the reference's §5.4 service-type table swaps SYNC_UMR and REG_UMR.
+//! Where the expected numbers come from: each test names the kernel or rdma-core file (and the
+//! enum, macro or function) that defines its values, and every value was checked against that
+//! file (the § numbers point at the table of /work/shared/reference/hca-hardware.md that first
+//! listed them). Copies read:
+//! - kernel: the MLNX_OFED 24.07 copy of the upstream files (wjz304/mlnx-ofed-kernel @2c0186b:
+//!   include/linux/mlx5/{mlx5_ifc.h,device.h,cq.h,qp.h,driver.h}, include/rdma/ib_verbs.h,
+//!   drivers/net/ethernet/mellanox/mlx5/core/{cmd.c,health.c,mlx5_core.h,lib/tout.c},
+//!   drivers/infiniband/hw/mlx5/cq.c); include/linux/mlx5/qp.h and the `MLX5_CMD_STAT_*` and
+//!   `enum mlx5_cap_type` of include/linux/mlx5/device.h also read in torvalds/linux;
+//! - rdma-core: linux-rdma/rdma-core @691953d8 (providers/mlx5/{mlx5dv.h,cq.c},
+//!   libibverbs/verbs.h).
 
 use firmware_cmds::mlx5::cmd::status::{CmdStatus, DeliveryStatus, StatusReport};
 use firmware_cmds::mlx5::cqe::CqeOpcode;
@@ -20,7 +24,9 @@ use firmware_cmds::mlx5::syndrome::{CqeSyndrome, IbWcStatus, WcError};
 use firmware_cmds::mlx5::timeouts::{Timeout, from_iseg, iseg_timeout_ms};
 use firmware_cmds::mlx5::wqe::{WqeOpcode, fm_ce_se};
 
-/// §5.3 and §5.4 opcode tables (`MLX5_CMD_OP_*`).
+/// §5.3 and §5.4 opcode tables. Source: include/linux/mlx5/mlx5_ifc.h, the `MLX5_CMD_OP_*`
+/// enum at the top of the file (names here drop the prefix; `QP_2ERR_QP` / `QP_2RST_QP` are
+/// `MLX5_CMD_OP_2ERR_QP` / `MLX5_CMD_OP_2RST_QP`). All 50 values checked.
 #[test]
 fn opcodes() {
     let table: &[(Opcode, u16, &str)] = &[
@@ -92,7 +98,9 @@ fn opcodes() {
     assert_eq!(Opcode(0x50d).to_string(), "0x050d MAD_IFC");
 }
 
-/// §5.2 command status table (`MLX5_CMD_STAT_*`, `cmd_status_to_err`).
+/// §5.2 command status table. Sources: the `MLX5_CMD_STAT_*` enum in
+/// include/linux/mlx5/device.h (values), `cmd_status_to_err()` in
+/// drivers/net/ethernet/mellanox/mlx5/core/cmd.c (errno per status, `-EIO` for any other).
 #[test]
 fn command_status_codes_and_errno() {
     const EIO: i32 = 5;
@@ -134,7 +142,9 @@ fn command_status_codes_and_errno() {
     // Consts against the table.
     assert_eq!(CmdStatus::BAD_QP_STATE_ERR.0, 0x10);
     assert_eq!(CmdStatus::BAD_OUTP_LEN_ERR.0, 0x51);
-    // Driver-faked result while in internal error: status 0xfe, syndrome 0xbadd00de.
+    // Driver-faked result while in internal error: `MLX5_DRIVER_STATUS_ABORTED = 0xfe` and
+    // `MLX5_DRIVER_SYND = 0xbadd00de` in drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.h,
+    // returned by `mlx5_internal_err_ret_value()` in cmd.c.
     assert_eq!(CmdStatus::DRIVER_ABORTED.0, 0xfe);
     assert_eq!(
         firmware_cmds::mlx5::cmd::status::DRIVER_SYNDROME,
@@ -150,7 +160,9 @@ fn command_status_codes_and_errno() {
     );
 }
 
-/// §5.2 delivery status table (`MLX5_CMD_DELIVERY_STAT_*`, `deliv_status_to_err`).
+/// §5.2 delivery status table. Source: drivers/net/ethernet/mellanox/mlx5/core/cmd.c, the
+/// `MLX5_CMD_DELIVERY_STAT_*` enum (values) and `deliv_status_to_err()` (errno; `-EINVAL` for
+/// any other value).
 #[test]
 fn delivery_status_codes() {
     const EBADR: i32 = 53;
@@ -183,7 +195,12 @@ fn delivery_status_codes() {
     assert_eq!(DeliveryStatus::CMD_DESCR_ERR.0, 0x10);
 }
 
-/// §3.1 `enum ib_wc_status` numeric order.
+/// §3.1 work-completion status codes. Source: `enum ib_wc_status` in include/rdma/ib_verbs.h
+/// (implicit values 0..=21 in declaration order); rdma-core's `enum ibv_wc_status` in
+/// libibverbs/verbs.h has the same order. Past 21 the two differ: rdma-core goes on with
+/// `IBV_WC_TM_ERR` (22) and `IBV_WC_TM_RNDV_INCOMPLETE` (23), the MLNX_OFED copy of ib_verbs.h
+/// with `IB_WC_SIG_PIPELINE_CANCELED` (22), which no upstream copy in the search index has;
+/// no mlx5 CQE syndrome maps to any of them, so 22 is refused here.
 #[test]
 fn ib_wc_status_values() {
     let table: &[(IbWcStatus, u8, &str)] = &[
@@ -219,7 +236,11 @@ fn ib_wc_status_values() {
     assert_eq!(IbWcStatus::WrFlushErr.to_string(), "IB_WC_WR_FLUSH_ERR (5)");
 }
 
-/// §5.5 error syndromes -> ib_wc_status (`mlx5_handle_error_cqe`).
+/// §5.5 error syndromes -> ib_wc_status. Sources: the `MLX5_CQE_SYNDROME_*` enum in
+/// include/linux/mlx5/cq.h (also in rdma-core providers/mlx5/mlx5dv.h); the mapping and
+/// `vendor_err = vendor_err_synd` from `mlx5_handle_error_cqe()` in
+/// drivers/infiniband/hw/mlx5/cq.c (rdma-core providers/mlx5/cq.c has the same mapping), with
+/// `IB_WC_GENERAL_ERR` for any other syndrome. The name here is `WR_FLUSH_ERR` as in cq.h.
 #[test]
 fn cqe_syndromes_map_to_wc_status() {
     let table: &[(u8, &str, IbWcStatus)] = &[
@@ -252,12 +273,16 @@ fn cqe_syndromes_map_to_wc_status() {
     }
     let e = WcError::from_cqe(CqeSyndrome(0x03), 0x9a);
     assert_eq!((e.status, e.vendor_err), (IbWcStatus::GeneralErr, 0x9a));
-    // §7.3: software flush after a fatal error: WR_FLUSH_ERR with vendor_err 5.
+    // §7.3: software flush after a fatal error: WR_FLUSH_ERR with vendor_err 5, as `sw_comp()`
+    // (called by `mlx5_ib_poll_sw_comp()`) in drivers/infiniband/hw/mlx5/cq.c sets it:
+    // `vendor_err = MLX5_CQE_SYNDROME_WR_FLUSH_ERR`.
     let f = WcError::software_flush();
     assert_eq!((f.status.code(), f.vendor_err), (5, 5));
 }
 
-/// §5.5 CQE opcodes (`MLX5_CQE_*`).
+/// §5.5 CQE opcodes (the high nibble of `op_own`). Source: the `MLX5_CQE_REQ` ...
+/// `MLX5_CQE_INVALID` enum in include/linux/mlx5/cq.h; the same values in rdma-core
+/// providers/mlx5/mlx5dv.h.
 #[test]
 fn cqe_opcodes() {
     let table: &[(CqeOpcode, u8, &str)] = &[
@@ -279,7 +304,9 @@ fn cqe_opcodes() {
     assert_eq!(CqeOpcode::ALL.len(), table.len());
 }
 
-/// §6.2 event types (`enum mlx5_event`) and port-change subtypes.
+/// §6.2 event types and port-change subtypes. Sources: `enum mlx5_event`
+/// (`MLX5_EVENT_TYPE_*`) and the `MLX5_PORT_CHANGE_SUBTYPE_*` enum in
+/// include/linux/mlx5/device.h. All 36 types and 7 subtypes checked.
 #[test]
 fn eqe_event_types() {
     let table: &[(EventType, u8, &str)] = &[
@@ -345,7 +372,12 @@ fn eqe_event_types() {
     }
 }
 
-/// §5.7 send WQE opcodes and ctrl flag bits.
+/// §5.7 send WQE opcodes and ctrl flag bits. Sources: the `MLX5_OPCODE_*` enums in
+/// include/linux/mlx5/device.h (the kernel's `MLX5_OPCODE_LSO` 0x0e is rdma-core's
+/// `MLX5_OPCODE_TSO` in providers/mlx5/mlx5dv.h); the `MLX5_WQE_CTRL_*` and
+/// `MLX5_FENCE_MODE_*` enums in include/linux/mlx5/qp.h. Names follow the kernel: rdma-core's
+/// `MLX5_WQE_CTRL_FENCE` (mlx5dv.h) is `4 << 5` = 0x80, the kernel's
+/// `MLX5_FENCE_MODE_SMALL_AND_FENCE`, not the kernel's `MLX5_FENCE_MODE_FENCE` (0x40).
 #[test]
 fn wqe_opcodes_and_flags() {
     let table: &[(WqeOpcode, u8)] = &[
@@ -382,10 +414,12 @@ fn wqe_opcodes_and_flags() {
 }
 
 /// QP states, service types, PM states, `rq_type` and OPTPAR bits, all checked against
-/// include/linux/mlx5/qp.h (torvalds/linux: `enum mlx5_qp_state`, the `MLX5_QP_ST_*`,
+/// include/linux/mlx5/qp.h (torvalds/linux @010e85f9: `enum mlx5_qp_state`, the `MLX5_QP_ST_*`,
 /// `MLX5_QP_PM_*` and `MLX5_*_RQ` enums, `enum mlx5_qp_optpar`). The reference's §5.4 agrees
 /// on the states but gives SYNC_UMR 0xc and REG_UMR 0xe, where qp.h has
 /// `MLX5_QP_ST_SYNC_UMR = 0xe`, `MLX5_QP_ST_PTP_1588 = 0xd`, `MLX5_QP_ST_REG_UMR = 0xc`.
+/// (The MLNX_OFED 24.07 copy of qp.h lacks SNIFFER, PTP_1588 and SYNC_UMR and has
+/// `MLX5_QP_ST_SW_CNAK = 0x10`; the values both copies have agree.)
 #[test]
 fn qp_states_and_service_types() {
     let states: &[(QpState, u8, &str)] = &[
@@ -444,7 +478,11 @@ fn qp_states_and_service_types() {
     assert_eq!(optpar::PRI_PORT, 0x1_0000);
 }
 
-/// §5.1 health syndromes and NIC interface values.
+/// §5.1 health syndromes and NIC interface values. Sources: the
+/// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_*` and `MLX5_INITIAL_SEG_NIC_INTERFACE_*` enums in
+/// include/linux/mlx5/mlx5_ifc.h (next to `struct mlx5_ifc_initial_seg_bits`); the descriptions
+/// from `hsynd_str()` in drivers/net/ethernet/mellanox/mlx5/core/health.c. SW_RESET (7) needs
+/// three bits: see `init_segment_fields` in mlx5_golden_structs.rs for the field's width.
 #[test]
 fn health_syndromes_and_nic_interface() {
     let table: &[(u8, &str)] = &[
@@ -473,7 +511,12 @@ fn health_syndromes_and_nic_interface() {
     assert_eq!(NicInterface::SW_RESET.0, 7);
 }
 
-/// §5.6 timeouts (`tout_def_sw_val`) and the iseg multiplier decode.
+/// §5.6 timeouts and the iseg multiplier decode. Source:
+/// drivers/net/ethernet/mellanox/mlx5/core/lib/tout.c: the `tout_def_sw_val[]` defaults (keyed
+/// by `enum mlx5_timeouts_types` in lib/tout.h), `tout_convert_iseg_to_ms()` /
+/// `tout_convert_reg_field_to_ms()` (value = reg & 0xfffff, unit = (reg >> 29) & 3 with
+/// 0 ms, 1 s, 2 min, 3 h) and `mlx5_tout_query_iseg()` (`cmd_q_init_to` 0 means the defaults
+/// stay; otherwise it sets FW_INIT, and `cmd_exec_to` sets CMD).
 #[test]
 fn timeouts() {
     let table: &[(Timeout, u64)] = &[

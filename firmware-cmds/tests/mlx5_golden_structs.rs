@@ -1,7 +1,17 @@
 //! Golden tests of the byte-aligned mlx5 structures: init segment (§5.1), command entry and
 //! mailbox (§5.2), CQE (§5.5), WQE segments and doorbells (§5.7, §1.3), EQE (§6.2) of
-//! /work/shared/reference/hca-hardware.md. Expected offsets and byte images are written out from
-//! those tables, not computed by the crate.
+//! /work/shared/reference/hca-hardware.md. Expected offsets and byte images are written out by
+//! hand, not computed by the crate.
+//!
+//! Each test names the kernel or rdma-core struct, enum or function its values come from, and
+//! every value was checked against that original: offsets of a C struct by adding up the sizes
+//! of the members before the field, offsets of an `mlx5_ifc_*_bits` struct as bit / 8. Copies
+//! read: the MLNX_OFED 24.07 copy of the kernel files (wjz304/mlnx-ofed-kernel @2c0186b:
+//! include/linux/mlx5/{device.h,mlx5_ifc.h,qp.h,cq.h,driver.h,doorbell.h,eq.h},
+//! include/rdma/{ib_verbs.h,ib_hdrs.h}, drivers/net/ethernet/mellanox/mlx5/core/{cmd.c,
+//! health.c,eq.c,lib/eq.h,uar.c,main.c,ecpf.h}, drivers/infiniband/hw/mlx5/{cq.c,wr.c,ah.c,
+//! main.c}), include/linux/mlx5/qp.h of torvalds/linux @010e85f9, and rdma-core @691953d8
+//! (providers/mlx5/{mlx5dv.h,cq.c,qp.c,mlx5_vfio.h,mlx5_vfio.c}).
 
 use firmware_cmds::mlx5::cmd::entry::{self, CmdEntry, signature, xor8};
 use firmware_cmds::mlx5::cmd::mailbox::{self, MailboxBlock};
@@ -18,6 +28,17 @@ use firmware_cmds::mlx5::wqe::{
     self, CtrlSeg, DataSeg, DatagramSeg, Gather, UdSendWqe, WqeOpcode, fm_ce_se,
 };
 
+/// Source: `struct mlx5_init_seg` in include/linux/mlx5/device.h (`rsvd1[120]` puts
+/// `initializing` at 0x1fc, the 64-byte `struct health_buffer` at 0x200, `rsvd2[878]` puts
+/// `cmd_exec_to` at 0xff8, `rsvd5[1006]` puts `ieee1588_clk` at 0x2000); `CMD_IF_REV = 5` in
+/// drivers/net/ethernet/mellanox/mlx5/core/cmd.c. The MLX5_GET view,
+/// `struct mlx5_ifc_initial_seg_bits` in mlx5_ifc.h, agrees on every offset here but one:
+/// `clr_intx` is the dword at 0x200c in device.h, while mlx5_ifc.h has a one-bit `clear_int`
+/// at bit 0x807f, i.e. bit 0 of the dword at 0x100c (which device.h calls `rsvd3[1]`). Neither
+/// is read or written anywhere in the kernel's mlx5 code or rdma-core (whose userspace VFIO
+/// driver declares the same `clr_intx` at 0x200c in `struct mlx5_init_seg`,
+/// providers/mlx5/mlx5_vfio.h); `CLR_INTX` follows device.h and nothing in this project uses
+/// it.
 #[test]
 fn init_segment_offsets() {
     use init_seg::off;
@@ -43,13 +64,24 @@ fn init_segment_offsets() {
 
 #[test]
 fn init_segment_fields() {
-    // fw_rev [31:16] minor, [15:0] major; cmdif_rev_fw_sub [31:16] rev, [15:0] subminor.
+    // fw_rev [31:16] minor, [15:0] major; cmdif_rev_fw_sub [31:16] rev, [15:0] subminor:
+    // `fw_rev_maj()`, `fw_rev_min()`, `fw_rev_sub()` in include/linux/mlx5/driver.h and
+    // `cmdif_rev()` in cmd.c (`>> 16`); `initial_seg_bits` fw_rev_minor/major,
+    // cmd_interface_rev/fw_rev_subminor.
     let v = FwRev::from_regs(0x0024_0010, 0x0005_03e8);
     assert_eq!((v.major, v.minor, v.subminor), (0x10, 0x24, 1000));
     assert_eq!(v.to_string(), "16.36.1000");
     assert_eq!(init_seg::cmdif_rev(0x0005_03e8), 5);
     assert_eq!(v.fw_rev_reg(), 0x0024_0010);
     // cmdq_addr_l_sz: [31:12] address, [10:8] nic_interface, [7:4] log size, [3:0] log stride.
+    // The kernel reads nic_interface as three bits: `mlx5_get_nic_state()` in health.c is
+    // `(cmdq_addr_l_sz >> 8) & 7`, and `mlx5_handle_bad_state()` there says "The IFC mode field
+    // is 3 bits" (SW_RESET is 7). `initial_seg_bits` in mlx5_ifc.h declares it
+    // `nic_interface[0x2]` at bits [9:8] after `reserved_at_b4[0x2]`, too narrow for 7; we
+    // follow health.c, as rdma-core's `mlx5_vfio_get_nic_state()` (providers/mlx5/mlx5_vfio.c,
+    // `>> 8) & 7`) does. Log size / stride: `mlx5_cmd_enable()` in cmd.c (`cmd_l >> 4 & 0xf`,
+    // `cmd_l & 0xf`), which also refuses `1 << log_sz > MLX5_MAX_COMMANDS` (32) and
+    // `log_sz + log_stride > MLX5_ADAPTER_PAGE_SHIFT` (12): the geometry checks below.
     let r = CmdqAddrLoSz::decode(0x1234_5756);
     assert_eq!(r.addr_lo, 0x1234_5000);
     assert_eq!(r.nic_interface, NicInterface::SW_RESET);
@@ -59,24 +91,34 @@ fn init_segment_fields() {
     assert!(CmdqAddrLoSz::decode(0x66).check_geometry().is_err()); // 64 slots
     assert!(CmdqAddrLoSz::decode(0x57).check_geometry().is_ok()); // 32 x 128 = 4 KiB
     assert!(CmdqAddrLoSz::decode(0x58).check_geometry().is_err()); // 32 x 256 > 4 KiB
-    // mlx5_set_nic_state: (old & 0xfffff000) | state << 8
+    // `mlx5_set_nic_state()` in health.c: (old & 0xfffff000) | state << MLX5_NIC_IFC_OFFSET (8).
     assert_eq!(
         init_seg::with_nic_state(0xabcd_e056, NicInterface::SW_RESET),
         0xabcd_e700
     );
-    // initializing: bit31 initializing, bit30 fw reset supported, [26:24] nic ifc supported,
-    // bit23 embedded cpu.
+    // initializing: bit31 initializing (`wait_fw_init()` in main.c, `>> 31`), bit30 fw reset
+    // supported (`MLX5_FW_RESET_SUPPORTED_OFFSET = 30`, device.h), [26:24] nic ifc supported
+    // (`initial_seg_bits.nic_interface_supported[0x3]` at bit 0xfe5), bit23 embedded cpu
+    // (`MLX5_ECPU_BIT_NUM = 23`, drivers/net/ethernet/mellanox/mlx5/core/ecpf.h).
     let i = Initializing::decode(0xc280_0000);
     assert!(i.initializing && i.fw_reset_supported && i.embedded_cpu);
     assert_eq!(i.nic_interface_supported, 2);
     assert_eq!(i.encode(), 0xc280_0000);
     assert!(!Initializing::decode(0x4000_0000).initializing);
-    // health_counter: [31:24] syndrome, [23:0] counter.
+    // health_counter (0x1010): [31:24] syndrome, [23:0] counter, as `initial_seg_bits`
+    // health_syndrome[0x8], health_counter[0x18] at bit 0x8080.
     let h = HealthCounter::decode(0x0712_3456);
     assert_eq!((h.syndrome, h.counter), (0x07, 0x12_3456));
     assert_eq!(h.encode(), 0x0712_3456);
 }
 
+/// Sources: `struct health_buffer` in include/linux/mlx5/device.h (and
+/// `struct mlx5_ifc_health_buffer_bits` in mlx5_ifc.h: rfr bit 0x1c0, valid 0x1c4, severity
+/// 0x1c5..0x1c7, i.e. byte 0x38 bits 7, 3, 2..0); `MLX5_RFR_BIT_OFFSET = 7` (device.h),
+/// `MLX5_SEVERITY_MASK = 0x7` / `MLX5_SEVERITY_VALID_MASK = 0x8` and
+/// `mlx5_health_get_severity()` in health.c; unreachable = `fw_ver` reads 0xffffffff
+/// (`mlx5_sensor_pci_not_working()`), recovery required = rfr and a syndrome
+/// (`sensor_fw_synd_rfr()`), both in health.c.
 #[test]
 fn health_buffer_layout() {
     use health::off;
@@ -110,6 +152,11 @@ fn health_buffer_layout() {
     assert_eq!(h.encode(), raw);
 }
 
+/// Sources: `struct mlx5_cmd_layout` in include/linux/mlx5/device.h (type 0x00, inlen 0x04,
+/// in_ptr 0x08, in[4] 0x10, out[4] 0x20, out_ptr 0x30, outlen 0x38, token 0x3c, sig 0x3d,
+/// status_own 0x3f; 64 bytes); `MLX5_PCI_CMD_XPORT = 7` and `MLX5_MAX_COMMANDS = 32` in
+/// device.h; `CMD_OWNER_HW = 0x1` in driver.h; delivery status = `status_own >> 1`
+/// (`mlx5_cmd_comp_handler()` in cmd.c).
 #[test]
 fn command_entry_layout() {
     use entry::off;
@@ -149,6 +196,9 @@ fn command_entry_layout() {
     assert_eq!(d.delivery_status, DeliveryStatus::BAD_BLOCK_NUMBER);
 }
 
+/// Source: drivers/net/ethernet/mellanox/mlx5/core/cmd.c: `set_signature()` writes
+/// `sig = ~xor8_buf(entry, 0, 64)` and `verify_signature()` wants the whole entry to XOR to
+/// 0xff.
 #[test]
 fn signatures_are_not_xor8() {
     // ~xor8: bytes 0x01 ^ 0x02 ^ 0x04 = 0x07, signature = 0xf8.
@@ -162,6 +212,11 @@ fn signatures_are_not_xor8() {
     assert!(CmdEntry::signature_ok(&e.encode()));
 }
 
+/// Sources: `struct mlx5_cmd_prot_block` in include/linux/mlx5/device.h (data[512], rsvd0[48],
+/// next 0x230, block_num 0x238, rsvd1, token 0x23d, ctrl_sig 0x23e, sig 0x23f; 576 bytes);
+/// `calc_block_sig()` / `verify_block_sig()` in cmd.c (ctrl_sig over rsvd0..token, sig over
+/// bytes 0..0x23e); `mlx5_calc_cmd_blocks()` in cmd.c (the first 16 bytes ride in the entry,
+/// `struct mlx5_cmd_first.data[4]` in driver.h, then `MLX5_CMD_DATA_BLOCK_SIZE` per block).
 #[test]
 fn mailbox_layout() {
     use mailbox::off;
@@ -203,6 +258,20 @@ fn mailbox_layout() {
     assert_eq!(mailbox::blocks_needed(16 + 512 * 3), 3);
 }
 
+/// Sources: `struct mlx5_cqe64` and `struct mlx5_err_cqe` in include/linux/mlx5/device.h
+/// (rdma-core providers/mlx5/mlx5dv.h has the same offsets), the initial `op_own` of
+/// `MLX5_CQE_INVALID << 4` (`init_cq_frag_buf()` in drivers/infiniband/hw/mlx5/cq.c) and the
+/// 64-byte CQE in the second half of a 128-byte one (`cqe_sz == 64 ? cqe : cqe + 64`, same
+/// file).
+///
+/// `HW_ERR_SYND` (0x34) and `HW_SYND_TYPE` (0x35) have no source in the kernel or rdma-core:
+/// both `mlx5_err_cqe` structs cover 0x24..0x35 with `rsvd1[18]`. The names come from
+/// `struct mlx5_err_cqe_ex` of UCX (src/uct/ib/mlx5; its error log prints `hw_synd_type >> 4`),
+/// NVSHMEM and DOCA GPUNetIO headers, and the pre-rdma-core MLNX_OFED libmlx5 `mlx5_err_cqe`
+/// (`rsvd1[16]`, `hw_err_synd`, `hw_synd_type`). The kernel's mlx5_ifc.h has the same four
+/// bytes in the same order as `struct mlx5_ifc_cqe_error_syndrome_bits` (hw_error_syndrome[8],
+/// hw_syndrome_type[4], reserved[4], vendor_error_syndrome[8], syndrome[8]), but only inside
+/// `qp_context_extension_bits` (QUERY_QP), not in a CQE structure.
 #[test]
 fn cqe_offsets() {
     use cqe::off;
@@ -226,6 +295,10 @@ fn cqe_offsets() {
     assert_eq!(cqe::CQE128_OFFSET, 64);
 }
 
+/// Fields as `handle_responder()` in drivers/infiniband/hw/mlx5/cq.c reads them: src_qp =
+/// flags_rqpn & 0xffffff, sl = (flags_rqpn >> 24) & 0xf, GRH = (flags_rqpn >> 28) & 3,
+/// pkey = the low 16 bits of the word at 0x24, dlid_path_bits = ml_path; QPN = sop_drop_qpn &
+/// 0xffffff.
 #[test]
 fn cqe_receive_decodes_from_a_hand_built_image() {
     let mut raw = [0u8; 64];
@@ -257,6 +330,10 @@ fn cqe_receive_decodes_from_a_hand_built_image() {
     assert_eq!(c.encode(), raw);
 }
 
+/// `struct mlx5_err_cqe` (device.h): vendor_err_synd 0x36, syndrome 0x37, the failed WQE's
+/// opcode in the top byte of `s_wqe_opcode_qpn` at 0x38 (`handle_good_req()` in
+/// drivers/infiniband/hw/mlx5/cq.c reads the same byte of a requester CQE as
+/// `sop_drop_qpn >> 24`).
 #[test]
 fn cqe_error_decodes_from_a_hand_built_image() {
     let mut raw = [0u8; 64];
@@ -319,7 +396,8 @@ fn cqe_error_decodes_from_a_hand_built_image() {
 
 #[test]
 fn cqe_ownership_rule() {
-    // sw-owned iff opcode != INVALID && owner == !!(n & nent); nent = 8 here.
+    // sw-owned iff opcode != INVALID && owner == !!(n & nent), as `get_sw_cqe()` in
+    // drivers/infiniband/hw/mlx5/cq.c (`MLX5_CQE_OWNER_MASK = 1`, cq.h); nent = 8 here.
     assert!(!cqe::sw_owned(0xf0, 0, 8)); // initial value
     assert!(!cqe::sw_owned(0xf1, 8, 8)); // INVALID even with the right owner
     assert!(cqe::sw_owned(0x00, 0, 8)); // REQ, owner 0, first pass
@@ -329,6 +407,15 @@ fn cqe_ownership_rule() {
     assert!(cqe::sw_owned(0x20, 17, 8)); // third pass: owner 0 again
 }
 
+/// Sources: `struct mlx5_eqe` (type 0x01, sub_type 0x03, data at 0x20, signature 0x3e, owner
+/// 0x3f; packed, 64 bytes) and its data views in include/linux/mlx5/device.h:
+/// `mlx5_eqe_cmd.vector` 0x20, `mlx5_eqe_comp` (cqn after reserved[6]: 0x38),
+/// `mlx5_eqe_qp_srq` (type after reserved1[5]: 0x34, qp_srq_n 0x38), `mlx5_eqe_cq_err` (cqn
+/// 0x20, syndrome after reserved1[7]: 0x2b), `mlx5_eqe_port_state` (port after reserved0[8]:
+/// 0x28, read as `port >> 4` in drivers/infiniband/hw/mlx5/main.c), `mlx5_eqe_page_req`
+/// (ec_function 0x20, func_id 0x22, num_pages 0x24). `MLX5_EQE_OWNER_INIT_VAL = 0x1` in
+/// drivers/net/ethernet/mellanox/mlx5/core/eq.c; `MLX5_NUM_CMD_EQE` 32,
+/// `MLX5_NUM_ASYNC_EQE` 0x1000, `MLX5_NUM_SPARE_EQE` 0x80 in include/linux/mlx5/eq.h.
 #[test]
 fn eqe_layout_and_events() {
     use eqe::off;
@@ -442,12 +529,14 @@ fn eqe_layout_and_events() {
 
 #[test]
 fn eqe_ownership_and_doorbell() {
-    // sw-owned iff (owner & 1) == !!(ci & nent): init value 1 is not sw-owned on pass 0.
+    // sw-owned iff (owner & 1) == !!(ci & nent), as `next_eqe_sw()` in
+    // drivers/net/ethernet/mellanox/mlx5/core/lib/eq.h: init value 1 is not sw-owned on pass 0.
     assert!(!eqe::sw_owned(eqe::OWNER_INIT_VAL, 0, 32));
     assert!(eqe::sw_owned(0, 0, 32));
     assert!(eqe::sw_owned(1, 32, 32));
     assert!(!eqe::sw_owned(0, 33, 32));
-    // (ci & 0xffffff) | eqn << 24
+    // `eq_update_ci()` in lib/eq.h: (ci & 0xffffff) | eqn << 24, written at the UAR's
+    // `MLX5_EQ_DOORBEL_OFFSET` (0x40, eq.c) to arm, two dwords further (0x48) not to.
     assert_eq!(eqe::eq_doorbell_value(0x0123_4567, 0x05), 0x0523_4567);
     let d = EqDoorbell {
         eqn: 2,
@@ -461,6 +550,12 @@ fn eqe_ownership_and_doorbell() {
     assert_eq!(EqDoorbell::from_write(0x44, 0), None);
 }
 
+/// Sources: `MLX5_CQ_DOORBELL` 0x20 and `MLX5_BF_OFFSET` 0x800 in include/linux/mlx5/doorbell.h
+/// (rdma-core mlx5dv.h has `MLX5_CQ_DOORBELL` 0x20 too); `MLX5_EQ_DOORBEL_OFFSET` 0x40 in
+/// drivers/net/ethernet/mellanox/mlx5/core/eq.c; `MLX5_BFREGS_PER_UAR` 4 in device.h;
+/// `map_offset()` in drivers/net/ethernet/mellanox/mlx5/core/uar.c (blue-flame register i at
+/// 0x800 + i * (1 << log_bf_reg_size)) and `uar2pfn()` there (UAR n at n * 4 KiB with
+/// `uar_4k`, else at n system pages); `MLX5_RCV_DBR` 0 / `MLX5_SND_DBR` 1 in qp.h.
 #[test]
 fn uar_and_doorbells() {
     assert_eq!(doorbell::UAR_CQ_DOORBELL, 0x20);
@@ -474,7 +569,10 @@ fn uar_and_doorbells() {
     assert_eq!(doorbell::uar_bar_offset(3, false, 65536), 0x30000);
     assert_eq!((doorbell::RCV_DBR, doorbell::SND_DBR), (0, 1));
 
-    // QP DB record: [0] RQ counter, [1] SQ counter, each & 0xffff, big-endian.
+    // QP DB record: [0] RQ counter, [1] SQ counter, each & 0xffff, big-endian: in
+    // drivers/infiniband/hw/mlx5/wr.c `mlx5_ib_post_recv()` writes `rq.head & 0xffff` to
+    // dword 0 and the send path the u16 `sq.cur_post` to `db.db[MLX5_SND_DBR]`; rdma-core
+    // providers/mlx5/qp.c masks both with 0xffff.
     let r = QpDbRecord {
         rq: 0x1234,
         sq: 0xabcd,
@@ -486,7 +584,8 @@ fn uar_and_doorbells() {
         QpDbRecord { rq: 7, sq: 9 }
     );
 
-    // CQ arm word: (sn & 3) << 28 | cmd | (ci & 0xffffff); REQ_NOT_SOL = 1 << 24.
+    // CQ arm word: (sn & 3) << 28 | cmd | (ci & 0xffffff); REQ_NOT_SOL = 1 << 24: `mlx5_cq_arm()`
+    // and the `MLX5_CQ_DB_REQ_NOT*` enum in include/linux/mlx5/cq.h.
     let a = CqArm {
         sn: 1,
         cmd: CqArmCmd::NextSolicited,
@@ -506,7 +605,8 @@ fn uar_and_doorbells() {
         [0x20, 0, 0, 7, 0, 0, 0, 0x89]
     );
     assert_eq!(CqArm::from_uar_doorbell(0x2000_0007_0000_0089), (a, 0x89));
-    // CQ DB record: [0] set_ci & 0xffffff, [1] arm word.
+    // CQ DB record: [0] set_ci & 0xffffff (`mlx5_cq_set_ci()`, cq.h), [1] arm word (`arm_db`,
+    // the second dword of the record).
     let r = CqDbRecord {
         set_ci: 0x0100_0003,
         arm: 0x2000_0007,
@@ -514,6 +614,16 @@ fn uar_and_doorbells() {
     assert_eq!(r.encode(), [0, 0, 0, 3, 0x20, 0, 0, 7]);
 }
 
+/// Sources: include/linux/mlx5/qp.h: `MLX5_SEND_WQE_BB` 64, `MLX5_SEND_WQE_DS` 16,
+/// `MLX5_SEND_WQE_MAX_WQEBBS` 16, `MLX5_INVALID_LKEY` 0x100, `struct mlx5_wqe_ctrl_seg`
+/// (opmod_idx_opcode, qpn_ds, signature 0x08, fm_ce_se 0x0b, imm 0x0c; the
+/// `MLX5_WQE_CTRL_*_MASK` / `_SHIFT` macros), `struct mlx5_av` (qkey 0x00, dqp_dct 0x08,
+/// stat_rate_sl 0x0c, fl_mlid 0x0d, rlid 0x0e, rmac 0x14, tclass 0x1a, hop_limit 0x1b,
+/// grh_gid_fl 0x1c, rgid 0x20; 48 bytes), `struct mlx5_wqe_data_seg`; include/linux/mlx5/
+/// device.h: `MLX5_INLINE_SEG` and `MLX5_EXTENDED_UD_AV` 0x80000000. rdma-core mlx5dv.h has
+/// the same (`struct mlx5_wqe_av`, `mlx5_wqe_ctrl_seg`, `mlx5_wqe_data_seg`). The datagram
+/// bytes follow the kernel's AV fill (drivers/infiniband/hw/mlx5/ah.c: `stat_rate_sl =
+/// rate << 4 | sl`, `grh_gid_fl = flow_label | 1 << 30 | sgid_index << 20`).
 #[test]
 fn wqe_segments() {
     assert_eq!(wqe::SEND_WQE_BB, 64);
@@ -594,6 +704,10 @@ fn wqe_segments() {
     assert_eq!(wqe::inline_header(5).unwrap(), [0x80, 0, 0, 5]);
 }
 
+/// DS units of 16 bytes (`MLX5_SEND_WQE_DS`) rounded up to 64-byte basic blocks
+/// (`MLX5_SEND_WQEBB_NUM_DS` = 4, qp.h); a short receive list ends with a data segment of
+/// byte_count 0 and the terminator key (`mlx5_ib_post_recv()` in
+/// drivers/infiniband/hw/mlx5/wr.c; `MLX5_INVALID_LKEY` 0x100 without the cap).
 #[test]
 fn wqe_size_arithmetic() {
     assert_eq!(wqe::ds_for_bytes(16 + 48 + 16), 5);
@@ -703,8 +817,8 @@ fn a_receive_list_ends_at_the_device_terminator_key() {
     assert_eq!(wqe::parse_recv_wqe(&r, wqe::INVALID_LKEY).unwrap(), [seg]);
 }
 
-/// §6.2: CQ error syndromes and the queue types of QP/SRQ events (`MLX5_CQ_ERROR_SYNDROME_*`
-/// and `MLX5_EVENT_QUEUE_TYPE_*` in mlx5_ifc.h / device.h).
+/// §6.2: CQ error syndromes and the queue types of QP/SRQ events: `MLX5_CQ_ERROR_SYNDROME_*`
+/// in include/linux/mlx5/mlx5_ifc.h, `MLX5_EVENT_QUEUE_TYPE_*` in include/linux/mlx5/device.h.
 #[test]
 fn eqe_cq_error_syndromes_and_queue_types() {
     assert_eq!(eqe::cq_error_syndrome::CQ_OVERRUN, 0x1);
@@ -715,8 +829,8 @@ fn eqe_cq_error_syndromes_and_queue_types() {
     assert_eq!(eqe::queue_type::DCT, 6);
 }
 
-/// IBA §8.3 / `struct ib_grh`: version_tclass_flow (BE32), paylen (BE16), next_hdr, hop_limit,
-/// sgid, dgid. The image is written out by hand: IPVer 6, TClass 0x12, FlowLabel 0x34567,
+/// IBA §8.3 / `struct ib_grh` in include/rdma/ib_verbs.h: version_tclass_flow (BE32), paylen
+/// (BE16), next_hdr, hop_limit, sgid, dgid; `IB_GRH_NEXT_HDR` 0x1B in include/rdma/ib_hdrs.h. The image is written out by hand: IPVer 6, TClass 0x12, FlowLabel 0x34567,
 /// PayLen 280, NxtHdr 0x1b, HopLmt 0x40.
 #[test]
 fn grh_layout() {
