@@ -224,9 +224,9 @@ impl Network {
     /// Runs `fabric`, with time and events from `scheduler`.
     pub fn new(fabric: Fabric, scheduler: Arc<Scheduler>) -> Network {
         Network {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
                 sched: scheduler,
-                state: Mutex::new(NetState::new(fabric, DEFAULT_SEED)),
+                state: Mutex::new(NetState::new(fabric, DEFAULT_SEED, me.clone())),
             }),
         }
     }
