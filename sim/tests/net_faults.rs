@@ -11,10 +11,10 @@ use mad_wire::attr::port_info::{PhysPortState, PortState, cap_mask};
 use mad_wire::smp::SmpRoute;
 use mad_wire::{attr_id, method, status};
 use netutil::sweep::{self, LID_HCA1, LID_HCA3, LID_SWITCH2};
-use sim::packet::Packet;
 use netutil::{Device, attach, dr_smp, example, gsi, local_call, network, smp_of};
 use sim::link::PortChange;
 use sim::net::{DropReason, Fault, Network};
+use sim::packet::Packet;
 
 fn setup() -> (Network, Device) {
     let net = network(example("net.2sw2path4hca"));
@@ -180,7 +180,10 @@ fn a_port_info_set_over_a_delayed_link_applies_when_it_arrives() {
         (answer.method, answer.status),
         (method::GET_RESP, status::SUCCESS)
     );
-    assert_eq!(netutil::port_info(&answer.data).port_state, PortState::Armed);
+    assert_eq!(
+        netutil::port_info(&answer.data).port_state,
+        PortState::Armed
+    );
 
     // PortState Down bounces the link of Switch1 port 1: the device at its far end (Hca1)
     // hears Down and Initialized when the Set arrives.
@@ -188,7 +191,10 @@ fn a_port_info_set_over_a_delayed_link_applies_when_it_arrives() {
     d.link.transmit(down);
     sched.run_due();
     assert!(!sched.run_until(t1 + ms(4)));
-    assert!(d.rec.take_changes().is_empty(), "no change before the Set arrives");
+    assert!(
+        d.rec.take_changes().is_empty(),
+        "no change before the Set arrives"
+    );
     assert_eq!(net.counters(hca1).link_downed, 0);
     assert!(sched.run_until(t1 + ms(60)));
     assert_eq!(sched.now(), t1 + ms(5), "the changes come first");
@@ -314,7 +320,10 @@ fn a_delay_to_the_end_of_time_never_arrives_and_does_not_panic() {
 
     // A delay that is not the largest, but that the clock (well past 0 by now) cannot add.
     assert!(sched.now() > hour);
-    net.set_link_fault(hca1, Fault::delay(Duration::MAX - Duration::from_secs(1)));
+    net.set_link_fault(
+        hca1,
+        Fault::delay(Duration::MAX.saturating_sub(Duration::from_secs(1))),
+    );
     let t = sched.now();
     d.link.transmit(node_info_get(&[1]));
     assert!(!sched.run_until(t + hour));
@@ -390,11 +399,18 @@ fn a_packet_a_link_delay_holds_while_its_device_goes_finds_the_port_without_it()
         !net.scheduler().run_until(t0 + ms(9)),
         "the request arrives at 5 ms: no news"
     );
-    assert_eq!(net.drops(), before, "nothing lost before the answer arrives");
+    assert_eq!(
+        net.drops(),
+        before,
+        "nothing lost before the answer arrives"
+    );
     assert!(!net.scheduler().run_until(t0 + ms(10)));
     assert_eq!(net.scheduler().pending(), 0);
     let after = net.drops();
-    assert_eq!(after.get(DropReason::NoTaker), before.get(DropReason::NoTaker) + 1);
+    assert_eq!(
+        after.get(DropReason::NoTaker),
+        before.get(DropReason::NoTaker) + 1
+    );
     assert_eq!(after.get(DropReason::DeviceGone), 0);
     assert_eq!(
         after.total(),

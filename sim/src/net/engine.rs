@@ -23,9 +23,9 @@ use mad_wire::attr::port_info::cap_mask;
 use mad_wire::smp::{Smp, SmpRepr, SmpRoute};
 use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
 
+use super::Shared;
 use super::drops::{DropCounts, DropReason};
 use super::fault::{Faults, Verdict};
-use super::Shared;
 use super::smi::{self, DrAction};
 use crate::fabric::sma::{Agents, Effect, KeyViolation, QP1_QKEY, Reply, Silent, Sma};
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
