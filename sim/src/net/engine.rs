@@ -11,9 +11,9 @@
 //! then what the node does with it). With no delay both happen at once. A link's (or node's)
 //! delay holds the packet between the halves: it becomes an internal event of the scheduler
 //! at the time the delay ends, which takes the network's lock and carries the packet on from
-//! the far end (`land`). So everything at the far end
-//! (an agent's processing and its effects, the next hop, a delivery) happens at that time, as
-//! does every later step of the packet and its response.
+//! the far end (`land`). So everything at the far end (an agent's processing and its
+//! effects, the next hop, a delivery) happens at that time, as does every later step of the
+//! packet and its response.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub(crate) struct Attachment {
 pub(crate) type Output = (Duration, Task);
 
 /// A packet a link's delay holds: it reaches port `to` when the delay ends.
-pub(crate) struct InFlight {
+struct InFlight {
     to: PortId,
     packet: Packet,
     /// Links it may still cross after this one (of [`MAX_CROSSINGS`]).
@@ -204,7 +204,7 @@ impl NetState {
 
     /// A packet a link's delay held reaches the far end of the link (the time its delay
     /// ended): it enters there, and goes on. A link that went down meanwhile lost it.
-    pub(crate) fn land(&mut self, hop: InFlight) {
+    fn land(&mut self, hop: InFlight) {
         if self.fabric.port(hop.to).state.phys_state != PhysState::LinkUp {
             self.drops.count(DropReason::LinkDown);
             return;
