@@ -28,6 +28,12 @@ pub type Event = Box<dyn FnOnce() + Send>;
 pub(crate) enum Task {
     /// Any work.
     Call(Event),
+    /// The simulator's own work, which no device sees (a packet that a link delay held
+    /// reaching the far end of the link, and the network carrying it on from there): run like
+    /// any event, but no news to a waiter. [`Scheduler::run_until`] goes on waiting after it
+    /// unless something else ran or a device signalled (a delivery it leads to is a
+    /// [`Task::Deliver`] of its own).
+    Internal(Event),
     /// `sink.deliver(port, packet)`, then wake the driver.
     Deliver {
         sink: Weak<dyn PortSink>,
@@ -129,6 +135,15 @@ impl Queue {
     fn len(&self) -> usize {
         self.heap.len() + self.fifo.len()
     }
+}
+
+/// What a run of due events ran.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ran {
+    /// Every event.
+    ran: usize,
+    /// Those that are news to a waiter (all but [`Task::Internal`]).
+    news: usize,
 }
 
 /// Clock plus timed events plus wake-ups.
@@ -244,8 +259,8 @@ impl Scheduler {
     }
 
     /// Packets a network handed to this scheduler for a device port that, when they fell due,
-    /// had no device any more (its sink dropped, e.g. the device detached while a link delay
-    /// held the packet), or that a fabric server could not write to its client because the
+    /// had no device any more (its sink dropped, e.g. the device detached before the scheduler
+    /// ran the delivery), or that a fabric server could not write to its client because the
     /// client's connection had ended or failed: delivered to nobody. Counts the deliveries of every network that
     /// uses this scheduler; [`Network::drops`](crate::net::Network::drops) reports it as
     /// [`DropReason::DeviceGone`](crate::net::DropReason::DeviceGone).
@@ -264,10 +279,15 @@ impl Scheduler {
         self.lock().pop_due(now)
     }
 
-    /// Runs `task`, part of a run of events due at `now`.
-    fn run_task(&self, task: Task, now: Duration) {
+    /// Runs `task`, part of a run of events due at `now`; returns whether it is news to a
+    /// waiter (anything but [`Task::Internal`]).
+    fn run_task(&self, task: Task, now: Duration) -> bool {
         match task {
             Task::Call(f) => f(),
+            Task::Internal(f) => {
+                f();
+                return false;
+            }
             Task::Deliver { sink, port, packet } => {
                 if let Some(s) = sink.upgrade() {
                     s.deliver_at(port, packet, now);
@@ -286,32 +306,35 @@ impl Scheduler {
                 self.notify();
             }
         }
+        true
     }
 
     /// Run due events (never holding the queue lock while an event runs); returns how many.
     pub fn run_due(&self) -> usize {
-        self.run_due_from(self.now(), true)
+        self.run_due_from(self.now(), true).ran
     }
 
     /// Runs the events due at `now`, a time the caller read from the clock (on the real clock
     /// a read is a system call's worth of work: a device passes the time of its doorbell).
     /// Events that fell due since are left for the next run.
     pub(crate) fn run_due_at(&self, now: Duration) -> usize {
-        self.run_due_from(now, false)
+        self.run_due_from(now, false).ran
     }
 
     /// Runs the events due at `now`; with `reread`, then reads the clock again (once after
     /// each run of events) and runs what fell due meanwhile.
-    fn run_due_from(&self, mut now: Duration, reread: bool) -> usize {
-        let mut n = 0;
+    fn run_due_from(&self, mut now: Duration, reread: bool) -> Ran {
+        let mut ran = Ran::default();
         let mut fresh = true;
         loop {
             if let Some(task) = self.pop_due(now) {
-                self.run_task(task, now);
-                n += 1;
+                if self.run_task(task, now) {
+                    ran.news += 1;
+                }
+                ran.ran += 1;
                 fresh = false;
             } else if fresh || !reread {
-                return n;
+                return ran;
             } else {
                 now = self.now();
                 fresh = true;
@@ -320,7 +343,9 @@ impl Scheduler {
     }
 
     /// Let simulated time pass until `deadline`, running events as they fall due, and return
-    /// early once any event ran or any device signalled. Returns true if something happened.
+    /// early once any event ran (other than the simulator's internal ones, such as a packet
+    /// moving on after a link delay) or any device signalled. Returns true if something
+    /// happened.
     pub fn run_until(&self, deadline: Duration) -> bool {
         let start_signals = if self.clock.mode() == ClockMode::Real {
             self.seen.load(Ordering::SeqCst)
@@ -334,7 +359,7 @@ impl Scheduler {
             happened
         };
         loop {
-            if self.run_due() > 0 {
+            if self.run_due_from(self.now(), true).news > 0 {
                 return done(true);
             }
             let q = self.lock();
@@ -472,6 +497,35 @@ mod tests {
         while s.run_until(Duration::from_secs(1)) {}
         assert_eq!(live.0.load(Ordering::SeqCst), 1);
         assert_eq!(s.undelivered(), 1);
+    }
+
+    #[test]
+    fn an_internal_event_runs_but_does_not_end_a_wait() {
+        let s = Scheduler::new(ClockMode::Virtual);
+        let hits = Arc::new(AtomicU32::new(0));
+        let h = hits.clone();
+        let internal = Task::Internal(Box::new(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        }));
+        s.schedule_tasks([(Duration::from_millis(5), internal)]);
+        s.schedule_at(Duration::from_millis(7), Box::new(|| {}));
+        // The internal event at 5 ms runs on the way; the wait ends with the event at 7 ms.
+        assert!(s.run_until(Duration::from_secs(1)));
+        assert_eq!(s.now(), Duration::from_millis(7));
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+        // Alone, it runs and the wait goes on to its deadline.
+        let h = hits.clone();
+        let internal = Task::Internal(Box::new(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        }));
+        s.schedule_tasks([(Duration::from_millis(9), internal)]);
+        assert!(!s.run_until(Duration::from_millis(20)));
+        assert_eq!(s.now(), Duration::from_millis(20));
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+        // run_due counts it as an event.
+        let internal = Task::Internal(Box::new(|| {}));
+        s.schedule_tasks([(Duration::ZERO, internal)]);
+        assert_eq!(s.run_due(), 1);
     }
 
     #[test]

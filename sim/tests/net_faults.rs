@@ -7,13 +7,14 @@ mod netutil;
 use std::time::Duration;
 
 use mad_wire::attr::notice::{Notice, NoticeRepr};
-use mad_wire::attr::port_info::cap_mask;
+use mad_wire::attr::port_info::{PhysPortState, PortState, cap_mask};
 use mad_wire::smp::SmpRoute;
 use mad_wire::{attr_id, method, status};
 use netutil::sweep::{self, LID_HCA1, LID_HCA3, LID_SWITCH2};
 use netutil::{Device, attach, dr_smp, example, gsi, local_call, network, smp_of};
 use sim::link::PortChange;
 use sim::net::{DropReason, Fault, Network};
+use sim::packet::Packet;
 
 fn setup() -> (Network, Device) {
     let net = network(example("net.2sw2path4hca"));
@@ -104,26 +105,313 @@ fn a_delay_postpones_delivery_in_virtual_time() {
     assert_eq!(d.rec.take().len(), 1);
 }
 
-// A packet a link delay holds while its device goes (link and sink dropped) is delivered to
-// nobody when it falls due: it is counted as a drop like every other loss, once, then.
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// PortInfo Sets of port `port` of the node at the end of `path` that write back what a Get
+/// read there now, with PortState changed to each of `states`.
+fn port_state_sets(
+    net: &Network,
+    d: &Device,
+    path: &[u8],
+    port: u32,
+    states: &[PortState],
+) -> Vec<Packet> {
+    let (st, data) = netutil::dr_get(net, d, path, attr_id::sm::PORT_INFO, port);
+    assert_eq!(st, status::SUCCESS);
+    let mut pi = netutil::port_info(&data);
+    pi.port_physical_state = PhysPortState::NoChange;
+    states
+        .iter()
+        .map(|&s| {
+            pi.port_state = s;
+            let data = netutil::port_info_data(&pi);
+            dr_smp(method::SET, path, attr_id::sm::PORT_INFO, port, data)
+        })
+        .collect()
+}
+
+/// A link's delay holds a packet on its way to the far end: the SMA there processes a
+/// PortInfo Set when it arrives, not when it was sent, and the port changes the Set causes
+/// reach devices then.
+#[test]
+fn a_port_info_set_over_a_delayed_link_applies_when_it_arrives() {
+    let (net, d) = setup();
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    let state = |p| net.with_fabric(|f| f.port(p).state.link_state as u8);
+    let [arm, down] = <[Packet; 2]>::try_from(port_state_sets(
+        &net,
+        &d,
+        &[1],
+        1,
+        &[PortState::Armed, PortState::Down],
+    ))
+    .unwrap();
+    assert_eq!(state(sw1_p1), 2, "Init");
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    let received = net.counters(sw1_p1).rcv_packets;
+
+    let t0 = sched.now();
+    d.link.transmit(arm);
+    sched.run_due();
+    assert!(!sched.run_until(t0 + ms(4)));
+    assert_eq!(state(sw1_p1), 2, "still Init before the Set arrives");
+    assert_eq!(
+        net.counters(sw1_p1).rcv_packets,
+        received,
+        "not received yet"
+    );
+    assert!(
+        !sched.run_until(t0 + ms(5)),
+        "the Set arriving is no news to the device"
+    );
+    assert_eq!(state(sw1_p1), 3, "Armed once the Set arrived");
+    assert_eq!(net.counters(sw1_p1).rcv_packets, received + 1);
+    assert!(d.rec.take().is_empty(), "the answer is on its way back");
+    assert!(sched.run_until(t0 + ms(60)));
+    assert_eq!(sched.now(), t0 + ms(10));
+    let got = d.rec.take();
+    assert_eq!(got.len(), 1);
+    let answer = smp_of(&got[0].1);
+    assert_eq!(
+        (answer.method, answer.status),
+        (method::GET_RESP, status::SUCCESS)
+    );
+    assert_eq!(
+        netutil::port_info(&answer.data).port_state,
+        PortState::Armed
+    );
+
+    // PortState Down bounces the link of Switch1 port 1: the device at its far end (Hca1)
+    // hears Down and Initialized when the Set arrives.
+    let t1 = sched.now();
+    d.link.transmit(down);
+    sched.run_due();
+    assert!(!sched.run_until(t1 + ms(4)));
+    assert!(
+        d.rec.take_changes().is_empty(),
+        "no change before the Set arrives"
+    );
+    assert_eq!(net.counters(hca1).link_downed, 0);
+    assert!(sched.run_until(t1 + ms(60)));
+    assert_eq!(sched.now(), t1 + ms(5), "the changes come first");
+    assert_eq!(
+        d.rec.take_changes(),
+        vec![(1, PortChange::Down), (1, PortChange::Initialized)]
+    );
+    assert_eq!(net.counters(hca1).link_downed, 1);
+    assert!(d.rec.take().is_empty());
+    assert!(sched.run_until(t1 + ms(60)));
+    assert_eq!(sched.now(), t1 + ms(10), "then the answer");
+    assert_eq!(d.rec.take().len(), 1);
+    assert_eq!(sched.pending(), 0);
+}
+
+/// A packet's every crossing takes the delay in force when it enters the link, from the
+/// time it enters: a response leaves when its request has arrived, and a delay changed
+/// meanwhile is the one it takes.
+#[test]
+fn a_response_arrives_after_the_delays_of_each_crossing_on_the_way_there_and_back() {
+    let (net, d) = setup();
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p3 = net.port("Switch1", 3).unwrap();
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    net.set_link_fault(sw1_p3, Fault::delay(ms(3)));
+    // To Switch2 and back: 5 + 3 there, 3 + 5 back.
+    let t0 = sched.now();
+    d.link.transmit(node_info_get(&[1, 3]));
+    assert!(sched.run_until(t0 + ms(60)));
+    assert_eq!(sched.now(), t0 + ms(16));
+    assert_eq!(d.rec.take().len(), 1);
+    // The request crosses Hca1's link with 5 ms; the response, leaving Switch1 at t1 + 5 ms,
+    // with the 1 ms in force by then.
+    let t1 = sched.now();
+    d.link.transmit(node_info_get(&[1]));
+    assert!(!sched.run_until(t1 + ms(1)));
+    net.set_link_fault(hca1, Fault::delay(ms(1)));
+    assert!(sched.run_until(t1 + ms(60)));
+    assert_eq!(sched.now(), t1 + ms(6));
+    assert_eq!(d.rec.take().len(), 1);
+    assert_eq!(sched.pending(), 0);
+}
+
+/// The traps a delayed Set causes at the far end are sent when it arrives there: trap 128 of
+/// the switch whose port the Set bounced leaves then, and crosses the delayed link back.
+#[test]
+fn a_trap_a_delayed_set_causes_is_sent_when_the_set_arrives() {
+    let (net, sm) = setup();
+    sweep::configure(&net, &sm);
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw2_p3 = net.port("Switch2", 3).unwrap();
+    let state = |p| net.with_fabric(|f| f.port(p).state.link_state as u8);
+    // PortState Down on Switch1 port 3 bounces its link to Switch2, which traps (128).
+    let [down] = <[Packet; 1]>::try_from(port_state_sets(
+        &net,
+        &sm,
+        sweep::SWITCH1,
+        3,
+        &[PortState::Down],
+    ))
+    .unwrap();
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    let t0 = sched.now();
+    sm.link.transmit(down);
+    assert!(!sched.run_until(t0 + ms(4)));
+    assert_eq!(state(sw2_p3), 4, "Active until the Set arrives");
+    assert!(!sched.run_until(t0 + ms(5)), "trap and answer on their way");
+    assert_eq!(state(sw2_p3), 2, "bounced to Init");
+    assert!(sched.run_until(t0 + ms(60)));
+    assert_eq!(sched.now(), t0 + ms(10));
+    let got: Vec<_> = sm.rec.take().iter().map(|(_, p)| smp_of(p)).collect();
+    let methods: Vec<u8> = got.iter().map(|s| s.method).collect();
+    assert_eq!(methods, vec![method::GET_RESP, method::TRAP]);
+    let notice = NoticeRepr::parse(&Notice::new_checked(&got[1].data[..]).unwrap()).unwrap();
+    assert_eq!(notice.port_state_change_lid(), Some(LID_SWITCH2));
+    assert_eq!(sched.pending(), 0);
+}
+
+/// A delay of `Duration::MAX`, or one the clock cannot add (both saturate at the end of
+/// simulated time), panics nowhere: the packet never arrives, is counted once, and leaves
+/// nothing pending.
+#[test]
+fn a_delay_to_the_end_of_time_never_arrives_and_does_not_panic() {
+    let (net, d) = setup();
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    let sw1_p3 = net.port("Switch1", 3).unwrap();
+    let sw2 = net.node("Switch2").unwrap();
+    let forever = |net: &Network| net.drops().get(DropReason::DelayedForever);
+    let hour = Duration::from_secs(3600);
+
+    // On the first link.
+    net.set_link_fault(hca1, Fault::delay(Duration::MAX));
+    let t0 = sched.now();
+    d.link.transmit(node_info_get(&[1]));
+    assert!(!sched.run_until(t0 + hour));
+    assert!(d.rec.take().is_empty());
+    assert_eq!(forever(&net), 1);
+    assert_eq!(net.counters(sw1_p1).rcv_packets, 0, "never received");
+    assert_eq!(sched.pending(), 0, "nothing kept for it");
+
+    // After a finite delay, on the next link; and a link's and a node's delays that add up
+    // past the largest duration.
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    for (link, node) in [
+        (Duration::MAX, Duration::ZERO),
+        (Duration::MAX / 2 + hour, Duration::MAX / 2 + hour),
+    ] {
+        net.set_link_fault(sw1_p3, Fault::delay(link));
+        net.set_node_fault(sw2, Fault::delay(node));
+        let before = forever(&net);
+        let t = sched.now();
+        d.link.transmit(node_info_get(&[1, 3]));
+        assert!(!sched.run_until(t + hour));
+        assert!(d.rec.take().is_empty());
+        assert_eq!(forever(&net), before + 1);
+        assert_eq!(sched.pending(), 0);
+    }
+    net.clear_faults();
+
+    // A delay that is not the largest, but that the clock (well past 0 by now) cannot add.
+    assert!(sched.now() > hour);
+    net.set_link_fault(
+        hca1,
+        Fault::delay(Duration::MAX.saturating_sub(Duration::from_secs(1))),
+    );
+    let t = sched.now();
+    d.link.transmit(node_info_get(&[1]));
+    assert!(!sched.run_until(t + hour));
+    assert!(d.rec.take().is_empty());
+    assert_eq!(forever(&net), 4);
+    assert_eq!(sched.pending(), 0);
+
+    // The network carries on.
+    net.clear_faults();
+    assert!(reaches(&net, &d, &[1, 3]));
+}
+
+/// A packet on a link when the link goes down (its delay not over) is lost with the link.
+#[test]
+fn a_packet_held_on_a_link_that_goes_down_is_lost() {
+    let (net, d) = setup();
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    let t0 = sched.now();
+    d.link.transmit(node_info_get(&[1]));
+    assert!(!sched.run_until(t0 + ms(1)));
+    net.set_link_down(hca1, true);
+    while sched.run_until(t0 + ms(60)) {}
+    assert_eq!(d.rec.take_changes(), vec![(1, PortChange::Down)]);
+    assert!(d.rec.take().is_empty(), "no answer");
+    assert_eq!(net.counters(sw1_p1).rcv_packets, 0, "Switch1 got nothing");
+    assert_eq!(net.drops().get(DropReason::LinkDown), 1);
+    assert_eq!(sched.pending(), 0);
+}
+
+// A packet that falls due at a device that has gone since the network routed it (link and
+// sink dropped before the scheduler ran) is delivered to nobody: it is counted as a drop like
+// every other loss, once, then.
 #[test]
 fn a_packet_due_at_a_device_that_has_gone_is_counted_as_dropped() {
     let (net, d) = setup();
-    let hca1 = net.port("Hca1", 1).unwrap();
-    net.set_link_fault(hca1, Fault::delay(Duration::from_millis(5)));
     let before = net.drops();
-    let t0 = net.scheduler().now();
-    // The answer crosses the delayed link twice: due at t0 + 10 ms.
+    // No delay: the answer is routed inside the transmit, due at once.
     d.link.transmit(node_info_get(&[1]));
-    net.scheduler().run_due();
-    assert_eq!(net.scheduler().pending(), 1, "the answer is on its way");
+    assert_eq!(net.scheduler().pending(), 1, "the answer is due");
     drop(d);
     assert_eq!(net.drops(), before, "nothing lost before it falls due");
-    assert!(net.scheduler().run_until(t0 + Duration::from_millis(20)));
-    assert_eq!(net.scheduler().now(), t0 + Duration::from_millis(10));
+    assert_eq!(net.scheduler().run_due(), 1);
     assert_eq!(net.scheduler().pending(), 0);
     let after = net.drops();
     assert_eq!(after.get(DropReason::DeviceGone), 1);
+    assert_eq!(
+        after.total(),
+        before.total() + 1,
+        "counted once, under one reason"
+    );
+}
+
+// A packet a link delay holds while its device goes reaches the port when the delay ends,
+// and finds no device there: the CA's own agents take it, as at any port without a device
+// (an answer is for nobody there), and it is counted once, then.
+#[test]
+fn a_packet_a_link_delay_holds_while_its_device_goes_finds_the_port_without_it() {
+    let (net, d) = setup();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    let before = net.drops();
+    let t0 = net.scheduler().now();
+    // Request and answer cross the delayed link: the answer reaches Hca1 at t0 + 10 ms.
+    d.link.transmit(node_info_get(&[1]));
+    net.scheduler().run_due();
+    assert_eq!(net.scheduler().pending(), 1, "the request is on its way");
+    drop(d);
+    assert_eq!(net.drops(), before, "nothing lost before it arrives");
+    assert!(
+        !net.scheduler().run_until(t0 + ms(9)),
+        "the request arrives at 5 ms: no news"
+    );
+    assert_eq!(
+        net.drops(),
+        before,
+        "nothing lost before the answer arrives"
+    );
+    assert!(!net.scheduler().run_until(t0 + ms(10)));
+    assert_eq!(net.scheduler().pending(), 0);
+    let after = net.drops();
+    assert_eq!(
+        after.get(DropReason::NoTaker),
+        before.get(DropReason::NoTaker) + 1
+    );
+    assert_eq!(after.get(DropReason::DeviceGone), 0);
     assert_eq!(
         after.total(),
         before.total() + 1,

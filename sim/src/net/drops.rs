@@ -6,13 +6,18 @@ use super::smi::DrDiscard;
 /// Why a packet was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
-    /// The egress port's link is not up (or the port is not cabled).
+    /// The egress port's link is not up (or the port is not cabled), or it was down when the
+    /// delay of a fault that held the packet on it ended (counted then).
     LinkDown,
     /// A data (non-VL15) packet met a port that is not Active (egress) or not Armed/Active
     /// (ingress).
     PortNotActive,
     /// A fault's drop rate lost it on a link.
     Fault,
+    /// A fault's delay would have it arrive at or after `Duration::MAX`, the end of simulated
+    /// time (a delay of `Duration::MAX`, or one too large to add to the clock): it never
+    /// arrives, and is counted when it enters the link.
+    DelayedForever,
     /// A switch had no LFT entry for the DLID (or the entry is above LinearFDBTop, or names a
     /// port the switch lacks, or the DLID is the reserved LID 0, which no switch forwards).
     /// Counted in the switch port's PortRcvSwitchRelayErrors.
@@ -39,9 +44,10 @@ pub enum DropReason {
     /// A GMP reached QP1 of a simulated node's agents with a Q_Key other than 0x80010000:
     /// counted in PortInfo:Q_KeyViolations, trap 258.
     BadQkey,
-    /// The packet fell due at a device port whose device had gone by then, typically since it
-    /// was sent (its sink dropped, e.g. detached while a link delay held the packet): delivered
-    /// to nobody; or, behind a [`FabricServer`](super::remote::FabricServer), a packet for a
+    /// The packet fell due at a device port whose device had gone by then, since the network
+    /// routed it to the device (its sink dropped, e.g. detached before the scheduler ran the
+    /// delivery; a packet a link delay holds is routed when the delay ends, and finds a port
+    /// whose device detached meanwhile without it): delivered to nobody; or, behind a [`FabricServer`](super::remote::FabricServer), a packet for a
     /// client whose connection had ended or failed before the server could write it
     /// ([`ServerStats::gone_drops`](super::remote::ServerStats::gone_drops)). Counted by the
     /// network's scheduler

@@ -5,6 +5,15 @@
 //!
 //! Every step is an index operation on the fabric (a link's peer, an LFT entry, a LID's owner),
 //! so the cost of a packet grows with its hops, never with the fabric's size.
+//!
+//! A packet crosses a link in two halves: it leaves one end (`leave`: the sender's checks and
+//! counters, the faults) and enters the other (`enter`: the receiver's checks and counters,
+//! then what the node does with it). With no delay both happen at once. A link's (or node's)
+//! delay holds the packet between the halves: it becomes an internal event of the scheduler
+//! at the time the delay ends, which takes the network's lock and carries the packet on from
+//! the far end (`land`). So everything at the far end (an agent's processing and its
+//! effects, the next hop, a delivery) happens at that time, as does every later step of the
+//! packet and its response.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -14,6 +23,7 @@ use mad_wire::attr::port_info::cap_mask;
 use mad_wire::smp::{Smp, SmpRepr, SmpRoute};
 use mad_wire::{PERMISSIVE_LID, attr_id, class, method};
 
+use super::Shared;
 use super::drops::{DropCounts, DropReason};
 use super::fault::{Faults, Verdict};
 use super::smi::{self, DrAction};
@@ -38,9 +48,17 @@ pub(crate) struct Attachment {
     pub(crate) id: u64,
 }
 
-/// Something to tell a device once the lock is released: the scheduler's task for it, at the
-/// simulated time it happens.
+/// Something to tell a device once the lock is released, or a packet a link delay holds: the
+/// scheduler's task for it, at the simulated time it happens.
 pub(crate) type Output = (Duration, Task);
+
+/// A packet a link's delay holds: it reaches port `to` when the delay ends.
+struct InFlight {
+    to: PortId,
+    packet: Packet,
+    /// Links it may still cross after this one (of [`MAX_CROSSINGS`]).
+    left: u32,
+}
 
 /// Where a packet goes next.
 enum Next {
@@ -63,6 +81,9 @@ pub(crate) struct NetState {
     pub(crate) now: Duration,
     pub(crate) next_attach_id: u64,
     trap_tid: u64,
+    /// The network this state is the state of: what a packet held by a link delay needs to
+    /// take the lock again when the delay ends.
+    net: Weak<Shared>,
 }
 
 /// 4-byte words a packet occupies on the wire, headers and ICRC included (LRH 8, GRH 40,
@@ -84,7 +105,7 @@ fn owns(base: u16, lmc: u8, lid: u16) -> bool {
 }
 
 impl NetState {
-    pub(crate) fn new(mut fabric: Fabric, seed: u64) -> NetState {
+    pub(crate) fn new(mut fabric: Fabric, seed: u64, net: Weak<Shared>) -> NetState {
         let agents = Agents::new(&mut fabric);
         NetState {
             fabric,
@@ -96,6 +117,7 @@ impl NetState {
             now: Duration::ZERO,
             next_attach_id: 1,
             trap_tid: 0x5ca1_ab1e_0000_0000,
+            net,
         }
     }
 
@@ -130,29 +152,71 @@ impl NetState {
             }
             return;
         }
-        self.send(from, packet, Duration::ZERO);
+        self.send(from, packet);
     }
 
     /// Carries `pkt` out of `egress` and on until it is done.
-    fn send(&mut self, mut egress: PortId, mut pkt: Packet, mut delay: Duration) {
-        for _ in 0..MAX_CROSSINGS {
-            let Some(peer) = self.cross(egress, &mut pkt, &mut delay) else {
-                return;
-            };
-            match self.arrive(peer, pkt, delay) {
-                Next::Egress(e, p) => {
-                    egress = e;
-                    pkt = p;
-                }
-                Next::Done => return,
-            }
-        }
-        self.dropped(DropReason::HopLimit);
+    fn send(&mut self, egress: PortId, pkt: Packet) {
+        self.carry(Next::Egress(egress, pkt), MAX_CROSSINGS);
     }
 
-    /// Moves `pkt` across the link of `egress`, counting it at both ends and applying faults.
-    /// Returns the port it arrived at, or `None` if it was lost.
-    fn cross(&mut self, egress: PortId, pkt: &mut Packet, delay: &mut Duration) -> Option<PortId> {
+    /// Carries a packet on from `next`, crossing at most `left` links: across links and
+    /// through nodes until it is done, or until a link's delay holds it (it goes on from the
+    /// far end when the delay ends: [`NetState::land`]).
+    fn carry(&mut self, mut next: Next, mut left: u32) {
+        while let Next::Egress(egress, mut pkt) = next {
+            let Some(l) = left.checked_sub(1) else {
+                self.drops.count(DropReason::HopLimit);
+                return;
+            };
+            left = l;
+            let Some((peer, delay)) = self.leave(egress, &mut pkt) else {
+                return;
+            };
+            if !delay.is_zero() {
+                self.hold(peer, pkt, delay, left);
+                return;
+            }
+            next = self.enter(peer, pkt);
+        }
+    }
+
+    /// Holds `packet`, on its way to port `to`, for `delay`: an internal event of the
+    /// scheduler carries it on then. One that would arrive at or after `Duration::MAX` (the
+    /// clock saturates there) never arrives: it is counted as
+    /// [`DropReason::DelayedForever`] now, and nothing is kept for it.
+    fn hold(&mut self, to: PortId, packet: Packet, delay: Duration, left: u32) {
+        let at = self.now.saturating_add(delay);
+        if at == Duration::MAX {
+            self.drops.count(DropReason::DelayedForever);
+            return;
+        }
+        let hop = InFlight { to, packet, left };
+        let net = self.net.clone();
+        let task = Task::Internal(Box::new(move || {
+            // A network that has gone has nobody left to deliver to.
+            if let Some(net) = net.upgrade() {
+                net.run_at(at, |st| st.land(hop));
+            }
+        }));
+        self.outputs.push((at, task));
+    }
+
+    /// A packet a link's delay held reaches the far end of the link (the time its delay
+    /// ended): it enters there, and goes on. A link that went down meanwhile lost it.
+    fn land(&mut self, hop: InFlight) {
+        if self.fabric.port(hop.to).state.phys_state != PhysState::LinkUp {
+            self.drops.count(DropReason::LinkDown);
+            return;
+        }
+        let next = self.enter(hop.to, hop.packet);
+        self.carry(next, hop.left);
+    }
+
+    /// `pkt` leaves by the link of `egress`: the sender's checks and counters, and the faults
+    /// on the link. Returns the port at the far end and the delay the packet takes to reach
+    /// it, or `None` if it was lost.
+    fn leave(&mut self, egress: PortId, pkt: &mut Packet) -> Option<(PortId, Duration)> {
         let port = self.fabric.port(egress);
         let st = port.state;
         let node = port.node();
@@ -181,6 +245,7 @@ impl NetState {
                 c.unicast_xmit_packets += 1;
             }
         }
+        let mut delay = Duration::ZERO;
         if !self.faults.is_empty() {
             let peer_node = self.fabric.port(peer).node();
             match self.faults.cross(egress, peer, node, peer_node) {
@@ -190,18 +255,25 @@ impl NetState {
                     return None;
                 }
                 Verdict::Passed { delay: d, flip } => {
-                    *delay += d;
+                    delay = d;
                     if let Some(bit) = flip {
                         pkt.mad[usize::from(bit / 8)] ^= 1 << (bit % 8);
                     }
                 }
             }
         }
+        Some((peer, delay))
+    }
+
+    /// `pkt` enters port `peer` from its link: the receiver's checks and counters, then what
+    /// the node does with it.
+    fn enter(&mut self, peer: PortId, pkt: Packet) -> Next {
+        let words = packet_words(&pkt);
+        let multicast = is_multicast(pkt.dlid);
         let pst = self.fabric.port(peer).state;
         if !pkt.vl15 && !matches!(pst.link_state, LinkState::Armed | LinkState::Active) {
             self.agents.counters_mut(peer).rcv_errors += 1;
-            self.drops.count(DropReason::PortNotActive);
-            return None;
+            return self.dropped(DropReason::PortNotActive);
         }
         let c = self.agents.counters_mut(peer);
         c.rcv_packets += 1;
@@ -211,11 +283,11 @@ impl NetState {
         } else {
             c.unicast_rcv_packets += 1;
         }
-        Some(peer)
+        self.arrive(peer, pkt)
     }
 
     /// `pkt` arrived at port `q`.
-    fn arrive(&mut self, q: PortId, mut pkt: Packet, delay: Duration) -> Next {
+    fn arrive(&mut self, q: PortId, mut pkt: Packet) -> Next {
         let cls = pkt.mad[1];
         let smp = class::is_smp(cls);
         if pkt.vl15 != smp || (smp && pkt.dst_qp != 0) || (!smp && pkt.dst_qp == 0) {
@@ -247,7 +319,7 @@ impl NetState {
                     port: qnum,
                     packet: pkt,
                 };
-                self.outputs.push((self.now + delay, task));
+                self.outputs.push((self.now, task));
                 return Next::Done;
             }
         }
@@ -618,7 +690,7 @@ impl NetState {
         };
         if !is_switch {
             if !to_self {
-                self.send(mgmt, pkt, Duration::ZERO);
+                self.send(mgmt, pkt);
             } else if let Some(a) = self.attached.get(&mgmt) {
                 let task = Task::Deliver {
                     sink: a.sink.clone(),
@@ -634,7 +706,7 @@ impl NetState {
         match self.switch_egress(node, sm_lid) {
             Ok(e) if e != 0 => {
                 if let Some(out) = self.fabric.port_id(node, e) {
-                    self.send(out, pkt, Duration::ZERO);
+                    self.send(out, pkt);
                 }
             }
             Ok(_) => {

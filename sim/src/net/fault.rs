@@ -15,7 +15,18 @@ pub struct Fault {
     /// Probability (0 to 1) that a packet is lost. The receiving port counts it in
     /// PortRcvErrors, as a packet failing its CRC.
     pub drop_rate: f64,
-    /// Extra simulated time each packet takes.
+    /// Extra simulated time each packet takes to cross: it reaches the far end that much
+    /// later, and everything that happens there waits for it (the SMA's or PMA's processing
+    /// and its effects: a PortInfo Set's new state, port changes told to devices, traps; the
+    /// next hop; the delivery to a device). Each crossing takes the delay in force when the
+    /// packet enters the link; link and node delays on one crossing add up.
+    ///
+    /// Times saturate: a packet whose arrival would fall at or after [`Duration::MAX`] (the
+    /// end of simulated time: `Duration::MAX` itself, or any delay too large to add to the
+    /// clock) never arrives. It is counted as a [`DropReason::DelayedForever`] drop when it
+    /// enters the link, and nothing is kept for it.
+    ///
+    /// [`DropReason::DelayedForever`]: super::DropReason::DelayedForever
     pub delay: Duration,
     /// Probability (0 to 1) that a packet arrives with one bit of its MAD flipped: an error no
     /// CRC caught, for testing what receivers make of bad bytes.
@@ -38,7 +49,8 @@ impl Fault {
         }
     }
 
-    /// A fault that delays every packet by `delay`.
+    /// A fault that delays every packet by `delay` ([`Duration::MAX`]: packets never arrive;
+    /// see [`Fault::delay`](Fault#structfield.delay)).
     pub fn delay(delay: Duration) -> Fault {
         Fault {
             delay,
@@ -58,11 +70,12 @@ impl Fault {
         self.drop_rate <= 0.0 && self.delay.is_zero() && self.corrupt_rate <= 0.0
     }
 
-    /// Both faults at once: independent losses and corruptions, delays added.
+    /// Both faults at once: independent losses and corruptions, delays added (saturating at
+    /// [`Duration::MAX`], which never arrives).
     fn and(self, o: Fault) -> Fault {
         Fault {
             drop_rate: 1.0 - (1.0 - self.drop_rate) * (1.0 - o.drop_rate),
-            delay: self.delay + o.delay,
+            delay: self.delay.saturating_add(o.delay),
             corrupt_rate: 1.0 - (1.0 - self.corrupt_rate) * (1.0 - o.corrupt_rate),
         }
     }
@@ -275,5 +288,20 @@ mod tests {
         );
         f.clear();
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn delays_that_add_past_the_largest_duration_saturate() {
+        let mut f = Faults::new(1);
+        f.set_link(PortId(2), PortId(5), Fault::delay(Duration::MAX));
+        f.set_node(NodeId(0), Fault::delay(Duration::from_secs(1)));
+        f.set_node(NodeId(1), Fault::delay(Duration::MAX));
+        assert_eq!(
+            f.cross(PortId(2), PortId(5), NodeId(0), NodeId(1)),
+            Verdict::Passed {
+                delay: Duration::MAX,
+                flip: None
+            }
+        );
     }
 }

@@ -29,6 +29,13 @@
 //!   (an SMP its QP0 could not take: VL15Dropped).
 //! - Port changes of an attached port (an SM's Set of its LID or state, a link fault) reach
 //!   the device as [`PortSink::port_changed`].
+//! - Faults ([`Network::set_link_fault`], [`Network::set_node_fault`]): a delay holds a
+//!   packet on the link it crosses, and the far end acts on it only when the delay ends (its
+//!   agents' processing and effects: a PortInfo Set's new state, port changes, traps; the next
+//!   hop; the delivery), so a response leaves when its request has arrived. Each crossing
+//!   takes the delay in force when the packet enters the link; a link down when the delay
+//!   ends has lost the packet; a delay to the end of simulated time never arrives (see
+//!   [`Fault::delay`](Fault#structfield.delay)).
 //! - VL15 carries SMPs only (to and from QP0); anything else on VL15, or an SMP elsewhere, is
 //!   dropped at the port it enters.
 //! - Traps: the SMAs send traps 128, 144, 256, 257 and 258 (see [`crate::fabric::sma`],
@@ -224,9 +231,9 @@ impl Network {
     /// Runs `fabric`, with time and events from `scheduler`.
     pub fn new(fabric: Fabric, scheduler: Arc<Scheduler>) -> Network {
         Network {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
                 sched: scheduler,
-                state: Mutex::new(NetState::new(fabric, DEFAULT_SEED)),
+                state: Mutex::new(NetState::new(fabric, DEFAULT_SEED, me.clone())),
             }),
         }
     }
