@@ -9,6 +9,7 @@
 //! passed. In virtual time the clock jumps straight to the next event or the deadline, so a
 //! 30-second timeout in a test takes no time; virtual time is meant for one driving thread.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Weak;
@@ -19,6 +20,13 @@ use std::time::Duration;
 use crate::clock::{ClockMode, SimClock};
 use crate::link::{PortChange, PortSink};
 use crate::packet::Packet;
+
+thread_local! {
+    /// The scheduler (by address; 0 for none) whose wake-ups this thread holds back while it
+    /// runs one device step, and whether the step owes its waiters a wake-up
+    /// ([`Scheduler::hold_wakes`]).
+    static HELD: Cell<(usize, bool)> = const { Cell::new((0, false)) };
+}
 
 /// Work to do at a point in simulated time.
 pub type Event = Box<dyn FnOnce() + Send>;
@@ -165,6 +173,8 @@ pub struct Scheduler {
     /// pending interrupt would, instead of being lost.
     seen: AtomicU64,
     waiting: AtomicUsize,
+    /// Wake-ups sent to threads blocked in `run_until` (see [`Scheduler::wakeups`]).
+    wakeups: AtomicU64,
     /// Packets that fell due for a device whose sink had gone: see [`Scheduler::undelivered`].
     undelivered: AtomicU64,
 }
@@ -188,6 +198,7 @@ impl Scheduler {
             signals: AtomicU64::new(0),
             seen: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
+            wakeups: AtomicU64::new(0),
             undelivered: AtomicU64::new(0),
         }
     }
@@ -232,8 +243,9 @@ impl Scheduler {
         }
         let wake = first.is_some_and(|f| before.is_none_or(|b| f < b));
         drop(q);
-        if wake {
+        if wake && !self.owe_wake() {
             self.wake.notify_all();
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -251,11 +263,58 @@ impl Scheduler {
     /// entry, an interrupt): wake every waiter.
     pub fn notify(&self) {
         self.signals.fetch_add(1, Ordering::SeqCst);
+        if !self.owe_wake() {
+            self.wake_waiters();
+        }
+    }
+
+    /// Wakes every thread blocked in [`Scheduler::run_until`], if any.
+    fn wake_waiters(&self) {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             // Taken so that the wake cannot fall between a waiter's check and its wait.
             drop(self.lock());
             self.wake.notify_all();
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Wake-ups sent so far to threads blocked waiting for a device (each a system call, and
+    /// a thread switch on the woken side): what [`Scheduler::hold_wakes`] saves.
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// Holds back this thread's wake-ups of this scheduler's waiters until the returned guard
+    /// is dropped, and then sends at most one. A device step (a doorbell, a run of due events)
+    /// writes a send's CQE, schedules its packet, delivers the answer and writes its CQE: each
+    /// would wake the waiting driver on its own, and a wake-up of a thread on another CPU
+    /// costs a system call here and several microseconds there, to find half the work done.
+    /// Signals are still counted at once (a waiter that looks sees them); only the wake-up
+    /// waits for the end of the step, which never blocks. Nested holds (of any scheduler)
+    /// are part of the outermost one; another scheduler's wake-ups are not held.
+    pub fn hold_wakes(&self) -> HeldWakes<'_> {
+        let me = std::ptr::from_ref(self) as usize;
+        let outer = HELD.with(|h| {
+            if h.get().0 == 0 {
+                h.set((me, false));
+                true
+            } else {
+                false
+            }
+        });
+        HeldWakes { sched: self, outer }
+    }
+
+    /// True (and the wake-up owed) when this thread holds this scheduler's wake-ups back.
+    fn owe_wake(&self) -> bool {
+        let me = std::ptr::from_ref(self) as usize;
+        HELD.with(|h| {
+            let held = h.get().0 == me;
+            if held {
+                h.set((me, true));
+            }
+            held
+        })
     }
 
     /// Packets a network handed to this scheduler for a device port that, when they fell due,
@@ -324,6 +383,7 @@ impl Scheduler {
     /// Runs the events due at `now`; with `reread`, then reads the clock again (once after
     /// each run of events) and runs what fell due meanwhile.
     fn run_due_from(&self, mut now: Duration, reread: bool) -> Ran {
+        let _held = self.hold_wakes();
         let mut ran = Ran::default();
         let mut fresh = true;
         loop {
@@ -399,11 +459,82 @@ impl Scheduler {
     }
 }
 
+/// The wake-ups a thread holds back ([`Scheduler::hold_wakes`]); dropping it sends the one
+/// owed, if any.
+#[must_use = "the wake-ups are held only while the guard lives"]
+pub struct HeldWakes<'a> {
+    sched: &'a Scheduler,
+    outer: bool,
+}
+
+impl Drop for HeldWakes<'_> {
+    fn drop(&mut self) {
+        if self.outer {
+            let (_, owed) = HELD.replace((0, false));
+            if owed {
+                self.sched.wake_waiters();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A thread blocked in `run_until` on the real clock; returns when it is counted waiting.
+    fn blocked_waiter(s: &Arc<Scheduler>) -> std::thread::JoinHandle<bool> {
+        let w = Arc::clone(s);
+        let h = std::thread::spawn(move || w.run_until(w.now() + Duration::from_secs(30)));
+        while s.waiting.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        h
+    }
+
+    #[test]
+    fn a_notify_wakes_a_blocked_waiter_at_once() {
+        let s = Arc::new(Scheduler::new(ClockMode::Real));
+        let h = blocked_waiter(&s);
+        s.notify();
+        assert_eq!(s.wakeups(), 1);
+        assert!(h.join().unwrap(), "the waiter saw the signal");
+    }
+
+    #[test]
+    fn held_wakes_reach_a_blocked_waiter_once_when_the_step_ends() {
+        let s = Arc::new(Scheduler::new(ClockMode::Real));
+        let h = blocked_waiter(&s);
+        {
+            let _held = s.hold_wakes();
+            // A doorbell's step: a CQE, a packet due now, another CQE, all signalled.
+            s.notify();
+            s.schedule_at(s.now(), Box::new(|| {}));
+            {
+                let _nested = s.hold_wakes();
+                s.notify();
+            }
+            assert_eq!(s.wakeups(), 0, "nothing woken while the step runs");
+        }
+        assert_eq!(s.wakeups(), 1, "one wake-up when the step ends");
+        assert!(h.join().unwrap());
+        // Nothing owed is carried into the next step.
+        drop(s.hold_wakes());
+        assert_eq!(s.wakeups(), 1);
+    }
+
+    #[test]
+    fn another_schedulers_wakes_are_not_held() {
+        let a = Arc::new(Scheduler::new(ClockMode::Real));
+        let b = Arc::new(Scheduler::new(ClockMode::Real));
+        let h = blocked_waiter(&b);
+        let _held = a.hold_wakes();
+        b.notify();
+        assert_eq!(b.wakeups(), 1);
+        assert!(h.join().unwrap());
+    }
 
     #[test]
     fn virtual_time_jumps_to_events_in_order() {

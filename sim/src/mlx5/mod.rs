@@ -326,6 +326,8 @@ impl Inner {
         if self.down() {
             return;
         }
+        // What this write makes the device do wakes a waiting driver once, at the end.
+        let _held = self.sched.hold_wakes();
         let init_end = u64::from(FIRST_UAR) * 4096;
         if offset < init_end {
             for (i, chunk) in data.chunks(4).enumerate() {
@@ -373,6 +375,7 @@ impl Inner {
         if qpns.is_empty() {
             return;
         }
+        let _held = self.sched.hold_wakes();
         self.refresh_ports();
         // One read of the clock for the doorbell: its CQEs, its packets and the events they
         // made due all happen at this time.
