@@ -316,6 +316,31 @@ fn packets_travel_between_two_clients_and_from_simulated_nodes() {
     assert_eq!(b.link.stats().delivered, 1);
 }
 
+// A client writes the SLID of what it transmits, and could claim any port's LID (an SM's,
+// to forge its traps' or its answers' origin). The server sends the packet from the client's
+// own port: its base LID forced, the path bits within its LMC kept, as an HCA builds the SLID.
+#[test]
+fn a_clients_source_lid_is_forced_into_its_ports_lids() {
+    let dir = TempDir::new("slid");
+    let server = serve(&dir);
+    let net = server.network();
+    let (p1, p2) = (net.port("Hca1", 1).unwrap(), net.port("Hca2", 1).unwrap());
+    net.with_fabric_mut(|f| {
+        f.set_lid(p1, 8, 2).unwrap();
+        f.set_lid(p2, 20, 0).unwrap();
+    });
+    let a = connect(&server, "Hca1");
+    let b = connect(&server, "Hca2");
+    // Hca1's LIDs are 8..=11 (LMC 2).
+    for (forged, sent) in [(20, 8), (0x1235, 9), (10, 10), (0xffff, 11), (0, 8), (9, 9)] {
+        let mut p = dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+        p.slid = forged;
+        a.link.transmit(p);
+        let got = b.packets(1);
+        assert_eq!(got[0].1.slid, sent, "a client's SLID {forged:#x}");
+    }
+}
+
 #[test]
 fn deliveries_run_on_the_thread_that_runs_the_clients_scheduler() {
     let dir = TempDir::new("rule");

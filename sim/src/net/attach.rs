@@ -29,6 +29,19 @@ impl std::fmt::Debug for AttachedPort {
     }
 }
 
+impl AttachedPort {
+    /// [`PortLink::transmit`] for a device that is not trusted with its source LID (a fabric
+    /// server's client, in another process): the packet's SLID is forced into this port's
+    /// own LIDs, its base LID with the path bits the LMC leaves to the sender kept, so that
+    /// no client can send as another port.
+    pub(crate) fn transmit_as_own(&self, mut packet: Packet) {
+        self.shared.run(|st| {
+            packet.slid = st.own_slid(self.port, packet.slid);
+            st.transmit(self.port, packet);
+        });
+    }
+}
+
 impl PortLink for AttachedPort {
     fn transmit(&self, packet: Packet) {
         self.shared.run(|st| st.transmit(self.port, packet));

@@ -134,6 +134,16 @@ impl NetState {
         Next::Done
     }
 
+    /// `slid` moved into the LIDs of `port`: the port's base LID with the path bits of
+    /// `slid` that its LMC leaves to the sender, as an HCA builds the LRH's SLID (the
+    /// simulated ConnectX: `(lid & !mask) | (path_bits & mask)`). For a device the network does
+    /// not trust to set it (a fabric server's client, which could claim any port's LID).
+    pub(crate) fn own_slid(&self, port: PortId, slid: u16) -> u16 {
+        let p = self.fabric.port(port);
+        let mask = (1u16 << p.lmc().min(7)) - 1;
+        (p.lid() & !mask) | (slid & mask)
+    }
+
     /// A device at `from` put `packet` on the wire.
     pub(crate) fn transmit(&mut self, from: PortId, packet: Packet) {
         let p = self.fabric.port(from);

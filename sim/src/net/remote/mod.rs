@@ -22,7 +22,7 @@
 //! | type | name | fields |
 //! |---|---|---|
 //! | 0x01 | ATTACH | magic u32 `0x48434146` ("HCAF"), version u16, port u8, name length u16 (1..=512), node name (UTF-8) |
-//! | 0x02 | TRANSMIT | a packet leaving the client's port |
+//! | 0x02 | TRANSMIT | a packet leaving the client's port (the server forces its SLID into the port's LIDs: base LID, with the path bits the LMC leaves to the sender) |
 //! | 0x03 | LOCAL_MAD | request id u32, flags u8 (bit 0: ignore M_Key), MAD 256 bytes |
 //! | 0x04 | PORT_INFO | request id u32 |
 //! | 0x05 | MODIFY_CAP_MASK | request id u32, set u32, clear u32 |

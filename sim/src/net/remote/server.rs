@@ -836,7 +836,8 @@ fn read_loop(
         };
         let answer = match msg {
             ClientMsg::Transmit(p) => {
-                link.transmit(p);
+                // The client's SLID is not believed: it leaves with one of its port's LIDs.
+                link.transmit_as_own(p);
                 continue;
             }
             ClientMsg::LocalMad {
