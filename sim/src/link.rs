@@ -50,7 +50,7 @@ pub trait PortLink: Send + Sync {
 }
 
 /// A received packet the device dropped, by the port counter that counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReceiveDrop {
     /// A VL15 packet (an SMP for QP0) dropped for want of resources: QP0 not in a state that
     /// receives, or no receive posted (PortCounters:VL15Dropped, IBA 16.1.3.5; mlx5 firmware

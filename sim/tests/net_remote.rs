@@ -20,12 +20,12 @@ use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortState, cap_mask};
 use mad_wire::{attr_id, method, status};
 use netutil::{data, dr_smp, local_get, local_smp, smp_of};
 use sim::fabric::Fabric;
-use sim::link::{PortChange, PortLink, PortSink};
-use sim::net::Network;
+use sim::link::{PortChange, PortLink, PortSink, ReceiveDrop};
 use sim::net::remote::wire::{self, ClientMsg, ServerMsg};
 use sim::net::remote::{
     FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget, ServerLimits,
 };
+use sim::net::{DropReason, Network};
 use sim::packet::Packet;
 use sim::{ClockMode, Scheduler};
 
@@ -397,7 +397,12 @@ fn a_client_that_dies_is_detached_and_its_is_sm_cleared() {
     let server = serve(&dir);
     let port = server.network().port("Hca1", 1).unwrap();
     let mut raw = Raw::new(server.path());
-    assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+    assert_eq!(
+        raw.attach("Hca1", 1),
+        ServerMsg::Attached {
+            version: wire::VERSION,
+        }
+    );
     raw.send(
         &ClientMsg::ModifyCapMask {
             id: 5,
@@ -485,6 +490,82 @@ fn a_client_of_another_version_is_refused() {
     assert!(server.attached().is_empty());
 }
 
+// A server and a client of different builds: the client's error names both versions and
+// says what to do, whether the server refused the client's version (as a version-1 server
+// words it) or answered with its own.
+#[test]
+fn a_server_of_another_version_is_a_typed_error_naming_both_versions() {
+    let dir = TempDir::new("oldserver");
+    for answer in [
+        ServerMsg::Refused {
+            code: RefuseCode::Version,
+            message: "this server speaks protocol version 1, the client 2: use the same build \
+                      of hca for both"
+                .into(),
+        },
+        ServerMsg::Attached { version: 1 },
+    ] {
+        let path = dir.join("old.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let frame = answer.encode();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            wire::read_frame(&mut s).unwrap().unwrap();
+            s.write_all(&frame).unwrap();
+        });
+        let e = try_connect(&path, "Hca1", 1).err().expect("refused");
+        t.join().unwrap();
+        match &e {
+            RemoteError::Version { ours, server, .. } => {
+                assert_eq!((*ours, *server), (wire::VERSION, Some(1)), "{e}");
+            }
+            other => panic!("{answer:?}: {other}"),
+        }
+        let m = e.to_string();
+        assert!(m.contains("version 1") && m.contains(&format!("version {}", wire::VERSION)));
+        assert!(
+            m.contains("same build") && m.contains("hca sim serve"),
+            "{m}"
+        );
+    }
+}
+
+// What the device drops of what it received (an SMP its QP0 cannot take) is counted where the
+// port's counters live: the server's PMA, and the network's drops.
+#[test]
+fn drops_a_client_device_reports_are_counted_in_the_servers_port() {
+    let dir = TempDir::new("countdrop");
+    let server = serve(&dir);
+    let port = server.network().port("Hca1", 1).unwrap();
+    let c = connect(&server, "Hca1");
+    c.link.count_drop(ReceiveDrop::Vl15);
+    c.link.count_drop(ReceiveDrop::Vl15);
+    // A raw client reports several in one frame.
+    let mut raw = Raw::new(server.path());
+    assert!(matches!(raw.attach("Hca2", 1), ServerMsg::Attached { .. }));
+    raw.send(
+        &ClientMsg::CountDrop {
+            drop: ReceiveDrop::Vl15,
+            count: 3,
+        }
+        .encode(),
+    );
+    let port2 = server.network().port("Hca2", 1).unwrap();
+    eventually("the drops counted", || {
+        server.network().counters(port).vl15_dropped == 2
+            && server.network().counters(port2).vl15_dropped == 3
+    });
+    assert_eq!(
+        server
+            .network()
+            .drops()
+            .get(DropReason::DeviceDropped(ReceiveDrop::Vl15)),
+        5
+    );
+    assert_eq!(c.link.stats().reported_drops, 2);
+}
+
 #[test]
 fn malformed_and_out_of_turn_frames_end_only_that_connection() {
     let dir = TempDir::new("malformed");
@@ -526,7 +607,12 @@ fn malformed_and_out_of_turn_frames_end_only_that_connection() {
         ),
     ] {
         let mut raw = Raw::new(server.path());
-        assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+        assert_eq!(
+            raw.attach("Hca1", 1),
+            ServerMsg::Attached {
+                version: wire::VERSION,
+            }
+        );
         raw.send(&bad);
         assert_eq!(raw.refused().0, code);
         eventually("the bad client detached", || {
@@ -536,7 +622,12 @@ fn malformed_and_out_of_turn_frames_end_only_that_connection() {
     // A connection that ends inside a frame once attached: a client killed while it wrote,
     // gone, not misbehaving.
     let mut raw = Raw::new(server.path());
-    assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+    assert_eq!(
+        raw.attach("Hca1", 1),
+        ServerMsg::Attached {
+            version: wire::VERSION,
+        }
+    );
     raw.send(&[0, 0, 1, 21, 0x02, 0, 1]);
     drop(raw);
     eventually("the cut client detached", || server.attached().len() == 1);
@@ -658,8 +749,13 @@ fn a_server_that_stops_answering_is_dead_after_the_timeout() {
             ClientMsg::decode(&body),
             Ok(ClientMsg::Attach { .. })
         ));
-        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
-            .unwrap();
+        s.write_all(
+            &ServerMsg::Attached {
+                version: wire::VERSION,
+            }
+            .encode(),
+        )
+        .unwrap();
         let mut sink = Vec::new();
         let _ = s.read_to_end(&mut sink);
     });
@@ -846,8 +942,13 @@ fn a_drop_waits_for_the_server_no_longer_than_the_timeout() {
     let t = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         wire::read_frame(&mut s).unwrap().unwrap();
-        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
-            .unwrap();
+        s.write_all(
+            &ServerMsg::Attached {
+                version: wire::VERSION,
+            }
+            .encode(),
+        )
+        .unwrap();
         while let Ok(Some(body)) = wire::read_frame(&mut s) {
             if let Ok(ClientMsg::LocalMad { id, .. }) = ClientMsg::decode(&body) {
                 s.write_all(&ServerMsg::MadAnswer { id, mad: None }.encode())

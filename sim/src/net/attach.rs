@@ -30,6 +30,13 @@ impl std::fmt::Debug for AttachedPort {
 }
 
 impl AttachedPort {
+    /// [`PortLink::count_drop`] of `n` packets at once (what a fabric server's client reports
+    /// in one COUNT_DROP frame).
+    pub(crate) fn count_drops(&self, drop: ReceiveDrop, n: u64) {
+        self.shared
+            .run(|st| st.count_receive_drops(self.port, drop, n));
+    }
+
     /// [`PortLink::transmit`] for a device that is not trusted with its source LID (a fabric
     /// server's client, in another process): the packet's SLID is forced into this port's
     /// own LIDs, its base LID with the path bits the LMC leaves to the sender kept, so that
@@ -68,12 +75,7 @@ impl PortLink for AttachedPort {
     }
 
     fn count_drop(&self, drop: ReceiveDrop) {
-        self.shared.run(|st| {
-            let c = st.agents.counters_mut(self.port);
-            match drop {
-                ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(1),
-            }
-        });
+        self.count_drops(drop, 1);
     }
 }
 

@@ -31,7 +31,7 @@ use crate::fabric::sma::{Agents, Effect, KeyViolation, QP1_QKEY, Reply, Silent, 
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::idmap::IdKeyMap;
-use crate::link::{PortSink, PortSnapshot};
+use crate::link::{PortSink, PortSnapshot, ReceiveDrop};
 use crate::packet::Packet;
 use crate::sched::Task;
 
@@ -142,6 +142,16 @@ impl NetState {
         let p = self.fabric.port(port);
         let mask = (1u16 << p.lmc().min(7)) - 1;
         (p.lid() & !mask) | (slid & mask)
+    }
+
+    /// The device at `port` dropped `n` packets it had been delivered, for `drop`: counted in
+    /// the port's PMA counter and in the network's drops.
+    pub(crate) fn count_receive_drops(&mut self, port: PortId, drop: ReceiveDrop, n: u64) {
+        let c = self.agents.counters_mut(port);
+        match drop {
+            ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(n),
+        }
+        self.drops.add(DropReason::DeviceDropped(drop), n);
     }
 
     /// A device at `from` put `packet` on the wire.

@@ -7,8 +7,8 @@
 //! them. That scheduler runs only when the device's driver waits or rings a doorbell, so the
 //! deliveries waiting there are capped ([`RemoteTarget::max_pending`]); beyond, they are
 //! dropped and counted, as a receive queue without WQEs drops packets. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
-//! timeout. [`PortLink::count_drop`] is not forwarded (the wire protocol has no message for
-//! it): a VL15 packet the device drops is not counted in the server's VL15Dropped.
+//! timeout. [`PortLink::count_drop`] is a COUNT_DROP frame: a packet the device drops (an SMP
+//! its QP0 cannot take) is counted in the server's port counter (VL15Dropped) and drops.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
@@ -25,8 +25,10 @@ use super::error::RemoteError;
 use super::last_answers::{LastAnswers, local_get};
 use super::server::CLIENT_QUEUE;
 use super::sock::send_all;
-use super::wire::{ClientMsg, ServerMsg, VERSION, WireError, read_frame};
-use crate::link::{PortChange, PortLink, PortSink, PortSnapshot};
+use super::wire::{
+    ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame, refused_version,
+};
+use crate::link::{PortChange, PortLink, PortSink, PortSnapshot, ReceiveDrop};
 use crate::packet::Packet;
 use crate::sched::Scheduler;
 
@@ -84,6 +86,9 @@ pub struct RemoteStats {
     /// Packets the server delivered that were dropped because
     /// [`max_pending`](RemoteTarget::max_pending) deliveries already waited for the device.
     pub overflowed: u64,
+    /// Received packets the device dropped ([`PortLink::count_drop`]) that the link told the
+    /// server of (COUNT_DROP), for the port's counters there.
+    pub reported_drops: u64,
 }
 
 /// Calls waiting for an answer, and whether the link is dead.
@@ -113,6 +118,7 @@ struct Shared {
     delivered: AtomicU64,
     dropped: AtomicU64,
     overflowed: AtomicU64,
+    reported_drops: AtomicU64,
     /// Deliveries scheduled on the device's scheduler and not run yet (shared with the
     /// events, which outlive nothing of the link's but this).
     pending: Arc<AtomicUsize>,
@@ -204,6 +210,19 @@ fn attach(stream: &UnixStream, target: &RemoteTarget) -> Result<(), RemoteError>
     };
     match ServerMsg::decode(&body) {
         Ok(ServerMsg::Attached { version }) if version == VERSION => Ok(()),
+        Ok(ServerMsg::Attached { version }) => Err(RemoteError::Version {
+            path: path.to_owned(),
+            ours: VERSION,
+            server: Some(version),
+        }),
+        Ok(ServerMsg::Refused {
+            code: RefuseCode::Version,
+            message,
+        }) => Err(RemoteError::Version {
+            path: path.to_owned(),
+            ours: VERSION,
+            server: refused_version(&message),
+        }),
         Ok(ServerMsg::Refused { code, message }) => Err(RemoteError::Refused {
             path: path.to_owned(),
             node: target.node.clone(),
@@ -267,6 +286,7 @@ impl RemoteLink {
             delivered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
+            reported_drops: AtomicU64::new(0),
             pending: Arc::new(AtomicUsize::new(0)),
             max_pending: target.max_pending,
         });
@@ -315,6 +335,7 @@ impl RemoteLink {
             delivered: s.delivered.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             overflowed: s.overflowed.load(Ordering::Relaxed),
+            reported_drops: s.reported_drops.load(Ordering::Relaxed),
         }
     }
 
@@ -546,6 +567,20 @@ impl PortLink for RemoteLink {
                 self.down_snapshot()
             }
             None => self.down_snapshot(),
+        }
+    }
+
+    fn count_drop(&self, drop: ReceiveDrop) {
+        let s = &self.shared;
+        if lock(&s.calls).dead.is_some() {
+            // Nobody keeps the port's counters any more.
+            return;
+        }
+        match s.send(&ClientMsg::CountDrop { drop, count: 1 }) {
+            Ok(()) => {
+                s.reported_drops.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => s.die(&format!("writing to the server failed: {e}")),
         }
     }
 

@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 use super::error::RemoteError;
 use super::sock::send_all;
 use super::wake::{Stop, StopSignal, Woken, stop_pair};
-use super::wire::{ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame};
+use super::wire::{
+    ClientMsg, RefuseCode, ServerMsg, VERSION, VERSION_REFUSAL, WireError, read_frame,
+};
 use crate::clock::ClockMode;
 use crate::link::{PortChange, PortLink, PortSink};
 use crate::net::{AttachedPort, NetError, Network};
@@ -668,9 +670,11 @@ fn handshake(shared: &Shared, id: u64, stream: &UnixStream) -> Option<(String, u
             port,
         }) => {
             if version != VERSION {
+                // Starts with VERSION_REFUSAL in every version: the client reads ours there.
                 let m = format!(
-                    "this server speaks protocol version {VERSION}, the client {version}: use \
-                     the same build of hca for both"
+                    "{VERSION_REFUSAL}{VERSION}, the client {version}: run the client from the \
+                     same build of hca as `hca sim serve`, or restart the server with the \
+                     client's build"
                 );
                 tracing::warn!("fabric server: connection {id}: {m}");
                 refuse_now(shared, stream, RefuseCode::Version, &m);
@@ -709,6 +713,7 @@ fn kind(m: &ClientMsg) -> &'static str {
         ClientMsg::LocalMad { .. } => "LOCAL_MAD",
         ClientMsg::PortInfo { .. } => "PORT_INFO",
         ClientMsg::ModifyCapMask { .. } => "MODIFY_CAP_MASK",
+        ClientMsg::CountDrop { .. } => "COUNT_DROP",
     }
 }
 
@@ -838,6 +843,10 @@ fn read_loop(
             ClientMsg::Transmit(p) => {
                 // The client's SLID is not believed: it leaves with one of its port's LIDs.
                 link.transmit_as_own(p);
+                continue;
+            }
+            ClientMsg::CountDrop { drop, count } => {
+                link.count_drops(drop, u64::from(count));
                 continue;
             }
             ClientMsg::LocalMad {
