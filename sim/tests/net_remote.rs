@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortState, cap_mask};
-use mad_wire::{attr_id, method, status};
-use netutil::{data, dr_smp, local_get, local_smp, smp_of};
+use mad_wire::{attr_id, class, method, status};
+use netutil::{data, dr_smp, gsi, lid_smp, local_get, local_smp, smp_of};
 use sim::fabric::Fabric;
 use sim::link::{PortChange, PortLink, PortSink, ReceiveDrop};
 use sim::net::remote::wire::{self, ClientMsg, ServerMsg};
@@ -1013,6 +1013,59 @@ fn deliveries_waiting_for_the_device_are_capped() {
     assert_eq!(a.packets(10).len(), 10);
     assert_eq!(a.link.stats().overflowed, 150);
     assert_eq!(server.stats().queue_drops, 0, "the server dropped none");
+}
+
+// The deliveries beyond the cap are dropped as a port without buffers drops them, and the
+// port's counters on the server say so: an SMP in VL15Dropped, a data packet in
+// PortRcvErrors (both in the network's drops as the device's).
+#[test]
+fn deliveries_beyond_the_cap_are_counted_as_the_ports_drops() {
+    let dir = TempDir::new("capdrops");
+    let server = serve(&dir);
+    let net = server.network();
+    let port = net.port("Hca1", 1).unwrap();
+    net.with_fabric_mut(|f| f.set_lid(port, 1, 0).unwrap());
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(server.path(), "Hca1", 1);
+    target.max_pending = 50;
+    let a = Client {
+        rec,
+        _sink: sink.clone(),
+        sched: sched.clone(),
+        link: RemoteLink::connect(&target, 1, &sink, &sched).unwrap(),
+    };
+    // To its own LID: each comes back to it (loopback), in order. The first 50 SMPs wait for
+    // the device; the other 50 SMPs and the 100 GMPs find no room.
+    for _ in 0..100 {
+        a.link.transmit(lid_smp(
+            method::GET,
+            1,
+            1,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ));
+    }
+    for _ in 0..100 {
+        a.link
+            .transmit(gsi(class::PERF_MGMT, method::GET, 1, 1, 0x12, 0, &[]));
+    }
+    eventually("the drops counted at the server", || {
+        let c = net.counters(port);
+        (c.vl15_dropped, c.rcv_errors) == (50, 100)
+    });
+    let st = a.link.stats();
+    assert_eq!((st.delivered, st.overflowed), (50, 150), "{st:?}");
+    assert_eq!(st.reported_drops, 150);
+    let drops = net.drops();
+    assert_eq!(drops.get(DropReason::DeviceDropped(ReceiveDrop::Vl15)), 50);
+    assert_eq!(
+        drops.get(DropReason::DeviceDropped(ReceiveDrop::Overrun)),
+        100
+    );
+    assert_eq!(a.packets(50).len(), 50);
 }
 
 fn serve_with(dir: &TempDir, limits: ServerLimits) -> FabricServer {

@@ -42,7 +42,8 @@ pub enum DropReason {
     /// The device at a CA port dropped a packet the network had delivered to it, and said so
     /// ([`PortLink::count_drop`](crate::link::PortLink::count_drop); a fabric server's client
     /// in its COUNT_DROP frames): also counted in the port's PMA counter that
-    /// [`ReceiveDrop`] names (VL15Dropped for an SMP).
+    /// [`ReceiveDrop`] names (VL15Dropped for an SMP, PortRcvErrors for a data packet it had
+    /// no room for).
     DeviceDropped(ReceiveDrop),
     /// A GMP reached a simulated node's agents with a P_Key that matches no entry of the end
     /// port's P_Key table: counted in PortInfo:P_KeyViolations, trap 257.

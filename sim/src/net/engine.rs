@@ -150,6 +150,7 @@ impl NetState {
         let c = self.agents.counters_mut(port);
         match drop {
             ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(n),
+            ReceiveDrop::Overrun => c.rcv_errors = c.rcv_errors.saturating_add(n),
         }
         self.drops.add(DropReason::DeviceDropped(drop), n);
     }

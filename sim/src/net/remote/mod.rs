@@ -26,7 +26,7 @@
 //! | 0x03 | LOCAL_MAD | request id u32, flags u8 (bit 0: ignore M_Key), MAD 256 bytes |
 //! | 0x04 | PORT_INFO | request id u32 |
 //! | 0x05 | MODIFY_CAP_MASK | request id u32, set u32, clear u32 |
-//! | 0x06 | COUNT_DROP | counter u8 (1: VL15Dropped), count u32 (1 and up): received packets the device dropped, counted in the port's PMA counter and the network's drops (version 2) |
+//! | 0x06 | COUNT_DROP | counter u8 (1: VL15Dropped, 2: PortRcvErrors), count u32 (1 and up): received packets the device dropped, counted in the port's PMA counter and the network's drops (version 2) |
 //!
 //! Server to client:
 //!

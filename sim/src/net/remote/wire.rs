@@ -214,12 +214,14 @@ pub enum ClientMsg {
 fn drop_code(d: ReceiveDrop) -> u8 {
     match d {
         ReceiveDrop::Vl15 => 1,
+        ReceiveDrop::Overrun => 2,
     }
 }
 
 fn drop_of(v: u8) -> Result<ReceiveDrop, WireError> {
     match v {
         1 => Ok(ReceiveDrop::Vl15),
+        2 => Ok(ReceiveDrop::Overrun),
         _ => Err(WireError::Field {
             what: "COUNT_DROP counter",
             value: u64::from(v),
@@ -891,6 +893,10 @@ mod tests {
             ClientMsg::CountDrop {
                 drop: ReceiveDrop::Vl15,
                 count: u32::MAX,
+            },
+            ClientMsg::CountDrop {
+                drop: ReceiveDrop::Overrun,
+                count: 1,
             },
         ] {
             let f = m.encode();
