@@ -6,6 +6,7 @@ use std::time::Duration;
 use mad_wire::attr::port_info::cap_mask;
 
 use super::Shared;
+use super::drops::DropReason;
 use super::engine::NetState;
 use crate::fabric::PortId;
 use crate::fabric::sma::Effect;
@@ -33,8 +34,9 @@ impl AttachedPort {
     /// [`PortLink::count_drop`] of `n` packets at once (what a fabric server's client reports
     /// in one COUNT_DROP frame).
     pub(crate) fn count_drops(&self, drop: ReceiveDrop, n: u64) {
-        self.shared
-            .run(|st| st.count_receive_drops(self.port, drop, n));
+        self.shared.run(|st| {
+            st.count_port_drops(self.port, drop, DropReason::DeviceDropped(drop), n);
+        });
     }
 
     /// [`PortLink::transmit`] for a device that is not trusted with its source LID (a fabric

@@ -45,6 +45,12 @@ pub enum DropReason {
     /// [`ReceiveDrop`] names (VL15Dropped for an SMP, PortRcvErrors for a data packet it had
     /// no room for).
     DeviceDropped(ReceiveDrop),
+    /// Behind a [`FabricServer`](super::remote::FabricServer): a packet for a client whose
+    /// queue was full (the client does not read its socket;
+    /// [`ServerStats::queue_drops`](super::remote::ServerStats::queue_drops)). Also counted
+    /// in the client port's VL15Dropped (an SMP) or PortRcvErrors (a data packet), as a port
+    /// without buffers drops it.
+    ClientQueueFull,
     /// A GMP reached a simulated node's agents with a P_Key that matches no entry of the end
     /// port's P_Key table: counted in PortInfo:P_KeyViolations, trap 257.
     BadPkey,

@@ -144,15 +144,21 @@ impl NetState {
         (p.lid() & !mask) | (slid & mask)
     }
 
-    /// The device at `port` dropped `n` packets it had been delivered, for `drop`: counted in
-    /// the port's PMA counter and in the network's drops.
-    pub(crate) fn count_receive_drops(&mut self, port: PortId, drop: ReceiveDrop, n: u64) {
+    /// `n` packets the network had delivered to `port` were dropped there, for `reason`:
+    /// counted in the port's PMA counter that `drop` names and in the network's drops.
+    pub(crate) fn count_port_drops(
+        &mut self,
+        port: PortId,
+        drop: ReceiveDrop,
+        reason: DropReason,
+        n: u64,
+    ) {
         let c = self.agents.counters_mut(port);
         match drop {
             ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(n),
             ReceiveDrop::Overrun => c.rcv_errors = c.rcv_errors.saturating_add(n),
         }
-        self.drops.add(DropReason::DeviceDropped(drop), n);
+        self.drops.add(reason, n);
     }
 
     /// A device at `from` put `packet` on the wire.

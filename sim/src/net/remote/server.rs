@@ -4,8 +4,10 @@
 //! port change is a scheduler event, so this thread is what moves packets between clients);
 //! each client has a reader (its frames, answered under the network's lock) and a writer (the
 //! frames for it, from a bounded queue, so a client that stops reading can hold up only
-//! itself: when its queue is full, packets for it are dropped and counted, as a full
-//! receive queue drops them on hardware). Packets for a client whose connection has ended or
+//! itself: when its queue is full, packets for it are dropped and counted, as a port without
+//! buffers drops them on hardware: in [`ServerStats::queue_drops`], the port's VL15Dropped or
+//! PortRcvErrors and the network's [`drops`](Network::drops) as
+//! [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull)). Packets for a client whose connection has ended or
 //! failed are counted too ([`ServerStats::gone_drops`], and in the network's
 //! [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone), as an
 //! in-process network counts a packet for a device that has gone): every packet the network
@@ -39,8 +41,9 @@ use super::wire::{
     ClientMsg, RefuseCode, ServerMsg, VERSION, VERSION_REFUSAL, WireError, read_frame,
 };
 use crate::clock::ClockMode;
-use crate::link::{PortChange, PortLink, PortSink};
-use crate::net::{AttachedPort, NetError, Network};
+use crate::fabric::PortId;
+use crate::link::{PortChange, PortLink, PortSink, ReceiveDrop};
+use crate::net::{AttachedPort, DropReason, NetError, Network};
 use crate::packet::Packet;
 
 /// Frames waiting for one client before packets for it are dropped.
@@ -103,7 +106,10 @@ pub struct ServerStats {
     /// Connections that sent no whole ATTACH within [`ServerLimits::attach_timeout`] (also
     /// counted in `refused`).
     pub timed_out: u64,
-    /// Packets and port changes dropped because a client's queue was full.
+    /// Packets and port changes dropped because a client's queue was full. The packets are
+    /// also counted in the network's [`drops`](Network::drops) as
+    /// [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull) and in the client port's
+    /// VL15Dropped (an SMP) or PortRcvErrors (a data packet).
     pub queue_drops: u64,
     /// Packets (DELIVER frames) written to clients' sockets.
     pub sent: u64,
@@ -549,13 +555,26 @@ struct ClientSink {
     tx: SyncSender<ServerMsg>,
     shared: Arc<Shared>,
     id: u64,
+    /// The client's port, whose counters count the packets its full queue drops.
+    port: PortId,
 }
 
 impl ClientSink {
     fn push(&self, msg: ServerMsg) {
         match self.tx.try_send(msg) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.full(),
+            Err(TrySendError::Full(msg)) => {
+                // A packet the port could not take: its counters and the network's drops
+                // count it (a port change lost is news to nobody's counters).
+                if let ServerMsg::Deliver(p) = &msg {
+                    self.shared.net.count_port_drop(
+                        self.port,
+                        ReceiveDrop::for_packet(p),
+                        DropReason::ClientQueueFull,
+                    );
+                }
+                self.full();
+            }
             // The writer has gone (it outlives every sender unless it died).
             Err(TrySendError::Disconnected(msg)) => self.shared.lost(&msg),
         }
@@ -742,6 +761,17 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
         let _ = stream.shutdown(std::net::Shutdown::Both);
         return;
     };
+    // The port, for the counters of what its queue drops (the attach below refuses a port
+    // that is no CA's or taken).
+    let pid = match shared.net.port(node.as_str(), port) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!("fabric server: connection {id} refused: {e}");
+            refuse_now(shared, stream, refusal_of(&e), &e.to_string());
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    };
     // The writer starts before the port is attached and waits for `go` to write ATTACHED:
     // from the attach on, the network may deliver to the client at any time (an SM sweeping
     // the fabric), the packets queue meanwhile, and the client must read the answer to its
@@ -775,6 +805,7 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
         tx: tx.clone(),
         shared: shared.clone(),
         id,
+        port: pid,
     });
     let link = match shared.net.attach_port(node.as_str(), port, &sink) {
         Ok(l) => l,
@@ -1062,6 +1093,52 @@ mod tests {
             st.gone_drops,
             "the network counts the packets for the gone client as DeviceGone"
         );
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A client that does not read: what its full queue drops is counted where a port's
+    // drops are, in its counters (VL15Dropped for an SMP, PortRcvErrors for a data packet)
+    // and the network's drops, not only in the server's own statistics.
+    #[test]
+    fn what_a_full_queue_drops_is_counted_in_the_port_and_the_network() {
+        let (server, dir) = serve_example("sim-full-queue");
+        *lock(&server.shared.after_attach) = Some(Box::new(|sink| {
+            for _ in 0..CLIENT_QUEUE + 10 {
+                sink.deliver(1, packet());
+            }
+            for _ in 0..5 {
+                sink.deliver(
+                    1,
+                    Packet {
+                        vl15: true,
+                        dst_qp: 0,
+                        ..packet()
+                    },
+                );
+            }
+            sink.port_changed(1, PortChange::Lid);
+        }));
+        let mut stream = UnixStream::connect(server.path()).unwrap();
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: "Hca1".into(),
+            port: 1,
+        };
+        send_all(&stream, &attach.encode()).unwrap();
+        assert!(matches!(next(&mut stream), ServerMsg::Attached { .. }));
+        let st = server.stats();
+        assert_eq!(st.queue_drops, 16, "10 GMPs, 5 SMPs, a port change: {st:?}");
+        let net = server.network();
+        let port = net.port("Hca1", 1).unwrap();
+        let c = net.counters(port);
+        assert_eq!((c.rcv_errors, c.vl15_dropped), (10, 5), "{c:?}");
+        assert_eq!(
+            net.drops().get(crate::net::DropReason::ClientQueueFull),
+            15,
+            "the packets, not the port change"
+        );
+        drop(stream);
         server.shutdown();
         let _ = std::fs::remove_dir_all(&dir);
     }
