@@ -139,11 +139,28 @@ struct Conn {
     thread: JoinHandle<()>,
 }
 
+/// Ends a connection's record when its thread is done (also if it panicked): its socket
+/// handle closed, its thread handed over to be joined ([`Shared::conn_ended`]).
+struct ConnEnd {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for ConnEnd {
+    fn drop(&mut self) {
+        self.shared.conn_ended(self.id);
+    }
+}
+
 /// What the server's threads share.
 struct Shared {
     net: Network,
     stop: AtomicBool,
-    conns: Mutex<Vec<Conn>>,
+    /// Connections open, by number: each a thread and a descriptor of its socket here.
+    conns: Mutex<HashMap<u64, Conn>>,
+    /// Threads whose connection has ended, to be joined (by the clock thread within a tick,
+    /// by the accept thread, at the stop).
+    finished: Mutex<Vec<JoinHandle<()>>>,
     /// Attached clients by connection number: node name and port.
     attached: Mutex<HashMap<u64, (String, u8)>>,
     /// Connections accepted and not yet attached (or refused).
@@ -158,6 +175,26 @@ struct Shared {
 }
 
 impl Shared {
+    /// Connection `id` has ended: its socket handle is closed and its thread, about to
+    /// return, is handed over to be joined. Nothing when the stop has taken the connection
+    /// already (it joins the thread itself).
+    fn conn_ended(&self, id: u64) {
+        let mut conns = lock(&self.conns);
+        if let Some(c) = conns.remove(&id) {
+            drop(c.stream);
+            lock(&self.finished).push(c.thread);
+        }
+    }
+
+    /// Joins the threads whose connection has ended. Never called by a connection's thread
+    /// (which would find its own handle).
+    fn reap(&self) {
+        let done = std::mem::take(&mut *lock(&self.finished));
+        for t in done {
+            let _ = t.join();
+        }
+    }
+
     /// Counts `msg`, for a client that has gone, as lost: a packet is a drop, a port change
     /// nothing.
     fn lost(&self, msg: &ServerMsg) {
@@ -353,7 +390,8 @@ impl FabricServer {
         let shared = Arc::new(Shared {
             net,
             stop: AtomicBool::new(false),
-            conns: Mutex::new(Vec::new()),
+            conns: Mutex::new(HashMap::new()),
+            finished: Mutex::new(Vec::new()),
             attached: Mutex::new(HashMap::new()),
             handshakes: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
@@ -408,6 +446,14 @@ impl FabricServer {
         v
     }
 
+    /// What the server holds for connections now: those open (each a thread and a
+    /// descriptor of its socket), and those ended whose thread is not joined yet (within a
+    /// tick of its clock, 200 ms). 0 when no client is connected, once the last one's end
+    /// is done.
+    pub fn connections(&self) -> usize {
+        lock(&self.shared.conns).len() + lock(&self.shared.finished).len()
+    }
+
     /// What the server has counted.
     pub fn stats(&self) -> ServerStats {
         let c = &self.shared.counters;
@@ -445,12 +491,14 @@ impl FabricServer {
             let _ = t.join();
         }
         let conns = std::mem::take(&mut *lock(&self.shared.conns));
-        for c in &conns {
+        for c in conns.values() {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
         }
-        for c in conns {
+        for (_, c) in conns {
             let _ = c.thread.join();
         }
+        // Those that ended before: handed over before the connections were taken.
+        self.shared.reap();
         // Only the socket this server bound: another server may have replaced the file. Our
         // listening socket, still open, keeps the inode we recorded ours (Linux's unix_bind
         // holds the bound path until unix_release_sock), so a match is no reused inode.
@@ -471,10 +519,12 @@ impl Drop for FabricServer {
 }
 
 /// Runs the network's scheduler until the server stops: deliveries to clients happen here.
+/// Also joins, every tick, the threads of connections that have ended.
 fn run_clock(shared: &Shared) {
     let sched = shared.net.scheduler();
     while !shared.stop.load(Ordering::SeqCst) {
         sched.run_until(sched.now() + CLOCK_TICK);
+        shared.reap();
     }
 }
 
@@ -535,18 +585,32 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
             continue;
         };
         let s = shared.clone();
+        // Held until the connection is recorded, so that its end (which takes the lock)
+        // finds it.
+        let mut conns = lock(&shared.conns);
         let thread = std::thread::Builder::new()
             .name(format!("fabric-client-{id}"))
-            .spawn(move || serve(&s, id, &stream, handshake));
-        let mut conns = lock(&shared.conns);
-        conns.retain(|c| !c.thread.is_finished());
+            .spawn(move || {
+                let _end = ConnEnd {
+                    shared: s.clone(),
+                    id,
+                };
+                serve(&s, id, &stream, handshake);
+            });
         match thread {
-            Ok(thread) => conns.push(Conn {
-                stream: handle,
-                thread,
-            }),
+            Ok(thread) => {
+                conns.insert(
+                    id,
+                    Conn {
+                        stream: handle,
+                        thread,
+                    },
+                );
+            }
             Err(e) => tracing::warn!("fabric server: no thread for connection {id}: {e}"),
         }
+        drop(conns);
+        shared.reap();
     }
 }
 
