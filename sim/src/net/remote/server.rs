@@ -13,6 +13,11 @@
 //! in-process network counts a packet for a device that has gone): every packet the network
 //! hands a client is written to its socket or counted.
 //!
+//! The socket file has mode 0600 from its creation (the socket's own mode is set before the
+//! bind, which Linux's `unix_bind` gives the file), and a connection is taken only from the
+//! server's own user or root (`SO_PEERCRED`, `peer.rs`): another user's is refused with
+//! [`RefuseCode::Forbidden`] before anything is read, and logged.
+//!
 //! The socket file: a server takes an exclusive `flock` on `PATH.lock` beside it while it
 //! claims the path (a stale socket, one nobody answers on, is removed), binds and records
 //! which file it bound, so two servers starting together on one path cannot both think they
@@ -25,7 +30,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,7 +40,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::error::RemoteError;
-use super::sock::send_all;
+use super::peer::{may_attach, our_uid, peer_uid};
+use super::sock::{bind_owner_only, send_all};
 use super::wake::{Stop, StopSignal, Woken, stop_pair};
 use super::wire::{
     ClientMsg, RefuseCode, ServerMsg, VERSION, VERSION_REFUSAL, WireError, read_frame,
@@ -106,6 +112,9 @@ pub struct ServerStats {
     /// Connections that sent no whole ATTACH within [`ServerLimits::attach_timeout`] (also
     /// counted in `refused`).
     pub timed_out: u64,
+    /// Connections of a process of another user than the server's, not root, refused with
+    /// [`RefuseCode::Forbidden`] before anything was read (also counted in `refused`).
+    pub forbidden: u64,
     /// Packets and port changes dropped because a client's queue was full. The packets are
     /// also counted in the network's [`drops`](Network::drops) as
     /// [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull) and in the client port's
@@ -128,6 +137,7 @@ struct Counters {
     malformed: AtomicU64,
     busy: AtomicU64,
     timed_out: AtomicU64,
+    forbidden: AtomicU64,
     queue_drops: AtomicU64,
     sent: AtomicU64,
     gone_drops: AtomicU64,
@@ -168,6 +178,12 @@ struct Shared {
     next_conn: AtomicU64,
     counters: Counters,
     limits: ServerLimits,
+    /// The user the server runs as: its clients must run as it, or as root.
+    uid: u32,
+    /// The user id the server takes its clients' to be, instead of the kernel's: for a test of
+    /// another user's client, which a test cannot be.
+    #[cfg(test)]
+    peer_uid: Mutex<Option<u32>>,
     /// Runs right after a client's port is attached, for a test to make the network deliver
     /// to the client at the earliest moment it can.
     #[cfg(test)]
@@ -361,10 +377,19 @@ impl FabricServer {
         // path in between (remove the stale socket after we did, and then ours).
         let guard = lock_socket_path(path)?;
         claim(path)?;
-        let listener = UnixListener::bind(path).map_err(|e| RemoteError::ServerIo {
+        // Mode 0600 from the start (see `bind_owner_only`), then exactly 0600 whatever the
+        // umask took away: only our user (and root) may connect.
+        let listener = bind_owner_only(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "binding",
             source: e,
+        })?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+            RemoteError::ServerIo {
+                path: path.to_owned(),
+                what: "making the socket its owner's only (mode 0600)",
+                source: e,
+            }
         })?;
         // Non-blocking: the accept thread accepts only what poll() reported, and a client
         // that went away meanwhile must not leave it blocked in accept().
@@ -397,6 +422,9 @@ impl FabricServer {
             next_conn: AtomicU64::new(1),
             counters: Counters::default(),
             limits,
+            uid: our_uid(),
+            #[cfg(test)]
+            peer_uid: Mutex::new(None),
             #[cfg(test)]
             after_attach: Mutex::new(None),
         });
@@ -464,6 +492,7 @@ impl FabricServer {
             malformed: c.malformed.load(Ordering::Relaxed),
             busy: c.busy.load(Ordering::Relaxed),
             timed_out: c.timed_out.load(Ordering::Relaxed),
+            forbidden: c.forbidden.load(Ordering::Relaxed),
             queue_drops: c.queue_drops.load(Ordering::Relaxed),
             sent: c.sent.load(Ordering::Relaxed),
             gone_drops: c.gone_drops.load(Ordering::Relaxed),
@@ -564,6 +593,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
         }
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        if !peer_allowed(shared, id, &stream) {
+            continue;
+        }
         // Only this thread adds, so the count cannot pass the limit between the check and the
         // increment.
         let max = shared.limits.max_handshakes;
@@ -612,6 +644,41 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
         drop(conns);
         shared.reap();
     }
+}
+
+/// Whether the process at the other end of a new connection `id` may attach: it runs as the
+/// server's user or as root (`SO_PEERCRED`, the credentials the kernel recorded at its
+/// connect). Another is refused with [`RefuseCode::Forbidden`] and closed before anything of
+/// it is read; a connection whose credentials cannot be read is closed.
+fn peer_allowed(shared: &Shared, id: u64, stream: &UnixStream) -> bool {
+    let uid = match peer_uid(stream) {
+        Ok(uid) => uid,
+        Err(e) => {
+            tracing::warn!(
+                "fabric server: connection {id}: cannot tell whose it is (SO_PEERCRED): {e}; \
+                 closing it"
+            );
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return false;
+        }
+    };
+    #[cfg(test)]
+    let uid = lock(&shared.peer_uid).unwrap_or(uid);
+    if may_attach(shared.uid, uid) {
+        return true;
+    }
+    shared.counters.forbidden.fetch_add(1, Ordering::Relaxed);
+    let m = format!(
+        "this fabric server runs as uid {}: only that user or root may attach, not uid {uid}; \
+         start a fabric server of your own (hca sim serve --socket PATH) and attach to it",
+        shared.uid
+    );
+    tracing::warn!("fabric server: connection {id}: {m}; refusing it");
+    // A fresh socket's buffer takes the refusal at once; never wait on it here.
+    let _ = stream.set_write_timeout(Some(BUSY_WRITE));
+    refuse_now(shared, stream, RefuseCode::Forbidden, &m);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    false
 }
 
 /// What the network holds to reach one client: its queue.
@@ -1205,6 +1272,82 @@ mod tests {
         drop(stream);
         server.shutdown();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A process of another user (not root) must not attach, whatever the socket file's mode
+    // let it reach: it is refused before anything of it is read, and told why and what to do.
+    // The kernel's uid of the peer is replaced by another user's (a test cannot be one).
+    #[test]
+    fn a_client_of_another_user_is_refused_before_it_is_read() {
+        let (server, dir) = serve_example("sim-foreign-client");
+        let ours = our_uid();
+        let other = if ours == 1 { 2 } else { 1 };
+        *lock(&server.shared.peer_uid) = Some(other);
+
+        let mut stream = UnixStream::connect(server.path()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: "Hca1".into(),
+            port: 1,
+        };
+        // The refusal may come before the ATTACH is written, and the write may fail then.
+        let _ = send_all(&stream, &attach.encode());
+        match next(&mut stream) {
+            ServerMsg::Refused {
+                code: RefuseCode::Forbidden,
+                message,
+            } => {
+                assert!(message.contains(&format!("uid {ours}")), "{message}");
+                assert!(message.contains(&format!("uid {other}")), "{message}");
+                assert!(message.contains("hca sim serve"), "{message}");
+            }
+            other => panic!("expected REFUSED Forbidden, got {other:?}"),
+        }
+        // Then closed (reset: the server left the ATTACH unread).
+        match read_frame(&mut stream) {
+            Ok(None)
+            | Err(WireError::Io {
+                kind: ErrorKind::ConnectionReset,
+                ..
+            }) => {}
+            other => panic!("expected the end of the connection, got {other:?}"),
+        }
+        // Through a link, the refusal is the caller's error.
+        let sink: Arc<dyn PortSink> = Arc::new(Nobody);
+        let sched = Arc::new(Scheduler::new(ClockMode::Real));
+        let target = crate::net::remote::RemoteTarget::new(server.path(), "Hca1", 1);
+        match crate::net::remote::RemoteLink::connect(&target, 1, &sink, &sched) {
+            Err(RemoteError::Refused {
+                code: RefuseCode::Forbidden,
+                ..
+            }) => {}
+            other => panic!("expected the refusal, got {other:?}"),
+        }
+        assert!(server.attached().is_empty());
+        let st = server.stats();
+        assert_eq!(
+            (st.forbidden, st.refused, st.attaches, st.malformed),
+            (2, 2, 0, 0),
+            "{st:?}"
+        );
+
+        // Our own user's (the kernel's word again) attaches.
+        *lock(&server.shared.peer_uid) = None;
+        let link = crate::net::remote::RemoteLink::connect(&target, 1, &sink, &sched).unwrap();
+        assert_eq!(server.attached(), vec![("Hca1".to_owned(), 1)]);
+        drop(link);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    struct Nobody;
+
+    impl PortSink for Nobody {
+        fn deliver(&self, _port: u8, _packet: Packet) {}
+        fn port_changed(&self, _port: u8, _change: PortChange) {}
     }
 
     // With its socket file removed, nothing can connect to the server to wake its accept

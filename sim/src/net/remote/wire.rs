@@ -10,7 +10,8 @@ use crate::packet::{Packet, PacketGrh};
 
 /// The first four bytes of an ATTACH: "HCAF".
 pub const MAGIC: u32 = 0x4843_4146;
-/// The protocol version this build speaks. Version 2 added COUNT_DROP.
+/// The protocol version this build speaks. Version 2 added COUNT_DROP and the refusal
+/// [`RefuseCode::Forbidden`].
 pub const VERSION: u16 = 2;
 /// How the message of a REFUSED for [`RefuseCode::Version`] starts, followed by the server's
 /// version in decimal, in every version of the protocol, so that a client of another
@@ -142,6 +143,9 @@ pub enum RefuseCode {
     Busy = 9,
     /// No whole ATTACH came within the server's attach timeout.
     Timeout = 10,
+    /// The client runs as another user than the server, and not as root (the kernel's
+    /// `SO_PEERCRED`); refused before anything is read (version 2).
+    Forbidden = 11,
 }
 
 impl RefuseCode {
@@ -157,6 +161,7 @@ impl RefuseCode {
             8 => RefuseCode::ShuttingDown,
             9 => RefuseCode::Busy,
             10 => RefuseCode::Timeout,
+            11 => RefuseCode::Forbidden,
             _ => return None,
         })
     }
