@@ -1188,3 +1188,74 @@ fn a_silent_connection_is_refused_as_late_not_malformed() {
         "{st:?}"
     );
 }
+
+// After a REFUSED the connection is over both ways: nothing the client sent after the frame
+// that earned it is looked at (a request pipelined behind it: no answer, no effect), and
+// nothing is written to it but the end of the stream, while another client keeps sending to
+// its port until the server has detached it.
+#[test]
+fn nothing_is_read_or_written_after_a_refused() {
+    let dir = TempDir::new("afterrefused");
+    let server = serve(&dir);
+    let port = server.network().port("Hca1", 1).unwrap();
+    let b = connect(&server, "Hca2");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        let link = b.link.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let to_hca1 = dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+                link.transmit(to_hca1);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        })
+    };
+    for (round, bad) in [
+        vec![0, 0, 0, 1, 0x42],
+        ClientMsg::Attach {
+            version: wire::VERSION,
+            node: "Hca3".into(),
+            port: 1,
+        }
+        .encode(),
+    ]
+    .iter()
+    .cycle()
+    .take(20)
+    .enumerate()
+    {
+        let mut raw = Raw::new(server.path());
+        assert!(matches!(raw.attach("Hca1", 1), ServerMsg::Attached { .. }));
+        std::thread::sleep(Duration::from_millis(2));
+        let mut bytes = bad.clone();
+        let set_is_sm = ClientMsg::ModifyCapMask {
+            id: 9,
+            set: cap_mask::IS_SM,
+            clear: 0,
+        };
+        bytes.extend(set_is_sm.encode());
+        raw.send(&bytes);
+        let mut refused = false;
+        let mut after = Vec::new();
+        while let Ok(Some(body)) = wire::read_frame(&mut raw.0) {
+            match ServerMsg::decode(&body).unwrap() {
+                ServerMsg::Refused { .. } if !refused => refused = true,
+                m @ ServerMsg::CapMask { .. } => panic!("round {round}: answered {m:?}"),
+                m if refused => after.push(format!("{m:.40?}")),
+                _ => {}
+            }
+        }
+        assert!(refused, "round {round}");
+        assert!(after.is_empty(), "round {round}: after REFUSED: {after:?}");
+        eventually("the refused client detached", || {
+            server.attached().len() == 1
+        });
+        let mask = server
+            .network()
+            .with_fabric(|f| f.port(port).state.capability_mask);
+        assert_eq!(mask & cap_mask::IS_SM, 0, "round {round}: IsSM set");
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+}

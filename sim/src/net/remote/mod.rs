@@ -57,7 +57,9 @@
 //! COUNT_DROP (no answer), and requests (each answered by the frame of the same id; ids are
 //! the client's, answers come in request order); the server sends DELIVER and PORT_CHANGED
 //! when the fabric has them. A second ATTACH, a malformed frame or an unknown type ends the
-//! connection with REFUSED (the server logs it; other clients are not affected). When the
+//! connection with REFUSED (the server logs it; other clients are not affected): nothing the
+//! client sent after that frame is read, and nothing is written after the REFUSED (packets
+//! for the port until it is detached are counted lost). When the
 //! connection ends for any reason the server detaches the port and clears the IsSM bit it had
 //! set, as closing the `issm` device does, and only then closes its end: a client that shuts
 //! down its sending side and reads to the end of the stream knows the port is free

@@ -122,8 +122,9 @@ pub struct ServerStats {
     pub queue_drops: u64,
     /// Packets (DELIVER frames) written to clients' sockets.
     pub sent: u64,
-    /// Packets for a client whose connection had ended or failed before they could be
-    /// written: queued when it went, or handed over after. Also counted in the network's
+    /// Packets for a client whose connection had ended, failed or been refused (nothing is
+    /// written after a REFUSED) before they could be written: queued when it went, or handed
+    /// over after. Also counted in the network's
     /// [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone). (Port
     /// changes for a gone client are news to nobody, as in the network: not counted.)
     pub gone_drops: u64,
@@ -973,7 +974,9 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
     tracing::info!("fabric server: connection {id} ({node:?} port {port}) detached: {why}");
 }
 
-/// Answers a client's frames until it disconnects or misbehaves; returns why it ended.
+/// Answers a client's frames until it disconnects or misbehaves; returns why it ended. A
+/// frame that earns a REFUSED is the last one read: nothing the client sent after it is
+/// looked at.
 fn read_loop(
     shared: &Shared,
     id: u64,
@@ -1064,7 +1067,9 @@ fn malformed(shared: &Shared, id: u64, tx: &SyncSender<ServerMsg>, e: &WireError
 /// sender goes first: the attach failed), then its frames until every sender is gone. Once a
 /// write fails it closes the connection (the reader sees the end and detaches the client) and
 /// takes the rest without writing, counting the packets lost, so that a sender never finds
-/// the queue gone with frames in it uncounted.
+/// the queue gone with frames in it uncounted. A REFUSED is the last frame written: the
+/// connection is over (its reader has stopped), and what the network hands the client until
+/// its port is detached is taken and counted lost the same way.
 fn write_loop(
     shared: &Shared,
     id: u64,
@@ -1080,8 +1085,12 @@ fn write_loop(
         if open {
             match write(stream, &msg) {
                 Ok(()) => {
-                    if matches!(msg, ServerMsg::Deliver(_)) {
-                        shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    match msg {
+                        ServerMsg::Deliver(_) => {
+                            shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ServerMsg::Refused { .. } => open = false,
+                        _ => {}
                     }
                     continue;
                 }
@@ -1339,6 +1348,48 @@ mod tests {
         let link = crate::net::remote::RemoteLink::connect(&target, 1, &sink, &sched).unwrap();
         assert_eq!(server.attached(), vec![("Hca1".to_owned(), 1)]);
         drop(link);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Once a client is refused, the connection is over: what reaches its queue after the
+    // REFUSED (deliveries until its port is detached) is not written, and the packets are
+    // counted lost, as for a client gone.
+    #[test]
+    fn nothing_is_written_after_a_refused() {
+        let (server, dir) = serve_example("sim-after-refused");
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (tx, rx) = sync_channel(CLIENT_QUEUE);
+        let (go, ready) = sync_channel::<()>(1);
+        let shared = server.shared.clone();
+        let writer = std::thread::spawn(move || write_loop(&shared, 99, &ours, &ready, &rx));
+        go.send(()).unwrap();
+        tx.send(ServerMsg::Deliver(packet())).unwrap();
+        tx.send(ServerMsg::Refused {
+            code: RefuseCode::Malformed,
+            message: "bad".into(),
+        })
+        .unwrap();
+        tx.send(ServerMsg::Deliver(packet())).unwrap();
+        tx.send(ServerMsg::PortChanged(PortChange::Lid)).unwrap();
+        tx.send(ServerMsg::Deliver(packet())).unwrap();
+        drop(tx);
+        writer.join().unwrap();
+        assert!(matches!(next(&mut theirs), ServerMsg::Attached { .. }));
+        assert!(matches!(next(&mut theirs), ServerMsg::Deliver(_)));
+        assert!(matches!(next(&mut theirs), ServerMsg::Refused { .. }));
+        // The writer's end (a clone in `write_loop` only) is closed: nothing more came.
+        assert_eq!(
+            read_frame(&mut theirs).unwrap(),
+            None,
+            "nothing after REFUSED"
+        );
+        let st = server.stats();
+        assert_eq!((st.sent, st.gone_drops), (1, 2), "{st:?}");
+        drop(go);
         server.shutdown();
         let _ = std::fs::remove_dir_all(&dir);
     }
