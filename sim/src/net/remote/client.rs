@@ -7,9 +7,10 @@
 //! them. That scheduler runs only when the device's driver waits or rings a doorbell, so the
 //! deliveries waiting there are capped ([`RemoteTarget::max_pending`]); beyond, they are
 //! dropped and counted, and told to the server as drops of the port (an SMP in its
-//! VL15Dropped, a data packet in its PortRcvErrors), as a port without buffers drops them. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
-//! timeout. [`PortLink::count_drop`] is a COUNT_DROP frame: a packet the device drops (an SMP
-//! its QP0 cannot take) is counted in the server's port counter (VL15Dropped) and drops.
+//! VL15Dropped, a data packet in its PortRcvErrors), as a port without buffers drops them.
+//! `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a timeout.
+//! [`PortLink::count_drop`] is a COUNT_DROP frame: a packet the device drops (an SMP its QP0
+//! cannot take) is counted in the server's port counter (VL15Dropped) and drops.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;

@@ -7,11 +7,12 @@
 //! itself: when its queue is full, packets for it are dropped and counted, as a port without
 //! buffers drops them on hardware: in [`ServerStats::queue_drops`], the port's VL15Dropped or
 //! PortRcvErrors and the network's [`drops`](Network::drops) as
-//! [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull)). Packets for a client whose connection has ended or
-//! failed are counted too ([`ServerStats::gone_drops`], and in the network's
-//! [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone), as an
-//! in-process network counts a packet for a device that has gone): every packet the network
-//! hands a client is written to its socket or counted.
+//! [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull)). Packets for a client whose
+//! connection has ended, failed or been refused are counted too ([`ServerStats::gone_drops`],
+//! and in the network's [`drops`](Network::drops) as
+//! [`DeviceGone`](crate::net::DropReason::DeviceGone), as an in-process network counts a
+//! packet for a device that has gone): every packet the network hands a client is written to
+//! its socket or counted.
 //!
 //! The socket file has mode 0600 from its creation (the socket's own mode is set before the
 //! bind, which Linux's `unix_bind` gives the file), and a connection is taken only from the
