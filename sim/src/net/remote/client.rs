@@ -408,13 +408,18 @@ impl Shared {
     /// the timeout) as every call of the device does.
     fn send_with_drops(&self, msg: Option<&ClientMsg>) -> std::io::Result<()> {
         let w = lock(&self.writer);
-        let (mut buf, taken) = self.take_unreported();
-        if let Some(m) = msg {
-            buf.extend_from_slice(&m.encode());
-        }
-        if !buf.is_empty() {
-            // On failure the link dies, and the drops with it: nobody keeps the counters.
-            send_all(&w, &buf)?;
+        let (drops, taken) = self.take_unreported();
+        // On failure the link dies, and the drops with it: nobody keeps the counters.
+        match msg.map(ClientMsg::encode) {
+            // Nearly always: one frame, as it was encoded.
+            Some(frame) if drops.is_empty() => send_all(&w, &frame)?,
+            Some(frame) => {
+                let mut buf = drops;
+                buf.extend_from_slice(&frame);
+                send_all(&w, &buf)?;
+            }
+            None if drops.is_empty() => {}
+            None => send_all(&w, &drops)?,
         }
         self.reported(taken);
         drop(w);
