@@ -50,12 +50,31 @@ pub trait PortLink: Send + Sync {
 }
 
 /// A received packet the device dropped, by the port counter that counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReceiveDrop {
     /// A VL15 packet (an SMP for QP0) dropped for want of resources: QP0 not in a state that
     /// receives, or no receive posted (PortCounters:VL15Dropped, IBA 16.1.3.5; mlx5 firmware
     /// reports its `vl_15_dropped` there).
     Vl15,
+    /// A data packet (not VL15) dropped for want of room on its way into the device: the
+    /// deliveries waiting for a fabric server's client were at their limit
+    /// ([`RemoteTarget::max_pending`](crate::net::remote::RemoteTarget::max_pending)), or the
+    /// server's queue for the client was full. Counted in PortRcvErrors, whose causes include
+    /// packets discarded due to buffer overrun (IBA 16.1.3.5; PortCounters has no finer
+    /// counter for data packets a port could not take).
+    Overrun,
+}
+
+impl ReceiveDrop {
+    /// What a port counts when it could not take `packet` for want of room: an SMP is a
+    /// VL15 drop, anything else an overrun.
+    pub fn for_packet(packet: &crate::packet::Packet) -> ReceiveDrop {
+        if packet.vl15 {
+            ReceiveDrop::Vl15
+        } else {
+            ReceiveDrop::Overrun
+        }
+    }
 }
 
 /// What a device receives from the fabric.

@@ -216,6 +216,12 @@ fn an_smp_qp0_cannot_take_counts_in_the_ports_vl15_dropped() {
     let drops = rig.dev.counters().dropped(DropReason::NoRecvWqe);
     assert_eq!(drops, 1, "the device dropped it");
     assert_eq!(net.counters(port).vl15_dropped, 1, "and the port counts it");
+    assert_eq!(
+        net.drops()
+            .get(sim::net::DropReason::DeviceDropped(sim::ReceiveDrop::Vl15)),
+        1,
+        "and the network's drops"
+    );
     assert_eq!(vl15_dropped_by_mad_ifc(&mut rig), 1);
     // With a receive posted the next one is taken, not counted.
     let rbuf = rig.alloc(512, 64);

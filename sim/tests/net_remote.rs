@@ -17,15 +17,15 @@ use std::time::{Duration, Instant};
 
 use mad_wire::attr::node_info::{NodeInfo, NodeInfoRepr, NodeType};
 use mad_wire::attr::port_info::{PhysPortState, PortInfo, PortState, cap_mask};
-use mad_wire::{attr_id, method, status};
-use netutil::{data, dr_smp, local_get, local_smp, smp_of};
+use mad_wire::{attr_id, class, method, status};
+use netutil::{data, dr_smp, gsi, lid_smp, local_get, local_smp, smp_of};
 use sim::fabric::Fabric;
-use sim::link::{PortChange, PortLink, PortSink};
-use sim::net::Network;
+use sim::link::{PortChange, PortLink, PortSink, ReceiveDrop};
 use sim::net::remote::wire::{self, ClientMsg, ServerMsg};
 use sim::net::remote::{
     FabricServer, RefuseCode, RemoteError, RemoteLink, RemoteTarget, ServerLimits,
 };
+use sim::net::{DropReason, Network};
 use sim::packet::Packet;
 use sim::{ClockMode, Scheduler};
 
@@ -195,8 +195,11 @@ impl Raw {
         match self.next() {
             Some(ServerMsg::Refused { code, message }) => {
                 let mut rest = Vec::new();
-                let n = self.0.read_to_end(&mut rest).unwrap();
-                assert_eq!(n, 0, "the server closes after REFUSED");
+                // A reset when the server closed with bytes of ours unread.
+                match self.0.read_to_end(&mut rest) {
+                    Ok(n) => assert_eq!(n, 0, "the server closes after REFUSED"),
+                    Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+                }
                 (code, message)
             }
             other => panic!("expected REFUSED, got {other:?}"),
@@ -316,6 +319,31 @@ fn packets_travel_between_two_clients_and_from_simulated_nodes() {
     assert_eq!(b.link.stats().delivered, 1);
 }
 
+// A client writes the SLID of what it transmits, and could claim any port's LID (an SM's,
+// to forge its traps' or its answers' origin). The server sends the packet from the client's
+// own port: its base LID forced, the path bits within its LMC kept, as an HCA builds the SLID.
+#[test]
+fn a_clients_source_lid_is_forced_into_its_ports_lids() {
+    let dir = TempDir::new("slid");
+    let server = serve(&dir);
+    let net = server.network();
+    let (p1, p2) = (net.port("Hca1", 1).unwrap(), net.port("Hca2", 1).unwrap());
+    net.with_fabric_mut(|f| {
+        f.set_lid(p1, 8, 2).unwrap();
+        f.set_lid(p2, 20, 0).unwrap();
+    });
+    let a = connect(&server, "Hca1");
+    let b = connect(&server, "Hca2");
+    // Hca1's LIDs are 8..=11 (LMC 2).
+    for (forged, sent) in [(20, 8), (0x1235, 9), (10, 10), (0xffff, 11), (0, 8), (9, 9)] {
+        let mut p = dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+        p.slid = forged;
+        a.link.transmit(p);
+        let got = b.packets(1);
+        assert_eq!(got[0].1.slid, sent, "a client's SLID {forged:#x}");
+    }
+}
+
 #[test]
 fn deliveries_run_on_the_thread_that_runs_the_clients_scheduler() {
     let dir = TempDir::new("rule");
@@ -372,7 +400,12 @@ fn a_client_that_dies_is_detached_and_its_is_sm_cleared() {
     let server = serve(&dir);
     let port = server.network().port("Hca1", 1).unwrap();
     let mut raw = Raw::new(server.path());
-    assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+    assert_eq!(
+        raw.attach("Hca1", 1),
+        ServerMsg::Attached {
+            version: wire::VERSION,
+        }
+    );
     raw.send(
         &ClientMsg::ModifyCapMask {
             id: 5,
@@ -460,6 +493,82 @@ fn a_client_of_another_version_is_refused() {
     assert!(server.attached().is_empty());
 }
 
+// A server and a client of different builds: the client's error names both versions and
+// says what to do, whether the server refused the client's version (as a version-1 server
+// words it) or answered with its own.
+#[test]
+fn a_server_of_another_version_is_a_typed_error_naming_both_versions() {
+    let dir = TempDir::new("oldserver");
+    for answer in [
+        ServerMsg::Refused {
+            code: RefuseCode::Version,
+            message: "this server speaks protocol version 1, the client 2: use the same build \
+                      of hca for both"
+                .into(),
+        },
+        ServerMsg::Attached { version: 1 },
+    ] {
+        let path = dir.join("old.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let frame = answer.encode();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            wire::read_frame(&mut s).unwrap().unwrap();
+            s.write_all(&frame).unwrap();
+        });
+        let e = try_connect(&path, "Hca1", 1).err().expect("refused");
+        t.join().unwrap();
+        match &e {
+            RemoteError::Version { ours, server, .. } => {
+                assert_eq!((*ours, *server), (wire::VERSION, Some(1)), "{e}");
+            }
+            other => panic!("{answer:?}: {other}"),
+        }
+        let m = e.to_string();
+        assert!(m.contains("version 1") && m.contains(&format!("version {}", wire::VERSION)));
+        assert!(
+            m.contains("same build") && m.contains("hca sim serve"),
+            "{m}"
+        );
+    }
+}
+
+// What the device drops of what it received (an SMP its QP0 cannot take) is counted where the
+// port's counters live: the server's PMA, and the network's drops.
+#[test]
+fn drops_a_client_device_reports_are_counted_in_the_servers_port() {
+    let dir = TempDir::new("countdrop");
+    let server = serve(&dir);
+    let port = server.network().port("Hca1", 1).unwrap();
+    let c = connect(&server, "Hca1");
+    c.link.count_drop(ReceiveDrop::Vl15);
+    c.link.count_drop(ReceiveDrop::Vl15);
+    // A raw client reports several in one frame.
+    let mut raw = Raw::new(server.path());
+    assert!(matches!(raw.attach("Hca2", 1), ServerMsg::Attached { .. }));
+    raw.send(
+        &ClientMsg::CountDrop {
+            drop: ReceiveDrop::Vl15,
+            count: 3,
+        }
+        .encode(),
+    );
+    let port2 = server.network().port("Hca2", 1).unwrap();
+    eventually("the drops counted", || {
+        server.network().counters(port).vl15_dropped == 2
+            && server.network().counters(port2).vl15_dropped == 3
+    });
+    assert_eq!(
+        server
+            .network()
+            .drops()
+            .get(DropReason::DeviceDropped(ReceiveDrop::Vl15)),
+        5
+    );
+    assert_eq!(c.link.stats().reported_drops, 2);
+}
+
 #[test]
 fn malformed_and_out_of_turn_frames_end_only_that_connection() {
     let dir = TempDir::new("malformed");
@@ -501,7 +610,12 @@ fn malformed_and_out_of_turn_frames_end_only_that_connection() {
         ),
     ] {
         let mut raw = Raw::new(server.path());
-        assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+        assert_eq!(
+            raw.attach("Hca1", 1),
+            ServerMsg::Attached {
+                version: wire::VERSION,
+            }
+        );
         raw.send(&bad);
         assert_eq!(raw.refused().0, code);
         eventually("the bad client detached", || {
@@ -511,7 +625,12 @@ fn malformed_and_out_of_turn_frames_end_only_that_connection() {
     // A connection that ends inside a frame once attached: a client killed while it wrote,
     // gone, not misbehaving.
     let mut raw = Raw::new(server.path());
-    assert_eq!(raw.attach("Hca1", 1), ServerMsg::Attached { version: 1 });
+    assert_eq!(
+        raw.attach("Hca1", 1),
+        ServerMsg::Attached {
+            version: wire::VERSION,
+        }
+    );
     raw.send(&[0, 0, 1, 21, 0x02, 0, 1]);
     drop(raw);
     eventually("the cut client detached", || server.attached().len() == 1);
@@ -633,8 +752,13 @@ fn a_server_that_stops_answering_is_dead_after_the_timeout() {
             ClientMsg::decode(&body),
             Ok(ClientMsg::Attach { .. })
         ));
-        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
-            .unwrap();
+        s.write_all(
+            &ServerMsg::Attached {
+                version: wire::VERSION,
+            }
+            .encode(),
+        )
+        .unwrap();
         let mut sink = Vec::new();
         let _ = s.read_to_end(&mut sink);
     });
@@ -716,6 +840,22 @@ fn shutdown_disconnects_every_client_and_joins_its_threads() {
         assert_eq!(c.changes()[0].1, PortChange::Down);
         assert!(c.link.dead().is_some());
     }
+}
+
+// The socket file is its user's only (mode 0600, not the bind's 0777 less the umask): another
+// user cannot connect to it at all.
+#[test]
+fn the_socket_file_is_its_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("mode");
+    let server = serve(&dir);
+    let mode = std::fs::metadata(server.path())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o600, "mode {mode:o}");
+    let c = connect(&server, "Hca1");
+    assert!(c.link.dead().is_none(), "its own user connects");
 }
 
 // Two servers starting together on a stale socket: without taking turns, both could see it
@@ -821,8 +961,13 @@ fn a_drop_waits_for_the_server_no_longer_than_the_timeout() {
     let t = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         wire::read_frame(&mut s).unwrap().unwrap();
-        s.write_all(&ServerMsg::Attached { version: 1 }.encode())
-            .unwrap();
+        s.write_all(
+            &ServerMsg::Attached {
+                version: wire::VERSION,
+            }
+            .encode(),
+        )
+        .unwrap();
         while let Ok(Some(body)) = wire::read_frame(&mut s) {
             if let Ok(ClientMsg::LocalMad { id, .. }) = ClientMsg::decode(&body) {
                 s.write_all(&ServerMsg::MadAnswer { id, mad: None }.encode())
@@ -887,6 +1032,59 @@ fn deliveries_waiting_for_the_device_are_capped() {
     assert_eq!(a.packets(10).len(), 10);
     assert_eq!(a.link.stats().overflowed, 150);
     assert_eq!(server.stats().queue_drops, 0, "the server dropped none");
+}
+
+// The deliveries beyond the cap are dropped as a port without buffers drops them, and the
+// port's counters on the server say so: an SMP in VL15Dropped, a data packet in
+// PortRcvErrors (both in the network's drops as the device's).
+#[test]
+fn deliveries_beyond_the_cap_are_counted_as_the_ports_drops() {
+    let dir = TempDir::new("capdrops");
+    let server = serve(&dir);
+    let net = server.network();
+    let port = net.port("Hca1", 1).unwrap();
+    net.with_fabric_mut(|f| f.set_lid(port, 1, 0).unwrap());
+    let rec = Arc::new(Recorder::default());
+    let sink: Arc<dyn PortSink> = rec.clone();
+    let sched = Arc::new(Scheduler::new(ClockMode::Real));
+    let mut target = RemoteTarget::new(server.path(), "Hca1", 1);
+    target.max_pending = 50;
+    let a = Client {
+        rec,
+        _sink: sink.clone(),
+        sched: sched.clone(),
+        link: RemoteLink::connect(&target, 1, &sink, &sched).unwrap(),
+    };
+    // To its own LID: each comes back to it (loopback), in order. The first 50 SMPs wait for
+    // the device; the other 50 SMPs and the 100 GMPs find no room.
+    for _ in 0..100 {
+        a.link.transmit(lid_smp(
+            method::GET,
+            1,
+            1,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+        ));
+    }
+    for _ in 0..100 {
+        a.link
+            .transmit(gsi(class::PERF_MGMT, method::GET, 1, 1, 0x12, 0, &[]));
+    }
+    eventually("the drops counted at the server", || {
+        let c = net.counters(port);
+        (c.vl15_dropped, c.rcv_errors) == (50, 100)
+    });
+    let st = a.link.stats();
+    assert_eq!((st.delivered, st.overflowed), (50, 150), "{st:?}");
+    assert_eq!(st.reported_drops, 150);
+    let drops = net.drops();
+    assert_eq!(drops.get(DropReason::DeviceDropped(ReceiveDrop::Vl15)), 50);
+    assert_eq!(
+        drops.get(DropReason::DeviceDropped(ReceiveDrop::Overrun)),
+        100
+    );
+    assert_eq!(a.packets(50).len(), 50);
 }
 
 fn serve_with(dir: &TempDir, limits: ServerLimits) -> FabricServer {
@@ -989,4 +1187,75 @@ fn a_silent_connection_is_refused_as_late_not_malformed() {
         (1, 0, 1),
         "{st:?}"
     );
+}
+
+// After a REFUSED the connection is over both ways: nothing the client sent after the frame
+// that earned it is looked at (a request pipelined behind it: no answer, no effect), and
+// nothing is written to it but the end of the stream, while another client keeps sending to
+// its port until the server has detached it.
+#[test]
+fn nothing_is_read_or_written_after_a_refused() {
+    let dir = TempDir::new("afterrefused");
+    let server = serve(&dir);
+    let port = server.network().port("Hca1", 1).unwrap();
+    let b = connect(&server, "Hca2");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        let link = b.link.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let to_hca1 = dr_smp(method::GET, &[1, 3, 1], attr_id::sm::NODE_INFO, 0, [0; 64]);
+                link.transmit(to_hca1);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        })
+    };
+    for (round, bad) in [
+        vec![0, 0, 0, 1, 0x42],
+        ClientMsg::Attach {
+            version: wire::VERSION,
+            node: "Hca3".into(),
+            port: 1,
+        }
+        .encode(),
+    ]
+    .iter()
+    .cycle()
+    .take(20)
+    .enumerate()
+    {
+        let mut raw = Raw::new(server.path());
+        assert!(matches!(raw.attach("Hca1", 1), ServerMsg::Attached { .. }));
+        std::thread::sleep(Duration::from_millis(2));
+        let mut bytes = bad.clone();
+        let set_is_sm = ClientMsg::ModifyCapMask {
+            id: 9,
+            set: cap_mask::IS_SM,
+            clear: 0,
+        };
+        bytes.extend(set_is_sm.encode());
+        raw.send(&bytes);
+        let mut refused = false;
+        let mut after = Vec::new();
+        while let Ok(Some(body)) = wire::read_frame(&mut raw.0) {
+            match ServerMsg::decode(&body).unwrap() {
+                ServerMsg::Refused { .. } if !refused => refused = true,
+                m @ ServerMsg::CapMask { .. } => panic!("round {round}: answered {m:?}"),
+                m if refused => after.push(format!("{m:.40?}")),
+                _ => {}
+            }
+        }
+        assert!(refused, "round {round}");
+        assert!(after.is_empty(), "round {round}: after REFUSED: {after:?}");
+        eventually("the refused client detached", || {
+            server.attached().len() == 1
+        });
+        let mask = server
+            .network()
+            .with_fabric(|f| f.port(port).state.capability_mask);
+        assert_eq!(mask & cap_mask::IS_SM, 0, "round {round}: IsSM set");
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
 }

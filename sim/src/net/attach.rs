@@ -6,6 +6,7 @@ use std::time::Duration;
 use mad_wire::attr::port_info::cap_mask;
 
 use super::Shared;
+use super::drops::DropReason;
 use super::engine::NetState;
 use crate::fabric::PortId;
 use crate::fabric::sma::Effect;
@@ -26,6 +27,27 @@ impl std::fmt::Debug for AttachedPort {
             .field("port", &self.port)
             .field("id", &self.id)
             .finish_non_exhaustive()
+    }
+}
+
+impl AttachedPort {
+    /// [`PortLink::count_drop`] of `n` packets at once (what a fabric server's client reports
+    /// in one COUNT_DROP frame).
+    pub(crate) fn count_drops(&self, drop: ReceiveDrop, n: u64) {
+        self.shared.run(|st| {
+            st.count_port_drops(self.port, drop, DropReason::DeviceDropped(drop), n);
+        });
+    }
+
+    /// [`PortLink::transmit`] for a device that is not trusted with its source LID (a fabric
+    /// server's client, in another process): the packet's SLID is forced into this port's
+    /// own LIDs, its base LID with the path bits the LMC leaves to the sender kept, so that
+    /// no client can send as another port.
+    pub(crate) fn transmit_as_own(&self, mut packet: Packet) {
+        self.shared.run(|st| {
+            packet.slid = st.own_slid(self.port, packet.slid);
+            st.transmit(self.port, packet);
+        });
     }
 }
 
@@ -55,12 +77,7 @@ impl PortLink for AttachedPort {
     }
 
     fn count_drop(&self, drop: ReceiveDrop) {
-        self.shared.run(|st| {
-            let c = st.agents.counters_mut(self.port);
-            match drop {
-                ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(1),
-            }
-        });
+        self.count_drops(drop, 1);
     }
 }
 

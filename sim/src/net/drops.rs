@@ -2,6 +2,7 @@
 //! packet was lost for the reason it meant to provoke (the PMA counters say where).
 
 use super::smi::DrDiscard;
+use crate::link::ReceiveDrop;
 
 /// Why a packet was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,6 +39,18 @@ pub enum DropReason {
     NoTaker,
     /// It went round more hops than any path can have (an LFT loop).
     HopLimit,
+    /// The device at a CA port dropped a packet the network had delivered to it, and said so
+    /// ([`PortLink::count_drop`](crate::link::PortLink::count_drop); a fabric server's client
+    /// in its COUNT_DROP frames): also counted in the port's PMA counter that
+    /// [`ReceiveDrop`] names (VL15Dropped for an SMP, PortRcvErrors for a data packet it had
+    /// no room for).
+    DeviceDropped(ReceiveDrop),
+    /// Behind a [`FabricServer`](super::remote::FabricServer): a packet for a client whose
+    /// queue was full (the client does not read its socket;
+    /// [`ServerStats::queue_drops`](super::remote::ServerStats::queue_drops)). Also counted
+    /// in the client port's VL15Dropped (an SMP) or PortRcvErrors (a data packet), as a port
+    /// without buffers drops it.
+    ClientQueueFull,
     /// A GMP reached a simulated node's agents with a P_Key that matches no entry of the end
     /// port's P_Key table: counted in PortInfo:P_KeyViolations, trap 257.
     BadPkey,
@@ -65,9 +78,15 @@ pub struct DropCounts {
 impl DropCounts {
     /// Counts one drop.
     pub(crate) fn count(&mut self, reason: DropReason) {
+        self.add(reason, 1);
+    }
+
+    /// Counts `n` drops (none when `n` is 0).
+    pub(crate) fn add(&mut self, reason: DropReason, n: u64) {
         match self.counts.iter_mut().find(|(r, _)| *r == reason) {
-            Some((_, n)) => *n += 1,
-            None => self.counts.push((reason, 1)),
+            Some((_, c)) => *c = c.saturating_add(n),
+            None if n > 0 => self.counts.push((reason, n)),
+            None => {}
         }
     }
 

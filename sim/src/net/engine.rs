@@ -31,7 +31,7 @@ use crate::fabric::sma::{Agents, Effect, KeyViolation, QP1_QKEY, Reply, Silent, 
 use crate::fabric::state::{LinkState, MCAST_LID_BASE, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
 use crate::idmap::IdKeyMap;
-use crate::link::{PortSink, PortSnapshot};
+use crate::link::{PortSink, PortSnapshot, ReceiveDrop};
 use crate::packet::Packet;
 use crate::sched::Task;
 
@@ -132,6 +132,33 @@ impl NetState {
     fn dropped(&mut self, reason: DropReason) -> Next {
         self.drops.count(reason);
         Next::Done
+    }
+
+    /// `slid` moved into the LIDs of `port`: the port's base LID with the path bits of
+    /// `slid` that its LMC leaves to the sender, as an HCA builds the LRH's SLID (the
+    /// simulated ConnectX: `(lid & !mask) | (path_bits & mask)`). For a device the network does
+    /// not trust to set it (a fabric server's client, which could claim any port's LID).
+    pub(crate) fn own_slid(&self, port: PortId, slid: u16) -> u16 {
+        let p = self.fabric.port(port);
+        let mask = (1u16 << p.lmc().min(7)) - 1;
+        (p.lid() & !mask) | (slid & mask)
+    }
+
+    /// `n` packets the network had delivered to `port` were dropped there, for `reason`:
+    /// counted in the port's PMA counter that `drop` names and in the network's drops.
+    pub(crate) fn count_port_drops(
+        &mut self,
+        port: PortId,
+        drop: ReceiveDrop,
+        reason: DropReason,
+        n: u64,
+    ) {
+        let c = self.agents.counters_mut(port);
+        match drop {
+            ReceiveDrop::Vl15 => c.vl15_dropped = c.vl15_dropped.saturating_add(n),
+            ReceiveDrop::Overrun => c.rcv_errors = c.rcv_errors.saturating_add(n),
+        }
+        self.drops.add(reason, n);
     }
 
     /// A device at `from` put `packet` on the wire.

@@ -101,7 +101,7 @@ pub use crate::fabric::sma::QP1_QKEY;
 use crate::fabric::sma::Sma;
 use crate::fabric::state::{LinkState, PhysState};
 use crate::fabric::{Fabric, NodeId, NodeType, PortId};
-use crate::link::{PortLink, PortSink};
+use crate::link::{PortLink, PortSink, ReceiveDrop};
 use crate::sched::Scheduler;
 
 /// The seed of the fault generator until [`Network::reseed`].
@@ -395,6 +395,14 @@ impl Network {
     /// one nothing crossed).
     pub fn counters(&self, port: PortId) -> PortCounters {
         self.shared.lock().agents.counters(port)
+    }
+
+    /// A packet the network had delivered to `port` (a CA port) was dropped on its way to the
+    /// device, for `reason` (a fabric server's client queue full): counted in the port's
+    /// counter that `drop` names and in [`Network::drops`].
+    pub(crate) fn count_port_drop(&self, port: PortId, drop: ReceiveDrop, reason: DropReason) {
+        self.shared
+            .run(|st| st.count_port_drops(port, drop, reason, 1));
     }
 
     /// Packets dropped so far, by reason.

@@ -2,10 +2,10 @@
 //! `hca sim serve` serves one fabric to several programs).
 
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use embed::serve::{ExitSignals, ServeOptions, Serving};
+use embed::serve::{ExitSignals, ServeError, ServeOptions, Serving};
 use hca_tools::output_file::ReplaceFile;
 use sim::fabric::generator;
 
@@ -48,14 +48,17 @@ umad2sim clients. Each program is a client: its simulated ConnectX attaches to o
 with the device string sim:server=SOCKET,node=NAME[,port=N]. Time is the wall clock.
 
 The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.sock in the
-temporary directory. A socket a live server answers on is refused; a stale one is replaced.
+temporary directory. It is made with mode 0600, and only programs of the server's user or of
+root may attach (others are refused and the refusal logged). A socket a live server answers
+on is refused; a stale one is replaced.
 Servers starting on one path take turns through a lock file beside the socket, SOCKET.lock,
 which stays (it is never stale: the kernel drops the lock when its holder exits).
 SIGINT, SIGTERM or SIGHUP (the terminal it runs in closed) stops the server: clients are
 detached (an SM's IsSM bit is cleared), the state is saved to --state, the socket is
-removed, and hca sim serve exits with status 0. A --state file that cannot be written, and a
-topology with no CA (nothing a client could attach to), are refused at the start. A client
-whose server goes away sees its port go Down.
+removed, and hca sim serve exits with status 0 (should waiting for those signals fail, it
+stops the same way, state saved, and exits with status 1). A --state file that cannot be
+written, and a topology with no CA (nothing a client could attach to), are refused at the
+start. A client whose server goes away sees its port go Down.
 
 Examples:
   hca sim serve --topology net &
@@ -154,21 +157,46 @@ fn serve(args: &ServeArgs) -> CmdResult {
         std::process::id(),
         serving.socket().display(),
     ));
-    let sig = loop {
-        if let Some(sig) = signals.wait(Duration::from_secs(1))? {
-            break sig;
+    serve_until(serving, args.state.as_deref(), |t| signals.wait(t))
+}
+
+/// Waits with `wait` (a second at a time) for SIGINT, SIGTERM or SIGHUP, then stops `serving`:
+/// clients detached, the state saved to `state`, the socket removed. A wait that fails stops
+/// the server all the same (its state is saved: clients may have changed it for hours), and
+/// is then the error returned.
+fn serve_until(
+    serving: Serving,
+    state: Option<&Path>,
+    mut wait: impl FnMut(Duration) -> Result<Option<i32>, ServeError>,
+) -> CmdResult {
+    let waited = loop {
+        match wait(Duration::from_secs(1)) {
+            Ok(Some(sig)) => break Ok(sig),
+            Ok(None) => {}
+            Err(e) => break Err(e),
         }
     };
-    let name = hca_tools::interrupt::name(sig);
-    note(format_args!("{name}: stopping the fabric server"));
-    serving.stop()?;
-    if let Some(state) = &args.state {
+    match &waited {
+        Ok(sig) => {
+            let name = hca_tools::interrupt::name(*sig);
+            note(format_args!("{name}: stopping the fabric server"));
+        }
+        Err(e) => note(format_args!(
+            "waiting for SIGINT, SIGTERM or SIGHUP failed ({e}): stopping the fabric server"
+        )),
+    }
+    let stopped = serving.stop();
+    if let (Ok(()), Some(state)) = (&stopped, state) {
         note(format_args!(
             "saved the fabric's state to {}",
             state.display()
         ));
     }
-    Ok(())
+    match (waited, stopped) {
+        (Ok(_), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e.into()),
+        (Err(w), Err(s)) => Err(format!("{w}; and stopping the server: {s}").into()),
+    }
 }
 
 /// Ignores SIGPIPE for the rest of the server's life.
@@ -213,4 +241,77 @@ fn generate(args: &GenArgs) -> CmdResult {
         fabric.link_count()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server of one switch with one host, its state in `dir/net.state`.
+    fn start(dir: &Path) -> Serving {
+        let topology = dir.join("net.topo");
+        let mut out = std::fs::File::create(&topology).unwrap();
+        generator::generate_text("switch:hosts=1", &mut out).unwrap();
+        drop(out);
+        Serving::start(&ServeOptions {
+            topology,
+            socket: dir.join("fabric.sock"),
+            state: Some(dir.join("net.state")),
+            seed: None,
+        })
+        .unwrap()
+    }
+
+    /// host-1's LID as the state file has it, read into a fresh server.
+    fn saved_lid(dir: &Path) -> u16 {
+        let again = start(dir);
+        let net = again.server().network();
+        let port = net.port("host-1", 1).unwrap();
+        let lid = net.with_fabric(|f| f.port(port).lid());
+        again.stop().unwrap();
+        lid
+    }
+
+    // The wait for the exit signals can fail (sigtimedwait's EINVAL, a seccomp filter): the
+    // server must still stop cleanly and keep what its clients changed, not drop the state.
+    #[test]
+    fn a_failed_wait_for_signals_still_saves_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let serving = start(dir.path());
+        let net = serving.server().network();
+        let port = net.port("host-1", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(port, 7, 0).unwrap());
+        let mut waits = 0;
+        let r = serve_until(serving, Some(&dir.path().join("net.state")), |_| {
+            waits += 1;
+            if waits < 3 {
+                Ok(None)
+            } else {
+                Err(ServeError::Signals(std::io::Error::from_raw_os_error(
+                    libc::EINVAL,
+                )))
+            }
+        });
+        let e = r.expect_err("the failed wait is the error");
+        assert!(e.to_string().contains("signal handling"), "{e}");
+        assert!(
+            !dir.path().join("fabric.sock").exists(),
+            "the socket removed"
+        );
+        assert_eq!(saved_lid(dir.path()), 7, "the state saved at the stop");
+    }
+
+    #[test]
+    fn a_signal_stops_the_server_and_saves_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let serving = start(dir.path());
+        let net = serving.server().network();
+        let port = net.port("host-1", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(port, 9, 0).unwrap());
+        serve_until(serving, Some(&dir.path().join("net.state")), |_| {
+            Ok(Some(libc::SIGTERM))
+        })
+        .unwrap();
+        assert_eq!(saved_lid(dir.path()), 9);
+    }
 }

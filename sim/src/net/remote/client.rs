@@ -6,16 +6,18 @@
 //! [`Scheduler::notify`] so that a waiting driver wakes; answers go to the call waiting for
 //! them. That scheduler runs only when the device's driver waits or rings a doorbell, so the
 //! deliveries waiting there are capped ([`RemoteTarget::max_pending`]); beyond, they are
-//! dropped and counted, as a receive queue without WQEs drops packets. `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a
-//! timeout. [`PortLink::count_drop`] is not forwarded (the wire protocol has no message for
-//! it): a VL15 packet the device drops is not counted in the server's VL15Dropped.
+//! dropped and counted, and told to the server as drops of the port (an SMP in its
+//! VL15Dropped, a data packet in its PortRcvErrors), as a port without buffers drops them.
+//! `local_mad`, `port_info` and `modify_capability_mask` are synchronous calls with a timeout.
+//! [`PortLink::count_drop`] is a COUNT_DROP frame: a packet the device drops (an SMP its QP0
+//! cannot take) is counted in the server's port counter (VL15Dropped) and drops.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -24,9 +26,11 @@ use mad_wire::attr_id;
 use super::error::RemoteError;
 use super::last_answers::{LastAnswers, local_get};
 use super::server::CLIENT_QUEUE;
-use super::sock::send_all;
-use super::wire::{ClientMsg, ServerMsg, VERSION, WireError, read_frame};
-use crate::link::{PortChange, PortLink, PortSink, PortSnapshot};
+use super::sock::{send_all, send_now};
+use super::wire::{
+    ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame, refused_version,
+};
+use crate::link::{PortChange, PortLink, PortSink, PortSnapshot, ReceiveDrop};
 use crate::packet::Packet;
 use crate::sched::Scheduler;
 
@@ -42,6 +46,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The receive drops a link tells the server of, in the order of [`Shared::unreported`].
+const DROP_KINDS: [ReceiveDrop; 2] = [ReceiveDrop::Vl15, ReceiveDrop::Overrun];
+
+fn drop_slot(d: ReceiveDrop) -> usize {
+    match d {
+        ReceiveDrop::Vl15 => 0,
+        ReceiveDrop::Overrun => 1,
+    }
+}
+
 /// Where to attach: a server's socket, a CA node's name and one of its ports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteTarget {
@@ -54,8 +68,9 @@ pub struct RemoteTarget {
     /// How long the attach and every later call may wait for the server.
     pub timeout: Duration,
     /// Deliveries that may wait on the device's scheduler (which runs only when the driver
-    /// waits or rings a doorbell) before more are dropped, as a receive queue without WQEs
-    /// drops them: [`CLIENT_QUEUE`] by default, the server's own limit per client.
+    /// waits or rings a doorbell) before more are dropped, as a port without buffers drops
+    /// them (counted in the server's port counters: [`RemoteStats::overflowed`]):
+    /// [`CLIENT_QUEUE`] by default, the server's own limit per client.
     pub max_pending: usize,
 }
 
@@ -82,8 +97,13 @@ pub struct RemoteStats {
     /// Packets the device transmitted after the link died (dropped).
     pub dropped: u64,
     /// Packets the server delivered that were dropped because
-    /// [`max_pending`](RemoteTarget::max_pending) deliveries already waited for the device.
+    /// [`max_pending`](RemoteTarget::max_pending) deliveries already waited for the device:
+    /// each reported to the server as the port could not take it (an SMP in VL15Dropped, a
+    /// data packet in PortRcvErrors), as a port without buffers drops it on hardware.
     pub overflowed: u64,
+    /// Received packets dropped (by the device, [`PortLink::count_drop`], or as `overflowed`)
+    /// that the link told the server of (COUNT_DROP), for the port's counters there.
+    pub reported_drops: u64,
 }
 
 /// Calls waiting for an answer, and whether the link is dead.
@@ -113,6 +133,9 @@ struct Shared {
     delivered: AtomicU64,
     dropped: AtomicU64,
     overflowed: AtomicU64,
+    reported_drops: AtomicU64,
+    /// Receive drops not told to the server yet, by counter ([`DROP_KINDS`]).
+    unreported: [AtomicU64; 2],
     /// Deliveries scheduled on the device's scheduler and not run yet (shared with the
     /// events, which outlive nothing of the link's but this).
     pending: Arc<AtomicUsize>,
@@ -204,6 +227,19 @@ fn attach(stream: &UnixStream, target: &RemoteTarget) -> Result<(), RemoteError>
     };
     match ServerMsg::decode(&body) {
         Ok(ServerMsg::Attached { version }) if version == VERSION => Ok(()),
+        Ok(ServerMsg::Attached { version }) => Err(RemoteError::Version {
+            path: path.to_owned(),
+            ours: VERSION,
+            server: Some(version),
+        }),
+        Ok(ServerMsg::Refused {
+            code: RefuseCode::Version,
+            message,
+        }) => Err(RemoteError::Version {
+            path: path.to_owned(),
+            ours: VERSION,
+            server: refused_version(&message),
+        }),
         Ok(ServerMsg::Refused { code, message }) => Err(RemoteError::Refused {
             path: path.to_owned(),
             node: target.node.clone(),
@@ -267,6 +303,8 @@ impl RemoteLink {
             delivered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
+            reported_drops: AtomicU64::new(0),
+            unreported: [AtomicU64::new(0), AtomicU64::new(0)],
             pending: Arc::new(AtomicUsize::new(0)),
             max_pending: target.max_pending,
         });
@@ -315,6 +353,7 @@ impl RemoteLink {
             delivered: s.delivered.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             overflowed: s.overflowed.load(Ordering::Relaxed),
+            reported_drops: s.reported_drops.load(Ordering::Relaxed),
         }
     }
 
@@ -362,7 +401,109 @@ impl RemoteLink {
 
 impl Shared {
     fn send(&self, msg: &ClientMsg) -> std::io::Result<()> {
-        send_all(&lock(&self.writer), &msg.encode())
+        self.send_with_drops(Some(msg))
+    }
+
+    /// Writes the drops not told yet (COUNT_DROP), then `msg`, waiting for the socket (up to
+    /// the timeout) as every call of the device does.
+    fn send_with_drops(&self, msg: Option<&ClientMsg>) -> std::io::Result<()> {
+        let w = lock(&self.writer);
+        let (drops, taken) = self.take_unreported();
+        // On failure the link dies, and the drops with it: nobody keeps the counters.
+        match msg.map(ClientMsg::encode) {
+            // Nearly always: one frame, as it was encoded.
+            Some(frame) if drops.is_empty() => send_all(&w, &frame)?,
+            Some(frame) => {
+                let mut buf = drops;
+                buf.extend_from_slice(&frame);
+                send_all(&w, &buf)?;
+            }
+            None if drops.is_empty() => {}
+            None => send_all(&w, &drops)?,
+        }
+        self.reported(taken);
+        drop(w);
+        // A drop counted while we held the writer was not told by the reader: tell it now.
+        self.report_drops_now();
+        Ok(())
+    }
+
+    /// COUNT_DROP frames for the drops not told yet, taken from [`Shared::unreported`], and
+    /// how many of each they carry.
+    fn take_unreported(&self) -> (Vec<u8>, [u64; 2]) {
+        let mut buf = Vec::new();
+        let mut taken = [0u64; 2];
+        for (i, &drop) in DROP_KINDS.iter().enumerate() {
+            let n = self.unreported[i].swap(0, Ordering::SeqCst);
+            if n == 0 {
+                continue;
+            }
+            let count = u32::try_from(n).unwrap_or(u32::MAX);
+            if u64::from(count) < n {
+                self.unreported[i].fetch_add(n - u64::from(count), Ordering::SeqCst);
+            }
+            buf.extend_from_slice(&ClientMsg::CountDrop { drop, count }.encode());
+            taken[i] = u64::from(count);
+        }
+        (buf, taken)
+    }
+
+    fn reported(&self, taken: [u64; 2]) {
+        self.reported_drops
+            .fetch_add(taken.iter().sum(), Ordering::Relaxed);
+    }
+
+    /// Tells the server of the drops not told yet if the writer is free and the socket takes
+    /// them without waiting; otherwise they go with the next frame the link writes. The
+    /// reader thread calls this: it must never wait for the server, which may be waiting for
+    /// it to read (its queue for us full).
+    fn report_drops_now(&self) {
+        if self
+            .unreported
+            .iter()
+            .all(|n| n.load(Ordering::SeqCst) == 0)
+        {
+            return;
+        }
+        let w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let (buf, taken) = self.take_unreported();
+        if buf.is_empty() {
+            return;
+        }
+        match send_now(&w, &buf) {
+            Ok(true) => self.reported(taken),
+            Ok(false) => {
+                for (n, t) in self.unreported.iter().zip(taken) {
+                    n.fetch_add(t, Ordering::SeqCst);
+                }
+            }
+            Err(e) => {
+                drop(w);
+                self.die(&format!("writing to the server failed: {e}"));
+            }
+        }
+    }
+
+    /// The server's delivery `p` found no room: dropped, and told to the server as a drop of
+    /// the port (an SMP in VL15Dropped, a data packet in PortRcvErrors).
+    fn overflow(&self, p: &Packet) {
+        let n = self.overflowed.fetch_add(1, Ordering::Relaxed);
+        if n.is_power_of_two() {
+            tracing::warn!(
+                "fabric link to {} (device port {}): {} deliveries wait for the device; {} \
+                 dropped so far",
+                self.path.display(),
+                self.device_port,
+                self.max_pending,
+                n + 1
+            );
+        }
+        self.unreported[drop_slot(ReceiveDrop::for_packet(p))].fetch_add(1, Ordering::SeqCst);
+        self.report_drops_now();
     }
 
     /// The link is dead: fail the waiting calls, close the socket, and (unless the link is
@@ -401,17 +542,7 @@ impl Shared {
         // Only this thread adds, so the count cannot pass the limit between the check and
         // the increment; events running meanwhile only lower it.
         if self.pending.load(Ordering::SeqCst) >= self.max_pending {
-            let n = self.overflowed.fetch_add(1, Ordering::Relaxed);
-            if n.is_power_of_two() {
-                tracing::warn!(
-                    "fabric link to {} (device port {}): {} deliveries wait for the device; \
-                     {} dropped so far",
-                    self.path.display(),
-                    self.device_port,
-                    self.max_pending,
-                    n + 1
-                );
-            }
+            self.overflow(&p);
             return;
         }
         self.pending.fetch_add(1, Ordering::SeqCst);
@@ -549,6 +680,18 @@ impl PortLink for RemoteLink {
         }
     }
 
+    fn count_drop(&self, drop: ReceiveDrop) {
+        let s = &self.shared;
+        if lock(&s.calls).dead.is_some() {
+            // Nobody keeps the port's counters any more.
+            return;
+        }
+        s.unreported[drop_slot(drop)].fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = s.send_with_drops(None) {
+            s.die(&format!("writing to the server failed: {e}"));
+        }
+    }
+
     fn modify_capability_mask(&self, set: u32, clear: u32) -> u32 {
         match self.call(|id| ClientMsg::ModifyCapMask { id, set, clear }) {
             Some(ServerMsg::CapMask { mask, .. }) => {
@@ -572,6 +715,11 @@ impl Drop for RemoteLink {
     /// and reopening the device at once is not refused as taken.
     fn drop(&mut self) {
         let s = &self.shared;
+        if lock(&s.calls).dead.is_none() {
+            // Drops the reader could not tell without waiting: the port's counters are the
+            // server's.
+            let _ = s.send_with_drops(None);
+        }
         s.closing.store(true, Ordering::SeqCst);
         // Our end of the stream: the server reads EOF, detaches, then closes its end, which
         // ends the reader. A server that does not within the timeout is cut off.

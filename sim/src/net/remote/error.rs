@@ -74,6 +74,22 @@ pub enum RemoteError {
         /// Why, in the server's words.
         message: String,
     },
+    /// The server speaks another version of the protocol (it refused ours, or answered the
+    /// attach with its own): client and server must come from the same build.
+    #[error(
+        "the fabric server at {path} speaks protocol version {}, this program version {ours}: \
+         run this program from the same build of hca as `hca sim serve`, or restart the server \
+         with this program's build",
+        server.map_or_else(|| "another".to_owned(), |v| v.to_string())
+    )]
+    Version {
+        /// The socket's path.
+        path: PathBuf,
+        /// The version this program speaks.
+        ours: u16,
+        /// The server's version, when it said (`None`: a refusal that did not).
+        server: Option<u16>,
+    },
     /// The server sent something that is not this protocol.
     #[error("the fabric server at {path} sent a malformed frame: {source}")]
     Malformed {

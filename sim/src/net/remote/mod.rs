@@ -6,7 +6,7 @@
 //! (but one level lower: here the clients are whole simulated HCAs with the driver and MAD
 //! layer above them, and the wire carries packets, not umad MADs).
 //!
-//! # The protocol (version 1)
+//! # The protocol (version 2)
 //!
 //! A stream of frames, each a 4-byte big-endian length `N` (1 ..= [`wire::MAX_FRAME`], 1024)
 //! followed by `N` bytes: a type byte, then the type's fields, all big-endian, with no
@@ -22,10 +22,11 @@
 //! | type | name | fields |
 //! |---|---|---|
 //! | 0x01 | ATTACH | magic u32 `0x48434146` ("HCAF"), version u16, port u8, name length u16 (1..=512), node name (UTF-8) |
-//! | 0x02 | TRANSMIT | a packet leaving the client's port |
+//! | 0x02 | TRANSMIT | a packet leaving the client's port (the server forces its SLID into the port's LIDs: base LID, with the path bits the LMC leaves to the sender) |
 //! | 0x03 | LOCAL_MAD | request id u32, flags u8 (bit 0: ignore M_Key), MAD 256 bytes |
 //! | 0x04 | PORT_INFO | request id u32 |
 //! | 0x05 | MODIFY_CAP_MASK | request id u32, set u32, clear u32 |
+//! | 0x06 | COUNT_DROP | counter u8 (1: VL15Dropped, 2: PortRcvErrors), count u32 (1 and up): received packets the device dropped, counted in the port's PMA counter and the network's drops (version 2) |
 //!
 //! Server to client:
 //!
@@ -39,20 +40,29 @@
 //! | 0x86 | PORT_INFO_ANSWER | request id u32, PortState u8, PhysState u8, LMC u8, SM SL u8, LID u16, SM LID u16, port GUID u64, node GUID u64, subnet prefix u64, CapabilityMask u32, P_Key table length u16 |
 //! | 0x87 | CAP_MASK_ANSWER | request id u32, the new CapabilityMask u32 |
 //!
+//! Who may connect: the socket file has mode 0600, and the server takes a connection only
+//! from a process of its own user or of root (the kernel's `SO_PEERCRED`); any other gets
+//! REFUSED Forbidden at once, before the server reads a byte of it. A client checks the
+//! server's user the same way before it believes anything it says.
+//!
 //! The conversation: the client's first frame is ATTACH, whole within the server's attach
 //! timeout (10 s by default: one deadline from the connection, however the bytes come). A
 //! server with too many connections waiting to attach (64 by default) refuses a new one at
 //! once, before reading it, with REFUSED Busy. The server answers ATTACHED, or REFUSED and
-//! closes: version mismatch (the versions must be equal), unknown node, port 0 or beyond the
-//! node's ports, a switch or router, a port another client holds, a malformed frame, no
-//! ATTACH in time (Timeout). Then, in any order: the client sends TRANSMIT
-//! (no answer), and requests (each answered by the frame of the same id; ids are the
-//! client's, answers come in request order); the server sends DELIVER and PORT_CHANGED
+//! closes: version mismatch (the versions must be equal; the message starts `this server
+//! speaks protocol version N` in every version, [`wire::VERSION_REFUSAL`], so that a client of
+//! another version can tell the user both, [`RemoteError::Version`]), unknown node, port 0 or
+//! beyond the node's ports, a switch or router, a port another client holds, a malformed
+//! frame, no ATTACH in time (Timeout). Then, in any order: the client sends TRANSMIT and
+//! COUNT_DROP (no answer), and requests (each answered by the frame of the same id; ids are
+//! the client's, answers come in request order); the server sends DELIVER and PORT_CHANGED
 //! when the fabric has them. A second ATTACH, a malformed frame or an unknown type ends the
-//! connection with REFUSED (the server logs it; other clients are not affected). When the
-//! connection ends for any reason the server detaches the port and clears the IsSM bit it
-//! had set, as closing the `issm` device does, and only then closes its end: a client that
-//! shuts down its sending side and reads to the end of the stream knows the port is free
+//! connection with REFUSED (the server logs it; other clients are not affected): nothing the
+//! client sent after that frame is read, and nothing is written after the REFUSED (packets
+//! for the port until it is detached are counted lost). When the
+//! connection ends for any reason the server detaches the port and clears the IsSM bit it had
+//! set, as closing the `issm` device does, and only then closes its end: a client that shuts
+//! down its sending side and reads to the end of the stream knows the port is free
 //! (what [`RemoteLink`]'s drop does).
 //!
 //! # Where things run

@@ -1,5 +1,12 @@
-//! Whose server a client has reached: the peer's user id, taken from the kernel
-//! (`SO_PEERCRED`), is checked before anything the server sends is believed.
+//! Whose server a client has reached, and whose client a server has: the peer's user id,
+//! taken from the kernel (`SO_PEERCRED`), is checked before anything the other side sends is
+//! believed.
+//!
+//! A server takes clients of its own user and root only ([`may_attach`]): another user's
+//! program could otherwise send as a port of the fabric (and the SM's port among them), or
+//! read what reaches it. Its socket file is made with mode 0600 as well, so that another user
+//! cannot even connect; the check holds where the mode does not (a server running as root
+//! serves root and nobody else, whatever the file's mode).
 //!
 //! Without `XDG_RUNTIME_DIR` the default socket is `hca-fabric-$USER.sock` in the temporary
 //! directory, a path any user can create first. A server of another user there would see
@@ -45,6 +52,12 @@ pub(crate) fn our_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// Whether a server running as `server` takes a client running as `client`: its own user
+/// or root.
+pub(crate) fn may_attach(server: u32, client: u32) -> bool {
+    client == server || client == 0
+}
+
 /// Accepts a server running as `ours` or as root; refuses any other with
 /// [`RemoteError::ForeignServer`].
 pub(crate) fn check_owner(path: &Path, server: u32, ours: u32) -> Result<(), RemoteError> {
@@ -76,6 +89,15 @@ mod tests {
         assert!(e.to_string().contains("uid 1001"), "{e}");
         // Root's client is no exception: it trusts root's and its own servers only.
         assert!(check_owner(p, 1000, 0).is_err());
+    }
+
+    #[test]
+    fn a_server_takes_its_own_users_and_roots_clients_only() {
+        assert!(may_attach(1000, 1000));
+        assert!(may_attach(1000, 0));
+        assert!(!may_attach(1000, 1001));
+        assert!(may_attach(0, 0));
+        assert!(!may_attach(0, 1000), "a root server serves root only");
     }
 
     #[test]

@@ -4,12 +4,20 @@
 //! port change is a scheduler event, so this thread is what moves packets between clients);
 //! each client has a reader (its frames, answered under the network's lock) and a writer (the
 //! frames for it, from a bounded queue, so a client that stops reading can hold up only
-//! itself: when its queue is full, packets for it are dropped and counted, as a full
-//! receive queue drops them on hardware). Packets for a client whose connection has ended or
-//! failed are counted too ([`ServerStats::gone_drops`], and in the network's
-//! [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone), as an
-//! in-process network counts a packet for a device that has gone): every packet the network
-//! hands a client is written to its socket or counted.
+//! itself: when its queue is full, packets for it are dropped and counted, as a port without
+//! buffers drops them on hardware: in [`ServerStats::queue_drops`], the port's VL15Dropped or
+//! PortRcvErrors and the network's [`drops`](Network::drops) as
+//! [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull)). Packets for a client whose
+//! connection has ended, failed or been refused are counted too ([`ServerStats::gone_drops`],
+//! and in the network's [`drops`](Network::drops) as
+//! [`DeviceGone`](crate::net::DropReason::DeviceGone), as an in-process network counts a
+//! packet for a device that has gone): every packet the network hands a client is written to
+//! its socket or counted.
+//!
+//! The socket file has mode 0600 from its creation (the socket's own mode is set before the
+//! bind, which Linux's `unix_bind` gives the file), and a connection is taken only from the
+//! server's own user or root (`SO_PEERCRED`, `peer.rs`): another user's is refused with
+//! [`RefuseCode::Forbidden`] before anything is read, and logged.
 //!
 //! The socket file: a server takes an exclusive `flock` on `PATH.lock` beside it while it
 //! claims the path (a stale socket, one nobody answers on, is removed), binds and records
@@ -23,7 +31,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -33,12 +41,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::error::RemoteError;
-use super::sock::send_all;
+use super::peer::{may_attach, our_uid, peer_uid};
+use super::sock::{bind_owner_only, send_all};
 use super::wake::{Stop, StopSignal, Woken, stop_pair};
-use super::wire::{ClientMsg, RefuseCode, ServerMsg, VERSION, WireError, read_frame};
+use super::wire::{
+    ClientMsg, RefuseCode, ServerMsg, VERSION, VERSION_REFUSAL, WireError, read_frame,
+};
 use crate::clock::ClockMode;
-use crate::link::{PortChange, PortLink, PortSink};
-use crate::net::{AttachedPort, NetError, Network};
+use crate::fabric::PortId;
+use crate::link::{PortChange, PortLink, PortSink, ReceiveDrop};
+use crate::net::{AttachedPort, DropReason, NetError, Network};
 use crate::packet::Packet;
 
 /// Frames waiting for one client before packets for it are dropped.
@@ -101,12 +113,19 @@ pub struct ServerStats {
     /// Connections that sent no whole ATTACH within [`ServerLimits::attach_timeout`] (also
     /// counted in `refused`).
     pub timed_out: u64,
-    /// Packets and port changes dropped because a client's queue was full.
+    /// Connections of a process of another user than the server's, not root, refused with
+    /// [`RefuseCode::Forbidden`] before anything was read (also counted in `refused`).
+    pub forbidden: u64,
+    /// Packets and port changes dropped because a client's queue was full. The packets are
+    /// also counted in the network's [`drops`](Network::drops) as
+    /// [`ClientQueueFull`](crate::net::DropReason::ClientQueueFull) and in the client port's
+    /// VL15Dropped (an SMP) or PortRcvErrors (a data packet).
     pub queue_drops: u64,
     /// Packets (DELIVER frames) written to clients' sockets.
     pub sent: u64,
-    /// Packets for a client whose connection had ended or failed before they could be
-    /// written: queued when it went, or handed over after. Also counted in the network's
+    /// Packets for a client whose connection had ended, failed or been refused (nothing is
+    /// written after a REFUSED) before they could be written: queued when it went, or handed
+    /// over after. Also counted in the network's
     /// [`drops`](Network::drops) as [`DeviceGone`](crate::net::DropReason::DeviceGone). (Port
     /// changes for a gone client are news to nobody, as in the network: not counted.)
     pub gone_drops: u64,
@@ -120,6 +139,7 @@ struct Counters {
     malformed: AtomicU64,
     busy: AtomicU64,
     timed_out: AtomicU64,
+    forbidden: AtomicU64,
     queue_drops: AtomicU64,
     sent: AtomicU64,
     gone_drops: AtomicU64,
@@ -131,11 +151,28 @@ struct Conn {
     thread: JoinHandle<()>,
 }
 
+/// Ends a connection's record when its thread is done (also if it panicked): its socket
+/// handle closed, its thread handed over to be joined ([`Shared::conn_ended`]).
+struct ConnEnd {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for ConnEnd {
+    fn drop(&mut self) {
+        self.shared.conn_ended(self.id);
+    }
+}
+
 /// What the server's threads share.
 struct Shared {
     net: Network,
     stop: AtomicBool,
-    conns: Mutex<Vec<Conn>>,
+    /// Connections open, by number: each a thread and a descriptor of its socket here.
+    conns: Mutex<HashMap<u64, Conn>>,
+    /// Threads whose connection has ended, to be joined (by the clock thread within a tick,
+    /// by the accept thread, at the stop).
+    finished: Mutex<Vec<JoinHandle<()>>>,
     /// Attached clients by connection number: node name and port.
     attached: Mutex<HashMap<u64, (String, u8)>>,
     /// Connections accepted and not yet attached (or refused).
@@ -143,6 +180,12 @@ struct Shared {
     next_conn: AtomicU64,
     counters: Counters,
     limits: ServerLimits,
+    /// The user the server runs as: its clients must run as it, or as root.
+    uid: u32,
+    /// The user id the server takes its clients' to be, instead of the kernel's: for a test of
+    /// another user's client, which a test cannot be.
+    #[cfg(test)]
+    peer_uid: Mutex<Option<u32>>,
     /// Runs right after a client's port is attached, for a test to make the network deliver
     /// to the client at the earliest moment it can.
     #[cfg(test)]
@@ -150,6 +193,26 @@ struct Shared {
 }
 
 impl Shared {
+    /// Connection `id` has ended: its socket handle is closed and its thread, about to
+    /// return, is handed over to be joined. Nothing when the stop has taken the connection
+    /// already (it joins the thread itself).
+    fn conn_ended(&self, id: u64) {
+        let mut conns = lock(&self.conns);
+        if let Some(c) = conns.remove(&id) {
+            drop(c.stream);
+            lock(&self.finished).push(c.thread);
+        }
+    }
+
+    /// Joins the threads whose connection has ended. Never called by a connection's thread
+    /// (which would find its own handle).
+    fn reap(&self) {
+        let done = std::mem::take(&mut *lock(&self.finished));
+        for t in done {
+            let _ = t.join();
+        }
+    }
+
     /// Counts `msg`, for a client that has gone, as lost: a packet is a drop, a port change
     /// nothing.
     fn lost(&self, msg: &ServerMsg) {
@@ -316,10 +379,19 @@ impl FabricServer {
         // path in between (remove the stale socket after we did, and then ours).
         let guard = lock_socket_path(path)?;
         claim(path)?;
-        let listener = UnixListener::bind(path).map_err(|e| RemoteError::ServerIo {
+        // Mode 0600 from the start (see `bind_owner_only`), then exactly 0600 whatever the
+        // umask took away: only our user (and root) may connect.
+        let listener = bind_owner_only(path).map_err(|e| RemoteError::ServerIo {
             path: path.to_owned(),
             what: "binding",
             source: e,
+        })?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+            RemoteError::ServerIo {
+                path: path.to_owned(),
+                what: "making the socket its owner's only (mode 0600)",
+                source: e,
+            }
         })?;
         // Non-blocking: the accept thread accepts only what poll() reported, and a client
         // that went away meanwhile must not leave it blocked in accept().
@@ -345,12 +417,16 @@ impl FabricServer {
         let shared = Arc::new(Shared {
             net,
             stop: AtomicBool::new(false),
-            conns: Mutex::new(Vec::new()),
+            conns: Mutex::new(HashMap::new()),
+            finished: Mutex::new(Vec::new()),
             attached: Mutex::new(HashMap::new()),
             handshakes: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
             counters: Counters::default(),
             limits,
+            uid: our_uid(),
+            #[cfg(test)]
+            peer_uid: Mutex::new(None),
             #[cfg(test)]
             after_attach: Mutex::new(None),
         });
@@ -400,6 +476,14 @@ impl FabricServer {
         v
     }
 
+    /// What the server holds for connections now: those open (each a thread and a
+    /// descriptor of its socket), and those ended whose thread is not joined yet (within a
+    /// tick of its clock, 200 ms). 0 when no client is connected, once the last one's end
+    /// is done.
+    pub fn connections(&self) -> usize {
+        lock(&self.shared.conns).len() + lock(&self.shared.finished).len()
+    }
+
     /// What the server has counted.
     pub fn stats(&self) -> ServerStats {
         let c = &self.shared.counters;
@@ -410,6 +494,7 @@ impl FabricServer {
             malformed: c.malformed.load(Ordering::Relaxed),
             busy: c.busy.load(Ordering::Relaxed),
             timed_out: c.timed_out.load(Ordering::Relaxed),
+            forbidden: c.forbidden.load(Ordering::Relaxed),
             queue_drops: c.queue_drops.load(Ordering::Relaxed),
             sent: c.sent.load(Ordering::Relaxed),
             gone_drops: c.gone_drops.load(Ordering::Relaxed),
@@ -437,12 +522,14 @@ impl FabricServer {
             let _ = t.join();
         }
         let conns = std::mem::take(&mut *lock(&self.shared.conns));
-        for c in &conns {
+        for c in conns.values() {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
         }
-        for c in conns {
+        for (_, c) in conns {
             let _ = c.thread.join();
         }
+        // Those that ended before: handed over before the connections were taken.
+        self.shared.reap();
         // Only the socket this server bound: another server may have replaced the file. Our
         // listening socket, still open, keeps the inode we recorded ours (Linux's unix_bind
         // holds the bound path until unix_release_sock), so a match is no reused inode.
@@ -463,10 +550,12 @@ impl Drop for FabricServer {
 }
 
 /// Runs the network's scheduler until the server stops: deliveries to clients happen here.
+/// Also joins, every tick, the threads of connections that have ended.
 fn run_clock(shared: &Shared) {
     let sched = shared.net.scheduler();
     while !shared.stop.load(Ordering::SeqCst) {
         sched.run_until(sched.now() + CLOCK_TICK);
+        shared.reap();
     }
 }
 
@@ -506,6 +595,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
         }
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        if !peer_allowed(shared, id, &stream) {
+            continue;
+        }
         // Only this thread adds, so the count cannot pass the limit between the check and the
         // increment.
         let max = shared.limits.max_handshakes;
@@ -527,19 +619,68 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, signal: &StopSigna
             continue;
         };
         let s = shared.clone();
+        // Held until the connection is recorded, so that its end (which takes the lock)
+        // finds it.
+        let mut conns = lock(&shared.conns);
         let thread = std::thread::Builder::new()
             .name(format!("fabric-client-{id}"))
-            .spawn(move || serve(&s, id, &stream, handshake));
-        let mut conns = lock(&shared.conns);
-        conns.retain(|c| !c.thread.is_finished());
+            .spawn(move || {
+                let _end = ConnEnd {
+                    shared: s.clone(),
+                    id,
+                };
+                serve(&s, id, &stream, handshake);
+            });
         match thread {
-            Ok(thread) => conns.push(Conn {
-                stream: handle,
-                thread,
-            }),
+            Ok(thread) => {
+                conns.insert(
+                    id,
+                    Conn {
+                        stream: handle,
+                        thread,
+                    },
+                );
+            }
             Err(e) => tracing::warn!("fabric server: no thread for connection {id}: {e}"),
         }
+        drop(conns);
+        shared.reap();
     }
+}
+
+/// Whether the process at the other end of a new connection `id` may attach: it runs as the
+/// server's user or as root (`SO_PEERCRED`, the credentials the kernel recorded at its
+/// connect). Another is refused with [`RefuseCode::Forbidden`] and closed before anything of
+/// it is read; a connection whose credentials cannot be read is closed.
+fn peer_allowed(shared: &Shared, id: u64, stream: &UnixStream) -> bool {
+    let uid = match peer_uid(stream) {
+        Ok(uid) => uid,
+        Err(e) => {
+            tracing::warn!(
+                "fabric server: connection {id}: cannot tell whose it is (SO_PEERCRED): {e}; \
+                 closing it"
+            );
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return false;
+        }
+    };
+    #[cfg(test)]
+    let uid = lock(&shared.peer_uid).unwrap_or(uid);
+    if may_attach(shared.uid, uid) {
+        return true;
+    }
+    shared.counters.forbidden.fetch_add(1, Ordering::Relaxed);
+    let m = format!(
+        "this fabric server runs as uid {}: only that user or root may attach, not uid {uid}; \
+         start a fabric server of your own (hca sim serve --socket PATH) and attach to it",
+        shared.uid
+    );
+    tracing::warn!("fabric server: connection {id}: {m}; refusing it");
+    // A fresh socket's buffer takes the refusal at once; never wait on it here.
+    let _ = stream.set_write_timeout(Some(BUSY_WRITE));
+    refuse_now(shared, stream, RefuseCode::Forbidden, &m);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    false
 }
 
 /// What the network holds to reach one client: its queue.
@@ -547,13 +688,26 @@ struct ClientSink {
     tx: SyncSender<ServerMsg>,
     shared: Arc<Shared>,
     id: u64,
+    /// The client's port, whose counters count the packets its full queue drops.
+    port: PortId,
 }
 
 impl ClientSink {
     fn push(&self, msg: ServerMsg) {
         match self.tx.try_send(msg) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.full(),
+            Err(TrySendError::Full(msg)) => {
+                // A packet the port could not take: its counters and the network's drops
+                // count it (a port change lost is news to nobody's counters).
+                if let ServerMsg::Deliver(p) = &msg {
+                    self.shared.net.count_port_drop(
+                        self.port,
+                        ReceiveDrop::for_packet(p),
+                        DropReason::ClientQueueFull,
+                    );
+                }
+                self.full();
+            }
             // The writer has gone (it outlives every sender unless it died).
             Err(TrySendError::Disconnected(msg)) => self.shared.lost(&msg),
         }
@@ -668,9 +822,11 @@ fn handshake(shared: &Shared, id: u64, stream: &UnixStream) -> Option<(String, u
             port,
         }) => {
             if version != VERSION {
+                // Starts with VERSION_REFUSAL in every version: the client reads ours there.
                 let m = format!(
-                    "this server speaks protocol version {VERSION}, the client {version}: use \
-                     the same build of hca for both"
+                    "{VERSION_REFUSAL}{VERSION}, the client {version}: run the client from the \
+                     same build of hca as `hca sim serve`, or restart the server with the \
+                     client's build"
                 );
                 tracing::warn!("fabric server: connection {id}: {m}");
                 refuse_now(shared, stream, RefuseCode::Version, &m);
@@ -709,6 +865,7 @@ fn kind(m: &ClientMsg) -> &'static str {
         ClientMsg::LocalMad { .. } => "LOCAL_MAD",
         ClientMsg::PortInfo { .. } => "PORT_INFO",
         ClientMsg::ModifyCapMask { .. } => "MODIFY_CAP_MASK",
+        ClientMsg::CountDrop { .. } => "COUNT_DROP",
     }
 }
 
@@ -736,6 +893,17 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
     let Some((node, port)) = attach else {
         let _ = stream.shutdown(std::net::Shutdown::Both);
         return;
+    };
+    // The port, for the counters of what its queue drops (the attach below refuses a port
+    // that is no CA's or taken).
+    let pid = match shared.net.port(node.as_str(), port) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!("fabric server: connection {id} refused: {e}");
+            refuse_now(shared, stream, refusal_of(&e), &e.to_string());
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
     };
     // The writer starts before the port is attached and waits for `go` to write ATTACHED:
     // from the attach on, the network may deliver to the client at any time (an SM sweeping
@@ -770,6 +938,7 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
         tx: tx.clone(),
         shared: shared.clone(),
         id,
+        port: pid,
     });
     let link = match shared.net.attach_port(node.as_str(), port, &sink) {
         Ok(l) => l,
@@ -806,7 +975,9 @@ fn serve(shared: &Arc<Shared>, id: u64, stream: &UnixStream, counted: Handshake)
     tracing::info!("fabric server: connection {id} ({node:?} port {port}) detached: {why}");
 }
 
-/// Answers a client's frames until it disconnects or misbehaves; returns why it ended.
+/// Answers a client's frames until it disconnects or misbehaves; returns why it ended. A
+/// frame that earns a REFUSED is the last one read: nothing the client sent after it is
+/// looked at.
 fn read_loop(
     shared: &Shared,
     id: u64,
@@ -836,7 +1007,12 @@ fn read_loop(
         };
         let answer = match msg {
             ClientMsg::Transmit(p) => {
-                link.transmit(p);
+                // The client's SLID is not believed: it leaves with one of its port's LIDs.
+                link.transmit_as_own(p);
+                continue;
+            }
+            ClientMsg::CountDrop { drop, count } => {
+                link.count_drops(drop, u64::from(count));
                 continue;
             }
             ClientMsg::LocalMad {
@@ -892,7 +1068,9 @@ fn malformed(shared: &Shared, id: u64, tx: &SyncSender<ServerMsg>, e: &WireError
 /// sender goes first: the attach failed), then its frames until every sender is gone. Once a
 /// write fails it closes the connection (the reader sees the end and detaches the client) and
 /// takes the rest without writing, counting the packets lost, so that a sender never finds
-/// the queue gone with frames in it uncounted.
+/// the queue gone with frames in it uncounted. A REFUSED is the last frame written: the
+/// connection is over (its reader has stopped), and what the network hands the client until
+/// its port is detached is taken and counted lost the same way.
 fn write_loop(
     shared: &Shared,
     id: u64,
@@ -908,8 +1086,12 @@ fn write_loop(
         if open {
             match write(stream, &msg) {
                 Ok(()) => {
-                    if matches!(msg, ServerMsg::Deliver(_)) {
-                        shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    match msg {
+                        ServerMsg::Deliver(_) => {
+                            shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ServerMsg::Refused { .. } => open = false,
+                        _ => {}
                     }
                     continue;
                 }
@@ -1054,6 +1236,170 @@ mod tests {
         );
         server.shutdown();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A client that does not read: what its full queue drops is counted where a port's
+    // drops are, in its counters (VL15Dropped for an SMP, PortRcvErrors for a data packet)
+    // and the network's drops, not only in the server's own statistics.
+    #[test]
+    fn what_a_full_queue_drops_is_counted_in_the_port_and_the_network() {
+        let (server, dir) = serve_example("sim-full-queue");
+        *lock(&server.shared.after_attach) = Some(Box::new(|sink| {
+            for _ in 0..CLIENT_QUEUE + 10 {
+                sink.deliver(1, packet());
+            }
+            for _ in 0..5 {
+                sink.deliver(
+                    1,
+                    Packet {
+                        vl15: true,
+                        dst_qp: 0,
+                        ..packet()
+                    },
+                );
+            }
+            sink.port_changed(1, PortChange::Lid);
+        }));
+        let mut stream = UnixStream::connect(server.path()).unwrap();
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: "Hca1".into(),
+            port: 1,
+        };
+        send_all(&stream, &attach.encode()).unwrap();
+        assert!(matches!(next(&mut stream), ServerMsg::Attached { .. }));
+        let st = server.stats();
+        assert_eq!(st.queue_drops, 16, "10 GMPs, 5 SMPs, a port change: {st:?}");
+        let net = server.network();
+        let port = net.port("Hca1", 1).unwrap();
+        let c = net.counters(port);
+        assert_eq!((c.rcv_errors, c.vl15_dropped), (10, 5), "{c:?}");
+        assert_eq!(
+            net.drops().get(crate::net::DropReason::ClientQueueFull),
+            15,
+            "the packets, not the port change"
+        );
+        drop(stream);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A process of another user (not root) must not attach, whatever the socket file's mode
+    // let it reach: it is refused before anything of it is read, and told why and what to do.
+    // The kernel's uid of the peer is replaced by another user's (a test cannot be one).
+    #[test]
+    fn a_client_of_another_user_is_refused_before_it_is_read() {
+        let (server, dir) = serve_example("sim-foreign-client");
+        let ours = our_uid();
+        let other = if ours == 1 { 2 } else { 1 };
+        *lock(&server.shared.peer_uid) = Some(other);
+
+        let mut stream = UnixStream::connect(server.path()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let attach = ClientMsg::Attach {
+            version: VERSION,
+            node: "Hca1".into(),
+            port: 1,
+        };
+        // The refusal may come before the ATTACH is written, and the write may fail then.
+        let _ = send_all(&stream, &attach.encode());
+        match next(&mut stream) {
+            ServerMsg::Refused {
+                code: RefuseCode::Forbidden,
+                message,
+            } => {
+                assert!(message.contains(&format!("uid {ours}")), "{message}");
+                assert!(message.contains(&format!("uid {other}")), "{message}");
+                assert!(message.contains("hca sim serve"), "{message}");
+            }
+            other => panic!("expected REFUSED Forbidden, got {other:?}"),
+        }
+        // Then closed (reset: the server left the ATTACH unread).
+        match read_frame(&mut stream) {
+            Ok(None)
+            | Err(WireError::Io {
+                kind: ErrorKind::ConnectionReset,
+                ..
+            }) => {}
+            other => panic!("expected the end of the connection, got {other:?}"),
+        }
+        // Through a link, the refusal is the caller's error.
+        let sink: Arc<dyn PortSink> = Arc::new(Nobody);
+        let sched = Arc::new(Scheduler::new(ClockMode::Real));
+        let target = crate::net::remote::RemoteTarget::new(server.path(), "Hca1", 1);
+        match crate::net::remote::RemoteLink::connect(&target, 1, &sink, &sched) {
+            Err(RemoteError::Refused {
+                code: RefuseCode::Forbidden,
+                ..
+            }) => {}
+            other => panic!("expected the refusal, got {other:?}"),
+        }
+        assert!(server.attached().is_empty());
+        let st = server.stats();
+        assert_eq!(
+            (st.forbidden, st.refused, st.attaches, st.malformed),
+            (2, 2, 0, 0),
+            "{st:?}"
+        );
+
+        // Our own user's (the kernel's word again) attaches.
+        *lock(&server.shared.peer_uid) = None;
+        let link = crate::net::remote::RemoteLink::connect(&target, 1, &sink, &sched).unwrap();
+        assert_eq!(server.attached(), vec![("Hca1".to_owned(), 1)]);
+        drop(link);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Once a client is refused, the connection is over: what reaches its queue after the
+    // REFUSED (deliveries until its port is detached) is not written, and the packets are
+    // counted lost, as for a client gone.
+    #[test]
+    fn nothing_is_written_after_a_refused() {
+        let (server, dir) = serve_example("sim-after-refused");
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (tx, rx) = sync_channel(CLIENT_QUEUE);
+        let (go, ready) = sync_channel::<()>(1);
+        let shared = server.shared.clone();
+        let writer = std::thread::spawn(move || write_loop(&shared, 99, &ours, &ready, &rx));
+        go.send(()).unwrap();
+        tx.send(ServerMsg::Deliver(packet())).unwrap();
+        tx.send(ServerMsg::Refused {
+            code: RefuseCode::Malformed,
+            message: "bad".into(),
+        })
+        .unwrap();
+        tx.send(ServerMsg::Deliver(packet())).unwrap();
+        tx.send(ServerMsg::PortChanged(PortChange::Lid)).unwrap();
+        tx.send(ServerMsg::Deliver(packet())).unwrap();
+        drop(tx);
+        writer.join().unwrap();
+        assert!(matches!(next(&mut theirs), ServerMsg::Attached { .. }));
+        assert!(matches!(next(&mut theirs), ServerMsg::Deliver(_)));
+        assert!(matches!(next(&mut theirs), ServerMsg::Refused { .. }));
+        // The writer's end (a clone in `write_loop` only) is closed: nothing more came.
+        assert_eq!(
+            read_frame(&mut theirs).unwrap(),
+            None,
+            "nothing after REFUSED"
+        );
+        let st = server.stats();
+        assert_eq!((st.sent, st.gone_drops), (1, 2), "{st:?}");
+        drop(go);
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    struct Nobody;
+
+    impl PortSink for Nobody {
+        fn deliver(&self, _port: u8, _packet: Packet) {}
+        fn port_changed(&self, _port: u8, _change: PortChange) {}
     }
 
     // With its socket file removed, nothing can connect to the server to wake its accept

@@ -5,13 +5,18 @@
 
 use std::io::{ErrorKind, Read};
 
-use crate::link::{PortChange, PortSnapshot};
+use crate::link::{PortChange, PortSnapshot, ReceiveDrop};
 use crate::packet::{Packet, PacketGrh};
 
 /// The first four bytes of an ATTACH: "HCAF".
 pub const MAGIC: u32 = 0x4843_4146;
-/// The protocol version this build speaks.
-pub const VERSION: u16 = 1;
+/// The protocol version this build speaks. Version 2 added COUNT_DROP and the refusal
+/// [`RefuseCode::Forbidden`].
+pub const VERSION: u16 = 2;
+/// How the message of a REFUSED for [`RefuseCode::Version`] starts, followed by the server's
+/// version in decimal, in every version of the protocol, so that a client of another
+/// version can say which ([`refused_version`]).
+pub const VERSION_REFUSAL: &str = "this server speaks protocol version ";
 /// The largest frame body (type byte included) either side accepts; larger is malformed.
 pub const MAX_FRAME: usize = 1024;
 /// The longest node name an ATTACH may carry, in bytes.
@@ -29,6 +34,8 @@ pub mod client_type {
     pub const PORT_INFO: u8 = 0x04;
     /// Set then clear CapabilityMask bits.
     pub const MODIFY_CAP_MASK: u8 = 0x05;
+    /// The device dropped packets it received, for a port counter to count (version 2).
+    pub const COUNT_DROP: u8 = 0x06;
 }
 
 /// Frame types, server to client.
@@ -136,6 +143,9 @@ pub enum RefuseCode {
     Busy = 9,
     /// No whole ATTACH came within the server's attach timeout.
     Timeout = 10,
+    /// The client runs as another user than the server, and not as root (the kernel's
+    /// `SO_PEERCRED`); refused before anything is read (version 2).
+    Forbidden = 11,
 }
 
 impl RefuseCode {
@@ -151,6 +161,7 @@ impl RefuseCode {
             8 => RefuseCode::ShuttingDown,
             9 => RefuseCode::Busy,
             10 => RefuseCode::Timeout,
+            11 => RefuseCode::Forbidden,
             _ => return None,
         })
     }
@@ -193,6 +204,44 @@ pub enum ClientMsg {
         /// Bits to clear (after setting).
         clear: u32,
     },
+    /// The device dropped `count` packets its port received, for the reason `drop` (what
+    /// [`PortLink::count_drop`](crate::link::PortLink::count_drop) says in a process of its
+    /// own): the port's PMA counter and the network's drops count them. No answer.
+    CountDrop {
+        /// Why, as the port counter that counts it.
+        drop: ReceiveDrop,
+        /// How many (1 and up).
+        count: u32,
+    },
+}
+
+/// The code of a [`ReceiveDrop`] in a COUNT_DROP frame.
+fn drop_code(d: ReceiveDrop) -> u8 {
+    match d {
+        ReceiveDrop::Vl15 => 1,
+        ReceiveDrop::Overrun => 2,
+    }
+}
+
+fn drop_of(v: u8) -> Result<ReceiveDrop, WireError> {
+    match v {
+        1 => Ok(ReceiveDrop::Vl15),
+        2 => Ok(ReceiveDrop::Overrun),
+        _ => Err(WireError::Field {
+            what: "COUNT_DROP counter",
+            value: u64::from(v),
+        }),
+    }
+}
+
+/// The server's version in the message of a REFUSED for [`RefuseCode::Version`], if it
+/// starts as [`VERSION_REFUSAL`] says.
+pub fn refused_version(message: &str) -> Option<u16> {
+    let rest = message.strip_prefix(VERSION_REFUSAL)?;
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
 }
 
 /// A frame from the server.
@@ -504,6 +553,12 @@ impl ClientMsg {
                 v.extend_from_slice(&clear.to_be_bytes());
                 v
             }
+            ClientMsg::CountDrop { drop, count } => {
+                let mut v = frame(t::COUNT_DROP, 5);
+                v.push(drop_code(*drop));
+                v.extend_from_slice(&count.to_be_bytes());
+                v
+            }
         };
         finish(v)
     }
@@ -574,6 +629,18 @@ impl ClientMsg {
                     set: r.u32()?,
                     clear: r.u32()?,
                 })
+            }
+            t::COUNT_DROP => {
+                let mut r = Reader::exact(rest, "COUNT_DROP", 5)?;
+                let drop = drop_of(r.u8()?)?;
+                let count = r.u32()?;
+                if count == 0 {
+                    return Err(WireError::Field {
+                        what: "COUNT_DROP count",
+                        value: 0,
+                    });
+                }
+                Ok(ClientMsg::CountDrop { drop, count })
             }
             other => Err(WireError::UnknownType(other)),
         }
@@ -828,6 +895,14 @@ mod tests {
                 set: 2,
                 clear: 0x8000_0000,
             },
+            ClientMsg::CountDrop {
+                drop: ReceiveDrop::Vl15,
+                count: u32::MAX,
+            },
+            ClientMsg::CountDrop {
+                drop: ReceiveDrop::Overrun,
+                count: 1,
+            },
         ] {
             let f = m.encode();
             assert!(f.len() - 4 <= MAX_FRAME);
@@ -904,6 +979,48 @@ mod tests {
             ServerMsg::CapMask { id: 5, mask: 2 }.encode(),
             [0, 0, 0, 9, 0x87, 0, 0, 0, 5, 0, 0, 0, 2]
         );
+        // COUNT_DROP: type 6, counter 1 (VL15Dropped), count.
+        assert_eq!(
+            ClientMsg::CountDrop {
+                drop: ReceiveDrop::Vl15,
+                count: 3
+            }
+            .encode(),
+            [0, 0, 0, 6, 0x06, 1, 0, 0, 0, 3]
+        );
+    }
+
+    #[test]
+    fn a_count_drop_names_a_known_counter_and_counts_at_least_one() {
+        for (bad, what) in [
+            ([6u8, 0, 0, 0, 0, 1], "COUNT_DROP counter"),
+            ([6, 9, 0, 0, 0, 1], "COUNT_DROP counter"),
+            ([6, 1, 0, 0, 0, 0], "COUNT_DROP count"),
+        ] {
+            match ClientMsg::decode(&bad) {
+                Err(WireError::Field { what: w, .. }) => assert_eq!(w, what),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            ClientMsg::decode(&[6, 1, 0, 0, 1]),
+            Err(WireError::Size { .. })
+        ));
+    }
+
+    #[test]
+    fn the_servers_version_is_read_from_a_version_refusal() {
+        // As a version-1 server wrote it, and as this one does.
+        let v1 = "this server speaks protocol version 1, the client 2: use the same build of \
+                  hca for both";
+        assert_eq!(refused_version(v1), Some(1));
+        assert_eq!(
+            refused_version(&format!("{VERSION_REFUSAL}{VERSION}, the client 9: ...")),
+            Some(VERSION)
+        );
+        assert_eq!(refused_version("speaks another version"), None);
+        assert_eq!(refused_version(VERSION_REFUSAL), None);
+        assert_eq!(refused_version(&format!("{VERSION_REFUSAL}99999")), None);
     }
 
     #[test]
