@@ -1,26 +1,39 @@
 //! Deterministic fault injection on the MAD layer over the simulated ConnectX: per seed,
 //! 100,000 random operations on a virtual clock — register, deregister, send (answered,
 //! unanswered, without response, to a LID nobody has, SMPs to our own SMA, SA requests under
-//! flow control), cancel, modify, progress; and faults: error syndromes on the Nth send,
-//! dropped answers, late send completions, CQE delays, a QP moved to error, a fatal firmware
-//! error, surprise removal, the VFIO device request. The invariants are checked after every
-//! step: no send completes twice, no event after a deregistration returned (none counted as
-//! dropped for a closed agent), no IOMMU fault, never more work requests posted than the send
-//! queue holds; while the device lives, every receive buffer posted (none idle) and MAD leases
-//! (and, with strict leases, IOMMU mappings) at their baseline; a cancel or timeout change
-//! answers Ok or "not outstanding" (or "device dead" once it is), and a send canceled with Ok
-//! completes with WR_FLUSH_ERR and the stack's flush vendor value; once the port is seen dead,
-//! a send is refused with "device dead", every agent registered then is told exactly once and
-//! everything it is told to complete after that is WR_FLUSH_ERR with vendor_err 5; a
-//! deregistration returns within [`DEREGISTER_LIMIT`] of device time; and at every quiesce
-//! point (all agents deregistered, which returns only when each of their sends completed
-//! exactly once): nothing busy, and after a rebuild nothing left. A full run must have seen
-//! deaths, fatal events, response timeouts and flushed sends reposted.
+//! flow control, requests across a link to a peer that answers them), cancel, modify,
+//! progress; and faults: error syndromes on the Nth send, dropped answers, late send
+//! completions, CQE delays, a lossy or slow link (a drop rate and a delay, both ways) and the
+//! loss of the peer's next answers or of our next requests on it, a QP moved to error, a
+//! fatal firmware error, surprise removal, the VFIO device request. The invariants are
+//! checked after every step: no send completes twice, no event after a deregistration
+//! returned (none counted as dropped for a closed agent), no IOMMU fault, never more work
+//! requests posted than the send queue holds; while the device lives, every receive buffer
+//! posted (none idle) and MAD leases (and, with strict leases, IOMMU mappings) at their
+//! baseline; a cancel or timeout change answers Ok or "not outstanding" (or "device dead" once
+//! it is), and a send canceled with Ok completes with WR_FLUSH_ERR and the stack's flush
+//! vendor value; once the port is seen dead, a send is refused with "device dead", every
+//! agent registered then is told exactly once and everything it is told to complete after
+//! that is WR_FLUSH_ERR with vendor_err 5; a deregistration returns within
+//! [`DEREGISTER_LIMIT`] of device time; and at every quiesce point (all agents deregistered,
+//! which returns only when each of their sends completed exactly once): nothing busy, and
+//! after a rebuild nothing left.
+//!
+//! On the wire (the peer, `hca_tests::wire_peer`, records every request that reached it and
+//! every answer it sent, and knows which answers it had the network lose): a request that
+//! times out used all its retries, and not before (1 + retries) times its timeout; a send to
+//! the peer succeeds only if a request of it reached the peer and an answer came back that
+//! was not lost, so a lost request or a lost answer ends in retries and then a response
+//! timeout; no more of its requests reach the peer than its attempts; and one that timed out
+//! with no request lost on the wire meanwhile reached the peer once per attempt. A full run
+//! must have seen deaths, fatal events, response timeouts, flushed sends reposted, sends
+//! timed out because every request was lost and because every answer was, and sends that a
+//! retry saved.
 //!
 //! A failure names its seed; `HCA_SEED=<n> cargo test -p hca-tests --test mad_faults --
 //! --ignored replay` runs that seed alone (`HCA_OPS=<n>` changes the count of operations).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,11 +45,15 @@ use firmware_cmds::mlx5::syndrome::CqeSyndrome;
 use hca_tests::mad_rig::{
     ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Tracker, answer_of, mad,
 };
+use hca_tests::mlx5::{PEER_LID, PEER_NODE, SimHca};
+use hca_tests::wire_peer::WirePeer;
 use mad::{
-    Agent, AgentId, AgentSpec, DropReason, Event, EventQueue, MadError, MethodMask, SendId,
-    SendRequest,
+    Agent, AgentId, AgentSpec, DropReason, Event, EventQueue, MadError, MethodMask, SendCompletion,
+    SendId, SendRequest,
 };
+use sim::fabric::PortId;
 use sim::mlx5::WqeQueue;
+use sim::net::Fault;
 
 /// A xorshift generator: the whole run follows from the seed.
 struct Rng(u64);
@@ -80,12 +97,60 @@ enum Dead {
     QpError,
 }
 
+/// A send as it was accepted, until its completion.
+#[derive(Clone, Debug)]
+struct Sent {
+    /// The low 32 bits of its TID (unique in a world).
+    tid: u32,
+    timeout_ms: u32,
+    retries: u32,
+    /// Addressed to the peer at the far end of the link.
+    to_peer: bool,
+    /// A request that awaits a response (a Get with a timeout).
+    expects_response: bool,
+    /// Its timeout was changed (its waits are then not its timeout).
+    modified: bool,
+    /// Device time when it was accepted.
+    at: Duration,
+    /// Requests the link had lost when it was accepted ([`World::wire_requests_lost`]).
+    lost_before: u64,
+}
+
+/// A send to the peer that finished, checked against what the peer saw once every request of
+/// it that was on the wire has arrived.
+struct PeerDone {
+    sent: Sent,
+    c: SendCompletion,
+    /// Device time of its completion.
+    at: Duration,
+    /// Requests the link had lost then.
+    lost_by_then: u64,
+    /// The device and its QPs were alive then (every retry could be posted).
+    alive: bool,
+}
+
+/// The longest delay a link fault gives a packet; a send's requests have all reached the peer
+/// (or been lost) this long after its completion.
+const MAX_WIRE_DELAY: Duration = Duration::from_millis(30);
+
 struct World {
     rig: MadRig,
     responder: Agent,
     silent: Agent,
     clients: Vec<Client>,
     tracker: Tracker,
+    /// The test's device at the far end of our port's link: it answers Gets of [`ANSWERED`].
+    peer: Arc<WirePeer>,
+    /// Our port's end of that link.
+    link: PortId,
+    /// The unfinished sends of the clients.
+    sends: HashMap<SendId, Sent>,
+    /// Finished sends to the peer, oldest first, waiting for their requests to settle.
+    peer_done: VecDeque<PeerDone>,
+    /// The next send's low TID.
+    next_tid: u32,
+    /// What the wire did to this world's sends (summed into [`Summary`] at the rebuild).
+    wire: WireSummary,
     closed: Vec<Arc<EventQueue>>,
     /// Sends whose cancel returned Ok and whose completion has not been seen yet: each must
     /// complete with WR_FLUSH_ERR.
@@ -100,6 +165,8 @@ struct World {
     fatal_live: Option<Vec<AgentId>>,
     rebuilds: usize,
     strict: bool,
+    /// The run's seed.
+    seed: u64,
 }
 
 fn ms(n: u64) -> Duration {
@@ -107,10 +174,19 @@ fn ms(n: u64) -> Duration {
 }
 
 impl World {
-    /// On a fresh device; `strict` leases (each its own IOMMU mapping, so a buffer released
-    /// while the device may still touch it faults) or pooled ones (the fast path).
-    fn new(strict: bool) -> World {
-        let rig = MadRig::with(
+    /// On a fresh device, linked to a peer (its link's losses drawn from `wire_seed`);
+    /// `strict` leases (each its own IOMMU mapping, so a buffer released while the device may
+    /// still touch it faults) or pooled ones (the fast path).
+    fn new(strict: bool, seed: u64, wire_seed: u64) -> World {
+        let sim = SimHca::with_linked_peer();
+        sim.net.reseed(wire_seed);
+        let link = sim
+            .net
+            .port(hca_tests::mlx5::LINKED_NODE, 1)
+            .expect("our port");
+        let peer = WirePeer::attach(&sim.net, PEER_NODE, 1, PEER_LID);
+        let rig = MadRig::open_through(
+            sim,
             HcaOptions {
                 lease_mode: if strict {
                     dma::LeaseMode::Strict
@@ -122,6 +198,7 @@ impl World {
                 ..HcaOptions::default()
             },
             mad::PortConfig::default(),
+            |hw| hw,
         );
         let responder = rig.listener(ANSWERED);
         let silent = rig.listener(SILENT);
@@ -131,6 +208,12 @@ impl World {
             silent,
             clients: Vec::new(),
             tracker: Tracker::default(),
+            peer,
+            link,
+            sends: HashMap::new(),
+            peer_done: VecDeque::new(),
+            next_tid: 1,
+            wire: WireSummary::default(),
             closed: Vec::new(),
             canceled: HashSet::new(),
             cancels_ok: 0,
@@ -139,6 +222,7 @@ impl World {
             fatal_live: None,
             rebuilds: 0,
             strict,
+            seed,
         }
     }
 
@@ -193,6 +277,9 @@ impl World {
     /// stack's flush vendor value (0, or 5 once the device is dead; the [`Tracker`] checks
     /// that every completion after the agent's fatal event is WR_FLUSH_ERR with 5).
     fn take(&mut self, e: Event) {
+        if let Event::Send(c) = &e {
+            self.completed(c);
+        }
         if let Event::Send(s) = &e {
             if self.canceled.remove(&s.id) {
                 assert_eq!(
@@ -210,6 +297,140 @@ impl World {
             }
         }
         self.tracker.absorb(e);
+    }
+
+    /// A client's send completed: hold it to what it was sent as, and to what the wire did.
+    fn completed(&mut self, c: &SendCompletion) {
+        let sent = self.sends.remove(&c.id).unwrap_or_else(|| {
+            panic!(
+                "{} completed, but was never accepted (or twice): {c:?}",
+                c.id
+            )
+        });
+        let now = self.rig.port.now();
+        if c.status == WcStatus::RespTimeoutErr {
+            // (A modify gives a send that awaited none a wait, as the kernel's does.)
+            assert!(
+                sent.expects_response || sent.modified,
+                "{} timed out but awaited no response: {sent:?} {c:?}",
+                c.id
+            );
+            // A lost request or answer is retried, as often as asked, and the timeout comes
+            // only after every attempt waited its timeout: unless the device or the QP died,
+            // where a retry the device refuses ends the send at once (as the kernel's
+            // `timeout_sends` ends one whose retry fails to post).
+            let alive = self.dead.is_none();
+            assert!(
+                !alive || c.retries == sent.retries,
+                "{} timed out before using all its retries: {sent:?} {c:?}",
+                c.id
+            );
+            let waited = now.saturating_sub(sent.at);
+            let least = Duration::from_millis(u64::from(sent.timeout_ms)) * (1 + sent.retries);
+            assert!(
+                !alive || sent.modified || waited >= least,
+                "{} timed out after {waited:?}, before its {} attempts of {} ms: {sent:?} {c:?}",
+                c.id,
+                1 + sent.retries,
+                sent.timeout_ms
+            );
+        }
+        if !sent.to_peer {
+            return;
+        }
+        if c.status == WcStatus::Success && sent.expects_response {
+            // Only an answer that crossed the wire can complete a request.
+            let arrived = self.peer.arrivals(sent.tid);
+            let answers = self.peer.answers(sent.tid);
+            assert!(
+                arrived > 0 && answers.any_not_lost(),
+                "{} to the peer succeeded, but {arrived} of its requests reached the peer and \
+                 the peer's answers were {answers:?} (lost: those it had the wire lose): \
+                 {sent:?} {c:?}",
+                c.id
+            );
+        }
+        self.peer_done.push_back(PeerDone {
+            sent,
+            c: c.clone(),
+            at: now,
+            lost_by_then: self.wire_requests_lost(),
+            alive: self.dead.is_none(),
+        });
+    }
+
+    /// Requests (packets from our port) the link has lost so far: its losses, less the ones
+    /// of packets towards our port (the peer's answers), which our port counts as receive
+    /// errors.
+    fn wire_requests_lost(&self) -> u64 {
+        let net = &self.rig.sim.net;
+        net.drops().get(sim::net::DropReason::Fault) - net.counters(self.link).rcv_errors
+    }
+
+    /// The sends to the peer that finished long enough ago for every request of theirs to
+    /// have reached the peer or been lost (all of them with `all`): no more of their
+    /// requests arrived than they made attempts, and one that timed out with no request lost
+    /// on the wire meanwhile arrived once per attempt.
+    fn settle_peer_sends(&mut self, all: bool) {
+        let now = self.rig.port.now();
+        while let Some(d) = self.peer_done.front() {
+            if !all && d.at + MAX_WIRE_DELAY >= now {
+                break;
+            }
+            let d = self.peer_done.pop_front().expect("front");
+            let (id, c, sent) = (d.c.id, &d.c, &d.sent);
+            let arrived = self.peer.arrivals(sent.tid);
+            let answers = self.peer.answers(sent.tid);
+            assert!(
+                arrived <= 1 + c.retries,
+                "{id}: {arrived} requests reached the peer for {} attempts: {sent:?} {c:?}",
+                1 + c.retries
+            );
+            let timed_out = c.status == WcStatus::RespTimeoutErr;
+            if timed_out && d.alive && d.lost_by_then == sent.lost_before {
+                assert_eq!(
+                    arrived,
+                    1 + sent.retries,
+                    "{id} timed out with no request lost on the wire, so each of its attempts \
+                     reached the peer: {sent:?} {c:?}"
+                );
+                self.wire.exact_attempts += 1;
+            }
+            self.wire.peer_sends += 1;
+            if timed_out && arrived == 0 {
+                self.wire.requests_lost_timeouts += 1;
+            }
+            if timed_out && arrived > 0 && !answers.any_not_lost() {
+                self.wire.answers_lost_timeouts += 1;
+            }
+            if c.status == WcStatus::Success && c.retries > 0 {
+                self.wire.retried_successes += 1;
+            }
+        }
+    }
+
+    /// A random change of the link's faults.
+    fn wire_fault(&mut self, rng: &mut Rng) {
+        let net = &self.rig.sim.net;
+        match rng.below(10) {
+            0..=3 => {
+                let drop_rate = [0.0, 0.0, 0.1, 0.5, 1.0][rng.below(5) as usize];
+                let delay = [0, 0, 1, 3, 10, 30][rng.below(6) as usize];
+                let delay = ms(delay);
+                assert!(delay <= MAX_WIRE_DELAY);
+                net.set_link_fault(
+                    self.link,
+                    Fault {
+                        drop_rate,
+                        delay,
+                        corrupt_rate: 0.0,
+                    },
+                );
+            }
+            4..=6 => self.peer.lose_next_answers(net, 1 + rng.below(3) as u32),
+            7..=8 => net.drop_nth_leaving(self.link, 1 + rng.below(3) as u32),
+            _ => net.set_link_fault(self.link, Fault::NONE),
+        }
     }
 
     /// Cancel send `id` of client `i`.
@@ -234,6 +455,9 @@ impl World {
 
     /// Change the response timeout of send `id` of client `i`.
     fn modify(&mut self, i: usize, id: SendId, timeout_ms: u32) {
+        if let Some(sent) = self.sends.get_mut(&id) {
+            sent.modified = true;
+        }
         match self.clients[i].agent.modify_timeout(id, timeout_ms) {
             Ok(()) | Err(MadError::NotOutstanding(_)) => {}
             Err(e) => self.refused_for_death("modify_timeout", &e),
@@ -307,40 +531,62 @@ impl World {
         }
         let i = rng.below(self.clients.len() as u64) as usize;
         let kind = self.clients[i].kind;
-        let tid = rng.below(u64::from(u32::MAX)) as u32;
+        // Unique in the world, so that what the peer and the listeners saw names one send.
+        let tid = self.next_tid;
+        self.next_tid += 1;
         let timeout = [0, 5, 20, 50][rng.below(4) as usize];
         let retries = rng.below(3) as u32;
-        let req = match kind {
+        let mut to_peer = false;
+        let (req, method) = match kind {
             Kind::Smp => {
                 // SubnGet(NodeInfo) to our own port: answered by the firmware SMA.
                 let mut m = mad(0x01, GET, tid);
                 m[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
-                SendRequest::new(m, self.dest(SpecialQp::Smi))
+                let r = SendRequest::new(m, self.dest(SpecialQp::Smi))
                     .timeout_ms(timeout)
-                    .retries(retries)
+                    .retries(retries);
+                (r, GET)
             }
             Kind::Sa if rng.below(2) == 0 => {
-                SendRequest::new(mad(SA, GET_TABLE, tid), self.dest(SpecialQp::Gsi))
+                let r = SendRequest::new(mad(SA, GET_TABLE, tid), self.dest(SpecialQp::Gsi))
                     .timeout_ms(timeout.max(5))
-                    .retries(retries)
+                    .retries(retries);
+                (r, GET_TABLE)
             }
             _ => {
                 let mut dest = self.dest(SpecialQp::Gsi);
-                let (class, method) = match rng.below(10) {
+                let (class, method) = match rng.below(12) {
                     0..=4 => (ANSWERED, GET),
                     5..=6 => (SILENT, GET),
                     7..=8 => (ANSWERED, SEND),
-                    _ => {
-                        // A LID nobody has: the network drops it.
+                    9 => {
+                        // A LID nobody has: the peer's port drops it.
                         dest.dlid = 0x0777;
+                        (ANSWERED, GET)
+                    }
+                    _ => {
+                        // Across the link to the peer, which answers.
+                        dest.dlid = PEER_LID;
+                        to_peer = true;
                         (ANSWERED, GET)
                     }
                 };
                 let t = if method == SEND { 0 } else { timeout };
-                SendRequest::new(mad(class, method, tid), dest)
+                let r = SendRequest::new(mad(class, method, tid), dest)
                     .timeout_ms(t)
-                    .retries(retries)
+                    .retries(retries);
+                (r, method)
             }
+        };
+        let sent = Sent {
+            tid,
+            timeout_ms: req.timeout_ms,
+            retries: req.retries,
+            to_peer,
+            expects_response: method != SEND && req.timeout_ms > 0,
+            modified: false,
+            at: self.rig.port.now(),
+            lost_before: self.wire_requests_lost(),
         };
         let dead_seen = self.rig.port.fatal_reason().is_some();
         match self.clients[i].agent.send(req) {
@@ -351,6 +597,7 @@ impl World {
             Ok(id) => {
                 self.clients[i].sent.push(id);
                 self.clients[i].open.push(id);
+                self.sends.insert(id, sent);
             }
             Err(MadError::DeviceFatal { .. }) => {
                 assert!(
@@ -382,6 +629,12 @@ impl World {
             self.deregister_at(self.clients.len() - 1);
         }
         self.pump(ms(200));
+        assert!(
+            self.sends.is_empty(),
+            "sends of deregistered agents never completed: {:?}",
+            self.sends
+        );
+        self.settle_peer_sends(true);
         if self.dead.is_none() {
             let c = self.rig.port.census();
             assert_eq!((c.gsi.active(), c.gsi.queued), (0, 0), "{c:?}");
@@ -401,8 +654,9 @@ impl World {
             self.note_death();
         }
         self.quiesce();
-        let strict = self.strict;
-        let old = std::mem::replace(self, World::new(strict));
+        let (strict, seed) = (self.strict, self.seed);
+        let wire_seed = seed.wrapping_mul(1_000_003) ^ (self.rebuilds as u64 + 1);
+        let old = std::mem::replace(self, World::new(strict, seed, wire_seed));
         let World {
             rig,
             responder,
@@ -414,8 +668,10 @@ impl World {
             fatal_live,
             rebuilds,
             cancels_ok,
+            wire,
             ..
         } = old;
+        summary.wire.absorb(&wire);
         assert!(
             canceled.is_empty(),
             "canceled, never completed: {canceled:?}"
@@ -487,6 +743,7 @@ impl World {
 
     fn check(&mut self, step: usize) {
         self.note_death();
+        self.settle_peer_sends(false);
         for q in &self.closed {
             assert!(q.is_empty(), "event after deregistration returned");
         }
@@ -591,18 +848,46 @@ struct Summary {
     /// Sends reposted after a send-queue recovery.
     flush_reposts: u64,
     cancels_ok: usize,
+    wire: WireSummary,
+}
+
+/// What the link did to the sends to the peer.
+#[derive(Default, Debug)]
+struct WireSummary {
+    /// Sends to the peer, finished and checked against what it saw.
+    peer_sends: usize,
+    /// Of those, sends that timed out with none of their requests reaching the peer.
+    requests_lost_timeouts: usize,
+    /// Sends that timed out although requests of theirs reached the peer, every answer to
+    /// them lost on the wire as the peer had it.
+    answers_lost_timeouts: usize,
+    /// Sends that succeeded after a retry.
+    retried_successes: usize,
+    /// Timed-out sends with no request lost meanwhile, whose every attempt was seen to arrive.
+    exact_attempts: usize,
+}
+
+impl WireSummary {
+    fn absorb(&mut self, o: &WireSummary) {
+        self.peer_sends += o.peer_sends;
+        self.requests_lost_timeouts += o.requests_lost_timeouts;
+        self.answers_lost_timeouts += o.answers_lost_timeouts;
+        self.retried_successes += o.retried_successes;
+        self.exact_attempts += o.exact_attempts;
+    }
 }
 
 fn run(seed: u64, ops: usize) {
     let mut rng = Rng::new(seed);
     // Odd seeds on strict leases, even seeds on pooled ones.
-    let mut w = World::new(seed % 2 == 1);
+    let mut w = World::new(seed % 2 == 1, seed, seed);
     let mut summary = Summary::default();
     let gsi = |w: &World| w.rig.qpn(SpecialQp::Gsi);
     for step in 0..ops {
         let r = rng.below(1000);
         match r {
-            0..=549 => w.send(&mut rng),
+            0..=539 => w.send(&mut rng),
+            540..=549 => w.wire_fault(&mut rng),
             550..=609 => {
                 if let Some((i, id)) = w.pick_open(&mut rng) {
                     w.cancel(i, id);
@@ -715,6 +1000,16 @@ fn run(seed: u64, ops: usize) {
         assert!(
             summary.flush_reposts > 0,
             "no flushed send reposted after a recovery: {summary:?}"
+        );
+        let w = &summary.wire;
+        assert!(
+            w.requests_lost_timeouts > 0 && w.answers_lost_timeouts > 0,
+            "no send timed out for lost requests, or none for lost answers: {summary:?}"
+        );
+        assert!(
+            w.retried_successes > 0 && w.exact_attempts > 0,
+            "no send saved by a retry, or no timed-out send seen arriving once per attempt: \
+             {summary:?}"
         );
     }
 }
