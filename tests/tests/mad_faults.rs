@@ -2,7 +2,7 @@
 //! 100,000 random operations on a virtual clock — register, deregister, send (answered,
 //! unanswered, without response, to a LID nobody has, SMPs to our own SMA, SA requests under
 //! flow control, requests across a link to a peer that answers them), cancel, modify,
-//! progress; and faults: error syndromes on the Nth send, dropped answers, late send
+//! progress; and faults: error syndromes on the Nth send or receive, dropped answers, late send
 //! completions, CQE delays, a lossy or slow link (a drop rate and a delay, both ways) and the
 //! loss of the peer's next answers or of our next requests on it, a QP moved to error, a
 //! fatal firmware error, surprise removal, the VFIO device request. The invariants are
@@ -30,6 +30,16 @@
 //! timed out because every request was lost and because every answer was, and sends that a
 //! retry saved.
 //!
+//! On the receive side (the listeners count, by TID, the requests they receive): no receive
+//! is delivered twice (no more requests of a send reach our listener than its attempts), and
+//! none is lost (one that timed out with no packet dropped by the device, no receive error
+//! and no MAD dropped by the layer meanwhile was received once per attempt). A receive WQE
+//! completed in error (injected on QP1 or QP0) moves its QP to ERR, as on hardware, and the
+//! layer keeps the buffer (the kernel leaves it on its list: the QP is not recovered): from
+//! then on, at every step, that QP's buffers are all held (posted + kept = its depth), none is
+//! posted to it again, and the other QP's receive queue stays full; at the rebuild, every one
+//! of its buffers came back from the device and was kept exactly once.
+//!
 //! A failure names its seed; `HCA_SEED=<n> cargo test -p hca-tests --test mad_faults --
 //! --ignored replay` runs that seed alone (`HCA_OPS=<n>` changes the count of operations).
 
@@ -46,7 +56,7 @@ use hca_tests::mad_rig::{
     ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Tracker, answer_of, mad,
 };
 use hca_tests::mlx5::{PEER_LID, PEER_NODE, SimHca};
-use hca_tests::wire_peer::WirePeer;
+use hca_tests::wire_peer::{WirePeer, low_tid};
 use mad::{
     Agent, AgentId, AgentSpec, DropReason, Event, EventQueue, MadError, MethodMask, SendCompletion,
     SendId, SendRequest,
@@ -89,12 +99,42 @@ struct Client {
     open: Vec<SendId>,
 }
 
-/// Why the device (or QP1) is gone, and since which step.
-#[derive(Clone, Copy, Debug)]
+/// Why the device (or one of its QPs) is gone, and since which step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dead {
     Fatal,
     Removed,
-    QpError,
+    /// The QP was moved to ERR (a work-queue catastrophic error).
+    QpError(SpecialQp),
+    /// A receive WQE of the QP completed in error, which moves the QP to ERR (as on
+    /// hardware: the kernel's `ib_mad_recv_done` says so, and leaves the buffer on its list).
+    RecvError(SpecialQp),
+}
+
+impl Dead {
+    /// The one QP in ERR (the device and the other QP live on).
+    fn qp_in_error(self) -> Option<SpecialQp> {
+        match self {
+            Dead::QpError(qp) | Dead::RecvError(qp) => Some(qp),
+            Dead::Fatal | Dead::Removed => None,
+        }
+    }
+}
+
+/// A QP's census.
+fn of(c: &mad::Census, qp: SpecialQp) -> mad::QpCensus {
+    match qp {
+        SpecialQp::Gsi => c.gsi,
+        SpecialQp::Smi => c.smi.expect("QP0"),
+    }
+}
+
+/// The index of a QP in [`MadRig::base_recv_posted`]-like pairs.
+fn base_recv(rig: &MadRig, qp: SpecialQp) -> usize {
+    match qp {
+        SpecialQp::Gsi => rig.base_recv_posted.0,
+        SpecialQp::Smi => rig.base_recv_posted.1.expect("QP0"),
+    }
 }
 
 /// A send as it was accepted, until its completion.
@@ -106,6 +146,9 @@ struct Sent {
     retries: u32,
     /// Addressed to the peer at the far end of the link.
     to_peer: bool,
+    /// A request to one of our own listeners (the responder or the silent agent), looped
+    /// back by the device.
+    to_listener: bool,
     /// A request that awaits a response (a Get with a timeout).
     expects_response: bool,
     /// Its timeout was changed (its waits are then not its timeout).
@@ -114,17 +157,21 @@ struct Sent {
     at: Duration,
     /// Requests the link had lost when it was accepted ([`World::wire_requests_lost`]).
     lost_before: u64,
+    /// Receives lost when it was accepted ([`World::receives_lost`]).
+    recv_lost_before: u64,
 }
 
-/// A send to the peer that finished, checked against what the peer saw once every request of
-/// it that was on the wire has arrived.
-struct PeerDone {
+/// A send to the peer or to a listener that finished, checked against what the peer or the
+/// listener saw once every request of it that was on its way has arrived.
+struct Settling {
     sent: Sent,
     c: SendCompletion,
     /// Device time of its completion.
     at: Duration,
     /// Requests the link had lost then.
     lost_by_then: u64,
+    /// Receives lost by then.
+    recv_lost_by_then: u64,
     /// The device and its QPs were alive then (every retry could be posted).
     alive: bool,
 }
@@ -145,8 +192,17 @@ struct World {
     link: PortId,
     /// The unfinished sends of the clients.
     sends: HashMap<SendId, Sent>,
-    /// Finished sends to the peer, oldest first, waiting for their requests to settle.
-    peer_done: VecDeque<PeerDone>,
+    /// Finished sends to the peer or to a listener, oldest first, waiting for their requests
+    /// to settle.
+    settling: VecDeque<Settling>,
+    /// Requests our listeners (the responder and the silent agent) received, by low TID.
+    heard: HashMap<u32, u32>,
+    /// The QP a receive error was armed on, until it strikes (see [`World::note_recv_error`]).
+    recv_error_armed: Option<SpecialQp>,
+    /// Receive buffers the QP in error had posted at the last step (never more after).
+    in_error_posted: Option<usize>,
+    /// The current step.
+    step: usize,
     /// The next send's low TID.
     next_tid: u32,
     /// What the wire did to this world's sends (summed into [`Summary`] at the rebuild).
@@ -211,7 +267,11 @@ impl World {
             peer,
             link,
             sends: HashMap::new(),
-            peer_done: VecDeque::new(),
+            settling: VecDeque::new(),
+            heard: HashMap::new(),
+            recv_error_armed: None,
+            in_error_posted: None,
+            step: 0,
             next_tid: 1,
             wire: WireSummary::default(),
             closed: Vec::new(),
@@ -234,6 +294,11 @@ impl World {
     /// emptied; every client's events go to the tracker.
     fn absorb(&mut self) {
         while let Some(e) = self.responder.try_event() {
+            if let Event::Recv(r) = &e {
+                if r.response_to.is_none() {
+                    *self.heard.entry(low_tid(&r.mad)).or_default() += 1;
+                }
+            }
             match e {
                 Event::Recv(r) if r.response_to.is_none() && r.header().method() == GET => {
                     if self.skip_answers > 0 {
@@ -252,8 +317,9 @@ impl World {
             }
         }
         while let Some(e) = self.silent.try_event() {
-            if !matches!(e, Event::Recv(_)) {
-                self.tracker.absorb(e);
+            match e {
+                Event::Recv(r) => *self.heard.entry(low_tid(&r.mad)).or_default() += 1,
+                e => self.tracker.absorb(e),
             }
         }
         for i in 0..self.clients.len() {
@@ -308,6 +374,8 @@ impl World {
             )
         });
         let now = self.rig.port.now();
+        // A receive error may have struck during this step.
+        self.note_recv_error();
         if c.status == WcStatus::RespTimeoutErr {
             // (A modify gives a send that awaited none a wait, as the kernel's does.)
             assert!(
@@ -335,10 +403,18 @@ impl World {
                 sent.timeout_ms
             );
         }
-        if !sent.to_peer {
-            return;
+        if let Some(&heard) = self.heard.get(&sent.tid).filter(|_| sent.to_listener) {
+            // No receive delivered twice (the rest may still be on their way: see
+            // `settle`).
+            assert!(
+                heard <= 1 + c.retries,
+                "{}: our listener received {heard} requests of it, for {} attempts: {sent:?} \
+                 {c:?}",
+                c.id,
+                1 + c.retries
+            );
         }
-        if c.status == WcStatus::Success && sent.expects_response {
+        if sent.to_peer && c.status == WcStatus::Success && sent.expects_response {
             // Only an answer that crossed the wire can complete a request.
             let arrived = self.peer.arrivals(sent.tid);
             let answers = self.peer.answers(sent.tid);
@@ -350,13 +426,40 @@ impl World {
                 c.id
             );
         }
-        self.peer_done.push_back(PeerDone {
-            sent,
-            c: c.clone(),
-            at: now,
-            lost_by_then: self.wire_requests_lost(),
-            alive: self.dead.is_none(),
-        });
+        if sent.to_peer || sent.to_listener {
+            self.settling.push_back(Settling {
+                sent,
+                c: c.clone(),
+                at: now,
+                lost_by_then: self.wire_requests_lost(),
+                recv_lost_by_then: self.receives_lost(),
+                alive: self.dead.is_none(),
+            });
+        }
+    }
+
+    /// Receives lost so far: packets the device dropped (no receive posted, a QP that does
+    /// not receive, ...), receive completions in error, and received MADs the layer dropped
+    /// for want of room in an agent's queue or for a bad length.
+    fn receives_lost(&self) -> u64 {
+        let k = self.rig.port.counters();
+        self.rig.sim.model.counters().dropped_total()
+            + k.recv_errors
+            + k.drops.get(DropReason::QueueFull)
+            + k.drops.get(DropReason::BadLength)
+    }
+
+    /// A receive error armed on a QP has struck (the layer counted a receive completion in
+    /// error, which nothing else makes while the device and its QPs live): from now on that
+    /// QP is in ERR.
+    fn note_recv_error(&mut self) {
+        let Some(qp) = self.recv_error_armed else {
+            return;
+        };
+        if self.dead.is_none() && self.rig.port.counters().recv_errors > 0 {
+            self.dead = Some((Dead::RecvError(qp), self.step));
+            self.recv_error_armed = None;
+        }
     }
 
     /// Requests (packets from our port) the link has lost so far: its losses, less the ones
@@ -367,18 +470,39 @@ impl World {
         net.drops().get(sim::net::DropReason::Fault) - net.counters(self.link).rcv_errors
     }
 
-    /// The sends to the peer that finished long enough ago for every request of theirs to
-    /// have reached the peer or been lost (all of them with `all`): no more of their
-    /// requests arrived than they made attempts, and one that timed out with no request lost
-    /// on the wire meanwhile arrived once per attempt.
-    fn settle_peer_sends(&mut self, all: bool) {
+    /// The sends to the peer or to a listener that finished long enough ago for every
+    /// request of theirs to have arrived or been lost (all of them with `all`): no more of
+    /// their requests arrived than they made attempts (at the peer: none duplicated on the
+    /// wire; at a listener: no receive delivered twice), and one that timed out with none of
+    /// its requests lost meanwhile (on the wire, or as a receive) arrived once per attempt.
+    fn settle(&mut self, all: bool) {
         let now = self.rig.port.now();
-        while let Some(d) = self.peer_done.front() {
+        while let Some(d) = self.settling.front() {
             if !all && d.at + MAX_WIRE_DELAY >= now {
                 break;
             }
-            let d = self.peer_done.pop_front().expect("front");
+            let d = self.settling.pop_front().expect("front");
             let (id, c, sent) = (d.c.id, &d.c, &d.sent);
+            let timed_out = c.status == WcStatus::RespTimeoutErr;
+            if sent.to_listener {
+                let heard = self.heard.get(&sent.tid).copied().unwrap_or(0);
+                assert!(
+                    heard <= 1 + c.retries,
+                    "{id}: our listener received {heard} requests of it, for {} attempts: \
+                     {sent:?} {c:?}",
+                    1 + c.retries
+                );
+                if timed_out && d.alive && d.recv_lost_by_then == sent.recv_lost_before {
+                    assert_eq!(
+                        heard,
+                        1 + sent.retries,
+                        "{id} timed out with no receive lost meanwhile, so our listener \
+                         received each of its attempts: {sent:?} {c:?}"
+                    );
+                    self.wire.exact_receives += 1;
+                }
+                continue;
+            }
             let arrived = self.peer.arrivals(sent.tid);
             let answers = self.peer.answers(sent.tid);
             assert!(
@@ -386,7 +510,6 @@ impl World {
                 "{id}: {arrived} requests reached the peer for {} attempts: {sent:?} {c:?}",
                 1 + c.retries
             );
-            let timed_out = c.status == WcStatus::RespTimeoutErr;
             if timed_out && d.alive && d.lost_by_then == sent.lost_before {
                 assert_eq!(
                     arrived,
@@ -537,6 +660,7 @@ impl World {
         let timeout = [0, 5, 20, 50][rng.below(4) as usize];
         let retries = rng.below(3) as u32;
         let mut to_peer = false;
+        let mut to_listener = false;
         let (req, method) = match kind {
             Kind::Smp => {
                 // SubnGet(NodeInfo) to our own port: answered by the firmware SMA.
@@ -556,9 +680,18 @@ impl World {
             _ => {
                 let mut dest = self.dest(SpecialQp::Gsi);
                 let (class, method) = match rng.below(12) {
-                    0..=4 => (ANSWERED, GET),
-                    5..=6 => (SILENT, GET),
-                    7..=8 => (ANSWERED, SEND),
+                    0..=4 => {
+                        to_listener = true;
+                        (ANSWERED, GET)
+                    }
+                    5..=6 => {
+                        to_listener = true;
+                        (SILENT, GET)
+                    }
+                    7..=8 => {
+                        to_listener = true;
+                        (ANSWERED, SEND)
+                    }
                     9 => {
                         // A LID nobody has: the peer's port drops it.
                         dest.dlid = 0x0777;
@@ -583,10 +716,12 @@ impl World {
             timeout_ms: req.timeout_ms,
             retries: req.retries,
             to_peer,
+            to_listener,
             expects_response: method != SEND && req.timeout_ms > 0,
             modified: false,
             at: self.rig.port.now(),
             lost_before: self.wire_requests_lost(),
+            recv_lost_before: self.receives_lost(),
         };
         let dead_seen = self.rig.port.fatal_reason().is_some();
         match self.clients[i].agent.send(req) {
@@ -634,7 +769,7 @@ impl World {
             "sends of deregistered agents never completed: {:?}",
             self.sends
         );
-        self.settle_peer_sends(true);
+        self.settle(true);
         if self.dead.is_none() {
             let c = self.rig.port.census();
             assert_eq!((c.gsi.active(), c.gsi.queued), (0, 0), "{c:?}");
@@ -654,6 +789,25 @@ impl World {
             self.note_death();
         }
         self.quiesce();
+        if let Some(qp) = self.dead.and_then(|(d, _)| d.qp_in_error()) {
+            // The device gave back every buffer the QP in ERR had posted (the receive error
+            // and the flushes after it), and the layer kept each exactly once: none posted
+            // again, none lost, none counted twice.
+            let c = self.rig.port.census();
+            let q = of(&c, qp);
+            let base = base_recv(&self.rig, qp);
+            assert_eq!(
+                (q.recv_posted, q.recv_idle),
+                (0, base),
+                "{qp:?} in error: its receive buffers all back and kept: {c:?}"
+            );
+            let k = self.rig.port.counters();
+            assert_eq!(
+                k.recv_repost_failures, base as u64,
+                "{qp:?} in error: each of its {base} buffers kept once: {k:?}"
+            );
+            assert!(k.recv_errors > 0, "{k:?}");
+        }
         let (strict, seed) = (self.strict, self.seed);
         let wire_seed = seed.wrapping_mul(1_000_003) ^ (self.rebuilds as u64 + 1);
         let old = std::mem::replace(self, World::new(strict, seed, wire_seed));
@@ -706,12 +860,15 @@ impl World {
         }
         summary.absorb(&tracker);
         summary.deaths += usize::from(dead.is_some());
+        summary.recv_errors += usize::from(matches!(dead, Some((Dead::RecvError(_), _))));
+        summary.recv_errors_qp0 +=
+            usize::from(matches!(dead, Some((Dead::RecvError(SpecialQp::Smi), _))));
         summary.fatal_events += tracker.fatal;
         summary.flush_reposts += rig.port.counters().flush_reposts;
         summary.rebuilds += 1;
         match dead {
             Some((Dead::Fatal | Dead::Removed, _)) => rig.finish_dead(),
-            Some((Dead::QpError, _)) => {
+            Some((Dead::QpError(_) | Dead::RecvError(_), _)) => {
                 let a = rig.hca.accounting();
                 assert_eq!(a.mad_pool.leases_out, rig.base_leases, "{a:?}");
                 rig.finish();
@@ -742,8 +899,9 @@ impl World {
     }
 
     fn check(&mut self, step: usize) {
+        self.note_recv_error();
         self.note_death();
-        self.settle_peer_sends(false);
+        self.settle(false);
         for q in &self.closed {
             assert!(q.is_empty(), "event after deregistration returned");
         }
@@ -804,6 +962,36 @@ impl World {
                 self.rig.port.counters()
             );
         }
+        if let Some(qp) = self.dead.and_then(|(d, _)| d.qp_in_error()) {
+            // A QP in ERR (moved there, or by a receive error): every receive buffer it held
+            // is still held, posted or kept (none lost), none is posted to it again, and the
+            // other QP's receive queue stays full.
+            let q = of(&c, qp);
+            let base = base_recv(&self.rig, qp);
+            assert_eq!(
+                q.recv_posted + q.recv_idle,
+                base,
+                "step {step}: {qp:?} in error lost receive buffers (posted + kept is not its \
+                 depth): {c:?}"
+            );
+            if let Some(last) = self.in_error_posted {
+                assert!(
+                    q.recv_posted <= last,
+                    "step {step}: a receive buffer posted again to {qp:?} in error: {c:?}"
+                );
+            }
+            self.in_error_posted = Some(q.recv_posted);
+            let other = match qp {
+                SpecialQp::Gsi => SpecialQp::Smi,
+                SpecialQp::Smi => SpecialQp::Gsi,
+            };
+            let o = of(&c, other);
+            assert_eq!(
+                (o.recv_posted, o.recv_idle),
+                (base_recv(&self.rig, other), 0),
+                "step {step}: {other:?} lost receive buffers when {qp:?} went to error: {c:?}"
+            );
+        }
     }
 }
 
@@ -848,6 +1036,10 @@ struct Summary {
     /// Sends reposted after a send-queue recovery.
     flush_reposts: u64,
     cancels_ok: usize,
+    /// Worlds whose QP went to error through a receive WQE completed in error.
+    recv_errors: usize,
+    /// Of those, worlds where it was QP0.
+    recv_errors_qp0: usize,
     wire: WireSummary,
 }
 
@@ -865,6 +1057,9 @@ struct WireSummary {
     retried_successes: usize,
     /// Timed-out sends with no request lost meanwhile, whose every attempt was seen to arrive.
     exact_attempts: usize,
+    /// Timed-out sends to a listener with no receive lost meanwhile, whose every attempt the
+    /// listener was seen to receive.
+    exact_receives: usize,
 }
 
 impl WireSummary {
@@ -874,6 +1069,7 @@ impl WireSummary {
         self.answers_lost_timeouts += o.answers_lost_timeouts;
         self.retried_successes += o.retried_successes;
         self.exact_attempts += o.exact_attempts;
+        self.exact_receives += o.exact_receives;
     }
 }
 
@@ -884,6 +1080,7 @@ fn run(seed: u64, ops: usize) {
     let mut summary = Summary::default();
     let gsi = |w: &World| w.rig.qpn(SpecialQp::Gsi);
     for step in 0..ops {
+        w.step = step;
         let r = rng.below(1000);
         match r {
             0..=539 => w.send(&mut rng),
@@ -932,13 +1129,15 @@ fn run(seed: u64, ops: usize) {
             960..=974 => w.skip_answers += 1 + rng.below(3) as u32,
             _ => w.pump(Duration::from_micros(rng.below(500))),
         }
-        // Rare: the QP, the firmware or the device goes away.
-        if w.dead.is_none() {
-            // Per million steps: 150 QP errors, 80 fatal errors, 80 removals.
+        // Rare: the QP, the firmware or the device goes away (not while a receive error waits
+        // to strike: one death at a time).
+        if w.dead.is_none() && w.recv_error_armed.is_none() {
+            // Per million steps: 150 QP errors, 80 fatal errors, 80 removals, 150 receive
+            // errors.
             match rng.below(1_000_000) {
                 0..150 => {
                     assert!(w.rig.sim.model.faults().qp_to_error(gsi(&w)));
-                    w.dead = Some((Dead::QpError, step));
+                    w.dead = Some((Dead::QpError(SpecialQp::Gsi), step));
                 }
                 150..230 => {
                     w.rig
@@ -955,6 +1154,27 @@ fn run(seed: u64, ops: usize) {
                         assert!(w.rig.sim.model.faults().request_release());
                     }
                     w.dead = Some((Dead::Removed, step));
+                }
+                310..460 => {
+                    // One of the next receives of QP1 (or QP0) completes in error.
+                    let qp = if rng.below(4) == 0 {
+                        SpecialQp::Smi
+                    } else {
+                        SpecialQp::Gsi
+                    };
+                    let syndrome = [
+                        CqeSyndrome::LOCAL_LENGTH_ERR,
+                        CqeSyndrome::LOCAL_QP_OP_ERR,
+                        CqeSyndrome::LOCAL_PROT_ERR,
+                    ][rng.below(3) as usize];
+                    w.rig.sim.model.faults().wqe_error(
+                        w.rig.qpn(qp),
+                        WqeQueue::Recv,
+                        1 + rng.below(8) as u32,
+                        syndrome,
+                        rng.below(256) as u8,
+                    );
+                    w.recv_error_armed = Some(qp);
                 }
                 _ => {}
             }
@@ -984,6 +1204,11 @@ fn run(seed: u64, ops: usize) {
     // removals), a run that saw no death, no timeout or no recovery tested little of them.
     if ops >= 100_000 {
         assert!(summary.deaths > 0, "no death: {summary:?}");
+        assert!(
+            summary.recv_errors > 0 && summary.wire.exact_receives > 0,
+            "no QP sent to error by a receive error, or no timed-out send seen received once \
+             per attempt: {summary:?}"
+        );
         assert!(
             summary.fatal_events > 0,
             "no agent told of a fatal error or removal: {summary:?}"
