@@ -40,10 +40,18 @@
 //! posted to it again, and the other QP's receive queue stays full; at the rebuild, every one
 //! of its buffers came back from the device and was kept exactly once.
 //!
+//! In order (the port the layer is opened through, `hca_tests::post_log`, records every send
+//! work request the driver took): of one agent's sends on one QP, those of one lane (awaiting
+//! no response; requests; solicited requests under flow control) leave in the order they
+//! were accepted, whether or not they waited for room; and the events of one send come in the
+//! order the issue gives: its response, at most one, to its own agent and before its one
+//! completion; a request succeeds only with its response told first, and one that timed out
+//! was told none.
+//!
 //! A failure names its seed; `HCA_SEED=<n> cargo test -p hca-tests --test mad_faults --
 //! --ignored replay` runs that seed alone (`HCA_OPS=<n>` changes the count of operations).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +64,7 @@ use hca_tests::mad_rig::{
     ANSWERED, GET, GET_TABLE, MadRig, SA, SEND, SILENT, Tracker, answer_of, mad,
 };
 use hca_tests::mlx5::{PEER_LID, PEER_NODE, SimHca};
+use hca_tests::post_log::PostLog;
 use hca_tests::wire_peer::{WirePeer, low_tid};
 use mad::{
     Agent, AgentId, AgentSpec, DropReason, Event, EventQueue, MadError, MethodMask, SendCompletion,
@@ -137,9 +146,28 @@ fn base_recv(rig: &MadRig, qp: SpecialQp) -> usize {
     }
 }
 
+/// Which of an agent's sends keep their order among themselves as they wait for room (the
+/// MAD layer's queues, `mad::ring`): sends awaiting no response; requests (a response
+/// timeout); and solicited requests, which first wait in their agent's flow-control backlog
+/// (`mad::flow`). Between lanes a send may pass another (a request held by the ring's request
+/// limit lets the others go; a backlogged solicited send lets the agent's other sends go).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Lane {
+    NoResponse,
+    Request,
+    Solicited,
+}
+
 /// A send as it was accepted, until its completion.
 #[derive(Clone, Debug)]
 struct Sent {
+    agent: AgentId,
+    qp: SpecialQp,
+    lane: Lane,
+    /// Its place among the world's accepted sends.
+    order: u64,
+    /// A response to it was delivered (to its agent, before its completion).
+    responded: bool,
     /// The low 32 bits of its TID (unique in a world).
     tid: u32,
     timeout_ms: u32,
@@ -203,6 +231,20 @@ struct World {
     in_error_posted: Option<usize>,
     /// The current step.
     step: usize,
+    /// The send work requests the driver took, in order ([`PostLog`]).
+    posts: Arc<PostLog>,
+    /// The first post of each slot use, by QP, slot index and the generation bits a TID
+    /// carries: its place among the QP's posts.
+    first_posts: HashMap<(SpecialQp, u32, u32), u64>,
+    /// Posts seen, per QP.
+    posted: [u64; 2],
+    /// Per agent, QP and lane: the first post of each completed send that was posted, by
+    /// the send's place in the order of acceptance.
+    went_out: HashMap<(AgentId, SpecialQp, Lane), BTreeMap<u64, u64>>,
+    /// Sends accepted so far.
+    accepted: u64,
+    /// Pairs of an agent's sends of one lane seen to go out in the order they were accepted.
+    ordered_pairs: usize,
     /// The next send's low TID.
     next_tid: u32,
     /// What the wire did to this world's sends (summed into [`Summary`] at the rebuild).
@@ -241,6 +283,7 @@ impl World {
             .port(hca_tests::mlx5::LINKED_NODE, 1)
             .expect("our port");
         let peer = WirePeer::attach(&sim.net, PEER_NODE, 1, PEER_LID);
+        let mut posts = None;
         let rig = MadRig::open_through(
             sim,
             HcaOptions {
@@ -254,8 +297,13 @@ impl World {
                 ..HcaOptions::default()
             },
             mad::PortConfig::default(),
-            |hw| hw,
+            |hw| {
+                let log = PostLog::new(hw);
+                posts = Some(log.clone());
+                log
+            },
         );
+        let posts = posts.expect("the layer opened through the post log");
         let responder = rig.listener(ANSWERED);
         let silent = rig.listener(SILENT);
         World {
@@ -272,6 +320,12 @@ impl World {
             recv_error_armed: None,
             in_error_posted: None,
             step: 0,
+            posts,
+            first_posts: HashMap::new(),
+            posted: [0; 2],
+            went_out: HashMap::new(),
+            accepted: 0,
+            ordered_pairs: 0,
             next_tid: 1,
             wire: WireSummary::default(),
             closed: Vec::new(),
@@ -346,6 +400,30 @@ impl World {
         if let Event::Send(c) = &e {
             self.completed(c);
         }
+        if let Event::Recv(r) = &e {
+            if let Some(to) = r.response_to {
+                // The response linked to a send comes to its agent, once, before the send's
+                // completion.
+                let sent = self.sends.get_mut(&to.id).unwrap_or_else(|| {
+                    panic!(
+                        "a response to {} delivered after its completion (or for a send never \
+                         accepted): {r:?}",
+                        to.id
+                    )
+                });
+                assert_eq!(
+                    sent.agent, r.agent,
+                    "the response to {} went to another agent: {r:?}",
+                    to.id
+                );
+                assert!(
+                    !sent.responded,
+                    "a second response to {} delivered: {r:?}",
+                    to.id
+                );
+                sent.responded = true;
+            }
+        }
         if let Event::Send(s) = &e {
             if self.canceled.remove(&s.id) {
                 assert_eq!(
@@ -376,6 +454,22 @@ impl World {
         let now = self.rig.port.now();
         // A receive error may have struck during this step.
         self.note_recv_error();
+        // Its events came in order: the response (if any) before this completion.
+        if c.status == WcStatus::Success && sent.expects_response {
+            assert!(
+                sent.responded,
+                "{} succeeded, but no response to it came before: {sent:?} {c:?}",
+                c.id
+            );
+        }
+        if c.status == WcStatus::RespTimeoutErr {
+            assert!(
+                !sent.responded,
+                "{} timed out after its response was delivered: {sent:?} {c:?}",
+                c.id
+            );
+        }
+        self.went_out(&sent, c);
         if c.status == WcStatus::RespTimeoutErr {
             // (A modify gives a send that awaited none a wait, as the kernel's does.)
             assert!(
@@ -436,6 +530,81 @@ impl World {
                 alive: self.dead.is_none(),
             });
         }
+    }
+
+    /// Take in the send work requests the driver took since the last look: the first post of
+    /// each slot use is noted.
+    fn drain_posts(&mut self) {
+        for (qp, wr_id) in self.posts.take() {
+            let Some(mad::tid::WrId::Send {
+                index, generation, ..
+            }) = mad::tid::WrId::decode(wr_id)
+            else {
+                panic!("a send posted with a wr_id the stack does not make: {wr_id:#x}");
+            };
+            let i = usize::from(qp == SpecialQp::Gsi);
+            let seq = self.posted[i];
+            self.posted[i] += 1;
+            let bits = self.tid_layout(qp).generation_bits();
+            let key = (qp, index, generation & ((1 << bits) - 1));
+            // A retry or a repost after a flush posts the same slot use again: the first
+            // post stays.
+            self.first_posts.entry(key).or_insert(seq);
+        }
+    }
+
+    fn tid_layout(&self, qp: SpecialQp) -> mad::tid::TidLayout {
+        mad::tid::TidLayout::new(qp, self.rig.port.slots(qp))
+    }
+
+    /// Send `sent` completed as `c`: if it went out (a slot took it, and the driver its work
+    /// request), its first post must come after those of its agent's sends of the same lane
+    /// and QP accepted before it, and before those accepted after it.
+    fn went_out(&mut self, sent: &Sent, c: &SendCompletion) {
+        // A send that never left the queue keeps the TID it was given, whose top byte the
+        // test sets (a slot's TID has it clear).
+        if c.tid >> 56 == 0xFF {
+            return;
+        }
+        self.drain_posts();
+        let slots = self.rig.port.slots(sent.qp);
+        let Some(at) = self.tid_layout(sent.qp).decode(c.tid, slots) else {
+            panic!("{}: a TID the stack does not make: {c:?}", c.id);
+        };
+        let Some(first) = self
+            .first_posts
+            .remove(&(sent.qp, at.index, at.generation_bits))
+        else {
+            // Installed, never posted (the device refused it, or died first).
+            return;
+        };
+        let lane = self
+            .went_out
+            .entry((sent.agent, sent.qp, sent.lane))
+            .or_default();
+        let before = lane.range(..sent.order).next_back().map(|(&o, &p)| (o, p));
+        let after = lane.range(sent.order + 1..).next().map(|(&o, &p)| (o, p));
+        for (other, post) in before.into_iter().chain(after) {
+            assert_eq!(
+                other < sent.order,
+                post < first,
+                "{} ({:?} send {} of {} on {:?}) went out as post {first}, but its agent's \
+                 send accepted {} went out as post {post}: sends of one lane must leave in \
+                 the order they were accepted: {sent:?} {c:?}",
+                c.id,
+                sent.lane,
+                sent.order,
+                sent.agent,
+                sent.qp,
+                if other < sent.order {
+                    "before it"
+                } else {
+                    "after it"
+                },
+            );
+            self.ordered_pairs += 1;
+        }
+        lane.insert(sent.order, first);
     }
 
     /// Receives lost so far: packets the device dropped (no receive posted, a QP that does
@@ -661,6 +830,13 @@ impl World {
         let retries = rng.below(3) as u32;
         let mut to_peer = false;
         let mut to_listener = false;
+        // The TID's top byte set: the stack clears it when a slot takes the send (the upper
+        // half is the stack's), so a completion still carrying it never left the queue.
+        let mad = |class: u8, method: u8, tid: u32| {
+            let mut m = mad(class, method, tid);
+            m[8] = 0xFF;
+            m
+        };
         let (req, method) = match kind {
             Kind::Smp => {
                 // SubnGet(NodeInfo) to our own port: answered by the firmware SMA.
@@ -711,7 +887,25 @@ impl World {
                 (r, method)
             }
         };
+        let class = req.mad[1];
+        let lane = if req.timeout_ms == 0 {
+            Lane::NoResponse
+        } else if mad::flow::is_solicited(class, req.timeout_ms) {
+            Lane::Solicited
+        } else {
+            Lane::Request
+        };
+        self.accepted += 1;
         let sent = Sent {
+            agent: self.clients[i].agent.id(),
+            qp: if kind == Kind::Smp {
+                SpecialQp::Smi
+            } else {
+                SpecialQp::Gsi
+            },
+            lane,
+            order: self.accepted,
+            responded: false,
             tid,
             timeout_ms: req.timeout_ms,
             retries: req.retries,
@@ -823,8 +1017,11 @@ impl World {
             rebuilds,
             cancels_ok,
             wire,
+            ordered_pairs,
             ..
         } = old;
+        summary.ordered_pairs += ordered_pairs;
+        summary.overflowed += rig.port.counters().overflowed;
         summary.wire.absorb(&wire);
         assert!(
             canceled.is_empty(),
@@ -1040,6 +1237,11 @@ struct Summary {
     recv_errors: usize,
     /// Of those, worlds where it was QP0.
     recv_errors_qp0: usize,
+    /// Sends that waited for room (a slot, a send queue entry, a request unit).
+    overflowed: u64,
+    /// Pairs of sends (one agent's, one lane's, adjacent in acceptance order among those
+    /// that went out) seen to go out in that order.
+    ordered_pairs: usize,
     wire: WireSummary,
 }
 
@@ -1204,6 +1406,10 @@ fn run(seed: u64, ops: usize) {
     // removals), a run that saw no death, no timeout or no recovery tested little of them.
     if ops >= 100_000 {
         assert!(summary.deaths > 0, "no death: {summary:?}");
+        assert!(
+            summary.overflowed > 0 && summary.ordered_pairs > 0,
+            "no send waited for room, or no order between sends checked: {summary:?}"
+        );
         assert!(
             summary.recv_errors > 0 && summary.wire.exact_receives > 0,
             "no QP sent to error by a receive error, or no timed-out send seen received once \
