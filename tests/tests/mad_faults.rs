@@ -20,15 +20,13 @@
 //! after a rebuild nothing left.
 //!
 //! On the wire (the peer, `hca_tests::wire_peer`, records every request that reached it and
-//! every answer it sent, and knows which answers it had the network lose): a request that
-//! times out used all its retries, and not before (1 + retries) times its timeout; a send to
-//! the peer succeeds only if a request of it reached the peer and an answer came back that
-//! was not lost, so a lost request or a lost answer ends in retries and then a response
-//! timeout; no more of its requests reach the peer than its attempts; and one that timed out
-//! with no request lost on the wire meanwhile reached the peer once per attempt. A full run
-//! must have seen deaths, fatal events, response timeouts, flushed sends reposted, sends
-//! timed out because every request was lost and because every answer was, and sends that a
-//! retry saved.
+//! every answer it sent, and knows which answers it had the network lose): while the device
+//! and its QPs live, a request that times out used all its retries, and not before
+//! (1 + retries) times its timeout (unless its timeout was changed); a send to the peer
+//! succeeds only if a request of it reached the peer and an answer came back that was not
+//! lost, so a lost request or a lost answer ends in retries and then a response timeout; no
+//! more of its requests reach the peer than its attempts; and one that timed out with no
+//! request lost on the wire meanwhile reached the peer once per attempt.
 //!
 //! On the receive side (the listeners count, by TID, the requests they receive): no receive
 //! is delivered twice (no more requests of a send reach our listener than its attempts), and
@@ -47,6 +45,11 @@
 //! order the issue gives: its response, at most one, to its own agent and before its one
 //! completion; a request succeeds only with its response told first, and one that timed out
 //! was told none.
+//!
+//! A full run must have seen deaths, fatal events, response timeouts, flushed sends
+//! reposted, sends timed out because every request was lost and because every answer was,
+//! sends that a retry saved, a QP sent to error by a receive error, sends waiting for room,
+//! and each of the per-attempt counts and order checks above applied.
 //!
 //! A failure names its seed; `HCA_SEED=<n> cargo test -p hca-tests --test mad_faults --
 //! --ignored replay` runs that seed alone (`HCA_OPS=<n>` changes the count of operations).
@@ -138,7 +141,7 @@ fn of(c: &mad::Census, qp: SpecialQp) -> mad::QpCensus {
     }
 }
 
-/// The index of a QP in [`MadRig::base_recv_posted`]-like pairs.
+/// The receive buffers `qp` had posted once the port opened ([`MadRig::base_recv_posted`]).
 fn base_recv(rig: &MadRig, qp: SpecialQp) -> usize {
     match qp {
         SpecialQp::Gsi => rig.base_recv_posted.0,
