@@ -636,10 +636,14 @@ impl World {
 
     /// Requests (packets from our port) the link has lost so far: its losses, less the ones
     /// of packets towards our port (the peer's answers), which our port counts as receive
-    /// errors.
+    /// errors (our device counts no other receive error there: it reports only VL15 drops).
+    /// The link decides and counts a loss as the packet leaves, before the send it belongs to
+    /// completes.
     fn wire_requests_lost(&self) -> u64 {
         let net = &self.rig.sim.net;
-        net.drops().get(sim::net::DropReason::Fault) - net.counters(self.link).rcv_errors
+        net.drops()
+            .get(sim::net::DropReason::Fault)
+            .saturating_sub(net.counters(self.link).rcv_errors)
     }
 
     /// The sends to the peer or to a listener that finished long enough ago for every
