@@ -12,7 +12,11 @@
 //! For the MAD-layer scenarios (`tests/mad_*.rs`): [`mad_rig`] opens the MAD layer on that
 //! ConnectX, with a responder on the same port and a tracker of completions; [`mad_fabric`]
 //! puts two of them on one simulated fabric (directed routes, SMPs between our own ports,
-//! RMPP) with a small SM that configures it through the MAD layer.
+//! RMPP) with a small SM that configures it through the MAD layer. For the fault-injection
+//! run (`tests/mad_faults.rs`): [`wire_peer`] is a device of the test's own at the far end of
+//! a link (it answers, and records what arrived and what it had the wire lose), and
+//! [`post_log`] a port between the MAD layer and the driver that records the order sends go
+//! out in.
 //!
 //! For the interop tests (`tests/interop_*.rs`): [`interop`] runs Debian's OpenSM and
 //! infiniband-diags on this project's libibumad over a simulated fabric, and the same
@@ -33,3 +37,5 @@ pub mod live;
 pub mod mad_fabric;
 pub mod mad_rig;
 pub mod mlx5;
+pub mod post_log;
+pub mod wire_peer;

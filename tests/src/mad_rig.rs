@@ -109,6 +109,22 @@ impl MadRig {
         MadRig::assemble(sim, hca, hw, port, lid)
     }
 
+    /// The MAD layer on `sim`, brought up with `options`, opened with `config` on the port
+    /// `wrap` makes of the driver's port 1 (a layer in between that records what passes, or
+    /// the port itself).
+    pub fn open_through(
+        sim: SimHca,
+        options: HcaOptions,
+        config: PortConfig,
+        wrap: impl FnOnce(Arc<Mlx5Port>) -> Arc<dyn HcaPort>,
+    ) -> MadRig {
+        let hca = sim.open(options).expect("bring-up");
+        let hw = hca.mlx5_port(1).expect("port 1");
+        let lid = hw.attrs().expect("port attributes").lid;
+        let port = Port::open(wrap(hw.clone()), config).expect("MAD layer");
+        MadRig::assemble(sim, hca, hw, port, lid)
+    }
+
     /// The rig of a MAD layer just opened on `port`: its baselines (leases, mappings, receive
     /// buffers posted) are taken now.
     pub(crate) fn assemble(

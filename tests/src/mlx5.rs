@@ -22,11 +22,22 @@ pub const MAD: usize = 256;
 /// Bytes of a receive buffer: the GRH area, then the MAD.
 pub const RECV_BUF: usize = GRH_LEN as usize + MAD;
 
-/// A simulated ConnectX alone on its network, and the driver's backend over it.
+/// Our CA in [`SimHca::with_linked_peer`].
+pub const LINKED_NODE: &str = "sim-hca";
+/// The CA at the other end of its link.
+pub const PEER_NODE: &str = "peer";
+/// Our LID there.
+pub const LINKED_LID: u16 = 1;
+/// The peer's LID.
+pub const PEER_LID: u16 = 2;
+
+/// A simulated ConnectX alone on its network (or linked to one peer:
+/// [`SimHca::with_linked_peer`]), and the driver's backend over it.
 pub struct SimHca {
     /// The model, for fault injection and firmware-side counts.
     pub model: Arc<Mlx5>,
-    /// Keeps the one-node network (SMA, loopback) alive.
+    /// Keeps the network (SMA, loopback) alive; its faults for the link of
+    /// [`SimHca::with_linked_peer`].
     pub net: Network,
     /// The backend the driver uses.
     pub backend: Arc<EmulatedBackend>,
@@ -88,6 +99,45 @@ impl SimHca {
         }
         let model =
             Arc::new(Mlx5::on_network(cfg, &net, "sim-hca", 1).expect("simulated ConnectX"));
+        let backend = embed::backend_for(model.clone(), "sim:model=mlx5");
+        SimHca {
+            model,
+            net,
+            backend,
+        }
+    }
+
+    /// A one-port ConnectX on CA [`LINKED_NODE`] of a two-node fabric on a virtual clock, its
+    /// port cabled to the one port of CA [`PEER_NODE`]: both ports Active, LIDs
+    /// [`LINKED_LID`] and [`PEER_LID`], the SM at our LID, as if an SM had run. What goes to
+    /// our own LID is looped back by the device and never touches the cable; what goes to
+    /// the peer crosses it both ways, under the link's faults
+    /// ([`Network::set_link_fault`], [`Network::drop_nth_leaving`]). The peer node's SMA and
+    /// PMA answer unless a device is attached to its port (see `crate::wire_peer`).
+    pub fn with_linked_peer() -> SimHca {
+        let text = format!(
+            "Hca 1 \"{LINKED_NODE}\"\n[1] \"{PEER_NODE}\"[1]\n\n\
+             Hca 1 \"{PEER_NODE}\"\n[1] \"{LINKED_NODE}\"[1]\n"
+        );
+        let fabric = sim::fabric::Fabric::parse_str("linked-peer", &text).expect("topology");
+        let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Virtual)));
+        net.with_fabric_mut(|f| {
+            for (node, lid) in [(LINKED_NODE, LINKED_LID), (PEER_NODE, PEER_LID)] {
+                let id = f.node_by_name(node).expect("node");
+                let p = f.port_id(id, 1).expect("port 1");
+                f.set_lid(p, lid, 0).expect("a free LID");
+                let s = &mut f.port_mut(p).state;
+                assert_eq!(s.phys_state, sim::fabric::PhysState::LinkUp, "cabled");
+                s.link_state = sim::fabric::LinkState::Active;
+                s.sm_lid = LINKED_LID;
+            }
+        });
+        let cfg = sim::mlx5::Mlx5Config {
+            ports: 1,
+            ..sim::mlx5::Mlx5Config::default()
+        };
+        let model =
+            Arc::new(Mlx5::on_network(cfg, &net, LINKED_NODE, 1).expect("simulated ConnectX"));
         let backend = embed::backend_for(model.clone(), "sim:model=mlx5");
         SimHca {
             model,
