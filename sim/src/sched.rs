@@ -249,9 +249,10 @@ impl Scheduler {
         }
     }
 
-    /// Run `event` after `delay` of simulated time.
+    /// Run `event` after `delay` of simulated time (a delay past the end of the clock, which
+    /// saturates at `Duration::MAX`, schedules it there: it runs only if the clock gets there).
     pub fn schedule_in(&self, delay: Duration, event: Event) {
-        self.schedule_at(self.now() + delay, event);
+        self.schedule_at(self.now().saturating_add(delay), event);
     }
 
     /// Events not yet run.
@@ -534,6 +535,21 @@ mod tests {
         b.notify();
         assert_eq!(b.wakeups(), 1);
         assert!(h.join().unwrap());
+    }
+
+    #[test]
+    fn an_event_scheduled_past_the_end_of_time_does_not_panic_and_waits() {
+        let s = Scheduler::new(ClockMode::Virtual);
+        s.schedule_in(Duration::from_secs(1), Box::new(|| {}));
+        assert!(s.run_until(Duration::from_secs(2)));
+        s.schedule_in(Duration::MAX, Box::new(|| {}));
+        assert_eq!(s.pending(), 1);
+        assert!(!s.run_until(Duration::from_secs(3600)));
+        assert_eq!(
+            s.pending(),
+            1,
+            "not due within any deadline short of the end"
+        );
     }
 
     #[test]

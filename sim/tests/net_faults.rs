@@ -356,6 +356,40 @@ fn a_packet_held_on_a_link_that_goes_down_is_lost() {
     assert_eq!(sched.pending(), 0);
 }
 
+// A cable pulled and plugged back while a link delay holds a packet on it: the packet was
+// lost with the link, though the link is up again when the delay ends.
+#[test]
+fn a_packet_held_on_a_link_that_bounces_is_lost() {
+    let (net, d) = setup();
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
+    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    let t0 = sched.now();
+    d.link.transmit(node_info_get(&[1]));
+    assert!(!sched.run_until(t0 + ms(1)));
+    net.set_link_down(hca1, true);
+    net.set_link_down(hca1, false);
+    while sched.run_until(t0 + ms(60)) {}
+    assert_eq!(
+        d.rec.take_changes(),
+        vec![(1, PortChange::Down), (1, PortChange::Initialized)]
+    );
+    assert!(d.rec.take().is_empty(), "no answer");
+    assert_eq!(net.counters(sw1_p1).rcv_packets, 0, "Switch1 got nothing");
+    assert_eq!(net.drops().get(DropReason::LinkDown), 1);
+    assert_eq!(sched.pending(), 0);
+    // The link works again: a packet sent now crosses it (after its delay) and is answered.
+    d.link.transmit(node_info_get(&[1]));
+    while sched.run_until(t0 + ms(200)) {}
+    assert_eq!(
+        d.rec.take().len(),
+        1,
+        "answered over the link that came back"
+    );
+    assert_eq!(net.drops().get(DropReason::LinkDown), 1);
+}
+
 // A packet that falls due at a device that has gone since the network routed it (link and
 // sink dropped before the scheduler ran) is delivered to nobody: it is counted as a drop like
 // every other loss, once, then.

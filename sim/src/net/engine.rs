@@ -58,6 +58,9 @@ struct InFlight {
     packet: Packet,
     /// Links it may still cross after this one (of [`MAX_CROSSINGS`]).
     left: u32,
+    /// The far end's link-down count when the packet entered the link: a link that went
+    /// down meanwhile lost it, up again or not.
+    downs: u64,
 }
 
 /// Where a packet goes next.
@@ -218,7 +221,12 @@ impl NetState {
             self.drops.count(DropReason::DelayedForever);
             return;
         }
-        let hop = InFlight { to, packet, left };
+        let hop = InFlight {
+            to,
+            packet,
+            left,
+            downs: self.agents.link_downs(to),
+        };
         let net = self.net.clone();
         let task = Task::Internal(Box::new(move || {
             // A network that has gone has nobody left to deliver to.
@@ -230,9 +238,12 @@ impl NetState {
     }
 
     /// A packet a link's delay held reaches the far end of the link (the time its delay
-    /// ended): it enters there, and goes on. A link that went down meanwhile lost it.
+    /// ended): it enters there, and goes on. A link that went down meanwhile lost it, also
+    /// when it came back up before the delay ended.
     fn land(&mut self, hop: InFlight) {
-        if self.fabric.port(hop.to).state.phys_state != PhysState::LinkUp {
+        if self.fabric.port(hop.to).state.phys_state != PhysState::LinkUp
+            || self.agents.link_downs(hop.to) != hop.downs
+        {
             self.drops.count(DropReason::LinkDown);
             return;
         }

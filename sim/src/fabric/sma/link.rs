@@ -66,6 +66,7 @@ impl Sma<'_> {
         if before.phys_state == PhysState::LinkUp && phys != PhysState::LinkUp {
             let c = self.agents.counters_mut(port);
             c.link_downed = c.link_downed.saturating_add(1);
+            *self.agents.link_downs.entry(port).or_default() += 1;
         }
         if before.link_state != link {
             let change = match link {

@@ -212,10 +212,19 @@ pub struct Agents {
     pub(crate) node_down: HashSet<NodeId>,
     /// Ports without a cable that train as if looped back to themselves (a standalone CA's).
     pub(crate) loopback: HashSet<PortId>,
+    /// How many times each port's link left LinkUp (ports whose link never did are absent):
+    /// a packet a link delay holds is lost if its far end's count moved meanwhile, even if
+    /// the link is up again when the delay ends.
+    pub(crate) link_downs: HashMap<PortId, u64>,
     pub(crate) effects: Vec<Effect>,
 }
 
 impl Agents {
+    /// How many times the link of `port` has left LinkUp.
+    pub(crate) fn link_downs(&self, port: PortId) -> u64 {
+        self.link_downs.get(&port).copied().unwrap_or(0)
+    }
+
     /// The agents of `fabric`, giving each port the PortInfo values its SMA starts with
     /// (CapabilityMask, NeighborMTU, OperationalVLs) where the fabric left them unset.
     pub fn new(fabric: &mut Fabric) -> Agents {
@@ -245,6 +254,7 @@ impl Agents {
             fault_down: HashSet::new(),
             node_down: HashSet::new(),
             loopback: HashSet::new(),
+            link_downs: HashMap::new(),
             effects: Vec::new(),
         }
     }
