@@ -7,8 +7,9 @@ use crate::link::ReceiveDrop;
 /// Why a packet was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
-    /// The egress port's link is not up (or the port is not cabled), or it was down when the
-    /// delay of a fault that held the packet on it ended (counted then).
+    /// The egress port's link is not up (or the port is not cabled), or it went down while
+    /// the delay of a fault held the packet on it, up again by the end of the delay or not
+    /// (counted then).
     LinkDown,
     /// A data (non-VL15) packet met a port that is not Active (egress) or not Armed/Active
     /// (ingress).
