@@ -33,8 +33,8 @@
 //!   packet on the link it crosses, and the far end acts on it only when the delay ends (its
 //!   agents' processing and effects: a PortInfo Set's new state, port changes, traps; the next
 //!   hop; the delivery), so a response leaves when its request has arrived. Each crossing
-//!   takes the delay in force when the packet enters the link; a link down when the delay
-//!   ends has lost the packet; a delay to the end of simulated time never arrives (see
+//!   takes the delay in force when the packet enters the link; a link that went down while
+//!   the delay held the packet has lost it, up again when the delay ends or not; a delay to the end of simulated time never arrives (see
 //!   [`Fault::delay`](Fault#structfield.delay)).
 //! - VL15 carries SMPs only (to and from QP0); anything else on VL15, or an SMP elsewhere, is
 //!   dropped at the port it enters.

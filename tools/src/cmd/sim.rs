@@ -48,8 +48,9 @@ umad2sim clients. Each program is a client: its simulated ConnectX attaches to o
 with the device string sim:server=SOCKET,node=NAME[,port=N]. Time is the wall clock.
 
 The socket defaults to $XDG_RUNTIME_DIR/hca-fabric.sock, or hca-fabric-$USER.sock in the
-temporary directory. It is made with mode 0600, and only programs of the server's user or of
-root may attach (others are refused and the refusal logged). A socket a live server answers
+temporary directory. It is made with mode 0600, so other users cannot connect (root can); a
+connection that gets past the mode from a process neither of the server's user nor root is
+refused and the refusal logged. A socket a live server answers
 on is refused; a stale one is replaced.
 Servers starting on one path take turns through a lock file beside the socket, SOCKET.lock,
 which stays (it is never stale: the kernel drops the lock when its holder exits).

@@ -40,9 +40,11 @@
 //! | 0x86 | PORT_INFO_ANSWER | request id u32, PortState u8, PhysState u8, LMC u8, SM SL u8, LID u16, SM LID u16, port GUID u64, node GUID u64, subnet prefix u64, CapabilityMask u32, P_Key table length u16 |
 //! | 0x87 | CAP_MASK_ANSWER | request id u32, the new CapabilityMask u32 |
 //!
-//! Who may connect: the socket file has mode 0600, and the server takes a connection only
-//! from a process of its own user or of root (the kernel's `SO_PEERCRED`); any other gets
-//! REFUSED Forbidden at once, before the server reads a byte of it. A client checks the
+//! Who may connect: the socket file has mode 0600, so another user's `connect` fails in the
+//! kernel (EACCES); a connection that gets past the mode (a process with CAP_DAC_OVERRIDE, a
+//! descriptor passed on) is taken only from a process of the server's user or of root (the
+//! kernel's `SO_PEERCRED`); any other gets REFUSED Forbidden at once, before the server reads
+//! a byte of it. A client checks the
 //! server's user the same way before it believes anything it says.
 //!
 //! The conversation: the client's first frame is ATTACH, whole within the server's attach
