@@ -337,16 +337,24 @@ fn a_delay_to_the_end_of_time_never_arrives_and_does_not_panic() {
 }
 
 /// A packet on a link when the link goes down (its delay not over) is lost with the link.
-#[test]
-fn a_packet_held_on_a_link_that_goes_down_is_lost() {
+/// A NodeInfo Get from Hca1 held by a 5 ms delay on Hca1's link, 1 ms into the delay; and
+/// when it was sent.
+fn held_on_hca1s_link() -> (Network, Device, Duration) {
     let (net, d) = setup();
     let sched = net.scheduler();
-    let hca1 = net.port("Hca1", 1).unwrap();
-    let sw1_p1 = net.port("Switch1", 1).unwrap();
-    net.set_link_fault(hca1, Fault::delay(ms(5)));
+    net.set_link_fault(net.port("Hca1", 1).unwrap(), Fault::delay(ms(5)));
     let t0 = sched.now();
     d.link.transmit(node_info_get(&[1]));
     assert!(!sched.run_until(t0 + ms(1)));
+    (net, d, t0)
+}
+
+#[test]
+fn a_packet_held_on_a_link_that_goes_down_is_lost() {
+    let (net, d, t0) = held_on_hca1s_link();
+    let sched = net.scheduler();
+    let hca1 = net.port("Hca1", 1).unwrap();
+    let sw1_p1 = net.port("Switch1", 1).unwrap();
     net.set_link_down(hca1, true);
     while sched.run_until(t0 + ms(60)) {}
     assert_eq!(d.rec.take_changes(), vec![(1, PortChange::Down)]);
@@ -360,14 +368,10 @@ fn a_packet_held_on_a_link_that_goes_down_is_lost() {
 // lost with the link, though the link is up again when the delay ends.
 #[test]
 fn a_packet_held_on_a_link_that_bounces_is_lost() {
-    let (net, d) = setup();
+    let (net, d, t0) = held_on_hca1s_link();
     let sched = net.scheduler();
     let hca1 = net.port("Hca1", 1).unwrap();
     let sw1_p1 = net.port("Switch1", 1).unwrap();
-    net.set_link_fault(hca1, Fault::delay(ms(5)));
-    let t0 = sched.now();
-    d.link.transmit(node_info_get(&[1]));
-    assert!(!sched.run_until(t0 + ms(1)));
     net.set_link_down(hca1, true);
     net.set_link_down(hca1, false);
     while sched.run_until(t0 + ms(60)) {}

@@ -1282,6 +1282,23 @@ impl WireSummary {
     }
 }
 
+/// One of the next 1-8 WQEs of `queue` of QP `qpn` completes in error, with a random local
+/// error syndrome and vendor syndrome.
+fn wqe_error(w: &World, rng: &mut Rng, qpn: u32, queue: WqeQueue) {
+    let syndrome = [
+        CqeSyndrome::LOCAL_LENGTH_ERR,
+        CqeSyndrome::LOCAL_QP_OP_ERR,
+        CqeSyndrome::LOCAL_PROT_ERR,
+    ][rng.below(3) as usize];
+    let nth = 1 + rng.below(8) as u32;
+    let vendor = rng.below(256) as u8;
+    w.rig
+        .sim
+        .model
+        .faults()
+        .wqe_error(qpn, queue, nth, syndrome, vendor);
+}
+
 fn run(seed: u64, ops: usize) {
     let mut rng = Rng::new(seed);
     // Odd seeds on strict leases, even seeds on pooled ones.
@@ -1316,18 +1333,7 @@ fn run(seed: u64, ops: usize) {
                 } else {
                     gsi(&w)
                 };
-                let syndrome = [
-                    CqeSyndrome::LOCAL_LENGTH_ERR,
-                    CqeSyndrome::LOCAL_QP_OP_ERR,
-                    CqeSyndrome::LOCAL_PROT_ERR,
-                ][rng.below(3) as usize];
-                w.rig.sim.model.faults().wqe_error(
-                    qpn,
-                    WqeQueue::Send,
-                    1 + rng.below(8) as u32,
-                    syndrome,
-                    rng.below(256) as u8,
-                );
+                wqe_error(&w, &mut rng, qpn, WqeQueue::Send);
             }
             935..=949 => {
                 let d = ms(rng.below(3) * 5);
@@ -1371,18 +1377,7 @@ fn run(seed: u64, ops: usize) {
                     } else {
                         SpecialQp::Gsi
                     };
-                    let syndrome = [
-                        CqeSyndrome::LOCAL_LENGTH_ERR,
-                        CqeSyndrome::LOCAL_QP_OP_ERR,
-                        CqeSyndrome::LOCAL_PROT_ERR,
-                    ][rng.below(3) as usize];
-                    w.rig.sim.model.faults().wqe_error(
-                        w.rig.qpn(qp),
-                        WqeQueue::Recv,
-                        1 + rng.below(8) as u32,
-                        syndrome,
-                        rng.below(256) as u8,
-                    );
+                    wqe_error(&w, &mut rng, w.rig.qpn(qp), WqeQueue::Recv);
                     w.recv_error_armed = Some(qp);
                 }
                 _ => {}

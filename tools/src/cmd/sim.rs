@@ -263,6 +263,15 @@ mod tests {
         .unwrap()
     }
 
+    /// [`start`], with host-1's LID changed to `lid` (what a client's SM would do).
+    fn start_with_lid(dir: &Path, lid: u16) -> Serving {
+        let serving = start(dir);
+        let net = serving.server().network();
+        let port = net.port("host-1", 1).unwrap();
+        net.with_fabric_mut(|f| f.set_lid(port, lid, 0).unwrap());
+        serving
+    }
+
     /// host-1's LID as the state file has it, read into a fresh server.
     fn saved_lid(dir: &Path) -> u16 {
         let again = start(dir);
@@ -278,10 +287,7 @@ mod tests {
     #[test]
     fn a_failed_wait_for_signals_still_saves_the_state() {
         let dir = tempfile::tempdir().unwrap();
-        let serving = start(dir.path());
-        let net = serving.server().network();
-        let port = net.port("host-1", 1).unwrap();
-        net.with_fabric_mut(|f| f.set_lid(port, 7, 0).unwrap());
+        let serving = start_with_lid(dir.path(), 7);
         let mut waits = 0;
         let r = serve_until(serving, Some(&dir.path().join("net.state")), |_| {
             waits += 1;
@@ -305,10 +311,7 @@ mod tests {
     #[test]
     fn a_signal_stops_the_server_and_saves_the_state() {
         let dir = tempfile::tempdir().unwrap();
-        let serving = start(dir.path());
-        let net = serving.server().network();
-        let port = net.port("host-1", 1).unwrap();
-        net.with_fabric_mut(|f| f.set_lid(port, 9, 0).unwrap());
+        let serving = start_with_lid(dir.path(), 9);
         serve_until(serving, Some(&dir.path().join("net.state")), |_| {
             Ok(Some(libc::SIGTERM))
         })
