@@ -3,9 +3,12 @@
 //! By default the simulated ConnectX does a send doorbell's work (fetch the WQEs, put the
 //! packets on the fabric, write the CQEs) inside the doorbell write, on the driver's thread:
 //! deterministic, and what virtual time needs. A real HCA does that work in its own silicon
-//! while the host goes on. With [`crate::mlx5::Mlx5::run_on_own_thread`] the doorbell only
-//! records the queue and wakes this thread, which runs it; the driver's thread finds the
-//! completions on a later poll (or is woken by the completion event). What that measures is
+//! while the host goes on. With [`crate::mlx5::Mlx5::run_on_own_thread`] a write to a UAR page
+//! (send doorbell, CQ arm, EQ doorbell) is only queued, in order, and this thread takes the
+//! queue, applies the writes under the device's lock and runs the send queues they rang; the
+//! driver's thread finds the completions on a later poll (or is woken by the completion event).
+//! The writing thread never takes the device's lock, which this thread holds while it works:
+//! as on a real HCA, a posted MMIO write does not wait for the device. What that measures is
 //! the host's share of the work alone: the cost a real HCA leaves on the CPU that drives it.
 //!
 //! Only on the real clock: on virtual time the clock moves when the waiting thread lets it,
@@ -19,35 +22,76 @@ use std::time::{Duration, Instant};
 use super::Inner;
 use crate::clock::ClockMode;
 
-/// The doorbells rung and not yet run, shared by the ringing threads and the device thread.
+/// A write to a UAR page the driver made and the device has not applied yet: its offset in
+/// BAR0 and its bytes (a doorbell is 4 or 8 bytes, kept inline; a longer write, which no
+/// driver path makes, on the heap).
+#[derive(Debug)]
+pub(crate) struct UarWrite {
+    pub(crate) offset: u64,
+    len: u8,
+    short: [u8; 8],
+    long: Option<Box<[u8]>>,
+}
+
+impl UarWrite {
+    fn new(offset: u64, data: &[u8]) -> Self {
+        let mut short = [0u8; 8];
+        let (len, long) = match short.get_mut(..data.len()) {
+            Some(head) => {
+                head.copy_from_slice(data);
+                (data.len() as u8, None)
+            }
+            None => (0, Some(data.into())),
+        };
+        UarWrite {
+            offset,
+            len,
+            short,
+            long,
+        }
+    }
+
+    /// The bytes written.
+    pub(crate) fn data(&self) -> &[u8] {
+        match &self.long {
+            Some(b) => b,
+            None => &self.short[..usize::from(self.len)],
+        }
+    }
+}
+
+/// The UAR writes made and not yet applied, shared by the writing threads and the device
+/// thread.
 #[derive(Debug, Default)]
 pub(crate) struct Engine {
-    /// QPs whose send doorbell rang, in order, each once.
-    pending: Mutex<Vec<u32>>,
+    /// In the order they were made.
+    pending: Mutex<Vec<UarWrite>>,
     rung: Condvar,
     /// `pending` is not empty (looked at without the lock while the thread spins).
     rung_flag: AtomicBool,
     /// The thread waits on `rung` (set and cleared under the `pending` lock).
     sleeping: AtomicBool,
     stop: AtomicBool,
-    /// Doorbells the thread ran.
+    /// Send queues the thread ran.
     ran: AtomicU64,
 }
 
-/// How long the thread looks at its doorbells before it sleeps.
+/// How long the thread looks at its queue before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// Spins between two looks at the clock while the thread looks at its queue.
+const SPINS_PER_CLOCK: u32 = 64;
+
 impl Engine {
-    /// A send doorbell of `qpn` rang: the device thread runs the queue. False once the
-    /// thread is stopping: the caller runs it.
-    pub(crate) fn ring(&self, qpn: u32) -> bool {
+    /// The driver wrote `data` at `offset` of a UAR page: queued for the device thread. False
+    /// once the thread is stopping: the caller applies it.
+    pub(crate) fn post(&self, offset: u64, data: &[u8]) -> bool {
+        let w = UarWrite::new(offset, data);
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         if self.stop.load(Ordering::SeqCst) {
             return false;
         }
-        if !p.contains(&qpn) {
-            p.push(qpn);
-        }
+        p.push(w);
         self.rung_flag.store(true, Ordering::Release);
         let sleeping = self.sleeping.load(Ordering::SeqCst);
         drop(p);
@@ -57,12 +101,17 @@ impl Engine {
         true
     }
 
-    /// The next doorbells to run (in `into`), waiting for one; false once stopped. Looks
-    /// without sleeping for [`SPIN`] first, as hardware watches its doorbells: a host that
-    /// keeps the queue busy then rings with no system call.
-    fn next(&self, into: &mut Vec<u32>) -> bool {
+    /// The next writes to apply (in `into`, which must be empty), waiting for one; false once
+    /// stopped. Looks without sleeping for [`SPIN`] first, as hardware watches its doorbells:
+    /// a host that keeps the queue busy then rings with no system call.
+    fn next(&self, into: &mut Vec<UarWrite>) -> bool {
         let start = Instant::now();
-        while !self.rung_flag.load(Ordering::Acquire) && start.elapsed() < SPIN {
+        let mut spins = 0u32;
+        while !self.rung_flag.load(Ordering::Acquire) {
+            spins = spins.wrapping_add(1);
+            if spins % SPINS_PER_CLOCK == 0 && start.elapsed() >= SPIN {
+                break;
+            }
             std::hint::spin_loop();
         }
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -82,8 +131,8 @@ impl Engine {
     }
 }
 
-/// The device's thread: runs until dropped (then joins). While it exists, send doorbells of
-/// the device run on it.
+/// The device's thread: runs until dropped (then joins). While it exists, the device's UAR
+/// writes are applied, and the send queues they ring run, on it.
 #[derive(Debug)]
 pub struct DeviceThread {
     inner: Weak<Inner>,
@@ -113,7 +162,7 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<DeviceThread, DeviceThreadErro
         return Err(DeviceThreadError::VirtualClock);
     }
     let engine = Arc::new(Engine::default());
-    // The slot stays locked until the thread runs, and only then names the engine: a doorbell
+    // The slot stays locked until the thread runs, and only then names the engine: a write
     // never lands in the pending list of an engine whose thread failed to start. The thread
     // waits on its own pending list and never reads the slot, so holding it cannot stall it.
     let mut slot = inner.engine.write().unwrap_or_else(PoisonError::into_inner);
@@ -135,18 +184,20 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<DeviceThread, DeviceThreadErro
 }
 
 fn run(inner: &Weak<Inner>, engine: &Engine) {
+    let mut writes = Vec::new();
     let mut qpns = Vec::new();
-    while engine.next(&mut qpns) {
+    while engine.next(&mut writes) {
         let Some(inner) = inner.upgrade() else { return };
-        inner.run_doorbells(&qpns);
+        inner.apply_uar_writes(&writes, &mut qpns);
         engine.ran.fetch_add(qpns.len() as u64, Ordering::Relaxed);
+        writes.clear();
         qpns.clear();
     }
 }
 
 impl DeviceThread {
-    /// Send doorbells this thread has run (one per queue per look: doorbells rung while it
-    /// was busy with the queue count once).
+    /// Send queues this thread has run (one per queue per look: doorbells rung while it was
+    /// busy with the queue count once).
     pub fn doorbells_run(&self) -> u64 {
         self.engine.ran.load(Ordering::Relaxed)
     }
@@ -169,17 +220,106 @@ impl Drop for DeviceThread {
             let _ = h.join();
         }
         if let Some(inner) = self.inner.upgrade() {
-            let pending = std::mem::take(
-                &mut *self
-                    .engine
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
+            // Writes made before the stop and not applied by the thread are applied here, with
+            // the queue locked: a writer that finds the thread stopping waits for them and
+            // applies its own after (in order).
+            let mut p = self
+                .engine
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let left = std::mem::take(&mut *p);
+            inner.apply_uar_writes(&left, &mut Vec::new());
+            drop(p);
             *inner.engine.write().unwrap_or_else(PoisonError::into_inner) = None;
-            // Doorbells rung before the stop and not run by the thread run here (later ones
-            // were run by their ringers: `ring` refuses them).
-            inner.run_doorbells(&pending);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::super::config::FIRST_UAR;
+    use super::{Arc, UarWrite};
+    use crate::ClockMode;
+    use crate::device::Device;
+    use crate::mlx5::Mlx5;
+
+    /// Waits up to 5 s for `f`.
+    fn eventually(f: impl Fn() -> bool) -> bool {
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        f()
+    }
+
+    #[test]
+    fn a_uar_write_is_queued_without_the_device_lock_and_applied_in_order_by_the_thread() {
+        let dev = Arc::new(Mlx5::with_clock(ClockMode::Real));
+        let thread = dev.run_on_own_thread().expect("device thread");
+        let uar_page = u64::from(FIRST_UAR) * 4096;
+        // The device's lock held, as the device thread holds it while it works.
+        let held = dev.inner.lock();
+        let (tx, rx) = mpsc::channel();
+        let writer = {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                // Three doorbells of a UAR the driver never allocated: each one ignored
+                // (and counted) once applied.
+                for _ in 0..3 {
+                    dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+                }
+                tx.send(()).expect("the test waits");
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+            "the writes returned while the device's lock was held"
+        );
+        assert_eq!(held.counters.snap.uar_writes_ignored, 0, "not applied yet");
+        drop(held);
+        assert!(
+            eventually(|| dev.counters().uar_writes_ignored == 3),
+            "the device thread applied the three writes"
+        );
+        writer.join().expect("writer");
+        assert_eq!(thread.doorbells_run(), 0, "no send queue rang");
+        drop(thread);
+        // Without the thread, a write is applied by the writer before it returns.
+        dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+        assert_eq!(dev.counters().uar_writes_ignored, 4);
+    }
+
+    #[test]
+    fn writes_left_in_the_queue_are_applied_when_the_thread_stops() {
+        let dev = Mlx5::with_clock(ClockMode::Real);
+        let thread = dev.run_on_own_thread().expect("device thread");
+        let uar_page = u64::from(FIRST_UAR) * 4096;
+        let held = dev.inner.lock();
+        dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+        // A write longer than a doorbell keeps its bytes too.
+        dev.mmio_write(0, uar_page + 0x20, &[0; 16]);
+        drop(held);
+        drop(thread);
+        assert_eq!(
+            dev.counters().uar_writes_ignored,
+            2,
+            "each write applied once, by the thread or at its stop"
+        );
+    }
+
+    #[test]
+    fn a_uar_write_keeps_its_bytes() {
+        let short = UarWrite::new(8, &[1, 2, 3, 4]);
+        assert_eq!(short.data(), &[1, 2, 3, 4]);
+        let long: Vec<u8> = (0..64).collect();
+        assert_eq!(UarWrite::new(8, &long).data(), &long[..]);
+        assert_eq!(UarWrite::new(8, &[]).data(), &[] as &[u8]);
     }
 }

@@ -326,47 +326,69 @@ impl Inner {
         if self.down() {
             return;
         }
-        // What this write makes the device do wakes a waiting driver once, at the end.
-        let _held = self.sched.hold_wakes();
         let init_end = u64::from(FIRST_UAR) * 4096;
-        if offset < init_end {
-            for (i, chunk) in data.chunks(4).enumerate() {
-                if chunk.len() != 4 {
-                    break;
-                }
-                let at = offset as usize + 4 * i;
-                let v = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-                let effect = self.with(|st| regs::write32(st, at, v));
-                if let regs::WriteEffect::CommandDoorbell(mask) = effect {
-                    self.command_doorbell(mask);
-                }
-            }
-            return;
-        }
-        let (effect, fatal) = self.with(|st| {
-            if st.health.fatal {
-                return (uar::UarEffect::None, true);
-            }
-            let size = st.uar_page_size();
-            let uar = (offset / size) as u32;
-            let off = (offset % size) as usize;
-            (st.uar_write(uar, off, data), false)
-        });
-        if fatal {
-            return;
-        }
-        if let uar::UarEffect::Send(qpn) = effect {
-            // The guard is a temporary: released before the queue runs here.
-            let rung = self
+        if offset >= init_end {
+            // With a device thread, a UAR write is only queued for it (see `engine`). The
+            // engine is cloned out of its slot: the slot's lock is not held while queueing.
+            let engine = self
                 .engine
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-                .is_some_and(|e| e.ring(qpn));
-            if rung {
+                .clone();
+            if engine.is_some_and(|e| e.post(offset, data)) {
                 return;
             }
-            self.run_doorbells(&[qpn]);
+            let _held = self.sched.hold_wakes();
+            let effect = self.with(|st| {
+                if st.health.fatal {
+                    return uar::UarEffect::None;
+                }
+                st.uar_write_at(offset, data)
+            });
+            if let uar::UarEffect::Send(qpn) = effect {
+                self.run_doorbells(&[qpn]);
+            }
+            return;
+        }
+        // What this write makes the device do wakes a waiting driver once, at the end.
+        let _held = self.sched.hold_wakes();
+        for (i, chunk) in data.chunks(4).enumerate() {
+            if chunk.len() != 4 {
+                break;
+            }
+            let at = offset as usize + 4 * i;
+            let v = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            let effect = self.with(|st| regs::write32(st, at, v));
+            if let regs::WriteEffect::CommandDoorbell(mask) = effect {
+                self.command_doorbell(mask);
+            }
+        }
+    }
+
+    /// Applies `writes` to UAR pages, in order, under one lock, and runs the send queues they
+    /// rang (each once, in the order first rung; their numbers left in `qpns`). Nothing on a
+    /// removed or dead device.
+    fn apply_uar_writes(&self, writes: &[engine::UarWrite], qpns: &mut Vec<u32>) {
+        if writes.is_empty() || self.down() {
+            return;
+        }
+        // What the writes make the device do wakes a waiting driver once, at the end.
+        let _held = self.sched.hold_wakes();
+        let fatal = self.with(|st| {
+            if st.health.fatal {
+                return true;
+            }
+            for w in writes {
+                if let uar::UarEffect::Send(qpn) = st.uar_write_at(w.offset, w.data()) {
+                    if !qpns.contains(&qpn) {
+                        qpns.push(qpn);
+                    }
+                }
+            }
+            false
+        });
+        if !fatal {
+            self.run_doorbells(qpns);
         }
     }
 

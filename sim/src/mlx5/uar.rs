@@ -33,6 +33,12 @@ fn be(data: &[u8]) -> u64 {
 }
 
 impl State {
+    /// A write of `data` (device byte order) at `offset` of BAR0, in the UAR pages.
+    pub(crate) fn uar_write_at(&mut self, offset: u64, data: &[u8]) -> UarEffect {
+        let size = self.uar_page_size();
+        self.uar_write((offset / size) as u32, (offset % size) as usize, data)
+    }
+
     /// A write of `data` (device byte order) at `offset` of UAR `uar`.
     pub(crate) fn uar_write(&mut self, uar: u32, offset: usize, data: &[u8]) -> UarEffect {
         if !self.uars.contains(&uar) {
