@@ -433,7 +433,7 @@ impl Ibsim {
         );
         let log_path = work.join(&format!("ibsim-{sock}.log"));
         let log = std::fs::File::create(&log_path).expect("ibsim log");
-        let child = Command::new(ibsim)
+        let child = crate::orphans::killed_with_parent(&mut Command::new(ibsim))
             .args(["-s", "-n"])
             .args(extra)
             .arg(topology)

@@ -37,5 +37,6 @@ pub mod live;
 pub mod mad_fabric;
 pub mod mad_rig;
 pub mod mlx5;
+pub mod orphans;
 pub mod post_log;
 pub mod wire_peer;

@@ -120,7 +120,9 @@ fn read(path: &Path) -> String {
 }
 
 /// A long-running child process, its standard output and error in a file. Dropped while
-/// running, it is killed (SIGKILL, by its pid) and reaped.
+/// running, it is killed (SIGKILL, by its pid) and reaped; if the test dies first, the kernel
+/// kills it when the thread that started it ends ([`crate::orphans`]; `hca run` execs its
+/// program, which keeps that signal).
 #[derive(Debug)]
 pub struct Daemon {
     child: Child,
@@ -134,7 +136,7 @@ impl Daemon {
     pub fn spawn(mut cmd: Command, what: &str, output: &Path) -> Daemon {
         let log = File::create(output)
             .unwrap_or_else(|e| panic!("{what}: cannot create {}: {e}", output.display()));
-        let child = cmd
+        let child = crate::orphans::killed_with_parent(&mut cmd)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("output file"))
             .stderr(log)
