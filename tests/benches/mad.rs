@@ -19,7 +19,10 @@
 //!   its figure depends on this one: on a 2-vCPU VM it was seen to switch, from one run to
 //!   the next as the hypervisor placed the vCPUs, between about 80 ns here with
 //!   `mad_round_trips_sma_device_thread/128` at 2.1-2.2 M/s and about 390 ns with the same
-//!   code at 1.15-1.25 M/s. Read the two together.
+//!   code at 1.15-1.25 M/s. Read the two together. It is not the only cause: on another VM
+//!   the cache line stayed at 64-71 ns while runs of one binary, one after another, gave the
+//!   device-thread group anywhere from 520 to 990 ns; give it several runs, as `--noplot
+//!   --measurement-time 2` in a loop, and report the range.
 //!
 //! Criterion reports time per element; elements are sends or round trips.
 
