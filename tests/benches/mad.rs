@@ -24,6 +24,14 @@
 //!   device-thread group anywhere from 520 to 990 ns; give it several runs, as `--noplot
 //!   --measurement-time 2` in a loop, and report the range.
 //!
+//! - `machine/alu_alone` and `machine/alu_beside_a_busy_thread`: not the stack either: a fixed
+//!   piece of arithmetic (independent chains that keep a core's ALUs busy) alone, and while
+//!   another thread runs the same. About equal: the VM's two vCPUs are two cores. About
+//!   twice as long beside: they are two hardware threads of one core, and the device thread
+//!   takes half the core the host's work runs on. On 2026-12-02's VM they were about equal
+//!   (570-630 ns alone, 570-730 ns beside) in runs whose device-thread figure still ranged
+//!   from 560 to 750 ns: that day's spread had another cause.
+//!
 //! Criterion reports time per element; elements are sends or round trips.
 
 use std::sync::Arc;
@@ -261,9 +269,48 @@ fn bench_cache_line_round_trip(c: &mut Criterion) {
     g.finish();
 }
 
+/// Independent multiply-add and shift chains, `n` rounds: throughput-bound (a hardware thread
+/// sharing the core's ALUs with another one slows down), not latency-bound.
+fn alu_work(rounds: u64) -> u64 {
+    let mut v = [1u64, 2, 3, 4, 5, 6];
+    for _ in 0..rounds {
+        v[0] = v[0].wrapping_mul(3).wrapping_add(1);
+        v[1] = v[1].wrapping_mul(5).wrapping_add(3);
+        v[2] = v[2].wrapping_mul(7).wrapping_add(5);
+        v[3] = v[3].wrapping_mul(9).wrapping_add(7);
+        v[4] ^= v[4] >> 3;
+        v[5] = v[5].wrapping_add(v[5] << 1);
+    }
+    std::hint::black_box(v.iter().fold(0, |acc, x| acc ^ x))
+}
+
+/// The arithmetic alone, and beside a thread that runs it too (see the module doc): time per
+/// 1,000 rounds.
+fn bench_alu_sharing(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const ROUNDS: u64 = 1000;
+    let mut g = c.benchmark_group("machine");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("alu_alone", |b| b.iter(|| alu_work(ROUNDS)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                alu_work(ROUNDS);
+            }
+        })
+    };
+    g.bench_function("alu_beside_a_busy_thread", |b| b.iter(|| alu_work(ROUNDS)));
+    stop.store(true, Ordering::Relaxed);
+    busy.join().expect("the busy thread");
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_cache_line_round_trip,
+    bench_alu_sharing,
     bench_sends,
     bench_round_trips,
     bench_sma_round_trips,
