@@ -2,14 +2,17 @@
 //!
 //! A [`DmaPool`] hands out [`DmaLease`]s in one of two modes:
 //! - [`LeaseMode::Strict`]: each lease has its own memory, IOVA and IOMMU mapping, unmapped
-//!   on drop. A device access that runs past the lease's (page-rounded) mapping, or comes
-//!   after drop, faults: each mapping is followed by an unmapped guard page (one page of the
-//!   lease's memory or one IOMMU page, whichever is larger) that no other lease gets, and
-//!   IOVAs are taken next fit ([`IovaAllocator::alloc_next_fit`]), so a released IOVA is
-//!   handed out again only once the allocator has gone round the whole IOVA space (in a
-//!   nearly full space, sooner: wrapping round beats failing). Not caught: an overrun that
-//!   stays inside the last mapped page, and a stray access that jumps the guard page into
-//!   another lease. For tests and debugging.
+//!   on drop. A device access that runs past the lease's end, or comes after drop, faults:
+//!   each mapping is followed by an unmapped guard page (one page of the lease's memory or one
+//!   IOMMU page, whichever is larger) that no other lease gets, the lease ends as close to
+//!   the end of its mapping as its alignment allows (as a guard-page allocator places a
+//!   buffer), and IOVAs are taken next fit ([`IovaAllocator::alloc_next_fit`]), so a released
+//!   IOVA is handed out again only once the allocator has gone round the whole IOVA space (in
+//!   a nearly full space, sooner: wrapping round beats failing). Not caught: an overrun of
+//!   fewer bytes than the alignment's padding after the end (none for a length that is a
+//!   multiple of the alignment), an access before the start that stays in the first mapped
+//!   page, and a stray access that jumps the guard page into another lease. For tests and
+//!   debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
 //!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
 //!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
@@ -48,10 +51,11 @@ use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 /// How a [`DmaPool`] backs its leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseMode {
-    /// One memory, IOVA and mapping per lease, with an unmapped guard page after it; unmapped
-    /// on drop, and its IOVA not reused until the IOVA space has been gone round. Catches a
-    /// device overrun past the page-rounded end (not one within the last page; the page is
-    /// the larger of the memory's and the IOMMU's) and a device access after drop.
+    /// One memory, IOVA and mapping per lease, with an unmapped guard page after it and the
+    /// lease placed at the end of the mapping (as far as its alignment allows); unmapped on
+    /// drop, and its IOVA not reused until the IOVA space has been gone round. Catches a
+    /// device overrun past the end rounded up to the alignment, and a device access after
+    /// drop.
     Strict,
     /// Slices of long-lived mapped arenas. Fast; the mapping count stays small.
     Pooled,
@@ -388,10 +392,11 @@ impl fmt::Debug for DmaPool {
 enum Backing {
     /// A buddy block of arena `arena` starting at `unit` (in `MIN_BLOCK`s).
     Arena { arena: u32, unit: u32, order: u8 },
-    /// Its own memory and mapping of `mem.len()` bytes at the lease's IOVA, inside `reserved`
-    /// bytes of IOVA space (strict mode: the mapping and its unmapped guard).
+    /// Its own memory and mapping of `mem.len()` bytes, the lease `offset` bytes into it,
+    /// inside `reserved` bytes of IOVA space (strict mode: the mapping and its unmapped guard).
     Own {
         mem: ManuallyDrop<DmaMemory>,
+        offset: usize,
         reserved: u64,
     },
 }
@@ -566,6 +571,7 @@ impl PoolInner {
         // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
         let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
         let mapped = mem.len();
+        let requested_align = align;
         // The mapping's granule: a page of the memory, or of the IOMMU if that is larger.
         let granule = mem.page_size().max(self.map_page);
         // Aligning the IOVA to the page size of the memory lets a huge page be one IOMMU
@@ -588,14 +594,24 @@ impl PoolInner {
             self.map_failed(&e, mem, iova, reserved);
             return Err(e);
         }
-        let Some(host) = NonNull::new(mem.as_ptr()) else {
+        // Strict: the lease ends where the mapping does (the guard page follows), as far as
+        // its alignment allows, so that an overrun faults at once instead of landing in the
+        // rest of the last page. `align` here is the caller's (the mapping's granule is a
+        // multiple of it, or larger than the padding).
+        let offset = match self.config.mode {
+            LeaseMode::Strict => (mapped - len) / requested_align * requested_align,
+            LeaseMode::Pooled => 0,
+        };
+        // SAFETY: `offset` is below `mapped - len + 1`, inside the memory's allocation.
+        let Some(host) = NonNull::new(unsafe { mem.as_ptr().add(offset) }) else {
             unreachable!("DmaMemory is never at address 0");
         };
         Ok((
             host,
-            iova,
+            iova + offset as u64,
             Backing::Own {
                 mem: ManuallyDrop::new(mem),
+                offset,
                 reserved,
             },
         ))
@@ -845,13 +861,18 @@ impl Drop for DmaLease {
                     );
                 }
             }
-            Backing::Own { mem, reserved } => {
+            Backing::Own {
+                mem,
+                offset,
+                reserved,
+            } => {
                 // SAFETY: `mem` is taken exactly once, here, and the backing is not used after.
                 let mem = unsafe { ManuallyDrop::take(mem) };
                 let mapped = mem.len();
-                match pool.mapper.unmap(self.iova, mapped) {
+                let base = self.iova - *offset as u64;
+                match pool.mapper.unmap(base, mapped) {
                     Ok(()) => {
-                        if let Err(e) = pool.lock_iova().free(self.iova, *reserved) {
+                        if let Err(e) = pool.lock_iova().free(base, *reserved) {
                             tracing::error!("DMA lease: freeing its IOVA: {e}");
                         }
                         drop(mem);

@@ -235,14 +235,23 @@ fn alignment_and_access_are_honoured() {
 }
 
 #[test]
-fn strict_leases_fault_just_past_their_mapping() {
+fn strict_leases_fault_just_past_their_end() {
     let (iommu, pool) = pool(LeaseMode::Strict);
     let a = pool.lease(256, 64, Access::ReadWrite).unwrap();
-    // Strict mappings are page-rounded: the first byte past the page is unmapped.
-    let f = iommu.read_u8(a.iova() + 4096).unwrap_err();
+    // The lease ends where its page does: the first byte past it is unmapped, not the rest
+    // of a page-rounded mapping.
+    assert_eq!(a.iova() % 64, 0, "aligned as asked");
+    assert_eq!((a.iova() + 256) % 4096, 0, "ends at its mapping's end");
+    iommu.read_u8(a.iova() + 255).unwrap();
+    let f = iommu.read_u8(a.iova() + 256).unwrap_err();
     assert_eq!(f.reason, FaultReason::NotMapped);
-    let f = iommu.read_u64_be(a.iova() + 4092).unwrap_err();
+    let f = iommu.read_u64_be(a.iova() + 252).unwrap_err();
     assert_eq!(f.reason, FaultReason::Straddles);
+    // The host sees the same bytes at the same place.
+    a.write(250, b"tail!!").unwrap();
+    let mut seen = [0u8; 6];
+    iommu.read(a.iova() + 250, &mut seen).unwrap();
+    assert_eq!(&seen, b"tail!!");
     let iova = a.iova();
     drop(a);
     assert_eq!(
@@ -255,13 +264,14 @@ fn strict_leases_fault_just_past_their_mapping() {
 #[test]
 fn a_device_overrun_of_a_strict_lease_faults_rather_than_landing_in_the_next_one() {
     let (iommu, pool) = pool(LeaseMode::Strict);
-    // Whole pages, one page rounded up from 256 bytes, and two pages: each lease's first byte
-    // past its mapping must be unmapped even with another lease taken right after it.
-    for (len, mapped) in [(4096, 4096), (256, 4096), (5000, 8192)] {
+    // A whole page, 256 bytes, and 5000 bytes (two pages, the end rounded up to the 64-byte
+    // alignment, 5056): each lease's first byte past that must be unmapped even with another
+    // lease taken right after it.
+    for (len, end) in [(4096, 4096), (256, 256), (5000, 5056)] {
         let a = pool.lease(len, 64, Access::ReadWrite).unwrap();
         let b = pool.lease(len, 64, Access::ReadWrite).unwrap();
         for (name, lease) in [("a", &a), ("b", &b)] {
-            let past = lease.iova() + mapped;
+            let past = lease.iova() + end;
             let f = iommu.write(past, &[0xee; 8]).unwrap_err();
             assert_eq!(f.reason, FaultReason::NotMapped, "{len}: past {name}: {f}");
             let f = iommu.read_u8(past).unwrap_err();
@@ -830,12 +840,18 @@ fn leases_map_and_release_on_an_iommu_with_64k_pages() {
         // in both modes).
         for len in [100, (2 << 20) + 100] {
             let lease = pool.lease(len, 8, Access::ReadWrite).unwrap();
+            // Pooled, the lease starts a page; strict, it ends one (its length rounded up to
+            // its alignment), with host and device addresses in step.
+            let at = match mode {
+                LeaseMode::Pooled => 0,
+                LeaseMode::Strict => len.next_multiple_of(8) as u64,
+            };
             assert_eq!(
-                lease.as_ptr().addr() as u64 % IOMMU_PAGE,
+                (lease.as_ptr().addr() as u64 + at) % IOMMU_PAGE,
                 0,
                 "{mode:?} {len}"
             );
-            assert_eq!(lease.iova() % IOMMU_PAGE, 0, "{mode:?} {len}");
+            assert_eq!((lease.iova() + at) % IOMMU_PAGE, 0, "{mode:?} {len}");
             lease.write(len - 4, b"abcd").unwrap();
             let mut seen = [0u8; 4];
             iommu
@@ -851,10 +867,13 @@ fn leases_map_and_release_on_an_iommu_with_64k_pages() {
                 "{mode:?} {len}"
             );
             if mode == LeaseMode::Strict {
-                // The mapping is one IOMMU page-rounded run, then an unmapped guard page.
-                let end = (len as u64).next_multiple_of(IOMMU_PAGE);
+                // The mapping is one IOMMU page-rounded run that the lease ends (its length
+                // rounded up to its alignment), then an unmapped guard page.
+                let end = len.next_multiple_of(8) as u64;
                 assert!(iommu.read_u8(lease.iova() + end - 1).is_ok());
                 assert!(iommu.read_u8(lease.iova() + end).is_err());
+                let start = lease.iova() + end - (len as u64).next_multiple_of(IOMMU_PAGE);
+                assert!(iommu.read_u8(start).is_ok(), "the whole run is mapped");
             }
             drop(lease);
             pool.trim();
