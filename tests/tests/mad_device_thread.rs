@@ -3,7 +3,9 @@
 //! directed-route NodeInfo Gets to a switch's SMA go out and come back through the device
 //! thread, each send completes once with its answer; once the handle is dropped the thread
 //! is gone and doorbells run on the ringing thread again; nothing is left at the close. A
-//! device on virtual time, or one that has a thread already, is refused with a typed error.
+//! fatal error or a removal while the thread works (doorbells queued for it, sends on the
+//! wire and waiting for answers) completes every send once. A device on virtual time, or one
+//! that has a thread already, is refused with a typed error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,4 +108,86 @@ fn a_device_on_virtual_time_gets_no_thread() {
     let err = dev.run_on_own_thread().unwrap_err();
     assert!(matches!(err, DeviceThreadError::VirtualClock), "{err}");
     assert!(err.to_string().contains("ClockMode::Real"), "{err}");
+}
+
+/// How the device dies under the device thread.
+#[derive(Clone, Copy, Debug)]
+enum Death {
+    Fatal,
+    Removed,
+}
+
+/// With sends on the wire, doorbells queued for the device thread and sends waiting for
+/// their answers, the device dies: every send completes once (answered, or WR_FLUSH_ERR with
+/// vendor_err 5), the agent is told once, nothing hangs, and the close leaves nothing.
+fn death_under_the_device_thread(death: Death) {
+    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
+    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
+    let rig = attach_with(&net, "Hca1", HcaOptions::default());
+    // What the final check watches for after the deregistration: nothing can come once
+    // the device is dead (no timer decides anything then), so a short look will do.
+    rig.set_longest_timeout(Duration::from_secs(1));
+    let a = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let mut t = Tracker::default();
+    let device = rig.sim.model.run_on_own_thread().expect("device thread");
+    // A first window answered, so that the device thread is known to be at work.
+    round_trips(&rig, &a, &mut t, 0, 64, 16);
+    let mut ids = Vec::new();
+    for tid in 100..356u32 {
+        let m = dr_smp(
+            method::GET,
+            SWITCH1,
+            attr_id::sm::NODE_INFO,
+            0,
+            [0; 64],
+            u64::from(tid),
+        );
+        ids.push(
+            a.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(5000))
+                .expect("send"),
+        );
+    }
+    match death {
+        Death::Fatal => rig.sim.model.faults().catastrophic(
+            firmware_cmds::mlx5::health::HealthSyndrome::FW_INTERNAL_ERR,
+            true,
+        ),
+        Death::Removed => rig.sim.model.faults().remove(),
+    }
+    // The flushes may come before the death event (the driver flushes in software as soon
+    // as it knows; the MAD layer takes device events every few passes): both must come.
+    assert!(
+        rig.pump_until(None, &[&a], &mut t, Duration::from_secs(10), |t| t
+            .all_done(&ids)
+            && t.fatal > 0),
+        "{death:?}: every send completes and the agent is told"
+    );
+    let mut flushed = 0;
+    for id in &ids {
+        let c = &t.done[id];
+        match (c.status, c.vendor_err) {
+            (WcStatus::Success, _) => {}
+            (WcStatus::WrFlushErr, 5) => flushed += 1,
+            other => panic!("{death:?}: {id}: {other:?}"),
+        }
+    }
+    assert!(
+        flushed > 0,
+        "{death:?}: some sends were still out at the death"
+    );
+    assert_eq!(t.fatal, 1, "{death:?}: the agent is told once");
+    drop(device);
+    rig.deregister(a, &mut t);
+    assert_eq!(t.done.len(), 64 + ids.len(), "each send completed once");
+    rig.finish_dead();
+}
+
+#[test]
+fn a_fatal_error_under_the_device_thread_completes_every_send_once() {
+    death_under_the_device_thread(Death::Fatal);
+}
+
+#[test]
+fn a_removal_under_the_device_thread_completes_every_send_once() {
+    death_under_the_device_thread(Death::Removed);
 }
