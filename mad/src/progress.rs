@@ -58,6 +58,13 @@ fn timer_slot(key: u32) -> (SpecialQp, u32) {
     (qp, key % MAX_SLOTS_PER_QP)
 }
 
+/// A completion the driver made up for a work request it flushed in software, which it does
+/// once the device is dead (WR_FLUSH_ERR, vendor_err 5, as the kernel's
+/// `mlx5_ib_poll_sw_comp`).
+fn is_software_flush(wc: &WorkCompletion) -> bool {
+    wc.status == WcStatus::WrFlushErr && wc.vendor_err == 5
+}
+
 fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
 }
@@ -118,7 +125,7 @@ impl PortShared {
         // The device's events (a fatal error, a removal, a LID change) are looked at every few
         // passes: taking them costs the driver a look at its interrupt lines.
         let pass = self.passes.fetch_add(1, Ordering::Relaxed);
-        let events_taken = pass % EVENT_INTERVAL == 0;
+        let mut events_taken = pass % EVENT_INTERVAL == 0;
         let mut work = if events_taken {
             self.device_events(st)
         } else {
@@ -136,6 +143,13 @@ impl PortShared {
                     0
                 }
             };
+            // The driver's software flush (it flushes so once the device is dead): the death
+            // is taken now, before these completions are handed out, rather than up to
+            // EVENT_INTERVAL passes later: the agents are told, and new sends refused, first.
+            if !events_taken && !self.is_fatal() && wcs.iter().any(is_software_flush) {
+                events_taken = true;
+                work += self.device_events(st);
+            }
             st.batch_now = None;
             for wc in &wcs {
                 self.on_wc(st, wc, None);

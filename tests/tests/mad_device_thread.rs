@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use driver::verbs::{HcaOptions, SpecialQp, UdDest, WcStatus};
 use hca_tests::mad_fabric::{SWITCH1, attach_with, dr_smp, example};
-use hca_tests::mad_rig::{MadRig, Tracker};
+use hca_tests::mad_rig::{MadRig, Seen, Tracker};
 use mad::wire::{attr_id, method};
 use mad::{Agent, AgentSpec, SendId, SendRequest};
 use sim::fabric::Fabric;
@@ -154,14 +154,28 @@ fn death_under_the_device_thread(death: Death) {
         ),
         Death::Removed => rig.sim.model.faults().remove(),
     }
-    // The flushes may come before the death event (the driver flushes in software as soon
-    // as it knows; the MAD layer takes device events every few passes): both must come.
     assert!(
         rig.pump_until(None, &[&a], &mut t, Duration::from_secs(10), |t| t
-            .all_done(&ids)
-            && t.fatal > 0),
-        "{death:?}: every send completes and the agent is told"
+            .all_done(&ids)),
+        "{death:?}: every send completes"
     );
+    // The agent is told of the death before any of its sends completes flushed: the MAD
+    // layer takes the death as soon as the driver's software flushes show it.
+    let told = t
+        .log
+        .iter()
+        .position(|(seen, _)| *seen == Seen::Fatal)
+        .unwrap_or_else(|| panic!("{death:?}: the agent is told"));
+    for (at, (seen, id)) in t.log.iter().enumerate() {
+        if let (Seen::Send, Some(id)) = (seen, id) {
+            if t.done[id].status == WcStatus::WrFlushErr {
+                assert!(
+                    at > told,
+                    "{death:?}: {id} flushed before the death was told"
+                );
+            }
+        }
+    }
     let mut flushed = 0;
     for id in &ids {
         let c = &t.done[id];
