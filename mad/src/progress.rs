@@ -59,7 +59,7 @@ fn timer_slot(key: u32) -> (SpecialQp, u32) {
 }
 
 /// A completion the driver made up for a work request it flushed in software, which it does
-/// once the device is dead (WR_FLUSH_ERR, vendor_err 5, as the kernel's
+/// once the device is dead or the HCA closed (WR_FLUSH_ERR, vendor_err 5, as the kernel's
 /// `mlx5_ib_poll_sw_comp`).
 fn is_software_flush(wc: &WorkCompletion) -> bool {
     wc.status == WcStatus::WrFlushErr && wc.vendor_err == 5
@@ -143,9 +143,11 @@ impl PortShared {
                     0
                 }
             };
-            // The driver's software flush (it flushes so once the device is dead): the death
-            // is taken now, before these completions are handed out, rather than up to
-            // EVENT_INTERVAL passes later: the agents are told, and new sends refused, first.
+            // The driver's software flush (it flushes so once the device is dead or the HCA
+            // closed): the end is taken now, before these completions are handed out, rather
+            // than up to EVENT_INTERVAL passes later: the agents are told, and new sends
+            // refused, first. (A device's own flush CQE with that vendor syndrome only makes
+            // the pass look at the events early.)
             if !events_taken && !self.is_fatal() && wcs.iter().any(is_software_flush) {
                 events_taken = true;
                 work += self.device_events(st);

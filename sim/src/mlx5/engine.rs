@@ -72,7 +72,14 @@ pub(crate) struct Engine {
     /// The thread waits on `rung` (set and cleared under the `pending` lock).
     sleeping: AtomicBool,
     stop: AtomicBool,
-    /// Send queues the thread ran.
+    /// Writers apply their own writes from now on: the queue was drained at the stop, or the
+    /// thread died (set under the `pending` lock).
+    closed: AtomicBool,
+    /// Writes queued, and writes applied (by the thread, or by the stop's drain): a fence
+    /// waits for the second to reach the first.
+    posted: AtomicU64,
+    applied: AtomicU64,
+    /// Send queues run.
     ran: AtomicU64,
 }
 
@@ -84,14 +91,17 @@ const SPINS_PER_CLOCK: u32 = 64;
 
 impl Engine {
     /// The driver wrote `data` at `offset` of a UAR page: queued for the device thread. False
-    /// once the thread is stopping: the caller applies it.
+    /// once the queue is closed (drained at the thread's stop): the caller applies it, after
+    /// every write queued before it.
     pub(crate) fn post(&self, offset: u64, data: &[u8]) -> bool {
         let w = UarWrite::new(offset, data);
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.stop.load(Ordering::SeqCst) {
+        if self.closed.load(Ordering::SeqCst) {
             return false;
         }
+        // While the thread stops, still queued: the stop applies the queue in order.
         p.push(w);
+        self.posted.fetch_add(1, Ordering::Release);
         self.rung_flag.store(true, Ordering::Release);
         let sleeping = self.sleeping.load(Ordering::SeqCst);
         drop(p);
@@ -99,6 +109,22 @@ impl Engine {
             self.rung.notify_one();
         }
         true
+    }
+
+    /// Waits until every write queued before the call is applied (or the queue is closed):
+    /// what the device does with an access to the rest of BAR0 (a command doorbell, a register
+    /// read, a reset) comes after the UAR writes made before it, as PCIe orders posted writes
+    /// and a read behind them. Short: the thread applies a batch in microseconds.
+    pub(crate) fn fence(&self) {
+        let target = self.posted.load(Ordering::Acquire);
+        while self.applied.load(Ordering::Acquire) < target && !self.closed.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+    }
+
+    /// `n` writes were applied.
+    fn applied(&self, n: usize) {
+        self.applied.fetch_add(n as u64, Ordering::Release);
     }
 
     /// The next writes to apply (in `into`, which must be empty), waiting for one; false once
@@ -184,11 +210,28 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<DeviceThread, DeviceThreadErro
 }
 
 fn run(inner: &Weak<Inner>, engine: &Engine) {
+    /// A panic (a model bug) ends the thread: the queue is closed, so that writers apply
+    /// their own writes (and meet the bug themselves) instead of queueing them for nobody.
+    struct CloseOnPanic<'a>(&'a Engine);
+    impl Drop for CloseOnPanic<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _p = self
+                    .0
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                self.0.closed.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let _close = CloseOnPanic(engine);
     let mut writes = Vec::new();
     let mut qpns = Vec::new();
     while engine.next(&mut writes) {
         let Some(inner) = inner.upgrade() else { return };
         inner.apply_uar_writes(&writes, &mut qpns);
+        engine.applied(writes.len());
         engine.ran.fetch_add(qpns.len() as u64, Ordering::Relaxed);
         writes.clear();
         qpns.clear();
@@ -219,18 +262,29 @@ impl Drop for DeviceThread {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
-        if let Some(inner) = self.inner.upgrade() {
-            // Writes made before the stop and not applied by the thread are applied here, with
-            // the queue locked: a writer that finds the thread stopping waits for them and
-            // applies its own after (in order).
-            let mut p = self
-                .engine
-                .pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let left = std::mem::take(&mut *p);
-            inner.apply_uar_writes(&left, &mut Vec::new());
-            drop(p);
+        // Writes left in the queue (made before the stop, or while the thread stopped) are
+        // applied here with the queue locked, and the queue closed under the same lock: a
+        // writer waiting for the lock then finds it closed and applies its own write after
+        // them. Lock order: the queue, then the device's state (and what a send queue's run
+        // reaches); nothing the device runs writes to the device's BAR.
+        let mut p = self
+            .engine
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let left = std::mem::take(&mut *p);
+        let inner = self.inner.upgrade();
+        if let Some(inner) = &inner {
+            let mut qpns = Vec::new();
+            inner.apply_uar_writes(&left, &mut qpns);
+            self.engine
+                .ran
+                .fetch_add(qpns.len() as u64, Ordering::Relaxed);
+        }
+        self.engine.applied(left.len());
+        self.engine.closed.store(true, Ordering::SeqCst);
+        drop(p);
+        if let Some(inner) = inner {
             *inner.engine.write().unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
@@ -241,8 +295,11 @@ mod tests {
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
 
+    use std::sync::PoisonError;
+    use std::sync::atomic::Ordering;
+
     use super::super::config::FIRST_UAR;
-    use super::{Arc, UarWrite};
+    use super::{Arc, Engine, UarWrite};
     use crate::ClockMode;
     use crate::device::Device;
     use crate::mlx5::Mlx5;
@@ -312,6 +369,76 @@ mod tests {
             2,
             "each write applied once, by the thread or at its stop"
         );
+    }
+
+    /// The queue as the device sees it.
+    fn engine_of(dev: &Mlx5) -> Arc<Engine> {
+        dev.inner
+            .engine
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .expect("a device thread")
+    }
+
+    #[test]
+    fn a_write_made_while_the_thread_stops_is_queued_behind_the_earlier_ones() {
+        let dev = Arc::new(Mlx5::with_clock(ClockMode::Real));
+        let thread = dev.run_on_own_thread().expect("device thread");
+        let engine = engine_of(&dev);
+        let uar_page = u64::from(FIRST_UAR) * 4096;
+        let held = dev.inner.lock();
+        // A1: taken by the thread, which then waits for the device's lock.
+        dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+        assert!(eventually(|| engine.pending.lock().unwrap().is_empty()));
+        // A2: queued behind it.
+        dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+        let dropper = std::thread::spawn(move || drop(thread));
+        assert!(eventually(|| engine.stop.load(Ordering::SeqCst)));
+        // B, made while the thread stops: queued behind A2 (its writer applying it at once
+        // would put it before A2).
+        assert!(engine.post(uar_page + 0x20, &[0; 8]), "B is queued");
+        assert_eq!(engine.pending.lock().unwrap().len(), 2, "A2, then B");
+        drop(held);
+        dropper.join().expect("dropper");
+        assert_eq!(dev.counters().uar_writes_ignored, 3, "A1, A2 and B applied");
+        assert!(engine.closed.load(Ordering::SeqCst));
+        assert!(
+            !engine.post(uar_page + 0x20, &[0; 8]),
+            "closed: the writer applies it"
+        );
+    }
+
+    #[test]
+    fn a_register_access_waits_for_the_uar_writes_made_before_it() {
+        let dev = Arc::new(Mlx5::with_clock(ClockMode::Real));
+        let thread = dev.run_on_own_thread().expect("device thread");
+        let uar_page = u64::from(FIRST_UAR) * 4096;
+        let held = dev.inner.lock();
+        dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+        let (tx, rx) = mpsc::channel();
+        let reader = {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                // The firmware version register, in the initialization segment.
+                let mut v = [0u8; 4];
+                dev.mmio_read(0, 0, &mut v);
+                tx.send(dev.counters().uar_writes_ignored)
+                    .expect("the test waits");
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the read waits while the write before it is not applied"
+        );
+        drop(held);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Ok(1),
+            "the read comes after the write"
+        );
+        reader.join().expect("reader");
+        drop(thread);
     }
 
     #[test]

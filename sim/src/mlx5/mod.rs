@@ -306,6 +306,7 @@ impl Inner {
             data.fill(0xff);
             return;
         }
+        self.uar_fence();
         let now = self.sched.now();
         let init_end = u64::from(FIRST_UAR) * 4096;
         if offset >= init_end || data.is_empty() {
@@ -350,6 +351,7 @@ impl Inner {
             }
             return;
         }
+        self.uar_fence();
         // What this write makes the device do wakes a waiting driver once, at the end.
         let _held = self.sched.hold_wakes();
         for (i, chunk) in data.chunks(4).enumerate() {
@@ -362,6 +364,19 @@ impl Inner {
             if let regs::WriteEffect::CommandDoorbell(mask) = effect {
                 self.command_doorbell(mask);
             }
+        }
+    }
+
+    /// With a device thread: waits until the UAR writes queued so far are applied (see
+    /// `engine::Engine::fence`).
+    fn uar_fence(&self) {
+        let engine = self
+            .engine
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(e) = engine {
+            e.fence();
         }
     }
 
@@ -659,6 +674,7 @@ impl Device for Mlx5 {
         if self.inner.down() {
             return false;
         }
+        self.inner.uar_fence();
         self.inner.config.reset();
         self.inner.with(|st| {
             st.power_on();
