@@ -20,6 +20,32 @@ use sim::mlx5::{DeviceThreadError, Mlx5};
 use sim::net::Network;
 use sim::{ClockMode, Scheduler};
 
+/// Hca1 of ibsim's `net.2sw2path4hca` on the real clock, the final check watching
+/// `longest_timeout`, and a responses-only agent on its SMI (the network is returned to be
+/// kept while the rig is used).
+fn hca1_on_the_real_clock(longest_timeout: Duration) -> (Network, MadRig, Agent) {
+    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
+    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
+    let rig = attach_with(&net, "Hca1", HcaOptions::default());
+    rig.set_longest_timeout(longest_timeout);
+    let a = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    (net, rig, a)
+}
+
+/// A directed-route NodeInfo Get to Switch1 with TID `tid` (5 s to its answer).
+fn node_info_get(a: &Agent, tid: u32) -> SendId {
+    let m = dr_smp(
+        method::GET,
+        SWITCH1,
+        attr_id::sm::NODE_INFO,
+        0,
+        [0; 64],
+        u64::from(tid),
+    );
+    a.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(5000))
+        .expect("send")
+}
+
 /// `n` NodeInfo Gets to Switch1 with up to `window` in flight; every one must be answered.
 fn round_trips(rig: &MadRig, a: &Agent, t: &mut Tracker, first: u32, n: u32, window: usize) {
     let mut ids: Vec<SendId> = Vec::new();
@@ -34,18 +60,7 @@ fn round_trips(rig: &MadRig, a: &Agent, t: &mut Tracker, first: u32, n: u32, win
                 "a window's send completes"
             );
         }
-        let m = dr_smp(
-            method::GET,
-            SWITCH1,
-            attr_id::sm::NODE_INFO,
-            0,
-            [0; 64],
-            u64::from(tid),
-        );
-        ids.push(
-            a.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(5000))
-                .expect("send"),
-        );
+        ids.push(node_info_get(a, tid));
     }
     assert!(
         rig.pump_until(None, &[a], t, Duration::from_secs(10), |t| t.all_done(&ids)),
@@ -58,12 +73,8 @@ fn round_trips(rig: &MadRig, a: &Agent, t: &mut Tracker, first: u32, n: u32, win
 
 #[test]
 fn round_trips_run_through_the_device_thread_and_on_the_ringer_once_it_is_gone() {
-    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
-    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
-    let rig = attach_with(&net, "Hca1", HcaOptions::default());
     // On the real clock: the final check drives the port twice the sends' 5 s timeout.
-    rig.set_longest_timeout(Duration::from_secs(5));
-    let a = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (_net, rig, a) = hca1_on_the_real_clock(Duration::from_secs(5));
     let mut t = Tracker::default();
 
     let device = rig.sim.model.run_on_own_thread().expect("device thread");
@@ -121,31 +132,16 @@ enum Death {
 /// their answers, the device dies: every send completes once (answered, or WR_FLUSH_ERR with
 /// vendor_err 5), the agent is told once, nothing hangs, and the close leaves nothing.
 fn death_under_the_device_thread(death: Death) {
-    let fabric = Fabric::parse_file(example("net.2sw2path4hca")).expect("topology");
-    let net = Network::new(fabric, Arc::new(Scheduler::new(ClockMode::Real)));
-    let rig = attach_with(&net, "Hca1", HcaOptions::default());
     // What the final check watches for after the deregistration: nothing can come once
     // the device is dead (no timer decides anything then), so a short look will do.
-    rig.set_longest_timeout(Duration::from_secs(1));
-    let a = rig.agent(AgentSpec::responses_only(SpecialQp::Smi));
+    let (_net, rig, a) = hca1_on_the_real_clock(Duration::from_secs(1));
     let mut t = Tracker::default();
     let device = rig.sim.model.run_on_own_thread().expect("device thread");
     // A first window answered, so that the device thread is known to be at work.
     round_trips(&rig, &a, &mut t, 0, 64, 16);
     let mut ids = Vec::new();
     for tid in 100..356u32 {
-        let m = dr_smp(
-            method::GET,
-            SWITCH1,
-            attr_id::sm::NODE_INFO,
-            0,
-            [0; 64],
-            u64::from(tid),
-        );
-        ids.push(
-            a.send(SendRequest::new(m, UdDest::DIRECTED_ROUTE).timeout_ms(5000))
-                .expect("send"),
-        );
+        ids.push(node_info_get(&a, tid));
     }
     match death {
         Death::Fatal => rig.sim.model.faults().catastrophic(

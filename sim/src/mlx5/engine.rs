@@ -318,9 +318,7 @@ mod tests {
 
     #[test]
     fn a_uar_write_is_queued_without_the_device_lock_and_applied_in_order_by_the_thread() {
-        let dev = Arc::new(Mlx5::with_clock(ClockMode::Real));
-        let thread = dev.run_on_own_thread().expect("device thread");
-        let uar_page = u64::from(FIRST_UAR) * 4096;
+        let (dev, thread, uar_page) = device_with_thread();
         // The device's lock held, as the device thread holds it while it works.
         let held = dev.inner.lock();
         let (tx, rx) = mpsc::channel();
@@ -371,6 +369,14 @@ mod tests {
         );
     }
 
+    /// A device on the real clock with its thread, and the offset of its first UAR page (no
+    /// UAR the driver allocated: a write there is counted as ignored once applied).
+    fn device_with_thread() -> (Arc<Mlx5>, super::DeviceThread, u64) {
+        let dev = Arc::new(Mlx5::with_clock(ClockMode::Real));
+        let thread = dev.run_on_own_thread().expect("device thread");
+        (dev, thread, u64::from(FIRST_UAR) * 4096)
+    }
+
     /// The queue as the device sees it.
     fn engine_of(dev: &Mlx5) -> Arc<Engine> {
         dev.inner
@@ -411,9 +417,7 @@ mod tests {
 
     #[test]
     fn a_register_access_waits_for_the_uar_writes_made_before_it() {
-        let dev = Arc::new(Mlx5::with_clock(ClockMode::Real));
-        let thread = dev.run_on_own_thread().expect("device thread");
-        let uar_page = u64::from(FIRST_UAR) * 4096;
+        let (dev, thread, uar_page) = device_with_thread();
         let held = dev.inner.lock();
         dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
         let (tx, rx) = mpsc::channel();

@@ -329,14 +329,8 @@ impl Inner {
         }
         let init_end = u64::from(FIRST_UAR) * 4096;
         if offset >= init_end {
-            // With a device thread, a UAR write is only queued for it (see `engine`). The
-            // engine is cloned out of its slot: the slot's lock is not held while queueing.
-            let engine = self
-                .engine
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            if engine.is_some_and(|e| e.post(offset, data)) {
+            // With a device thread, a UAR write is only queued for it (see `engine`).
+            if self.engine().is_some_and(|e| e.post(offset, data)) {
                 return;
             }
             let _held = self.sched.hold_wakes();
@@ -370,14 +364,18 @@ impl Inner {
     /// With a device thread: waits until the UAR writes queued so far are applied (see
     /// `engine::Engine::fence`).
     fn uar_fence(&self) {
-        let engine = self
-            .engine
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(e) = engine {
+        if let Some(e) = self.engine() {
             e.fence();
         }
+    }
+
+    /// The device thread's queue, if it has one: cloned out of its slot, so that the slot's
+    /// lock is not held while the queue is used.
+    fn engine(&self) -> Option<Arc<engine::Engine>> {
+        self.engine
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Applies `writes` to UAR pages, in order, under one lock, and runs the send queues they
