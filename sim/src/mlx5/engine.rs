@@ -1,4 +1,5 @@
-//! The device's own thread: send doorbells run there instead of on the thread that rang them.
+//! The device's own thread: the driver's UAR writes (doorbells) take effect there instead of
+//! on the thread that made them.
 //!
 //! By default the simulated ConnectX does a send doorbell's work (fetch the WQEs, put the
 //! packets on the fabric, write the CQEs) inside the doorbell write, on the driver's thread:
@@ -239,8 +240,8 @@ fn run(inner: &Weak<Inner>, engine: &Engine) {
 }
 
 impl DeviceThread {
-    /// Send queues this thread has run (one per queue per look: doorbells rung while it was
-    /// busy with the queue count once).
+    /// Send queues run for the doorbells queued to this thread (one per queue per batch:
+    /// doorbells rung while it was busy with the queue count once).
     pub fn doorbells_run(&self) -> u64 {
         self.engine.ran.load(Ordering::Relaxed)
     }
@@ -292,11 +293,9 @@ impl Drop for DeviceThread {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc;
-    use std::time::{Duration, Instant};
-
-    use std::sync::PoisonError;
     use std::sync::atomic::Ordering;
+    use std::sync::{PoisonError, mpsc};
+    use std::time::{Duration, Instant};
 
     use super::super::config::FIRST_UAR;
     use super::{Arc, Engine, UarWrite};
