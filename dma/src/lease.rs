@@ -571,21 +571,26 @@ impl PoolInner {
         // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
         let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
         let mapped = mem.len();
-        let requested_align = align;
         // The mapping's granule: a page of the memory, or of the IOMMU if that is larger.
         let granule = mem.page_size().max(self.map_page);
         // Aligning the IOVA to the page size of the memory lets a huge page be one IOMMU
         // entry.
-        let align = align.max(granule) as u64;
+        let iova_align = align.max(granule) as u64;
         let (iova, reserved) = match self.config.mode {
             // A guard of one granule is reserved with the lease and never mapped, so that an
             // overrun faults instead of landing in the next lease; next fit keeps a released
             // range out of use a while.
             LeaseMode::Strict => {
                 let reserved = (mapped + granule) as u64;
-                (self.lock_iova().alloc_next_fit(reserved, align)?, reserved)
+                (
+                    self.lock_iova().alloc_next_fit(reserved, iova_align)?,
+                    reserved,
+                )
             }
-            LeaseMode::Pooled => (self.lock_iova().alloc(mapped as u64, align)?, mapped as u64),
+            LeaseMode::Pooled => (
+                self.lock_iova().alloc(mapped as u64, iova_align)?,
+                mapped as u64,
+            ),
         };
         // SAFETY: `mem` is `mapped` bytes long and aligned to `map_page` (a multiple of it, as
         // `iova` is); the lease owns it and unmaps before dropping it (DmaLease::drop), or
@@ -596,10 +601,10 @@ impl PoolInner {
         }
         // Strict: the lease ends where the mapping does (the guard page follows), as far as
         // its alignment allows, so that an overrun faults at once instead of landing in the
-        // rest of the last page. `align` here is the caller's (the mapping's granule is a
-        // multiple of it, or larger than the padding).
+        // rest of the last page (an offset that is a multiple of the caller's `align`; the
+        // mapping starts on a multiple of it, or the padding is shorter than it and this is 0).
         let offset = match self.config.mode {
-            LeaseMode::Strict => (mapped - len) / requested_align * requested_align,
+            LeaseMode::Strict => (mapped - len) / align * align,
             LeaseMode::Pooled => 0,
         };
         // SAFETY: `offset` is below `mapped - len + 1`, inside the memory's allocation.

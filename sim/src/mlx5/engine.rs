@@ -102,7 +102,9 @@ impl Engine {
         }
         // While the thread stops, still queued: the stop applies the queue in order.
         p.push(w);
-        self.posted.fetch_add(1, Ordering::Release);
+        // One writer at a time (under the lock): no locked add needed.
+        self.posted
+            .store(self.posted.load(Ordering::Relaxed) + 1, Ordering::Release);
         self.rung_flag.store(true, Ordering::Release);
         let sleeping = self.sleeping.load(Ordering::SeqCst);
         drop(p);
@@ -123,9 +125,18 @@ impl Engine {
         }
     }
 
-    /// `n` writes were applied.
-    fn applied(&self, n: usize) {
-        self.applied.fetch_add(n as u64, Ordering::Release);
+    /// Applies `writes` (taken from the queue) to the device, if it is still there, and
+    /// counts them and the send queues they ran. One applier at a time: the thread, or the
+    /// stop once the thread has ended.
+    fn apply(&self, inner: Option<&Inner>, writes: &[UarWrite], qpns: &mut Vec<u32>) {
+        if let Some(inner) = inner {
+            inner.apply_uar_writes(writes, qpns);
+            self.ran.fetch_add(qpns.len() as u64, Ordering::Relaxed);
+        }
+        self.applied.store(
+            self.applied.load(Ordering::Relaxed) + writes.len() as u64,
+            Ordering::Release,
+        );
     }
 
     /// The next writes to apply (in `into`, which must be empty), waiting for one; false once
@@ -231,9 +242,7 @@ fn run(inner: &Weak<Inner>, engine: &Engine) {
     let mut qpns = Vec::new();
     while engine.next(&mut writes) {
         let Some(inner) = inner.upgrade() else { return };
-        inner.apply_uar_writes(&writes, &mut qpns);
-        engine.applied(writes.len());
-        engine.ran.fetch_add(qpns.len() as u64, Ordering::Relaxed);
+        engine.apply(Some(&inner), &writes, &mut qpns);
         writes.clear();
         qpns.clear();
     }
@@ -275,14 +284,7 @@ impl Drop for DeviceThread {
             .unwrap_or_else(PoisonError::into_inner);
         let left = std::mem::take(&mut *p);
         let inner = self.inner.upgrade();
-        if let Some(inner) = &inner {
-            let mut qpns = Vec::new();
-            inner.apply_uar_writes(&left, &mut qpns);
-            self.engine
-                .ran
-                .fetch_add(qpns.len() as u64, Ordering::Relaxed);
-        }
-        self.engine.applied(left.len());
+        self.engine.apply(inner.as_deref(), &left, &mut Vec::new());
         self.engine.closed.store(true, Ordering::SeqCst);
         drop(p);
         if let Some(inner) = inner {
