@@ -84,6 +84,12 @@ pub(crate) struct Engine {
     ran: AtomicU64,
 }
 
+/// The most writes the queue holds: a writer that finds it full waits until the thread has
+/// taken them, so a device thread that falls behind (or is held up) bounds the memory instead
+/// of letting a host that keeps ringing grow it. Far above what a driver rings between two
+/// looks of the thread (one doorbell per batch of WQEs, one arm per CQ poll).
+const QUEUE_LIMIT: usize = 4096;
+
 /// How long the thread looks at its queue before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
@@ -97,8 +103,19 @@ impl Engine {
     pub(crate) fn post(&self, offset: u64, data: &[u8]) -> bool {
         let w = UarWrite::new(offset, data);
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.closed.load(Ordering::SeqCst) {
-            return false;
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return false;
+            }
+            if p.len() < QUEUE_LIMIT {
+                break;
+            }
+            // Full: the writer waits for the thread to take the queue, as a CPU's posted
+            // writes stall when the link to the device is out of credits. The thread is
+            // awake (the flag is set), and its stop or its death closes the queue.
+            drop(p);
+            std::thread::yield_now();
+            p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         }
         // While the thread stops, still queued: the stop applies the queue in order.
         p.push(w);
@@ -444,6 +461,49 @@ mod tests {
         );
         reader.join().expect("reader");
         drop(thread);
+    }
+
+    #[test]
+    fn a_writer_waits_while_the_queue_is_full_and_nothing_is_lost() {
+        let (dev, thread, uar_page) = device_with_thread();
+        let engine = engine_of(&dev);
+        let held = dev.inner.lock();
+        // The first write is taken by the thread, which then waits for the device's lock.
+        dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+        assert!(eventually(|| engine.pending.lock().unwrap().is_empty()));
+        let (tx, rx) = mpsc::channel();
+        let writer = {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                for _ in 0..=super::QUEUE_LIMIT {
+                    dev.mmio_write(0, uar_page + 0x20, &[0; 8]);
+                }
+                tx.send(()).expect("the test waits");
+            })
+        };
+        assert!(
+            eventually(|| engine.pending.lock().unwrap().len() == super::QUEUE_LIMIT),
+            "the queue fills up to its limit"
+        );
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "the write beyond the limit waits"
+        );
+        assert_eq!(engine.pending.lock().unwrap().len(), super::QUEUE_LIMIT);
+        drop(held);
+        assert!(
+            rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+            "the writer goes on once the thread takes the queue"
+        );
+        writer.join().expect("writer");
+        let all = super::QUEUE_LIMIT as u64 + 2;
+        assert!(
+            eventually(|| dev.counters().uar_writes_ignored == all),
+            "every write applied once: {} of {all}",
+            dev.counters().uar_writes_ignored
+        );
+        drop(thread);
+        assert_eq!(dev.counters().uar_writes_ignored, all);
     }
 
     #[test]
