@@ -14,7 +14,8 @@
 //!   page, and a stray access that jumps the guard page into another lease. For tests and
 //!   debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
-//!   per [`Access`]); the pool grows by adding arenas. Cheap, and the number of IOMMU mappings
+//!   per [`Access`]); the pool grows by adding arenas (on base pages each as large as those
+//!   before it together, from [`FIRST_BASE_ARENA`] to the configured arena size). Cheap, and the number of IOMMU mappings
 //!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
 //!   mapping, as in strict mode but placed first fit and without the guard page.
 //!
@@ -48,6 +49,11 @@ use crate::memory::{DmaMemory, HUGE_PAGE, PagePolicy, base_page_size};
 use crate::volatile;
 use crate::{Access, DmaError, DmaMapper, IovaAllocator, IovaStats};
 
+/// The smallest arena on base pages (unless the mapping page is larger): enough for a
+/// libibumad program's MAD buffers of one access kind (a special QP's 512 send slots of
+/// 256 bytes each, or its 256 receive buffers).
+pub const FIRST_BASE_ARENA: usize = 256 << 10;
+
 /// How a [`DmaPool`] backs its leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseMode {
@@ -67,13 +73,18 @@ pub struct PoolConfig {
     /// Strict or pooled.
     pub mode: LeaseMode,
     /// Size of one pooled arena in bytes: a power of two from 4 KiB (or the CPU page, or the
-    /// IOMMU's smallest page, whichever is largest) to 1 GiB. The default, 2 MiB, is one huge
-    /// page and one IOMMU superpage entry.
+    /// IOMMU's smallest page, whichever is largest) to 1 GiB; leases larger than it get
+    /// their own mapping. The default, 2 MiB, is one huge page and one IOMMU superpage entry.
+    /// An arena on huge pages is this large; one on base pages (all of whose pages are
+    /// zeroed and faulted in when it is made) is as large as the pool's arenas of its access
+    /// kind together, from [`FIRST_BASE_ARENA`] up to this, so a pool that needs little
+    /// memory populates little.
     pub arena_size: usize,
-    /// Which pages back arenas and own-mapping leases. An arena is exactly `arena_size`
-    /// bytes of memory and mapping, so an arena smaller than a 2 MiB huge page is on base
-    /// pages under [`PagePolicy::Auto`], and [`PagePolicy::HugeOnly`] needs an `arena_size`
-    /// of at least 2 MiB ([`DmaError::ArenaTooSmall`] otherwise).
+    /// Which pages back arenas and own-mapping leases. An arena's memory and mapping are the
+    /// same bytes, so an `arena_size` smaller than a 2 MiB huge page puts arenas on base
+    /// pages under [`PagePolicy::Auto`] (as does a huge page that could not be had, from
+    /// then on in that pool), and [`PagePolicy::HugeOnly`] needs an `arena_size` of at least
+    /// 2 MiB ([`DmaError::ArenaTooSmall`] otherwise).
     pub pages: PagePolicy,
 }
 
@@ -120,7 +131,8 @@ pub struct Accounting {
 struct Arena {
     mem: DmaMemory,
     /// Bytes mapped at `iova` and allocated there from the IOVA allocator: what unmap and
-    /// the IOVA free must be given back (the pool's `arena_size`, equal to `mem.len()`).
+    /// the IOVA free must be given back (`mem.len()`: the pool's `arena_size` on huge pages,
+    /// at most that on base pages).
     mapped: usize,
     iova: u64,
     access: Access,
@@ -143,6 +155,9 @@ struct PoolInner {
     lease_bytes: AtomicU64,
     unmap_failures: AtomicUsize,
     arena_count: AtomicUsize,
+    /// Under [`PagePolicy::Auto`]: a huge page could not be had for an arena, so later
+    /// arenas go to base pages at once.
+    no_huge: AtomicBool,
     /// Set once by [`DmaPool::quarantine`]: dropped leases are kept, not given back.
     quarantining: AtomicBool,
     quarantined: AtomicUsize,
@@ -228,6 +243,7 @@ impl DmaPool {
                 lease_bytes: AtomicU64::new(0),
                 unmap_failures: AtomicUsize::new(0),
                 arena_count: AtomicUsize::new(0),
+                no_huge: AtomicBool::new(false),
                 quarantining: AtomicBool::new(false),
                 quarantined: AtomicUsize::new(0),
                 quarantined_bytes: AtomicU64::new(0),
@@ -431,7 +447,7 @@ impl PoolInner {
         let Some(arena) = state.arenas[index].as_ref() else {
             unreachable!("arena {index} was used under this lock");
         };
-        // In bounds: the buddy never hands out past `arena_size == mem.len()`.
+        // In bounds: the buddy never hands out past the arena's size, `mem.len()`.
         let host = arena.mem.as_ptr().wrapping_add(offset);
         let iova = arena.iova + offset as u64;
         drop(state);
@@ -465,7 +481,7 @@ impl PoolInner {
         block: usize,
         access: Access,
     ) -> Result<(usize, u32), DmaError> {
-        let arena = self.new_arena(access)?;
+        let arena = self.new_arena(state, block, access)?;
         let index = if let Some(free_slot) = state.arenas.iter().position(Option::is_none) {
             state.arenas[free_slot] = Some(arena);
             free_slot
@@ -483,35 +499,85 @@ impl PoolInner {
     }
 
     /// The pages of an arena: under [`PagePolicy::Auto`], base pages for an arena smaller
-    /// than a huge page (a huge page would make its memory larger than its mapping).
+    /// than a huge page (a huge page would make its memory larger than its mapping), and
+    /// once a huge page could not be had for this pool.
     /// [`PagePolicy::HugeOnly`] with such an arena was refused when the pool was made.
     fn arena_pages(&self) -> PagePolicy {
         match self.config.pages {
-            PagePolicy::Auto if self.config.arena_size < HUGE_PAGE => PagePolicy::BaseOnly,
+            PagePolicy::Auto
+                if self.config.arena_size < HUGE_PAGE || self.no_huge.load(Ordering::Relaxed) =>
+            {
+                PagePolicy::BaseOnly
+            }
             pages => pages,
         }
     }
 
-    /// Get, place and map a new arena (under the state lock: growth is rare).
-    fn new_arena(&self, access: Access) -> Result<Arena, DmaError> {
-        let size = self.config.arena_size;
-        // Before the memory is allocated and faulted in, not only in the map.
-        self.mapper.check_pin_headroom(size)?;
-        let mem = DmaMemory::with_alignment(size, self.arena_pages(), self.map_page)?;
-        if mem.len() != size {
-            // Not reached: `arena_pages` only picks pages that divide `size`, and `size` is a
-            // multiple of `map_page` (checked when the pool was made). Checked before
-            // anything is mapped, so that an arena's memory and its mapping are the same bytes.
-            return Err(DmaError::Invalid(format!(
-                "arena of {size:#x} bytes got {:#x} bytes of {:?} memory (pool bug)",
-                mem.len(),
-                mem.page_kind()
-            )));
-        }
+    /// The size of a new base-page arena for `access` that must hold a `block`: as large as
+    /// the pool's arenas for `access` together, between [`FIRST_BASE_ARENA`] (or the mapping
+    /// page, if larger) and the pool's `arena_size`. Every base page of an arena is zeroed
+    /// and faulted in when it is made, so a process that needs a few hundred KiB (a
+    /// libibumad program: two 2 MiB arenas per pool would cost it 8 MiB of zeroed pages, about
+    /// 10 ms) gets arenas of its size, and a growing one still adds arenas seldom (the count
+    /// grows with the logarithm of the memory).
+    fn base_arena_size(&self, state: &PoolState, block: usize, access: Access) -> usize {
+        let held: usize = state
+            .arenas
+            .iter()
+            .flatten()
+            .filter(|a| a.access == access)
+            .map(|a| a.mapped)
+            .sum();
+        held.max(block)
+            .max(FIRST_BASE_ARENA)
+            .max(self.map_page)
+            .checked_next_power_of_two()
+            .map_or(self.config.arena_size, |s| s.min(self.config.arena_size))
+    }
+
+    /// Get, place and map a new arena able to hold a `block` (under the state lock: growth
+    /// is rare). On huge pages it is `arena_size` bytes (one huge page costs no more than
+    /// part of one); on base pages, [`PoolInner::base_arena_size`].
+    fn new_arena(
+        &self,
+        state: &PoolState,
+        block: usize,
+        access: Access,
+    ) -> Result<Arena, DmaError> {
+        let mem = match self.arena_pages() {
+            PagePolicy::BaseOnly => self.arena_memory(
+                self.base_arena_size(state, block, access),
+                PagePolicy::BaseOnly,
+            )?,
+            PagePolicy::HugeOnly => {
+                self.arena_memory(self.config.arena_size, PagePolicy::HugeOnly)?
+            }
+            PagePolicy::Auto => {
+                match self.arena_memory(self.config.arena_size, PagePolicy::HugeOnly) {
+                    Ok(mem) => mem,
+                    // Not for want of room under RLIMIT_MEMLOCK: a smaller arena may fit.
+                    Err(err) if !matches!(err, DmaError::MemlockTooLow { .. }) => {
+                        // Asked again for every arena it would cost three system calls each
+                        // time; this pool keeps to base pages from now on.
+                        self.no_huge.store(true, Ordering::Relaxed);
+                        tracing::info!(
+                            "DMA pool: no 2 MiB huge pages ({err}); arenas on base pages \
+                             (reserve some with /proc/sys/vm/nr_hugepages)"
+                        );
+                        self.arena_memory(
+                            self.base_arena_size(state, block, access),
+                            PagePolicy::BaseOnly,
+                        )?
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+        };
+        let size = mem.len();
         let iova = self.lock_iova().alloc(size as u64, size as u64)?;
-        // SAFETY: `mem` is memory of exactly `size` bytes (checked above), aligned to
-        // `map_page` as the IOVA is, that the arena owns; it is unmapped (release_arena)
-        // before the memory is dropped.
+        // SAFETY: `mem` is memory of exactly `size` bytes, aligned to `map_page` as the IOVA
+        // is, that the arena owns; it is unmapped (release_arena) before the memory is
+        // dropped.
         if let Err(e) = unsafe { self.mapper.map(mem.as_ptr(), size, iova, access) } {
             self.map_failed(&e, mem, iova, size as u64);
             return Err(e);
@@ -533,6 +599,25 @@ impl PoolInner {
             access,
             buddy: Buddy::new(max_order),
         })
+    }
+
+    /// The memory of an arena: exactly `size` bytes (a power of two, a multiple of the
+    /// mapping page) on `pages`, checked against the pinning headroom before it is allocated
+    /// and faulted in.
+    fn arena_memory(&self, size: usize, pages: PagePolicy) -> Result<DmaMemory, DmaError> {
+        self.mapper.check_pin_headroom(size)?;
+        let mem = DmaMemory::with_alignment(size, pages, self.map_page)?;
+        if mem.len() != size {
+            // Not reached: huge pages only back arenas of at least a huge page (a multiple of
+            // it: powers of two), and `size` is a multiple of `map_page`. Checked before
+            // anything is mapped, so that an arena's memory and its mapping are the same bytes.
+            return Err(DmaError::Invalid(format!(
+                "arena of {size:#x} bytes got {:#x} bytes of {:?} memory (pool bug)",
+                mem.len(),
+                mem.page_kind()
+            )));
+        }
+        Ok(mem)
     }
 
     /// Unmap an idle arena and free its IOVA and memory; true when it is gone. When the unmap

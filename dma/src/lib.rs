@@ -31,7 +31,7 @@ mod volatile;
 pub use error::DmaError;
 pub use iova::{IOVA_ZERO_PAGE, IovaAllocator, IovaStats};
 pub use iova_range::{IovaRange, X86_MSI_WINDOW, clip_to_dma_mask, dma_bit_mask};
-pub use lease::{Accounting, DmaLease, DmaPool, LeaseMode, PoolConfig};
+pub use lease::{Accounting, DmaLease, DmaPool, FIRST_BASE_ARENA, LeaseMode, PoolConfig};
 pub use mapper::{Access, DmaMapper};
 pub use memory::{DmaMemory, PageKind, PagePolicy, base_page_size};
 pub use sim_iommu::{

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use dma::{
-    Access, Accounting, DmaError, DmaLease, DmaMapper, DmaPool, FaultReason, IovaRange, LeaseMode,
-    PagePolicy, PoolConfig, SimIommu, SimIommuConfig,
+    Access, Accounting, DmaError, DmaLease, DmaMapper, DmaPool, FIRST_BASE_ARENA, FaultReason,
+    IovaRange, LeaseMode, PagePolicy, PoolConfig, SimIommu, SimIommuConfig,
 };
 
 const MODES: [LeaseMode; 2] = [LeaseMode::Strict, LeaseMode::Pooled];
@@ -387,6 +387,51 @@ fn pooled_leases_grow_arenas_and_large_leases_get_their_own_mapping() {
 }
 
 #[test]
+fn base_page_arenas_grow_with_the_pool_instead_of_starting_at_the_arena_size() {
+    // Every base page of an arena is zeroed and faulted in when it is made: a pool that needs
+    // a few KiB must not populate 2 MiB per access kind.
+    let iommu = Arc::new(SimIommu::new());
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            pages: PagePolicy::BaseOnly,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    let first = FIRST_BASE_ARENA as u64;
+    let mut leases = vec![pool.lease(4096, 4096, Access::ReadWrite).unwrap()];
+    assert_eq!(pool.iova_stats().allocated_bytes, first, "the first arena");
+    // Fill it; the next arena is as large as those before it together.
+    while pool.accounting().arenas == 1 {
+        leases.push(pool.lease(4096, 4096, Access::ReadWrite).unwrap());
+    }
+    assert_eq!(leases.len() as u64, first / 4096 + 1);
+    assert_eq!(pool.iova_stats().allocated_bytes, 2 * first);
+    while pool.accounting().arenas == 2 {
+        leases.push(pool.lease(4096, 4096, Access::ReadWrite).unwrap());
+    }
+    assert_eq!(
+        pool.iova_stats().allocated_bytes,
+        4 * first,
+        "then twice the first"
+    );
+    // Another access kind starts small again; a block larger than the first arena gets an
+    // arena that holds it, and nothing grows past the arena size.
+    let read = pool.lease(256, 64, Access::Read).unwrap();
+    assert_eq!(pool.iova_stats().allocated_bytes, 5 * first);
+    let big = pool.lease(2 << 20, 4096, Access::Write).unwrap();
+    assert_eq!(pool.accounting().arenas, 5);
+    assert_eq!(pool.iova_stats().allocated_bytes, 5 * first + (2 << 20));
+    iommu.write_u32_be(big.iova() + (2 << 20) - 4, 7).unwrap();
+    assert_eq!(big.read_u32_be((2 << 20) - 4).unwrap(), 7);
+    drop((leases, read, big));
+    assert_eq!(pool.trim(), 5);
+    assert_eq!(pool.accounting(), Accounting::default());
+    assert_eq!(iommu.live_mappings(), 0);
+}
+
+#[test]
 fn freed_small_blocks_are_reused_and_never_keep_an_arena_or_a_large_lease_out() {
     let (iommu, pool) = pooled_64k();
     // A MAD buffer dropped and leased again comes back at the same IOVA, with the new data.
@@ -545,12 +590,19 @@ fn a_memlock_refusal_comes_before_the_memory_is_allocated() {
 
 #[test]
 fn iova_exhaustion_fails_cleanly() {
-    // Room for exactly one 2 MiB arena.
+    // Room for exactly one 256 KiB arena.
     let iommu = Arc::new(SimIommu::with_config(SimIommuConfig {
-        ranges: vec![IovaRange::new(0x20_0000, 0x3f_ffff)],
+        ranges: vec![IovaRange::new(0x4_0000, 0x7_ffff)],
         ..SimIommuConfig::default()
     }));
-    let pool = DmaPool::new(iommu.clone(), LeaseMode::Pooled).unwrap();
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            arena_size: 256 << 10,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
     let rw = pool.lease(64, 64, Access::ReadWrite).unwrap();
     let err = pool.lease(64, 64, Access::Read).unwrap_err();
     assert!(matches!(err, DmaError::IovaExhausted { .. }), "{err:?}");
