@@ -23,12 +23,21 @@ impl Hasher for IdHasher {
     fn write_u32(&mut self, n: u32) {
         self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+
+    /// A 64-bit key (a GUID) is folded after the multiplication: GUIDs may step by a power of
+    /// two, whose low bits (which pick the bucket) a product alone would leave equal.
+    fn write_u64(&mut self, n: u64) {
+        let x = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = x ^ (x >> 32);
+    }
 }
 
 /// A map from a queue number.
 pub(crate) type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-/// A map from any key that hashes as one integer (a `PortId`).
+/// A map from any key that hashes as one integer (a `PortId`, a GUID), or from the names
+/// of a topology file (hashed byte by byte: read once, at start-up, where SipHash's cost
+/// showed).
 pub(crate) type IdKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// How many look-up hints an [`IdTable`] keeps: one per value of the id's low bits.

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::idmap::IdKeyMap;
+
 use super::error::{FabricError, Problem};
 use super::guid::GuidAllocator;
 use super::model::{Fabric, NONE, Node, NodeId, NodeType, Port, PortId, Span, UNICAST_LID_END};
@@ -121,9 +123,9 @@ impl FabricBuilder {
                 ports: Vec::new(),
                 switches: Vec::new(),
                 strings: String::new(),
-                by_name: HashMap::new(),
-                by_guid: HashMap::new(),
-                by_port_guid: HashMap::new(),
+                by_name: IdKeyMap::default(),
+                by_guid: IdKeyMap::default(),
+                by_port_guid: IdKeyMap::default(),
                 lid_owner: vec![NONE; UNICAST_LID_END as usize],
                 lid_shared: HashMap::new(),
                 links: 0,

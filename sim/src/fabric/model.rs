@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use crate::idmap::IdKeyMap;
+
 use super::rate::LinkRates;
 use super::state::{PortState, SwitchState};
 
@@ -186,9 +188,9 @@ pub struct Fabric {
     pub(super) ports: Vec<Port>,
     pub(super) switches: Vec<SwitchState>,
     pub(super) strings: String,
-    pub(super) by_name: HashMap<Box<str>, NodeId>,
-    pub(super) by_guid: HashMap<u64, NodeId>,
-    pub(super) by_port_guid: HashMap<u64, PortId>,
+    pub(super) by_name: IdKeyMap<Box<str>, NodeId>,
+    pub(super) by_guid: IdKeyMap<u64, NodeId>,
+    pub(super) by_port_guid: IdKeyMap<u64, PortId>,
     /// `lid_owner[lid]` = the port that took that unicast LID last, or `NONE`.
     pub(super) lid_owner: Vec<u32>,
     /// The other ports holding a LID held twice or more, the one that took it first first.

@@ -407,29 +407,40 @@ fn comment<'a>(pl: &mut PortLine<'a>, text: &'a str) -> Result<(), Problem> {
     let (head, tail) = quoted.map_or((text, text), |(first, last)| {
         (&text[..first], &text[last + 1..])
     });
-    let head: Vec<&str> = head.split_whitespace().collect();
-    let tail: Vec<&str> = tail.split_whitespace().collect();
-    if let ["lid", l, rest @ ..] = head.as_slice() {
-        pl.local_lid = Some(c_number(l, "LID")?);
-        if let ["lmc", m, ..] = rest {
-            pl.local_lmc = Some(c_number(m, "LMC")?);
+    // Every port line has a comment: no allocation here (the words are walked in place).
+    let mut words = head.split_whitespace();
+    if words.next() == Some("lid") {
+        if let Some(l) = words.next() {
+            pl.local_lid = Some(c_number(l, "LID")?);
+            if words.next() == Some("lmc") {
+                if let Some(m) = words.next() {
+                    pl.local_lmc = Some(c_number(m, "LMC")?);
+                }
+            }
         }
     }
-    let outside = if quoted.is_some() { &tail[..] } else { &[] };
-    for w in head.iter().chain(outside) {
+    let outside = if quoted.is_some() { tail } else { "" };
+    for w in head.split_whitespace().chain(outside.split_whitespace()) {
         if let Some((k, v)) = w.split_once('=') {
             set_option(pl, k, v)?;
         }
     }
-    let last_lid = tail
-        .windows(2)
-        .rposition(|p| p[0] == "lid" && c_number(p[1], "LID").is_ok());
-    if let Some(i) = last_lid {
-        if let Some(tok) = tail.get(i + 2) {
-            if let Some((w, s)) = tok.split_once('x') {
-                if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() {
-                    pl.token = Some((w, s));
-                }
+    // The token after the tail's last `lid N` (N a number).
+    let mut token = None;
+    let mut tail_words = tail.split_whitespace();
+    while let Some(w) = tail_words.next() {
+        if w != "lid" {
+            continue;
+        }
+        let mut after = tail_words.clone();
+        if after.next().is_some_and(|n| c_number(n, "LID").is_ok()) {
+            token = Some(after.next());
+        }
+    }
+    if let Some(Some(tok)) = token {
+        if let Some((w, s)) = tok.split_once('x') {
+            if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() {
+                pl.token = Some((w, s));
             }
         }
     }

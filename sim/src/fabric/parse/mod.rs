@@ -50,7 +50,7 @@
 mod lines;
 mod scan;
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use self::lines::{Directive, Header, Line, PortLine, check_port, parse_line};
@@ -60,6 +60,7 @@ use super::builder::{
 use super::error::{FabricError, Problem};
 use super::model::{Fabric, NONE, NodeId, NodeType, PortId};
 use super::rate::{LinkRates, SPEED_QDR};
+use crate::idmap::IdKeyMap;
 use crate::input_file::{MAX_TOPOLOGY_BYTES, read_text, read_text_io};
 
 /// How deep `include` may nest (ibsim `MAX_INCLUDE` 9 files in all).
@@ -111,7 +112,7 @@ struct Parser<'l> {
     switch_port_guid: Option<u64>,
     module: String,
     /// Names seen (defined or referenced) and, once defined, their node.
-    syms: HashMap<Box<str>, u32>,
+    syms: IdKeyMap<Box<str>, u32>,
     sym_names: Vec<Box<str>>,
     sym_node: Vec<u32>,
     node_sym: Vec<u32>,
@@ -180,7 +181,7 @@ impl<'l> Parser<'l> {
             sysimgguid: None,
             switch_port_guid: None,
             module: String::new(),
-            syms: HashMap::new(),
+            syms: IdKeyMap::default(),
             sym_names: Vec::new(),
             sym_node: Vec::new(),
             node_sym: Vec::new(),
@@ -218,11 +219,11 @@ impl<'l> Parser<'l> {
         s
     }
 
-    fn qualify(&self, name: &str) -> String {
+    fn qualify<'n>(&self, name: &'n str) -> Cow<'n, str> {
         if self.module.is_empty() || name.contains('#') {
-            name.to_owned()
+            Cow::Borrowed(name)
         } else {
-            format!("{}#{}", self.module, name)
+            Cow::Owned(format!("{}#{}", self.module, name))
         }
     }
 
@@ -407,7 +408,7 @@ impl<'l> Parser<'l> {
         if self.sym_node[sym as usize] != NONE {
             let first = self.node_loc[self.sym_node[sym as usize] as usize];
             return Err(Problem::DuplicateNode {
-                name,
+                name: name.into_owned(),
                 first: Some(self.place(first, loc)),
             });
         }
@@ -441,7 +442,7 @@ impl<'l> Parser<'l> {
                 .fabric()
                 .port_id(node, 0)
                 .expect("switches have port 0");
-            let (lid, lmc) = lid_lmc(h.lid, h.lmc, self.b.fabric().port_label(p0))?;
+            let (lid, lmc) = lid_lmc(h.lid, h.lmc, || self.b.fabric().port_label(p0))?;
             self.b.set_lid(p0, lid, lmc)?;
         }
         Ok(node)
@@ -506,7 +507,7 @@ impl<'l> Parser<'l> {
         let remote_port = u8::try_from(p.remote_port)
             .ok()
             .filter(|&rp| rp <= 254)
-            .ok_or(Problem::BadNumber {
+            .ok_or_else(|| Problem::BadNumber {
                 what: "remote port number",
                 text: p.remote_port.to_string(),
                 why: "ports are numbered 1-254",
@@ -536,7 +537,7 @@ impl<'l> Parser<'l> {
             self.b.set_port_guid(pid, g)?;
         }
         if kind != NodeType::Switch && (p.local_lid.is_some() || p.local_lmc.is_some()) {
-            let (lid, lmc) = lid_lmc(p.local_lid, p.local_lmc, self.b.fabric().port_label(pid))?;
+            let (lid, lmc) = lid_lmc(p.local_lid, p.local_lmc, || self.b.fabric().port_label(pid))?;
             self.b.set_lid(pid, lid, lmc)?;
         }
         let remote = self.qualify(p.remote);
@@ -598,7 +599,8 @@ impl<'l> Parser<'l> {
                 port: u64::from(r.remote_port),
                 num_ports: f.node(rnode).num_ports(),
             })?;
-        let remote = format!("\"{remote_name}\"[{}]", r.remote_port);
+        // Named only in errors: not formatted for every link.
+        let remote = || format!("\"{remote_name}\"[{}]", r.remote_port);
         if qid == pid {
             return Err(Problem::SelfLink {
                 port: f.port_label(pid),
@@ -617,7 +619,7 @@ impl<'l> Parser<'l> {
             });
             return Err(Problem::InconsistentLink {
                 local: f.port_label(pid),
-                remote,
+                remote: remote(),
                 remote_at: remote_says
                     .as_ref()
                     .map(|_| self.place(q.loc, r.loc).into()),
@@ -632,7 +634,7 @@ impl<'l> Parser<'l> {
             if have != g {
                 if remote_is_switch || self.b.has_explicit_guid(qid) {
                     return Err(Problem::InconsistentPortGuid {
-                        port: remote,
+                        port: remote(),
                         here: g,
                         there: have,
                         other: (!remote_is_switch).then(|| self.place(q.loc, r.loc)),
@@ -648,15 +650,20 @@ impl<'l> Parser<'l> {
     }
 }
 
-/// A LID and LMC from a file, checked to fit the unicast range.
-fn lid_lmc(lid: Option<u64>, lmc: Option<u64>, port: String) -> Result<(u16, u8), Problem> {
+/// A LID and LMC from a file, checked to fit the unicast range; `port` names the port in
+/// the error (formatted only then: most CA lines of ibnetdiscover's output carry a LID).
+fn lid_lmc(
+    lid: Option<u64>,
+    lmc: Option<u64>,
+    port: impl FnOnce() -> String,
+) -> Result<(u16, u8), Problem> {
     let (l, m) = (lid.unwrap_or(0), lmc.unwrap_or(0));
     match (u16::try_from(l), u8::try_from(m)) {
         (Ok(l16), Ok(m8)) if super::model::lid_range(l16, m8).is_some() => Ok((l16, m8)),
         _ => Err(Problem::LidOutOfRange {
             lid: l,
             lmc: m,
-            port,
+            port: port(),
         }),
     }
 }
