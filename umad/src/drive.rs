@@ -48,7 +48,11 @@ impl Drive {
     /// A caller starts waiting; it drives the loop until the returned guard is dropped.
     pub fn enter<'a>(&'a self, port: &'a mad::Port) -> Waiting<'a> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        Waiting { drive: self, port }
+        Waiting {
+            drive: self,
+            port,
+            ends_at: None,
+        }
     }
 
     /// Threads waiting now.
@@ -79,13 +83,21 @@ impl Drive {
 pub struct Waiting<'a> {
     drive: &'a Drive,
     port: &'a mad::Port,
+    ends_at: Option<Duration>,
+}
+
+impl Waiting<'_> {
+    /// The wait will not sleep: it ends at `now` (device time, just read by the caller), as
+    /// far as [`IDLE`] can tell; the clock is not read again when it ends.
+    pub fn ends_at(&mut self, now: Duration) {
+        self.ends_at = Some(now);
+    }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.drive
-            .last_wait
-            .store(nanos(self.port.now()), Ordering::SeqCst);
+        let end = self.ends_at.unwrap_or_else(|| self.port.now());
+        self.drive.last_wait.store(nanos(end), Ordering::SeqCst);
         self.drive.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -96,6 +96,9 @@ struct State {
 pub struct UmadFile {
     port: Arc<CaPort>,
     events: Arc<EventQueue>,
+    /// Where [`UmadFile::take_events`] drains the event queue (kept: one allocation per
+    /// delivered MAD otherwise). Taken before `state`, and only there.
+    scratch: Mutex<Vec<Event>>,
     fd: RawFd,
     state: Mutex<State>,
 }
@@ -118,6 +121,7 @@ impl UmadFile {
         let file = Arc::new(UmadFile {
             port,
             events: Arc::clone(&events),
+            scratch: Mutex::new(Vec::new()),
             fd,
             state: Mutex::new(State {
                 slots: (0..MAX_AGENTS).map(|_| Slot::Free).collect(),
@@ -473,14 +477,35 @@ impl UmadFile {
         until: Duration,
         blocking: bool,
     ) -> Result<usize, UmadError> {
+        self.recv_wait_from(buf, until, self.port.mad.now(), blocking)
+    }
+
+    /// [`UmadFile::recv_wait`] for a caller that has just read the device clock (`now`):
+    /// a step that does not sleep reads it no more (`umad_recv` of libibnetdisc's SMPs
+    /// finds its response at once, and each read of the clock is a system call's worth of
+    /// its round trip on a VM).
+    pub fn recv_wait_from(
+        &self,
+        buf: &mut [u8],
+        until: Duration,
+        now: Duration,
+        blocking: bool,
+    ) -> Result<usize, UmadError> {
         let mut hold = Hold::new(self);
         hold.show = !blocking;
-        let _waiting = blocking.then(|| self.port.drive.enter(&self.port.mad));
+        let mut waiting = blocking.then(|| self.port.drive.enter(&self.port.mad));
+        if until <= now {
+            // No sleep: the wait ends about when it began, as far as the fallback thread's
+            // 2 ms idle rule can tell.
+            if let Some(w) = waiting.as_mut() {
+                w.ends_at(now);
+            }
+        }
         match self.read(buf) {
             Err(UmadError::Again) => {}
             r => return r,
         }
-        if until <= self.port.mad.now() {
+        if until <= now {
             self.port.mad.progress();
             return self.read(buf);
         }
@@ -561,12 +586,12 @@ impl UmadFile {
     /// Move what the MAD layer delivered into the read queue (the event queue's notify:
     /// runs on the progress thread).
     fn take_events(&self) {
-        let mut evs = Vec::new();
+        let mut evs = lock(&self.scratch);
         if self.events.drain_into(&mut evs) == 0 {
             return;
         }
         let mut st = lock(&self.state);
-        for ev in evs {
+        for ev in evs.drain(..) {
             match ev {
                 Event::Recv(r) => match st.by_agent.get(&r.agent) {
                     Some(&slot) => st.queue_recv(slot, &r),

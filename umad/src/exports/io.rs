@@ -45,9 +45,9 @@ enum Step {
 }
 
 /// A wait of `umad_recv` or `umad_poll` of `timeout_ms` (-1: forever), in steps of at most
-/// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until, last)`
-/// does one step (until `until`, device time; `last`: the deadline has passed) and says
-/// whether it is done; the wait's deadline is fixed in device time at the first step, which
+/// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until, now, last)`
+/// does one step (until `until`, device time; `now`: the device time read at the step's
+/// start; `last`: the deadline has passed) and says whether it is done; the wait's deadline is fixed in device time at the first step, which
 /// looks without sleeping. After the deadline: -ETIMEDOUT.
 ///
 /// From the first sleep on the asynchronous signals are blocked, and a signal whose
@@ -59,7 +59,7 @@ enum Step {
 fn wait_steps(
     fd: c_int,
     timeout_ms: c_int,
-    step: &mut dyn FnMut(&UmadFile, Duration, bool) -> Result<Step, UmadError>,
+    step: &mut dyn FnMut(&UmadFile, Duration, Duration, bool) -> Result<Step, UmadError>,
 ) -> c_int {
     let mut deadline: Option<Duration> = None;
     // The caller's signal mask, once this wait sleeps with the asynchronous signals blocked.
@@ -83,7 +83,7 @@ fn wait_steps(
                     } else {
                         now
                     };
-                    step(&f, until, now >= end)
+                    step(&f, until, now, now >= end)
                 });
             r.unwrap_or_else(|e| {
                 set_errno(e.errno());
@@ -221,10 +221,10 @@ pub unsafe extern "C-unwind" fn umad_recv(
         return -libc::EINVAL;
     };
     let len = hdr_len() + want;
-    wait_steps(fd, timeout_ms, &mut |f, until, last| {
+    wait_steps(fd, timeout_ms, &mut |f, until, now, last| {
         // SAFETY: the caller's buffer holds umad_size() + *length bytes.
         let buf = unsafe { std::slice::from_raw_parts_mut(umad.cast::<u8>(), len) };
-        match f.recv_wait(buf, until, timeout_ms != 0) {
+        match f.recv_wait_from(buf, until, now, timeout_ms != 0) {
             Ok(n) => {
                 // SAFETY: the caller's int, written unaligned.
                 unsafe { length.write_unaligned(n.saturating_sub(hdr_len()) as c_int) };
@@ -269,7 +269,7 @@ pub extern "C-unwind" fn umad_poll(fd: c_int, timeout_ms: c_int) -> c_int {
     if global().is_some_and(|c| c.inherited()) {
         return 0;
     }
-    wait_steps(fd, timeout_ms, &mut |f, until, last| {
+    wait_steps(fd, timeout_ms, &mut |f, until, _now, last| {
         if f.wait_readable(until)? {
             Ok(Step::Done(0))
         } else if last {
