@@ -44,6 +44,9 @@ enum Step {
     More,
 }
 
+/// A wait's step: `(file, until, now, last)`, see [`wait_steps`].
+type StepFn<'a> = dyn FnMut(&UmadFile, Duration, Duration, bool) -> Result<Step, UmadError> + 'a;
+
 /// A wait of `umad_recv` or `umad_poll` of `timeout_ms` (-1: forever), in steps of at most
 /// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until, now, last)`
 /// does one step (until `until`, device time; `now`: the device time read at the step's
@@ -56,11 +59,7 @@ enum Step {
 /// keeps the errno poll left). The caller's mask is back when this returns. A thread
 /// cancelled meanwhile ends with them blocked (the mask is plain data here: the frames the
 /// cancellation unwinds hold nothing to drop).
-fn wait_steps(
-    fd: c_int,
-    timeout_ms: c_int,
-    step: &mut dyn FnMut(&UmadFile, Duration, Duration, bool) -> Result<Step, UmadError>,
-) -> c_int {
+fn wait_steps(fd: c_int, timeout_ms: c_int, step: &mut StepFn<'_>) -> c_int {
     let mut deadline: Option<Duration> = None;
     // The caller's signal mask, once this wait sleeps with the asynchronous signals blocked.
     let mut caller_mask: Option<libc::sigset_t> = None;
