@@ -660,7 +660,11 @@ mod tests {
             "fw_rev: minor << 16 | major"
         );
         assert_eq!(bar.read32(0x004) >> 16, 5, "cmdif revision");
-        assert_eq!(bar.read32(0x1fc) >> 31, 0, "a sim: device boots at once by default");
+        assert_eq!(
+            bar.read32(0x1fc) >> 31,
+            0,
+            "a sim: device boots at once by default"
+        );
         let dev = driver::open("sim:clock=virtual,fw_init_ms=10").unwrap();
         let bar = dev.map_region(0).unwrap();
         assert_eq!(bar.read32(0x1fc) >> 31, 1, "still initializing");
