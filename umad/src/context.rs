@@ -178,14 +178,26 @@ impl CaPort {
             .or_else(|| self.mad.fatal_reason())
     }
 
-    /// The device died: every file of the port is dead (reads EIO, poll POLLERR).
+    /// The device died: every file of the port is dead (reads EIO, poll POLLERR), as one
+    /// step for whoever looks: every fd polls POLLERR before the removal is recorded, and a
+    /// read of any fd says EIO from then on ([`CaPort::marked_removed`]), so once one read
+    /// says EIO, every fd of the port polls POLLERR and reads EIO.
     pub fn mark_removed(&self, reason: &str) {
-        let _ = self.removed.set(reason.to_owned());
         let files: Vec<Arc<UmadFile>> =
             lock(&self.files).iter().filter_map(Weak::upgrade).collect();
+        for f in &files {
+            f.signal_dead();
+        }
+        let _ = self.removed.set(reason.to_owned());
         for f in files {
             f.kill(reason);
         }
+    }
+
+    /// Why the port was marked removed ([`CaPort::mark_removed`]), if it was: a read of any
+    /// of its fds fails from then on.
+    pub(crate) fn marked_removed(&self) -> Option<&str> {
+        self.removed.get().map(String::as_str)
     }
 
     /// Add `f` to the files [`CaPort::mark_removed`] kills, unless the device is gone

@@ -452,6 +452,12 @@ impl UmadFile {
         if let Some(reason) = st.dead.clone() {
             return Err(UmadError::Dead { reason });
         }
+        if let Some(reason) = self.port.marked_removed() {
+            // The port is marked and this file's turn has not come yet.
+            return Err(UmadError::Dead {
+                reason: reason.to_owned(),
+            });
+        }
         if st.closed {
             return Err(UmadError::NotAPort { fd: self.fd });
         }
@@ -546,6 +552,12 @@ impl UmadFile {
         lock(&self.state).queue.show();
     }
 
+    /// The device is going: `poll` reports POLLERR from now on (reads fail once the port is
+    /// marked removed, or the file killed).
+    pub(crate) fn signal_dead(&self) {
+        lock(&self.state).queue.kill();
+    }
+
     /// The device is gone: reads fail with EIO, `poll` reports POLLERR.
     pub fn kill(&self, reason: &str) {
         let mut st = lock(&self.state);
@@ -591,6 +603,7 @@ impl UmadFile {
             return;
         }
         let mut st = lock(&self.state);
+        let mut died = None;
         for ev in evs.drain(..) {
             match ev {
                 Event::Recv(r) => match st.by_agent.get(&r.agent) {
@@ -625,12 +638,19 @@ impl UmadFile {
                         .push(Packet::timed_out(sent.hdr, slot, c.header), true);
                 }
                 Event::DeviceFatal { reason, .. } => {
-                    if st.dead.is_none() {
-                        st.dead = Some(reason);
-                        st.queue.kill();
-                    }
+                    died.get_or_insert(reason);
                 }
             }
+        }
+        drop(st);
+        drop(evs);
+        if let Some(reason) = died {
+            // The whole port dies at once, this file with it, as the kernel's
+            // `ib_umad_kill_port` marks every file: once a read of any fd of the port says
+            // EIO, every other fd of it says so too (the agents hear of the death one after
+            // another, the port's own sentinel perhaps last).
+            self.port.mark_removed(&reason);
+            self.kill(&reason);
         }
     }
 }

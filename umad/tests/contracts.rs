@@ -191,6 +191,63 @@ fn a_removed_device_fails_reads_with_eio_polls_pollerr_and_registrations_epipe()
     let _ = r.ctx.close();
 }
 
+/// The port dies at once for every fd: once a read of one says EIO, every other fd of the
+/// port polls POLLERR and reads EIO, whichever order the MAD layer tells the agents in (the
+/// file's own agent, the port's sentinel, others). Agents that take their time when told (as
+/// a preempted progress thread would) widen the window in which the order shows.
+#[test]
+fn once_one_fd_of_a_port_reads_eio_every_fd_of_it_does() {
+    use mad::event::{Event, EventQueue};
+    use mad::{AgentSpec, SpecialQp};
+    for round in 0..10u64 {
+        let r = rig();
+        let port = r.ctx.cas()[0].ports[0].clone();
+        let f = r.ctx.open_file(&port).unwrap();
+        let idle = r.ctx.open_file(&port).unwrap();
+        let a = perf_agent(&f);
+        let slow: Vec<_> = (0..3)
+            .map(|_| {
+                let q = Arc::new(EventQueue::new());
+                let weak = Arc::downgrade(&q);
+                q.set_notify(Some(Arc::new(move || {
+                    let Some(q) = weak.upgrade() else { return };
+                    let mut evs = Vec::new();
+                    q.drain_into(&mut evs);
+                    if evs.iter().any(|e| matches!(e, Event::DeviceFatal { .. })) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                })));
+                port.mad
+                    .register(AgentSpec::send_only(SpecialQp::Gsi).with_events(q))
+                    .expect("a slow agent")
+            })
+            .collect();
+        f.write(&perf_get(a, 0x77, round, 60_000, 0)).unwrap();
+        r.model.faults().remove();
+        let start = Instant::now();
+        let e = loop {
+            match read(&f, Duration::from_millis(1)) {
+                Err(UmadError::Again) if start.elapsed() < Duration::from_secs(5) => {}
+                other => break other.unwrap_err(),
+            }
+        };
+        assert_eq!(e.errno(), libc::EIO, "round {round}: {e}");
+        assert_ne!(
+            poll_now(idle.fd()) & libc::POLLERR,
+            0,
+            "round {round}: the fd without agents polls POLLERR as soon as another reads EIO"
+        );
+        let e = idle.read(&mut [0u8; 400]).unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "round {round}: {e}");
+        r.ctx.close_file(f.fd()).unwrap();
+        r.ctx.close_file(idle.fd()).unwrap();
+        for agent in slow {
+            agent.deregister();
+        }
+        let _ = r.ctx.close();
+    }
+}
+
 #[test]
 fn a_request_whose_send_fails_on_the_device_comes_back_as_a_timeout() {
     use firmware_cmds::mlx5::syndrome::CqeSyndrome;
