@@ -15,9 +15,10 @@
 //!   debugging.
 //! - [`LeaseMode::Pooled`]: leases are buddy blocks of long-lived mapped arenas (one arena list
 //!   per [`Access`]); the pool grows by adding arenas (on base pages each as large as those
-//!   before it together, from [`FIRST_BASE_ARENA`] to the configured arena size). Cheap, and the number of IOMMU mappings
-//!   stays small (VFIO allows 65535 per container). Leases larger than an arena get their own
-//!   mapping, as in strict mode but placed first fit and without the guard page.
+//!   before it together, from [`FIRST_BASE_ARENA`] to the configured arena size). Cheap, and
+//!   the number of IOMMU mappings stays small (VFIO allows 65535 per container). Leases
+//!   larger than an arena get their own mapping, as in strict mode but placed first fit and
+//!   without the guard page.
 //!
 //! Mapping sizes, host addresses and IOVAs are multiples of the pool's mapping page: the larger
 //! of the CPU page and the IOMMU's smallest page ([`DmaMapper::min_page_size`]), which an
@@ -555,8 +556,13 @@ impl PoolInner {
             PagePolicy::Auto => {
                 match self.arena_memory(self.config.arena_size, PagePolicy::HugeOnly) {
                     Ok(mem) => mem,
-                    // Not for want of room under RLIMIT_MEMLOCK: a smaller arena may fit.
-                    Err(err) if !matches!(err, DmaError::MemlockTooLow { .. }) => {
+                    // No room for a huge page under RLIMIT_MEMLOCK: a smaller arena on base
+                    // pages may fit (the next arena asks for a huge page again).
+                    Err(DmaError::MemlockTooLow { .. }) => self.arena_memory(
+                        self.base_arena_size(state, block, access),
+                        PagePolicy::BaseOnly,
+                    )?,
+                    Err(err) => {
                         // Asked again for every arena it would cost three system calls each
                         // time; this pool keeps to base pages from now on.
                         self.no_huge.store(true, Ordering::Relaxed);
@@ -569,7 +575,6 @@ impl PoolInner {
                             PagePolicy::BaseOnly,
                         )?
                     }
-                    Err(err) => return Err(err),
                 }
             }
         };
@@ -654,7 +659,12 @@ impl PoolInner {
             self.mapper.check_pin_headroom(least)?;
         }
         // Address and length multiples of the IOMMU's page too: VFIO refuses anything else.
-        let mem = DmaMemory::with_alignment(len, self.config.pages, self.map_page)?;
+        let pages = match self.config.pages {
+            // A huge page could not be had for an arena: not for this lease either.
+            PagePolicy::Auto if self.no_huge.load(Ordering::Relaxed) => PagePolicy::BaseOnly,
+            pages => pages,
+        };
+        let mem = DmaMemory::with_alignment(len, pages, self.map_page)?;
         let mapped = mem.len();
         // The mapping's granule: a page of the memory, or of the IOMMU if that is larger.
         let granule = mem.page_size().max(self.map_page);

@@ -1072,3 +1072,93 @@ fn a_quarantined_pool_keeps_every_dropped_lease_mapped_and_out_of_use() {
         assert_eq!(iommu.fault_count(), 0, "{mode:?}");
     }
 }
+
+/// Under a memlock limit a 256 KiB base-page arena fits but a 2 MiB huge page does not, the
+/// default pool (huge pages when it can have them) leases from a base-page arena, as a
+/// base-only pool does, instead of failing for want of room for the huge page.
+#[test]
+fn a_default_pool_under_a_tight_memlock_limit_falls_back_to_a_small_base_page_arena() {
+    let limited = || {
+        Arc::new(SimIommu::with_config(SimIommuConfig {
+            memlock_limit: Some(1 << 20),
+            ..SimIommuConfig::default()
+        }))
+    };
+    let base = DmaPool::with_config(
+        limited(),
+        PoolConfig {
+            pages: PagePolicy::BaseOnly,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    drop(
+        base.lease(64, 64, Access::ReadWrite)
+            .expect("base only: a 256 KiB arena fits"),
+    );
+    let iommu = limited();
+    let auto = DmaPool::with_config(iommu.clone(), PoolConfig::new(LeaseMode::Pooled)).unwrap();
+    let l = auto
+        .lease(64, 64, Access::ReadWrite)
+        .expect("the default pool: a 256 KiB arena fits");
+    assert_eq!(auto.iova_stats().allocated_bytes, FIRST_BASE_ARENA as u64);
+    drop(l);
+    assert_eq!(auto.trim(), 1);
+    assert_eq!(auto.accounting(), Accounting::default());
+    assert_eq!(iommu.live_mappings(), 0);
+}
+
+/// Base-page arenas of different sizes (they grow with the pool): leases of every size from
+/// 64 B to 2 MiB and alignments up to their size, freed in a scrambled order, each written at
+/// its last byte through the IOMMU and read back; no two overlap, and everything comes back,
+/// each arena released with the size it was mapped with.
+#[test]
+fn arenas_of_mixed_sizes_hold_leases_of_every_size_and_give_everything_back() {
+    let iommu = Arc::new(SimIommu::new());
+    let pool = DmaPool::with_config(
+        iommu.clone(),
+        PoolConfig {
+            pages: PagePolicy::BaseOnly,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap();
+    let mut leases = Vec::new();
+    let mut seed = 0x9e37_79b9u64;
+    for round in 0..300u32 {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let order = (seed >> 33) % 16;
+        let len = 64usize << order;
+        let align = 64usize << ((seed >> 40) % (order + 1));
+        let l = pool.lease(len, align, Access::ReadWrite).unwrap();
+        assert_eq!(l.iova() % align as u64, 0, "IOVA aligned");
+        let v = round ^ 0xa5a5;
+        iommu.write_u32_be(l.iova() + len as u64 - 4, v).unwrap();
+        assert_eq!(l.read_u32_be(len - 4).unwrap(), v);
+        leases.push((l, v, len));
+        if seed % 3 == 0 {
+            let i = (seed >> 20) as usize % leases.len();
+            leases.swap_remove(i);
+        }
+    }
+    assert!(pool.accounting().arenas > 2, "several arenas");
+    let mut spans: Vec<(u64, u64)> = leases
+        .iter()
+        .map(|(l, _, n)| (l.iova(), *n as u64))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "overlap: {w:?}");
+    }
+    for (l, v, n) in &leases {
+        assert_eq!(l.read_u32_be(n - 4).unwrap(), *v);
+    }
+    drop(leases);
+    let arenas = pool.accounting().arenas;
+    assert_eq!(pool.trim(), arenas);
+    assert_eq!(pool.accounting(), Accounting::default());
+    assert_eq!(iommu.live_mappings(), 0);
+    assert_eq!(pool.iova_stats().allocations, 0);
+}

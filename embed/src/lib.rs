@@ -58,11 +58,12 @@ pub const SIM_HELP: &str = "\
                    init (link up, no LID) or down
   device_id=ID     mlx5: PCI device ID (default 0x1017, ConnectX-5)
   fw=X.Y.Z         mlx5: firmware version the device reports (default 16.35.2000)
-  fw_init_ms=MS    mlx5: how long its firmware boots (the `initializing` bit reads 1) after
+  boot_ms=MS       mlx5: how long its firmware boots (the `initializing` bit reads 1) after
                    creation or reset, on the device's clock (default 0: a `sim:` device is
                    there at once, and every program on it would otherwise wait for the boot,
                    10 ms on the real clock; the sim crate's Mlx5Config keeps 10 ms, with
-                   which the driver's tests exercise the wait)
+                   which the driver's tests exercise the wait); the driver gives up on a
+                   boot longer than its firmware-init timeout (at most 120 s)
   node_guid=GUID   mlx5 alone: the node GUID (port p gets GUID + p)";
 
 /// Adapts a simulator [`Device`] to the driver's [`DeviceModel`].
@@ -287,7 +288,7 @@ fn parse(params: &[(String, String)]) -> Result<Params, ModelOpenError> {
                 }
             }
             "device_id" => p.cfg.device_id = number(k, v)?,
-            "fw_init_ms" => p.cfg.init_delay = Duration::from_millis(number(k, v)?),
+            "boot_ms" => p.cfg.init_delay = Duration::from_millis(number(k, v)?),
             "fw" => p.cfg.fw = parse_fw(v).map_err(|e| format!("fw={e}"))?,
             "node_guid" => {
                 p.cfg.node_guid = number(k, v)?;
@@ -665,7 +666,7 @@ mod tests {
             0,
             "a sim: device boots at once by default"
         );
-        let dev = driver::open("sim:clock=virtual,fw_init_ms=10").unwrap();
+        let dev = driver::open("sim:clock=virtual,boot_ms=10").unwrap();
         let bar = dev.map_region(0).unwrap();
         assert_eq!(bar.read32(0x1fc) >> 31, 1, "still initializing");
         let t = dev.now();

@@ -1,6 +1,9 @@
 //! Maps keyed by small integer ids looked up on every packet (QPNs and CQNs in the ConnectX
-//! model, port ids in the network): a multiplicative hash instead of SipHash, since the keys
-//! come from the simulator's own allocators, not from an adversary.
+//! model, port ids in the network), and by the names and GUIDs of a topology file: a
+//! multiplicative hash instead of SipHash. The ids come from the simulator's own allocators;
+//! names and GUIDs come from the user's own topology file, which could be crafted to collide
+//! (unkeyed, the hash can be inverted) and make loading it slow, never wrong: a file is
+//! trusted that far, as the user's own input.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

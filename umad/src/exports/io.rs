@@ -50,8 +50,9 @@ type StepFn<'a> = dyn FnMut(&UmadFile, Duration, Duration, bool) -> Result<Step,
 /// A wait of `umad_recv` or `umad_poll` of `timeout_ms` (-1: forever), in steps of at most
 /// [`SLICE`] between which a cancel of the thread is acted on. `step(file, until, now, last)`
 /// does one step (until `until`, device time; `now`: the device time read at the step's
-/// start; `last`: the deadline has passed) and says whether it is done; the wait's deadline is fixed in device time at the first step, which
-/// looks without sleeping. After the deadline: -ETIMEDOUT.
+/// start; `last`: the deadline has passed) and says whether it is done; the wait's deadline
+/// is fixed in device time at the first step, which looks without sleeping. After the
+/// deadline: -ETIMEDOUT.
 ///
 /// From the first sleep on the asynchronous signals are blocked, and a signal whose
 /// handler runs (after a step, see [`crate::signals`]) ends the wait as it ends libibumad's
