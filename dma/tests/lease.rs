@@ -17,6 +17,19 @@ fn pool(mode: LeaseMode) -> (Arc<SimIommu>, DmaPool) {
     (iommu, pool)
 }
 
+/// A pooled-mode pool of default-size arenas on base pages (whose arenas grow with it) on
+/// `iommu`.
+fn base_only_pool(iommu: Arc<SimIommu>) -> DmaPool {
+    DmaPool::with_config(
+        iommu,
+        PoolConfig {
+            pages: PagePolicy::BaseOnly,
+            ..PoolConfig::new(LeaseMode::Pooled)
+        },
+    )
+    .unwrap()
+}
+
 /// A pooled-mode pool of 64 KiB arenas on its own simulated IOMMU.
 fn pooled_64k() -> (Arc<SimIommu>, DmaPool) {
     let iommu = Arc::new(SimIommu::new());
@@ -391,14 +404,7 @@ fn base_page_arenas_grow_with_the_pool_instead_of_starting_at_the_arena_size() {
     // Every base page of an arena is zeroed and faulted in when it is made: a pool that needs
     // a few KiB must not populate 2 MiB per access kind.
     let iommu = Arc::new(SimIommu::new());
-    let pool = DmaPool::with_config(
-        iommu.clone(),
-        PoolConfig {
-            pages: PagePolicy::BaseOnly,
-            ..PoolConfig::new(LeaseMode::Pooled)
-        },
-    )
-    .unwrap();
+    let pool = base_only_pool(iommu.clone());
     let first = FIRST_BASE_ARENA as u64;
     let mut leases = vec![pool.lease(4096, 4096, Access::ReadWrite).unwrap()];
     assert_eq!(pool.iova_stats().allocated_bytes, first, "the first arena");
@@ -1084,14 +1090,7 @@ fn a_default_pool_under_a_tight_memlock_limit_falls_back_to_a_small_base_page_ar
             ..SimIommuConfig::default()
         }))
     };
-    let base = DmaPool::with_config(
-        limited(),
-        PoolConfig {
-            pages: PagePolicy::BaseOnly,
-            ..PoolConfig::new(LeaseMode::Pooled)
-        },
-    )
-    .unwrap();
+    let base = base_only_pool(limited());
     drop(
         base.lease(64, 64, Access::ReadWrite)
             .expect("base only: a 256 KiB arena fits"),
@@ -1115,14 +1114,7 @@ fn a_default_pool_under_a_tight_memlock_limit_falls_back_to_a_small_base_page_ar
 #[test]
 fn arenas_of_mixed_sizes_hold_leases_of_every_size_and_give_everything_back() {
     let iommu = Arc::new(SimIommu::new());
-    let pool = DmaPool::with_config(
-        iommu.clone(),
-        PoolConfig {
-            pages: PagePolicy::BaseOnly,
-            ..PoolConfig::new(LeaseMode::Pooled)
-        },
-    )
-    .unwrap();
+    let pool = base_only_pool(iommu.clone());
     let mut leases = Vec::new();
     let mut seed = 0x9e37_79b9u64;
     for round in 0..300u32 {
