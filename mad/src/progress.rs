@@ -12,8 +12,8 @@
 //! to RTS, marking what the hardware will flush for one repost (§1.6); a timer retries or
 //! times the send out; a fatal error finishes everything with WR_FLUSH_ERR, vendor_err 5.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use driver::verbs::{DeviceEvent, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
@@ -1004,7 +1004,7 @@ impl PortShared {
     /// ([`Self::unclaimed_response`]).
     /// `recv.rmpp` holds the whole message when RMPP reassembled it (`recv.mad` is then its
     /// first segment); the box becomes the event as it is.
-    pub(crate) fn on_response(&self, st: &mut ProgressState, qp: SpecialQp, mut recv: RecvBox) {
+    pub(crate) fn on_response(&self, st: &mut ProgressState, qp: SpecialQp, recv: RecvBox) {
         let hdr = Mad::new_checked(&recv.mad[..]).expect("a full MAD holds a header");
         let tid = hdr.tid();
         let mgmt_class = hdr.mgmt_class();
@@ -1026,77 +1026,95 @@ impl PortShared {
             return self.unclaimed_response(qp, &recv);
         }
         let generation = w.generation();
-        let checked = {
-            let d = lock(&slot.data);
-            match d.as_ref() {
-                Some(d) if d.generation == generation && d.tid == tid => {
-                    let sent_response = d.p.is_response;
-                    // An agent without a receive side gets no MAD at all (`find_mad_agent`
-                    // gives up on it before any matching): its send ends at its timeout.
-                    let reason = if !d.p.agent.receives {
-                        Some(DropReason::NotExpected)
-                    } else if d.p.class() != mgmt_class {
-                        Some(DropReason::WrongClass)
-                    } else if mgmt_class != class::SUBN_DIRECTED_ROUTE
-                        && !same_address(sent_response, &d.p.dest, true, &recv.addr, &st.local)
-                    {
-                        Some(DropReason::WrongAddress)
-                    } else if slot.timeout_ms.load(Ordering::Acquire) == 0 {
-                        // The kernel's `ib_find_send_mad` skips a send on `send_list` whose
-                        // `timeout` is 0 (what a modify changes, not `send_buf.timeout_ms`).
-                        Some(DropReason::NotExpected)
-                    } else {
-                        None
-                    };
-                    Ok((Arc::clone(&d.p.agent), d.p.id, d.p.context, reason))
-                }
-                _ => Err(()),
-            }
-        };
-        let Ok((agent, id, context, reason)) = checked else {
+        // Checked, moved by the state machine and, once finished, taken out for `finish`, all
+        // under one hold of the slot's data lock (as a send CQE awaiting no response is): the
+        // lock is taken once per response, not once to check and again to take.
+        let mut data = lock(&slot.data);
+        let Some(d) = data
+            .as_mut()
+            .filter(|d| d.generation == generation && d.tid == tid)
+        else {
+            drop(data);
             self.cells.dropped(DropReason::UnknownTid);
             return;
         };
-        if let Some(reason) = reason {
-            self.cells.dropped(reason);
-            agent.cells.dropped(reason);
-            return;
-        }
-        let finished = match slot_events::response(&slot.state, generation) {
-            slot_events::Response::Deliver(finished) => finished,
-            slot_events::Response::Drop(reason) => {
-                self.cells.dropped(reason);
-                agent.cells.dropped(reason);
-                return;
+        // An agent without a receive side gets no MAD at all (`find_mad_agent` gives up on it
+        // before any matching): its send ends at its timeout.
+        let reason = if !d.p.agent.receives {
+            Some(DropReason::NotExpected)
+        } else if d.p.class() != mgmt_class {
+            Some(DropReason::WrongClass)
+        } else if mgmt_class != class::SUBN_DIRECTED_ROUTE
+            && !same_address(d.p.is_response, &d.p.dest, true, &recv.addr, &st.local)
+        {
+            Some(DropReason::WrongAddress)
+        } else if slot.timeout_ms.load(Ordering::Acquire) == 0 {
+            // The kernel's `ib_find_send_mad` skips a send on `send_list` whose `timeout` is
+            // 0 (what a modify changes, not `send_buf.timeout_ms`).
+            Some(DropReason::NotExpected)
+        } else {
+            match slot_events::response(&slot.state, generation) {
+                slot_events::Response::Deliver(finished) => {
+                    let r = SlotRef {
+                        qp,
+                        index: t.index,
+                        generation,
+                    };
+                    return self.deliver_response(st, r, w.state(), recv, data, finished);
+                }
+                slot_events::Response::Drop(reason) => Some(reason),
             }
         };
-        if finished.is_some() && w.state() == SendState::Queued {
-            // A retry answered while it waited in the backlog leaves it (the kernel's DONE
-            // takes it off `backlog_list`); no drain would take it off otherwise.
-            lock(&agent.fc).remove_retry(qp, t.index, generation);
+        if let Some(reason) = reason {
+            self.cells.dropped(reason);
+            d.p.agent.cells.dropped(reason);
         }
+    }
+
+    /// [`Self::on_response`] for a response the state machine took (`finished`: it ended the
+    /// send, which `data`, the slot's data still locked, holds; `None`: it came before the
+    /// send's CQE, EARLY_RESP) to the send in `r`. `was`: the slot's state before.
+    fn deliver_response(
+        &self,
+        st: &mut ProgressState,
+        r: SlotRef,
+        was: SendState,
+        mut recv: RecvBox,
+        mut data: MutexGuard<'_, Option<SlotData>>,
+        finished: Option<Finish>,
+    ) {
+        let Some(d) = data.as_mut() else {
+            unreachable!("checked by the caller under the same lock")
+        };
+        let agent = Arc::clone(&d.p.agent);
+        recv.agent = agent.id;
+        recv.response_to = Some(SendRef {
+            id: d.p.id,
+            context: d.p.context,
+        });
         solo(st, &self.solo_cells.responses);
         solo(st, &agent.solo_cells.responses);
-        recv.agent = agent.id;
-        recv.response_to = Some(SendRef { id, context });
-        let r = SlotRef {
-            qp,
-            index: t.index,
-            generation,
-        };
         if let Some(f) = finished {
-            // Staged before the send's completion, which `finish` stages: told in that order.
+            // DONE: its data leaves the slot under the lock it moved into DONE under.
+            let taken = data.take();
+            drop(data);
+            if was == SendState::Queued {
+                // A retry answered while it waited in the backlog leaves it (the kernel's
+                // DONE takes it off `backlog_list`); no drain would take it off otherwise.
+                // (Flow control's lock is never taken under the slot's.)
+                lock(&agent.fc).remove_retry(r.qp, r.index, r.generation);
+            }
+            // Staged before the send's completion, which `finish_taken` stages: told in that
+            // order.
             stage(st, agent, Event::Recv(recv), false);
             let (status, vendor) = self.status_of(f);
-            self.finish(st, r, status, vendor);
+            self.finish_taken(st, r, status, vendor, taken);
         } else {
+            // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
+            let counted = std::mem::replace(&mut d.p.fc_counted, false);
+            drop(data);
             stage(st, Arc::clone(&agent), Event::Recv(recv), false);
             bump(&self.cells.early_responses);
-            // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
-            let counted = lock(&slot.data)
-                .as_mut()
-                .filter(|d| d.generation == generation)
-                .is_some_and(|d| std::mem::replace(&mut d.p.fc_counted, false));
             if counted {
                 self.fc_release(&agent);
             }
