@@ -203,10 +203,14 @@ impl FreeRing {
         }
     }
 
+    /// Release, not sequentially consistent (which costs a locked instruction on x86-64): a
+    /// drainer that must see this index does so through the kick that follows every push
+    /// ([`SendRing::release`]), whose sequentially consistent read-modify-write comes after
+    /// this store.
     fn push(&self, index: u32) {
         let t = self.tail.load(Ordering::Relaxed);
         self.buf[t & self.mask].store(index, Ordering::Relaxed);
-        self.tail.store(t.wrapping_add(1), Ordering::SeqCst);
+        self.tail.store(t.wrapping_add(1), Ordering::Release);
     }
 
     fn pop(&self) -> Option<u32> {
@@ -462,7 +466,7 @@ impl SendRing {
     }
 
     pub(crate) fn queued(&self) -> usize {
-        self.queued.load(Ordering::SeqCst)
+        self.queued.load(Ordering::Acquire)
     }
 
     /// Work requests posted and not completed.
@@ -582,16 +586,18 @@ impl SendRing {
     }
 
     /// Change the queued count; only under the queue lock, which orders its writers (a load
-    /// and a store, no locked instruction; readers load it without the lock).
+    /// and a store, no locked instruction; readers, the census, load it without the lock).
+    /// A release store: a sequentially consistent one is a locked instruction on x86-64, and
+    /// no decision reads this count.
     fn queued_add(&self, n: usize) {
         self.queued
-            .store(self.queued.load(Ordering::Relaxed) + n, Ordering::SeqCst);
+            .store(self.queued.load(Ordering::Relaxed) + n, Ordering::Release);
     }
 
     /// The other way (same rule).
     fn queued_sub(&self, n: usize) {
         self.queued
-            .store(self.queued.load(Ordering::Relaxed) - n, Ordering::SeqCst);
+            .store(self.queued.load(Ordering::Relaxed) - n, Ordering::Release);
     }
 
     /// Remove the new sends matching `pred` from the queue; the caller holds the queue lock
