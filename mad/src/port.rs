@@ -154,6 +154,9 @@ pub(crate) struct ProgressState {
         reason = "a RecvBox holds a Box<RecvMad>: the box is what is reused"
     )]
     pub(crate) recv_boxes: Vec<Box<crate::event::RecvMad>>,
+    /// Per QP: this pass gave back send queue entries or slots without kicking the ring's
+    /// drainers; it kicks once, at its end, before its own drain (`PortShared::pass`).
+    pub(crate) kick_owed: [bool; 2],
 }
 
 /// Work another thread leaves the progress loop.
@@ -414,6 +417,7 @@ impl Port {
                 spent: [Vec::new(), Vec::new()],
                 fc_released: Vec::new(),
                 recv_boxes: Vec::new(),
+                kick_owed: [false; 2],
             }),
             fatal: OnceLock::new(),
             next_send: AtomicU64::new(1),

@@ -237,10 +237,15 @@ impl PortShared {
         }
         self.flush_events(st);
         self.fc_drain_later(st);
-        for (ring, spent) in self.rings.iter().zip(st.spent.iter_mut()) {
+        for (i, ring) in self.rings.iter().enumerate() {
             if let Some(ring) = ring {
-                if !spent.is_empty() {
-                    ring.keep_records(spent);
+                if !st.spent[i].is_empty() {
+                    ring.keep_records(&mut st.spent[i]);
+                }
+                // One kick for the entries and slots this pass gave back, before the drain: a
+                // drainer holding the flag now sees it and drains again, or this one drains.
+                if std::mem::take(&mut st.kick_owed[i]) {
+                    ring.kick();
                 }
                 self.drain(ring);
             }
@@ -490,9 +495,11 @@ impl PortShared {
                 return self.bad_completion(wc, "its work request is not on the QP");
             }
         }
-        // The work request left the send queue: its entry is free again.
+        // The work request left the send queue: its entry is free again (the kick comes at the
+        // end of the pass).
         if soft.unwrap_or(true) {
-            ring.give_credit();
+            ring.give_credit_unkicked();
+            st.kick_owed[qpi(r.qp)] = true;
         }
         if soft.is_none() && !ok && wc.status != WcStatus::WrFlushErr && !fatal {
             self.recover(st, r.qp, wc);
@@ -670,6 +677,7 @@ impl PortShared {
         // The slot goes back here: it is DONE, so no work request of it is on the QP.
         if slot.state.recycle(r.generation).is_some() {
             ring.release(r.index, data.request);
+            st.kick_owed[qpi(r.qp)] = true;
         } else {
             tracing::error!(
                 index = r.index,

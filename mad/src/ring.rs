@@ -205,7 +205,7 @@ impl FreeRing {
 
     /// Release, not sequentially consistent (which costs a locked instruction on x86-64): a
     /// drainer that must see this index does so through the kick that follows every push
-    /// ([`SendRing::release`]), whose sequentially consistent read-modify-write comes after
+    /// (the progress loop's, at the end of the pass that called [`SendRing::release`]), whose sequentially consistent read-modify-write comes after
     /// this store.
     fn push(&self, index: u32) {
         let t = self.tail.load(Ordering::Relaxed);
@@ -232,7 +232,8 @@ impl FreeRing {
 
 /// The posting flag: one drainer at a time holds it (a try-flag nobody waits on), and the kick
 /// count, bumped whenever a drain could newly make progress (a job queued, a slot or an entry
-/// freed), so that a drainer giving the flag back does not miss it. A kicker bumps the count
+/// freed: the progress loop bumps it once for all it freed in a pass, before its own drain at
+/// the pass's end), so that a drainer giving the flag back does not miss it. A kicker bumps the count
 /// before it tries the flag, a drainer gives the flag back before it reads the count (all
 /// sequentially consistent): either the kicker takes the flag, or the drainer sees the kick
 /// and drains again. Its atomics are loom's under `--cfg loom` (ring/loom_tests.rs).
@@ -626,9 +627,17 @@ impl SendRing {
 
     /// A send queue entry came back (its work request completed).
     pub(crate) fn give_credit(&self) {
+        self.give_credit_unkicked();
+        self.kick();
+    }
+
+    /// [`SendRing::give_credit`] without the kick, for the progress loop: it kicks once for
+    /// everything a pass gave back, at the pass's end and before its own drain
+    /// (`ProgressState::kick_owed`), rather than once per completion (a kick is a locked
+    /// instruction).
+    pub(crate) fn give_credit_unkicked(&self) {
         let before = self.credits.fetch_add(1, Ordering::SeqCst);
         debug_assert!(before < self.depth, "more entries returned than taken");
-        self.kick();
     }
 
     /// Give back an entry taken by this drainer and not used (no kick: the drainer looks at
@@ -965,13 +974,14 @@ impl SendRing {
 
     /// Give slot `index` back to the free list (the progress loop, after `recycle`);
     /// `request`: it held a request unit, which comes back too (the progress loop then moves
-    /// waiting backlogs on at the end of its pass: [`RequestUnits::take_wanted`]).
+    /// waiting backlogs on at the end of its pass: [`RequestUnits::take_wanted`]). No kick:
+    /// the progress loop kicks once at the end of its pass, before its own drain
+    /// (`ProgressState::kick_owed`).
     pub(crate) fn release(&self, index: u32, request: bool) {
         if request {
             self.units.give_back();
         }
         self.free.push(index);
-        self.kick();
     }
 }
 
