@@ -364,8 +364,8 @@ impl Agent {
         }
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
-        let build = |mad| Pending {
-            agent: Arc::clone(agent),
+        let build = |agent, mad| Pending {
+            agent,
             id: port.next_send_id(),
             mad,
             header,
@@ -382,7 +382,7 @@ impl Agent {
         };
         // The MAD waits in a buffer of the ring's (see `SendRing::record`); the caller's
         // bytes are not kept.
-        let mut pending = port.record(agent.qp, &mad, build);
+        let mut pending = port.record(agent.qp, agent, &mad, build);
         let mut smi_route = None;
         if mad_class == class::SUBN_DIRECTED_ROUTE {
             // The SMI send rules move the hop pointer: in the stack's copy (the caller's

@@ -725,12 +725,13 @@ impl PortShared {
     pub(crate) fn record(
         &self,
         qp: SpecialQp,
+        agent: &Arc<AgentInner>,
         mad: &[u8],
-        build: impl FnOnce(Vec<u8>) -> Pending,
+        build: impl FnOnce(Arc<AgentInner>, Vec<u8>) -> Pending,
     ) -> Record {
         match self.ring(qp) {
-            Some(ring) => ring.record(mad, build),
-            None => Box::new(build(mad.to_vec())),
+            Some(ring) => ring.record(agent, mad, build),
+            None => Box::new(build(Arc::clone(agent), mad.to_vec())),
         }
     }
 
@@ -1665,6 +1666,11 @@ impl PortShared {
             agent.closed.store(true, Ordering::Release);
         } else {
             agent.closed.store(true, Ordering::Release);
+        }
+        // The records its finished sends left for new sends name it no more (see
+        // `SendRing::keep_records`): nothing the port keeps holds the agent or its queue.
+        for ring in self.rings.iter().flatten() {
+            ring.forget_agent(agent, &self.internal);
         }
     }
 

@@ -27,7 +27,7 @@ use crate::event::{Event, PushRefused, RecvBox, SendCompletion, SendRef};
 use crate::flow::Backlogged;
 use crate::port::{PortShared, ProgressState, SlotRef, qpi};
 use crate::recv_rules::{self, LocalAgent};
-use crate::ring::{Job, Pending, SlotData, lock};
+use crate::ring::{Job, Pending, Record, SlotData, lock};
 use crate::slot_events;
 use crate::slot_state::{CqeOutcome, Finish, SendState, TimeoutOutcome};
 use crate::tid::{MAX_SLOTS_PER_QP, WrId};
@@ -69,24 +69,50 @@ fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
 }
 
-/// An event the progress loop made for `agent`, held until the pass queues its events
-/// together ([`PortShared::flush_events`]).
+/// An event the progress loop made, held until the pass queues its events together
+/// ([`PortShared::flush_events`]).
 pub(crate) struct Staged {
-    agent: Arc<AgentInner>,
+    whose: Whose,
     ev: Option<Event>,
-    /// A send's completion: the agent's `outstanding` drops once it is queued (deregistration
-    /// waits for that count, so it never closes the queue on a staged completion).
-    done: bool,
     refused: Option<PushRefused>,
 }
 
-/// Hold `ev` for `agent` until the pass queues its events (`done`: it is the completion of one
-/// of the agent's sends, still counted in its `outstanding`).
-pub(crate) fn stage(st: &mut ProgressState, agent: Arc<AgentInner>, ev: Event, done: bool) {
+/// Whose event a [`Staged`] one is.
+enum Whose {
+    /// An agent's (a received MAD).
+    Agent(Arc<AgentInner>),
+    /// A finished send's (its completion), on that QP: its record, which names its agent.
+    /// The send leaves the agent's `outstanding` once the event is queued (deregistration
+    /// waits for that count, so it never closes the queue on a staged completion), and the
+    /// record then goes back to its ring for a new send, still naming the agent
+    /// ([`crate::ring::SendRing::record`]).
+    Send(SpecialQp, Record),
+}
+
+impl Whose {
+    fn agent(&self) -> &Arc<AgentInner> {
+        match self {
+            Whose::Agent(a) => a,
+            Whose::Send(_, p) => &p.agent,
+        }
+    }
+}
+
+/// Hold `ev` for `agent` until the pass queues its events.
+pub(crate) fn stage(st: &mut ProgressState, agent: Arc<AgentInner>, ev: Event) {
     st.staged.push(Staged {
-        agent,
+        whose: Whose::Agent(agent),
         ev: Some(ev),
-        done,
+        refused: None,
+    });
+}
+
+/// Hold `ev`, the completion of the send whose record is `p` (on `qp`, still counted in its
+/// agent's `outstanding`), until the pass queues its events.
+fn stage_completion(st: &mut ProgressState, qp: SpecialQp, p: Record, ev: Event) {
+    st.staged.push(Staged {
+        whose: Whose::Send(qp, p),
+        ev: Some(ev),
         refused: None,
     });
 }
@@ -240,7 +266,7 @@ impl PortShared {
         for (i, ring) in self.rings.iter().enumerate() {
             if let Some(ring) = ring {
                 if !st.spent[i].is_empty() {
-                    ring.keep_records(&mut st.spent[i]);
+                    ring.keep_records(&mut st.spent[i], &self.internal);
                 }
                 // One kick for the entries and slots this pass gave back, before the drain: a
                 // drainer holding the flag now sees it and drains again, or this one drains.
@@ -274,8 +300,8 @@ impl PortShared {
         let mut to_wake = std::mem::take(&mut st.to_wake);
         let mut start = 0;
         while start < staged.len() {
-            let queue = staged[start].agent.events.clone();
-            let same = |s: &Staged| match (&s.agent.events, &queue) {
+            let queue = staged[start].whose.agent().events.clone();
+            let same = |s: &Staged| match (&s.whose.agent().events, &queue) {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 (None, None) => true,
                 _ => false,
@@ -291,7 +317,7 @@ impl PortShared {
                     let mut g = q.lock();
                     for s in &mut staged[start..end] {
                         if let Some(ev) = s.ev.take() {
-                            match q.push_locked(&mut g, ev, &s.agent.closed) {
+                            match q.push_locked(&mut g, ev, &s.whose.agent().closed) {
                                 Ok(()) => queued = true,
                                 Err(r) => s.refused = Some(r),
                             }
@@ -306,10 +332,11 @@ impl PortShared {
         }
         for s in staged.drain(..) {
             if let Some(r) = s.refused {
-                s.agent.refused(r, self);
+                s.whose.agent().refused(r, self);
             }
-            if s.done {
-                s.agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+            if let Whose::Send(qp, p) = s.whose {
+                p.agent.outstanding.fetch_sub(1, Ordering::SeqCst);
+                st.spent[qpi(qp)].push(p);
             }
         }
         st.staged = staged;
@@ -642,7 +669,7 @@ impl PortShared {
         };
         // Checked in place rather than through Option::filter, which moves the record once
         // more.
-        let Some(mut data) = taken else {
+        let Some(data) = taken else {
             tracing::error!(index = r.index, "a DONE slot held no send (stack bug)");
             return;
         };
@@ -686,12 +713,9 @@ impl PortShared {
         }
         // The completion is queued (and the send leaves `outstanding`) with the pass's other
         // events. The send's record (no DMA memory: its MAD was in the slot's send buffer,
-        // which stays with the ring) goes back to the ring for a new send at the end of the
-        // pass; meanwhile it names the port's internal agent, so that a spare record keeps no
-        // client agent (nor its event queue) alive.
-        let agent = std::mem::replace(&mut data.p.agent, Arc::clone(&self.internal));
-        stage(st, agent, Event::Send(completion), true);
-        st.spent[qpi(r.qp)].push(data.p);
+        // which stays with the ring) then goes back to the ring for a new send, at the end of
+        // the pass (`SendRing::keep_records`).
+        stage_completion(st, r.qp, data.p, Event::Send(completion));
     }
 
     /// The timer of the send in `r` fired at `now`. Decided under the slot's data lock, as
@@ -994,7 +1018,7 @@ impl PortShared {
             solo(st, &self.solo_cells.unsolicited);
             solo(st, &a.solo_cells.unsolicited);
             recv.agent = a.id;
-            stage(st, a, Event::Recv(recv), false);
+            stage(st, a, Event::Recv(recv));
             return;
         }
         match recv_rules::unmatched_response(mad).filter(|_| !local_failed) {
@@ -1114,14 +1138,14 @@ impl PortShared {
             }
             // Staged before the send's completion, which `finish_taken` stages: told in that
             // order.
-            stage(st, agent, Event::Recv(recv), false);
+            stage(st, agent, Event::Recv(recv));
             let (status, vendor) = self.status_of(f);
             self.finish_taken(st, r, status, vendor, taken);
         } else {
             // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
             let counted = std::mem::replace(&mut d.p.fc_counted, false);
             drop(data);
-            stage(st, Arc::clone(&agent), Event::Recv(recv), false);
+            stage(st, Arc::clone(&agent), Event::Recv(recv));
             bump(&self.cells.early_responses);
             if counted {
                 self.fc_release(&agent);
@@ -1153,8 +1177,8 @@ impl PortShared {
         };
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&mad[..HEADER_LEN]);
-        let build = |buf| Pending {
-            agent: Arc::clone(&self.internal),
+        let build = |agent, buf| Pending {
+            agent,
             id: self.next_send_id(),
             mad: buf,
             header,
@@ -1169,7 +1193,7 @@ impl PortShared {
             is_response: true,
             local: false,
         };
-        let p = self.record(qp, &mad[..], build);
+        let p = self.record(qp, &self.internal, &mad[..], build);
         self.internal.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);
         let Some(ring) = self.ring(qp) else {

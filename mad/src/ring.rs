@@ -483,49 +483,84 @@ impl SendRing {
         lock(&self.queue)
     }
 
-    /// The boxed record of a new send of `mad`: `build` makes it around a copy of `mad`, in a
-    /// buffer the ring kept from an earlier send if it has one, and it goes into a box the ring
-    /// kept from a finished send if it has one (both taken under one queue lock). Sends often wait
-    /// (for flow control, a slot or an entry) and then leave in bursts, and so would their buffers
-    /// and records if each were freed at install or completion: a general-purpose allocator serves
-    /// a block freed just before far more cheaply than one of a burst freed long after it was
-    /// allocated, so the MAD waits in one of these, and the caller's bytes (often borrowed: see
-    /// `SendRequest`) are not kept. The record is boxed so that it moves as a pointer from the
-    /// backlog to the queue to its slot.
+    /// The boxed record of a new send of `mad` by `agent`: `build` makes it around `agent` and
+    /// a copy of `mad`, in a buffer the ring kept from an earlier send if it has one, and it
+    /// goes into a box the ring kept from a finished send if it has one (both taken under one
+    /// queue lock). Sends often wait (for flow control, a slot or an entry) and then leave in
+    /// bursts, and so would their buffers and records if each were freed at install or
+    /// completion: a general-purpose allocator serves a block freed just before far more
+    /// cheaply than one of a burst freed long after it was allocated, so the MAD waits in one
+    /// of these, and the caller's bytes (often borrowed: see `SendRequest`) are not kept. The
+    /// record is boxed so that it moves as a pointer from the backlog to the queue to its
+    /// slot. A kept record still names the agent whose send it was (see
+    /// [`SendRing::keep_records`]): when that is `agent`, its reference is taken over as it
+    /// is, and no reference count changes (each is a locked instruction).
     #[allow(
         clippy::unnecessary_box_returns,
         reason = "the box is the point: it moves as a pointer, and is reused"
     )]
-    pub(crate) fn record(&self, mad: &[u8], build: impl FnOnce(Vec<u8>) -> Pending) -> Record {
+    pub(crate) fn record(
+        &self,
+        agent: &Arc<AgentInner>,
+        mad: &[u8],
+        build: impl FnOnce(Arc<AgentInner>, Vec<u8>) -> Pending,
+    ) -> Record {
         let (buf, spare) = {
             let mut q = self.lock_queue();
             (q.spares.pop(), q.records.pop())
         };
         let mut buf = buf.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
         buf.extend_from_slice(mad);
-        let p = build(buf);
         match spare {
-            Some(mut b) => {
-                // What it held (the port's internal agent, an emptied buffer) goes.
-                *b = p;
+            Some(mut b) if Arc::ptr_eq(&b.agent, agent) => {
+                // What else it held (an emptied buffer) goes.
+                let agent = b.agent;
+                *b = build(agent, buf);
                 b
             }
-            None => Box::new(p),
+            Some(mut b) => {
+                // What it held (another agent, an emptied buffer) goes.
+                *b = build(Arc::clone(agent), buf);
+                b
+            }
+            None => Box::new(build(Arc::clone(agent), buf)),
         }
     }
 
-    /// Keep the records in `spent` (of finished sends of this ring: their MADs were taken at
-    /// install and each names the port's internal agent, see `PortShared::finish`) for new
-    /// sends, as many as fit under the slot count; the rest are freed, after the queue lock.
-    pub(crate) fn keep_records(&self, spent: &mut Vec<Record>) {
+    /// Keep the records in `spent` (of finished sends of this ring, their MADs taken at
+    /// install) for new sends, as many as fit under the slot count; the rest are freed, after
+    /// the queue lock. Each still names its agent, for that agent's next send
+    /// ([`SendRing::record`]), unless the agent is closing: it then names `internal` (the
+    /// port's internal agent), so that a kept record keeps no deregistered agent (nor its
+    /// event queue) alive. A record kept before its agent began closing is made to name
+    /// `internal` by the deregistration ([`SendRing::forget_agent`]), which looks after the
+    /// agent's last send left `outstanding`, and so after its record came back here or, if
+    /// it comes later, sees the agent closing.
+    pub(crate) fn keep_records(&self, spent: &mut Vec<Record>, internal: &Arc<AgentInner>) {
         {
             let mut q = self.lock_queue();
             let room = self.slots.len().saturating_sub(q.records.len());
             let n = room.min(spent.len());
             let from = spent.len() - n;
-            q.records.extend(spent.drain(from..));
+            for mut r in spent.drain(from..) {
+                if r.agent.closing.load(Ordering::SeqCst) {
+                    r.agent = Arc::clone(internal);
+                }
+                q.records.push(r);
+            }
         }
         spent.clear();
+    }
+
+    /// Make the kept records that name `agent` (deregistering: none of its sends is left)
+    /// name `internal` instead (see [`SendRing::keep_records`]).
+    pub(crate) fn forget_agent(&self, agent: &Arc<AgentInner>, internal: &Arc<AgentInner>) {
+        let mut q = self.lock_queue();
+        for r in &mut q.records {
+            if Arc::ptr_eq(&r.agent, agent) {
+                r.agent = Arc::clone(internal);
+            }
+        }
     }
 
     /// Request units taken (slots holding requests, and units reserved by queued sends).

@@ -262,13 +262,16 @@ fn a_reused_send_buffer_carries_only_the_new_mad_zero_padded() {
 }
 
 /// A finished send's record goes back to its ring for a new send (at most the slot count of
-/// them are kept), naming the port's internal agent and holding no MAD: a kept record keeps no
-/// client agent alive, nor its event queue, once the agent is gone.
+/// them are kept), holding no MAD and still naming its agent, whose next send takes it over
+/// as it is (no reference count changes); once the agent is deregistered the kept records
+/// name the port's internal agent: a kept record keeps no client agent alive, nor its event
+/// queue, once the agent is gone.
 #[test]
-fn finished_sends_records_are_kept_without_their_agent() {
+fn finished_sends_records_are_kept_for_their_agent_until_it_is_gone() {
     let r = rig_with_slots(2);
     r.fake.set_responder(answer);
     let a = r.perf_agent();
+    let id = a.id();
     let queue = Arc::downgrade(a.events());
     let ids: Vec<SendId> = (0..6)
         .map(|t| {
@@ -286,12 +289,44 @@ fn finished_sends_records_are_kept_without_their_agent() {
         "kept, at most the slot count: {kept:?}"
     );
     assert!(
-        kept.iter()
-            .all(|&(agent, mad)| agent == crate::AgentId(0) && mad == 0),
-        "the internal agent and no MAD: {kept:?}"
+        kept.iter().all(|&(agent, mad)| agent == id && mad == 0),
+        "its agent and no MAD: {kept:?}"
     );
     drop(ev);
     a.deregister();
+    let kept = r.port.send_ring(SpecialQp::Gsi).spare_records();
+    assert!(
+        !kept.is_empty() && kept.iter().all(|&(agent, _)| agent == crate::AgentId(0)),
+        "the internal agent once it is gone: {kept:?}"
+    );
+    assert!(
+        queue.upgrade().is_none(),
+        "nothing keeps the deregistered agent's event queue"
+    );
+    r.assert_clean();
+}
+
+/// Sends that finish while their agent deregisters (canceled by it) leave records naming the
+/// internal agent: nothing kept holds the agent once its deregistration returned.
+#[test]
+fn records_of_sends_finished_by_a_deregistration_name_no_agent() {
+    let r = rig_with_slots(4);
+    let a = r.perf_agent();
+    let queue = Arc::downgrade(a.events());
+    for t in 0..6 {
+        a.send(SendRequest::new(get(t), gsi(5)).timeout_ms(60_000))
+            .unwrap();
+    }
+    r.port.progress();
+    a.deregister();
+    let kept = r.port.send_ring(SpecialQp::Gsi).spare_records();
+    assert!(
+        !kept.is_empty()
+            && kept
+                .iter()
+                .all(|&(agent, mad)| agent == crate::AgentId(0) && mad == 0),
+        "the internal agent and no MAD: {kept:?}"
+    );
     assert!(
         queue.upgrade().is_none(),
         "nothing keeps the deregistered agent's event queue"

@@ -782,8 +782,8 @@ impl PortShared {
         header.copy_from_slice(&mad[..HEADER_LEN]);
         agent.outstanding.fetch_add(1, Ordering::SeqCst);
         bump(&self.cells.sends);
-        let build = |buf| Pending {
-            agent: Arc::clone(agent),
+        let build = |agent, buf| Pending {
+            agent,
             id,
             mad: buf,
             header,
@@ -799,7 +799,7 @@ impl PortShared {
             is_response: true,
             local: false,
         };
-        self.enqueue(self.record(SpecialQp::Gsi, mad, build));
+        self.enqueue(self.record(SpecialQp::Gsi, agent, mad, build));
     }
 
     /// The progress loop's hook: segment completions, then expired timers. Returns the work

@@ -519,7 +519,7 @@ impl PortShared {
         bump(&self.cells.unsolicited);
         bump(&a.cells.unsolicited);
         recv.agent = a.id;
-        crate::progress::stage(st, a, Event::Recv(recv), false);
+        crate::progress::stage(st, a, Event::Recv(recv));
     }
 
     /// The answer of an agent of this port to a local request that took no send slot (one
@@ -544,6 +544,6 @@ impl PortShared {
         }
         bump(&self.smi.cells.local_routed);
         recv.agent = a.id;
-        crate::progress::stage(st, a, Event::Recv(recv), false);
+        crate::progress::stage(st, a, Event::Recv(recv));
     }
 }
