@@ -6,13 +6,15 @@
 //! read-modify-write per count), and one only the holder of the port's progress lock adds to
 //! (a plain load and store: that lock orders its holders, so no count is lost). The receive
 //! and completion paths, which run only in the progress loop, count in the second; a snapshot
-//! is the sum of both.
+//! is the sum of both. An agent's `posted`, in the first set, is written only by its ring's
+//! drainer, one at a time, and so also with a plain load and store ([`posted`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use driver::verbs::WcStatus;
 
 use crate::port::ProgressState;
+use crate::ring::PostBatch;
 
 /// Completions by work-completion status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -279,6 +281,16 @@ pub(crate) fn bump(c: &AtomicU64) {
 /// no locked instruction.
 pub(crate) fn solo(_st: &ProgressState, c: &AtomicU64) {
     add_unlocked(c);
+}
+
+/// Add one to an agent's `posted` (or, `up` false, take one back), as the drainer of its ring
+/// does: the drainer holds the ring's batch (`_batch` is the proof), and an agent sends on one
+/// QP, so one thread at a time writes the cell: a load and a store lose no count, and cost no
+/// locked instruction. (The port's internal agent, which answers on both QPs, may lose counts
+/// here: nobody reads them.)
+pub(crate) fn posted(_batch: &PostBatch, c: &AtomicU64, up: bool) {
+    let v = c.load(Ordering::Relaxed);
+    c.store(if up { v + 1 } else { v - 1 }, Ordering::Relaxed);
 }
 
 /// One more in a cell with a single writer: a load and a store, no locked instruction.

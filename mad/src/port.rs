@@ -1081,7 +1081,7 @@ impl PortShared {
                     if failed {
                         bump(&self.cells.post_failures);
                     }
-                    self.unpost(qp, batch.wrs[start].wr_id);
+                    self.unpost(qp, batch.wrs[start].wr_id, batch);
                     self.soft_completion(qp, batch.wrs[start].wr_id, status, vendor, true);
                     start += 1;
                 }
@@ -1094,7 +1094,7 @@ impl PortShared {
                     for i in start..total {
                         bump(&self.cells.post_failures);
                         let (wr_id, on_fail) = (batch.wrs[i].wr_id, batch.meta[i]);
-                        self.unpost(qp, wr_id);
+                        self.unpost(qp, wr_id, batch);
                         self.soft_completion(qp, wr_id, on_fail, 0, true);
                     }
                     start = total;
@@ -1108,7 +1108,7 @@ impl PortShared {
 
     /// The device refused the work request `wr_id` (of a send in a slot of `qp`): take back
     /// the `posted` its agent was counted when it was collected for the chain.
-    fn unpost(&self, qp: SpecialQp, wr_id: u64) {
+    fn unpost(&self, qp: SpecialQp, wr_id: u64, batch: &PostBatch) {
         let Some(WrId::Send {
             index, generation, ..
         }) = WrId::decode(wr_id)
@@ -1122,7 +1122,7 @@ impl PortShared {
             .as_ref()
             .filter(|d| d.generation == generation)
         {
-            d.p.agent.cells.posted.fetch_sub(1, Ordering::Relaxed);
+            crate::counters::posted(batch, &d.p.agent.cells.posted, false);
         }
     }
 

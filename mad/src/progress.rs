@@ -956,7 +956,7 @@ impl PortShared {
             return;
         }
         // Directed-route SMPs pass the SMI receive rules first (crate::smi), in place.
-        if recv.mad[1] == class::SUBN_DIRECTED_ROUTE && !self.smi_incoming(&mut recv.mad) {
+        if recv.mad[1] == class::SUBN_DIRECTED_ROUTE && !self.smi_incoming(st, &mut recv.mad) {
             return;
         }
         let mad = &recv.mad;

@@ -40,7 +40,7 @@ use driver::verbs::{SendWr, Sge, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN};
 
 use crate::agent::AgentInner;
-use crate::counters::bump;
+use crate::counters;
 use crate::event::SendId;
 use crate::slot_state::SlotState;
 use crate::sync;
@@ -845,7 +845,7 @@ impl SendRing {
                             .as_ref()
                             .filter(|d| d.generation == generation)
                             .map(|d| {
-                                bump(&d.p.agent.cells.posted);
+                                counters::posted(batch, &d.p.agent.cells.posted, true);
                                 batch
                                     .wrs
                                     .push(self.send_wr(&q.buffers, index, generation, &d.p));
@@ -928,7 +928,7 @@ impl SendRing {
         mad.clear();
         let wr = self.send_wr(buffers, index, generation, &p);
         if copied.is_ok() {
-            bump(&p.agent.cells.posted);
+            counters::posted(batch, &p.agent.cells.posted, true);
         }
         self.occupy(index, generation, p, tid, request);
         let out = if copied.is_ok() {

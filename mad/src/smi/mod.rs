@@ -47,7 +47,7 @@ use mad_wire::{PERMISSIVE_LID, class, smp::Smp};
 
 use crate::addr::RecvAddr;
 use crate::agent::AgentInner;
-use crate::counters::{DropReason, bump};
+use crate::counters::{DropReason, bump, solo};
 use crate::error::MadError;
 use crate::event::{Event, RecvBox, RecvMad, SendCompletion, SendId, SendRef};
 use crate::port::{Port, PortShared, ProgressState};
@@ -106,6 +106,7 @@ struct Cells {
     local_passed: AtomicU64,
     local_routed: AtomicU64,
     local_bad_answers: AtomicU64,
+    /// Only the progress loop adds to it ([`crate::counters::solo`]).
     received: AtomicU64,
     replies: AtomicU64,
     send_discards: [AtomicU64; SmiDiscard::ALL.len()],
@@ -391,11 +392,11 @@ impl PortShared {
     /// `on_mad`'s hook for directed-route SMPs from the wire: the receive rules, applied in
     /// place to the received copy (which the event will own). `false`: discarded (counted),
     /// and `mad` is then of no further use.
-    pub(crate) fn smi_incoming(&self, mad: &mut [u8; MAD_LEN]) -> bool {
+    pub(crate) fn smi_incoming(&self, st: &ProgressState, mad: &mut [u8; MAD_LEN]) -> bool {
         // A channel adapter: the port count only matters to a switch's rules.
         match rules::incoming(mad, false, self.port_num, self.port_num) {
             Ok(()) => {
-                bump(&self.smi.cells.received);
+                solo(st, &self.smi.cells.received);
                 true
             }
             Err(reason) => {
