@@ -73,8 +73,12 @@ fn ms(v: u32) -> Duration {
 /// ([`PortShared::flush_events`]).
 pub(crate) struct Staged {
     whose: Whose,
+    /// A response that finished the send whose completion `ev` is: told first, in the same
+    /// entry (which holds the send's record, naming the agent both are for).
+    response: Option<RecvBox>,
     ev: Option<Event>,
-    refused: Option<PushRefused>,
+    /// What the queue refused, of `response` and of `ev`.
+    refused: [Option<PushRefused>; 2],
 }
 
 /// Whose event a [`Staged`] one is.
@@ -102,18 +106,27 @@ impl Whose {
 pub(crate) fn stage(st: &mut ProgressState, agent: Arc<AgentInner>, ev: Event) {
     st.staged.push(Staged {
         whose: Whose::Agent(agent),
+        response: None,
         ev: Some(ev),
-        refused: None,
+        refused: [None; 2],
     });
 }
 
 /// Hold `ev`, the completion of the send whose record is `p` (on `qp`, still counted in its
-/// agent's `outstanding`), until the pass queues its events.
-fn stage_completion(st: &mut ProgressState, qp: SpecialQp, p: Record, ev: Event) {
+/// agent's `outstanding`), and before it the `response` that finished it if any, until the
+/// pass queues its events.
+fn stage_completion(
+    st: &mut ProgressState,
+    qp: SpecialQp,
+    p: Record,
+    ev: Event,
+    response: Option<RecvBox>,
+) {
     st.staged.push(Staged {
         whose: Whose::Send(qp, p),
+        response,
         ev: Some(ev),
-        refused: None,
+        refused: [None; 2],
     });
 }
 
@@ -316,10 +329,17 @@ impl PortShared {
                 {
                     let mut g = q.lock();
                     for s in &mut staged[start..end] {
-                        if let Some(ev) = s.ev.take() {
-                            match q.push_locked(&mut g, ev, &s.whose.agent().closed) {
+                        let closed = &s.whose.agent().closed;
+                        if let Some(r) = s.response.take() {
+                            match q.push_locked(&mut g, Event::Recv(r), closed) {
                                 Ok(()) => queued = true,
-                                Err(r) => s.refused = Some(r),
+                                Err(r) => s.refused[0] = Some(r),
+                            }
+                        }
+                        if let Some(ev) = s.ev.take() {
+                            match q.push_locked(&mut g, ev, closed) {
+                                Ok(()) => queued = true,
+                                Err(r) => s.refused[1] = Some(r),
                             }
                         }
                     }
@@ -331,7 +351,7 @@ impl PortShared {
             start = end;
         }
         for s in staged.drain(..) {
-            if let Some(r) = s.refused {
+            for r in s.refused.into_iter().flatten() {
                 s.whose.agent().refused(r, self);
             }
             if let Whose::Send(qp, p) = s.whose {
@@ -501,7 +521,7 @@ impl PortShared {
                     Finish::Failed => (wc.status, wc.vendor_err),
                     f => self.status_of(f),
                 };
-                self.finish_taken(st, r, status, vendor, taken);
+                self.finish_taken(st, r, status, vendor, taken, None);
             }
             CqeOutcome::Repost => {
                 // Reposted once the batch is done: a later CQE of this batch may already have
@@ -646,11 +666,12 @@ impl PortShared {
         status: WcStatus,
         vendor_err: u32,
     ) {
-        self.finish_taken(st, r, status, vendor_err, None);
+        self.finish_taken(st, r, status, vendor_err, None, None);
     }
 
     /// [`Self::finish`], the send's data already taken out of its slot (`Some`) by the caller,
-    /// under the lock it moved the slot into DONE under.
+    /// under the lock it moved the slot into DONE under; `response`: the response that
+    /// finished the send, told just before its completion.
     fn finish_taken(
         &self,
         st: &mut ProgressState,
@@ -658,6 +679,7 @@ impl PortShared {
         status: WcStatus,
         vendor_err: u32,
         taken: Option<SlotData>,
+        response: Option<RecvBox>,
     ) {
         let Some(ring) = self.ring(r.qp) else { return };
         let Some(slot) = ring.slots.get(r.index as usize) else {
@@ -715,7 +737,7 @@ impl PortShared {
         // events. The send's record (no DMA memory: its MAD was in the slot's send buffer,
         // which stays with the ring) then goes back to the ring for a new send, at the end of
         // the pass (`SendRing::keep_records`).
-        stage_completion(st, r.qp, data.p, Event::Send(completion));
+        stage_completion(st, r.qp, data.p, Event::Send(completion), response);
     }
 
     /// The timer of the send in `r` fired at `now`. Decided under the slot's data lock, as
@@ -1118,32 +1140,33 @@ impl PortShared {
         let Some(d) = data.as_mut() else {
             unreachable!("checked by the caller under the same lock")
         };
-        let agent = Arc::clone(&d.p.agent);
-        recv.agent = agent.id;
+        recv.agent = d.p.agent.id;
         recv.response_to = Some(SendRef {
             id: d.p.id,
             context: d.p.context,
         });
         solo(st, &self.solo_cells.responses);
-        solo(st, &agent.solo_cells.responses);
+        solo(st, &d.p.agent.solo_cells.responses);
         if let Some(f) = finished {
             // DONE: its data leaves the slot under the lock it moved into DONE under.
             let taken = data.take();
             drop(data);
             if was == SendState::Queued {
-                // A retry answered while it waited in the backlog leaves it (the kernel's
-                // DONE takes it off `backlog_list`); no drain would take it off otherwise.
-                // (Flow control's lock is never taken under the slot's.)
-                lock(&agent.fc).remove_retry(r.qp, r.index, r.generation);
+                if let Some(t) = &taken {
+                    // A retry answered while it waited in the backlog leaves it (the kernel's
+                    // DONE takes it off `backlog_list`); no drain would take it off otherwise.
+                    // (Flow control's lock is never taken under the slot's.)
+                    lock(&t.p.agent.fc).remove_retry(r.qp, r.index, r.generation);
+                }
             }
-            // Staged before the send's completion, which `finish_taken` stages: told in that
-            // order.
-            stage(st, agent, Event::Recv(recv));
+            // Staged with the send's completion, before it (told in that order), in the entry
+            // that holds the send's record: no reference to the agent is taken for it.
             let (status, vendor) = self.status_of(f);
-            self.finish_taken(st, r, status, vendor, taken);
+            self.finish_taken(st, r, status, vendor, taken, Some(recv));
         } else {
             // EARLY_RESP no longer counts against flow control (the kernel's send_count--).
             let counted = std::mem::replace(&mut d.p.fc_counted, false);
+            let agent = Arc::clone(&d.p.agent);
             drop(data);
             stage(st, Arc::clone(&agent), Event::Recv(recv));
             bump(&self.cells.early_responses);
