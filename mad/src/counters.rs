@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use driver::verbs::WcStatus;
 
+use crate::agent::AgentInner;
 use crate::port::ProgressState;
 use crate::ring::PostBatch;
 
@@ -286,11 +287,23 @@ pub(crate) fn solo(_st: &ProgressState, c: &AtomicU64) {
 /// Add one to an agent's `posted` (or, `up` false, take one back), as the drainer of its ring
 /// does: the drainer holds the ring's batch (`_batch` is the proof), and an agent sends on one
 /// QP, so one thread at a time writes the cell: a load and a store lose no count, and cost no
-/// locked instruction. (The port's internal agent, which answers on both QPs, may lose counts
-/// here: nobody reads them.)
-pub(crate) fn posted(_batch: &PostBatch, c: &AtomicU64, up: bool) {
+/// locked instruction. The port's internal agent (ID 0) answers on both QPs, whose drainers
+/// may run at once: its cell takes a locked add.
+pub(crate) fn posted(_batch: &PostBatch, agent: &AgentInner, up: bool) {
+    let c = &agent.cells.posted;
+    if agent.id.0 == 0 {
+        if up {
+            c.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
+        return;
+    }
     let v = c.load(Ordering::Relaxed);
-    c.store(if up { v + 1 } else { v - 1 }, Ordering::Relaxed);
+    c.store(
+        if up { v + 1 } else { v.wrapping_sub(1) },
+        Ordering::Relaxed,
+    );
 }
 
 /// One more in a cell with a single writer: a load and a store, no locked instruction.

@@ -1122,7 +1122,7 @@ impl PortShared {
             .as_ref()
             .filter(|d| d.generation == generation)
         {
-            crate::counters::posted(batch, &d.p.agent.cells.posted, false);
+            crate::counters::posted(batch, &d.p.agent, false);
         }
     }
 

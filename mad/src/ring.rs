@@ -537,6 +537,9 @@ impl SendRing {
     /// agent's last send left `outstanding`, and so after its record came back here or, if
     /// it comes later, sees the agent closing.
     pub(crate) fn keep_records(&self, spent: &mut Vec<Record>, internal: &Arc<AgentInner>) {
+        // A closing agent's last reference may be in a record: dropped after the queue lock,
+        // as is every record not kept (its event queue's hook is the user's code).
+        let mut closing = Vec::new();
         {
             let mut q = self.lock_queue();
             let room = self.slots.len().saturating_sub(q.records.len());
@@ -544,11 +547,12 @@ impl SendRing {
             let from = spent.len() - n;
             for mut r in spent.drain(from..) {
                 if r.agent.closing.load(Ordering::SeqCst) {
-                    r.agent = Arc::clone(internal);
+                    closing.push(std::mem::replace(&mut r.agent, Arc::clone(internal)));
                 }
                 q.records.push(r);
             }
         }
+        drop(closing);
         spent.clear();
     }
 
@@ -845,7 +849,7 @@ impl SendRing {
                             .as_ref()
                             .filter(|d| d.generation == generation)
                             .map(|d| {
-                                counters::posted(batch, &d.p.agent.cells.posted, true);
+                                counters::posted(batch, &d.p.agent, true);
                                 batch
                                     .wrs
                                     .push(self.send_wr(&q.buffers, index, generation, &d.p));
@@ -928,7 +932,7 @@ impl SendRing {
         mad.clear();
         let wr = self.send_wr(buffers, index, generation, &p);
         if copied.is_ok() {
-            counters::posted(batch, &p.agent.cells.posted, true);
+            counters::posted(batch, &p.agent, true);
         }
         self.occupy(index, generation, p, tid, request);
         let out = if copied.is_ok() {

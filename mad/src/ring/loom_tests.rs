@@ -133,3 +133,76 @@ fn loom_posting_kick_vs_a_drainer_giving_the_flag_back() {
         assert!(d.queue.lock().unwrap().is_empty(), "a job left queued");
     });
 }
+
+/// A ring with no free slot, one job waiting for one, and its posting flag.
+struct SlotWait {
+    free: FreeRing,
+    posting: Posting,
+    queue: Mutex<Vec<u32>>,
+    drained: Mutex<Vec<(u32, u32)>>,
+}
+
+/// One drain with the flag: the waiting job takes a free slot if there is one (under the
+/// queue lock, as `next_batch` pops), then the flag goes back.
+fn drain_once(d: &SlotWait, seen: u64) -> bool {
+    {
+        let mut q = d.queue.lock().unwrap();
+        if !q.is_empty() {
+            if let Some(i) = d.free.pop() {
+                let job = q.remove(0);
+                d.drained.lock().unwrap().push((job, i));
+            }
+        }
+    }
+    d.posting.end(seen)
+}
+
+/// The progress loop gives a slot back (`FreeRing::push`, a
+/// release store of the tail, no kick of its own) and, at its pass's end, kicks once (`kick`)
+/// and drains; meanwhile a sender queues a job (no slot free) and drains. Whoever holds the
+/// flag when the slot comes back must see it: the job is drained.
+fn recycle_vs_a_waiting_job(kick: bool) {
+    let free = FreeRing::full(1);
+    assert_eq!(free.pop(), Some(0));
+    let d = Arc::new(SlotWait {
+        free,
+        posting: Posting::new(),
+        queue: Mutex::new(Vec::new()),
+        drained: Mutex::new(Vec::new()),
+    });
+    let sender = {
+        let d = Arc::clone(&d);
+        thread::spawn(move || {
+            d.queue.lock().unwrap().push(7);
+            d.posting.kick();
+            d.posting.drain(|seen| drain_once(&d, seen));
+        })
+    };
+    d.free.push(0);
+    if kick {
+        d.posting.kick();
+    }
+    d.posting.drain(|seen| drain_once(&d, seen));
+    sender.join().unwrap();
+    assert_eq!(
+        *d.drained.lock().unwrap(),
+        [(7, 0)],
+        "the job waiting for a slot took the slot given back"
+    );
+}
+
+#[test]
+fn loom_a_slot_given_back_with_one_kick_per_pass_reaches_a_waiting_job() {
+    check("recycle + one kick vs a waiting job", || {
+        recycle_vs_a_waiting_job(true);
+    });
+}
+
+/// Negative control: without the pass's kick, loom must find the job left waiting.
+#[test]
+#[should_panic(expected = "the job waiting for a slot took the slot given back")]
+fn loom_control_a_slot_given_back_without_a_kick_strands_the_job() {
+    check("control: recycle, no kick", || {
+        recycle_vs_a_waiting_job(false);
+    });
+}
