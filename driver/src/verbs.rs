@@ -41,6 +41,11 @@ impl SpecialQp {
     }
 }
 
+/// The `vendor_err` of the completions a driver makes in software for the work requests
+/// outstanding when the device died or went ([`WcStatus::WrFlushErr`] with this value), as
+/// mlx5's `mlx5_ib_poll_sw_comp` does with the WR_FLUSH_ERR syndrome.
+pub const SOFTWARE_FLUSH_VENDOR_ERR: u32 = 5;
+
 /// Size of the GRH area at the start of every UD receive buffer. The device writes the GRH
 /// there when the packet carried one and leaves it untouched otherwise; the MAD starts after it.
 pub const GRH_LEN: u32 = 40;

@@ -19,7 +19,7 @@ use std::sync::{
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use driver::verbs::{HcaPort, SpecialQp, WcStatus, WorkCompletion};
+use driver::verbs::{HcaPort, SOFTWARE_FLUSH_VENDOR_ERR, SpecialQp, WcStatus, WorkCompletion};
 
 use crate::addr::LocalPort;
 use crate::agent::{Agent, AgentInner, AgentSpec};
@@ -1036,7 +1036,11 @@ impl PortShared {
                     }
                     Drained::Fail(news, reposts) => {
                         for p in news {
-                            self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                            self.complete_pending(
+                                p,
+                                WcStatus::WrFlushErr,
+                                SOFTWARE_FLUSH_VENDOR_ERR,
+                            );
                         }
                         for wr_id in reposts {
                             self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);

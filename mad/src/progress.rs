@@ -16,7 +16,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
-use driver::verbs::{DeviceEvent, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion};
+use driver::verbs::{
+    DeviceEvent, SOFTWARE_FLUSH_VENDOR_ERR, SpecialQp, UdDest, WcOpcode, WcStatus, WorkCompletion,
+};
 use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad};
 use mad_wire::{class, vendor};
 
@@ -62,7 +64,7 @@ fn timer_slot(key: u32) -> (SpecialQp, u32) {
 /// once the device is dead or the HCA closed (WR_FLUSH_ERR, vendor_err 5, as the kernel's
 /// `mlx5_ib_poll_sw_comp`).
 fn is_software_flush(wc: &WorkCompletion) -> bool {
-    wc.status == WcStatus::WrFlushErr && wc.vendor_err == 5
+    wc.status == WcStatus::WrFlushErr && wc.vendor_err == SOFTWARE_FLUSH_VENDOR_ERR
 }
 
 fn ms(v: u32) -> Duration {
@@ -369,7 +371,11 @@ impl PortShared {
     /// The vendor_err of a WR_FLUSH_ERR the stack reports: 5 once the device is dead (as the
     /// driver's software flushes), 0 for a cancel.
     pub(crate) fn flush_vendor(&self) -> u32 {
-        if self.is_fatal() { 5 } else { 0 }
+        if self.is_fatal() {
+            SOFTWARE_FLUSH_VENDOR_ERR
+        } else {
+            0
+        }
     }
 
     /// Take the device's events: a fatal error or removal marks the port dead and tells every
@@ -651,7 +657,7 @@ impl PortShared {
             Finish::Sent | Finish::Answered | Finish::Responded => (WcStatus::Success, 0),
             Finish::Canceled => (WcStatus::WrFlushErr, self.flush_vendor()),
             Finish::TimedOut => (WcStatus::RespTimeoutErr, 0),
-            Finish::Flushed => (WcStatus::WrFlushErr, 5),
+            Finish::Flushed => (WcStatus::WrFlushErr, SOFTWARE_FLUSH_VENDOR_ERR),
             // The caller supplies the CQE's own status for these.
             Finish::Failed => (WcStatus::GeneralErr, 0),
         }
@@ -869,7 +875,7 @@ impl PortShared {
                 (out, handed_on)
             };
             for p in list {
-                self.complete_pending(p, WcStatus::WrFlushErr, 5);
+                self.complete_pending(p, WcStatus::WrFlushErr, SOFTWARE_FLUSH_VENDOR_ERR);
                 work += 1;
             }
             if handed_on {

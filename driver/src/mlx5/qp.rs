@@ -1502,7 +1502,13 @@ pub(crate) mod tests {
         let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
         assert_eq!(ids, vec![100, 101, 102, 0, 1, 2]);
         for w in &out {
-            assert_eq!((w.status, w.vendor_err), (WcStatus::WrFlushErr, 5));
+            assert_eq!(
+                (w.status, w.vendor_err),
+                (
+                    WcStatus::WrFlushErr,
+                    crate::verbs::SOFTWARE_FLUSH_VENDOR_ERR
+                )
+            );
             assert_eq!(w.qp, SpecialQp::Smi);
         }
         assert_eq!(out[0].opcode, WcOpcode::Send);
