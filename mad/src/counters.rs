@@ -7,7 +7,7 @@
 //! (a plain load and store: that lock orders its holders, so no count is lost). The receive
 //! and completion paths, which run only in the progress loop, count in the second; a snapshot
 //! is the sum of both. An agent's `posted`, in the first set, is written only by its ring's
-//! drainer, one at a time, and so also with a plain load and store ([`posted`]).
+//! drainer, one at a time, and so also with a plain load and store (`posted`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

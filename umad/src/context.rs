@@ -180,7 +180,7 @@ impl CaPort {
 
     /// The device died: every file of the port is dead (reads EIO, poll POLLERR), as one
     /// step for whoever looks: every fd polls POLLERR before the removal is recorded, and a
-    /// read of any fd says EIO from then on ([`CaPort::marked_removed`]), so once one read
+    /// read of any fd says EIO from then on (`CaPort::marked_removed`), so once one read
     /// says EIO, every fd of the port polls POLLERR and reads EIO.
     pub fn mark_removed(&self, reason: &str) {
         let files: Vec<Arc<UmadFile>> =
