@@ -1174,11 +1174,12 @@ impl PortShared {
             let counted = std::mem::replace(&mut d.p.fc_counted, false);
             let agent = Arc::clone(&d.p.agent);
             drop(data);
-            stage(st, Arc::clone(&agent), Event::Recv(recv));
             bump(&self.cells.early_responses);
             if counted {
                 self.fc_release(&agent);
             }
+            // Queued at the pass's end, as every event of the pass: the reference moves in.
+            stage(st, agent, Event::Recv(recv));
         }
     }
 
