@@ -1043,7 +1043,13 @@ impl PortShared {
                             );
                         }
                         for wr_id in reposts {
-                            self.soft_completion(ring.qp, wr_id, WcStatus::WrFlushErr, 5, false);
+                            self.soft_completion(
+                                ring.qp,
+                                wr_id,
+                                WcStatus::WrFlushErr,
+                                SOFTWARE_FLUSH_VENDOR_ERR,
+                                false,
+                            );
                         }
                     }
                 }
@@ -1068,7 +1074,9 @@ impl PortShared {
                 Some(e) if start < total => {
                     tracing::debug!(qp = ?qp, "post refused: {e}");
                     let (status, vendor, failed) = match e {
-                        driver::verbs::PostError::DeviceFatal(_) => (WcStatus::WrFlushErr, 5, true),
+                        driver::verbs::PostError::DeviceFatal(_) => {
+                            (WcStatus::WrFlushErr, SOFTWARE_FLUSH_VENDOR_ERR, true)
+                        }
                         // The send queue stopped at an error completion the progress loop has
                         // not handled yet (this sender raced it). The hardware would flush this
                         // work request: so does this completion, which the loop handles after

@@ -205,8 +205,8 @@ impl FreeRing {
 
     /// Release, not sequentially consistent (which costs a locked instruction on x86-64): a
     /// drainer that must see this index does so through the kick that follows every push
-    /// (the progress loop's, at the end of the pass that called [`SendRing::release`]), whose sequentially consistent read-modify-write comes after
-    /// this store.
+    /// (the progress loop's, at the end of the pass that called [`SendRing::release`]), whose
+    /// sequentially consistent read-modify-write comes after this store.
     fn push(&self, index: u32) {
         let t = self.tail.load(Ordering::Relaxed);
         self.buf[t & self.mask].store(index, Ordering::Relaxed);
@@ -233,10 +233,10 @@ impl FreeRing {
 /// The posting flag: one drainer at a time holds it (a try-flag nobody waits on), and the kick
 /// count, bumped whenever a drain could newly make progress (a job queued, a slot or an entry
 /// freed: the progress loop bumps it once for all it freed in a pass, before its own drain at
-/// the pass's end), so that a drainer giving the flag back does not miss it. A kicker bumps the count
-/// before it tries the flag, a drainer gives the flag back before it reads the count (all
-/// sequentially consistent): either the kicker takes the flag, or the drainer sees the kick
-/// and drains again. Its atomics are loom's under `--cfg loom` (ring/loom_tests.rs).
+/// the pass's end), so that a drainer giving the flag back does not miss it. A kicker bumps
+/// the count before it tries the flag, a drainer gives the flag back before it reads the count
+/// (all sequentially consistent): either the kicker takes the flag, or the drainer sees the
+/// kick and drains again. Its atomics are loom's under `--cfg loom` (ring/loom_tests.rs).
 struct Posting {
     flag: sync::AtomicBool,
     kicks: sync::AtomicU64,
@@ -512,15 +512,15 @@ impl SendRing {
         let mut buf = buf.unwrap_or_else(|| Vec::with_capacity(MAD_LEN));
         buf.extend_from_slice(mad);
         match spare {
-            Some(mut b) if Arc::ptr_eq(&b.agent, agent) => {
-                // What else it held (an emptied buffer) goes.
-                let agent = b.agent;
-                *b = build(agent, buf);
-                b
-            }
             Some(mut b) => {
-                // What it held (another agent, an emptied buffer) goes.
-                *b = build(Arc::clone(agent), buf);
+                // Its own reference if it names `agent`; what else it held (another agent, an
+                // emptied buffer) goes.
+                let agent = if Arc::ptr_eq(&b.agent, agent) {
+                    b.agent
+                } else {
+                    Arc::clone(agent)
+                };
+                *b = build(agent, buf);
                 b
             }
             None => Box::new(build(Arc::clone(agent), buf)),

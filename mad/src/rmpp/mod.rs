@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use driver::verbs::{SpecialQp, UdDest, WcStatus};
+use driver::verbs::{SOFTWARE_FLUSH_VENDOR_ERR, SpecialQp, UdDest, WcStatus};
 use mad_wire::header::{HEADER_LEN, MAD_LEN, Mad, is_response};
 use mad_wire::rmpp::{Rmpp as RmppView, flags, rmpp_status, rmpp_type};
 use mad_wire::{class, method, vendor};
@@ -1570,7 +1570,9 @@ impl PortShared {
         {
             let mut t = lock(&self.rmpp.table);
             for x in t.sends.values_mut() {
-                let step = x.sender.cancel(WcStatus::WrFlushErr, 5);
+                let step = x
+                    .sender
+                    .cancel(WcStatus::WrFlushErr, SOFTWARE_FLUSH_VENDOR_ERR);
                 self.rmpp_step(x, step, &mut actions);
             }
             t.retain_sends(
